@@ -1,0 +1,131 @@
+"""How a model names its embedding tables ("slots") for initialization and reporting.
+
+A LightningModule (or any ``nn.Module``) implements :class:`EmbeddingHost` by returning its
+slots from ``embedding_slots()``. Modules that do not, such as a Hugging Face model, are served
+by :func:`discover_slots` (every ``nn.Embedding``, named by module path, tied heads detected by
+parameter identity) and :func:`slot_from_path` (one table by dotted path).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Callable, Mapping, Protocol, Sequence, runtime_checkable
+
+import torch
+from torch import nn
+
+
+@dataclass
+class EmbeddingSlot:
+    """One embedding table of a model and what is known about it.
+
+    ``input_scale`` is the factor the model multiplies token vectors by before adding the
+    positional encoding (√D by default, SPEC §1 "Transformer input"); ``positional_encoding``
+    returns the (L, D) matrix that is added (``None`` when the model adds none).
+    ``tied_modules`` names output layers whose weight *is* this table's weight.
+    """
+
+    name: str
+    embedding: nn.Embedding
+    tokens: Sequence[str] | None = None
+    padding_idx: int | None = None
+    input_scale: float | None = None
+    positional_encoding: Callable[[], torch.Tensor | None] | None = None
+    tied_modules: tuple[str, ...] = ()
+    special_tokens: Mapping[str, str] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.embedding, nn.Embedding):
+            raise ValueError(f"slot {self.name!r}: expected an nn.Embedding, got {type(self.embedding).__name__}")
+        if self.padding_idx is None:
+            self.padding_idx = self.embedding.padding_idx
+        if self.input_scale is None:
+            self.input_scale = math.sqrt(self.embedding_dim)
+        if self.tokens is not None and len(self.tokens) != self.num_embeddings:
+            raise ValueError(
+                f"slot {self.name!r}: {len(self.tokens)} token strings for a table of {self.num_embeddings} rows"
+            )
+
+    @property
+    def num_embeddings(self) -> int:
+        return self.embedding.num_embeddings
+
+    @property
+    def embedding_dim(self) -> int:
+        return self.embedding.embedding_dim
+
+    @property
+    def weight(self) -> nn.Parameter:
+        return self.embedding.weight
+
+    @property
+    def is_tied(self) -> bool:
+        return bool(self.tied_modules)
+
+
+@runtime_checkable
+class EmbeddingHost(Protocol):
+    """A module that names its embedding tables."""
+
+    def embedding_slots(self) -> Mapping[str, EmbeddingSlot]:
+        """Slot name → slot, in a stable order."""
+        ...
+
+
+def tied_modules_of(root: nn.Module, embedding: nn.Embedding) -> tuple[str, ...]:
+    """Dotted paths of the modules (other than ``embedding``) whose ``weight`` is the embedding's weight."""
+    return tuple(
+        name
+        for name, module in root.named_modules()
+        if module is not embedding and getattr(module, "weight", None) is embedding.weight
+    )
+
+
+def slot_from_path(root: nn.Module, path: str, *, name: str | None = None, **options: object) -> EmbeddingSlot:
+    """A slot for the ``nn.Embedding`` at dotted ``path`` inside ``root`` (``"model.embeddings.word_embeddings"``)."""
+    try:
+        module = root.get_submodule(path)
+    except AttributeError:
+        raise ValueError(f"no module at path {path!r} in {type(root).__name__}") from None
+    if not isinstance(module, nn.Embedding):
+        raise ValueError(f"module at {path!r} is a {type(module).__name__}, not an nn.Embedding")
+    options.setdefault("tied_modules", tied_modules_of(root, module))
+    return EmbeddingSlot(name=name or path, embedding=module, **options)  # type: ignore[arg-type]
+
+
+def discover_slots(root: nn.Module) -> dict[str, EmbeddingSlot]:
+    """Slots for a module: its own ``embedding_slots()`` if it is a host, else every ``nn.Embedding`` by path."""
+    if isinstance(root, EmbeddingHost):
+        slots = dict(root.embedding_slots())
+    else:
+        slots = {
+            path: slot_from_path(root, path)
+            for path, module in root.named_modules()
+            if isinstance(module, nn.Embedding)
+        }
+    if not slots:
+        raise ValueError(
+            f"{type(root).__name__} has no embedding tables: it neither implements "
+            "EmbeddingHost.embedding_slots() nor contains an nn.Embedding"
+        )
+    return slots
+
+
+def select_slots(root: nn.Module, names: Sequence[str] | None) -> dict[str, EmbeddingSlot]:
+    """The slots named in ``names`` (all when ``None``); a name may also be a dotted module path."""
+    available = discover_slots(root)
+    if names is None:
+        return available
+    selected: dict[str, EmbeddingSlot] = {}
+    for name in names:
+        if name in available:
+            selected[name] = available[name]
+            continue
+        try:
+            selected[name] = slot_from_path(root, name)
+        except ValueError:
+            raise ValueError(
+                f"unknown slot {name!r}; known slots: {', '.join(available)} (or a dotted path to an nn.Embedding)"
+            ) from None
+    return selected

@@ -1,0 +1,35 @@
+"""Sinusoidal positional encodings (SPEC §1 "Transformer input", SPEC §2 tutorial layout)."""
+
+from __future__ import annotations
+
+import torch
+
+LAYOUTS = ("interleaved", "halves")
+
+
+def sinusoidal_encoding(
+    length: int, dim: int, *, layout: str = "interleaved", base: float = 10000.0, dtype: torch.dtype = torch.float32
+) -> torch.Tensor:
+    """The (length, dim) sinusoidal encoding P.
+
+    ``interleaved`` (Vaswani, SPEC §1): P[i, 2k] = sin(i / base^{2k/D}), P[i, 2k+1] = cos(i / base^{2k/D}).
+    ``halves`` (TensorFlow tutorial, SPEC §2): P[i, k] = sin(i·ω_k), P[i, k + D/2] = cos(i·ω_k),
+    ω_k = base^{−2k/D}.
+    """
+    if layout not in LAYOUTS:
+        raise ValueError(f"unknown positional layout {layout!r}; known layouts: {', '.join(LAYOUTS)}")
+    if dim % 2:
+        raise ValueError(f"a sinusoidal encoding needs an even dimension, got {dim}")
+    if length < 1:
+        raise ValueError(f"a positional encoding needs length ≥ 1, got {length}")
+    positions = torch.arange(length, dtype=torch.float64).unsqueeze(1)
+    frequencies = base ** (-torch.arange(0, dim, 2, dtype=torch.float64) / dim)
+    angles = positions * frequencies
+    encoding = torch.empty(length, dim, dtype=torch.float64)
+    if layout == "interleaved":
+        encoding[:, 0::2] = angles.sin()
+        encoding[:, 1::2] = angles.cos()
+    else:
+        encoding[:, : dim // 2] = angles.sin()
+        encoding[:, dim // 2 :] = angles.cos()
+    return encoding.to(dtype)

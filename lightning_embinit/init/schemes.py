@@ -1,0 +1,148 @@
+"""Random initialization schemes for an N×D embedding table (SPEC §1).
+
+Every scheme knows its expected mean and std for a given shape, so it can also serve as the
+target of :func:`lightning_embinit.init.transforms.standardize`. Sampling is chunked: each
+block of rows draws from its own generator seeded from the caller's, so a seed gives the same
+matrix whatever the number of threads, and large tables fill on all cores.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from typing import Callable
+
+import torch
+
+from lightning_embinit.init.registry import Registry
+
+SCHEMES: Registry[RandomScheme] = Registry("scheme")
+
+_CHUNK_ELEMENTS = 1 << 22
+
+
+@dataclass(frozen=True)
+class RandomScheme:
+    """A distribution over N×D matrices: ``normal`` (N(mean, std²)), ``uniform`` (U(−a, a)) or ``constant``."""
+
+    name: str
+    distribution: str
+    std_formula: str
+    std_of_shape: Callable[[int, int], float]
+    center: float = 0.0
+
+    def std(self, num_embeddings: int, embedding_dim: int) -> float:
+        """Expected element std for a ``num_embeddings × embedding_dim`` table."""
+        return float(self.std_of_shape(num_embeddings, embedding_dim))
+
+    def mean(self) -> float:
+        return self.center
+
+    def sample(
+        self,
+        num_embeddings: int,
+        embedding_dim: int,
+        *,
+        generator: torch.Generator | None = None,
+        dtype: torch.dtype = torch.float32,
+    ) -> torch.Tensor:
+        """A new CPU tensor of shape (N, D) drawn from this scheme."""
+        out = torch.empty(num_embeddings, embedding_dim, dtype=torch.float32)
+        self.fill_(out, generator=generator)
+        return out if dtype == torch.float32 else out.to(dtype)
+
+    def fill_(self, out: torch.Tensor, *, generator: torch.Generator | None = None) -> torch.Tensor:
+        """Fill a 2-D float CPU tensor in place; deterministic for a given ``generator`` state."""
+        if out.dim() != 2:
+            raise ValueError(f"an embedding table is 2-D (N, D), got shape {tuple(out.shape)}")
+        n, d = out.shape
+        std, mean = self.std(n, d), self.mean()
+        if self.distribution == "constant":
+            return out.fill_(mean)
+        rows = max(1, _CHUNK_ELEMENTS // max(d, 1))
+        chunks = out.split(rows)
+        seeds = torch.randint(0, 2**62, (len(chunks),), generator=generator).tolist()
+
+        def fill_chunk(index: int) -> None:
+            chunk_generator = torch.Generator().manual_seed(seeds[index])
+            if self.distribution == "uniform":
+                bound = std * math.sqrt(3.0)
+                chunks[index].uniform_(mean - bound, mean + bound, generator=chunk_generator)
+            else:
+                chunks[index].normal_(mean, std, generator=chunk_generator)
+
+        workers = min(len(chunks), torch.get_num_threads(), os.cpu_count() or 1)
+        if workers <= 1:
+            for index in range(len(chunks)):
+                fill_chunk(index)
+        else:
+            with ThreadPoolExecutor(workers) as pool:
+                list(pool.map(fill_chunk, range(len(chunks))))
+        return out
+
+
+def _check_std(std: float, where: str) -> float:
+    if not math.isfinite(std) or std < 0:
+        raise ValueError(f"{where}: the std must be a finite number ≥ 0, got {std!r}")
+    if std > 1e30:
+        raise ValueError(f"{where}: std {std!r} would overflow float32 embeddings")
+    return std
+
+
+@SCHEMES.register("xavier", summary="Glorot uniform U(−a, a), a = √(6/(N+D)); σ = √(2/(N+D)) [K] default")
+def xavier() -> RandomScheme:
+    return RandomScheme("xavier", "uniform", "sqrt(2/(N+D))", lambda n, d: math.sqrt(2.0 / (n + d)))
+
+
+@SCHEMES.register("xavier_normal", summary="Glorot normal N(0, 2/(N+D))")
+def xavier_normal() -> RandomScheme:
+    return RandomScheme("xavier_normal", "normal", "sqrt(2/(N+D))", lambda n, d: math.sqrt(2.0 / (n + d)))
+
+
+@SCHEMES.register("he", summary="Kaiming normal with fan_in = D: N(0, 2/D)")
+def he() -> RandomScheme:
+    return RandomScheme("he", "normal", "sqrt(2/D)", lambda n, d: math.sqrt(2.0 / d))
+
+
+@SCHEMES.register("normal", takes_argument=True, summary="N(0, σ²) with σ given, e.g. normal:0.01 [KB]")
+def normal(std: str | float) -> RandomScheme:
+    try:
+        value = float(std)
+    except (TypeError, ValueError):
+        raise ValueError(f"scheme 'normal:<std>' needs a number after the colon, got {std!r}") from None
+    _check_std(value, f"scheme 'normal:{std}'")
+    return RandomScheme(f"normal:{std}", "normal", repr(value), lambda n, d: value)
+
+
+@SCHEMES.register("zeros", summary="all zeros [KB]")
+def zeros() -> RandomScheme:
+    return RandomScheme("zeros", "constant", "0", lambda n, d: 0.0, 0.0)
+
+
+@SCHEMES.register("ones", summary="all ones [KB]")
+def ones() -> RandomScheme:
+    return RandomScheme("ones", "constant", "0", lambda n, d: 0.0, 1.0)
+
+
+@SCHEMES.register("log_n_over_d", summary="N(0, (ln N / D)²): the tied-embedding countermeasure of [S] (SPEC §3)")
+def log_n_over_d() -> RandomScheme:
+    return RandomScheme("log_n_over_d", "normal", "ln(N)/D", lambda n, d: math.log(n) / d)
+
+
+@SCHEMES.register("hf", summary="N(0, 0.02²): Hugging Face / BERT initializer_range")
+def hf() -> RandomScheme:
+    return RandomScheme("hf", "normal", "0.02", lambda n, d: 0.02)
+
+
+@SCHEMES.register("torch_default", summary="N(0, 1): torch's nn.Embedding default")
+def torch_default() -> RandomScheme:
+    return RandomScheme("torch_default", "normal", "1", lambda n, d: 1.0)
+
+
+def get_scheme(spec: str | RandomScheme) -> RandomScheme:
+    """The scheme named by ``spec`` (``"xavier"``, ``"normal:0.01"``, ...), or ``spec`` itself."""
+    if isinstance(spec, RandomScheme):
+        return spec
+    return SCHEMES.build(spec)
