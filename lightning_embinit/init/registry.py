@@ -70,6 +70,15 @@ class Registry(Generic[T]):
             return entry.factory(argument, *args, **kwargs)
         return entry.factory(*args, **kwargs)
 
+    def create(self, name: str, *args: Any, **kwargs: Any) -> T:
+        """Instantiate entry ``name`` with Python arguments (for values that are not strings)."""
+        entry = self._entries.get(name)
+        if entry is None:
+            raise ValueError(f"unknown {self.kind} {name!r}; known {self.kind}s: {self.known()}")
+        if args and not entry.takes_argument:
+            raise ValueError(f"{self.kind} {name!r} takes no argument; known {self.kind}s: {self.known()}")
+        return entry.factory(*args, **kwargs)
+
     def __contains__(self, spec: object) -> bool:
         if not isinstance(spec, str):
             return False

@@ -1,9 +1,9 @@
 """Statistics of embedding tables and positional encodings (SPEC §1, [K] Tables 2, 6, 8).
 
 Means and stds are over all N·D elements. They are exact for large float32 and bf16 tables:
-two passes over row blocks, each row's partial sum taken in float32 (D terms at most) and
-accumulated in float64, the second pass on values centred by the first pass's mean, so a
-large mean does not cancel the variance.
+one pass over row blocks, on values shifted by an estimate of the mean (so a large mean does
+not cancel the variance), each row's partial sums taken in float32 (D terms at most) and
+accumulated in float64.
 """
 
 from __future__ import annotations
@@ -44,27 +44,44 @@ def _row_blocks(matrix: torch.Tensor) -> Iterator[torch.Tensor]:
 
 
 def _accumulator_dtype(matrix: torch.Tensor) -> torch.dtype:
-    return torch.float32 if matrix.shape[-1] <= _MAX_FLOAT32_ROW else torch.float64
+    if matrix.dtype == torch.float64 or matrix.shape[-1] > _MAX_FLOAT32_ROW:
+        return torch.float64
+    return torch.float32
+
+
+def _shift(matrix: torch.Tensor) -> float:
+    """A value near the mean, from a strided sample of rows, to centre the single pass on."""
+    flat = matrix.reshape(-1, matrix.shape[-1]) if matrix.dim() > 1 else matrix.reshape(1, -1)
+    step = max(1, flat.shape[0] // 1024)
+    return flat[::step].to(torch.float64).mean().item()
 
 
 def matrix_statistics(matrix: torch.Tensor) -> MatrixStats:
-    """Mean, population std, min and max of all elements of ``matrix`` (any float dtype, any device)."""
+    """Mean, population std, min and max of all elements of ``matrix`` (any float dtype, any device).
+
+    One pass of shifted sums: with c near the mean, Σ(x − c) and Σ(x − c)² carry no
+    cancellation, and mean = c + Σ(x − c)/n, var = Σ(x − c)²/n − (Σ(x − c)/n)².
+    """
     if matrix.numel() == 0:
         raise ValueError("statistics of an empty matrix are undefined")
     matrix = matrix.detach()
     partial = _accumulator_dtype(matrix)
-    total = 0.0
+    shift = torch.tensor(_shift(matrix), dtype=partial).item()
+    total, squares = 0.0, 0.0
     low, high = math.inf, -math.inf
+    buffer: torch.Tensor | None = None
     for block in _row_blocks(matrix):
-        total += block.sum(dim=1, dtype=partial).sum(dtype=torch.float64).item()
+        if buffer is None:
+            buffer = torch.empty(block.shape, dtype=partial, device=block.device)
+        centred = torch.sub(block.to(partial), shift, out=buffer[: block.shape[0]])
+        total += centred.sum(dim=1).sum(dtype=torch.float64).item()
+        squares += centred.square_().sum(dim=1).sum(dtype=torch.float64).item()
         block_min, block_max = torch.aminmax(block)
         low, high = min(low, block_min.item()), max(high, block_max.item())
-    mean = total / matrix.numel()
-    squares = 0.0
-    for block in _row_blocks(matrix):
-        centred = block.to(partial) - mean
-        squares += centred.square().sum(dim=1).sum(dtype=torch.float64).item()
-    return MatrixStats(mean=mean, std=math.sqrt(squares / matrix.numel()), min=low, max=high, numel=matrix.numel())
+    count = matrix.numel()
+    offset = total / count
+    variance = max(squares / count - offset * offset, 0.0)
+    return MatrixStats(mean=shift + offset, std=math.sqrt(variance), min=low, max=high, numel=count)
 
 
 def embedding_statistics(

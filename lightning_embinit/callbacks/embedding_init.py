@@ -1,0 +1,256 @@
+"""``EmbeddingInitCallback``: initialize a model's embedding tables when ``fit`` sets up.
+
+A thin adapter over :mod:`lightning_embinit.init`: it picks the slots, builds every matrix on
+global rank 0, broadcasts them so all ranks hold identical weights, writes them only once all
+were built and checked, applies freezing, and reports. It does nothing on validate, test or
+predict, nothing the second time, and nothing when fit resumes from a checkpoint (whose
+weights and report stand).
+"""
+
+from __future__ import annotations
+
+import inspect
+import secrets
+import weakref
+from typing import Any, Mapping, Sequence
+
+import torch
+import torch.distributed as dist
+from lightning.pytorch import LightningModule, Trainer
+from lightning.pytorch.callbacks import Callback
+from lightning.pytorch.utilities import rank_zero_info, rank_zero_warn
+
+from lightning_embinit.init.host import EmbeddingSlot, select_slots
+from lightning_embinit.init.pipeline import BuiltSlot, build_slot, freeze_rows, recipes_for_slots, slot_report, write_slot
+from lightning_embinit.init.recipe import InitRecipe, Trainable
+from lightning_embinit.init.report import format_report, report_hyperparameters, report_metrics
+from lightning_embinit.init.sources.base import Coverage, SourceMatrix
+from lightning_embinit.init.transforms import StatisticsTarget
+
+CHECKPOINT_KEY = "embinit"
+
+
+class EmbeddingInitCallback(Callback):
+    """Initialize embedding tables at ``setup(stage="fit")`` and record how they were born.
+
+    Args:
+        source: a random scheme (``"xavier"``, ``"normal:0.01"``, ...), a pre-trained source name
+            (``"bert"``, ``"glove"``, ``"hf:<dir>"``, ...) or an ``EmbeddingSource`` object.
+        standardize: move the table onto a target's mean and std (Pre-trained_Xavier, [K] §3.4):
+            a scheme name, a std, a ``(mean, std)`` pair or a matrix.
+        match: move the table onto a reference source's statistics (Xavier_Pre-trained).
+        shuffle: permute rows and columns (Pre-trained_Shuffled).
+        scale: multiply the table by a constant.
+        transforms: an explicit ordered list of ``"name[:argument]"`` steps instead of the four above.
+        trainable: ``True``; ``False`` freezes the table (and any output layer tied to it);
+            ``"pretrained_rows"`` freezes only rows a pre-trained source filled, by masking their gradient.
+        slots: which tables: ``None`` (all), a list of slot names or dotted module paths, or a
+            mapping slot → overrides of the options above (e.g. a different source per slot).
+        seed: the generator seed; drawn at random (and reported) when ``None``.
+        source_options: keyword options for a pre-trained source (``{"oov": "match"}``, ...).
+        verbose: print the report table on global rank 0.
+    """
+
+    def __init__(
+        self,
+        source: Any = "xavier",
+        standardize: StatisticsTarget | None = None,
+        match: StatisticsTarget | None = None,
+        shuffle: bool = False,
+        scale: float | None = None,
+        trainable: Trainable = True,
+        slots: Sequence[str] | Mapping[str, Mapping[str, Any] | None] | None = None,
+        seed: int | None = None,
+        source_options: Mapping[str, Any] | None = None,
+        transforms: Sequence[str] | None = None,
+        verbose: bool = True,
+    ) -> None:
+        if seed is not None and (not isinstance(seed, int) or isinstance(seed, bool) or seed < 0):
+            raise ValueError(f"seed must be a non-negative integer or None, got {seed!r}")
+        self.recipe = InitRecipe(
+            source=source,
+            source_options=dict(source_options or {}),
+            standardize=standardize,
+            match=match,
+            shuffle=shuffle,
+            scale=scale,
+            transforms=transforms,
+            trainable=trainable,
+        )
+        self.slot_recipes = recipes_for_slots(self.recipe, slots)
+        for name, recipe in (self.slot_recipes or {"": self.recipe}).items():
+            recipe.check(slot=name)
+        self.seed = seed
+        self.verbose = verbose
+        self.reports: dict[str, dict[str, Any]] = {}
+        self.resumed = False
+        self.seed_used: int | None = None
+        self._pretrained_rows: dict[str, torch.Tensor] = {}
+        self._slots: dict[str, EmbeddingSlot] = {}
+        self._parameter_names: dict[str, str] = {}
+        self._seen_modules: weakref.WeakSet[LightningModule] = weakref.WeakSet()
+
+    def __getstate__(self) -> dict[str, Any]:
+        state = self.__dict__.copy()
+        state["_seen_modules"] = None
+        return state
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)
+        self._seen_modules = weakref.WeakSet()
+
+    @property
+    def state_key(self) -> str:
+        return self._generate_state_key(slots=sorted(self.slot_recipes) or None)
+
+    # -- hooks -----------------------------------------------------------------------------
+
+    def setup(self, trainer: Trainer, pl_module: LightningModule, stage: str) -> None:
+        if stage != "fit" or pl_module in self._seen_modules:
+            return
+        slots = select_slots(pl_module, list(self.slot_recipes) or None)
+        recipes = {name: self.slot_recipes.get(name, self.recipe) for name in slots}
+        for name, slot in slots.items():
+            recipes[name].validate(slot.num_embeddings, slot.embedding_dim, slot=name)
+        self._seen_modules.add(pl_module)
+        self._slots = slots
+        self._parameter_names = _parameter_names(pl_module, slots)
+        if _resume_checkpoint(trainer) is not None:
+            self.resumed = True
+            rank_zero_info("EmbeddingInitCallback: fit resumes from a checkpoint; its embeddings and report stand.")
+        else:
+            built = self._build_everywhere(trainer, slots, recipes)
+            for name, slot in slots.items():
+                write_slot(slot, built[name].matrix.weight)
+                self._pretrained_rows[name] = built[name].matrix.pretrained_rows.clone()
+            self.reports = {name: slot_report(slot, built[name], recipes[name], seed=self.seed_used) for name, slot in slots.items()}
+            self._publish(trainer)
+        self._apply_trainability(slots, recipes)
+
+    def on_save_checkpoint(self, trainer: Trainer, pl_module: LightningModule, checkpoint: dict[str, Any]) -> None:
+        checkpoint[CHECKPOINT_KEY] = {
+            "slots": {
+                name: {
+                    "parameter": self._parameter_names.get(name),
+                    "tokens": list(slot.tokens) if slot.tokens is not None else None,
+                }
+                for name, slot in self._slots.items()
+            }
+        }
+
+    def state_dict(self) -> dict[str, Any]:
+        return {
+            "reports": self.reports,
+            "seed": self.seed_used,
+            "pretrained_rows": dict(self._pretrained_rows),
+        }
+
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        self.reports = dict(state_dict.get("reports", {}))
+        self.seed_used = state_dict.get("seed")
+        self._pretrained_rows = dict(state_dict.get("pretrained_rows", {}))
+
+    # -- steps -----------------------------------------------------------------------------
+
+    def _build_everywhere(
+        self, trainer: Trainer, slots: Mapping[str, EmbeddingSlot], recipes: Mapping[str, InitRecipe]
+    ) -> dict[str, BuiltSlot]:
+        """Build on global rank 0, then broadcast matrices, masks and descriptions to every rank."""
+        distributed = trainer.world_size > 1 and dist.is_available() and dist.is_initialized()
+        built: dict[str, BuiltSlot] = {}
+        summary: dict[str, Any]
+        failure: BaseException | None = None
+        if trainer.global_rank == 0:
+            seed = self.seed if self.seed is not None else secrets.randbelow(2**31)
+            generator = torch.Generator().manual_seed(seed)
+            datamodule = getattr(trainer, "datamodule", None)
+            try:
+                for name, slot in slots.items():
+                    corpus = (lambda n=name: datamodule.training_corpus(n)) if hasattr(datamodule, "training_corpus") else None
+                    built[name] = build_slot(slot, recipes[name], generator=generator, corpus=corpus)
+                summary = {"seed": seed, "slots": {name: _describe(b) for name, b in built.items()}}
+            except Exception as error:  # re-raised below on every rank, so no rank waits forever
+                failure = error
+                summary = {"error": f"{type(error).__name__}: {error}"}
+        else:
+            summary = {}
+        if distributed:
+            summary = trainer.strategy.broadcast(summary, src=0)
+        if "error" in summary:
+            if failure is not None:
+                raise failure
+            raise ValueError(f"embedding initialization failed on rank 0: {summary['error']}")
+        self.seed_used = summary["seed"]
+        if not distributed:
+            return built
+        device = trainer.strategy.root_device if dist.get_backend() == "nccl" else torch.device("cpu")
+        for name, slot in slots.items():
+            weight = built[name].matrix.weight if name in built else torch.empty(slot.num_embeddings, slot.embedding_dim)
+            rows = built[name].matrix.pretrained_rows if name in built else torch.empty(slot.num_embeddings, dtype=torch.bool)
+            weight, rows = _broadcast(weight, device), _broadcast(rows, device)
+            built[name] = _rebuild(name, weight, rows, summary["slots"][name])
+        return built
+
+    def _apply_trainability(self, slots: Mapping[str, EmbeddingSlot], recipes: Mapping[str, InitRecipe]) -> None:
+        for name, slot in slots.items():
+            trainable = recipes[name].trainable
+            if trainable is False:
+                slot.weight.requires_grad_(False)
+                if slot.is_tied:
+                    rank_zero_warn(
+                        f"EmbeddingInitCallback: slot {name!r} is frozen, and so is the output layer tied to it "
+                        f"({', '.join(slot.tied_modules)}): they share one weight. Untie the head to train it alone."
+                    )
+            elif trainable == "pretrained_rows":
+                freeze_rows(slot.weight, lambda name=name: self._pretrained_rows.get(name))
+
+    def _publish(self, trainer: Trainer) -> None:
+        if self.verbose:
+            rank_zero_info(format_report(self.reports))
+        for logger in trainer.loggers:
+            logger.log_hyperparams(report_hyperparameters(self.reports))
+            logger.log_metrics(report_metrics(self.reports), step=0)
+
+
+def _describe(built: BuiltSlot) -> dict[str, Any]:
+    coverage = built.matrix.coverage
+    return {
+        "source": built.source,
+        "transforms": built.transforms,
+        "coverage": coverage.as_dict() if coverage is not None else None,
+    }
+
+
+def _rebuild(name: str, weight: torch.Tensor, rows: torch.Tensor, description: Mapping[str, Any]) -> BuiltSlot:
+    coverage = description["coverage"]
+    if coverage is not None:
+        coverage = Coverage(coverage["found"], coverage["total"], dict(coverage["by_rule"]), list(coverage["missing"]))
+    matrix = SourceMatrix(weight, rows, description["source"], coverage)
+    return BuiltSlot(name, matrix, description["source"], list(description["transforms"]))
+
+
+def _broadcast(tensor: torch.Tensor, device: torch.device) -> torch.Tensor:
+    on_device = tensor.to(device).contiguous()
+    dist.broadcast(on_device, src=0)
+    return on_device.cpu()
+
+
+def _parameter_names(module: torch.nn.Module, slots: Mapping[str, EmbeddingSlot]) -> dict[str, str]:
+    names = {id(parameter): name for name, parameter in module.named_parameters(remove_duplicate=True)}
+    return {slot_name: names.get(id(slot.weight), "") for slot_name, slot in slots.items()}
+
+
+def _resume_checkpoint(trainer: Trainer) -> Any:
+    """The checkpoint this ``fit`` resumes from, or ``None``.
+
+    ``trainer.ckpt_path`` is only set once Lightning restores, after ``setup``; until then the
+    path lives in the trainer's own ``_run`` call, which is where we read it.
+    """
+    if trainer.ckpt_path:
+        return trainer.ckpt_path
+    frame = inspect.currentframe()
+    while frame is not None:
+        if frame.f_code.co_name == "_run" and frame.f_locals.get("self") is trainer:
+            return frame.f_locals.get("ckpt_path")
+        frame = frame.f_back
+    return None

@@ -1,0 +1,223 @@
+"""The initial-loss monitor: how far above ln n does training start? (SPEC §3)
+
+A uniform predictor over n classes has cross-entropy ln n. A tied LM whose embeddings have a
+large std σ starts far above it: ≈ ln(e^{dσ} + n − 1) ≈ dσ when dσ ≫ ln n (σ = 1/√d gives
+≈ √d). The monitor measures the loss of the first optimizer step's batches (all computed with
+the initial weights), averages it over ranks, logs it next to ln n and the prediction, warns
+when it is far above ln n, and keeps the first K step losses.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any, Mapping
+
+import lightning as L
+import torch
+from lightning.pytorch.callbacks import Callback
+from lightning.pytorch.utilities import rank_zero_warn
+from torch import nn
+
+from lightning_embinit.init.host import EmbeddingSlot, discover_slots, select_slots
+from lightning_embinit.models.heads import tied_initial_loss
+
+COUNTERMEASURES = (
+    "initialize the embedding with log_n_over_d (σ = ln n / d, SPEC §3 (a)), untie the output head, "
+    "or keep the tie with head='tied_orthogonal' or head='tied_half_swap'"
+)
+
+
+def _loss_of(outputs: Any) -> torch.Tensor | None:
+    if isinstance(outputs, torch.Tensor):
+        return outputs
+    if isinstance(outputs, Mapping):
+        return outputs.get("loss")
+    return None
+
+
+class InitialLossMonitor(Callback):
+    """Log ``init_loss``, ``ln_vocab``, ``init_loss_ratio`` (= init_loss / ln n) and ``init_loss_predicted``.
+
+    Measurement: the losses ``training_step`` returned for the batches of the first optimizer
+    step, read in ``on_train_batch_end`` (no extra forward pass). Every such batch — all
+    ``accumulate_grad_batches`` of them — was computed before any parameter update. Lightning
+    hands those outputs over divided by ``accumulate_grad_batches``; the monitor multiplies that
+    back (automatic optimization). Per rank: the mean over those batches; the logged value is the
+    mean over ranks (``trainer.strategy.reduce``). The first ``track_steps`` optimizer steps'
+    losses are kept the same way in :attr:`step_losses` (saved in checkpoints) and logged as
+    ``loss_over_ln_vocab``.
+
+    n: ``vocab_size`` if given; else the slot named ``slot`` or the tied slot of the module's
+    :meth:`embedding_slots` (or its ``nn.Embedding`` tables); else the ``out_features`` of the
+    module's last ``nn.Linear`` (its output layer); else a single embedding table.
+
+    Prediction: ``pl_module.initial_loss_prediction()`` when the module has one (as
+    :class:`~lightning_embinit.models.TiedEmbeddingLM`), else for a tied slot SPEC §3's
+    ln(e^{dσ} + n − 1) with σ the table's std over its non-padding rows.
+
+    A warning (once, rank zero) fires when init_loss > ln n + ``margin``.
+    """
+
+    def __init__(
+        self,
+        vocab_size: int | None = None,
+        slot: str | None = None,
+        track_steps: int = 100,
+        margin: float = 1.0,
+        warn: bool = True,
+    ) -> None:
+        if vocab_size is not None and vocab_size < 2:
+            raise ValueError(f"vocab_size must be ≥ 2, got {vocab_size}")
+        if track_steps < 1:
+            raise ValueError(f"track_steps must be ≥ 1, got {track_steps}")
+        self.vocab_size = vocab_size
+        self.slot = slot
+        self.track_steps = track_steps
+        self.margin = margin
+        self.warn = warn
+        self.init_loss: float | None = None
+        self.local_init_loss: float | None = None
+        self.ln_vocab: float | None = None
+        self.predicted: float | None = None
+        self.step_losses: list[float] = []
+        self._warned = False
+        self._tied: EmbeddingSlot | None = None
+        self._pending = [0.0, 0]
+        self._step_at_start = 0
+        self._active = False
+
+    # ------------------------------------------------------------------ resolution
+    def _slots(self, pl_module: nn.Module) -> dict[str, EmbeddingSlot]:
+        if self.slot is not None:
+            return select_slots(pl_module, [self.slot])
+        try:
+            return discover_slots(pl_module)
+        except ValueError:
+            return {}
+
+    def _resolve(self, pl_module: nn.Module) -> None:
+        slots = self._slots(pl_module)
+        tied = [s for s in slots.values() if s.is_tied]
+        chosen = slots[self.slot] if self.slot is not None else (tied[0] if tied else None)
+        self._tied = chosen if chosen is not None and chosen.is_tied else None
+        n = self.vocab_size
+        if n is None and chosen is not None:
+            n = chosen.num_embeddings
+        if n is None:
+            linears = [m for m in pl_module.modules() if isinstance(m, nn.Linear)]
+            if linears:
+                n = linears[-1].out_features
+            elif len(slots) == 1:
+                n = next(iter(slots.values())).num_embeddings
+        if n is None or n < 2:
+            raise ValueError(
+                f"InitialLossMonitor cannot tell the number of classes of {type(pl_module).__name__}: "
+                "pass vocab_size=, or slot= naming its embedding table"
+            )
+        self.ln_vocab = math.log(n)
+
+    @torch.no_grad()
+    def _prediction(self, pl_module: nn.Module) -> float | None:
+        predict = getattr(pl_module, "initial_loss_prediction", None)
+        if callable(predict):
+            return predict()
+        if self._tied is None:
+            return None
+        return tied_initial_loss(self._tied.num_embeddings, self._tied.embedding_dim, self._tied_std())
+
+    def _tied_std(self) -> float:
+        weight = self._tied.weight.detach().double()
+        pad = self._tied.padding_idx
+        if pad is not None:
+            weight = torch.cat((weight[:pad], weight[pad + 1 :]))
+        return weight.std(unbiased=False).item()
+
+    # ------------------------------------------------------------------ hooks
+    def on_train_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        tracking = len(self.step_losses) < self.track_steps and trainer.global_step == len(self.step_losses)
+        self._active = tracking and (self.init_loss is not None or trainer.global_step == 0)
+        self._pending = [0.0, 0]
+        if not self._active:
+            return
+        self._resolve(pl_module)
+        if self.init_loss is None:
+            self.predicted = self._prediction(pl_module)
+
+    def on_train_batch_start(self, trainer: L.Trainer, pl_module: L.LightningModule, batch: Any, batch_idx: int) -> None:
+        self._step_at_start = trainer.global_step
+
+    def on_train_batch_end(
+        self, trainer: L.Trainer, pl_module: L.LightningModule, outputs: Any, batch: Any, batch_idx: int
+    ) -> None:
+        if not self._active:
+            return
+        loss = _loss_of(outputs)
+        if loss is not None:
+            scale = trainer.accumulate_grad_batches if pl_module.automatic_optimization else 1
+            self._pending[0] += float(loss.detach().float()) * scale
+            self._pending[1] += 1
+        if trainer.global_step > self._step_at_start:
+            self._flush(trainer, pl_module)
+
+    def _flush(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        local_sum, local_count = self._pending
+        self._pending = [0.0, 0]
+        # every rank reaches this at the same optimizer step, so the collective is matched
+        totals = torch.tensor([local_sum, float(local_count)], dtype=torch.float64, device=pl_module.device)
+        totals = trainer.strategy.reduce(totals, reduce_op="sum")
+        if totals[1].item() == 0:
+            return
+        loss = (totals[0] / totals[1]).item()
+        if not self.step_losses and self.init_loss is None:
+            self.init_loss = loss
+            self.local_init_loss = local_sum / local_count if local_count else None
+            self._log_initial(pl_module)
+        self.step_losses.append(loss)
+        pl_module.log("loss_over_ln_vocab", loss / self.ln_vocab, on_step=True, on_epoch=False)
+        if len(self.step_losses) >= self.track_steps:
+            self._active = False
+
+    def _log_initial(self, pl_module: L.LightningModule) -> None:
+        values = {"init_loss": self.init_loss, "ln_vocab": self.ln_vocab, "init_loss_ratio": self.init_loss / self.ln_vocab}
+        if self.predicted is not None:
+            values["init_loss_predicted"] = self.predicted
+        for name, value in values.items():
+            pl_module.log(name, value, on_step=True, on_epoch=False)
+        if self.warn and not self._warned and self.init_loss > self.ln_vocab + self.margin:
+            self._warned = True
+            rank_zero_warn(self.warning_message())
+
+    def warning_message(self) -> str:
+        """Why the initial loss is high and what to do about it."""
+        head = (
+            f"initial loss {self.init_loss:.3f} is above ln n = {self.ln_vocab:.3f} "
+            f"(a uniform predictor) by more than {self.margin:g}"
+        )
+        if self._tied is None:
+            return f"{head}; check the scale of the output layer's weights and inputs."
+        d, sigma = self._tied.embedding_dim, self._tied_std()
+        size = "≫" if d * sigma > 2 * self.ln_vocab else "vs"
+        return (
+            f"{head}. Likely cause: the output head is tied to embedding {self._tied.name!r} with a large std "
+            f"σ = {sigma:.4g}: dσ = {d * sigma:.2f} {size} ln n = {self.ln_vocab:.2f}, so the initial model "
+            f"predicts the current token again (SPEC §3: loss ≈ ln(e^(dσ) + n − 1)). Countermeasures: {COUNTERMEASURES}."
+        )
+
+    # ------------------------------------------------------------------ checkpointing
+    def state_dict(self) -> dict[str, Any]:
+        return {
+            "init_loss": self.init_loss,
+            "local_init_loss": self.local_init_loss,
+            "ln_vocab": self.ln_vocab,
+            "predicted": self.predicted,
+            "step_losses": list(self.step_losses),
+            "warned": self._warned,
+        }
+
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        self.init_loss = state_dict["init_loss"]
+        self.local_init_loss = state_dict.get("local_init_loss")
+        self.ln_vocab = state_dict["ln_vocab"]
+        self.predicted = state_dict.get("predicted")
+        self.step_losses = list(state_dict["step_losses"])
+        self._warned = bool(state_dict.get("warned", False))

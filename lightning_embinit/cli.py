@@ -1,0 +1,30 @@
+"""The ``embinit`` command: a LightningCLI over any LightningModule and LightningDataModule.
+
+``embinit fit --config cfg.yaml``, ``embinit validate|test ...``, ``embinit fit --print_config``.
+Models and data modules are chosen by ``class_path`` in the config; callbacks such as
+``lightning_embinit.EmbeddingInitCallback`` go under ``trainer.callbacks``.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from lightning.pytorch import LightningDataModule, LightningModule
+from lightning.pytorch.cli import LightningCLI
+
+
+class EmbinitCLI(LightningCLI):
+    """LightningCLI with this package's defaults (config saved next to the logs, overwriting)."""
+
+
+def main(args: Any = None) -> None:
+    """Entry point of the ``embinit`` console script and ``python -m lightning_embinit``."""
+    EmbinitCLI(
+        LightningModule,
+        LightningDataModule,
+        subclass_mode_model=True,
+        subclass_mode_data=True,
+        save_config_kwargs={"overwrite": True},
+        args=args,
+        auto_configure_optimizers=False,
+    )

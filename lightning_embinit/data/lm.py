@@ -1,0 +1,202 @@
+"""A word-level language-modelling datamodule: text → vocabulary → packed (input, target) windows.
+
+Offline default corpus: the Lee corpus (Lee, Pincombe & Welsh 2005, "An empirical evaluation of
+models of text document similarity") — short English news articles from the Australian
+Broadcasting Corporation's news mail service, which gensim ships as test data:
+``lee_background.cor`` (300 articles, ≈60k words) trains, ``lee.cor`` (the 50 articles of the
+similarity study, ≈4k words, Latin-1) validates.
+"""
+
+from __future__ import annotations
+
+import gzip
+import os
+from pathlib import Path
+from typing import Iterable, Sequence
+
+import lightning as L
+import torch
+from torch.utils.data import DataLoader, TensorDataset
+
+from lightning_embinit.data.vocabulary import Vocabulary, WordTokenizer
+
+
+def lee_corpus_paths() -> tuple[str, str]:
+    """(train, validation) paths of the Lee corpus inside the installed gensim."""
+    from gensim.test.utils import datapath
+
+    return datapath("lee_background.cor"), datapath("lee.cor")
+
+
+def read_lines(paths: Sequence[str], *, encoding: str = "utf-8", what: str = "text") -> list[str]:
+    """The non-blank lines of each file (``.gz`` files are decompressed); missing files raise."""
+    lines: list[str] = []
+    for path in paths:
+        path = os.path.expanduser(str(path))
+        if not os.path.isfile(path):
+            raise ValueError(f"{what} file not found: {path}")
+        opener = gzip.open if path.endswith(".gz") else open
+        with opener(path, "rt", encoding=encoding) as handle:
+            lines.extend(line.strip() for line in handle if line.strip())
+    return lines
+
+
+def pack(ids: Sequence[int], seq_len: int) -> torch.Tensor:
+    """(S, seq_len + 1) windows of a token stream with stride ``seq_len``; the remainder is dropped.
+
+    Row k holds ids[k·L : k·L + L + 1]: the model reads the first L and predicts the last L.
+    """
+    stream = torch.tensor(ids, dtype=torch.long)
+    count = (len(stream) - 1) // seq_len
+    return stream[: count * seq_len + 1].unfold(0, seq_len + 1, seq_len) if count > 0 else stream.new_empty(0, seq_len + 1)
+
+
+class LanguageModelDataModule(L.LightningDataModule):
+    """Plain text (local files or a ``datasets`` name) as contiguous next-token windows.
+
+    Text: ``train_files``/``val_files`` (one document or sentence per line, ``.gz`` allowed);
+    else ``dataset`` (+ ``dataset_config``) through ``datasets.load_dataset`` with
+    ``text_column``, ``train_split``, ``val_split``; else the Lee corpus. Without validation
+    text the last ``val_fraction`` of the training lines are held out.
+
+    Tokens: :class:`~lightning_embinit.data.vocabulary.WordTokenizer` (``tokenizer``, ``lowercase``);
+    every line ends with ``<eos>``; the vocabulary comes from the training text (``min_freq``,
+    ``max_size``) with ``<pad>``, ``<unk>``, ``<bos>``, ``<eos>`` at ids 0–3.
+
+    Batches: ``(inputs, targets)`` long tensors of shape (``batch_size``, ``seq_len``), targets
+    the inputs shifted by one. Distributed: the loaders carry plain samplers (train shuffled),
+    which Lightning replaces with a ``DistributedSampler`` (``Trainer(use_distributed_sampler=True)``,
+    the default), so each rank reads a disjoint 1/world share of the windows per epoch.
+
+    :attr:`vocabulary` (token strings by id) is available right after construction — it is the
+    source to link to a model's ``vocabulary`` (``link_arguments("data.vocabulary",
+    "model.init_args.vocabulary", apply_on="instantiate")``).
+    """
+
+    def __init__(
+        self,
+        train_files: str | list[str] | None = None,
+        val_files: str | list[str] | None = None,
+        dataset: str | None = None,
+        dataset_config: str | None = None,
+        text_column: str = "text",
+        train_split: str = "train",
+        val_split: str | None = "validation",
+        encoding: str = "utf-8",
+        tokenizer: str = "regex",
+        lowercase: bool = True,
+        min_freq: int = 2,
+        max_size: int | None = None,
+        seq_len: int = 64,
+        batch_size: int = 32,
+        val_fraction: float = 0.1,
+        num_workers: int = 0,
+    ) -> None:
+        super().__init__()
+        if seq_len < 1 or batch_size < 1:
+            raise ValueError(f"seq_len and batch_size must be ≥ 1, got {seq_len} and {batch_size}")
+        if not 0.0 < val_fraction < 1.0:
+            raise ValueError(f"val_fraction must be in (0, 1), got {val_fraction}")
+        if train_files is not None and dataset is not None:
+            raise ValueError("give train_files or dataset, not both")
+        if val_files is not None and train_files is None:
+            raise ValueError("val_files needs train_files")
+        self.save_hyperparameters()
+        self.tokenize = WordTokenizer(tokenizer, lowercase=lowercase)  # validates the tokenizer name
+        self._train_sentences: list[list[str]] | None = None
+        self._val_sentences: list[list[str]] | None = None
+        self._vocab: Vocabulary | None = None
+        self.train_set: TensorDataset | None = None
+        self.val_set: TensorDataset | None = None
+
+    # ------------------------------------------------------------------ text and vocabulary
+    def _read_text(self) -> tuple[list[str], list[str] | None]:
+        hp = self.hparams
+        if hp.dataset is not None:
+            return self._read_dataset()
+        if hp.train_files is None:
+            train, val = lee_corpus_paths()
+            return read_lines([train], what="training"), read_lines([val], encoding="latin-1", what="validation")
+        as_list = lambda files: [files] if isinstance(files, (str, Path)) else list(files)  # noqa: E731
+        train = read_lines(as_list(hp.train_files), encoding=hp.encoding, what="training")
+        val = None if hp.val_files is None else read_lines(as_list(hp.val_files), encoding=hp.encoding, what="validation")
+        return train, val
+
+    def _read_dataset(self) -> tuple[list[str], list[str] | None]:
+        import datasets
+
+        hp = self.hparams
+        loaded = datasets.load_dataset(hp.dataset, hp.dataset_config)
+        if hp.train_split not in loaded:
+            raise ValueError(f"dataset {hp.dataset!r} has no split {hp.train_split!r}; splits: {list(loaded)}")
+        column = lambda split: [t.strip() for t in loaded[split][hp.text_column] if t and t.strip()]  # noqa: E731
+        if hp.text_column not in loaded[hp.train_split].column_names:
+            raise ValueError(f"dataset {hp.dataset!r} has no column {hp.text_column!r}; columns: {loaded[hp.train_split].column_names}")
+        val = column(hp.val_split) if hp.val_split is not None and hp.val_split in loaded else None
+        return column(hp.train_split), val
+
+    def _load(self) -> None:
+        if self._vocab is not None:
+            return
+        train, val = self._read_text()
+        train_sentences = [s for s in map(self.tokenize, train) if s]
+        if not train_sentences:
+            raise ValueError("the training text is empty: no tokens after tokenization")
+        if val is None:
+            held_out = max(1, round(len(train_sentences) * self.hparams.val_fraction))
+            if held_out >= len(train_sentences):
+                raise ValueError(f"{len(train_sentences)} training lines are too few to hold out a validation share")
+            train_sentences, val_sentences = train_sentences[:-held_out], train_sentences[-held_out:]
+        else:
+            val_sentences = [s for s in map(self.tokenize, val) if s]
+            if not val_sentences:
+                raise ValueError("the validation text is empty: no tokens after tokenization")
+        self._vocab = Vocabulary.build(train_sentences, min_freq=self.hparams.min_freq, max_size=self.hparams.max_size)
+        self._train_sentences, self._val_sentences = train_sentences, val_sentences
+
+    @property
+    def vocab(self) -> Vocabulary:
+        """The :class:`Vocabulary` built from the training text (built on first access)."""
+        self._load()
+        return self._vocab  # type: ignore[return-value]
+
+    @property
+    def vocabulary(self) -> list[str]:
+        """Token strings by id — what a model's ``vocabulary`` argument takes."""
+        return list(self.vocab.tokens)
+
+    def training_corpus(self, slot: str | None = None) -> Iterable[list[str]]:
+        """The tokenized training text, one token list per line (the same text for every slot)."""
+        self._load()
+        return self._train_sentences  # type: ignore[return-value]
+
+    # ------------------------------------------------------------------ datasets and loaders
+    def _windows(self, sentences: list[list[str]], what: str) -> TensorDataset:
+        eos = self.vocab.id("eos")
+        ids: list[int] = []
+        for sentence in sentences:
+            ids.extend(self.vocab.encode(sentence))
+            ids.append(eos)
+        windows = pack(ids, self.hparams.seq_len)
+        if len(windows) == 0:
+            raise ValueError(
+                f"the {what} text has {len(ids)} tokens, fewer than seq_len + 1 = {self.hparams.seq_len + 1}"
+            )
+        return TensorDataset(windows[:, :-1], windows[:, 1:])
+
+    def setup(self, stage: str | None = None) -> None:
+        if self.train_set is None:
+            self._load()
+            self.train_set = self._windows(self._train_sentences, "training")  # type: ignore[arg-type]
+            self.val_set = self._windows(self._val_sentences, "validation")  # type: ignore[arg-type]
+
+    def train_dataloader(self) -> DataLoader:
+        self.setup("fit")
+        return DataLoader(
+            self.train_set, batch_size=self.hparams.batch_size, shuffle=True, num_workers=self.hparams.num_workers,
+            drop_last=len(self.train_set) > self.hparams.batch_size,
+        )
+
+    def val_dataloader(self) -> DataLoader:
+        self.setup("validate")
+        return DataLoader(self.val_set, batch_size=self.hparams.batch_size, num_workers=self.hparams.num_workers)

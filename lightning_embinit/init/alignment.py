@@ -1,0 +1,339 @@
+"""Vocabulary alignment: a slot's token strings → rows of a pre-trained table (SPEC §1, [K], [KB]).
+
+Every pre-trained source (word vectors, LM input embeddings, word2vec on the trainset, an earlier
+checkpoint) exposes its vectors as a :class:`VectorTable`; :func:`align_to_slot` turns one into
+the slot's N×D :class:`~lightning_embinit.init.sources.base.SourceMatrix`:
+
+1. Match each slot token: the user's ``special_map`` first, then an exact match, then the
+   ``fallbacks`` in order — ``special`` (the slot's pad/unk/bos/eos ↔ the source's ``[PAD]``/
+   ``<pad>``..., by role), ``lower`` (lower-cased token, then a case-insensitive match),
+   ``wordpiece`` (``##ing`` ↔ ``ing``), ``sentencepiece`` (``▁word`` ↔ ``word``) and ``ngrams``
+   (fastText ``.bin`` only: a vector composed from character n-grams).
+2. Gather only the matched rows, reject non-finite ones, and project them when the widths differ
+   (explicit ``project=``, see :mod:`lightning_embinit.init.projection`).
+3. Fill the unmatched (OOV) rows by the ``oov`` policy: a random scheme (default ``normal:0.01``
+   as in [KB]), ``match`` (N(mean, std²) of the found elements), ``mean`` (the found rows' mean
+   vector) or ``zeros``.
+4. Report :class:`Coverage` (missing tokens ordered by corpus frequency when the corpus is known).
+"""
+
+from __future__ import annotations
+
+import warnings
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import Any, Mapping, Protocol, Sequence, runtime_checkable
+
+import torch
+
+from lightning_embinit.init.projection import PROJECTIONS, fit_projection
+from lightning_embinit.init.schemes import get_scheme
+from lightning_embinit.init.sources.base import Coverage, SourceMatrix, SourceRequest
+
+FALLBACK_RULES = ("special", "lower", "wordpiece", "sentencepiece", "ngrams")
+OOV_POLICIES = ("match", "mean", "zeros")
+
+# Source-side spellings tried for a slot's special-token roles, after the table's own.
+ROLE_CANDIDATES: dict[str, tuple[str, ...]] = {
+    "pad": ("[PAD]", "<pad>", "<PAD>"),
+    "unk": ("[UNK]", "<unk>", "<UNK>"),
+    "bos": ("[CLS]", "<s>", "<bos>", "<BOS>"),
+    "eos": ("[SEP]", "</s>", "<eos>", "<EOS>"),
+    "cls": ("[CLS]", "<s>"),
+    "sep": ("[SEP]", "</s>"),
+    "mask": ("[MASK]", "<mask>", "<MASK>"),
+}
+_ROLE_SYNONYMS = {"bos": ("bos", "cls"), "eos": ("eos", "sep"), "cls": ("cls", "bos"), "sep": ("sep", "eos")}
+
+
+@runtime_checkable
+class VectorTable(Protocol):
+    """A pre-trained table as alignment sees it: token → row lookup and row gathering.
+
+    ``special_tokens`` maps roles (``pad``, ``unk``, ``bos``, ``eos``, ``cls``, ``sep``, ``mask``)
+    to this table's own token strings. A table that can make vectors for unseen tokens (fastText)
+    also has ``compose(tokens) -> Tensor``.
+    """
+
+    description: str
+    dim: int
+    special_tokens: Mapping[str, str]
+
+    def lookup(self) -> Mapping[str, int]: ...
+
+    def gather(self, rows: Sequence[int]) -> torch.Tensor: ...
+
+
+@dataclass(frozen=True)
+class AlignmentOptions:
+    """The user-facing alignment options shared by every pre-trained source (``source_options``)."""
+
+    oov: str = "normal:0.01"
+    min_coverage: float = 0.5
+    project: str | None = None
+    special_map: Mapping[str, str] = field(default_factory=dict)
+    fallbacks: tuple[str, ...] = FALLBACK_RULES
+    max_missing: int = 20
+
+    KEYS = ("oov", "min_coverage", "project", "special_map", "fallbacks", "max_missing")
+
+    def __post_init__(self) -> None:
+        if self.oov not in OOV_POLICIES:
+            try:
+                get_scheme(self.oov)
+            except ValueError as error:
+                raise ValueError(f"oov={self.oov!r} is neither one of {OOV_POLICIES} nor a random scheme: {error}") from None
+        if not 0.0 <= float(self.min_coverage) <= 1.0:
+            raise ValueError(f"min_coverage must be a fraction in [0, 1], got {self.min_coverage!r}")
+        if self.project is not None and self.project not in PROJECTIONS:
+            raise ValueError(f"project={self.project!r}: choose one of {', '.join(PROJECTIONS)} (or None)")
+        unknown = [rule for rule in self.fallbacks if rule not in FALLBACK_RULES]
+        if unknown:
+            raise ValueError(f"unknown fallback rule(s) {unknown}; known rules: {', '.join(FALLBACK_RULES)}")
+        if not isinstance(self.special_map, Mapping) or not all(
+            isinstance(k, str) and isinstance(v, str) for k, v in self.special_map.items()
+        ):
+            raise ValueError(f"special_map must map strings (slot roles or tokens) to source tokens, got {self.special_map!r}")
+        if int(self.max_missing) < 0:
+            raise ValueError(f"max_missing must be ≥ 0, got {self.max_missing!r}")
+
+    @classmethod
+    def pop_from(cls, options: dict[str, Any]) -> AlignmentOptions:
+        """Take the alignment keys out of a ``source_options`` dict (in place) and validate them."""
+        taken = {key: options.pop(key) for key in cls.KEYS if key in options}
+        if "project" in taken and taken["project"] in ("none", "None", ""):
+            taken["project"] = None
+        if "fallbacks" in taken:
+            value = taken["fallbacks"]
+            parts = value.split(",") if isinstance(value, str) else list(value or ())
+            taken["fallbacks"] = tuple(part.strip() for part in parts if part.strip())
+        if taken.get("special_map") is None:
+            taken.pop("special_map", None)
+        return cls(**taken)
+
+
+@dataclass
+class Match:
+    """Per slot row: the source row (−1 when none), the rule that matched, and tokens to compose."""
+
+    rows: list[int]
+    rules: list[str | None]
+    composed: dict[int, str] = field(default_factory=dict)
+
+
+def match_tokens(
+    tokens: Sequence[str],
+    table: VectorTable,
+    *,
+    slot_special: Mapping[str, str],
+    options: AlignmentOptions,
+) -> Match:
+    """Match each slot token to a row of ``table`` by the rules of ``options`` (module doc, step 1)."""
+    lookup = table.lookup()
+    table_special = dict(table.special_tokens)
+    role_of_token = {token: role for role, token in slot_special.items()}
+    explicit = _explicit_special_map(options.special_map, slot_special, lookup)
+    fallbacks = options.fallbacks
+    use_lower = "lower" in fallbacks
+    compose = getattr(table, "compose", None) if "ngrams" in fallbacks else None
+    lower_index: dict[str, int] | None = None
+
+    def affix_candidates(variants: list[str]) -> list[str]:
+        return variants + [v.lower() for v in variants if use_lower and v.lower() != v]
+
+    rows: list[int] = []
+    rules: list[str | None] = []
+    composed: dict[int, str] = {}
+    for position, token in enumerate(tokens):
+        if token in explicit:
+            rows.append(explicit[token])
+            rules.append("special_map")
+            continue
+        row = lookup.get(token)
+        if row is not None:
+            rows.append(row)
+            rules.append("exact")
+            continue
+        found_rule = None
+        for rule in fallbacks:
+            if rule == "special":
+                role = role_of_token.get(token)
+                if role is not None:
+                    row = _first_in(lookup, _role_candidates(role, table_special))
+            elif rule == "lower":
+                row = lookup.get(token.lower())
+                if row is None:
+                    if lower_index is None:
+                        lower_index = {}
+                        for key, value in lookup.items():
+                            lower_index.setdefault(key.lower(), value)
+                    row = lower_index.get(token.lower())
+            elif rule == "wordpiece":
+                variant = token[2:] if token.startswith("##") and len(token) > 2 else "##" + token
+                row = _first_in(lookup, affix_candidates([variant]))
+            elif rule == "sentencepiece":
+                variant = token[1:] if token.startswith("▁") and len(token) > 1 else "▁" + token
+                row = _first_in(lookup, affix_candidates([variant]))
+            elif rule == "ngrams" and compose is not None:
+                composed[position] = token
+                found_rule = rule
+                break
+            if row is not None:
+                found_rule = rule
+                break
+        rows.append(row if row is not None and found_rule != "ngrams" else -1)
+        rules.append(found_rule)
+    return Match(rows, rules, composed)
+
+
+def _explicit_special_map(
+    special_map: Mapping[str, str], slot_special: Mapping[str, str], lookup: Mapping[str, int]
+) -> dict[str, int]:
+    """``special_map`` keys are slot roles (``"pad"``) or slot token strings; values are source tokens."""
+    resolved: dict[str, int] = {}
+    for key, source_token in special_map.items():
+        slot_token = slot_special.get(key, key)
+        if source_token not in lookup:
+            raise ValueError(f"special_map[{key!r}] = {source_token!r}, but the source has no token {source_token!r}")
+        resolved[slot_token] = lookup[source_token]
+    return resolved
+
+
+def _role_candidates(role: str, table_special: Mapping[str, str]) -> list[str]:
+    names = _ROLE_SYNONYMS.get(role, (role,))
+    own = [table_special[name] for name in names if table_special.get(name)]
+    defaults = [c for name in names for c in ROLE_CANDIDATES.get(name, ())]
+    return own + defaults
+
+
+def _first_in(lookup: Mapping[str, int], candidates: Sequence[str]) -> int | None:
+    for candidate in candidates:
+        row = lookup.get(candidate)
+        if row is not None:
+            return row
+    return None
+
+
+def align_to_slot(
+    request: SourceRequest, table: VectorTable, options: AlignmentOptions, *, source_name: str
+) -> SourceMatrix:
+    """The slot's N×D matrix from ``table``: matched rows copied, OOV rows filled, all validated (module doc)."""
+    tokens = require_tokens(request, source_name)
+    n, d = request.num_embeddings, request.embedding_dim
+    match = match_tokens(tokens, table, slot_special=request.special_tokens, options=options)
+    found_mask = torch.tensor([row >= 0 for row in match.rows], dtype=torch.bool)
+    for position in match.composed:
+        found_mask[position] = True
+    found = int(found_mask.sum())
+    if found == 0:
+        raise ValueError(
+            f"source {source_name!r} covers none of the {n} tokens of slot {request.slot_name!r} "
+            f"(first slot tokens: {list(tokens[:8])}); is the slot tokenized for this source?"
+        )
+    found_rows = _gather_found(table, match, found_mask)
+    _check_finite(found_rows, tokens, found_mask, source_name, request.slot_name)
+    description = f"{source_name}: {table.description}"
+    source_dim = found_rows.shape[1]
+    if source_dim != d:
+        if options.project is None:
+            raise ValueError(
+                f"source {source_name!r} has dimension D_s={source_dim} but slot {request.slot_name!r} has "
+                f"embedding_dim D={d}; pass source_options project='pca' (D_s > D) or 'random_orthogonal', "
+                f"or choose a {d}-dimensional source"
+            )
+        projection = fit_projection(options.project, found_rows, d, generator=request.generator)
+        found_rows = projection.apply(found_rows)
+        description += f"; {projection.description}"
+    weight = _fill_oov(options.oov, found_rows, n, d, request.generator)
+    weight[found_mask] = found_rows
+    if not torch.isfinite(weight).all():
+        raise ValueError(f"source {source_name!r}: the OOV policy {options.oov!r} produced non-finite values for slot {request.slot_name!r}")
+    coverage = _coverage(tokens, match, found_mask, request, options.max_missing)
+    description += f"; coverage {found}/{n} ({coverage.fraction:.1%}); oov={options.oov}"
+    if coverage.fraction < options.min_coverage:
+        warnings.warn(
+            f"source {source_name!r} covers {found} of {n} tokens ({coverage.fraction:.1%}) of slot "
+            f"{request.slot_name!r}, below min_coverage={options.min_coverage}; most frequent missing: "
+            f"{coverage.missing[:10]}",
+            stacklevel=2,
+        )
+    return SourceMatrix(weight=weight.contiguous(), pretrained_rows=found_mask, description=description, coverage=coverage)
+
+
+def require_tokens(request: SourceRequest, source_name: str) -> Sequence[str]:
+    """The slot's token strings; a pre-trained source cannot work without them."""
+    if request.tokens is None:
+        raise ValueError(
+            f"pre-trained source {source_name!r} needs the token strings of slot {request.slot_name!r}, but the "
+            "model exposes none: return them from embedding_slots() (EmbeddingSlot.tokens) or from the datamodule's vocabulary"
+        )
+    if len(request.tokens) != request.num_embeddings:
+        raise ValueError(
+            f"slot {request.slot_name!r} has {request.num_embeddings} rows but {len(request.tokens)} token strings"
+        )
+    return request.tokens
+
+
+def _gather_found(table: VectorTable, match: Match, found_mask: torch.Tensor) -> torch.Tensor:
+    """The found rows in slot order, (found, D_s) float32; each distinct source row read once."""
+    positions = [i for i, row in enumerate(match.rows) if row >= 0]
+    unique = sorted({match.rows[i] for i in positions})
+    gathered = table.gather(unique).to(torch.float32) if unique else None
+    slot_of_unique = {row: k for k, row in enumerate(unique)}
+    composed = table.compose([match.composed[i] for i in sorted(match.composed)]) if match.composed else None  # type: ignore[attr-defined]
+    dim = gathered.shape[1] if gathered is not None else composed.shape[1]  # type: ignore[union-attr]
+    out = torch.empty(int(found_mask.sum()), dim, dtype=torch.float32)
+    order = {position: k for k, position in enumerate(torch.nonzero(found_mask).flatten().tolist())}
+    if gathered is not None:
+        out[[order[i] for i in positions]] = gathered[[slot_of_unique[match.rows[i]] for i in positions]]
+    if composed is not None:
+        out[[order[i] for i in sorted(match.composed)]] = composed.to(torch.float32)
+    return out
+
+
+def _check_finite(
+    rows: torch.Tensor, tokens: Sequence[str], found_mask: torch.Tensor, source_name: str, slot_name: str
+) -> None:
+    bad = ~torch.isfinite(rows).all(dim=1)
+    if bad.any():
+        positions = torch.nonzero(found_mask).flatten()[bad].tolist()
+        names = [tokens[p] for p in positions[:5]]
+        raise ValueError(
+            f"source {source_name!r}: {len(positions)} row(s) used by slot {slot_name!r} contain NaN/inf, "
+            f"e.g. for tokens {names}"
+        )
+
+
+def _fill_oov(policy: str, found_rows: torch.Tensor, n: int, d: int, generator: torch.Generator | None) -> torch.Tensor:
+    """An (N, D) matrix whose rows are OOV fill; the caller overwrites the found rows."""
+    if policy == "zeros":
+        return torch.zeros(n, d, dtype=torch.float32)
+    if policy == "mean":
+        return found_rows.to(torch.float64).mean(dim=0).to(torch.float32).expand(n, d).clone()
+    if policy == "match":
+        values = found_rows.to(torch.float64)
+        mean, std = values.mean().item(), values.std(unbiased=False).item()
+        out = torch.empty(n, d, dtype=torch.float32)
+        return out.normal_(mean, std, generator=generator) if std > 0 else out.fill_(mean)
+    return get_scheme(policy).sample(n, d, generator=generator)
+
+
+def _coverage(
+    tokens: Sequence[str], match: Match, found_mask: torch.Tensor, request: SourceRequest, max_missing: int
+) -> Coverage:
+    by_rule = Counter(rule for rule in match.rules if rule is not None)
+    missing_positions = torch.nonzero(~found_mask).flatten().tolist()
+    missing = list(dict.fromkeys(tokens[p] for p in missing_positions))
+    if missing and request.corpus is not None:
+        wanted = set(missing)
+        counts: Counter[str] = Counter()
+        for sentence in request.corpus():
+            counts.update(token for token in sentence if token in wanted)
+        order = {token: k for k, token in enumerate(missing)}
+        missing.sort(key=lambda token: (-counts[token], order[token]))
+    return Coverage(
+        found=int(found_mask.sum()),
+        total=len(tokens),
+        by_rule=dict(by_rule),
+        missing=missing[: int(max_missing)],
+    )

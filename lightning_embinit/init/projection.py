@@ -1,0 +1,98 @@
+"""Dimension projections for pre-trained rows whose width D_s differs from the slot's D (SPEC §1).
+
+A projection is fitted on the rows a source actually found for a slot and then applied to them;
+out-of-vocabulary rows are generated directly at width D. Two methods, both explicit opt-ins:
+
+- ``"pca"`` (D_s > D only): centre the found rows on their mean and keep their coordinates along
+  the top-D principal axes. Of all linear maps to D dimensions this one keeps the most of the
+  rows' variance (their spread around the mean); the retained fraction is reported. The result
+  is centred (the mean row becomes zero). Axis signs are fixed so the result is deterministic.
+- ``"random_orthogonal"`` (any sizes): multiply by a seeded random D_s×D matrix M drawn from the
+  Haar measure (QR of a Gaussian matrix). When D ≥ D_s, M has orthonormal rows: every inner
+  product, norm, distance and cosine between rows is preserved exactly, while the per-element
+  std shrinks by about √(D_s/D) because the same energy is spread over more coordinates. When
+  D < D_s, M has orthonormal columns: the rows are orthogonally projected onto a random
+  D-dimensional subspace; squared norms shrink by D/D_s in expectation and distances are kept up
+  to that factor with Johnson–Lindenstrauss distortion, so the per-element std stays about the same.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+PROJECTIONS = ("pca", "random_orthogonal")
+
+
+@dataclass(frozen=True)
+class Projection:
+    """A fitted linear map ``x ↦ (x − offset) @ matrix`` from width D_s to width D."""
+
+    method: str
+    matrix: torch.Tensor  # (D_s, D) float64
+    offset: torch.Tensor  # (D_s,) float64
+    description: str
+
+    def apply(self, rows: torch.Tensor) -> torch.Tensor:
+        """Project an (n, D_s) matrix to (n, D) float32."""
+        return ((rows.to(torch.float64) - self.offset) @ self.matrix).to(torch.float32)
+
+
+def fit_projection(
+    method: str, rows: torch.Tensor, target_dim: int, *, generator: torch.Generator | None = None
+) -> Projection:
+    """Fit ``method`` (``"pca"`` or ``"random_orthogonal"``) on the found rows (n, D_s) for width ``target_dim``."""
+    source_dim = rows.shape[1]
+    if method == "pca":
+        return _fit_pca(rows, target_dim)
+    if method == "random_orthogonal":
+        return _fit_random_orthogonal(source_dim, target_dim, generator)
+    raise ValueError(f"unknown projection {method!r}; choose one of {', '.join(PROJECTIONS)}")
+
+
+def _fit_pca(rows: torch.Tensor, target_dim: int) -> Projection:
+    n, source_dim = rows.shape
+    if source_dim <= target_dim:
+        raise ValueError(
+            f"project='pca' reduces the dimension and needs D_s > D, got D_s={source_dim}, D={target_dim}; "
+            "use project='random_orthogonal' to widen vectors"
+        )
+    if n < 2:
+        raise ValueError(f"project='pca' needs at least 2 found rows to estimate principal axes, got {n}")
+    data = rows.to(torch.float64)
+    mean = data.mean(dim=0)
+    centred = data - mean
+    covariance = centred.T @ centred / n
+    eigenvalues, eigenvectors = torch.linalg.eigh(covariance)  # ascending
+    order = torch.argsort(eigenvalues, descending=True)[:target_dim]
+    axes = eigenvectors[:, order]
+    # Fix each axis's sign: its largest-magnitude component is positive.
+    pivots = axes.abs().argmax(dim=0)
+    signs = torch.sign(axes[pivots, torch.arange(target_dim)])
+    axes = axes * torch.where(signs == 0, torch.ones_like(signs), signs)
+    total = eigenvalues.clamp_min(0).sum().item()
+    kept = eigenvalues[order].clamp_min(0).sum().item()
+    fraction = kept / total if total > 0 else 1.0
+    return Projection("pca", axes, mean, f"pca {source_dim}→{target_dim} (keeps {fraction:.1%} of the variance)")
+
+
+def random_orthogonal_matrix(source_dim: int, target_dim: int, generator: torch.Generator | None = None) -> torch.Tensor:
+    """A Haar-random (D_s, D) float64 matrix with orthonormal rows (D ≥ D_s) or columns (D < D_s)."""
+    tall, short = max(source_dim, target_dim), min(source_dim, target_dim)
+    gaussian = torch.randn(tall, short, generator=generator, dtype=torch.float64)
+    q, r = torch.linalg.qr(gaussian)
+    diagonal = torch.sign(torch.diagonal(r))
+    q = q * torch.where(diagonal == 0, torch.ones_like(diagonal), diagonal)
+    return q if source_dim >= target_dim else q.T
+
+
+def _fit_random_orthogonal(source_dim: int, target_dim: int, generator: torch.Generator | None) -> Projection:
+    matrix = random_orthogonal_matrix(source_dim, target_dim, generator)
+    kind = "isometric embedding" if target_dim >= source_dim else "projection onto a random subspace"
+    return Projection(
+        "random_orthogonal",
+        matrix,
+        torch.zeros(source_dim, dtype=torch.float64),
+        f"random_orthogonal {source_dim}→{target_dim} ({kind})",
+    )

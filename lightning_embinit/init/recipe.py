@@ -1,0 +1,105 @@
+"""What a user asks for one slot: a source, transforms, and whether the table trains."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, fields, replace
+from typing import Any, Mapping, Sequence, Union
+
+from lightning_embinit.init.schemes import RandomScheme
+from lightning_embinit.init.sources.base import EmbeddingSource, resolve_source
+from lightning_embinit.init.transforms import TRANSFORMS, StatisticsTarget, Transform, build_transform
+
+Trainable = Union[bool, str]
+TRAINABLE_CHOICES: tuple[Trainable, ...] = (True, False, "pretrained_rows")
+_NOMINAL_SHAPE = (1024, 64)
+
+
+@dataclass(frozen=True)
+class InitRecipe:
+    """How one embedding table is born.
+
+    The source fills the table; then ``match`` (Xavier_Pre-trained), ``standardize``
+    (Pre-trained_Xavier), ``shuffle`` (Pre-trained_Shuffled) and ``scale`` run in that order
+    ([K] §3.4, SPEC §1). ``transforms`` gives an explicit ordered list of ``"name[:argument]"``
+    specs instead. ``trainable`` is ``True``, ``False`` (freeze the table) or
+    ``"pretrained_rows"`` (freeze only the rows a pre-trained source filled).
+    """
+
+    source: Union[str, EmbeddingSource, RandomScheme] = "xavier"
+    source_options: Mapping[str, Any] = field(default_factory=dict)
+    standardize: StatisticsTarget | None = None
+    match: StatisticsTarget | None = None
+    shuffle: bool = False
+    scale: float | None = None
+    transforms: Sequence[str] | None = None
+    trainable: Trainable = True
+
+    @classmethod
+    def option_names(cls) -> tuple[str, ...]:
+        return tuple(f.name for f in fields(cls))
+
+    def updated(self, overrides: Mapping[str, Any] | None, *, where: str = "slot options") -> InitRecipe:
+        """A copy with ``overrides`` applied; unknown option names raise ``ValueError``."""
+        if not overrides:
+            return self
+        unknown = sorted(set(overrides) - set(self.option_names()))
+        if unknown:
+            raise ValueError(f"unknown {where} {unknown}; valid options: {', '.join(self.option_names())}")
+        return replace(self, **dict(overrides))
+
+    def resolved_source(self) -> EmbeddingSource:
+        return resolve_source(self.source, **dict(self.source_options or {}))
+
+    def steps(self) -> list[Transform]:
+        """The transform steps in the order they run."""
+        keyword_steps: list[Transform] = []
+        if self.standardize is not None and self.match is not None:
+            raise ValueError(
+                "contradictory options: 'standardize' and 'match' both set the table's mean and std; choose one"
+            )
+        if self.match is not None:
+            keyword_steps.append(build_transform("match", self.match))
+        if self.standardize is not None:
+            keyword_steps.append(build_transform("standardize", self.standardize))
+        if not isinstance(self.shuffle, bool):
+            raise ValueError(f"'shuffle' is True or False, got {self.shuffle!r}")
+        if self.shuffle:
+            keyword_steps.append(build_transform("shuffle"))
+        if self.scale is not None:
+            keyword_steps.append(build_transform("scale", self.scale))
+        if self.transforms is None:
+            return keyword_steps
+        if keyword_steps:
+            raise ValueError(
+                "contradictory options: give either 'transforms' (an ordered list) or the keywords "
+                "standardize/match/shuffle/scale, not both"
+            )
+        if isinstance(self.transforms, str):
+            raise ValueError(f"'transforms' is a list of specs such as ['shuffle', 'standardize:xavier'], got {self.transforms!r}")
+        return [build_transform(spec) for spec in self.transforms]
+
+    def check(self, *, slot: str = "") -> None:
+        """The checks that need no table: names, arguments and contradictions (shape checks come at ``validate``)."""
+        self.validate(*_NOMINAL_SHAPE, slot=slot)
+
+    def validate(self, num_embeddings: int, embedding_dim: int, *, slot: str = "") -> EmbeddingSource:
+        """Check every option against an N×D table without touching any weight; return the source."""
+        where = f"slot {slot!r}: " if slot else ""
+        try:
+            source = self.resolved_source()
+            for step in self.steps():
+                step.validate(num_embeddings, embedding_dim)
+        except ValueError as error:
+            raise ValueError(f"{where}{error}") from None
+        if self.trainable not in TRAINABLE_CHOICES or isinstance(self.trainable, int) and not isinstance(self.trainable, bool):
+            raise ValueError(f"{where}unknown trainable={self.trainable!r}; choose one of {TRAINABLE_CHOICES}")
+        if self.trainable == "pretrained_rows" and not source.is_pretrained:
+            raise ValueError(
+                f"{where}contradictory options: trainable='pretrained_rows' freezes rows taken from a pre-trained "
+                f"source, but source {source.name!r} is a random scheme with none; use trainable=False to freeze the table"
+            )
+        return source
+
+
+def known_transforms() -> str:
+    return TRANSFORMS.known()

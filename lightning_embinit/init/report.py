@@ -1,0 +1,72 @@
+"""The init report as a readable table and as flat scalars for loggers."""
+
+from __future__ import annotations
+
+from typing import Any, Mapping
+
+_COLUMNS = (
+    ("slot", "slot"),
+    ("source", "source"),
+    ("transforms", "transforms"),
+    ("N", "num_embeddings"),
+    ("D", "embedding_dim"),
+    ("mean", "mean"),
+    ("std", "std"),
+    ("min", "min"),
+    ("max", "max"),
+    ("scaled std", "scaled_std"),
+    ("PE std", "pe_std"),
+    ("ratio", "ratio"),
+    ("coverage", "coverage"),
+    ("trainable", "trainable"),
+    ("tied to", "tied_modules"),
+)
+
+
+def _cell(key: str, value: Any) -> str:
+    if value is None:
+        return "-"
+    if key == "coverage":
+        return f"{value['found']}/{value['total']} ({100 * value['fraction']:.1f}%)"
+    if key in ("transforms", "tied_modules"):
+        return " → ".join(value) if key == "transforms" and value else (", ".join(value) if value else "-")
+    if isinstance(value, float):
+        return f"{value:.4g}"
+    return str(value)
+
+
+def format_report(reports: Mapping[str, Mapping[str, Any]]) -> str:
+    """A fixed-width table, one line per slot."""
+    header = [title for title, _ in _COLUMNS]
+    rows = [[_cell(key, report.get(key)) for _, key in _COLUMNS] for report in reports.values()]
+    widths = [max(len(cell) for cell in column) for column in zip(header, *rows)]
+    lines = ["  ".join(cell.ljust(width) for cell, width in zip(line, widths)).rstrip() for line in [header, *rows]]
+    lines.insert(1, "  ".join("-" * width for width in widths))
+    notes = [
+        f"slot {name!r}: the tied output layer(s) {', '.join(r['tied_modules'])} now hold these weights too"
+        + (" and are frozen with it" if r.get("trainable") is False else "")
+        for name, r in reports.items()
+        if r.get("tied_modules")
+    ]
+    return "\n".join(["Embedding initialization", *lines, *notes])
+
+
+def report_metrics(reports: Mapping[str, Mapping[str, Any]], prefix: str = "embinit") -> dict[str, float]:
+    """Numeric report values as ``{prefix}/{slot}/{key}`` scalars."""
+    metrics: dict[str, float] = {}
+    for name, report in reports.items():
+        for key, value in report.items():
+            if isinstance(value, (int, float)) and not isinstance(value, bool) and key != "seed":
+                metrics[f"{prefix}/{name}/{key}"] = float(value)
+        if report.get("coverage"):
+            metrics[f"{prefix}/{name}/coverage"] = float(report["coverage"]["fraction"])
+    return metrics
+
+
+def report_hyperparameters(reports: Mapping[str, Mapping[str, Any]], prefix: str = "embinit") -> dict[str, str]:
+    """The descriptive (non-numeric) report values, for ``logger.log_hyperparams``."""
+    return {
+        f"{prefix}/{name}/{key}": str(report[key])
+        for name, report in reports.items()
+        for key in ("source", "transforms", "trainable", "tied_modules", "seed")
+    }

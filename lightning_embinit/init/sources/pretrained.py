@@ -1,0 +1,79 @@
+"""The common shape of every pre-trained source: open a :class:`VectorTable`, then align (SPEC §1).
+
+A source factory validates its options when the user names it (``resolve_source``) but opens
+files, downloads and trains only in :meth:`PretrainedSource.build`, so an unused source costs
+nothing. :class:`ArrayTable` is the table for vectors already in memory (or memory-mapped).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Callable, Mapping, Sequence
+
+import numpy as np
+import torch
+
+from lightning_embinit.init.alignment import AlignmentOptions, VectorTable, align_to_slot, require_tokens
+from lightning_embinit.init.sources.base import SourceMatrix, SourceRequest
+
+
+@dataclass
+class PretrainedSource:
+    """A named pre-trained source: ``open_table(request)`` gives the vectors, alignment does the rest."""
+
+    name: str
+    open_table: Callable[[SourceRequest], VectorTable]
+    alignment: AlignmentOptions = field(default_factory=AlignmentOptions)
+    is_pretrained: bool = True
+
+    def build(self, request: SourceRequest) -> SourceMatrix:
+        require_tokens(request, self.name)
+        table = self.open_table(request)
+        return align_to_slot(request, table, self.alignment, source_name=self.name)
+
+
+@dataclass
+class ArrayTable:
+    """A :class:`VectorTable` over a token list and a (V, D) numpy/torch matrix (memory-mapped is fine)."""
+
+    tokens: Sequence[str]
+    matrix: Any
+    description: str
+    special_tokens: Mapping[str, str] = field(default_factory=dict)
+    index: Mapping[str, int] | None = None
+
+    @property
+    def dim(self) -> int:
+        return int(self.matrix.shape[1])
+
+    def lookup(self) -> Mapping[str, int]:
+        if self.index is None:
+            index: dict[str, int] = {}
+            for row, token in enumerate(self.tokens):
+                index.setdefault(token, row)
+            self.index = index
+        return self.index
+
+    def gather(self, rows: Sequence[int]) -> torch.Tensor:
+        if isinstance(self.matrix, torch.Tensor):
+            return self.matrix[torch.as_tensor(list(rows), dtype=torch.long)].to(torch.float32)
+        picked = np.asarray(self.matrix[np.asarray(rows, dtype=np.int64)], dtype=np.float32)
+        return torch.from_numpy(np.ascontiguousarray(picked))
+
+
+def split_options(
+    source_name: str, options: Mapping[str, Any], allowed: Sequence[str]
+) -> tuple[AlignmentOptions, dict[str, Any]]:
+    """Separate alignment options from a source's own; unknown keys raise, naming the valid ones."""
+    remaining = dict(options)
+    alignment = AlignmentOptions.pop_from(remaining)
+    unknown = sorted(set(remaining) - set(allowed))
+    if unknown:
+        valid = sorted(set(allowed) | set(AlignmentOptions.KEYS))
+        raise ValueError(f"source {source_name!r} got unknown option(s) {unknown}; valid options: {', '.join(valid)}")
+    return alignment, remaining
+
+
+def seed_from(generator: torch.Generator | None) -> int:
+    """A 31-bit seed drawn from ``generator`` (torch's global RNG when None), for libraries that take ints."""
+    return int(torch.randint(0, 2**31 - 1, (1,), generator=generator).item())

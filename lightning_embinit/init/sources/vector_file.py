@@ -1,0 +1,347 @@
+"""Reading word-vector text files: word2vec text, GloVe's header-less text, fastText ``.vec`` (SPEC §1).
+
+One pass over the file, in blocks of lines, with a progress bar. Tokens are split off in Python
+(one ``count`` per line); the numbers of a whole block are parsed at once by pandas' C reader
+when pandas is installed, else by ``numpy.fromstring``; only a block that fails is re-read line
+by line to name the bad line. Compression (gzip, bz2, xz) is detected from the magic bytes.
+
+Messy-file policies (each deliberate, each counted in :class:`ParseReport`):
+
+- header: a first line of exactly two integers is a word2vec header (``count dim``); ``header=``
+  forces either way. Without a header the dimension is the most common field count − 1 of the
+  first lines, or ``dim=``.
+- tokens with spaces (GloVe 840B): the vector is the *last* D fields, the token is everything
+  before. A "token" whose extra words are all numbers is a line with too many values (bad line).
+- blank lines: skipped and counted. A UTF-8 byte-order mark on the first line is dropped.
+- bad lines — too few or too many values, a non-numeric value, NaN or ±inf, an empty token:
+  ``on_bad_line="error"`` (default) raises ``ValueError`` naming the file and line number;
+  ``"skip"`` skips and counts them; ``"warn"`` skips, counts and warns once.
+- repeated tokens: the first occurrence is kept, later ones are counted as ``duplicates``.
+- invalid UTF-8 in a token: decoded with ``encoding_errors`` (default ``"replace"``: U+FFFD,
+  counted as ``invalid_utf8``; ``"strict"`` raises naming the line; ``"ignore"`` and
+  ``"backslashreplace"`` as in Python).
+- a header count that disagrees with the number of data lines: a warning.
+"""
+
+from __future__ import annotations
+
+import bz2
+import csv
+import gzip
+import io
+import lzma
+import os
+import warnings
+from collections import Counter
+from dataclasses import asdict, dataclass, field
+from typing import IO, Any, Callable
+
+import numpy as np
+
+try:  # pandas' C reader parses a block of numbers ~5× faster than numpy.fromstring
+    import pandas as _pandas
+except ImportError:  # pragma: no cover - pandas comes with `datasets`
+    _pandas = None
+
+BLOCK_BYTES = 4 << 20
+ON_BAD_LINE = ("error", "skip", "warn")
+ENCODING_ERRORS = ("replace", "strict", "ignore", "backslashreplace")
+_BOM = b"\xef\xbb\xbf"
+
+
+@dataclass
+class ParseReport:
+    """What one pass over a vector file found."""
+
+    path: str
+    dim: int = 0
+    rows: int = 0
+    data_lines: int = 0
+    blank_lines: int = 0
+    duplicates: int = 0
+    skipped: int = 0
+    invalid_utf8: int = 0
+    header_count: int | None = None
+    problems: list[str] = field(default_factory=list)
+
+    def as_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    def summary(self) -> str:
+        """The non-zero irregularities, e.g. ``"2 duplicates, 1 skipped line"``; empty when clean."""
+        parts = [
+            f"{value} {label}"
+            for value, label in (
+                (self.duplicates, "duplicate tokens"),
+                (self.skipped, "skipped bad lines"),
+                (self.invalid_utf8, "tokens with invalid UTF-8"),
+                (self.blank_lines, "blank lines"),
+            )
+            if value
+        ]
+        return ", ".join(parts)
+
+
+def open_decompressed(path: str) -> tuple[IO[bytes], IO[bytes]]:
+    """``(stream, raw)``: the decompressed byte stream of ``path`` and the raw file (for progress)."""
+    raw = open(path, "rb")
+    magic = raw.read(6)
+    raw.seek(0)
+    if magic[:2] == b"\x1f\x8b":
+        return gzip.GzipFile(fileobj=raw), raw
+    if magic[:3] == b"BZh":
+        return bz2.BZ2File(raw), raw
+    if magic == b"\xfd7zXZ\x00":
+        return lzma.LZMAFile(raw), raw
+    return raw, raw
+
+
+def read_head(path: str, size: int = 1 << 16) -> bytes:
+    """The first ``size`` decompressed bytes of ``path``."""
+    stream, raw = open_decompressed(path)
+    try:
+        return stream.read(size)
+    finally:
+        stream.close()
+        raw.close()
+
+
+def _is_int(field_: bytes) -> bool:
+    return field_.isdigit()
+
+
+def _is_number(field_: bytes) -> bool:
+    try:
+        float(field_)
+    except ValueError:
+        return False
+    return True
+
+
+def infer_dim(lines: list[bytes]) -> int:
+    """The most common ``fields − 1`` over the first non-blank lines (header-less files)."""
+    counts = Counter(len(line.split()) - 1 for line in lines[:1000] if line.strip())
+    if not counts:
+        raise ValueError("cannot infer the vector dimension: no data lines")
+    dim = counts.most_common(1)[0][0]
+    if dim < 1:
+        raise ValueError("cannot infer the vector dimension: lines have a single field")
+    return dim
+
+
+def _parse_numbers(values: list[bytes], dim: int) -> np.ndarray | None:
+    """A (len(values), dim) float32 block, or None when any line does not parse cleanly."""
+    text = b"\n".join(values)
+    with warnings.catch_warnings(), np.errstate(over="ignore", invalid="ignore"):
+        warnings.simplefilter("ignore")
+        try:
+            if _pandas is not None:
+                frame = _pandas.read_csv(
+                    io.BytesIO(text), sep=" ", header=None, dtype=np.float32, engine="c",
+                    quoting=csv.QUOTE_NONE, na_filter=False, comment=None,
+                )
+                array = frame.to_numpy(dtype=np.float32)
+            else:
+                array = np.fromstring(text.replace(b"\n", b" "), dtype=np.float32, sep=" ")  # type: ignore[call-overload]
+                if array.size != len(values) * dim:
+                    return None
+                array = array.reshape(len(values), dim)
+        except Exception:  # noqa: BLE001 - any parse failure sends the block to the line-by-line path
+            return None
+    return array if array.shape == (len(values), dim) else None
+
+
+def _parse_line(values: bytes, dim: int) -> tuple[np.ndarray | None, str]:
+    with warnings.catch_warnings(), np.errstate(over="ignore", invalid="ignore"):
+        warnings.simplefilter("ignore")
+        try:
+            array = np.fromstring(values, dtype=np.float32, sep=" ")  # type: ignore[call-overload]
+        except (ValueError, UnicodeDecodeError):
+            return None, "a value is not a number"
+    if array.size != dim:
+        return None, f"expected {dim} values, found {array.size}"
+    return array, ""
+
+
+class TextVectorParser:
+    """One pass over a text vector file, writing float32 row blocks to ``sink`` (see module doc)."""
+
+    def __init__(
+        self,
+        path: str,
+        *,
+        dim: int | None = None,
+        header: bool | None = None,
+        on_bad_line: str = "error",
+        encoding_errors: str = "replace",
+        progress: bool = True,
+    ) -> None:
+        if on_bad_line not in ON_BAD_LINE:
+            raise ValueError(f"on_bad_line={on_bad_line!r}: choose one of {ON_BAD_LINE}")
+        if encoding_errors not in ENCODING_ERRORS:
+            raise ValueError(f"encoding_errors={encoding_errors!r}: choose one of {ENCODING_ERRORS}")
+        self.path = path
+        self.dim = dim
+        self.header = header
+        self.on_bad_line = on_bad_line
+        self.encoding_errors = encoding_errors
+        self.progress = progress
+        self.report = ParseReport(path=path)
+        self.tokens: list[str] = []
+        self._index: dict[str, int] = {}
+
+    def parse(self, sink: Callable[[np.ndarray], None]) -> list[str]:
+        """Parse the whole file; returns the kept tokens (row order) and fills :attr:`report`."""
+        from tqdm.auto import tqdm
+
+        stream, raw = open_decompressed(self.path)
+        total = os.path.getsize(self.path)
+        bar = tqdm(total=total, unit="B", unit_scale=True, desc=f"parsing {os.path.basename(self.path)}",
+                   disable=None if self.progress else True, leave=False)
+        first_line_no: int | None = None
+        line_no = 0
+        try:
+            while True:
+                lines = stream.readlines(BLOCK_BYTES)
+                if not lines:
+                    break
+                start = line_no
+                line_no += len(lines)
+                if first_line_no is None:
+                    first = next((k for k, line in enumerate(lines) if line.strip()), None)
+                    if first is None:
+                        self.report.blank_lines += len(lines)
+                        continue
+                    first_line_no = start + first
+                    self.report.blank_lines += first
+                    lines, start = self._read_header(lines[first:], start + first)
+                self._block(lines, start, sink)
+                bar.update(raw.tell() - bar.n)
+        finally:
+            bar.close()
+            stream.close()
+            raw.close()
+        if first_line_no is None:
+            raise ValueError(f"{self.path}: the file has no vectors")
+        self._finish()
+        return self.tokens
+
+    def _read_header(self, lines: list[bytes], start: int) -> tuple[list[bytes], int]:
+        if lines[0].startswith(_BOM):
+            lines[0] = lines[0][len(_BOM):]
+        fields = lines[0].split()
+        looks_like_header = len(fields) == 2 and all(_is_int(f) for f in fields)
+        if self.header is True and not looks_like_header:
+            raise ValueError(f"{self.path}: line {start + 1}: header=True but the line is not '<count> <dim>': {lines[0][:80]!r}")
+        if self.header is not False and looks_like_header:
+            count, file_dim = int(fields[0]), int(fields[1])
+            if self.dim is not None and self.dim != file_dim:
+                raise ValueError(f"{self.path}: the header says dimension {file_dim}, but dim={self.dim} was given")
+            self.report.header_count, self.dim = count, file_dim
+            lines, start = lines[1:], start + 1
+        elif self.dim is None:
+            self.dim = infer_dim(lines)
+        if self.dim is None or self.dim < 1:
+            raise ValueError(f"{self.path}: invalid vector dimension {self.dim}")
+        self.report.dim = self.dim
+        return lines, start
+
+    def _bad(self, line_no: int, reason: str, line: bytes) -> None:
+        message = f"{self.path}: line {line_no}: {reason}: {line[:80]!r}"
+        if self.on_bad_line == "error":
+            raise ValueError(f"{message} (pass source_options on_bad_line='skip' to skip such lines)")
+        self.report.skipped += 1
+        if len(self.report.problems) < 10:
+            self.report.problems.append(message)
+
+    def _block(self, lines: list[bytes], start: int, sink: Callable[[np.ndarray], None]) -> None:
+        dim = self.dim
+        assert dim is not None
+        tokens: list[bytes] = []
+        values: list[bytes] = []
+        numbers: list[int] = []
+        raws: list[bytes] = []
+        for offset, raw_line in enumerate(lines):
+            line = raw_line.rstrip()
+            if not line:
+                self.report.blank_lines += 1
+                continue
+            self.report.data_lines += 1
+            line_no = start + offset + 1
+            cut = line.find(b" ")
+            if line.count(b" ") == dim and cut > 0:
+                token, rest = line[:cut], line[cut + 1:]
+            else:
+                parts = line.rsplit(None, dim)
+                if len(parts) != dim + 1 or not parts[0].strip():
+                    self._bad(line_no, f"expected a token and {dim} values, found {len(line.split())} fields", line)
+                    continue
+                token, rest = parts[0], b" ".join(parts[1:])
+                words = token.split()
+                if len(words) > 1 and all(_is_number(w) for w in words[1:]):
+                    self._bad(line_no, f"more than {dim} values", line)
+                    continue
+            tokens.append(token)
+            values.append(rest)
+            numbers.append(line_no)
+            raws.append(line)
+        if not tokens:
+            return
+        array = _parse_numbers(values, dim)
+        keep = np.ones(len(tokens), dtype=bool)
+        if array is None:
+            array = np.zeros((len(tokens), dim), dtype=np.float32)
+            for k, rest in enumerate(values):
+                parsed, reason = _parse_line(rest, dim)
+                if parsed is None:
+                    self._bad(numbers[k], reason, raws[k])
+                    keep[k] = False
+                else:
+                    array[k] = parsed
+        finite = np.isfinite(array).all(axis=1)
+        for k in np.flatnonzero(~finite & keep):
+            self._bad(numbers[k], "non-finite value (NaN or inf)", raws[k])
+            keep[k] = False
+        for k, token in enumerate(tokens):
+            if keep[k]:
+                keep[k] = self._add_token(token, numbers[k])
+        if keep.any():
+            sink(np.ascontiguousarray(array[keep] if not keep.all() else array, dtype="<f4"))
+
+    def _add_token(self, raw_token: bytes, line_no: int) -> bool:
+        try:
+            token = raw_token.decode("utf-8")
+        except UnicodeDecodeError:
+            if self.encoding_errors == "strict":
+                raise ValueError(
+                    f"{self.path}: line {line_no}: token {raw_token[:80]!r} is not valid UTF-8 "
+                    "(encoding_errors='strict'; pass encoding_errors='replace' to decode it with U+FFFD)"
+                ) from None
+            token = raw_token.decode("utf-8", errors=self.encoding_errors)
+            self.report.invalid_utf8 += 1
+        if token in self._index:
+            self.report.duplicates += 1
+            return False
+        self._index[token] = len(self.tokens)
+        self.tokens.append(token)
+        self.report.rows += 1
+        return True
+
+    def _finish(self) -> None:
+        report = self.report
+        if report.header_count is not None and report.header_count != report.data_lines:
+            warnings.warn(
+                f"{self.path}: the header announces {report.header_count} vectors but the file has "
+                f"{report.data_lines} data lines",
+                stacklevel=3,
+            )
+        if self.on_bad_line == "warn" and report.skipped:
+            warnings.warn(f"{self.path}: skipped {report.skipped} bad line(s), e.g. {report.problems[:3]}", stacklevel=3)
+        if report.invalid_utf8:
+            warnings.warn(
+                f"{self.path}: {report.invalid_utf8} token(s) with invalid UTF-8 decoded with "
+                f"errors={self.encoding_errors!r}",
+                stacklevel=3,
+            )
+        if report.rows == 0:
+            raise ValueError(f"{self.path}: no usable vectors ({report.skipped} bad lines skipped)")

@@ -1,0 +1,221 @@
+"""Transforms of an embedding matrix ([K] §3.4 and A.3, SPEC §1).
+
+The functions are pure (they return a new tensor of the input's dtype and never modify the
+input) and deterministic for a given generator. Statistics come from
+:func:`~lightning_embinit.init.statistics.matrix_statistics` (float64 accumulation), and the
+affine maps run in float32 blocks, so bf16 and 250k×1024 float32 tables are exact.
+
+The :data:`TRANSFORMS` registry wraps them as steps over a :class:`SourceMatrix`, so that a row
+permutation also permutes the record of which rows are pre-trained.
+"""
+
+from __future__ import annotations
+
+import math
+from abc import ABC, abstractmethod
+from dataclasses import dataclass, replace
+from typing import Any, Sequence, Union
+
+import torch
+
+from lightning_embinit.init.registry import Registry
+from lightning_embinit.init.schemes import SCHEMES, RandomScheme, get_scheme
+from lightning_embinit.init.sources.base import SourceMatrix, SourceRequest, resolve_source
+from lightning_embinit.init.statistics import MatrixStats, matrix_statistics
+
+_CHUNK_ELEMENTS = 1 << 22
+
+StatisticsTarget = Union[str, float, int, Sequence[float], torch.Tensor, MatrixStats, RandomScheme]
+"""A scheme name, a std, a (mean, std) pair, a matrix whose statistics to copy, or MatrixStats."""
+
+
+@dataclass(frozen=True)
+class TargetStatistics:
+    mean: float
+    std: float
+
+
+def resolve_target(target: StatisticsTarget, num_embeddings: int, embedding_dim: int) -> TargetStatistics:
+    """The (mean, std) that ``target`` stands for on an N×D table; invalid targets raise ``ValueError``."""
+    if isinstance(target, (str, RandomScheme)):
+        scheme = get_scheme(target)
+        mean, std = scheme.mean(), scheme.std(num_embeddings, embedding_dim)
+    elif isinstance(target, torch.Tensor):
+        stats = matrix_statistics(target)
+        mean, std = stats.mean, stats.std
+    elif isinstance(target, MatrixStats):
+        mean, std = target.mean, target.std
+    elif isinstance(target, (int, float)) and not isinstance(target, bool):
+        mean, std = 0.0, float(target)
+    elif isinstance(target, Sequence) and len(target) == 2:
+        mean, std = (float(v) for v in target)
+    else:
+        raise ValueError(
+            f"a standardization target is a scheme name ({SCHEMES.known()}), a std, a (mean, std) pair "
+            f"or a matrix; got {target!r}"
+        )
+    if not math.isfinite(mean) or not math.isfinite(std) or std <= 0:
+        raise ValueError(f"a standardization target needs a finite mean and a finite std > 0, got mean={mean}, std={std}")
+    return TargetStatistics(mean, std)
+
+
+def affine(matrix: torch.Tensor, scale: float, shift: float) -> torch.Tensor:
+    """``scale · X + shift`` computed in float32 (or wider) blocks, returned in ``matrix``'s dtype."""
+    out = torch.empty_like(matrix)
+    compute = torch.promote_types(matrix.dtype, torch.float32)
+    flat_in, flat_out = matrix.reshape(-1), out.reshape(-1)
+    for start in range(0, flat_in.numel(), _CHUNK_ELEMENTS):
+        source, target = flat_in[start : start + _CHUNK_ELEMENTS], flat_out[start : start + _CHUNK_ELEMENTS]
+        if compute == matrix.dtype:
+            torch.mul(source, scale, out=target).add_(shift)
+        else:
+            target.copy_(source.to(compute).mul_(scale).add_(shift))
+    return out
+
+
+def standardize(
+    matrix: torch.Tensor, target: StatisticsTarget = "xavier", *, statistics: MatrixStats | None = None
+) -> torch.Tensor:
+    """Pre-trained_Xavier, generalized ([K] §3.4): x* = (x − mean(X)) · σ_t / σ_X + μ_t.
+
+    ``target`` gives (μ_t, σ_t): a scheme's std for this shape (σ_x = √(2/(N+D)) for ``"xavier"``),
+    an explicit std, a (mean, std) pair, or another matrix's statistics.
+    """
+    target_stats = resolve_target(target, *matrix.shape)
+    stats = statistics or matrix_statistics(matrix)
+    if stats.std == 0:
+        raise ValueError("cannot standardize a constant matrix (its std is 0)")
+    scale = target_stats.std / stats.std
+    return affine(matrix, scale, target_stats.mean - stats.mean * scale)
+
+
+def match(random: torch.Tensor, reference: StatisticsTarget) -> torch.Tensor:
+    """Xavier_Pre-trained ([K] §3.4): x* = (x − mean(X_x)) · σ_p / σ_x + mean(X_p), X_p the reference."""
+    return standardize(random, reference)
+
+
+def scale(matrix: torch.Tensor, factor: float) -> torch.Tensor:
+    """``factor · X``."""
+    if not math.isfinite(factor):
+        raise ValueError(f"a scale factor must be finite, got {factor}")
+    return affine(matrix, factor, 0.0)
+
+
+def random_permutations(
+    num_rows: int, num_columns: int, generator: torch.Generator | None = None
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """A (row, column) permutation pair drawn from ``generator``."""
+    return torch.randperm(num_rows, generator=generator), torch.randperm(num_columns, generator=generator)
+
+
+def shuffle(
+    matrix: torch.Tensor, generator: torch.Generator | None = None, *, rows: bool = True, columns: bool = True
+) -> torch.Tensor:
+    """Pre-trained_Shuffled ([K] §3.4): permute rows and columns; keeps the values, destroys the semantics."""
+    row_order, column_order = random_permutations(*matrix.shape, generator=generator)
+    out = matrix[row_order] if rows else matrix.clone()
+    return out[:, column_order] if columns else out
+
+
+# -- steps over a SourceMatrix, selected by name ---------------------------------------------
+
+
+@dataclass(frozen=True)
+class Transform(ABC):
+    """One named step of the initialization recipe."""
+
+    name: str
+    argument: Any = None
+
+    def describe(self) -> str:
+        if self.argument is None or self.argument is True:
+            return self.name
+        if isinstance(self.argument, torch.Tensor):
+            return f"{self.name}(matrix {tuple(self.argument.shape)})"
+        return f"{self.name}({self.argument})"
+
+    def validate(self, num_embeddings: int, embedding_dim: int) -> None:
+        """Raise ``ValueError`` for an argument that cannot work on an N×D table."""
+
+    @abstractmethod
+    def __call__(self, matrix: SourceMatrix, request: SourceRequest) -> SourceMatrix:
+        """The transformed matrix; never modifies ``matrix`` in place."""
+
+
+TRANSFORMS: Registry[Transform] = Registry("transform")
+
+
+@dataclass(frozen=True)
+class Standardize(Transform):
+    def validate(self, num_embeddings: int, embedding_dim: int) -> None:
+        resolve_target(self.argument, num_embeddings, embedding_dim)
+
+    def __call__(self, matrix: SourceMatrix, request: SourceRequest) -> SourceMatrix:
+        return replace(matrix, weight=standardize(matrix.weight, self.argument))
+
+
+@dataclass(frozen=True)
+class Match(Transform):
+    """Move the matrix onto a reference's statistics; a source name is built for the same slot."""
+
+    def validate(self, num_embeddings: int, embedding_dim: int) -> None:
+        if isinstance(self.argument, str) and self.argument not in SCHEMES:
+            resolve_source(self.argument)
+        else:
+            resolve_target(self.argument, num_embeddings, embedding_dim)
+
+    def reference(self, request: SourceRequest) -> StatisticsTarget:
+        if not isinstance(self.argument, str) or self.argument in SCHEMES:
+            return self.argument
+        built = resolve_source(self.argument).build(request)
+        rows = built.weight[built.pretrained_rows] if bool(built.pretrained_rows.any()) else built.weight
+        return matrix_statistics(rows)
+
+    def __call__(self, matrix: SourceMatrix, request: SourceRequest) -> SourceMatrix:
+        return replace(matrix, weight=match(matrix.weight, self.reference(request)))
+
+
+@dataclass(frozen=True)
+class Shuffle(Transform):
+    def __call__(self, matrix: SourceMatrix, request: SourceRequest) -> SourceMatrix:
+        row_order, column_order = random_permutations(*matrix.weight.shape, generator=request.generator)
+        return replace(
+            matrix,
+            weight=matrix.weight[row_order][:, column_order],
+            pretrained_rows=matrix.pretrained_rows[row_order],
+        )
+
+
+@dataclass(frozen=True)
+class Scale(Transform):
+    def validate(self, num_embeddings: int, embedding_dim: int) -> None:
+        if not isinstance(self.argument, (int, float)) or not math.isfinite(self.argument):
+            raise ValueError(f"transform 'scale' needs a finite number, got {self.argument!r}")
+
+    def __call__(self, matrix: SourceMatrix, request: SourceRequest) -> SourceMatrix:
+        return replace(matrix, weight=scale(matrix.weight, float(self.argument)))
+
+
+def _number_or_text(argument: Any) -> Any:
+    if isinstance(argument, str):
+        try:
+            return float(argument)
+        except ValueError:
+            return argument
+    return argument
+
+
+TRANSFORMS.add("standardize", lambda target: Standardize("standardize", _number_or_text(target)), takes_argument=True,
+               summary="Pre-trained_Xavier generalized: move onto a scheme's std, a std, (mean, std) or a matrix's stats")
+TRANSFORMS.add("match", lambda reference: Match("match", _number_or_text(reference)), takes_argument=True,
+               summary="Xavier_Pre-trained: move onto a reference source's mean and std")
+TRANSFORMS.add("shuffle", lambda: Shuffle("shuffle", True), summary="Pre-trained_Shuffled: permute rows and columns")
+TRANSFORMS.add("scale", lambda factor: Scale("scale", _number_or_text(factor)), takes_argument=True,
+               summary="multiply by a constant factor")
+
+
+def build_transform(spec: str, argument: Any = None) -> Transform:
+    """The transform for ``"name"``/``"name:argument"``, or for ``name`` with a Python ``argument``."""
+    if argument is None:
+        return TRANSFORMS.build(spec)
+    return TRANSFORMS.create(spec, argument)

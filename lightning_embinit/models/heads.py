@@ -1,0 +1,119 @@
+"""Output heads of a language model and what they predict for the initial loss (SPEC §3).
+
+Every head maps the final-normed hidden state h (B, L, D) to logits over the n tokens:
+
+- ``tied``: h · Eᵀ, with E the input embedding;
+- ``untied``: h · Wᵀ (+ b), W a separate n×D matrix;
+- ``tied_orthogonal``: act(Q h + b) · Eᵀ, Q a D×D orthogonally initialized projection (SPEC §3 (c));
+- ``tied_half_swap``: S[h] · Eᵀ, S[w] = w[D/2:] ∘ w[:D/2] (SPEC §3 (d)), no parameters;
+- ``tied_shuffle``: h reshaped to (g, D/g), transposed and flattened again, then · Eᵀ; no parameters.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from lightning_embinit.models.blocks import check_choice
+
+HEADS = ("tied", "untied", "tied_orthogonal", "tied_half_swap", "tied_shuffle")
+HEAD_ACTIVATIONS = ("none", "relu", "gelu", "tanh")
+
+
+class OutputHead(nn.Module):
+    """Logits from the normed hidden state; tied heads read the embedding matrix at call time."""
+
+    def __init__(
+        self,
+        kind: str,
+        dim: int,
+        vocab_size: int,
+        *,
+        bias: bool = False,
+        activation: str = "none",
+        shuffle_groups: int = 2,
+    ) -> None:
+        super().__init__()
+        self.kind = check_choice("output head", kind, HEADS)
+        self.activation = check_choice("head activation", activation, HEAD_ACTIVATIONS)
+        self.shuffle_groups = shuffle_groups
+        if kind == "tied_half_swap" and dim % 2:
+            raise ValueError(f"tied_half_swap needs an even model dimension, got {dim}")
+        if kind == "tied_shuffle" and (shuffle_groups < 2 or dim % shuffle_groups):
+            raise ValueError(f"tied_shuffle needs shuffle_groups ≥ 2 dividing the dimension {dim}, got {shuffle_groups}")
+        self.proj: nn.Linear | None = None
+        if kind == "untied":
+            self.proj = nn.Linear(dim, vocab_size, bias=bias)
+        elif kind == "tied_orthogonal":
+            self.proj = nn.Linear(dim, dim, bias=bias)
+            self.reset_orthogonal()
+
+    @property
+    def is_tied(self) -> bool:
+        return self.kind != "untied"
+
+    @torch.no_grad()
+    def reset_orthogonal(self) -> None:
+        """Q ← a random orthogonal matrix, b ← 0 (``tied_orthogonal`` only)."""
+        if self.kind == "tied_orthogonal" and self.proj is not None:
+            nn.init.orthogonal_(self.proj.weight)
+            if self.proj.bias is not None:
+                self.proj.bias.zero_()
+
+    def transform(self, h: torch.Tensor) -> torch.Tensor:
+        """The vector that meets Eᵀ (tied kinds) — h itself for ``tied``."""
+        if self.kind == "tied_half_swap":
+            half = h.shape[-1] // 2
+            return torch.cat((h[..., half:], h[..., :half]), dim=-1)
+        if self.kind == "tied_shuffle":
+            return h.unflatten(-1, (self.shuffle_groups, -1)).transpose(-1, -2).flatten(-2)
+        if self.kind == "tied_orthogonal":
+            h = self.proj(h)
+            if self.activation == "relu":
+                return F.relu(h)
+            if self.activation == "gelu":
+                return F.gelu(h)
+            if self.activation == "tanh":
+                return torch.tanh(h)
+        return h
+
+    def forward(self, h: torch.Tensor, embedding_weight: torch.Tensor) -> torch.Tensor:
+        if self.proj is not None and self.kind == "untied":
+            return self.proj(h)
+        return F.linear(self.transform(h), embedding_weight)
+
+    def second_moment(self) -> float:
+        """E[t²] of one entry of ``transform(h)`` for h with i.i.d. N(0, 1) entries."""
+        if self.kind != "tied_orthogonal" or self.activation == "none":
+            return 1.0
+        z = torch.linspace(-10.0, 10.0, 20001, dtype=torch.float64)
+        density = torch.exp(-0.5 * z.square()) / math.sqrt(2 * math.pi)
+        act = {"relu": F.relu, "gelu": F.gelu, "tanh": torch.tanh}[self.activation]
+        return float((act(z).square() * density).sum() * (z[1] - z[0]))
+
+
+def predicted_initial_loss(n: int, logit_var: float, diagonal_logit: float = 0.0) -> float:
+    """Expected cross-entropy of a model that is a bigram p(j | i) ∝ exp(logit_ij) at init.
+
+    The next token's logit and the n − 1 others are i.i.d. N(0, s²) (s² = ``logit_var``), the
+    current token's own logit is ``diagonal_logit`` = a. Averaging e^{logit} gives e^{s²/2}, so
+
+        loss ≈ ln(e^{a} + (n − 1) · e^{s²/2}).
+
+    For a tied head with σ-normal embeddings and no additive position signal, a = dσ; dropping
+    the off-diagonal spread (s² → 0, SPEC §3's w_i · w_k ≈ 0) gives SPEC §3's ln(e^{dσ} + n − 1).
+    Untied and decorrelated tied heads have a ≈ 0: ln n + s²/2 ≈ ln n.
+    """
+    if n < 2:
+        raise ValueError(f"a vocabulary needs at least 2 tokens, got {n}")
+    rest = math.log(n - 1) + logit_var / 2
+    high, low = max(diagonal_logit, rest), min(diagonal_logit, rest)
+    return high + math.log1p(math.exp(low - high))
+
+
+def tied_initial_loss(n: int, d: int, sigma: float) -> float:
+    """SPEC §3: ln(e^{dσ} + n − 1), the initial loss of a tied LM with N(0, σ²) embeddings."""
+    return predicted_initial_loss(n, 0.0, d * sigma)

@@ -1,0 +1,259 @@
+"""A causal pre-LN transformer language model with a configurable (tied) output head (SPEC §3).
+
+    x_0 = s · E[t] + P          (s = ``embedding_scale``, √D by default; P per ``positional``)
+    x_{l+1} = Block_l(x_l)      (pre-LN: x + Attn(LN x), then x + FFN(LN x); causal attention)
+    logits = Head(Norm(x_L))    (``head``: tied, untied, tied_orthogonal, tied_half_swap, tied_shuffle)
+
+With ``zero_init_residual=True`` every block is the identity at initialization, so a tied
+model starts as the bigram p(j | i) ∝ exp(ŵ_i · w_j) and its initial loss is about
+ln(e^{dσ} + n − 1) for N(0, σ²) embeddings (SPEC §3); :meth:`initial_loss_prediction` gives
+the estimate for every head. The model is an :class:`~lightning_embinit.init.EmbeddingHost`
+with one slot, ``"tokens"``.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any, Mapping, Sequence
+
+import lightning as L
+import torch
+import torch.nn.functional as F
+from torch import nn
+from torchmetrics.aggregation import MeanMetric
+
+from lightning_embinit.data.vocabulary import SPECIAL_TOKENS
+from lightning_embinit.init.host import EmbeddingSlot
+from lightning_embinit.init.schemes import get_scheme
+from lightning_embinit.models.blocks import TransformerBlock, build_norm, build_positional, check_choice, resolve_scale
+from lightning_embinit.models.heads import OutputHead, predicted_initial_loss
+from lightning_embinit.models.initialization import init_non_embedding_
+
+LR_SCHEDULES = ("constant", "noam")
+
+
+class PerplexityFromLoss(MeanMetric):
+    """exp of the token-weighted mean cross-entropy: update with (mean loss, token count)."""
+
+    def compute(self) -> torch.Tensor:
+        return super().compute().exp()
+
+
+def noam_factor(step: int, warmup_steps: int) -> float:
+    """min(s^{−1/2}, s · w^{−3/2}) · √w with s = step + 1: linear warmup to 1 at s = w, then ∝ 1/√s.
+
+    With ``lr`` = D^{−1/2} · w^{−1/2} the learning rate is Vaswani's (SPEC §2) exactly.
+    """
+    s = step + 1
+    return min(s**-0.5, s * warmup_steps**-1.5) * math.sqrt(warmup_steps)
+
+
+def split_batch(batch: Any) -> tuple[torch.Tensor, torch.Tensor]:
+    """(inputs, targets) from a ``(inputs, targets)`` pair or a dict with ``input_ids`` and ``labels``/``targets``."""
+    if isinstance(batch, Mapping):
+        targets = batch.get("labels", batch.get("targets"))
+        if "input_ids" not in batch or targets is None:
+            raise ValueError("a dict batch needs 'input_ids' and 'labels' (or 'targets')")
+        return batch["input_ids"], targets
+    inputs, targets = batch
+    return inputs, targets
+
+
+class TiedEmbeddingLM(L.LightningModule):
+    """Causal transformer LM. Give ``vocabulary`` (token strings, saved with the model) or ``vocab_size``.
+
+    ``init_scheme`` initializes the non-embedding weights (SPEC §4: ``xavier``, ``hf``, ``he_ffn``);
+    ``embedding_init`` (any scheme name, e.g. ``normal:0.0625``, ``log_n_over_d``) the token table
+    until :class:`~lightning_embinit.callbacks.EmbeddingInitCallback` replaces it.
+    Optimizer: Adam(β = ``betas``, ε = ``eps``); ``lr_schedule`` ``constant`` or ``noam`` (see
+    :func:`noam_factor`, stepped per optimizer step).
+    """
+
+    def __init__(
+        self,
+        vocabulary: list[str] | None = None,
+        vocab_size: int | None = None,
+        d_model: int = 256,
+        num_heads: int = 4,
+        num_layers: int = 2,
+        ffn_dim: int | None = None,
+        dropout: float = 0.0,
+        max_len: int = 512,
+        positional: str = "sinusoidal",
+        positional_layout: str = "interleaved",
+        norm: str = "layernorm",
+        activation: str = "gelu",
+        bias: bool = True,
+        head: str = "tied",
+        head_bias: bool = False,
+        head_activation: str = "none",
+        shuffle_groups: int = 2,
+        zero_init_residual: bool = True,
+        init_scheme: str = "xavier",
+        embedding_init: str = "xavier",
+        embedding_scale: str | float = "sqrt_d",
+        special_tokens: dict[str, str] | None = None,
+        lr: float = 1e-3,
+        betas: tuple[float, float] = (0.9, 0.98),
+        eps: float = 1e-9,
+        weight_decay: float = 0.0,
+        lr_schedule: str = "constant",
+        warmup_steps: int = 4000,
+    ) -> None:
+        super().__init__()
+        tokens = None if vocabulary is None else [str(t) for t in vocabulary]
+        if tokens is not None:
+            if vocab_size is not None and vocab_size != len(tokens):
+                raise ValueError(f"vocab_size={vocab_size} disagrees with a vocabulary of {len(tokens)} tokens")
+            vocab_size = len(tokens)
+        if vocab_size is None or vocab_size < 2:
+            raise ValueError("TiedEmbeddingLM needs a vocabulary (list of token strings) or vocab_size ≥ 2")
+        check_choice("lr schedule", lr_schedule, LR_SCHEDULES)
+        if lr_schedule == "noam" and warmup_steps < 1:
+            raise ValueError(f"the noam schedule needs warmup_steps ≥ 1, got {warmup_steps}")
+        self.save_hyperparameters(ignore=["vocabulary"])
+        self.hparams["vocabulary"] = tokens  # a plain list whatever sequence was given; reloads with the checkpoint
+        self.vocabulary = tokens
+        if special_tokens is None:
+            special_tokens = {r: t for r, t in SPECIAL_TOKENS.items() if tokens is not None and t in tokens}
+        elif tokens is not None and (missing := [t for t in special_tokens.values() if t not in tokens]):
+            raise ValueError(f"special tokens {missing} are not in the vocabulary")
+        self.special_tokens = dict(special_tokens)
+        pad = self.special_tokens.get("pad")
+        self.padding_idx = tokens.index(pad) if pad is not None and tokens is not None else None
+
+        self.input_scale = resolve_scale(embedding_scale, d_model)
+        self.token_embedding = nn.Embedding(vocab_size, d_model, padding_idx=self.padding_idx)
+        self.positional = build_positional(positional, max_len, d_model, layout=positional_layout)
+        self.embed_dropout = nn.Dropout(dropout)
+        self.blocks = nn.ModuleList(
+            TransformerBlock(
+                d_model, num_heads, ffn_dim or 4 * d_model, pre_norm=True, activation=activation,
+                norm=norm, bias=bias, dropout=dropout,
+            )
+            for _ in range(num_layers)
+        )
+        self.final_norm = build_norm(norm, d_model)
+        self.head = OutputHead(
+            head, d_model, vocab_size, bias=head_bias, activation=head_activation, shuffle_groups=shuffle_groups
+        )
+        self.val_loss = MeanMetric()
+        self.val_ppl = PerplexityFromLoss()
+        self.reset_parameters()
+
+    @torch.no_grad()
+    def reset_parameters(self) -> None:
+        """Non-embedding weights per ``init_scheme`` (+ zero residual branches), head, token table."""
+        skip = [self.head.proj] if self.head.kind == "tied_orthogonal" else []
+        init_non_embedding_(self, self.hparams.init_scheme, zero_init_residual=self.hparams.zero_init_residual, skip=skip)
+        self.head.reset_orthogonal()
+        get_scheme(self.hparams.embedding_init).fill_(self.token_embedding.weight)
+        if self.padding_idx is not None:
+            self.token_embedding.weight[self.padding_idx].zero_()
+
+    # ----------------------------------------------------------------- EmbeddingHost
+    def embedding_slots(self) -> dict[str, EmbeddingSlot]:
+        """One slot, ``"tokens"``: the input table, shared with the head unless ``head="untied"``."""
+        positional = self.positional
+        return {
+            "tokens": EmbeddingSlot(
+                name="tokens",
+                embedding=self.token_embedding,
+                tokens=self.vocabulary,
+                padding_idx=self.padding_idx,
+                input_scale=self.input_scale,
+                positional_encoding=None if positional is None else positional.encoding,
+                tied_modules=("head",) if self.head.is_tied else (),
+                special_tokens=dict(self.special_tokens),
+            )
+        }
+
+    # ----------------------------------------------------------------- model
+    def forward(self, input_ids: torch.Tensor) -> torch.Tensor:
+        """(B, L) token ids → (B, L, n) next-token logits."""
+        length = input_ids.shape[1]
+        if self.positional is not None and length > self.hparams.max_len:
+            raise ValueError(f"sequence length {length} exceeds max_len={self.hparams.max_len}")
+        x = self.token_embedding(input_ids)
+        if self.input_scale != 1.0:
+            x = x * self.input_scale
+        if self.positional is not None:
+            x = x + self.positional(length)
+        x = self.embed_dropout(x)
+        for block in self.blocks:
+            x = block(x, causal=True)
+        return self.head(self.final_norm(x), self.token_embedding.weight)
+
+    def loss(self, logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+        """Mean next-token cross-entropy over non-padding targets."""
+        ignore = -100 if self.padding_idx is None else self.padding_idx
+        return F.cross_entropy(logits.flatten(0, 1), targets.flatten(), ignore_index=ignore)
+
+    def _step(self, batch: Any) -> tuple[torch.Tensor, torch.Tensor, int]:
+        inputs, targets = split_batch(batch)
+        loss = self.loss(self(inputs), targets)
+        count = targets.numel() if self.padding_idx is None else int((targets != self.padding_idx).sum())
+        return loss, torch.tensor(count, device=loss.device), inputs.shape[0]
+
+    def training_step(self, batch: Any, batch_idx: int) -> torch.Tensor:
+        loss, _, batch_size = self._step(batch)
+        self.log("train_loss", loss, prog_bar=True, on_step=True, on_epoch=True, batch_size=batch_size)
+        return loss
+
+    def validation_step(self, batch: Any, batch_idx: int) -> torch.Tensor:
+        loss, count, batch_size = self._step(batch)
+        self.val_loss.update(loss.detach().float(), weight=count)
+        self.val_ppl.update(loss.detach().float(), weight=count)
+        self.log("val_loss", self.val_loss, prog_bar=True, on_epoch=True, batch_size=batch_size)
+        self.log("val_ppl", self.val_ppl, on_epoch=True, batch_size=batch_size)
+        return loss
+
+    def configure_optimizers(self) -> Any:
+        hp = self.hparams
+        optimizer = torch.optim.Adam(
+            self.parameters(), lr=hp.lr, betas=tuple(hp.betas), eps=hp.eps, weight_decay=hp.weight_decay
+        )
+        if hp.lr_schedule == "constant":
+            return optimizer
+        warmup = hp.warmup_steps
+        scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda step: noam_factor(step, warmup))
+        return {"optimizer": optimizer, "lr_scheduler": {"scheduler": scheduler, "interval": "step"}}
+
+    # ----------------------------------------------------------------- SPEC §3 estimate
+    @torch.no_grad()
+    def initial_loss_prediction(self, length: int | None = None) -> float | None:
+        """Expected initial loss from the current weights, assuming identity blocks (SPEC §3).
+
+        With h = Norm(s·w_i + P_p) the logit of token j is T(h) · w_j. For j ≠ i these are about
+        N(0, D·σ²·m₂) (m₂ = E[T(h)²]; for ``untied`` D·σ_W² from the head matrix); the diagonal
+        logit of a plain ``tied`` head is a_p = s·D·σ² / √(s²σ² + π_p²), π_p² the variance
+        (LayerNorm) or mean square (RMSNorm) of the row P_p — dσ without a position signal.
+        Returns :func:`~lightning_embinit.models.heads.predicted_initial_loss` averaged over the
+        first ``length`` positions (default ``max_len``), or None when ``zero_init_residual`` is
+        off (the blocks are then not the identity).
+        """
+        if not self.hparams.zero_init_residual:
+            return None
+        weight = self.token_embedding.weight.detach().double()
+        if self.padding_idx is not None:
+            weight = torch.cat((weight[: self.padding_idx], weight[self.padding_idx + 1 :]))
+        n, d = self.token_embedding.num_embeddings, self.token_embedding.embedding_dim
+        if self.head.kind == "untied":
+            variance = d * self.head.proj.weight.detach().double().var().item()
+            return predicted_initial_loss(n, variance)
+        sigma2 = weight.var().item()
+        variance = d * sigma2 * self.head.second_moment()
+        if self.head.kind != "tied":
+            return predicted_initial_loss(n, variance)
+        s = self.input_scale
+        if self.positional is None:
+            pe_power = [0.0]
+        else:
+            rows = self.positional.encoding()[: length or self.hparams.max_len].double()
+            centred = self.hparams.norm == "layernorm"
+            pe_power = (rows.var(dim=1, unbiased=False) if centred else rows.square().mean(dim=1)).tolist()
+        losses = [
+            predicted_initial_loss(n, variance, s * d * sigma2 / math.sqrt(s * s * sigma2 + p) if sigma2 > 0 else 0.0)
+            for p in pe_power
+        ]
+        return sum(losses) / len(losses)

@@ -1,0 +1,62 @@
+"""Two CPU processes on the gloo backend: every rank must hold the same initialized weights."""
+
+import json
+
+import pytest
+import torch
+from lightning.pytorch import Callback, Trainer
+
+from lightning_embinit import EmbeddingInitCallback
+from tests.host_models import TwoSlotHost, token_loader
+from tests.sources_for_tests import BrokenSource
+
+pytestmark = [pytest.mark.ddp, pytest.mark.timeout(300)]
+
+
+class WriteChecksums(Callback):
+    """Runs its setup right after EmbeddingInitCallback's, before DDP would broadcast rank 0's weights."""
+
+    def __init__(self, directory):
+        self.directory = directory
+
+    def setup(self, trainer, pl_module, stage):
+        init = next(c for c in trainer.callbacks if isinstance(c, EmbeddingInitCallback))
+        record = {
+            "encoder": float(pl_module.encoder_embedding.weight.double().sum()),
+            "encoder_abs": float(pl_module.encoder_embedding.weight.double().abs().sum()),
+            "decoder": float(pl_module.decoder_embedding.weight.double().sum()),
+            "seed": init.seed_used,
+            "report_std": init.reports["encoder"]["std"],
+        }
+        (self.directory / f"rank{trainer.global_rank}.json").write_text(json.dumps(record))
+
+
+def ddp_trainer(tmp_path, callbacks):
+    return Trainer(
+        accelerator="cpu",
+        devices=2,
+        strategy="ddp_spawn",
+        max_steps=1,
+        callbacks=callbacks,
+        logger=False,
+        enable_checkpointing=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        limit_val_batches=0,
+        default_root_dir=tmp_path,
+    )
+
+
+def test_every_rank_gets_identical_weights_without_a_seed(tmp_path):
+    callback = EmbeddingInitCallback(source="xavier", slots={"encoder": None, "decoder": {"source": "normal:0.3"}}, verbose=False)
+    ddp_trainer(tmp_path, [callback, WriteChecksums(tmp_path)]).fit(TwoSlotHost(lr=0.0), token_loader(batches=4))
+    rank0 = json.loads((tmp_path / "rank0.json").read_text())
+    rank1 = json.loads((tmp_path / "rank1.json").read_text())
+    assert rank0 == rank1
+    assert rank0["encoder_abs"] > 0 and rank0["seed"] is not None
+
+
+def test_a_failure_on_rank_zero_stops_every_rank(tmp_path):
+    callback = EmbeddingInitCallback(source=BrokenSource("nan"), verbose=False)
+    with pytest.raises(Exception, match="rows contain NaN or inf"):
+        ddp_trainer(tmp_path, [callback]).fit(TwoSlotHost(), token_loader(batches=4))
