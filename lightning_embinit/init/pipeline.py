@@ -7,6 +7,7 @@ users without Lightning.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable, Mapping, Sequence
 
@@ -17,7 +18,7 @@ from torch.utils.hooks import RemovableHandle
 from lightning_embinit.init.host import EmbeddingSlot, select_slots
 from lightning_embinit.init.recipe import InitRecipe
 from lightning_embinit.init.sources.base import SourceMatrix, SourceRequest
-from lightning_embinit.init.statistics import embedding_statistics
+from lightning_embinit.init.statistics import embedding_statistics, matrix_statistics
 
 
 @dataclass
@@ -36,9 +37,9 @@ def check_matrix(weight: torch.Tensor, num_embeddings: int, embedding_dim: int, 
         raise ValueError(
             f"{where}: built a matrix of shape {tuple(weight.shape)} for a table of shape ({num_embeddings}, {embedding_dim})"
         )
-    finite_rows = torch.isfinite(weight).all(dim=1)
-    if not bool(finite_rows.all()):
-        bad = (~finite_rows).nonzero().flatten()
+    stats = matrix_statistics(weight)
+    if not all(math.isfinite(value) for value in (stats.min, stats.max, stats.mean, stats.std)):
+        bad = (~torch.isfinite(weight).all(dim=1)).nonzero().flatten()
         raise ValueError(
             f"{where}: {bad.numel()} rows contain NaN or inf (first rows: {bad[:5].tolist()}); nothing was written"
         )
@@ -65,13 +66,14 @@ def build_slot(
     )
     where = f"slot {slot.name!r}, source {source.name!r}"
     matrix = source.build(request)
-    check_matrix(matrix.weight, slot.num_embeddings, slot.embedding_dim, where=where)
+    if tuple(matrix.weight.shape) != (slot.num_embeddings, slot.embedding_dim):
+        check_matrix(matrix.weight, slot.num_embeddings, slot.embedding_dim, where=where)
     if matrix.coverage is not None and matrix.coverage.found == 0:
         raise ValueError(f"{where}: the source covers none of the slot's {matrix.coverage.total} tokens")
     steps = recipe.steps()
     for step in steps:
         matrix = step(matrix, request)
-    check_matrix(matrix.weight, slot.num_embeddings, slot.embedding_dim, where=f"{where} after transforms")
+    check_matrix(matrix.weight, slot.num_embeddings, slot.embedding_dim, where=where)
     return BuiltSlot(slot.name, matrix, matrix.description, [step.describe() for step in steps])
 
 

@@ -1,7 +1,7 @@
 """Transforms of an embedding matrix ([K] §3.4 and A.3, SPEC §1).
 
-The functions are pure (they return a new tensor of the input's dtype and never modify the
-input) and deterministic for a given generator. Statistics come from
+The functions are pure unless given ``out=`` (they return a new tensor of the input's dtype)
+and deterministic for a given generator. Statistics come from
 :func:`~lightning_embinit.init.statistics.matrix_statistics` (float64 accumulation), and the
 affine maps run in float32 blocks, so bf16 and 250k×1024 float32 tables are exact.
 
@@ -59,9 +59,12 @@ def resolve_target(target: StatisticsTarget, num_embeddings: int, embedding_dim:
     return TargetStatistics(mean, std)
 
 
-def affine(matrix: torch.Tensor, scale: float, shift: float) -> torch.Tensor:
-    """``scale · X + shift`` computed in float32 (or wider) blocks, returned in ``matrix``'s dtype."""
-    out = torch.empty_like(matrix)
+def affine(matrix: torch.Tensor, scale: float, shift: float, *, out: torch.Tensor | None = None) -> torch.Tensor:
+    """``scale · X + shift`` computed in float32 (or wider) blocks, in ``matrix``'s dtype.
+
+    ``out`` (which may be ``matrix`` itself) receives the result instead of a new tensor.
+    """
+    out = torch.empty_like(matrix) if out is None else out
     compute = torch.promote_types(matrix.dtype, torch.float32)
     flat_in, flat_out = matrix.reshape(-1), out.reshape(-1)
     for start in range(0, flat_in.numel(), _CHUNK_ELEMENTS):
@@ -74,7 +77,11 @@ def affine(matrix: torch.Tensor, scale: float, shift: float) -> torch.Tensor:
 
 
 def standardize(
-    matrix: torch.Tensor, target: StatisticsTarget = "xavier", *, statistics: MatrixStats | None = None
+    matrix: torch.Tensor,
+    target: StatisticsTarget = "xavier",
+    *,
+    statistics: MatrixStats | None = None,
+    out: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """Pre-trained_Xavier, generalized ([K] §3.4): x* = (x − mean(X)) · σ_t / σ_X + μ_t.
 
@@ -86,19 +93,19 @@ def standardize(
     if stats.std == 0:
         raise ValueError("cannot standardize a constant matrix (its std is 0)")
     scale = target_stats.std / stats.std
-    return affine(matrix, scale, target_stats.mean - stats.mean * scale)
+    return affine(matrix, scale, target_stats.mean - stats.mean * scale, out=out)
 
 
-def match(random: torch.Tensor, reference: StatisticsTarget) -> torch.Tensor:
+def match(random: torch.Tensor, reference: StatisticsTarget, *, out: torch.Tensor | None = None) -> torch.Tensor:
     """Xavier_Pre-trained ([K] §3.4): x* = (x − mean(X_x)) · σ_p / σ_x + mean(X_p), X_p the reference."""
-    return standardize(random, reference)
+    return standardize(random, reference, out=out)
 
 
-def scale(matrix: torch.Tensor, factor: float) -> torch.Tensor:
+def scale(matrix: torch.Tensor, factor: float, *, out: torch.Tensor | None = None) -> torch.Tensor:
     """``factor · X``."""
     if not math.isfinite(factor):
         raise ValueError(f"a scale factor must be finite, got {factor}")
-    return affine(matrix, factor, 0.0)
+    return affine(matrix, factor, 0.0, out=out)
 
 
 def random_permutations(
@@ -139,7 +146,7 @@ class Transform(ABC):
 
     @abstractmethod
     def __call__(self, matrix: SourceMatrix, request: SourceRequest) -> SourceMatrix:
-        """The transformed matrix; never modifies ``matrix`` in place."""
+        """The transformed matrix; may reuse ``matrix.weight``'s storage, which the pipeline owns."""
 
 
 TRANSFORMS: Registry[Transform] = Registry("transform")
@@ -151,7 +158,7 @@ class Standardize(Transform):
         resolve_target(self.argument, num_embeddings, embedding_dim)
 
     def __call__(self, matrix: SourceMatrix, request: SourceRequest) -> SourceMatrix:
-        return replace(matrix, weight=standardize(matrix.weight, self.argument))
+        return replace(matrix, weight=standardize(matrix.weight, self.argument, out=matrix.weight))
 
 
 @dataclass(frozen=True)
@@ -172,7 +179,7 @@ class Match(Transform):
         return matrix_statistics(rows)
 
     def __call__(self, matrix: SourceMatrix, request: SourceRequest) -> SourceMatrix:
-        return replace(matrix, weight=match(matrix.weight, self.reference(request)))
+        return replace(matrix, weight=match(matrix.weight, self.reference(request), out=matrix.weight))
 
 
 @dataclass(frozen=True)
@@ -193,7 +200,7 @@ class Scale(Transform):
             raise ValueError(f"transform 'scale' needs a finite number, got {self.argument!r}")
 
     def __call__(self, matrix: SourceMatrix, request: SourceRequest) -> SourceMatrix:
-        return replace(matrix, weight=scale(matrix.weight, float(self.argument)))
+        return replace(matrix, weight=scale(matrix.weight, float(self.argument), out=matrix.weight))
 
 
 def _number_or_text(argument: Any) -> Any:

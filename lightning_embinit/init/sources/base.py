@@ -74,7 +74,12 @@ class SourceMatrix:
 
 @runtime_checkable
 class EmbeddingSource(Protocol):
-    """Anything with a ``name``, an ``is_pretrained`` flag and ``build(request) -> SourceMatrix``."""
+    """Anything with a ``name``, an ``is_pretrained`` flag and ``build(request) -> SourceMatrix``.
+
+    Constructing a source must be cheap (no file reads): options are checked when the callback
+    is created, and files are read in ``build``. ``build`` returns a new tensor that the caller
+    owns and may transform in place.
+    """
 
     name: str
     is_pretrained: bool
