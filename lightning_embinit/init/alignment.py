@@ -135,7 +135,8 @@ def match_tokens(
     explicit = _explicit_special_map(options.special_map, slot_special, lookup)
     fallbacks = options.fallbacks
     use_lower = "lower" in fallbacks
-    compose = getattr(table, "compose", None) if "ngrams" in fallbacks else None
+    can_compose = "ngrams" in fallbacks and getattr(table, "can_compose", True)
+    compose = getattr(table, "compose", None) if can_compose else None
     lower_index: dict[str, int] | None = None
 
     def affix_candidates(variants: list[str]) -> list[str]:

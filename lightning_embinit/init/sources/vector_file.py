@@ -3,7 +3,7 @@
 One pass over the file, in blocks of lines, with a progress bar. Tokens are split off in Python
 (one ``count`` per line); the numbers of a whole block are parsed at once by pandas' C reader
 when pandas is installed, else by ``numpy.fromstring``; only a block that fails is re-read line
-by line to name the bad line. Compression (gzip, bz2, xz) is detected from the magic bytes.
+by line to name the bad line. Compression (gzip, bz2, xz, single-file zip) is detected from the magic bytes.
 
 Messy-file policies (each deliberate, each counted in :class:`ParseReport`):
 
@@ -32,16 +32,12 @@ import io
 import lzma
 import os
 import warnings
+import zipfile
 from collections import Counter
 from dataclasses import asdict, dataclass, field
 from typing import IO, Any, Callable
 
 import numpy as np
-
-try:  # pandas' C reader parses a block of numbers ~5× faster than numpy.fromstring
-    import pandas as _pandas
-except ImportError:  # pragma: no cover - pandas comes with `datasets`
-    _pandas = None
 
 BLOCK_BYTES = 4 << 20
 ON_BAD_LINE = ("error", "skip", "warn")
@@ -93,6 +89,14 @@ def open_decompressed(path: str) -> tuple[IO[bytes], IO[bytes]]:
         return bz2.BZ2File(raw), raw
     if magic == b"\xfd7zXZ\x00":
         return lzma.LZMAFile(raw), raw
+    if magic[:4] == b"PK\x03\x04":
+        archive = zipfile.ZipFile(raw)
+        members = [info for info in archive.infolist() if not info.is_dir()]
+        if len(members) != 1:
+            raw.close()
+            names = [info.filename for info in members]
+            raise ValueError(f"{path}: a zip archive with {len(names)} files {names[:6]}; unzip it and point at one file")
+        return archive.open(members[0]), raw
     return raw, raw
 
 
@@ -129,14 +133,24 @@ def infer_dim(lines: list[bytes]) -> int:
     return dim
 
 
+def _pandas() -> Any:
+    """pandas, whose C reader parses a block of numbers ~5× faster than ``numpy.fromstring``; or None."""
+    try:
+        import pandas
+    except ImportError:  # pragma: no cover - pandas comes with `datasets`
+        return None
+    return pandas
+
+
 def _parse_numbers(values: list[bytes], dim: int) -> np.ndarray | None:
     """A (len(values), dim) float32 block, or None when any line does not parse cleanly."""
     text = b"\n".join(values)
+    pandas = _pandas()
     with warnings.catch_warnings(), np.errstate(over="ignore", invalid="ignore"):
         warnings.simplefilter("ignore")
         try:
-            if _pandas is not None:
-                frame = _pandas.read_csv(
+            if pandas is not None:
+                frame = pandas.read_csv(
                     io.BytesIO(text), sep=" ", header=None, dtype=np.float32, engine="c",
                     quoting=csv.QUOTE_NONE, na_filter=False, comment=None,
                 )
@@ -269,7 +283,7 @@ class TextVectorParser:
             self.report.data_lines += 1
             line_no = start + offset + 1
             cut = line.find(b" ")
-            if line.count(b" ") == dim and cut > 0:
+            if cut > 0 and line.count(b" ") == dim and b"\t" not in line[:cut]:
                 token, rest = line[:cut], line[cut + 1:]
             else:
                 parts = line.rsplit(None, dim)

@@ -1,0 +1,111 @@
+"""``checkpoint:<path>``: self-pretraining from an earlier model's embeddings (SPEC §1, [KB]).
+
+Rows are taken *by token string*, so the new vocabulary may differ from the old one. The file is
+a Lightning checkpoint or a plain state dict, read with ``torch.load(weights_only=True)``
+(memory-mapped when possible). ``EmbeddingInitCallback`` records in every checkpoint::
+
+    checkpoint["embinit"] = {"slots": {slot_name: {"parameter": "model.embed.weight",
+                                                   "tokens": ["<pad>", "<unk>", ...]}}}
+
+The new slot reads the old slot of the same name, or ``slot_map={new: old}``. Options
+``parameter=`` (a state-dict key) and ``tokens=`` (a list, or a file with one token per line)
+override the record and serve plain state dicts that have none.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any, Mapping, Sequence
+
+import torch
+
+from lightning_embinit.init.alignment import VectorTable
+from lightning_embinit.init.sources.base import SOURCES, SourceRequest
+from lightning_embinit.init.sources.pretrained import ArrayTable, PretrainedSource, split_options
+
+CHECKPOINT_KEY = "embinit"
+CHECKPOINT_OPTIONS = ("slot_map", "parameter", "tokens", "weights_only")
+
+
+def load_checkpoint(path: str, *, weights_only: bool = True) -> tuple[Mapping[str, torch.Tensor], Mapping[str, Any]]:
+    """(state dict, the ``embinit`` slot records) of a Lightning checkpoint or a plain state dict."""
+    try:
+        try:
+            loaded = torch.load(path, map_location="cpu", weights_only=weights_only, mmap=True)
+        except RuntimeError as error:
+            if "mmap" not in str(error) and "zip" not in str(error):
+                raise
+            loaded = torch.load(path, map_location="cpu", weights_only=weights_only)
+    except Exception as error:  # noqa: BLE001 - unpickling errors come in many types
+        hint = " If you trust the file, pass source_options weights_only=False." if weights_only else ""
+        raise ValueError(f"cannot load checkpoint {path}: {type(error).__name__}: {error}.{hint}") from None
+    if not isinstance(loaded, Mapping):
+        raise ValueError(f"checkpoint {path} holds a {type(loaded).__name__}, not a dict")
+    state = loaded.get("state_dict", loaded)
+    if not isinstance(state, Mapping):
+        raise ValueError(f"checkpoint {path}: 'state_dict' is not a dict")
+    record = loaded.get(CHECKPOINT_KEY) or {}
+    slots = record.get("slots") if isinstance(record, Mapping) else None
+    return state, slots if isinstance(slots, Mapping) else {}
+
+
+def read_token_list(tokens: Sequence[str] | str | os.PathLike[str]) -> list[str]:
+    """A token list as given, or read from a file with one token per line (a final newline is optional)."""
+    if isinstance(tokens, (str, os.PathLike)):
+        with open(os.path.expanduser(tokens), encoding="utf-8", newline="") as handle:
+            lines = handle.read().split("\n")
+        if lines and lines[-1] == "":
+            lines.pop()
+        return [line.removesuffix("\r") for line in lines]
+    return [str(token) for token in tokens]
+
+
+def checkpoint_table(path: str, request: SourceRequest, options: Mapping[str, Any],
+                     loaded: tuple[Mapping[str, torch.Tensor], Mapping[str, Any]]) -> VectorTable:
+    state, slots = loaded
+    slot_map = options.get("slot_map") or {}
+    old_name = slot_map.get(request.slot_name, request.slot_name)
+    record = slots.get(old_name) or {}
+    parameter = options.get("parameter") or record.get("parameter")
+    tokens = options.get("tokens")
+    tokens = read_token_list(tokens) if tokens is not None else record.get("tokens")
+    if not parameter:
+        matrices = [k for k, v in state.items() if isinstance(v, torch.Tensor) and v.dim() == 2][:10]
+        raise ValueError(
+            f"checkpoint {path} has no embinit record for slot {old_name!r} (recorded slots: {sorted(slots)}); "
+            f"pass source_options slot_map={{'{request.slot_name}': '<old slot>'}}, or parameter='<state dict key>' "
+            f"and tokens=[...] (2-D tensors: {matrices})"
+        )
+    if parameter not in state:
+        raise ValueError(f"checkpoint {path} has no tensor {parameter!r} (slot {old_name!r})")
+    weight = state[parameter]
+    if not isinstance(weight, torch.Tensor) or weight.dim() != 2:
+        raise ValueError(f"checkpoint {path}: {parameter!r} is not a 2-D tensor")
+    if tokens is None:
+        raise ValueError(f"checkpoint {path}: no token strings for slot {old_name!r}; pass source_options tokens=")
+    if len(tokens) != weight.shape[0]:
+        raise ValueError(f"checkpoint {path}: {len(tokens)} tokens for {parameter!r} with {weight.shape[0]} rows")
+    return ArrayTable(
+        tokens=list(tokens),
+        matrix=weight,
+        description=f"{os.path.basename(path)} [{parameter}, slot {old_name!r}, {weight.shape[0]}×{weight.shape[1]}]",
+    )
+
+
+@SOURCES.register("checkpoint", takes_argument=True,
+                  summary="self-pretrain: rows by token string from an earlier model's checkpoint [KB]")
+def checkpoint_source(path: str, **options: Any) -> PretrainedSource:
+    alignment, own = split_options(f"checkpoint:{path}", options, CHECKPOINT_OPTIONS)
+    path = os.path.expanduser(path)
+    if not os.path.isfile(path):
+        raise ValueError(f"source 'checkpoint:{path}': the file does not exist")
+    if own.get("slot_map") is not None and not isinstance(own["slot_map"], Mapping):
+        raise ValueError(f"slot_map must map new slot names to old ones, got {own['slot_map']!r}")
+    cache: list[tuple[Mapping[str, torch.Tensor], Mapping[str, Any]]] = []
+
+    def open_table(request: SourceRequest) -> VectorTable:
+        if not cache:
+            cache.append(load_checkpoint(path, weights_only=bool(own.get("weights_only", True))))
+        return checkpoint_table(path, request, own, cache[0])
+
+    return PretrainedSource(f"checkpoint:{path}", open_table, alignment)

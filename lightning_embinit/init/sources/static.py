@@ -1,0 +1,321 @@
+"""Static word vectors as sources: GloVe, word2vec, fastText (SPEC §1, [K], [KB]).
+
+``file:<path>`` reads any local vector file; the format is detected and can be forced with
+``format=``:
+
+- ``word2vec`` — text with a ``count dim`` header (also fastText ``.vec``),
+- ``glove`` — header-less text (tokens may contain spaces: the vector is the last D fields),
+- ``text`` — text, header detected from the first line,
+- ``word2vec_binary`` — word2vec's binary format, read with gensim,
+- ``fasttext_bin`` — a fastText model (``.bin``), read with gensim's fastText loader; unmatched
+  tokens can then get vectors composed from character n-grams (fallback rule ``ngrams``).
+
+Text and word2vec-binary files are parsed once into the cache (:mod:`.vector_cache`); later
+loads memory-map it. Well-known sets (``glove``, ``glove-6B-<dim>``, ``word2vec``, ``fasttext``)
+and gensim-data names take a local ``path=``; without one they use gensim-data's local copy or
+download through ``gensim.downloader`` when a network is reachable, else raise saying how to
+point at a local file.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+from dataclasses import dataclass
+from functools import partial
+from typing import Any, Callable
+
+import numpy as np
+import torch
+
+from lightning_embinit.init.alignment import VectorTable
+from lightning_embinit.init.sources import vector_cache, vector_file
+from lightning_embinit.init.sources.base import SOURCES, SourceRequest
+from lightning_embinit.init.sources.pretrained import ArrayTable, PretrainedSource, split_options
+
+FORMATS = ("auto", "word2vec", "glove", "text", "word2vec_binary", "fasttext_bin")
+_FORMAT_ALIASES = {"vec": "word2vec", "fasttext_vec": "word2vec", "binary": "word2vec_binary", "bin": "word2vec_binary",
+                   "fasttext": "fasttext_bin"}
+_FASTTEXT_MAGIC = (793712314).to_bytes(4, "little")
+FILE_OPTIONS = ("path", "format", "dim", "header", "on_bad_line", "encoding_errors", "cache", "cache_dir", "progress")
+
+
+def detect_format(path: str) -> str:
+    """``word2vec``, ``glove``, ``word2vec_binary`` or ``fasttext_bin`` from the first decompressed bytes."""
+    head = vector_file.read_head(path)
+    if head[:4] == _FASTTEXT_MAGIC:
+        return "fasttext_bin"
+    first, _, rest = head.lstrip(b"\xef\xbb\xbf").partition(b"\n")
+    fields = first.split()
+    if not (len(fields) == 2 and all(f.isdigit() for f in fields)):
+        return "glove"
+    sample = rest[:4096]
+    controls = sum(1 for byte in sample if byte < 9 or 13 < byte < 32)
+    return "word2vec_binary" if sample and controls > len(sample) // 100 else "word2vec"
+
+
+def normalize_format(value: str | None) -> str:
+    name = _FORMAT_ALIASES.get(value or "auto", value or "auto")
+    if name not in FORMATS:
+        raise ValueError(f"format={value!r}: choose one of {', '.join(FORMATS)}")
+    return name
+
+
+@dataclass
+class FileVectorsOptions:
+    """The options of a vector file source (see the module doc and docs/sources.md)."""
+
+    format: str = "auto"
+    dim: int | None = None
+    header: bool | None = None
+    on_bad_line: str = "error"
+    encoding_errors: str = "replace"
+    cache: bool = True
+    cache_dir: str | None = None
+    progress: bool = True
+
+    def __post_init__(self) -> None:
+        self.format = normalize_format(self.format)
+        if self.on_bad_line not in vector_file.ON_BAD_LINE:
+            raise ValueError(f"on_bad_line={self.on_bad_line!r}: choose one of {vector_file.ON_BAD_LINE}")
+        if self.encoding_errors not in vector_file.ENCODING_ERRORS:
+            raise ValueError(f"encoding_errors={self.encoding_errors!r}: choose one of {vector_file.ENCODING_ERRORS}")
+        if self.dim is not None and int(self.dim) < 1:
+            raise ValueError(f"dim must be a positive integer, got {self.dim!r}")
+
+
+def open_vector_file(path: str, options: FileVectorsOptions) -> VectorTable:
+    """The :class:`VectorTable` of a local vector file, parsed once and cached (text, word2vec binary)."""
+    path = os.path.abspath(os.path.expanduser(path))
+    if not os.path.isfile(path):
+        raise ValueError(f"vector file {path} does not exist")
+    fmt = detect_format(path) if options.format == "auto" else options.format
+    if fmt == "fasttext_bin":
+        return _open_fasttext_bin(path)
+    parse_options = {"format": fmt, "dim": options.dim, "header": options.header,
+                     "on_bad_line": options.on_bad_line, "encoding_errors": options.encoding_errors}
+    if fmt == "word2vec_binary":
+        build = partial(_build_word2vec_binary, path, options)
+    else:
+        header = {"word2vec": True, "glove": False}.get(fmt, options.header)
+        build = partial(_build_text, path, options, header)
+    if options.cache:
+        entry = vector_cache.load_or_build(path, parse_options, build, cache_dir=options.cache_dir)
+        tokens, matrix, meta = entry.tokens, entry.matrix, entry.meta
+    else:
+        tokens, matrix, meta = vector_cache.build_in_memory(build)
+    notes = meta.get("summary") or ""
+    description = f"{os.path.basename(path)} ({fmt}, {matrix.shape[0]}×{matrix.shape[1]}{'; ' + notes if notes else ''})"
+    return ArrayTable(tokens=tokens, matrix=matrix, description=description)
+
+
+def _build_text(path: str, options: FileVectorsOptions, header: bool | None,
+                open_sink: Callable[[int], Callable[[np.ndarray], None]]) -> tuple[list[str], dict[str, Any]]:
+    parser = vector_file.TextVectorParser(
+        path, dim=options.dim, header=header, on_bad_line=options.on_bad_line,
+        encoding_errors=options.encoding_errors, progress=options.progress,
+    )
+    sinks: list[Callable[[np.ndarray], None]] = []
+
+    def sink(block: np.ndarray) -> None:
+        if not sinks:
+            sinks.append(open_sink(block.shape[1]))
+        sinks[0](block)
+
+    tokens = parser.parse(sink)
+    return tokens, {"report": parser.report.as_dict(), "summary": parser.report.summary()}
+
+
+def _build_word2vec_binary(path: str, options: FileVectorsOptions,
+                           open_sink: Callable[[int], Callable[[np.ndarray], None]]) -> tuple[list[str], dict[str, Any]]:
+    from gensim.models import KeyedVectors
+
+    header = vector_file.read_head(path, 256).partition(b"\n")[0].split()
+    announced = int(header[0]) if len(header) == 2 and header[0].isdigit() else None
+    try:
+        kv = KeyedVectors.load_word2vec_format(path, binary=True, unicode_errors=options.encoding_errors)
+    except UnicodeDecodeError as error:
+        raise ValueError(f"{path}: a token is not valid UTF-8 (encoding_errors='strict'): {error}") from None
+    except (ValueError, EOFError) as error:
+        raise ValueError(f"{path}: not a readable word2vec binary file: {error}") from None
+    if options.dim is not None and kv.vector_size != int(options.dim):
+        raise ValueError(f"{path}: the file has dimension {kv.vector_size}, but dim={options.dim} was given")
+    vectors = np.asarray(kv.vectors, dtype=np.float32)
+    tokens = list(kv.index_to_key)
+    keep = np.isfinite(vectors).all(axis=1)
+    problems = [f"{path}: vector {i + 1} (token {tokens[i]!r}): non-finite value (NaN or inf)" for i in np.flatnonzero(~keep)]
+    if problems and options.on_bad_line == "error":
+        raise ValueError(f"{problems[0]} (pass source_options on_bad_line='skip' to skip such vectors)")
+    if problems and options.on_bad_line == "warn":
+        import warnings
+
+        warnings.warn(f"{path}: skipped {len(problems)} vector(s) with NaN/inf, e.g. {problems[:3]}", stacklevel=3)
+    tokens = [t for t, k in zip(tokens, keep) if k]
+    open_sink(vectors.shape[1])(vectors[keep])
+    duplicates = max(0, (announced or 0) - len(kv))
+    invalid = sum("\ufffd" in t for t in tokens) if options.encoding_errors == "replace" else 0
+    report = {"dim": int(vectors.shape[1]), "rows": len(tokens), "duplicates": duplicates, "skipped": len(problems),
+              "invalid_utf8": invalid, "header_count": announced, "problems": problems[:10]}
+    summary = ", ".join(f"{v} {k}" for k, v in (("duplicate tokens", duplicates), ("skipped bad vectors", len(problems)),
+                                                 ("tokens with invalid UTF-8", invalid)) if v)
+    return tokens, {"report": report, "summary": summary}
+
+
+class FastTextTable:
+    """A fastText model's vectors; ``compose`` builds vectors for unseen tokens from character n-grams."""
+
+    def __init__(self, path: str) -> None:
+        from gensim.models.fasttext import load_facebook_vectors
+
+        self.kv = load_facebook_vectors(path)
+        self.dim = int(self.kv.vector_size)
+        self.description = f"{os.path.basename(path)} (fasttext_bin, {len(self.kv)}×{self.dim}, bucket={self.kv.bucket})"
+        self.special_tokens: dict[str, str] = {}
+        self.can_compose = bool(self.kv.bucket)
+
+    def lookup(self) -> dict[str, int]:
+        return self.kv.key_to_index
+
+    def gather(self, rows: Any) -> torch.Tensor:
+        return torch.from_numpy(np.ascontiguousarray(self.kv.vectors[np.asarray(rows, dtype=np.int64)], dtype=np.float32))
+
+    def compose(self, tokens: list[str]) -> torch.Tensor:
+        return torch.from_numpy(np.stack([np.asarray(self.kv.get_vector(t), dtype=np.float32) for t in tokens]))
+
+
+def _open_fasttext_bin(path: str) -> VectorTable:
+    try:
+        return FastTextTable(path)
+    except (ValueError, EOFError, NotImplementedError) as error:
+        raise ValueError(f"{path}: not a readable fastText .bin model: {error}") from None
+
+
+# --- sources -------------------------------------------------------------------------------
+
+
+def file_source(path: str, **options: Any) -> PretrainedSource:
+    """Any local vector file: word2vec text/binary, GloVe text, fastText .vec/.bin (optionally .gz/.bz2/.xz)."""
+    return _file_source(f"file:{path}", path, options)
+
+
+def _file_source(name: str, path: str | None, options: dict[str, Any], locate: Callable[[], str] | None = None,
+                 default_format: str = "auto") -> PretrainedSource:
+    alignment, own = split_options(name, options, FILE_OPTIONS)
+    path = own.pop("path", None) or path
+    own.setdefault("format", default_format)
+    file_options = FileVectorsOptions(**own)
+    if path is not None:
+        path = os.path.expanduser(str(path))
+        if not os.path.isfile(path):
+            raise ValueError(f"source {name!r}: vector file {path} does not exist")
+
+    def open_table(request: SourceRequest) -> VectorTable:
+        return open_vector_file(path if path is not None else locate(), file_options)  # type: ignore[misc]
+
+    return PretrainedSource(name, open_table, alignment)
+
+
+SOURCES.add("file", file_source, takes_argument=True,
+            summary="a local vector file: word2vec text/binary, GloVe, fastText .vec/.bin (.gz/.bz2 ok)")
+
+
+@dataclass(frozen=True)
+class WellKnown:
+    """A published vector set: where gensim-data has it (if it does) and where to get it by hand."""
+
+    title: str
+    gensim_name: str | None
+    file_name: str
+    url: str
+    dim: int
+
+
+_GLOVE_6B = "https://nlp.stanford.edu/data/glove.6B.zip"
+WELL_KNOWN: dict[str, WellKnown] = {
+    "glove": WellKnown("GloVe Common Crawl 840B, 300d", None, "glove.840B.300d.txt",
+                       "https://nlp.stanford.edu/data/glove.840B.300d.zip", 300),
+    **{f"glove-6B-{d}": WellKnown(f"GloVe 6B (Wikipedia+Gigaword), {d}d", f"glove-wiki-gigaword-{d}",
+                                  f"glove.6B.{d}d.txt", _GLOVE_6B, d) for d in (50, 100, 200, 300)},
+    "word2vec": WellKnown("word2vec Google News, 300d", "word2vec-google-news-300",
+                          "GoogleNews-vectors-negative300.bin.gz", "https://code.google.com/archive/p/word2vec/", 300),
+    "fasttext": WellKnown("fastText English wiki-news subword, 300d", "fasttext-wiki-news-subwords-300",
+                          "wiki-news-300d-1M-subword.vec.zip",
+                          "https://dl.fbaipublicfiles.com/fasttext/vectors-english/wiki-news-300d-1M-subword.vec.zip", 300),
+}
+GENSIM_DATA = {
+    **{f"glove-wiki-gigaword-{d}": d for d in (50, 100, 200, 300)},
+    **{f"glove-twitter-{d}": d for d in (25, 50, 100, 200)},
+    "word2vec-google-news-300": 300,
+    "fasttext-wiki-news-subwords-300": 300,
+    "conceptnet-numberbatch-17-06-300": 300,
+}
+
+
+def offline_reason() -> str | None:
+    """Why no download should be tried (an offline flag, or no route to the host), else None."""
+    for variable in ("EMBINIT_OFFLINE", "HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE"):
+        if os.environ.get(variable, "").strip().lower() in ("1", "true", "yes", "on"):
+            return f"{variable} is set"
+    try:
+        socket.create_connection(("raw.githubusercontent.com", 443), timeout=3).close()
+    except OSError as error:
+        return f"no network ({error})"
+    return None
+
+
+def gensim_data_path(gensim_name: str) -> str:
+    """The local gensim-data copy of ``gensim_name``, downloading it when a network is reachable."""
+    base = os.environ.get("GENSIM_DATA_DIR") or os.path.expanduser("~/gensim-data")
+    folder = os.path.join(base, gensim_name)
+    if os.path.isdir(folder):
+        files = sorted(f for f in os.listdir(folder) if not f.endswith((".json", ".py", ".txt.tmp")) and f != "__init__.py")
+        preferred = [f for f in files if f.startswith(gensim_name)]
+        if preferred or files:
+            return os.path.join(folder, (preferred or files)[0])
+    reason = offline_reason()
+    if reason is not None:
+        raise RuntimeError(f"gensim-data {gensim_name!r} is not in {base} and cannot be downloaded: {reason}")
+    import gensim.downloader
+
+    try:
+        return str(gensim.downloader.load(gensim_name, return_path=True))
+    except Exception as error:  # noqa: BLE001 - network and server errors surface as many types
+        raise RuntimeError(f"downloading gensim-data {gensim_name!r} failed: {error}") from error
+
+
+def _locator(name: str, title: str, gensim_name: str | None, file_name: str, url: str) -> Callable[[], str]:
+    def locate() -> str:
+        how = (f"download {file_name} from {url} (unzip if needed) and pass source='file:/path/to/{file_name}' "
+               f"or source_options={{'path': '/path/to/{file_name}'}}")
+        if gensim_name is None:
+            raise RuntimeError(f"source {name!r} ({title}) is not downloaded automatically: {how}")
+        try:
+            return gensim_data_path(gensim_name)
+        except RuntimeError as error:
+            raise RuntimeError(f"source {name!r} ({title}): {error}. Without a network, {how}") from None
+
+    return locate
+
+
+def _register_well_known(name: str, entry: WellKnown) -> None:
+    def factory(**options: Any) -> PretrainedSource:
+        locate = _locator(name, entry.title, entry.gensim_name, entry.file_name, entry.url)
+        return _file_source(name, None, options, locate)
+
+    factory.__doc__ = f"{entry.title}; local file with path=, else gensim-data {entry.gensim_name or '(none)'}"
+    SOURCES.add(name, factory, summary=factory.__doc__)
+
+
+def _register_gensim(name: str, dim: int) -> None:
+    def factory(**options: Any) -> PretrainedSource:
+        locate = _locator(name, f"gensim-data {name}, {dim}d", name, f"{name}.gz",
+                          "https://github.com/RaRe-Technologies/gensim-data")
+        return _file_source(name, None, options, locate)
+
+    SOURCES.add(name, factory, summary=f"gensim-data {name} ({dim}d), through gensim.downloader or path=")
+
+
+for _name, _entry in WELL_KNOWN.items():
+    _register_well_known(_name, _entry)
+for _name, _dim in GENSIM_DATA.items():
+    _register_gensim(_name, _dim)

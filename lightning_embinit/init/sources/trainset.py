@@ -1,0 +1,92 @@
+"""``word2vec-trainset``: word2vec trained with gensim on the task's own training text (SPEC §1, [KB]).
+
+The corpus is ``request.corpus()`` — the datamodule's tokenized training text for the slot —
+read once per gensim pass. The vectors then go through the usual alignment (exact match of the
+slot's tokens; tokens the corpus lacks, such as special tokens, get the ``oov`` policy).
+
+Hyperparameters are options; ``vector_size`` defaults to the slot's D. Training is deterministic
+given ``seed`` with ``workers=1`` (the default): the seed defaults to a draw from the request's
+generator, and gensim's per-word hash is a fixed CRC32 rather than Python's salted ``hash``.
+"""
+
+from __future__ import annotations
+
+import zlib
+from typing import Any, Callable, Iterable, Iterator, Sequence
+
+from lightning_embinit.init.alignment import VectorTable
+from lightning_embinit.init.sources.base import SOURCES, SourceRequest
+from lightning_embinit.init.sources.pretrained import ArrayTable, PretrainedSource, seed_from, split_options
+
+WORD2VEC_DEFAULTS: dict[str, Any] = {
+    "vector_size": None,  # the slot's embedding_dim
+    "window": 5,
+    "min_count": 1,  # the slot's vocabulary already applied its own minimum frequency
+    "epochs": 5,
+    "sg": 0,
+    "hs": 0,
+    "negative": 5,
+    "sample": 1e-3,
+    "alpha": 0.025,
+    "min_alpha": 0.0001,
+    "seed": None,  # drawn from the request's generator
+    "workers": 1,
+}
+
+
+def stable_hash(text: str) -> int:
+    """A process-independent string hash for gensim's ``hashfxn``."""
+    return zlib.crc32(text.encode("utf-8"))
+
+
+class _Restartable:
+    """An iterable that calls ``corpus()`` afresh for every gensim pass."""
+
+    def __init__(self, corpus: Callable[[], Iterable[Sequence[str]]]) -> None:
+        self.corpus = corpus
+
+    def __iter__(self) -> Iterator[list[str]]:
+        for sentence in self.corpus():
+            yield list(sentence)
+
+
+def train_word2vec(request: SourceRequest, options: dict[str, Any]) -> VectorTable:
+    """Train gensim ``Word2Vec`` on the slot's corpus; the table holds its vocabulary and vectors."""
+    from gensim.models import Word2Vec
+
+    if request.corpus is None:
+        raise ValueError(
+            f"source 'word2vec-trainset' needs the training text of slot {request.slot_name!r}, but none was given: "
+            "the datamodule must provide training_corpus(slot_name) returning tokenized sentences"
+        )
+    params = {**WORD2VEC_DEFAULTS, **options}
+    if params["vector_size"] is None:
+        params["vector_size"] = request.embedding_dim
+    if params["seed"] is None:
+        params["seed"] = seed_from(request.generator)
+    for key in ("vector_size", "window", "min_count", "epochs", "workers"):
+        if int(params[key]) < 1:
+            raise ValueError(f"word2vec-trainset: {key} must be ≥ 1, got {params[key]!r}")
+    sentences = _Restartable(request.corpus)
+    model = Word2Vec(sentences=sentences, hashfxn=stable_hash, **{k: params[k] for k in WORD2VEC_DEFAULTS})
+    if len(model.wv) == 0:
+        raise ValueError(f"word2vec-trainset: no word of slot {request.slot_name!r}'s corpus reached min_count={params['min_count']}")
+    settings = ", ".join(f"{k}={params[k]}" for k in ("vector_size", "window", "min_count", "epochs", "sg", "seed"))
+    return ArrayTable(
+        tokens=list(model.wv.index_to_key),
+        matrix=model.wv.vectors,
+        description=f"gensim Word2Vec on the training text ({len(model.wv)}×{model.wv.vector_size}; {settings})",
+    )
+
+
+@SOURCES.register("word2vec-trainset", summary="word2vec trained with gensim on the slot's training text [KB]")
+def word2vec_trainset(**options: Any) -> PretrainedSource:
+    alignment, own = split_options("word2vec-trainset", options, tuple(WORD2VEC_DEFAULTS))
+    for key, value in own.items():
+        if value is not None and not isinstance(value, (int, float)):
+            raise ValueError(f"word2vec-trainset: option {key} must be a number, got {value!r}")
+
+    def open_table(request: SourceRequest) -> VectorTable:
+        return train_word2vec(request, own)
+
+    return PretrainedSource("word2vec-trainset", open_table, alignment)

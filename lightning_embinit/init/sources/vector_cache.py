@@ -1,0 +1,168 @@
+"""A parse-once cache for big vector files (SPEC §1 sources; issue 4 "big files").
+
+A vector file is parsed once into ``<cache>/vectors/<key>/``: ``matrix.npy`` (float32, V×D,
+memory-mappable), ``tokens.txt`` (one token per line, row order) and ``meta.json`` (what the parse
+found). The key hashes the file's identity — absolute path, size and modification time — and the
+options that change the result, so an edited file is parsed again. Later loads memory-map the
+matrix (``np.load(mmap_mode="r")``) and read only the rows a vocabulary needs.
+
+The cache directory is ``$EMBINIT_CACHE_DIR`` (default ``~/.cache/lightning_embinit``). Entries
+are written to a temporary directory and renamed into place, so a crash or a concurrent writer
+never leaves a half-written entry.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import json
+import os
+import shutil
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable
+
+import numpy as np
+
+CACHE_ENV = "EMBINIT_CACHE_DIR"
+CACHE_VERSION = 1
+_PLACEHOLDER_ROWS = 10**15
+
+
+def cache_root(override: str | os.PathLike[str] | None = None) -> Path:
+    """The cache directory: ``override``, else ``$EMBINIT_CACHE_DIR``, else ``~/.cache/lightning_embinit``."""
+    if override is not None:
+        return Path(override).expanduser()
+    configured = os.environ.get(CACHE_ENV)
+    return Path(configured).expanduser() if configured else Path("~/.cache/lightning_embinit").expanduser()
+
+
+def file_key(path: str | os.PathLike[str], options: dict[str, Any]) -> str:
+    """A hex key for ``path``'s identity (absolute path, size, mtime) and the parse ``options``."""
+    resolved = os.path.abspath(os.path.expanduser(path))
+    stat = os.stat(resolved)
+    identity = {
+        "path": resolved,
+        "size": stat.st_size,
+        "mtime_ns": stat.st_mtime_ns,
+        "options": options,
+        "version": CACHE_VERSION,
+    }
+    return hashlib.sha256(json.dumps(identity, sort_keys=True, default=str).encode()).hexdigest()[:32]
+
+
+class NpyRowWriter:
+    """Appends float32 row blocks to a ``.npy`` file whose row count is fixed up at the end."""
+
+    def __init__(self, path: Path, dim: int) -> None:
+        self.path, self.dim, self.rows = path, dim, 0
+        self._file = open(path, "wb")
+        self._header_size = len(self._header(_PLACEHOLDER_ROWS))
+        self._file.write(self._header(_PLACEHOLDER_ROWS))
+
+    def _header(self, rows: int) -> bytes:
+        buffer = io.BytesIO()
+        np.lib.format.write_array_header_1_0(buffer, {"descr": "<f4", "fortran_order": False, "shape": (rows, self.dim)})
+        return buffer.getvalue()
+
+    def __call__(self, block: np.ndarray) -> None:
+        if block.ndim != 2 or block.shape[1] != self.dim:
+            raise ValueError(f"expected blocks of width {self.dim}, got shape {block.shape}")
+        self._file.write(np.ascontiguousarray(block, dtype="<f4").tobytes())
+        self.rows += block.shape[0]
+
+    def close(self) -> None:
+        header = self._header(self.rows)
+        if len(header) != self._header_size:  # numpy pads headers so the shape can grow in place
+            raise RuntimeError(f"cannot rewrite the .npy header of {self.path} in place")
+        self._file.seek(0)
+        self._file.write(header)
+        self._file.close()
+
+
+@dataclass
+class CachedVectors:
+    """One cache entry: tokens in row order, the memory-mapped matrix and the parse metadata."""
+
+    directory: Path
+    tokens: list[str]
+    matrix: np.ndarray
+    meta: dict[str, Any]
+
+    @classmethod
+    def open(cls, directory: Path) -> CachedVectors:
+        meta = json.loads((directory / "meta.json").read_text(encoding="utf-8"))
+        text = (directory / "tokens.txt").read_text(encoding="utf-8")
+        tokens = text.split("\n") if meta["rows"] else []
+        matrix = np.load(directory / "matrix.npy", mmap_mode="r")
+        if len(tokens) != matrix.shape[0] or matrix.shape[0] != meta["rows"]:
+            raise ValueError(f"corrupt vector cache entry {directory}: {len(tokens)} tokens for {matrix.shape[0]} rows")
+        return cls(directory, tokens, matrix, meta)
+
+
+Builder = Callable[[Callable[[int], Callable[[np.ndarray], None]]], tuple[list[str], dict[str, Any]]]
+
+
+def load_or_build(
+    path: str | os.PathLike[str], options: dict[str, Any], build: Builder, *, cache_dir: str | os.PathLike[str] | None = None
+) -> CachedVectors:
+    """The cache entry for ``path`` parsed with ``options``; ``build`` runs only on a miss.
+
+    ``build(open_sink)`` parses the file: it calls ``open_sink(dim)`` once the dimension is known,
+    feeds the returned sink float32 row blocks, and returns ``(tokens, meta)``.
+    """
+    root = cache_root(cache_dir) / "vectors"
+    key = file_key(path, options)
+    final = root / key
+    if (final / "meta.json").exists():
+        try:
+            return CachedVectors.open(final)
+        except (OSError, ValueError):
+            shutil.rmtree(final, ignore_errors=True)  # a damaged entry is rebuilt
+    elif final.exists():
+        shutil.rmtree(final, ignore_errors=True)
+    root.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(prefix=f"{key}.tmp.", dir=root))
+    writers: list[NpyRowWriter] = []
+
+    def open_sink(dim: int) -> Callable[[np.ndarray], None]:
+        writers.append(NpyRowWriter(staging / "matrix.npy", dim))
+        return writers[-1]
+
+    try:
+        tokens, meta = build(open_sink)
+        if not writers:
+            raise ValueError(f"{path}: the parser produced no matrix")
+        writers[0].close()
+        if any("\n" in token for token in tokens):
+            raise ValueError(f"{path}: a token contains a newline and cannot be cached")
+        (staging / "tokens.txt").write_text("\n".join(tokens), encoding="utf-8")
+        meta = {**meta, "source": os.path.abspath(os.fspath(path)), "rows": len(tokens), "options": options,
+                "version": CACHE_VERSION}
+        (staging / "meta.json").write_text(json.dumps(meta, indent=1, default=str), encoding="utf-8")
+        try:
+            os.rename(staging, final)
+        except OSError:  # another process finished first: use its entry
+            shutil.rmtree(staging, ignore_errors=True)
+    except BaseException:
+        for writer in writers:
+            if not writer._file.closed:
+                writer._file.close()
+        shutil.rmtree(staging, ignore_errors=True)
+        raise
+    return CachedVectors.open(final)
+
+
+def build_in_memory(build: Builder) -> tuple[list[str], np.ndarray, dict[str, Any]]:
+    """Run ``build`` without a cache: the rows are collected in memory (``cache=False``)."""
+    blocks: list[np.ndarray] = []
+    dims: list[int] = []
+
+    def open_sink(dim: int) -> Callable[[np.ndarray], None]:
+        dims.append(dim)
+        return blocks.append
+
+    tokens, meta = build(open_sink)
+    matrix = np.concatenate(blocks) if blocks else np.zeros((0, dims[0] if dims else 0), dtype=np.float32)
+    return tokens, matrix, meta
