@@ -1,10 +1,28 @@
-"""Token-embedding initialization for transformers, as PyTorch Lightning callbacks and modules."""
+"""Token-embedding initialization for transformers, as PyTorch Lightning callbacks and modules.
 
-from lightning_embinit.callbacks import EmbeddingInitCallback
+``import lightning_embinit.init`` stays torch-only: the Lightning-facing names below are
+imported on first use.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
 from lightning_embinit.init import EmbeddingHost, EmbeddingSlot
 from lightning_embinit.init.pipeline import initialize_embeddings
 from lightning_embinit.init.recipe import InitRecipe
 
 __version__ = "0.1.0.dev0"
 
-__all__ = ["EmbeddingHost", "EmbeddingInitCallback", "EmbeddingSlot", "InitRecipe", "initialize_embeddings"]
+_LAZY = {
+    "EmbeddingInitCallback": "lightning_embinit.callbacks",
+}
+
+__all__ = ["EmbeddingHost", "EmbeddingSlot", "InitRecipe", "initialize_embeddings", *_LAZY]
+
+
+def __getattr__(name: str) -> Any:
+    if name in _LAZY:
+        return getattr(importlib.import_module(_LAZY[name]), name)
+    raise AttributeError(f"module 'lightning_embinit' has no attribute {name!r}")
