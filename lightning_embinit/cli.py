@@ -14,7 +14,16 @@ from lightning.pytorch.cli import LightningCLI
 
 
 class EmbinitCLI(LightningCLI):
-    """LightningCLI with this package's defaults (config saved next to the logs, overwriting)."""
+    """LightningCLI with this package's defaults.
+
+    The datamodule's ``vocabulary`` (token strings by id, built from the training text) is passed
+    to the model's ``vocabulary`` argument when both exist, so the embedding has its rows (and
+    their token strings) before ``EmbeddingInitCallback`` runs at setup; models or datamodules
+    without it are left alone.
+    """
+
+    def add_arguments_to_parser(self, parser: Any) -> None:
+        parser.link_arguments("data.vocabulary", "model.init_args.vocabulary", apply_on="instantiate")
 
 
 def main(args: Any = None) -> None:
