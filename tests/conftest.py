@@ -1,6 +1,20 @@
+import os
+
 import pytest
 
 from tests.shared_data import require_shared_data
+
+
+@pytest.fixture(scope="session", autouse=True)
+def isolated_vector_cache(tmp_path_factory):
+    """Keep the vector cache of every test (and of the DDP workers they spawn) out of ~/.cache."""
+    previous = os.environ.get("EMBINIT_CACHE_DIR")
+    os.environ["EMBINIT_CACHE_DIR"] = str(tmp_path_factory.mktemp("embinit-cache"))
+    yield
+    if previous is None:
+        os.environ.pop("EMBINIT_CACHE_DIR", None)
+    else:
+        os.environ["EMBINIT_CACHE_DIR"] = previous
 
 
 @pytest.fixture

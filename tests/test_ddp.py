@@ -60,3 +60,18 @@ def test_a_failure_on_rank_zero_stops_every_rank(tmp_path):
     callback = EmbeddingInitCallback(source=BrokenSource("nan"), verbose=False)
     with pytest.raises(Exception, match="rows contain NaN or inf"):
         ddp_trainer(tmp_path, [callback]).fit(TwoSlotHost(), token_loader(batches=4))
+
+
+def test_a_pretrained_source_is_read_on_rank_zero_only_and_broadcast(tmp_path):
+    from tests.shared_data import require_shared_data
+    from tests.sources_for_tests import RankRecordingSource
+
+    glove = require_shared_data("glove", "glove.6B.50d.multi30k_subset.txt.gz")
+    source = RankRecordingSource(f"file:{glove}", str(tmp_path))
+    callback = EmbeddingInitCallback(source=source, standardize="xavier", trainable="pretrained_rows", seed=0, verbose=False)
+    ddp_trainer(tmp_path, [callback, WriteChecksums(tmp_path)]).fit(TwoSlotHost(dim=50, lr=0.0), token_loader(batches=4))
+    assert sorted(p.name for p in tmp_path.glob("built-by-rank*")) == ["built-by-rank0"]
+    assert (tmp_path / "built-by-rank0").read_text() == "11"  # one read per slot, encoder and decoder
+    rank0 = json.loads((tmp_path / "rank0.json").read_text())
+    rank1 = json.loads((tmp_path / "rank1.json").read_text())
+    assert rank0 == rank1 and rank0["encoder_abs"] > 0
