@@ -89,3 +89,14 @@ def test_sinusoidal_layouts():
 def test_cli_help_and_print_config():
     help_text = subprocess.run([sys.executable, "-m", "lightning_embinit", "fit", "--help"], capture_output=True, text=True)
     assert help_text.returncode == 0 and "--config" in help_text.stdout
+
+
+def test_bfloat16_table_is_standardized_in_place_of_its_dtype():
+    model = nn.Module()
+    model.table = nn.Embedding(3000, 256).to(torch.bfloat16)
+    reports = initialize_embeddings(model, source="normal:3.0", standardize="xavier", seed=0)
+    weight = model.table.weight
+    assert weight.dtype == torch.bfloat16
+    target = (2 / (3000 + 256)) ** 0.5
+    assert weight.float().double().std(unbiased=False).item() == pytest.approx(target, rel=3e-3)
+    assert reports["table"]["std"] == pytest.approx(target, rel=3e-3)
