@@ -82,6 +82,7 @@ class InitialLossMonitor(Callback):
         self.step_losses: list[float] = []
         self._warned = False
         self._tied: EmbeddingSlot | None = None
+        self._tied_sigma: float | None = None
         self._pending = [0.0, 0]
         self._step_at_start = 0
         self._active = False
@@ -123,7 +124,7 @@ class InitialLossMonitor(Callback):
             return predict()
         if self._tied is None:
             return None
-        return tied_initial_loss(self._tied.num_embeddings, self._tied.embedding_dim, self._tied_std())
+        return tied_initial_loss(self._tied.num_embeddings, self._tied.embedding_dim, self._tied_sigma)
 
     def _tied_std(self) -> float:
         weight = self._tied.weight.detach().double()
@@ -141,6 +142,7 @@ class InitialLossMonitor(Callback):
             return
         self._resolve(pl_module)
         if self.init_loss is None:
+            self._tied_sigma = None if self._tied is None else self._tied_std()
             self.predicted = self._prediction(pl_module)
 
     def on_train_batch_start(self, trainer: L.Trainer, pl_module: L.LightningModule, batch: Any, batch_idx: int) -> None:
@@ -193,14 +195,14 @@ class InitialLossMonitor(Callback):
             f"initial loss {self.init_loss:.3f} is above ln n = {self.ln_vocab:.3f} "
             f"(a uniform predictor) by more than {self.margin:g}"
         )
-        if self._tied is None:
-            return f"{head}; check the scale of the output layer's weights and inputs."
-        d, sigma = self._tied.embedding_dim, self._tied_std()
-        size = "≫" if d * sigma > 2 * self.ln_vocab else "vs"
+        if self._tied is None or self._tied_sigma is None:
+            return f"{head}; check the scale of the output layer's weights and of its inputs."
+        d, sigma = self._tied.embedding_dim, self._tied_sigma
         return (
-            f"{head}. Likely cause: the output head is tied to embedding {self._tied.name!r} with a large std "
-            f"σ = {sigma:.4g}: dσ = {d * sigma:.2f} {size} ln n = {self.ln_vocab:.2f}, so the initial model "
-            f"predicts the current token again (SPEC §3: loss ≈ ln(e^(dσ) + n − 1)). Countermeasures: {COUNTERMEASURES}."
+            f"{head}. Likely cause: the output head is tied to embedding {self._tied.name!r} whose initial std "
+            f"σ = {sigma:.4g} is large: dσ = {d * sigma:.2f} {'>' if d * sigma > self.ln_vocab else '≤'} "
+            f"ln n = {self.ln_vocab:.2f}, so the initial model predicts the current token again "
+            f"(SPEC §3: loss ≈ ln(e^(dσ) + n − 1)). Countermeasures: {COUNTERMEASURES}."
         )
 
     # ------------------------------------------------------------------ checkpointing

@@ -1,0 +1,165 @@
+"""InitialLossMonitor on TiedEmbeddingLM and on generic LightningModules (single process)."""
+
+import math
+import re
+import warnings
+
+import lightning as L
+import pytest
+import torch
+import torch.nn.functional as F
+from torch import nn
+from torch.utils.data import DataLoader, TensorDataset
+
+from lightning_embinit.callbacks.initial_loss import InitialLossMonitor
+from lightning_embinit.models import TiedEmbeddingLM, tied_initial_loss
+
+
+def windows(n_vocab, count=16, length=17, seed=0):
+    generator = torch.Generator().manual_seed(seed)
+    ids = torch.randint(0, n_vocab, (count, length), generator=generator)
+    return TensorDataset(ids[:, :-1], ids[:, 1:])
+
+
+def trainer(tmp_path, monitor, **options):
+    options = {"max_steps": 3, "logger": False, "enable_checkpointing": False, "enable_progress_bar": False,
+               "enable_model_summary": False, "limit_val_batches": 0, "default_root_dir": tmp_path, **options}
+    return L.Trainer(callbacks=[monitor], **options)
+
+
+class Classifier(L.LightningModule):
+    """A plain module: no embedding, no EmbeddingHost; training_step returns a dict."""
+
+    def __init__(self, classes=7):
+        super().__init__()
+        self.body = nn.Linear(5, 16)
+        self.out = nn.Linear(16, classes)
+
+    def forward(self, x):
+        return self.out(torch.relu(self.body(x)))
+
+    def training_step(self, batch, batch_idx):
+        x, y = batch
+        return {"loss": F.cross_entropy(self(x), y), "extra": 1}
+
+    def configure_optimizers(self):
+        return torch.optim.SGD(self.parameters(), lr=0.5)
+
+
+class TiedBigram(L.LightningModule):
+    """Not a host: an nn.Embedding whose weight an nn.Linear shares (found by identity)."""
+
+    def __init__(self, n=2000, d=256, sigma=1 / 16):
+        super().__init__()
+        self.embed = nn.Embedding(n, d)
+        nn.init.normal_(self.embed.weight, std=sigma)
+        self.norm = nn.LayerNorm(d)
+        self.decoder = nn.Linear(d, n, bias=False)
+        self.decoder.weight = self.embed.weight
+
+    def training_step(self, batch, batch_idx):
+        x, y = batch
+        logits = self.decoder(self.norm(self.embed(x)))
+        return F.cross_entropy(logits.flatten(0, 1), y.flatten())
+
+    def configure_optimizers(self):
+        return torch.optim.Adam(self.parameters(), lr=1e-3)
+
+
+def test_generic_module_vocab_from_output_layer(tmp_path):
+    torch.manual_seed(0)
+    x, y = torch.randn(32, 5), torch.randint(0, 7, (32,))
+    model = Classifier()
+    with torch.no_grad():
+        expected = F.cross_entropy(model(x[:8]), y[:8]).item()
+    monitor = InitialLossMonitor(track_steps=2)
+    run = trainer(tmp_path, monitor)
+    run.fit(model, DataLoader(TensorDataset(x, y), batch_size=8))
+    assert monitor.ln_vocab == pytest.approx(math.log(7))
+    assert monitor.init_loss == pytest.approx(expected, rel=1e-6) and monitor.predicted is None
+    assert len(monitor.step_losses) == 2 and monitor.step_losses[0] == monitor.init_loss
+    assert float(run.callback_metrics["init_loss"]) == pytest.approx(expected, rel=1e-6)
+    assert float(run.callback_metrics["init_loss_ratio"]) == pytest.approx(expected / math.log(7), rel=1e-6)
+    assert InitialLossMonitor(vocab_size=11)._resolve(model) is None
+    with pytest.raises(ValueError, match="vocab_size"):
+        InitialLossMonitor()._resolve(nn.Sequential(nn.ReLU()))
+
+
+def test_tied_non_host_module_gets_spec_prediction_and_warning(tmp_path):
+    torch.manual_seed(0)
+    model = TiedBigram()
+    sigma = model.embed.weight.std(unbiased=False).item()
+    monitor = InitialLossMonitor()
+    with pytest.warns(UserWarning, match="log_n_over_d") as caught:
+        trainer(tmp_path, monitor, max_steps=1).fit(model, DataLoader(windows(2000), batch_size=4))
+    assert monitor.predicted == pytest.approx(tied_initial_loss(2000, 256, sigma))
+    assert abs(monitor.init_loss - monitor.predicted) / monitor.predicted < 0.03
+    message = str([w for w in caught if "log_n_over_d" in str(w.message)][0].message)
+    assert "tied" in message and "tied_half_swap" in message and "untie" in message
+    assert float(re.search(r"dσ = (\d+\.\d+)", message).group(1)) == pytest.approx(256 * sigma, abs=0.01)
+
+
+def test_no_warning_when_start_is_near_ln_n(tmp_path):
+    model = TiedEmbeddingLM(vocab_size=500, d_model=64, num_layers=1, embedding_init="log_n_over_d", positional="none")
+    monitor = InitialLossMonitor()
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        trainer(tmp_path, monitor, max_steps=1).fit(model, DataLoader(windows(500), batch_size=4))
+    assert not [w for w in caught if "initial loss" in str(w.message)]
+    assert monitor.init_loss < monitor.ln_vocab + 1.0
+    assert monitor.predicted == pytest.approx(model.initial_loss_prediction(), rel=0.05)
+
+
+def test_gradient_accumulation_averages_the_pre_step_batches(tmp_path):
+    torch.manual_seed(0)
+    data = windows(300)
+    model = TiedEmbeddingLM(vocab_size=300, d_model=32, num_layers=1, max_len=16, embedding_init="normal:0.2")
+    with torch.no_grad():
+        per_batch = [model.loss(model(data.tensors[0][i : i + 4]), data.tensors[1][i : i + 4]).item() for i in (0, 4, 8)]
+    monitor = InitialLossMonitor(track_steps=5)
+    trainer(tmp_path, monitor, max_steps=2, accumulate_grad_batches=3).fit(model, DataLoader(data, batch_size=4))
+    # the first optimizer step follows three batches, all computed with the initial weights
+    assert monitor.init_loss == pytest.approx(sum(per_batch) / 3, rel=1e-5)
+    assert len(monitor.step_losses) == 2
+
+
+def test_state_survives_checkpoint_and_resume(tmp_path):
+    model = TiedEmbeddingLM(vocab_size=300, d_model=32, num_layers=1, max_len=16)
+    monitor = InitialLossMonitor(track_steps=6)
+    loader = DataLoader(windows(300), batch_size=4)
+    run = trainer(tmp_path, monitor, max_steps=3)
+    run.fit(model, loader)
+    path = tmp_path / "mid.ckpt"
+    run.save_checkpoint(path)
+    state = monitor.state_dict()
+    assert len(state["step_losses"]) == 3 and state["init_loss"] == state["step_losses"][0]
+
+    resumed = InitialLossMonitor(track_steps=6)
+    trainer(tmp_path, resumed, max_steps=5).fit(
+        TiedEmbeddingLM(vocab_size=300, d_model=32, num_layers=1, max_len=16), loader, ckpt_path=path
+    )
+    assert resumed.init_loss == monitor.init_loss and resumed.ln_vocab == monitor.ln_vocab
+    assert resumed.step_losses[:3] == state["step_losses"] and len(resumed.step_losses) == 5
+
+    fresh = InitialLossMonitor()
+    fresh.load_state_dict(state)
+    assert fresh.state_dict() == state
+
+
+def test_resume_without_monitor_state_does_not_remeasure(tmp_path):
+    model = TiedEmbeddingLM(vocab_size=300, d_model=32, num_layers=1, max_len=16)
+    loader = DataLoader(windows(300), batch_size=4)
+    run = L.Trainer(max_steps=2, logger=False, enable_progress_bar=False, enable_model_summary=False, default_root_dir=tmp_path)
+    run.fit(model, loader)
+    path = tmp_path / "plain.ckpt"
+    run.save_checkpoint(path)
+    late = InitialLossMonitor()
+    trainer(tmp_path, late, max_steps=4).fit(model, loader, ckpt_path=path)
+    assert late.init_loss is None and late.step_losses == []
+
+
+def test_rejects_bad_arguments():
+    with pytest.raises(ValueError, match="vocab_size"):
+        InitialLossMonitor(vocab_size=1)
+    with pytest.raises(ValueError, match="track_steps"):
+        InitialLossMonitor(track_steps=0)
