@@ -25,9 +25,12 @@ local copy. ``minilm`` also finds the copy shipped by the PyPI package ``gt-all-
 
 from __future__ import annotations
 
+import functools
 import importlib.resources
 import json
 import os
+import socket
+import urllib.parse
 from dataclasses import dataclass
 from typing import Any, Callable, Mapping, Sequence
 
@@ -71,6 +74,20 @@ def hub_offline() -> bool:
     return bool(constants.HF_HUB_OFFLINE)
 
 
+@functools.lru_cache(maxsize=4)
+def _unreachable(endpoint: str) -> str | None:
+    """Why ``endpoint`` cannot be reached (a 3 s TCP probe), or None; skipped behind a proxy."""
+    if any(os.environ.get(v) for v in ("HTTPS_PROXY", "https_proxy", "ALL_PROXY", "all_proxy")):
+        return None
+    url = urllib.parse.urlparse(endpoint)
+    port = url.port or (443 if url.scheme == "https" else 80)
+    try:
+        socket.create_connection((url.hostname or "", port), timeout=3).close()
+    except OSError as error:
+        return f"no network: {endpoint} is unreachable ({error})"
+    return None
+
+
 class HFTable:
     """A :class:`VectorTable` over an LM's input-embedding tensor and its tokenizer's vocabulary."""
 
@@ -101,8 +118,8 @@ def local_fetch(directory: str) -> Callable[[str], str | None]:
 def hub_fetch(repo_ids: Sequence[str], *, revision: str | None, cache_dir: str | None,
               subfolder: str | None) -> Callable[[str], str | None]:
     """``fetch(filename)`` for a hub model: the cached file, else a download (unless offline), else None."""
-    from huggingface_hub import hf_hub_download, try_to_load_from_cache
-    from huggingface_hub.errors import EntryNotFoundError
+    from huggingface_hub import constants, hf_hub_download, try_to_load_from_cache
+    from huggingface_hub.errors import EntryNotFoundError, LocalEntryNotFoundError
 
     def fetch(filename: str) -> str | None:
         name = f"{subfolder}/{filename}" if subfolder else filename
@@ -112,9 +129,14 @@ def hub_fetch(repo_ids: Sequence[str], *, revision: str | None, cache_dir: str |
                 return cached
         if hub_offline():
             return None
+        reason = _unreachable(constants.ENDPOINT)
+        if reason is not None:
+            raise RuntimeError(f"{repo_ids[0]!r} is not in the Hugging Face cache and cannot be downloaded: {reason}")
         try:
             return hf_hub_download(repo_ids[0], filename, subfolder=subfolder, revision=revision, cache_dir=cache_dir)
-        except EntryNotFoundError:
+        except LocalEntryNotFoundError as error:  # the download failed and no cached copy exists
+            raise RuntimeError(f"downloading {filename} of {repo_ids[0]!r} failed: {error}") from error
+        except EntryNotFoundError:  # the repository has no such file
             return None
         except Exception as error:  # noqa: BLE001 - network, auth and server errors
             raise RuntimeError(f"downloading {filename} of {repo_ids[0]!r} from the Hugging Face hub failed: {error}") from error
@@ -173,16 +195,18 @@ def open_hf_table(name: str, model: str, repo_ids: Sequence[str], options: HFOpt
     how = (f"download it where a network exists (e.g. `hf download {repo_ids[0]}`) into the Hugging Face cache, "
            f"or pass source='hf:/path/to/dir' or source_options={{'path': '/path/to/dir'}} with its config.json, "
            f"tokenizer files and weights") if directory is None else ""
-    config_path = fetch("config.json")
-    vocab_size = None
-    if config_path is not None:
-        with open(config_path, encoding="utf-8") as handle:
-            vocab_size = json.load(handle).get("vocab_size")
     try:
+        config_path = fetch("config.json")
+        vocab_size = None
+        if config_path is not None:
+            with open(config_path, encoding="utf-8") as handle:
+                vocab_size = json.load(handle).get("vocab_size")
         tensor = locate_embedding(fetch, vocab_size=vocab_size, tensor=options.tensor, where=label)
     except FileNotFoundError as error:
-        offline = " (offline: HF_HUB_OFFLINE or no network)" if directory is None and hub_offline() else ""
+        offline = " (offline: HF_HUB_OFFLINE is set)" if directory is None and hub_offline() else ""
         raise RuntimeError(f"source {name!r}: cannot find the weights of {label}{offline}: {error}. {how}".strip()) from None
+    except RuntimeError as error:  # a failed download
+        raise RuntimeError(f"source {name!r}: {error}. {how}".strip()) from error
     vocabulary, special = _vocabulary(name, options.tokenizer or tokenizer_source, repo_ids if directory is None else (),
                                       options, local_only, how)
     return HFTable(label, tensor, vocabulary, special)
