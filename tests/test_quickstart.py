@@ -1,0 +1,42 @@
+"""The quick start and the example CLI config, shrunk to seconds."""
+
+import math
+from pathlib import Path
+
+import pytest
+
+from lightning_embinit import cli
+from lightning_embinit.models import TiedEmbeddingLM
+from lightning_embinit.quickstart import main
+
+CONFIG = Path(__file__).resolve().parent.parent / "examples" / "configs" / "tied_lm.yaml"
+
+
+def test_quickstart_table_shows_the_tied_initial_loss_gap(capsys):
+    rows = main(["--steps", "2", "--d-model", "128", "--layers", "1", "--seq-len", "32", "--batch-size", "8"])
+    table = capsys.readouterr().out
+    assert [r["setting"] for r in rows] == ["tied-normal", "tied-log_n_over_d", "untied-normal", "half_swap-normal"]
+    for row in rows:
+        assert row["setting"] in table and row["ln_n"] > math.log(4000)  # the Lee vocabulary, words seen twice
+        assert abs(row["init_loss"] - row["predicted"]) / row["init_loss"] < 0.03
+        assert row["val_ppl"] == pytest.approx(math.exp(row["val_loss"]))
+    tied, log_n, untied, half_swap = rows
+    assert tied["init_loss"] > tied["ln_n"] + 2  # ≈ √128 ≈ 11.3 against ln n ≈ 8.3
+    assert log_n["init_loss"] < tied["ln_n"] + 1.0 and untied["init_loss"] < tied["ln_n"] + 0.5
+    assert half_swap["init_loss"] < tied["ln_n"] + 1.0
+    with pytest.raises(ValueError, match="unknown settings"):
+        main(["--settings", "tied-glove"])
+
+
+def test_example_config_runs_through_the_cli_and_the_checkpoint_keeps_the_vocabulary(tmp_path):
+    cli.main(
+        [
+            "fit", "--config", str(CONFIG), f"--trainer.default_root_dir={tmp_path}", "--trainer.max_steps=2",
+            "--trainer.val_check_interval=2", "--trainer.enable_progress_bar=false", "--model.init_args.d_model=64",
+            "--model.init_args.num_layers=1", "--data.init_args.batch_size=4",
+        ]
+    )
+    checkpoint = next(tmp_path.rglob("*.ckpt"))
+    model = TiedEmbeddingLM.load_from_checkpoint(checkpoint)
+    assert model.vocabulary[:5] == ["<pad>", "<unk>", "<bos>", "<eos>", "the"] and len(model.vocabulary) > 4000
+    assert model.token_embedding.weight.shape == (len(model.vocabulary), 64)
