@@ -19,9 +19,10 @@ the slot's N×D :class:`~lightning_embinit.init.sources.base.SourceMatrix`:
 
 from __future__ import annotations
 
+import math
 import warnings
 from collections import Counter
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Mapping, Protocol, Sequence, runtime_checkable
 
 import torch
@@ -231,23 +232,28 @@ def align_to_slot(
             f"source {source_name!r} covers none of the {n} tokens of slot {request.slot_name!r} "
             f"(first slot tokens: {list(tokens[:8])}); is the slot tokenized for this source?"
         )
-    found_rows = _gather_found(table, match, found_mask)
-    _check_finite(found_rows, tokens, found_mask, source_name, request.slot_name)
+    gathered = _gather(table, match, found_mask)
+    _check_finite(gathered, tokens, source_name, request.slot_name)
     description = f"{source_name}: {table.description}"
-    source_dim = found_rows.shape[1]
-    if source_dim != d:
+    block = gathered.block
+    if block.shape[1] != d:
         if options.project is None:
             raise ValueError(
-                f"source {source_name!r} has dimension D_s={source_dim} but slot {request.slot_name!r} has "
+                f"source {source_name!r} has dimension D_s={block.shape[1]} but slot {request.slot_name!r} has "
                 f"embedding_dim D={d}; pass source_options project='pca' (D_s > D) or 'random_orthogonal', "
                 f"or choose a {d}-dimensional source"
             )
-        projection = fit_projection(options.project, found_rows, d, generator=request.generator)
-        found_rows = projection.apply(found_rows)
+        projection = fit_projection(options.project, block, d, generator=request.generator)
+        block = projection.apply(block)
         description += f"; {projection.description}"
-    weight = _fill_oov(options.oov, found_rows, n, d, request.generator)
-    weight[found_mask] = found_rows
-    if not torch.isfinite(weight).all():
+    weight = torch.empty(n, d, dtype=torch.float32)
+    if found < n:
+        weight[~found_mask] = _oov_rows(options.oov, block, gathered.multiplicity(), n - found, n, d, request.generator)
+    step = _chunk_rows(weight)
+    for start in range(0, found, step):
+        chunk = slice(start, start + step)
+        weight.index_copy_(0, gathered.positions[chunk], block.index_select(0, gathered.block_index[chunk]))
+    if not finite_rows(weight).all():
         raise ValueError(f"source {source_name!r}: the OOV policy {options.oov!r} produced non-finite values for slot {request.slot_name!r}")
     coverage = _coverage(tokens, match, found_mask, request, options.max_missing)
     description += f"; coverage {found}/{n} ({coverage.fraction:.1%}); oov={options.oov}"
@@ -258,7 +264,7 @@ def align_to_slot(
             f"{coverage.missing[:10]}",
             stacklevel=2,
         )
-    return SourceMatrix(weight=weight.contiguous(), pretrained_rows=found_mask, description=description, coverage=coverage)
+    return SourceMatrix(weight=weight, pretrained_rows=found_mask, description=description, coverage=coverage)
 
 
 def require_tokens(request: SourceRequest, source_name: str) -> Sequence[str]:
@@ -275,29 +281,57 @@ def require_tokens(request: SourceRequest, source_name: str) -> Sequence[str]:
     return request.tokens
 
 
-def _gather_found(table: VectorTable, match: Match, found_mask: torch.Tensor) -> torch.Tensor:
-    """The found rows in slot order, (found, D_s) float32; each distinct source row read once."""
-    positions = [i for i, row in enumerate(match.rows) if row >= 0]
-    unique = sorted({match.rows[i] for i in positions})
-    gathered = table.gather(unique).to(torch.float32) if unique else None
-    slot_of_unique = {row: k for k, row in enumerate(unique)}
-    composed = table.compose([match.composed[i] for i in sorted(match.composed)]) if match.composed else None  # type: ignore[attr-defined]
-    dim = gathered.shape[1] if gathered is not None else composed.shape[1]  # type: ignore[union-attr]
-    out = torch.empty(int(found_mask.sum()), dim, dtype=torch.float32)
-    order = {position: k for k, position in enumerate(torch.nonzero(found_mask).flatten().tolist())}
-    if gathered is not None:
-        out[[order[i] for i in positions]] = gathered[[slot_of_unique[match.rows[i]] for i in positions]]
-    if composed is not None:
-        out[[order[i] for i in sorted(match.composed)]] = composed.to(torch.float32)
-    return out
+_CHUNK_ELEMENTS = 1 << 20  # row blocks of ~4 MB keep temporaries small
 
 
-def _check_finite(
-    rows: torch.Tensor, tokens: Sequence[str], found_mask: torch.Tensor, source_name: str, slot_name: str
-) -> None:
-    bad = ~torch.isfinite(rows).all(dim=1)
-    if bad.any():
-        positions = torch.nonzero(found_mask).flatten()[bad].tolist()
+def _chunk_rows(matrix: torch.Tensor) -> int:
+    return max(1, _CHUNK_ELEMENTS // max(1, matrix.shape[1]))
+
+
+@dataclass
+class _Gathered:
+    """The distinct source vectors a slot uses (``block``) and, per found slot row, which one."""
+
+    positions: torch.Tensor  # (F,) long: the found slot rows, ascending
+    block_index: torch.Tensor  # (F,) long: their rows of ``block``
+    block: torch.Tensor  # (B, D_s) float32: each distinct source row once, then composed vectors
+
+    def multiplicity(self) -> torch.Tensor:
+        """How many slot rows use each row of ``block`` (for statistics over the found slot rows)."""
+        return torch.bincount(self.block_index, minlength=self.block.shape[0])
+
+
+def _gather(table: VectorTable, match: Match, found_mask: torch.Tensor) -> _Gathered:
+    positions = torch.nonzero(found_mask).flatten()
+    unique = sorted({row for row in match.rows if row >= 0})
+    block_of_row = {row: k for k, row in enumerate(unique)}
+    composed_positions = sorted(match.composed)
+    block_of_composed = {position: len(unique) + k for k, position in enumerate(composed_positions)}
+    parts = []
+    if unique:
+        parts.append(table.gather(unique).to(torch.float32))
+    if composed_positions:
+        parts.append(table.compose([match.composed[p] for p in composed_positions]).to(torch.float32))  # type: ignore[attr-defined]
+    block = parts[0] if len(parts) == 1 else torch.cat(parts)
+    index = [block_of_row[match.rows[p]] if match.rows[p] >= 0 else block_of_composed[p] for p in positions.tolist()]
+    return _Gathered(positions, torch.tensor(index, dtype=torch.long), block.contiguous())
+
+
+def finite_rows(matrix: torch.Tensor) -> torch.Tensor:
+    """A bool vector: which rows hold only finite values.
+
+    A float64 row sum is NaN/inf exactly when the row holds a NaN or inf (float32 values cannot
+    overflow it), and is much faster than ``isfinite``; row blocks keep the float64 copy small.
+    """
+    step = _chunk_rows(matrix)
+    return torch.cat([torch.isfinite(matrix[s:s + step].sum(dim=1, dtype=torch.float64))
+                      for s in range(0, matrix.shape[0], step)] or [torch.ones(0, dtype=torch.bool)])
+
+
+def _check_finite(gathered: _Gathered, tokens: Sequence[str], source_name: str, slot_name: str) -> None:
+    bad_rows = ~finite_rows(gathered.block)
+    if bad_rows.any():
+        positions = gathered.positions[bad_rows[gathered.block_index]].tolist()
         names = [tokens[p] for p in positions[:5]]
         raise ValueError(
             f"source {source_name!r}: {len(positions)} row(s) used by slot {slot_name!r} contain NaN/inf, "
@@ -305,18 +339,37 @@ def _check_finite(
         )
 
 
-def _fill_oov(policy: str, found_rows: torch.Tensor, n: int, d: int, generator: torch.Generator | None) -> torch.Tensor:
-    """An (N, D) matrix whose rows are OOV fill; the caller overwrites the found rows."""
+def _weighted_moments(block: torch.Tensor, weights: torch.Tensor) -> tuple[torch.Tensor, float, float]:
+    """(mean row, element mean, element std) of the rows of ``block`` repeated ``weights`` times; float64."""
+    count = weights.sum().item()
+    weights = weights.to(torch.float64).unsqueeze(1)
+    total = torch.zeros(block.shape[1], dtype=torch.float64)
+    step = _chunk_rows(block)
+    for start in range(0, block.shape[0], step):
+        total += (block[start:start + step].to(torch.float64) * weights[start:start + step]).sum(0)
+    mean_row = total / count
+    mean = mean_row.mean().item()
+    squares = 0.0
+    for start in range(0, block.shape[0], step):
+        centred = block[start:start + step].to(torch.float64) - mean
+        squares += (centred.square() * weights[start:start + step]).sum().item()
+    return mean_row, mean, math.sqrt(squares / (count * block.shape[1]))
+
+
+def _oov_rows(policy: str, block: torch.Tensor, multiplicity: torch.Tensor, rows: int, n: int, d: int,
+              generator: torch.Generator | None) -> torch.Tensor:
+    """``rows`` × D fill for the OOV rows of an N×D slot (statistics over the found slot rows)."""
     if policy == "zeros":
-        return torch.zeros(n, d, dtype=torch.float32)
-    if policy == "mean":
-        return found_rows.to(torch.float64).mean(dim=0).to(torch.float32).expand(n, d).clone()
-    if policy == "match":
-        values = found_rows.to(torch.float64)
-        mean, std = values.mean().item(), values.std(unbiased=False).item()
-        out = torch.empty(n, d, dtype=torch.float32)
+        return torch.zeros(rows, d, dtype=torch.float32)
+    if policy in ("mean", "match"):
+        mean_row, mean, std = _weighted_moments(block, multiplicity)
+        if policy == "mean":
+            return mean_row.to(torch.float32).expand(rows, d).clone()
+        out = torch.empty(rows, d, dtype=torch.float32)
         return out.normal_(mean, std, generator=generator) if std > 0 else out.fill_(mean)
-    return get_scheme(policy).sample(n, d, generator=generator)
+    scheme = get_scheme(policy)
+    std = scheme.std(n, d)  # the slot's shape sets a shape-dependent std (xavier, he, ...)
+    return replace(scheme, std_of_shape=lambda _n, _d: std).sample(rows, d, generator=generator)
 
 
 def _coverage(
