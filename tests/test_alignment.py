@@ -205,3 +205,10 @@ def test_random_orthogonal_matrix_shapes():
     assert narrow.shape == (7, 3) and torch.allclose(narrow.T @ narrow, torch.eye(3, dtype=torch.float64), atol=1e-12)
     with pytest.raises(ValueError, match="unknown projection"):
         fit_projection("lda", torch.zeros(3, 3), 2)
+
+
+def test_oov_statistics_count_each_found_slot_row():
+    table = ArrayTable(["a", "b"], torch.tensor([[0.0, 0.0], [3.0, 3.0]]), "two rows")
+    built = align(table, ["a", "A", "b", "zz"], dim=2, oov="mean")
+    assert built.weight[3].tolist() == [1.0, 1.0]  # (0 + 0 + 3) / 3: "a" is used twice
+    assert built.weight[:3].tolist() == [[0, 0], [0, 0], [3, 3]]

@@ -24,6 +24,8 @@ from typing import Callable, Iterable, Mapping, Sequence
 import numpy as np
 import torch
 
+from lightning_embinit.init.sources.row_reader import read_rows
+
 SAFETENSORS_INDEX = "model.safetensors.index.json"
 SAFETENSORS = "model.safetensors"
 BIN_INDEX = "pytorch_model.bin.index.json"
@@ -44,7 +46,6 @@ _SAFETENSORS_DTYPES = {
     "F64": torch.float64, "F32": torch.float32, "F16": torch.float16, "BF16": torch.bfloat16,
     "I64": torch.int64, "I32": torch.int32, "I16": torch.int16, "I8": torch.int8, "U8": torch.uint8,
 }
-_READ_CHUNK = 64 << 20
 
 
 def find_embedding_key(
@@ -139,48 +140,18 @@ def open_safetensors_tensor(path: str, key: str) -> EmbeddingTensor:
     item = torch.empty((), dtype=dtype).element_size()
     if end - begin != shape[0] * shape[1] * item:
         raise ValueError(f"{path}: tensor {key!r} has {end - begin} bytes for shape {shape}")
-    row_bytes = shape[1] * item
     offset = data_start + begin
 
-    def read_rows(rows: np.ndarray | None) -> torch.Tensor:
+    def read(rows: np.ndarray | None) -> torch.Tensor:
         if sys.byteorder != "little":  # pragma: no cover - safetensors is little-endian
             from safetensors import safe_open
 
             with safe_open(path, framework="pt") as handle:
                 full = handle.get_tensor(key)
             return full.clone() if rows is None else full[torch.from_numpy(rows)]
-        count = shape[0] if rows is None else len(rows)
-        out = torch.empty(count, shape[1], dtype=dtype)
-        if count == 0:
-            return out
-        buffer = out.view(torch.uint8).numpy().reshape(-1)
-        runs = [(0, shape[0], 0)] if rows is None else _runs(rows)
-        with open(path, "rb", buffering=0) as handle:
-            for first_row, length, out_row in runs:
-                _read_exact(handle, offset + first_row * row_bytes,
-                            buffer[out_row * row_bytes:(out_row + length) * row_bytes], path)
-        return out
+        return read_rows(path, offset, (shape[0], shape[1]), dtype, rows)
 
-    return EmbeddingTensor(path, key, (shape[0], shape[1]), dtype, read_rows)
-
-
-def _runs(sorted_rows: np.ndarray) -> list[tuple[int, int, int]]:
-    """(first row, length, output row) of each run of consecutive rows in a sorted unique array."""
-    breaks = np.flatnonzero(np.diff(sorted_rows) != 1) + 1
-    starts = np.concatenate(([0], breaks))
-    ends = np.concatenate((breaks, [len(sorted_rows)]))
-    return [(int(sorted_rows[s]), int(e - s), int(s)) for s, e in zip(starts, ends)]
-
-
-def _read_exact(handle, position: int, target: np.ndarray, path: str) -> None:
-    handle.seek(position)
-    view = memoryview(target)
-    done = 0
-    while done < len(view):
-        got = handle.readinto(view[done:done + _READ_CHUNK])
-        if not got:
-            raise ValueError(f"{path}: unexpected end of file")
-        done += got
+    return EmbeddingTensor(path, key, (shape[0], shape[1]), dtype, read)
 
 
 def open_bin_tensor(path: str, key: str | None, *, vocab_size: int | None = None, explicit: str | None = None) -> EmbeddingTensor:

@@ -15,6 +15,7 @@ import torch
 
 from lightning_embinit.init.alignment import AlignmentOptions, VectorTable, align_to_slot, require_tokens
 from lightning_embinit.init.sources.base import SourceMatrix, SourceRequest
+from lightning_embinit.init.sources.row_reader import read_rows
 
 
 @dataclass
@@ -34,13 +35,18 @@ class PretrainedSource:
 
 @dataclass
 class ArrayTable:
-    """A :class:`VectorTable` over a token list and a (V, D) numpy/torch matrix (memory-mapped is fine)."""
+    """A :class:`VectorTable` over a token list and a (V, D) numpy/torch matrix (memory-mapped is fine).
+
+    With ``row_file`` (a cached ``.npy``), rows are read with positioned reads, so memory holds only
+    the rows gathered rather than every page a memory map would touch.
+    """
 
     tokens: Sequence[str]
     matrix: Any
     description: str
     special_tokens: Mapping[str, str] = field(default_factory=dict)
     index: Mapping[str, int] | None = None
+    row_file: tuple[str, int] | None = None  # (path, data offset) of a float32 ``matrix`` on disk: read rows from it
 
     @property
     def dim(self) -> int:
@@ -55,6 +61,15 @@ class ArrayTable:
         return self.index
 
     def gather(self, rows: Sequence[int]) -> torch.Tensor:
+        if self.row_file is not None:
+            wanted = np.asarray(rows, dtype=np.int64)
+            if wanted.size and (wanted.min() < 0 or wanted.max() >= self.matrix.shape[0]):
+                raise IndexError(f"{self.description}: row out of range [0, {self.matrix.shape[0]})")
+            unique, inverse = np.unique(wanted, return_inverse=True)
+            shape = (int(self.matrix.shape[0]), int(self.matrix.shape[1]))
+            block = read_rows(self.row_file[0], self.row_file[1], shape, torch.float32, unique)
+            same = len(unique) == len(wanted) and np.array_equal(unique, wanted)
+            return block if same else block[torch.from_numpy(inverse.reshape(-1))]
         if isinstance(self.matrix, torch.Tensor):
             return self.matrix[torch.as_tensor(list(rows), dtype=torch.long)].to(torch.float32)
         picked = np.asarray(self.matrix[np.asarray(rows, dtype=np.int64)], dtype=np.float32)

@@ -32,6 +32,7 @@ from lightning_embinit.init.alignment import VectorTable
 from lightning_embinit.init.sources import vector_cache, vector_file
 from lightning_embinit.init.sources.base import SOURCES, SourceRequest
 from lightning_embinit.init.sources.pretrained import ArrayTable, PretrainedSource, split_options
+from lightning_embinit.init.sources.row_reader import npy_data_offset
 
 FORMATS = ("auto", "word2vec", "glove", "text", "word2vec_binary", "fasttext_bin")
 _FORMAT_ALIASES = {"vec": "word2vec", "fasttext_vec": "word2vec", "binary": "word2vec_binary", "bin": "word2vec_binary",
@@ -99,14 +100,17 @@ def open_vector_file(path: str, options: FileVectorsOptions) -> VectorTable:
     else:
         header = {"word2vec": True, "glove": False}.get(fmt, options.header)
         build = partial(_build_text, path, options, header)
+    row_file = None
     if options.cache:
         entry = vector_cache.load_or_build(path, parse_options, build, cache_dir=options.cache_dir)
         tokens, matrix, meta = entry.tokens, entry.matrix, entry.meta
+        matrix_path = str(entry.directory / "matrix.npy")
+        row_file = (matrix_path, npy_data_offset(matrix_path)[0])
     else:
         tokens, matrix, meta = vector_cache.build_in_memory(build)
     notes = meta.get("summary") or ""
     description = f"{os.path.basename(path)} ({fmt}, {matrix.shape[0]}×{matrix.shape[1]}{'; ' + notes if notes else ''})"
-    return ArrayTable(tokens=tokens, matrix=matrix, description=description)
+    return ArrayTable(tokens=tokens, matrix=matrix, description=description, row_file=row_file)
 
 
 def _build_text(path: str, options: FileVectorsOptions, header: bool | None,

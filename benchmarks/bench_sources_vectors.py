@@ -1,0 +1,135 @@
+"""Time and peak memory of loading a big word-vector text file: first parse, cached reload, gensim.
+
+Writes a random 400,000 × 300 word2vec text file (GloVe-like values, ~1.2 GB), then runs each
+route in its own subprocess (peak RSS via ``ru_maxrss`` minus the process's RSS after imports):
+
+- ``first parse``             — parse into an empty cache (``open_vector_file``),
+- ``cached reload + gather``  — reopen the cache entry (memory-mapped) and gather 20,000 random rows,
+- ``cached source build``     — ``resolve_source("file:...").build(...)`` for a 20,000-token slot,
+- ``gensim``                  — ``KeyedVectors.load_word2vec_format(path)``,
+- ``first parse, numpy only`` — with ``--numpy-parse``: the parser without pandas' C reader.
+
+Target: cached reload + gather ≤ 1 s.
+
+    python benchmarks/bench_sources_vectors.py [--rows 400000] [--dim 300] [--gather 20000] [--numpy-parse]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import resource
+import subprocess
+import sys
+import tempfile
+import time
+
+
+def _rss_mib() -> float:
+    with open("/proc/self/status") as status:
+        for line in status:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) / 1024
+    return 0.0
+
+
+def _peak_mib() -> float:
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
+def write_vectors(path: str, rows: int, dim: int, seed: int = 0) -> None:
+    """A word2vec text file of fixed-width values: ``0.ddddddd`` or ``-0.dddddd`` (9 characters)."""
+    import numpy as np
+
+    rng = np.random.default_rng(seed)
+    with open(path, "wb") as handle:
+        handle.write(f"{rows} {dim}\n".encode())
+        for start in range(0, rows, 10000):
+            count = min(10000, rows - start)
+            digits = rng.integers(0, 10**7, size=(count, dim))
+            negative = rng.random((count, dim)) < 0.5
+            chars = np.empty((count, dim, 10), dtype=np.uint8)
+            chars[..., 0] = np.where(negative, ord("-"), ord("0"))
+            chars[..., 1] = np.where(negative, ord("0"), ord("."))
+            chars[..., 2] = np.where(negative, ord("."), ord("0") + digits // 10**6 % 10)
+            for k in range(6):
+                chars[..., 3 + k] = ord("0") + (np.where(negative, digits // 10, digits) // 10 ** (5 - k)) % 10
+            chars[..., 9] = ord(" ")
+            chars[:, -1, 9] = ord("\n")
+            block = chars.reshape(count, -1)
+            handle.write(b"".join(b"w%d " % (start + i) + block[i].tobytes() for i in range(count)))
+
+
+def worker(route: str, path: str, gather: int, total: int) -> dict[str, float]:
+    import numpy as np
+    import torch
+
+    from lightning_embinit.init.sources import SourceRequest, resolve_source, vector_file
+    from lightning_embinit.init.sources.static import FileVectorsOptions, open_vector_file
+
+    if route == "first parse, numpy only":
+        vector_file._pandas = lambda: None
+    else:
+        vector_file._pandas()  # import pandas before the baseline
+    from gensim.models import KeyedVectors
+
+    rng = np.random.default_rng(1)
+    baseline = _rss_mib()
+    start = time.perf_counter()
+    if route.startswith("first parse"):
+        table = open_vector_file(path, FileVectorsOptions(progress=False))
+        rows = table.matrix.shape[0]
+    elif route == "cached reload + gather":
+        table = open_vector_file(path, FileVectorsOptions(progress=False))
+        lookup = table.lookup()
+        picked = table.gather(sorted(rng.choice(len(lookup), gather, replace=False).tolist()))
+        rows = picked.shape[0]
+    elif route == "cached source build":
+        tokens = [f"w{i}" for i in rng.choice(total, gather, replace=False)]
+        request = SourceRequest("slot", gather, 300, tokens=tokens, generator=torch.Generator().manual_seed(0))
+        rows = resolve_source(f"file:{path}", progress=False).build(request).weight.shape[0]
+    else:
+        rows = len(KeyedVectors.load_word2vec_format(path, binary=False))
+    return {"seconds": time.perf_counter() - start, "extra_peak_mib": _peak_mib() - baseline, "rows": rows}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--rows", type=int, default=400000)
+    parser.add_argument("--dim", type=int, default=300)
+    parser.add_argument("--gather", type=int, default=20000)
+    parser.add_argument("--numpy-parse", action="store_true", help="also time the parser without pandas")
+    parser.add_argument("--skip-gensim", action="store_true")
+    parser.add_argument("--worker", default=None, help=argparse.SUPPRESS)
+    parser.add_argument("--path", default=None, help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.worker:
+        print(json.dumps(worker(args.worker, args.path, args.gather, args.rows)))
+        return
+    with tempfile.TemporaryDirectory(prefix="embinit-bench-vectors-") as scratch:
+        path = os.path.join(scratch, "vectors.txt")
+        start = time.perf_counter()
+        write_vectors(path, args.rows, args.dim)
+        print(f"wrote {args.rows}×{args.dim} text vectors, {os.path.getsize(path) / 2**30:.2f} GiB, "
+              f"in {time.perf_counter() - start:.1f} s; float32 matrix = {args.rows * args.dim * 4 / 2**20:.0f} MiB")
+        routes = ["first parse", "cached reload + gather", "cached source build"]
+        routes += ["first parse, numpy only"] if args.numpy_parse else []
+        routes += [] if args.skip_gensim else ["gensim load_word2vec_format"]
+        results = {}
+        for route in routes:
+            cache = os.path.join(scratch, "cache-numpy" if "numpy" in route else "cache")
+            env = {**os.environ, "EMBINIT_CACHE_DIR": cache}
+            command = [sys.executable, __file__, "--worker", route, "--path", path, "--gather", str(args.gather),
+                       "--rows", str(args.rows)]
+            output = subprocess.run(command, check=True, capture_output=True, text=True, env=env).stdout
+            results[route] = json.loads(output.strip().splitlines()[-1])
+        print(f"\n{'route':<30} {'seconds':>8} {'extra peak MiB':>15} {'rows':>8}")
+        for route, result in results.items():
+            print(f"{route:<30} {result['seconds']:>8.2f} {result['extra_peak_mib']:>15.0f} {result['rows']:>8}")
+        reload = results["cached reload + gather"]["seconds"]
+        print(f"\ntarget: cached reload + gather of {args.gather} rows ≤ 1 s: {reload <= 1.0} ({reload:.2f} s)")
+
+
+if __name__ == "__main__":
+    main()

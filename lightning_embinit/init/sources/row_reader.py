@@ -1,0 +1,65 @@
+"""Positioned reads of rows of a row-major matrix stored in a file (safetensors, ``.npy``).
+
+Reading with ``readinto`` straight into the output keeps memory to the rows asked for: a memory
+map would count every page it touches (and the kernel's read-ahead around it) in the process's
+RSS. Consecutive rows are read as one run.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Sequence
+
+import numpy as np
+import torch
+
+_READ_CHUNK = 64 << 20
+
+
+def row_runs(sorted_rows: np.ndarray) -> list[tuple[int, int, int]]:
+    """(first row, length, output row) of each run of consecutive rows in a sorted unique array."""
+    if len(sorted_rows) == 0:
+        return []
+    breaks = np.flatnonzero(np.diff(sorted_rows) != 1) + 1
+    starts = np.concatenate(([0], breaks))
+    ends = np.concatenate((breaks, [len(sorted_rows)]))
+    return [(int(sorted_rows[s]), int(e - s), int(s)) for s, e in zip(starts, ends)]
+
+
+def read_rows(
+    path: str | os.PathLike[str],
+    data_offset: int,
+    shape: tuple[int, int],
+    dtype: torch.dtype,
+    rows: Sequence[int] | np.ndarray | None = None,
+) -> torch.Tensor:
+    """Rows ``rows`` (sorted, unique; all when None) of a little-endian C-order matrix at ``data_offset``."""
+    count = shape[0] if rows is None else len(rows)
+    out = torch.empty(count, shape[1], dtype=dtype)
+    if count == 0:
+        return out
+    row_bytes = shape[1] * out.element_size()
+    buffer = out.view(torch.uint8).numpy().reshape(-1)
+    runs = [(0, shape[0], 0)] if rows is None else row_runs(np.asarray(rows, dtype=np.int64))
+    with open(path, "rb", buffering=0) as handle:
+        for first_row, length, out_row in runs:
+            handle.seek(data_offset + first_row * row_bytes)
+            view = memoryview(buffer[out_row * row_bytes:(out_row + length) * row_bytes])
+            done = 0
+            while done < len(view):
+                got = handle.readinto(view[done:done + _READ_CHUNK])
+                if not got:
+                    raise ValueError(f"{path}: unexpected end of file")
+                done += got
+    return out
+
+
+def npy_data_offset(path: str | os.PathLike[str]) -> tuple[int, tuple[int, ...], np.dtype]:
+    """(byte offset of the data, shape, dtype) of a C-order ``.npy`` file."""
+    with open(path, "rb") as handle:
+        version = np.lib.format.read_magic(handle)
+        reader = np.lib.format.read_array_header_1_0 if version == (1, 0) else np.lib.format.read_array_header_2_0
+        shape, fortran_order, dtype = reader(handle)
+        if fortran_order:
+            raise ValueError(f"{path}: a Fortran-order array cannot be read by rows")
+        return handle.tell(), shape, dtype
