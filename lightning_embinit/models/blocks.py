@@ -75,6 +75,13 @@ class MultiHeadAttention(nn.Module):
         self.v_proj = nn.Linear(value_dim or embed_dim, num_heads * self.v_head_dim, bias=bias)
         self.out_proj = nn.Linear(num_heads * self.v_head_dim, embed_dim, bias=bias)
 
+    def _fused_qkv(self, x: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        projections = (self.q_proj, self.k_proj, self.v_proj)
+        weight = torch.cat([p.weight for p in projections])
+        bias = None if self.q_proj.bias is None else torch.cat([p.bias for p in projections])
+        widths = [p.out_features for p in projections]
+        return F.linear(x, weight, bias).split(widths, dim=-1)
+
     def _heads(self, x: torch.Tensor, head_dim: int) -> torch.Tensor:
         return x.unflatten(-1, (self.num_heads, head_dim)).transpose(1, 2)  # (B, H, L, h)
 
@@ -88,11 +95,13 @@ class MultiHeadAttention(nn.Module):
         key_padding_mask: torch.Tensor | None = None,
     ) -> torch.Tensor:
         """(B, Lq, D) → (B, Lq, D). ``key_padding_mask`` is (B, Lk), True where a key is padding."""
-        key = query if key is None else key
-        value = key if value is None else value
-        q = self._heads(self.q_proj(query), self.qk_head_dim)
-        k = self._heads(self.k_proj(key), self.qk_head_dim)
-        v = self._heads(self.v_proj(value), self.v_head_dim)
+        if key is None and value is None:  # self-attention: one GEMM for Q, K and V
+            q, k, v = self._fused_qkv(query)
+        else:
+            key = query if key is None else key
+            value = key if value is None else value
+            q, k, v = self.q_proj(query), self.k_proj(key), self.v_proj(value)
+        q, k, v = self._heads(q, self.qk_head_dim), self._heads(k, self.qk_head_dim), self._heads(v, self.v_head_dim)
         mask = None
         if key_padding_mask is not None:
             mask = ~key_padding_mask[:, None, None, :]  # True = attend

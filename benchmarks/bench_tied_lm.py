@@ -1,0 +1,118 @@
+"""Training throughput of TiedEmbeddingLM against a torch.nn.TransformerEncoder reference.
+
+Both models: token embedding × √d + sinusoidal P, ``layers`` pre-LN blocks (GELU FFN, no
+dropout) with causal self-attention, a final LayerNorm and a tied output head. The reference
+uses ``nn.TransformerEncoderLayer(norm_first=True, batch_first=True)`` with a causal mask.
+One training step = forward, cross-entropy, backward, Adam step. Runs alternate between the
+two models in short runs (order flipped each repeat), so load from other processes hits both
+alike; the table gives the median and the best run's tokens/s.
+
+    python benchmarks/bench_tied_lm.py                      # d=256, 2 layers, 32×64 tokens
+    python benchmarks/bench_tied_lm.py --d-model 512 --seq-len 128 --repeats 3
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import statistics
+import time
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from lightning_embinit.init.positional import sinusoidal_encoding
+from lightning_embinit.models import TiedEmbeddingLM
+
+
+class ReferenceLM(nn.Module):
+    """The same architecture from torch.nn.TransformerEncoder layers."""
+
+    def __init__(self, vocab: int, d: int, heads: int, layers: int, ffn: int, max_len: int) -> None:
+        super().__init__()
+        self.embed = nn.Embedding(vocab, d)
+        self.register_buffer("pe", sinusoidal_encoding(max_len, d), persistent=False)
+        layer = nn.TransformerEncoderLayer(
+            d, heads, ffn, dropout=0.0, activation="gelu", batch_first=True, norm_first=True
+        )
+        self.encoder = nn.TransformerEncoder(layer, layers, enable_nested_tensor=False)
+        self.norm = nn.LayerNorm(d)
+        self.scale = math.sqrt(d)
+
+    def forward(self, ids: torch.Tensor) -> torch.Tensor:
+        length = ids.shape[1]
+        x = self.embed(ids) * self.scale + self.pe[:length]
+        mask = nn.Transformer.generate_square_subsequent_mask(length, device=ids.device)
+        x = self.encoder(x, mask=mask, is_causal=True)
+        return F.linear(self.norm(x), self.embed.weight)
+
+
+class Runner:
+    """One model, its Adam optimizer and a fixed batch; :meth:`run` times ``steps`` training steps."""
+
+    def __init__(self, model: nn.Module, batch: torch.Tensor) -> None:
+        self.model = model.train()
+        self.optimizer = torch.optim.Adam(model.parameters(), lr=1e-4, betas=(0.9, 0.98), eps=1e-9)
+        self.inputs, self.targets = batch[:, :-1], batch[:, 1:]
+
+    def step(self) -> None:
+        logits = self.model(self.inputs)
+        loss = F.cross_entropy(logits.flatten(0, 1), self.targets.flatten())
+        self.optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        self.optimizer.step()
+
+    def run(self, steps: int) -> float:
+        """Training tokens per second over ``steps`` steps."""
+        started = time.perf_counter()
+        for _ in range(steps):
+            self.step()
+        return steps * self.inputs.numel() / (time.perf_counter() - started)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--vocab", type=int, default=4165, help="the Lee corpus vocabulary size by default")
+    parser.add_argument("--d-model", type=int, default=256)
+    parser.add_argument("--heads", type=int, default=4)
+    parser.add_argument("--layers", type=int, default=2)
+    parser.add_argument("--ffn", type=int, default=None, help="FFN width (default 4·d)")
+    parser.add_argument("--batch-size", type=int, default=32)
+    parser.add_argument("--seq-len", type=int, default=64)
+    parser.add_argument("--steps", type=int, default=2, help="timed steps per run")
+    parser.add_argument("--warmup", type=int, default=3)
+    parser.add_argument("--repeats", type=int, default=20, help="runs per model, alternating")
+    args = parser.parse_args()
+    ffn = args.ffn or 4 * args.d_model
+    torch.manual_seed(0)
+    ours = TiedEmbeddingLM(
+        vocab_size=args.vocab, d_model=args.d_model, num_heads=args.heads, num_layers=args.layers, ffn_dim=ffn,
+        max_len=args.seq_len, positional="sinusoidal", head="tied", dropout=0.0,
+    )
+    reference = ReferenceLM(args.vocab, args.d_model, args.heads, args.layers, ffn, args.seq_len)
+    batch = torch.randint(0, args.vocab, (args.batch_size, args.seq_len + 1))
+    runners = {"TiedEmbeddingLM": Runner(ours, batch), "nn.TransformerEncoder": Runner(reference, batch)}
+    for runner in runners.values():
+        runner.run(args.warmup)
+    results: dict[str, list[float]] = {name: [] for name in runners}
+    for repeat in range(args.repeats):
+        order = list(runners) if repeat % 2 == 0 else list(reversed(runners))
+        for name in order:
+            results[name].append(runners[name].run(args.steps))
+    medians = {name: statistics.median(values) for name, values in results.items()}
+    best = {name: max(values) for name, values in results.items()}
+    print(
+        f"training tokens/s, d={args.d_model}, heads={args.heads}, layers={args.layers}, ffn={ffn}, n={args.vocab}, "
+        f"batch {args.batch_size}×{args.seq_len}, {torch.get_num_threads()} threads, {args.repeats} alternating runs × {args.steps} steps"
+    )
+    print(f"{'model':<22} {'median tok/s':>12} {'best tok/s':>10} {'worst':>8} {'params':>9}")
+    for name, values in results.items():
+        params = sum(p.numel() for p in runners[name].model.parameters())
+        print(f"{name:<22} {medians[name]:>12.0f} {best[name]:>10.0f} {min(values):>8.0f} {params:>9}")
+    print(f"ratio TiedEmbeddingLM / reference: median {medians['TiedEmbeddingLM'] / medians['nn.TransformerEncoder']:.3f}, "
+          f"best {best['TiedEmbeddingLM'] / best['nn.TransformerEncoder']:.3f}")
+
+
+if __name__ == "__main__":
+    main()
