@@ -99,6 +99,18 @@ def test_bf16_autocast_forward_backward():
     assert torch.isfinite(loss) and torch.isfinite(model.token_embedding.weight.grad).all()
 
 
+def test_fits_under_bf16_mixed_precision(tmp_path):
+    ids = torch.randint(0, 23, (8, 9))
+    loader = torch.utils.data.DataLoader(torch.utils.data.TensorDataset(ids[:, :-1], ids[:, 1:]), batch_size=4)
+    trainer = L.Trainer(
+        precision="bf16-mixed", max_steps=2, logger=False, enable_checkpointing=False, enable_progress_bar=False,
+        enable_model_summary=False, default_root_dir=tmp_path,
+    )
+    trainer.fit(tiny(), loader, loader)
+    metrics = trainer.callback_metrics
+    assert all(torch.isfinite(metrics[k]) for k in ("train_loss", "train_loss_epoch", "val_loss", "val_ppl"))
+
+
 def test_embedding_slot_and_vocabulary():
     vocab = ["<pad>", "<unk>", "<bos>", "<eos>", *dict.fromkeys(WORDS)]
     model = TiedEmbeddingLM(vocabulary=vocab, d_model=32, num_heads=4, num_layers=1, max_len=16)

@@ -19,7 +19,7 @@ from lightning.pytorch.utilities import rank_zero_warn
 from torch import nn
 
 from lightning_embinit.init.host import EmbeddingSlot, discover_slots, select_slots
-from lightning_embinit.models.heads import tied_initial_loss
+from lightning_embinit.models.heads import tied_initial_loss, token_std
 
 COUNTERMEASURES = (
     "initialize the embedding with log_n_over_d (σ = ln n / d, SPEC §3 (a)), untie the output head, "
@@ -126,13 +126,6 @@ class InitialLossMonitor(Callback):
             return None
         return tied_initial_loss(self._tied.num_embeddings, self._tied.embedding_dim, self._tied_sigma)
 
-    def _tied_std(self) -> float:
-        weight = self._tied.weight.detach().double()
-        pad = self._tied.padding_idx
-        if pad is not None:
-            weight = torch.cat((weight[:pad], weight[pad + 1 :]))
-        return weight.std(unbiased=False).item()
-
     # ------------------------------------------------------------------ hooks
     def on_train_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         tracking = len(self.step_losses) < self.track_steps and trainer.global_step == len(self.step_losses)
@@ -142,7 +135,7 @@ class InitialLossMonitor(Callback):
             return
         self._resolve(pl_module)
         if self.init_loss is None:
-            self._tied_sigma = None if self._tied is None else self._tied_std()
+            self._tied_sigma = None if self._tied is None else token_std(self._tied.weight, self._tied.padding_idx)
             self.predicted = self._prediction(pl_module)
 
     def on_train_batch_start(self, trainer: L.Trainer, pl_module: L.LightningModule, batch: Any, batch_idx: int) -> None:

@@ -95,6 +95,14 @@ class OutputHead(nn.Module):
         return float((act(z).square() * density).sum() * (z[1] - z[0]))
 
 
+def token_std(weight: torch.Tensor, padding_idx: int | None = None) -> float:
+    """Population std of an embedding table's elements, leaving out the padding row (σ of SPEC §3)."""
+    weight = weight.detach().double()
+    if padding_idx is not None:
+        weight = torch.cat((weight[:padding_idx], weight[padding_idx + 1 :]))
+    return weight.std(unbiased=False).item()
+
+
 def predicted_initial_loss(n: int, logit_var: float, diagonal_logit: float = 0.0) -> float:
     """Expected cross-entropy of a model that is a bigram p(j | i) ∝ exp(logit_ij) at init.
 

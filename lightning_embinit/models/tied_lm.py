@@ -26,7 +26,7 @@ from lightning_embinit.data.vocabulary import SPECIAL_TOKENS
 from lightning_embinit.init.host import EmbeddingSlot
 from lightning_embinit.init.schemes import get_scheme
 from lightning_embinit.models.blocks import TransformerBlock, build_norm, build_positional, check_choice, resolve_scale
-from lightning_embinit.models.heads import OutputHead, predicted_initial_loss
+from lightning_embinit.models.heads import OutputHead, predicted_initial_loss, token_std
 from lightning_embinit.models.initialization import init_non_embedding_
 
 LR_SCHEDULES = ("constant", "noam")
@@ -137,6 +137,7 @@ class TiedEmbeddingLM(L.LightningModule):
         self.head = OutputHead(
             head, d_model, vocab_size, bias=head_bias, activation=head_activation, shuffle_groups=shuffle_groups
         )
+        self.train_loss_epoch = MeanMetric()
         self.val_loss = MeanMetric()
         self.val_ppl = PerplexityFromLoss()
         self.reset_parameters()
@@ -196,8 +197,10 @@ class TiedEmbeddingLM(L.LightningModule):
         return loss, torch.tensor(count, device=loss.device), inputs.shape[0]
 
     def training_step(self, batch: Any, batch_idx: int) -> torch.Tensor:
-        loss, _, batch_size = self._step(batch)
-        self.log("train_loss", loss, prog_bar=True, on_step=True, on_epoch=True, batch_size=batch_size)
+        loss, count, batch_size = self._step(batch)
+        self.train_loss_epoch.update(loss.detach().float(), weight=count)
+        self.log("train_loss", loss, prog_bar=True, on_step=True, on_epoch=False, batch_size=batch_size)
+        self.log("train_loss_epoch", self.train_loss_epoch, on_step=False, on_epoch=True, batch_size=batch_size)
         return loss
 
     def validation_step(self, batch: Any, batch_idx: int) -> torch.Tensor:
@@ -234,14 +237,11 @@ class TiedEmbeddingLM(L.LightningModule):
         """
         if not self.hparams.zero_init_residual:
             return None
-        weight = self.token_embedding.weight.detach().double()
-        if self.padding_idx is not None:
-            weight = torch.cat((weight[: self.padding_idx], weight[self.padding_idx + 1 :]))
         n, d = self.token_embedding.num_embeddings, self.token_embedding.embedding_dim
         if self.head.kind == "untied":
-            variance = d * self.head.proj.weight.detach().double().var().item()
+            variance = d * token_std(self.head.proj.weight) ** 2
             return predicted_initial_loss(n, variance)
-        sigma2 = weight.var().item()
+        sigma2 = token_std(self.token_embedding.weight, self.padding_idx) ** 2
         variance = d * sigma2 * self.head.second_moment()
         if self.head.kind != "tied":
             return predicted_initial_loss(n, variance)
