@@ -74,6 +74,9 @@ def build_slot(
     for step in steps:
         matrix = step(matrix, request)
     check_matrix(matrix.weight, slot.num_embeddings, slot.embedding_dim, where=where)
+    if slot.padding_idx is not None and bool(matrix.pretrained_rows[slot.padding_idx]):
+        matrix.pretrained_rows = matrix.pretrained_rows.clone()
+        matrix.pretrained_rows[slot.padding_idx] = False  # written as zeros, whatever the source held
     return BuiltSlot(slot.name, matrix, matrix.description, [step.describe() for step in steps])
 
 
