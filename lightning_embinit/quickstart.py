@@ -23,7 +23,6 @@ from dataclasses import dataclass
 from typing import Sequence
 
 import lightning as L
-import torch
 
 from lightning_embinit.callbacks import EmbeddingInitCallback
 from lightning_embinit.callbacks.initial_loss import InitialLossMonitor
@@ -140,7 +139,6 @@ def main(argv: Sequence[str] | None = None) -> list[dict[str, float | str]]:
     logging.getLogger("lightning.pytorch").setLevel(logging.WARNING)
     warnings.filterwarnings("ignore", message=".*does not have many workers.*")
     warnings.filterwarnings("ignore", message=".*LeafSpec.*")
-    torch.set_num_threads(max(1, torch.get_num_threads()))
     started = time.perf_counter()
     rows = run(
         [s.strip() for s in args.settings.split(",") if s.strip()],

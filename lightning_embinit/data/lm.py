@@ -41,6 +41,10 @@ def read_lines(paths: Sequence[str], *, encoding: str = "utf-8", what: str = "te
     return lines
 
 
+def _as_list(files: str | Path | Sequence[str]) -> list[str]:
+    return [str(files)] if isinstance(files, (str, Path)) else [str(f) for f in files]
+
+
 def pack(ids: Sequence[int], seq_len: int) -> torch.Tensor:
     """(S, seq_len + 1) windows of a token stream with stride ``seq_len``; the remainder is dropped.
 
@@ -117,9 +121,8 @@ class LanguageModelDataModule(L.LightningDataModule):
         if hp.train_files is None:
             train, val = lee_corpus_paths()
             return read_lines([train], what="training"), read_lines([val], encoding="latin-1", what="validation")
-        as_list = lambda files: [files] if isinstance(files, (str, Path)) else list(files)  # noqa: E731
-        train = read_lines(as_list(hp.train_files), encoding=hp.encoding, what="training")
-        val = None if hp.val_files is None else read_lines(as_list(hp.val_files), encoding=hp.encoding, what="validation")
+        train = read_lines(_as_list(hp.train_files), encoding=hp.encoding, what="training")
+        val = None if hp.val_files is None else read_lines(_as_list(hp.val_files), encoding=hp.encoding, what="validation")
         return train, val
 
     def _read_dataset(self) -> tuple[list[str], list[str] | None]:
@@ -129,11 +132,15 @@ class LanguageModelDataModule(L.LightningDataModule):
         loaded = datasets.load_dataset(hp.dataset, hp.dataset_config)
         if hp.train_split not in loaded:
             raise ValueError(f"dataset {hp.dataset!r} has no split {hp.train_split!r}; splits: {list(loaded)}")
-        column = lambda split: [t.strip() for t in loaded[split][hp.text_column] if t and t.strip()]  # noqa: E731
-        if hp.text_column not in loaded[hp.train_split].column_names:
-            raise ValueError(f"dataset {hp.dataset!r} has no column {hp.text_column!r}; columns: {loaded[hp.train_split].column_names}")
-        val = column(hp.val_split) if hp.val_split is not None and hp.val_split in loaded else None
-        return column(hp.train_split), val
+        columns = loaded[hp.train_split].column_names
+        if hp.text_column not in columns:
+            raise ValueError(f"dataset {hp.dataset!r} has no column {hp.text_column!r}; columns: {columns}")
+
+        def lines(split: str) -> list[str]:
+            return [text.strip() for text in loaded[split][hp.text_column] if text and text.strip()]
+
+        val = lines(hp.val_split) if hp.val_split is not None and hp.val_split in loaded else None
+        return lines(hp.train_split), val
 
     def _load(self) -> None:
         if self._vocab is not None:

@@ -81,7 +81,7 @@ class OutputHead(nn.Module):
         return h
 
     def forward(self, h: torch.Tensor, embedding_weight: torch.Tensor) -> torch.Tensor:
-        if self.proj is not None and self.kind == "untied":
+        if self.kind == "untied":
             return self.proj(h)
         return F.linear(self.transform(h), embedding_weight)
 
