@@ -193,8 +193,11 @@ class TiedEmbeddingLM(L.LightningModule):
     def _step(self, batch: Any) -> tuple[torch.Tensor, torch.Tensor, int]:
         inputs, targets = split_batch(batch)
         loss = self.loss(self(inputs), targets)
-        count = targets.numel() if self.padding_idx is None else int((targets != self.padding_idx).sum())
-        return loss, torch.tensor(count, device=loss.device), inputs.shape[0]
+        if self.padding_idx is None:
+            count = torch.tensor(targets.numel(), device=loss.device)
+        else:
+            count = (targets != self.padding_idx).sum()  # stays on the device: no sync per step
+        return loss, count, inputs.shape[0]
 
     def training_step(self, batch: Any, batch_idx: int) -> torch.Tensor:
         loss, count, batch_size = self._step(batch)
