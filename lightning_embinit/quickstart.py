@@ -136,15 +136,21 @@ def main(argv: Sequence[str] | None = None) -> list[dict[str, float | str]]:
     parser.add_argument("--lr", type=float, default=1e-3)
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args(argv)
-    logging.getLogger("lightning.pytorch").setLevel(logging.WARNING)
-    warnings.filterwarnings("ignore", message=".*does not have many workers.*")
-    warnings.filterwarnings("ignore", message=".*LeafSpec.*")
     started = time.perf_counter()
-    rows = run(
-        [s.strip() for s in args.settings.split(",") if s.strip()],
-        steps=args.steps, d_model=args.d_model, num_layers=args.layers, seq_len=args.seq_len,
-        batch_size=args.batch_size, max_vocab=args.max_vocab, lr=args.lr, seed=args.seed,
-    )
+    lightning_log = logging.getLogger("lightning.pytorch")
+    level = lightning_log.level
+    lightning_log.setLevel(logging.WARNING)  # Lightning's per-fit banners, four times over
+    try:
+        with warnings.catch_warnings():
+            warnings.filterwarnings("ignore", message=".*does not have many workers.*")
+            warnings.filterwarnings("ignore", message=".*LeafSpec.*")
+            rows = run(
+                [s.strip() for s in args.settings.split(",") if s.strip()],
+                steps=args.steps, d_model=args.d_model, num_layers=args.layers, seq_len=args.seq_len,
+                batch_size=args.batch_size, max_vocab=args.max_vocab, lr=args.lr, seed=args.seed,
+            )
+    finally:
+        lightning_log.setLevel(level)
     print(f"\nTiedEmbeddingLM d={args.d_model}, {args.layers} layers, {args.steps} steps, Lee corpus (gensim test data)")
     print(format_table(rows))
     print(

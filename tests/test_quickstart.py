@@ -1,5 +1,6 @@
 """The quick start and the example CLI config, shrunk to seconds."""
 
+import logging
 import math
 from pathlib import Path
 
@@ -13,6 +14,7 @@ CONFIG = Path(__file__).resolve().parent.parent / "examples" / "configs" / "tied
 
 
 def test_quickstart_table_shows_the_tied_initial_loss_gap(capsys):
+    level = logging.getLogger("lightning.pytorch").level
     rows = main(["--steps", "2", "--d-model", "128", "--layers", "1", "--seq-len", "32", "--batch-size", "8"])
     table = capsys.readouterr().out
     assert [r["setting"] for r in rows] == ["tied-normal", "tied-log_n_over_d", "untied-normal", "half_swap-normal"]
@@ -24,6 +26,7 @@ def test_quickstart_table_shows_the_tied_initial_loss_gap(capsys):
     assert tied["init_loss"] > tied["ln_n"] + 2  # ≈ √128 ≈ 11.3 against ln n ≈ 8.3
     assert log_n["init_loss"] < tied["ln_n"] + 1.0 and untied["init_loss"] < tied["ln_n"] + 0.5
     assert half_swap["init_loss"] < tied["ln_n"] + 1.0
+    assert logging.getLogger("lightning.pytorch").level == level  # no leak into the caller's logging
     with pytest.raises(ValueError, match="unknown settings"):
         main(["--settings", "tied-glove"])
 
