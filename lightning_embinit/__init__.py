@@ -17,6 +17,9 @@ __version__ = "0.1.0.dev0"
 
 _LAZY = {
     "EmbeddingInitCallback": "lightning_embinit.callbacks",
+    "InitialLossMonitor": "lightning_embinit.callbacks",
+    "TiedEmbeddingLM": "lightning_embinit.models",
+    "LanguageModelDataModule": "lightning_embinit.data",
 }
 
 __all__ = ["EmbeddingHost", "EmbeddingSlot", "InitRecipe", "initialize_embeddings", *_LAZY]

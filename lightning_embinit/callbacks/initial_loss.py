@@ -19,7 +19,7 @@ from lightning.pytorch.utilities import rank_zero_warn
 from torch import nn
 
 from lightning_embinit.init.host import EmbeddingSlot, discover_slots, select_slots
-from lightning_embinit.models.heads import tied_initial_loss, token_std
+from lightning_embinit.init.initial_loss import tied_initial_loss, token_std
 
 COUNTERMEASURES = (
     "initialize the embedding with log_n_over_d (σ = ln n / d, SPEC §3 (a)), untie the output head, "

@@ -26,7 +26,8 @@ from lightning_embinit.data.vocabulary import SPECIAL_TOKENS
 from lightning_embinit.init.host import EmbeddingSlot
 from lightning_embinit.init.schemes import get_scheme
 from lightning_embinit.models.blocks import TransformerBlock, build_norm, build_positional, check_choice, resolve_scale
-from lightning_embinit.models.heads import OutputHead, predicted_initial_loss, token_std
+from lightning_embinit.init.initial_loss import predicted_initial_loss, token_std
+from lightning_embinit.models.heads import OutputHead
 from lightning_embinit.models.initialization import init_non_embedding_
 
 LR_SCHEDULES = ("constant", "noam")
@@ -234,7 +235,7 @@ class TiedEmbeddingLM(L.LightningModule):
         N(0, D·σ²·m₂) (m₂ = E[T(h)²]; for ``untied`` D·σ_W² from the head matrix); the diagonal
         logit of a plain ``tied`` head is a_p = s·D·σ² / √(s²σ² + π_p²), π_p² the variance
         (LayerNorm) or mean square (RMSNorm) of the row P_p — dσ without a position signal.
-        Returns :func:`~lightning_embinit.models.heads.predicted_initial_loss` averaged over the
+        Returns :func:`~lightning_embinit.init.initial_loss.predicted_initial_loss` averaged over the
         first ``length`` positions (default ``max_len``), or None when ``zero_init_residual`` is
         off (the blocks are then not the identity).
         """
