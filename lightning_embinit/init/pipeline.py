@@ -18,7 +18,7 @@ from torch.utils.hooks import RemovableHandle
 from lightning_embinit.init.host import EmbeddingSlot, select_slots
 from lightning_embinit.init.recipe import InitRecipe
 from lightning_embinit.init.sources.base import SourceMatrix, SourceRequest
-from lightning_embinit.init.statistics import embedding_statistics, matrix_statistics
+from lightning_embinit.init.statistics import MatrixStats, embedding_statistics, matrix_statistics
 
 
 @dataclass
@@ -29,10 +29,17 @@ class BuiltSlot:
     matrix: SourceMatrix
     source: str
     transforms: list[str] = field(default_factory=list)
+    statistics: MatrixStats | None = None
+
+    def written_statistics(self, slot: EmbeddingSlot) -> MatrixStats | None:
+        """The statistics of the table as written, when writing cannot change them (no padding row, same dtype)."""
+        if self.statistics is None or slot.padding_idx is not None or slot.weight.dtype != self.matrix.weight.dtype:
+            return None
+        return self.statistics
 
 
-def check_matrix(weight: torch.Tensor, num_embeddings: int, embedding_dim: int, *, where: str) -> None:
-    """Raise ``ValueError`` unless ``weight`` is a finite (N, D) matrix."""
+def check_matrix(weight: torch.Tensor, num_embeddings: int, embedding_dim: int, *, where: str) -> MatrixStats:
+    """Raise ``ValueError`` unless ``weight`` is a finite (N, D) matrix; return its statistics."""
     if tuple(weight.shape) != (num_embeddings, embedding_dim):
         raise ValueError(
             f"{where}: built a matrix of shape {tuple(weight.shape)} for a table of shape ({num_embeddings}, {embedding_dim})"
@@ -43,6 +50,7 @@ def check_matrix(weight: torch.Tensor, num_embeddings: int, embedding_dim: int, 
         raise ValueError(
             f"{where}: {bad.numel()} rows contain NaN or inf (first rows: {bad[:5].tolist()}); nothing was written"
         )
+    return stats
 
 
 def build_slot(
@@ -73,11 +81,11 @@ def build_slot(
     steps = recipe.steps()
     for step in steps:
         matrix = step(matrix, request)
-    check_matrix(matrix.weight, slot.num_embeddings, slot.embedding_dim, where=where)
+    statistics = check_matrix(matrix.weight, slot.num_embeddings, slot.embedding_dim, where=where)
     if slot.padding_idx is not None and bool(matrix.pretrained_rows[slot.padding_idx]):
         matrix.pretrained_rows = matrix.pretrained_rows.clone()
         matrix.pretrained_rows[slot.padding_idx] = False  # written as zeros, whatever the source held
-    return BuiltSlot(slot.name, matrix, matrix.description, [step.describe() for step in steps])
+    return BuiltSlot(slot.name, matrix, matrix.description, [step.describe() for step in steps], statistics)
 
 
 @torch.no_grad()
@@ -118,7 +126,14 @@ def slot_report(slot: EmbeddingSlot, built: BuiltSlot | None, recipe: InitRecipe
         "tied_modules": list(slot.tied_modules),
         "seed": seed,
     }
-    report.update(embedding_statistics(slot.weight, input_scale=float(slot.input_scale), positional_encoding=positional))
+    report.update(
+        embedding_statistics(
+            slot.weight,
+            input_scale=float(slot.input_scale),
+            positional_encoding=positional,
+            statistics=built.written_statistics(slot) if built else None,
+        )
+    )
     coverage = built.matrix.coverage if built else None
     report["coverage"] = coverage.as_dict() if coverage is not None else None
     report["pretrained_rows"] = int(built.matrix.pretrained_rows.sum()) if built else 0

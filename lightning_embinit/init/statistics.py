@@ -85,15 +85,20 @@ def matrix_statistics(matrix: torch.Tensor) -> MatrixStats:
 
 
 def embedding_statistics(
-    weight: torch.Tensor, *, input_scale: float, positional_encoding: torch.Tensor | None = None
+    weight: torch.Tensor,
+    *,
+    input_scale: float,
+    positional_encoding: torch.Tensor | None = None,
+    statistics: MatrixStats | None = None,
 ) -> dict[str, float | None]:
     """The per-slot numbers of the init report.
 
     ``scaled_*`` describe ``input_scale · X`` (√D in Vaswani's input, SPEC §1); ``pe_std`` is the
     positional encoding's own std and ``ratio`` = σ(scaled X) / σ(P): far above 1 the tokens drown
     the position signal, far below it the positions drown the word–word structure ("absorption").
+    ``statistics`` may pass the weight's own statistics when they are already known.
     """
-    raw = matrix_statistics(weight)
+    raw = statistics or matrix_statistics(weight)
     scaled = raw.scaled(input_scale)
     report: dict[str, float | None] = {
         "mean": raw.mean,
