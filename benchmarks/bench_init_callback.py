@@ -10,48 +10,35 @@ from __future__ import annotations
 
 import argparse
 import json
-import resource
 import subprocess
 import sys
 import time
 
-
-def _rss_mib() -> float:
-    with open("/proc/self/status") as status:
-        for line in status:
-            if line.startswith("VmRSS:"):
-                return int(line.split()[1]) / 1024
-    return 0.0
-
-
-def _peak_rss_mib() -> float:
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+from memory import peak_rss_mib, rss_mib
 
 
 def run_route(route: str, rows: int, dim: int) -> dict[str, float]:
     import math
 
     import torch
+    from lightning.pytorch import LightningModule, Trainer
     from torch import nn
 
-    embedding = nn.Embedding(rows, dim, _weight=torch.zeros(rows, dim))
-    embedding.weight.data.fill_(0.0)
-    baseline = _rss_mib()
+    from lightning_embinit import EmbeddingInitCallback
+
+    class Host(LightningModule):
+        def __init__(self) -> None:
+            super().__init__()
+            self.embedding = nn.Embedding(rows, dim, _weight=torch.zeros(rows, dim))
+
+    host = Host()
+    embedding = host.embedding
+    trainer = Trainer(accelerator="cpu", logger=False, enable_progress_bar=False)
+    callback = EmbeddingInitCallback(source="normal:0.3", standardize="xavier", seed=0, verbose=False)
+    baseline = rss_mib()
     start = time.perf_counter()
     if route == "EmbeddingInitCallback":
-        from lightning.pytorch import LightningModule, Trainer
-
-        from lightning_embinit import EmbeddingInitCallback
-
-        class Host(LightningModule):
-            def __init__(self) -> None:
-                super().__init__()
-                self.embedding = embedding
-
-        trainer = Trainer(accelerator="cpu", logger=False, enable_progress_bar=False)
-        callback = EmbeddingInitCallback(source="normal:0.3", standardize="xavier", seed=0, verbose=False)
-        start = time.perf_counter()
-        callback.setup(trainer, Host(), "fit")
+        callback.setup(trainer, host, "fit")
         std = callback.reports["embedding"]["std"]
     else:
         weight = embedding.weight.data
@@ -64,7 +51,7 @@ def run_route(route: str, rows: int, dim: int) -> dict[str, float]:
         std = weight.double().std(unbiased=False).item()
         weight.min(), weight.max()
     elapsed = time.perf_counter() - start
-    return {"seconds": elapsed, "extra_peak_mib": _peak_rss_mib() - baseline, "std": std}
+    return {"seconds": elapsed, "extra_peak_mib": peak_rss_mib() - baseline, "std": std}
 
 
 def main() -> None:

@@ -25,23 +25,12 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import resource
 import subprocess
 import sys
 import tempfile
 import time
 
-
-def _rss_mib() -> float:
-    with open("/proc/self/status") as status:
-        for line in status:
-            if line.startswith("VmRSS:"):
-                return int(line.split()[1]) / 1024
-    return 0.0
-
-
-def _peak_mib() -> float:
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+from memory import peak_rss_mib, rss_mib
 
 
 def build_checkpoint(directory: str, vocab: int, hidden: int, layers: int, shard: str) -> None:
@@ -69,7 +58,7 @@ def worker(route: str, directory: str, slot_rows: int) -> dict[str, float]:
     from lightning_embinit.init.sources.hf import local_fetch
     from lightning_embinit.init.sources.hf_weights import locate_embedding
 
-    baseline = _rss_mib()
+    baseline = rss_mib()
     start = time.perf_counter()
     if route == "ours: read embedding":
         weight = locate_embedding(local_fetch(directory)).read()
@@ -91,7 +80,7 @@ def worker(route: str, directory: str, slot_rows: int) -> dict[str, float]:
                 sum(float(parameter.sum()) for parameter in model.parameters())
     checksum = float(weight[:5].double().sum())
     elapsed = time.perf_counter() - start
-    return {"seconds": elapsed, "extra_peak_mib": _peak_mib() - baseline, "rows": weight.shape[0],
+    return {"seconds": elapsed, "extra_peak_mib": peak_rss_mib() - baseline, "rows": weight.shape[0],
             "dim": weight.shape[1], "checksum": checksum}
 
 

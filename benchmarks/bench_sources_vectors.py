@@ -19,23 +19,12 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import resource
 import subprocess
 import sys
 import tempfile
 import time
 
-
-def _rss_mib() -> float:
-    with open("/proc/self/status") as status:
-        for line in status:
-            if line.startswith("VmRSS:"):
-                return int(line.split()[1]) / 1024
-    return 0.0
-
-
-def _peak_mib() -> float:
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+from memory import peak_rss_mib, rss_mib
 
 
 def write_vectors(path: str, rows: int, dim: int, seed: int = 0) -> None:
@@ -75,7 +64,7 @@ def worker(route: str, path: str, gather: int, total: int) -> dict[str, float]:
     from gensim.models import KeyedVectors
 
     rng = np.random.default_rng(1)
-    baseline = _rss_mib()
+    baseline = rss_mib()
     start = time.perf_counter()
     if route.startswith("first parse"):
         table = open_vector_file(path, FileVectorsOptions(progress=False))
@@ -91,7 +80,7 @@ def worker(route: str, path: str, gather: int, total: int) -> dict[str, float]:
         rows = resolve_source(f"file:{path}", progress=False).build(request).weight.shape[0]
     else:
         rows = len(KeyedVectors.load_word2vec_format(path, binary=False))
-    return {"seconds": time.perf_counter() - start, "extra_peak_mib": _peak_mib() - baseline, "rows": rows}
+    return {"seconds": time.perf_counter() - start, "extra_peak_mib": peak_rss_mib() - baseline, "rows": rows}
 
 
 def main() -> None:

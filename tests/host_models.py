@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 
 import torch
-from lightning.pytorch import LightningModule
+from lightning.pytorch import LightningModule, Trainer
 from torch import nn
 from torch.utils.data import DataLoader, TensorDataset
 
@@ -100,3 +100,20 @@ def token_loader(vocab_size: int = len(VOCAB), batches: int = 4, seed: int = 0) 
     source = torch.randint(1, vocab_size, (8 * batches, 6), generator=generator)
     target = torch.randint(1, vocab_size, (8 * batches, 5), generator=generator)
     return DataLoader(TensorDataset(source, target), batch_size=8)
+
+
+def make_trainer(tmp_path, callbacks, max_steps: int = 1, logger=False, **options) -> Trainer:
+    """A quiet CPU trainer for callback tests; ``options`` override or extend the defaults."""
+    settings = dict(
+        accelerator="cpu",
+        max_steps=max_steps,
+        callbacks=callbacks,
+        logger=logger,
+        enable_checkpointing=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        limit_val_batches=0,
+        default_root_dir=tmp_path,
+    )
+    settings.update(options)
+    return Trainer(**settings)

@@ -2,12 +2,11 @@ import math
 
 import pytest
 import torch
-from lightning.pytorch import Trainer
 from lightning.pytorch.loggers import Logger
 
 from lightning_embinit import EmbeddingInitCallback, initialize_embeddings
 from lightning_embinit.init import sinusoidal_encoding
-from tests.host_models import VOCAB, NoEmbeddingModel, PlainEmbeddingModel, TwoSlotHost, token_loader
+from tests.host_models import VOCAB, NoEmbeddingModel, PlainEmbeddingModel, TwoSlotHost, make_trainer, token_loader
 from tests.sources_for_tests import BrokenSource, EvenRowsSource
 
 
@@ -29,21 +28,6 @@ class RecordingLogger(Logger):
 
     def log_metrics(self, metrics, step=None):
         self.metrics.update(metrics)
-
-
-def make_trainer(tmp_path, callbacks, max_steps=1, logger=False, **kwargs):
-    return Trainer(
-        accelerator="cpu",
-        max_steps=max_steps,
-        callbacks=callbacks,
-        logger=logger,
-        enable_checkpointing=False,
-        enable_progress_bar=False,
-        enable_model_summary=False,
-        limit_val_batches=0,
-        default_root_dir=tmp_path,
-        **kwargs,
-    )
 
 
 def weights(model):

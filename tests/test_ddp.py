@@ -4,10 +4,10 @@ import json
 
 import pytest
 import torch
-from lightning.pytorch import Callback, Trainer
+from lightning.pytorch import Callback
 
 from lightning_embinit import EmbeddingInitCallback
-from tests.host_models import TwoSlotHost, token_loader
+from tests.host_models import TwoSlotHost, make_trainer, token_loader
 from tests.sources_for_tests import BrokenSource
 
 pytestmark = [pytest.mark.ddp, pytest.mark.timeout(300)]
@@ -32,19 +32,7 @@ class WriteChecksums(Callback):
 
 
 def ddp_trainer(tmp_path, callbacks):
-    return Trainer(
-        accelerator="cpu",
-        devices=2,
-        strategy="ddp_spawn",
-        max_steps=1,
-        callbacks=callbacks,
-        logger=False,
-        enable_checkpointing=False,
-        enable_progress_bar=False,
-        enable_model_summary=False,
-        limit_val_batches=0,
-        default_root_dir=tmp_path,
-    )
+    return make_trainer(tmp_path, callbacks, devices=2, strategy="ddp_spawn")
 
 
 def test_every_rank_gets_identical_weights_without_a_seed(tmp_path):
