@@ -29,6 +29,7 @@ quickstart: install
 
 bench: install
 	$(PY) benchmarks/bench_init_callback.py
+	$(PY) benchmarks/bench_tied_lm.py
 
 clean:
 	rm -rf $(VENV) lightning_logs .pytest_cache
