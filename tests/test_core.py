@@ -2,9 +2,11 @@
 
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 import torch
+import yaml
 from torch import nn
 
 from lightning_embinit import initialize_embeddings
@@ -89,6 +91,17 @@ def test_sinusoidal_layouts():
 def test_cli_help_and_print_config():
     help_text = subprocess.run([sys.executable, "-m", "lightning_embinit", "fit", "--help"], capture_output=True, text=True)
     assert help_text.returncode == 0 and "--config" in help_text.stdout
+    for subcommand in ("validate", "test"):
+        assert subprocess.run([sys.executable, "-m", "lightning_embinit", subcommand, "--help"], capture_output=True).returncode == 0
+    config = Path(__file__).resolve().parent.parent / "examples" / "configs" / "tied_lm.yaml"
+    printed = subprocess.run(
+        [sys.executable, "-m", "lightning_embinit", "fit", "--config", str(config), "--print_config"],
+        capture_output=True, text=True, check=True,
+    ).stdout
+    resolved = yaml.safe_load(printed)
+    callbacks = {c["class_path"]: c["init_args"] for c in resolved["trainer"]["callbacks"]}
+    assert callbacks["lightning_embinit.EmbeddingInitCallback"]["source"] == "normal:0.0625"
+    assert resolved["model"]["class_path"] == "lightning_embinit.models.TiedEmbeddingLM"
 
 
 def test_bfloat16_table_is_standardized_in_place_of_its_dtype():
