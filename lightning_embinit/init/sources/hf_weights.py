@@ -24,7 +24,7 @@ from typing import Callable, Iterable, Mapping, Sequence
 import numpy as np
 import torch
 
-from lightning_embinit.init.sources.row_reader import read_rows
+from lightning_embinit.init.sources.row_reader import gather_rows, read_rows
 
 SAFETENSORS_INDEX = "model.safetensors.index.json"
 SAFETENSORS = "model.safetensors"
@@ -93,14 +93,7 @@ class EmbeddingTensor:
         """Rows (in the given order; all rows when None) in the stored dtype."""
         if rows is None:
             return self.read_rows(None)
-        wanted = np.asarray(rows, dtype=np.int64)
-        if wanted.size and (wanted.min() < 0 or wanted.max() >= self.shape[0]):
-            raise IndexError(f"{self.key}: row out of range [0, {self.shape[0]})")
-        unique, inverse = np.unique(wanted, return_inverse=True)
-        block = self.read_rows(unique)
-        if len(unique) == len(wanted) and np.array_equal(unique, wanted):
-            return block
-        return block[torch.from_numpy(inverse.reshape(-1))]
+        return gather_rows(rows, self.shape[0], self.read_rows, where=self.key)
 
 
 def safetensors_header(path: str) -> tuple[dict[str, dict], int]:

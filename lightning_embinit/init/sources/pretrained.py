@@ -15,7 +15,7 @@ import torch
 
 from lightning_embinit.init.alignment import AlignmentOptions, VectorTable, align_to_slot, require_tokens
 from lightning_embinit.init.sources.base import SourceMatrix, SourceRequest
-from lightning_embinit.init.sources.row_reader import read_rows
+from lightning_embinit.init.sources.row_reader import gather_rows, read_rows
 
 
 @dataclass
@@ -62,14 +62,10 @@ class ArrayTable:
 
     def gather(self, rows: Sequence[int]) -> torch.Tensor:
         if self.row_file is not None:
-            wanted = np.asarray(rows, dtype=np.int64)
-            if wanted.size and (wanted.min() < 0 or wanted.max() >= self.matrix.shape[0]):
-                raise IndexError(f"{self.description}: row out of range [0, {self.matrix.shape[0]})")
-            unique, inverse = np.unique(wanted, return_inverse=True)
+            path, offset = self.row_file
             shape = (int(self.matrix.shape[0]), int(self.matrix.shape[1]))
-            block = read_rows(self.row_file[0], self.row_file[1], shape, torch.float32, unique)
-            same = len(unique) == len(wanted) and np.array_equal(unique, wanted)
-            return block if same else block[torch.from_numpy(inverse.reshape(-1))]
+            return gather_rows(rows, shape[0], lambda unique: read_rows(path, offset, shape, torch.float32, unique),
+                               where=self.description)
         if isinstance(self.matrix, torch.Tensor):
             return self.matrix[torch.as_tensor(list(rows), dtype=torch.long)].to(torch.float32)
         picked = np.asarray(self.matrix[np.asarray(rows, dtype=np.int64)], dtype=np.float32)

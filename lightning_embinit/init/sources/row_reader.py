@@ -8,7 +8,7 @@ RSS. Consecutive rows are read as one run.
 from __future__ import annotations
 
 import os
-from typing import Sequence
+from typing import Callable, Sequence
 
 import numpy as np
 import torch
@@ -52,6 +52,24 @@ def read_rows(
                     raise ValueError(f"{path}: unexpected end of file")
                 done += got
     return out
+
+
+def gather_rows(
+    rows: Sequence[int] | np.ndarray, count: int, read_sorted: Callable[[np.ndarray], torch.Tensor], *, where: str
+) -> torch.Tensor:
+    """Rows ``rows`` (any order, repeats allowed) of a ``count``-row matrix, each distinct row read once.
+
+    ``read_sorted(unique_rows)`` reads sorted unique rows; an index outside ``[0, count)`` raises
+    ``IndexError`` naming ``where``.
+    """
+    wanted = np.asarray(rows, dtype=np.int64).reshape(-1)
+    if wanted.size and (wanted.min() < 0 or wanted.max() >= count):
+        raise IndexError(f"{where}: row out of range [0, {count})")
+    unique, inverse = np.unique(wanted, return_inverse=True)
+    block = read_sorted(unique)
+    if len(unique) == len(wanted) and np.array_equal(unique, wanted):
+        return block
+    return block[torch.from_numpy(inverse.reshape(-1))]
 
 
 def npy_data_offset(path: str | os.PathLike[str]) -> tuple[int, tuple[int, ...], np.dtype]:
