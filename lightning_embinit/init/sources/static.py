@@ -20,7 +20,6 @@ point at a local file.
 from __future__ import annotations
 
 import os
-import socket
 from dataclasses import dataclass
 from functools import partial
 from typing import Any, Callable
@@ -29,8 +28,9 @@ import numpy as np
 import torch
 
 from lightning_embinit.init.alignment import VectorTable
-from lightning_embinit.init.sources import vector_cache, vector_file
+from lightning_embinit.init.sources import network, vector_cache, vector_file
 from lightning_embinit.init.sources.base import SOURCES, SourceRequest
+from lightning_embinit.init.sources.compressed import read_head
 from lightning_embinit.init.sources.pretrained import ArrayTable, PretrainedSource, split_options
 from lightning_embinit.init.sources.row_reader import npy_data_offset
 
@@ -38,12 +38,14 @@ FORMATS = ("auto", "word2vec", "glove", "text", "word2vec_binary", "fasttext_bin
 _FORMAT_ALIASES = {"vec": "word2vec", "fasttext_vec": "word2vec", "binary": "word2vec_binary", "bin": "word2vec_binary",
                    "fasttext": "fasttext_bin"}
 _FASTTEXT_MAGIC = (793712314).to_bytes(4, "little")
-FILE_OPTIONS = ("path", "format", "dim", "header", "on_bad_line", "encoding_errors", "cache", "cache_dir", "progress")
+FILE_OPTIONS = ("path", "format", "dim", "header", "on_bad_line", "encoding_errors", "allow_numeric_token_words", "cache",
+                "cache_dir", "progress")
+_FORMAT_HEADER = {"word2vec": True, "glove": False}  # text formats that fix whether a header line exists
 
 
 def detect_format(path: str) -> str:
     """``word2vec``, ``glove``, ``word2vec_binary`` or ``fasttext_bin`` from the first decompressed bytes."""
-    head = vector_file.read_head(path)
+    head = read_head(path)
     if head[:4] == _FASTTEXT_MAGIC:
         return "fasttext_bin"
     first, _, rest = head.lstrip(b"\xef\xbb\xbf").partition(b"\n")
@@ -71,16 +73,17 @@ class FileVectorsOptions:
     header: bool | None = None
     on_bad_line: str = "error"
     encoding_errors: str = "replace"
+    allow_numeric_token_words: bool = False
     cache: bool = True
     cache_dir: str | None = None
     progress: bool = True
 
     def __post_init__(self) -> None:
         self.format = normalize_format(self.format)
-        if self.on_bad_line not in vector_file.ON_BAD_LINE:
-            raise ValueError(f"on_bad_line={self.on_bad_line!r}: choose one of {vector_file.ON_BAD_LINE}")
-        if self.encoding_errors not in vector_file.ENCODING_ERRORS:
-            raise ValueError(f"encoding_errors={self.encoding_errors!r}: choose one of {vector_file.ENCODING_ERRORS}")
+        vector_file.check_policies(self.on_bad_line, self.encoding_errors)
+        if self.header is not None and _FORMAT_HEADER.get(self.format, self.header) != self.header:
+            raise ValueError(f"contradictory options: format={self.format!r} fixes header="
+                             f"{_FORMAT_HEADER[self.format]}, but header={self.header} was given")
         if self.dim is not None and int(self.dim) < 1:
             raise ValueError(f"dim must be a positive integer, got {self.dim!r}")
 
@@ -93,13 +96,15 @@ def open_vector_file(path: str, options: FileVectorsOptions) -> VectorTable:
     fmt = detect_format(path) if options.format == "auto" else options.format
     if fmt == "fasttext_bin":
         return _open_fasttext_bin(path)
-    parse_options = {"format": fmt, "dim": options.dim, "header": options.header,
-                     "on_bad_line": options.on_bad_line, "encoding_errors": options.encoding_errors}
+    if options.format == "auto" and fmt in _FORMAT_HEADER and options.header is not None:
+        fmt = "word2vec" if options.header else "glove"  # an explicit header= beats detection
+    parse_options = {"format": fmt, "dim": options.dim, "header": options.header, "on_bad_line": options.on_bad_line,
+                     "encoding_errors": options.encoding_errors,
+                     "allow_numeric_token_words": options.allow_numeric_token_words}
     if fmt == "word2vec_binary":
         build = partial(_build_word2vec_binary, path, options)
     else:
-        header = {"word2vec": True, "glove": False}.get(fmt, options.header)
-        build = partial(_build_text, path, options, header)
+        build = partial(_build_text, path, options, _FORMAT_HEADER.get(fmt, options.header))
     row_file = None
     if options.cache:
         entry = vector_cache.load_or_build(path, parse_options, build, cache_dir=options.cache_dir)
@@ -108,6 +113,7 @@ def open_vector_file(path: str, options: FileVectorsOptions) -> VectorTable:
         row_file = (matrix_path, npy_data_offset(matrix_path)[0])
     else:
         tokens, matrix, meta = vector_cache.build_in_memory(build)
+    vector_file.emit(meta.get("report", {}).get("warnings", []), stacklevel=3)  # also on a cache hit
     notes = meta.get("summary") or ""
     description = f"{os.path.basename(path)} ({fmt}, {matrix.shape[0]}×{matrix.shape[1]}{'; ' + notes if notes else ''})"
     return ArrayTable(tokens=tokens, matrix=matrix, description=description, row_file=row_file)
@@ -117,7 +123,8 @@ def _build_text(path: str, options: FileVectorsOptions, header: bool | None,
                 open_sink: Callable[[int], Callable[[np.ndarray], None]]) -> tuple[list[str], dict[str, Any]]:
     parser = vector_file.TextVectorParser(
         path, dim=options.dim, header=header, on_bad_line=options.on_bad_line,
-        encoding_errors=options.encoding_errors, progress=options.progress,
+        encoding_errors=options.encoding_errors, allow_numeric_token_words=options.allow_numeric_token_words,
+        progress=options.progress, emit_warnings=False,
     )
     sinks: list[Callable[[np.ndarray], None]] = []
 
@@ -134,7 +141,7 @@ def _build_word2vec_binary(path: str, options: FileVectorsOptions,
                            open_sink: Callable[[int], Callable[[np.ndarray], None]]) -> tuple[list[str], dict[str, Any]]:
     from gensim.models import KeyedVectors
 
-    header = vector_file.read_head(path, 256).partition(b"\n")[0].split()
+    header = read_head(path, 256).partition(b"\n")[0].split()
     announced = int(header[0]) if len(header) == 2 and header[0].isdigit() else None
     try:
         kv = KeyedVectors.load_word2vec_format(path, binary=True, unicode_errors=options.encoding_errors)
@@ -150,19 +157,16 @@ def _build_word2vec_binary(path: str, options: FileVectorsOptions,
     problems = [f"{path}: vector {i + 1} (token {tokens[i]!r}): non-finite value (NaN or inf)" for i in np.flatnonzero(~keep)]
     if problems and options.on_bad_line == "error":
         raise ValueError(f"{problems[0]} (pass source_options on_bad_line='skip' to skip such vectors)")
-    if problems and options.on_bad_line == "warn":
-        import warnings
-
-        warnings.warn(f"{path}: skipped {len(problems)} vector(s) with NaN/inf, e.g. {problems[:3]}", stacklevel=3)
     tokens = [t for t, k in zip(tokens, keep) if k]
     open_sink(vectors.shape[1])(vectors[keep])
-    duplicates = max(0, (announced or 0) - len(kv))
-    invalid = sum("\ufffd" in t for t in tokens) if options.encoding_errors == "replace" else 0
-    report = {"dim": int(vectors.shape[1]), "rows": len(tokens), "duplicates": duplicates, "skipped": len(problems),
-              "invalid_utf8": invalid, "header_count": announced, "problems": problems[:10]}
-    summary = ", ".join(f"{v} {k}" for k, v in (("duplicate tokens", duplicates), ("skipped bad vectors", len(problems)),
-                                                 ("tokens with invalid UTF-8", invalid)) if v)
-    return tokens, {"report": report, "summary": summary}
+    report = vector_file.ParseReport(
+        path=path, dim=int(vectors.shape[1]), rows=len(tokens), data_lines=len(kv), duplicates=max(0, (announced or 0) - len(kv)),
+        skipped=len(problems), invalid_utf8=sum("\ufffd" in t for t in tokens) if options.encoding_errors == "replace" else 0,
+        header_count=announced, problems=problems[:10],
+    )
+    if problems and options.on_bad_line == "warn":
+        report.warnings.append(f"{path}: skipped {len(problems)} vector(s) with NaN/inf, e.g. {problems[:3]}")
+    return tokens, {"report": report.as_dict(), "summary": report.summary()}
 
 
 class FastTextTable:
@@ -203,10 +207,10 @@ def file_source(path: str, **options: Any) -> PretrainedSource:
 
 
 def _file_source(name: str, path: str | None, options: dict[str, Any], locate: Callable[[], str] | None = None,
-                 default_format: str = "auto") -> PretrainedSource:
+                 expected_dim: int | None = None) -> PretrainedSource:
+    """A vector file source; ``expected_dim`` (a published set's width) is checked against the file's."""
     alignment, own = split_options(name, options, FILE_OPTIONS)
     path = own.pop("path", None) or path
-    own.setdefault("format", default_format)
     file_options = FileVectorsOptions(**own)
     if path is not None:
         path = os.path.expanduser(str(path))
@@ -214,7 +218,12 @@ def _file_source(name: str, path: str | None, options: dict[str, Any], locate: C
             raise ValueError(f"source {name!r}: vector file {path} does not exist")
 
     def open_table(request: SourceRequest) -> VectorTable:
-        return open_vector_file(path if path is not None else locate(), file_options)  # type: ignore[misc]
+        where = path if path is not None else locate()  # type: ignore[misc]
+        table = open_vector_file(where, file_options)
+        if expected_dim is not None and table.dim != expected_dim:
+            raise ValueError(f"source {name!r} names {expected_dim}-dimensional vectors, but {where} has dimension "
+                             f"{table.dim}; pass source='file:{where}' to use that file as it is")
+        return table
 
     return PretrainedSource(name, open_table, alignment)
 
@@ -255,16 +264,7 @@ GENSIM_DATA = {
 }
 
 
-def offline_reason() -> str | None:
-    """Why no download should be tried (an offline flag, or no route to the host), else None."""
-    for variable in ("EMBINIT_OFFLINE", "HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE"):
-        if os.environ.get(variable, "").strip().lower() in ("1", "true", "yes", "on"):
-            return f"{variable} is set"
-    try:
-        socket.create_connection(("raw.githubusercontent.com", 443), timeout=3).close()
-    except OSError as error:
-        return f"no network ({error})"
-    return None
+GENSIM_DATA_HOST = "https://raw.githubusercontent.com"  # where gensim.downloader reads its catalogue
 
 
 def gensim_data_path(gensim_name: str) -> str:
@@ -276,7 +276,7 @@ def gensim_data_path(gensim_name: str) -> str:
         preferred = [f for f in files if f.startswith(gensim_name)]
         if preferred or files:
             return os.path.join(folder, (preferred or files)[0])
-    reason = offline_reason()
+    reason = network.offline_reason(GENSIM_DATA_HOST)
     if reason is not None:
         raise RuntimeError(f"gensim-data {gensim_name!r} is not in {base} and cannot be downloaded: {reason}")
     import gensim.downloader
@@ -304,7 +304,7 @@ def _locator(name: str, title: str, gensim_name: str | None, file_name: str, url
 def _register_well_known(name: str, entry: WellKnown) -> None:
     def factory(**options: Any) -> PretrainedSource:
         locate = _locator(name, entry.title, entry.gensim_name, entry.file_name, entry.url)
-        return _file_source(name, None, options, locate)
+        return _file_source(name, None, options, locate, entry.dim)
 
     factory.__doc__ = f"{entry.title}; local file with path=, else gensim-data {entry.gensim_name or '(none)'}"
     SOURCES.add(name, factory, summary=factory.__doc__)
@@ -314,7 +314,7 @@ def _register_gensim(name: str, dim: int) -> None:
     def factory(**options: Any) -> PretrainedSource:
         locate = _locator(name, f"gensim-data {name}, {dim}d", name, f"{name}.gz",
                           "https://github.com/RaRe-Technologies/gensim-data")
-        return _file_source(name, None, options, locate)
+        return _file_source(name, None, options, locate, dim)
 
     SOURCES.add(name, factory, summary=f"gensim-data {name} ({dim}d), through gensim.downloader or path=")
 

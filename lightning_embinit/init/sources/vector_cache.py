@@ -1,14 +1,16 @@
 """A parse-once cache for big vector files (SPEC §1 sources; issue 4 "big files").
 
 A vector file is parsed once into ``<cache>/vectors/<key>/``: ``matrix.npy`` (float32, V×D,
-memory-mappable), ``tokens.txt`` (one token per line, row order) and ``meta.json`` (what the parse
-found). The key hashes the file's identity — absolute path, size and modification time — and the
-options that change the result, so an edited file is parsed again. Later loads memory-map the
+memory-mappable), ``tokens.txt`` (row order, tokens joined by ``\n`` and read back without newline translation, so
+a token may hold ``\r``) and ``meta.json`` (what the parse found). The key hashes the file's
+identity — absolute path, size, modification and status-change times, inode — and the options
+that change the result, so an edited or replaced file is parsed again. Later loads memory-map the
 matrix (``np.load(mmap_mode="r")``) and read only the rows a vocabulary needs.
 
 The cache directory is ``$EMBINIT_CACHE_DIR`` (default ``~/.cache/lightning_embinit``). Entries
-are written to a temporary directory and renamed into place, so a crash or a concurrent writer
-never leaves a half-written entry.
+are written to a staging directory, checked, and renamed into place, so a crash or a concurrent
+writer never leaves a half-written entry; staging directories a killed process left behind are
+removed once they are an hour old.
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ import json
 import os
 import shutil
 import tempfile
+import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
@@ -26,8 +29,10 @@ from typing import Any, Callable
 import numpy as np
 
 CACHE_ENV = "EMBINIT_CACHE_DIR"
-CACHE_VERSION = 1
+CACHE_VERSION = 2  # 2: tokens.txt without newline translation; the file's inode and ctime in the key
+STALE_STAGING_S = 3600.0
 _PLACEHOLDER_ROWS = 10**15
+_STAGING_MARK = ".tmp."
 
 
 def cache_root(override: str | os.PathLike[str] | None = None) -> Path:
@@ -39,13 +44,15 @@ def cache_root(override: str | os.PathLike[str] | None = None) -> Path:
 
 
 def file_key(path: str | os.PathLike[str], options: dict[str, Any]) -> str:
-    """A hex key for ``path``'s identity (absolute path, size, mtime) and the parse ``options``."""
+    """A hex key for ``path``'s identity (absolute path, size, mtime, ctime, inode) and the parse ``options``."""
     resolved = os.path.abspath(os.path.expanduser(path))
     stat = os.stat(resolved)
     identity = {
         "path": resolved,
         "size": stat.st_size,
         "mtime_ns": stat.st_mtime_ns,
+        "ctime_ns": stat.st_ctime_ns,  # changes when a copy with a preserved mtime is written over the file
+        "inode": stat.st_ino,  # changes when another file is renamed over it
         "options": options,
         "version": CACHE_VERSION,
     }
@@ -93,7 +100,8 @@ class CachedVectors:
     @classmethod
     def open(cls, directory: Path) -> CachedVectors:
         meta = json.loads((directory / "meta.json").read_text(encoding="utf-8"))
-        text = (directory / "tokens.txt").read_text(encoding="utf-8")
+        with open(directory / "tokens.txt", encoding="utf-8", newline="") as handle:
+            text = handle.read()
         tokens = text.split("\n") if meta["rows"] else []
         matrix = np.load(directory / "matrix.npy", mmap_mode="r")
         if len(tokens) != matrix.shape[0] or matrix.shape[0] != meta["rows"]:
@@ -123,7 +131,8 @@ def load_or_build(
     elif final.exists():
         shutil.rmtree(final, ignore_errors=True)
     root.mkdir(parents=True, exist_ok=True)
-    staging = Path(tempfile.mkdtemp(prefix=f"{key}.tmp.", dir=root))
+    remove_stale_staging(root)
+    staging = Path(tempfile.mkdtemp(prefix=f"{key}{_STAGING_MARK}", dir=root))
     writers: list[NpyRowWriter] = []
 
     def open_sink(dim: int) -> Callable[[np.ndarray], None]:
@@ -136,22 +145,43 @@ def load_or_build(
             raise ValueError(f"{path}: the parser produced no matrix")
         writers[0].close()
         if any("\n" in token for token in tokens):
-            raise ValueError(f"{path}: a token contains a newline and cannot be cached")
-        (staging / "tokens.txt").write_text("\n".join(tokens), encoding="utf-8")
+            raise ValueError(f"{path}: a token contains a newline and cannot be cached (pass cache=False)")
+        with open(staging / "tokens.txt", "w", encoding="utf-8", newline="") as handle:
+            handle.write("\n".join(tokens))
         meta = {**meta, "source": os.path.abspath(os.fspath(path)), "rows": len(tokens), "options": options,
                 "version": CACHE_VERSION}
         (staging / "meta.json").write_text(json.dumps(meta, indent=1, default=str), encoding="utf-8")
+        entry = CachedVectors.open(staging)  # a bad entry never reaches its final name
         try:
             os.rename(staging, final)
+            entry.directory = final
         except OSError:  # another process finished first: use its entry
             shutil.rmtree(staging, ignore_errors=True)
+            entry = CachedVectors.open(final)
     except BaseException:
         for writer in writers:
             if not writer._file.closed:
                 writer._file.close()
         shutil.rmtree(staging, ignore_errors=True)
         raise
-    return CachedVectors.open(final)
+    return entry
+
+
+def remove_stale_staging(root: Path, max_age_s: float = STALE_STAGING_S) -> None:
+    """Delete staging directories under ``root`` untouched for ``max_age_s`` (left by killed processes).
+
+    A directory's age is that of its newest file, so a long parse that is still writing is kept.
+    """
+    cutoff = time.time() - max_age_s
+    for candidate in root.glob(f"*{_STAGING_MARK}*"):
+        try:
+            if not candidate.is_dir():
+                continue
+            newest = max([candidate.stat().st_mtime] + [item.stat().st_mtime for item in candidate.iterdir()])
+            if newest < cutoff:
+                shutil.rmtree(candidate, ignore_errors=True)
+        except OSError:  # finished or removed by another process meanwhile
+            continue
 
 
 def build_in_memory(build: Builder) -> tuple[list[str], np.ndarray, dict[str, Any]]:

@@ -3,7 +3,8 @@
 One pass over the file, in blocks of lines, with a progress bar. Tokens are split off in Python
 (one ``count`` per line); the numbers of a whole block are parsed at once by pandas' C reader
 when pandas is installed, else by ``numpy.fromstring``; only a block that fails is re-read line
-by line to name the bad line. Compression (gzip, bz2, xz, single-file zip) is detected from the magic bytes.
+by line to name the bad line. Compression (gzip, bz2, xz, single-file zip) is detected from the
+magic bytes (:mod:`.compressed`).
 
 Messy-file policies (each deliberate, each counted in :class:`ParseReport`):
 
@@ -11,7 +12,8 @@ Messy-file policies (each deliberate, each counted in :class:`ParseReport`):
   forces either way. Without a header the dimension is the most common field count − 1 of the
   first lines, or ``dim=``.
 - tokens with spaces (GloVe 840B): the vector is the *last* D fields, the token is everything
-  before. A "token" whose extra words are all numbers is a line with too many values (bad line).
+  before. A spaced "token" whose last word is a number (``new york 9 1 2 3`` with D = 3) is a line
+  with too many values (bad line), unless ``allow_numeric_token_words=True``.
 - blank lines: skipped and counted. A UTF-8 byte-order mark on the first line is dropped.
 - bad lines — too few or too many values, a non-numeric value, NaN or ±inf, an empty token:
   ``on_bad_line="error"`` (default) raises ``ValueError`` naming the file and line number;
@@ -21,28 +23,37 @@ Messy-file policies (each deliberate, each counted in :class:`ParseReport`):
   counted as ``invalid_utf8``; ``"strict"`` raises naming the line; ``"ignore"`` and
   ``"backslashreplace"`` as in Python).
 - a header count that disagrees with the number of data lines: a warning.
+
+Warnings are also kept in :attr:`ParseReport.warnings`, so a cached parse can repeat them.
+A truncated or corrupt compressed file raises ``ValueError`` naming the file.
 """
 
 from __future__ import annotations
 
-import bz2
 import csv
-import gzip
 import io
-import lzma
 import os
 import warnings
-import zipfile
 from collections import Counter
 from dataclasses import asdict, dataclass, field
-from typing import IO, Any, Callable
+from typing import Any, Callable
 
 import numpy as np
+
+from lightning_embinit.init.sources.compressed import DECOMPRESSION_ERRORS, open_decompressed
 
 BLOCK_BYTES = 4 << 20
 ON_BAD_LINE = ("error", "skip", "warn")
 ENCODING_ERRORS = ("replace", "strict", "ignore", "backslashreplace")
 _BOM = b"\xef\xbb\xbf"
+
+
+def check_policies(on_bad_line: str, encoding_errors: str) -> None:
+    """Raise ``ValueError`` unless both are known policies (:data:`ON_BAD_LINE`, :data:`ENCODING_ERRORS`)."""
+    if on_bad_line not in ON_BAD_LINE:
+        raise ValueError(f"on_bad_line={on_bad_line!r}: choose one of {ON_BAD_LINE}")
+    if encoding_errors not in ENCODING_ERRORS:
+        raise ValueError(f"encoding_errors={encoding_errors!r}: choose one of {ENCODING_ERRORS}")
 
 
 @dataclass
@@ -59,6 +70,7 @@ class ParseReport:
     invalid_utf8: int = 0
     header_count: int | None = None
     problems: list[str] = field(default_factory=list)
+    warnings: list[str] = field(default_factory=list)
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -76,38 +88,6 @@ class ParseReport:
             if value
         ]
         return ", ".join(parts)
-
-
-def open_decompressed(path: str) -> tuple[IO[bytes], IO[bytes]]:
-    """``(stream, raw)``: the decompressed byte stream of ``path`` and the raw file (for progress)."""
-    raw = open(path, "rb")
-    magic = raw.read(6)
-    raw.seek(0)
-    if magic[:2] == b"\x1f\x8b":
-        return gzip.GzipFile(fileobj=raw), raw
-    if magic[:3] == b"BZh":
-        return bz2.BZ2File(raw), raw
-    if magic == b"\xfd7zXZ\x00":
-        return lzma.LZMAFile(raw), raw
-    if magic[:4] == b"PK\x03\x04":
-        archive = zipfile.ZipFile(raw)
-        members = [info for info in archive.infolist() if not info.is_dir()]
-        if len(members) != 1:
-            raw.close()
-            names = [info.filename for info in members]
-            raise ValueError(f"{path}: a zip archive with {len(names)} files {names[:6]}; unzip it and point at one file")
-        return archive.open(members[0]), raw
-    return raw, raw
-
-
-def read_head(path: str, size: int = 1 << 16) -> bytes:
-    """The first ``size`` decompressed bytes of ``path``."""
-    stream, raw = open_decompressed(path)
-    try:
-        return stream.read(size)
-    finally:
-        stream.close()
-        raw.close()
 
 
 def _is_int(field_: bytes) -> bool:
@@ -188,18 +168,19 @@ class TextVectorParser:
         header: bool | None = None,
         on_bad_line: str = "error",
         encoding_errors: str = "replace",
+        allow_numeric_token_words: bool = False,
         progress: bool = True,
+        emit_warnings: bool = True,
     ) -> None:
-        if on_bad_line not in ON_BAD_LINE:
-            raise ValueError(f"on_bad_line={on_bad_line!r}: choose one of {ON_BAD_LINE}")
-        if encoding_errors not in ENCODING_ERRORS:
-            raise ValueError(f"encoding_errors={encoding_errors!r}: choose one of {ENCODING_ERRORS}")
+        check_policies(on_bad_line, encoding_errors)
         self.path = path
         self.dim = dim
         self.header = header
         self.on_bad_line = on_bad_line
         self.encoding_errors = encoding_errors
+        self.allow_numeric_token_words = allow_numeric_token_words
         self.progress = progress
+        self.emit_warnings = emit_warnings
         self.report = ParseReport(path=path)
         self.tokens: list[str] = []
         self._index: dict[str, int] = {}
@@ -231,6 +212,8 @@ class TextVectorParser:
                     lines, start = self._read_header(lines[first:], start + first)
                 self._block(lines, start, sink)
                 bar.update(raw.tell() - bar.n)
+        except DECOMPRESSION_ERRORS as error:
+            raise ValueError(f"{self.path}: the compressed file is truncated or corrupt: {error}") from None
         finally:
             bar.close()
             stream.close()
@@ -292,8 +275,11 @@ class TextVectorParser:
                     continue
                 token, rest = parts[0], b" ".join(parts[1:])
                 words = token.split()
-                if len(words) > 1 and all(_is_number(w) for w in words[1:]):
-                    self._bad(line_no, f"more than {dim} values", line)
+                if len(words) > 1 and not self.allow_numeric_token_words and _is_number(words[-1]):
+                    reason = "more than {dim} values" if all(_is_number(w) for w in words[1:]) else (
+                        "more than {dim} values, or a spaced token ending in a number "
+                        "(pass allow_numeric_token_words=True if such tokens are real)")
+                    self._bad(line_no, reason.format(dim=dim), line)
                     continue
             tokens.append(token)
             values.append(rest)
@@ -344,18 +330,20 @@ class TextVectorParser:
     def _finish(self) -> None:
         report = self.report
         if report.header_count is not None and report.header_count != report.data_lines:
-            warnings.warn(
-                f"{self.path}: the header announces {report.header_count} vectors but the file has "
-                f"{report.data_lines} data lines",
-                stacklevel=3,
-            )
+            report.warnings.append(f"{self.path}: the header announces {report.header_count} vectors but the file "
+                                   f"has {report.data_lines} data lines")
         if self.on_bad_line == "warn" and report.skipped:
-            warnings.warn(f"{self.path}: skipped {report.skipped} bad line(s), e.g. {report.problems[:3]}", stacklevel=3)
+            report.warnings.append(f"{self.path}: skipped {report.skipped} bad line(s), e.g. {report.problems[:3]}")
         if report.invalid_utf8:
-            warnings.warn(
-                f"{self.path}: {report.invalid_utf8} token(s) with invalid UTF-8 decoded with "
-                f"errors={self.encoding_errors!r}",
-                stacklevel=3,
-            )
+            report.warnings.append(f"{self.path}: {report.invalid_utf8} token(s) with invalid UTF-8 decoded with "
+                                   f"errors={self.encoding_errors!r}")
+        if self.emit_warnings:
+            emit(report.warnings, stacklevel=4)
         if report.rows == 0:
             raise ValueError(f"{self.path}: no usable vectors ({report.skipped} bad lines skipped)")
+
+
+def emit(messages: list[str], *, stacklevel: int = 2) -> None:
+    """Issue each message as a ``UserWarning`` (a parse's warnings, fresh or from the cache)."""
+    for message in messages:
+        warnings.warn(message, UserWarning, stacklevel=stacklevel + 1)
