@@ -212,3 +212,16 @@ def test_oov_statistics_count_each_found_slot_row():
     built = align(table, ["a", "A", "b", "zz"], dim=2, oov="mean")
     assert built.weight[3].tolist() == [1.0, 1.0]  # (0 + 0 + 3) / 3: "a" is used twice
     assert built.weight[:3].tolist() == [[0, 0], [0, 0], [3, 3]]
+
+
+def test_case_insensitive_match_takes_the_first_source_row_whatever_the_lookup_order():
+    from itertools import permutations
+
+    tokens = ["Paris", "PARIS", "PaRiS"]
+    matrix = torch.arange(3, dtype=torch.float32).unsqueeze(1)
+    for order in permutations(range(3)):  # a tokenizer's get_vocab() order varies between processes
+        index = {tokens[row]: row for row in order}
+        table = ArrayTable(tokens=tokens, matrix=matrix, description="cased", index=index)
+        built = align(table, ["pARIS", "paris"], dim=1)
+        assert built.weight.flatten().tolist() == [0.0, 0.0], order
+        assert built.coverage.by_rule == {"lower": 2}

@@ -166,9 +166,7 @@ def match_tokens(
                 row = lookup.get(token.lower())
                 if row is None:
                     if lower_index is None:
-                        lower_index = {}
-                        for key, value in lookup.items():
-                            lower_index.setdefault(key.lower(), value)
+                        lower_index = lower_case_index(lookup)
                     row = lower_index.get(token.lower())
             elif rule == "wordpiece":
                 variant = token[2:] if token.startswith("##") and len(token) > 2 else "##" + token
@@ -186,6 +184,15 @@ def match_tokens(
         rows.append(row if row is not None and found_rule != "ngrams" else -1)
         rules.append(found_rule)
     return Match(rows, rules, composed)
+
+
+def lower_case_index(lookup: Mapping[str, int]) -> dict[str, int]:
+    """Lower-cased token → row, the lowest row winning, whatever the order of ``lookup`` (a tokenizer's
+    ``get_vocab()`` order varies from process to process)."""
+    index: dict[str, int] = {}
+    for key, value in sorted(lookup.items(), key=lambda item: item[1]):
+        index.setdefault(key.lower(), value)
+    return index
 
 
 def _explicit_special_map(
