@@ -217,12 +217,74 @@ def test_tiny_t5_shared_embedding_and_sentencepiece_fallback(tiny_t5):
 
 def test_hub_cache_works_offline(tmp_path, tiny_bert):
     directory, tokenizer = tiny_bert
-    snapshot = tmp_path / "hub" / "models--tiny-org--tiny-bert" / "snapshots" / "0123abcd"
+    hub_cache_copy(directory, tmp_path / "hub")
+    built = resolve_source("hf:tiny-org/tiny-bert", cache_dir=str(tmp_path / "hub")).build(request_for(["the"], 16))
+    assert torch.equal(built.weight[0], reference_embedding(directory)[tokenizer.get_vocab()["the"]])
+
+
+def hub_cache_copy(directory, hub_root, repo="tiny-org/tiny-bert"):
+    """A hand-built Hugging Face cache holding ``directory``'s files as ``repo`` at revision main."""
+    snapshot = hub_root / f"models--{repo.replace('/', '--')}" / "snapshots" / "0123abcd"
     shutil.copytree(directory, snapshot)
     (snapshot.parent.parent / "refs").mkdir()
     (snapshot.parent.parent / "refs" / "main").write_text("0123abcd")
-    built = resolve_source("hf:tiny-org/tiny-bert", cache_dir=str(tmp_path / "hub")).build(request_for(["the"], 16))
+    return snapshot
+
+
+@pytest.fixture
+def closed_hub(monkeypatch):
+    """No offline flag, and a hub endpoint on a closed local port (as with no network)."""
+    from huggingface_hub import constants
+
+    from lightning_embinit.init.sources import network
+
+    for flag in ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE", "EMBINIT_OFFLINE"):
+        monkeypatch.delenv(flag, raising=False)
+    monkeypatch.setattr(constants, "HF_HUB_OFFLINE", False)
+    monkeypatch.setenv("HF_ENDPOINT", "http://127.0.0.1:9")  # nothing listens on port 9
+    monkeypatch.setattr(constants, "ENDPOINT", "http://127.0.0.1:9")
+    monkeypatch.setattr(network, "_probes", {})
+
+
+def test_cached_hub_model_works_without_network_or_offline_flag(tmp_path, tiny_bert, closed_hub):
+    directory, tokenizer = tiny_bert
+    hub_cache_copy(directory, tmp_path / "hub")
+    built = resolve_source("hf:tiny-org/tiny-bert", cache_dir=str(tmp_path / "hub")).build(request_for(["the", "dog"], 16))
+    vocab = tokenizer.get_vocab()
+    assert torch.equal(built.weight, reference_embedding(directory)[[vocab["the"], vocab["dog"]]])
+
+
+def test_model_directory_without_tokenizer_files_is_refused(tmp_path, tiny_bert):
+    directory, tokenizer = tiny_bert
+    bare = tmp_path / "weights-only"
+    bare.mkdir()
+    for name in ("config.json", "model.safetensors"):
+        shutil.copy(os.path.join(directory, name), bare / name)
+    with pytest.raises(RuntimeError, match=r"no tokenizer files \(none of tokenizer.json, vocab.txt.*only \d+ tokens "
+                                           r"for an embedding of 64 rows.*tokenizer='<dir or id>'"):
+        resolve_source(f"hf:{bare}").build(request_for(["the"], 16))
+    built = resolve_source(f"hf:{bare}", tokenizer=directory).build(request_for(["the"], 16))
     assert torch.equal(built.weight[0], reference_embedding(directory)[tokenizer.get_vocab()["the"]])
+
+
+def test_sharded_t5_extraction_equals_get_input_embeddings(tmp_path, tiny_t5):
+    from transformers import T5Model
+
+    directory, tokenizer = tiny_t5
+    sharded = str(tmp_path / "t5-sharded")
+    model = T5Model.from_pretrained(directory)
+    model.save_pretrained(sharded, max_shard_size="20KB")
+    tokenizer.save_pretrained(sharded)
+    with open(os.path.join(sharded, SAFETENSORS_INDEX)) as handle:
+        assert len(set(json.load(handle)["weight_map"].values())) >= 2
+    table = open_hf_table("hf", sharded, (sharded,), HFOptions())
+    reference = model.get_input_embeddings().weight.detach()
+    assert table.tensor.key in ("shared.weight", "encoder.embed_tokens.weight")
+    assert torch.equal(table.tensor.read(), reference)
+    tokens = ["▁the", "▁dog", "</s>"]
+    built = resolve_source(f"hf:{sharded}").build(request_for(tokens, 16, specials={}))
+    vocab = tokenizer.get_vocab()
+    assert torch.equal(built.weight, reference[[vocab[t] for t in tokens]])
 
 
 def test_offline_without_a_copy_explains_what_to_do(tmp_path):
@@ -277,13 +339,6 @@ def test_embedding_key_patterns():
         find_embedding_key(["encoder.layer.0.weight"])
 
 
-def test_no_network_fails_fast_with_instructions(tmp_path, monkeypatch):
-    from huggingface_hub import constants
-
-    monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
-    monkeypatch.delenv("TRANSFORMERS_OFFLINE", raising=False)
-    monkeypatch.delenv("EMBINIT_OFFLINE", raising=False)
-    monkeypatch.setattr(constants, "HF_HUB_OFFLINE", False)
-    monkeypatch.setattr(constants, "ENDPOINT", "http://127.0.0.1:9")  # nothing listens on port 9
-    with pytest.raises(RuntimeError, match=r"no network.*unreachable.*source='hf:/path/to/dir'"):
+def test_no_network_fails_fast_with_instructions(tmp_path, closed_hub):
+    with pytest.raises(RuntimeError, match=r"offline: no network.*unreachable.*source='hf:/path/to/dir'"):
         resolve_source("bert", cache_dir=str(tmp_path / "empty")).build(request_for(["the"], 768))

