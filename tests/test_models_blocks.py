@@ -89,3 +89,26 @@ def test_feed_forward_and_options_reject_unknown_names():
     with pytest.raises(ValueError, match="embedding_scale"):
         resolve_scale("big", 4)
     assert resolve_scale("sqrt_d", 256) == 16.0 and resolve_scale("none", 9) == 1.0 and resolve_scale(2.5, 9) == 2.5
+
+
+@pytest.mark.parametrize("name", ["none", "relu", "gelu", "tanh"])
+def test_one_activation_mapping_serves_ffn_and_head(name):
+    from lightning_embinit.models.blocks import ACTIVATION_FUNCTIONS, ACTIVATIONS, activation_fn
+    from lightning_embinit.models.heads import HEAD_ACTIVATIONS, OutputHead
+
+    function = ACTIVATION_FUNCTIONS[name]
+    assert set(ACTIVATIONS) <= set(ACTIVATION_FUNCTIONS) and HEAD_ACTIVATIONS == tuple(ACTIVATION_FUNCTIONS)
+    torch.manual_seed(0)
+    head = OutputHead("tied_orthogonal", 8, 11, bias=True, activation=name)
+    h = torch.randn(2, 3, 8)
+    torch.testing.assert_close(head.transform(h), function(head.proj(h)))
+    z = torch.randn(400_000, dtype=torch.float64)
+    assert head.second_moment() == pytest.approx(function(z).square().mean().item(), rel=0.01)
+    if name in ACTIVATIONS:
+        ffn = FeedForward(8, 16, activation=name)
+        torch.testing.assert_close(ffn(h), ffn.fc2(function(ffn.fc1(h))))
+    else:
+        with pytest.raises(ValueError, match="activation"):
+            activation_fn(name)
+    with pytest.raises(ValueError, match="head activation"):
+        OutputHead("tied_orthogonal", 8, 11, activation="swish")

@@ -90,13 +90,37 @@ def test_prediction_accounts_for_positional_encoding():
     assert TiedEmbeddingLM(vocab_size=n, zero_init_residual=False).initial_loss_prediction() is None
 
 
-def test_bf16_autocast_forward_backward():
-    model = tiny("tied_orthogonal")
-    ids = torch.randint(0, 23, (2, 9))
+@pytest.mark.parametrize("head", ["tied", "tied_orthogonal"])
+def test_bf16_autocast_training_step_on_cpu(head):
+    """A whole optimizer step under CPU bf16 autocast: finite loss and gradients, weights move."""
+    torch.manual_seed(0)
+    model = tiny(head)
+    optimizer = model.configure_optimizers()
+    ids = torch.randint(0, 23, (4, 9))
+    before = model.token_embedding.weight.detach().clone()
     with torch.autocast("cpu", dtype=torch.bfloat16):
+        logits = model(ids[:, :-1])
+        loss = model.loss(logits, ids[:, 1:])
+    assert logits.dtype == torch.bfloat16 and loss.dtype == torch.float32  # cross-entropy autocasts to fp32
+    loss.backward()
+    assert torch.isfinite(loss) and all(torch.isfinite(p.grad).all() for p in model.parameters() if p.grad is not None)
+    optimizer.step()
+    assert model.token_embedding.weight.dtype == torch.float32 and not torch.equal(model.token_embedding.weight, before)
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+def test_moves_to_cuda_and_trains_a_step():
+    torch.manual_seed(0)
+    model = tiny("tied_orthogonal", positional="sinusoidal").cuda()
+    assert all(t.device.type == "cuda" for t in [*model.parameters(), *model.buffers()])
+    ids = torch.randint(0, 23, (4, 9), device="cuda")
+    optimizer = model.configure_optimizers()
+    with torch.autocast("cuda", dtype=torch.bfloat16):
         loss = model.loss(model(ids[:, :-1]), ids[:, 1:])
     loss.backward()
-    assert torch.isfinite(loss) and torch.isfinite(model.token_embedding.weight.grad).all()
+    optimizer.step()
+    assert loss.device.type == "cuda" and torch.isfinite(loss)
+    assert model.initial_loss_prediction(length=8) is not None
 
 
 def test_fits_under_bf16_mixed_precision(tmp_path):

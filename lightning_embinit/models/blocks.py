@@ -9,6 +9,7 @@ with ``cross_attention=True`` attends to a memory. Attention runs on
 from __future__ import annotations
 
 import math
+from typing import Callable
 
 import torch
 import torch.nn.functional as F
@@ -17,6 +18,20 @@ from torch import nn
 from lightning_embinit.init.positional import sinusoidal_encoding
 
 NORMS = ("layernorm", "rmsnorm")
+
+
+def identity(x: torch.Tensor) -> torch.Tensor:
+    """The ``none`` activation."""
+    return x
+
+
+ACTIVATION_FUNCTIONS: dict[str, Callable[[torch.Tensor], torch.Tensor]] = {
+    "none": identity,
+    "relu": F.relu,
+    "gelu": F.gelu,
+    "tanh": torch.tanh,
+}
+"""Every elementwise activation by name: the FFN's (:data:`ACTIVATIONS`) and the head's."""
 ACTIVATIONS = ("relu", "gelu")
 POSITIONALS = ("sinusoidal", "learned", "none")
 
@@ -34,10 +49,11 @@ def build_norm(kind: str, dim: int, eps: float = 1e-5) -> nn.Module:
     return nn.LayerNorm(dim, eps=eps) if kind == "layernorm" else nn.RMSNorm(dim, eps=eps)
 
 
-def activation_fn(kind: str):
-    """The elementwise activation for ``relu`` or ``gelu``."""
-    check_choice("activation", kind, ACTIVATIONS)
-    return F.relu if kind == "relu" else F.gelu
+def activation_fn(
+    kind: str, choices: tuple[str, ...] = ACTIVATIONS, *, what: str = "activation"
+) -> Callable[[torch.Tensor], torch.Tensor]:
+    """The function :data:`ACTIVATION_FUNCTIONS` maps ``kind`` to, if ``kind`` is one of ``choices``."""
+    return ACTIVATION_FUNCTIONS[check_choice(what, kind, choices)]
 
 
 class MultiHeadAttention(nn.Module):

@@ -17,10 +17,10 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from lightning_embinit.models.blocks import check_choice
+from lightning_embinit.models.blocks import ACTIVATION_FUNCTIONS, activation_fn, check_choice
 
 HEADS = ("tied", "untied", "tied_orthogonal", "tied_half_swap", "tied_shuffle")
-HEAD_ACTIVATIONS = ("none", "relu", "gelu", "tanh")
+HEAD_ACTIVATIONS = tuple(ACTIVATION_FUNCTIONS)  # none, relu, gelu, tanh
 
 
 class OutputHead(nn.Module):
@@ -38,7 +38,8 @@ class OutputHead(nn.Module):
     ) -> None:
         super().__init__()
         self.kind = check_choice("output head", kind, HEADS)
-        self.activation = check_choice("head activation", activation, HEAD_ACTIVATIONS)
+        self.activation = activation
+        self._act = activation_fn(activation, HEAD_ACTIVATIONS, what="head activation")
         self.shuffle_groups = shuffle_groups
         if kind == "tied_half_swap" and dim % 2:
             raise ValueError(f"tied_half_swap needs an even model dimension, got {dim}")
@@ -71,13 +72,7 @@ class OutputHead(nn.Module):
         if self.kind == "tied_shuffle":
             return h.unflatten(-1, (self.shuffle_groups, -1)).transpose(-1, -2).flatten(-2)
         if self.kind == "tied_orthogonal":
-            h = self.proj(h)
-            if self.activation == "relu":
-                return F.relu(h)
-            if self.activation == "gelu":
-                return F.gelu(h)
-            if self.activation == "tanh":
-                return torch.tanh(h)
+            return self._act(self.proj(h))
         return h
 
     def forward(self, h: torch.Tensor, embedding_weight: torch.Tensor) -> torch.Tensor:
@@ -91,5 +86,4 @@ class OutputHead(nn.Module):
             return 1.0
         z = torch.linspace(-10.0, 10.0, 20001, dtype=torch.float64)
         density = torch.exp(-0.5 * z.square()) / math.sqrt(2 * math.pi)
-        act = {"relu": F.relu, "gelu": F.gelu, "tanh": torch.tanh}[self.activation]
-        return float((act(z).square() * density).sum() * (z[1] - z[0]))
+        return float((self._act(z).square() * density).sum() * (z[1] - z[0]))
