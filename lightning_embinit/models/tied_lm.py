@@ -24,9 +24,9 @@ from torchmetrics.aggregation import MeanMetric
 
 from lightning_embinit.data.vocabulary import SPECIAL_TOKENS
 from lightning_embinit.init.host import EmbeddingSlot
+from lightning_embinit.init.initial_loss import predicted_initial_loss, token_std
 from lightning_embinit.init.schemes import get_scheme
 from lightning_embinit.models.blocks import TransformerBlock, build_norm, build_positional, check_choice, resolve_scale
-from lightning_embinit.init.initial_loss import predicted_initial_loss, token_std
 from lightning_embinit.models.heads import OutputHead
 from lightning_embinit.models.initialization import init_non_embedding_
 
@@ -236,8 +236,9 @@ class TiedEmbeddingLM(L.LightningModule):
         logit of a plain ``tied`` head is a_p = s·D·σ² / √(s²σ² + π_p²), π_p² the variance
         (LayerNorm) or mean square (RMSNorm) of the row P_p — dσ without a position signal.
         Returns :func:`~lightning_embinit.init.initial_loss.predicted_initial_loss` averaged over the
-        first ``length`` positions (default ``max_len``), or None when ``zero_init_residual`` is
-        off (the blocks are then not the identity).
+        first ``length`` positions — pass the sequence length trained on, as
+        :class:`~lightning_embinit.callbacks.initial_loss.InitialLossMonitor` does; default
+        ``max_len`` — or None when ``zero_init_residual`` is off (the blocks are then not the identity).
         """
         if not self.hparams.zero_init_residual:
             return None
