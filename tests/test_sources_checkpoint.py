@@ -99,6 +99,54 @@ def test_missing_file_and_bad_options(tmp_path):
         resolve_source(f"checkpoint:{path}", slot_map=["a"])
 
 
+@pytest.fixture
+def torch_loads(monkeypatch):
+    """The paths torch.load has read (after dropping any kept checkpoint)."""
+    from lightning_embinit.init.sources import checkpoint
+
+    checkpoint.release_loaded()
+    calls = []
+    original = torch.load
+
+    def counting(path, *args, **kwargs):
+        calls.append(str(path))
+        return original(path, *args, **kwargs)
+
+    monkeypatch.setattr(torch, "load", counting)
+    yield calls
+    checkpoint.release_loaded()
+
+
+def test_one_build_round_loads_the_checkpoint_once(lightning_style, old_weight, torch_loads):
+    import os
+
+    from lightning_embinit.init.sources import checkpoint
+
+    for slot in ("encoder", "decoder"):  # the pipeline resolves a new source for every slot
+        built = resolve_source(f"checkpoint:{lightning_style}", slot_map={"decoder": "encoder"}).build(
+            request_for(["cat"], slot=slot))
+        assert torch.equal(built.weight[0], old_weight[3])
+    assert len(torch_loads) == 1
+    torch.save({"state_dict": {"model.embed.weight": old_weight + 1},
+                "embinit": {"slots": {"encoder": {"parameter": "model.embed.weight", "tokens": OLD_TOKENS}}}},
+               lightning_style)
+    os.utime(lightning_style, ns=(0, os.stat(lightning_style).st_mtime_ns + 10**9))
+    built = resolve_source(f"checkpoint:{lightning_style}").build(request_for(["cat"]))
+    assert torch.equal(built.weight[0], old_weight[3] + 1) and len(torch_loads) == 2
+    checkpoint.release_loaded()
+    resolve_source(f"checkpoint:{lightning_style}").build(request_for(["cat"]))
+    assert len(torch_loads) == 3
+
+
+def test_a_legacy_checkpoint_that_cannot_be_mapped_is_not_kept(tmp_path, old_weight, torch_loads):
+    path = tmp_path / "legacy.pt"
+    torch.save({"embed.weight": old_weight}, path, _use_new_zipfile_serialization=False)
+    for _ in range(2):
+        built = resolve_source(f"checkpoint:{path}", parameter="embed.weight", tokens=OLD_TOKENS).build(request_for(["on"]))
+        assert torch.equal(built.weight[0], old_weight[5])
+    assert len(torch_loads) == 4  # a failed memory-mapped load, then a plain one, per build
+
+
 def test_round_trip_through_a_lightning_checkpoint_written_by_the_callback(tmp_path):
     from lightning.pytorch import Trainer
 

@@ -10,11 +10,17 @@ a Lightning checkpoint or a plain state dict, read with ``torch.load(weights_onl
 The new slot reads the old slot of the same name, or ``slot_map={new: old}``. Options
 ``parameter=`` (a state-dict key) and ``tokens=`` (a list, or a file with one token per line)
 override the record and serve plain state dicts that have none.
+
+The pipeline resolves a fresh source for every slot, so a memory-mapped checkpoint is kept for
+:data:`KEEP_LOADED_S` seconds (one build round) and reused by the next slot while the file is
+unchanged (same path, size, mtime, ctime and inode); :func:`release_loaded` drops it at once. A
+legacy (non-zip) checkpoint, which cannot be memory-mapped, is loaded per slot and never kept.
 """
 
 from __future__ import annotations
 
 import os
+import time
 from typing import Any, Mapping, Sequence
 
 import torch
@@ -25,13 +31,47 @@ from lightning_embinit.init.sources.pretrained import ArrayTable, PretrainedSour
 
 CHECKPOINT_KEY = "embinit"
 CHECKPOINT_OPTIONS = ("slot_map", "parameter", "tokens", "weights_only")
+KEEP_LOADED_S = 60.0
+Loaded = tuple[Mapping[str, torch.Tensor], Mapping[str, Any]]
+_kept: dict[tuple[Any, ...], tuple[float, Loaded]] = {}  # at most one memory-mapped checkpoint
 
 
-def load_checkpoint(path: str, *, weights_only: bool = True) -> tuple[Mapping[str, torch.Tensor], Mapping[str, Any]]:
-    """(state dict, the ``embinit`` slot records) of a Lightning checkpoint or a plain state dict."""
+def _identity(path: str, weights_only: bool) -> tuple[Any, ...]:
+    stat = os.stat(path)
+    return (os.path.abspath(path), stat.st_size, stat.st_mtime_ns, stat.st_ctime_ns, stat.st_ino, weights_only)
+
+
+def release_loaded() -> None:
+    """Drop the kept checkpoint (its memory map) now."""
+    _kept.clear()
+
+
+def load_checkpoint_once(path: str, *, weights_only: bool = True) -> Loaded:
+    """:func:`load_checkpoint`, reusing the memory-mapped result of the last call for an unchanged file."""
+    key = _identity(path, weights_only)
+    now = time.monotonic()
+    kept = _kept.get(key)
+    if kept is not None and now - kept[0] < KEEP_LOADED_S:
+        _kept[key] = (now, kept[1])
+        return kept[1]
+    _kept.clear()
+    mapped: list[bool] = []
+    loaded = load_checkpoint(path, weights_only=weights_only, mapped=mapped)
+    if mapped:
+        _kept[key] = (now, loaded)
+    return loaded
+
+
+def load_checkpoint(path: str, *, weights_only: bool = True, mapped: list[bool] | None = None) -> Loaded:
+    """(state dict, the ``embinit`` slot records) of a Lightning checkpoint or a plain state dict.
+
+    ``mapped`` (a list) gets ``True`` appended when the file could be memory-mapped.
+    """
     try:
         try:
             loaded = torch.load(path, map_location="cpu", weights_only=weights_only, mmap=True)
+            if mapped is not None:
+                mapped.append(True)
         except RuntimeError as error:
             if "mmap" not in str(error) and "zip" not in str(error):
                 raise
@@ -60,8 +100,7 @@ def read_token_list(tokens: Sequence[str] | str | os.PathLike[str]) -> list[str]
     return [str(token) for token in tokens]
 
 
-def checkpoint_table(path: str, request: SourceRequest, options: Mapping[str, Any],
-                     loaded: tuple[Mapping[str, torch.Tensor], Mapping[str, Any]]) -> VectorTable:
+def checkpoint_table(path: str, request: SourceRequest, options: Mapping[str, Any], loaded: Loaded) -> VectorTable:
     state, slots = loaded
     slot_map = options.get("slot_map") or {}
     old_name = slot_map.get(request.slot_name, request.slot_name)
@@ -101,11 +140,9 @@ def checkpoint_source(path: str, **options: Any) -> PretrainedSource:
         raise ValueError(f"source 'checkpoint:{path}': the file does not exist")
     if own.get("slot_map") is not None and not isinstance(own["slot_map"], Mapping):
         raise ValueError(f"slot_map must map new slot names to old ones, got {own['slot_map']!r}")
-    cache: list[tuple[Mapping[str, torch.Tensor], Mapping[str, Any]]] = []
 
     def open_table(request: SourceRequest) -> VectorTable:
-        if not cache:
-            cache.append(load_checkpoint(path, weights_only=bool(own.get("weights_only", True))))
-        return checkpoint_table(path, request, own, cache[0])
+        loaded = load_checkpoint_once(path, weights_only=bool(own.get("weights_only", True)))
+        return checkpoint_table(path, request, own, loaded)
 
     return PretrainedSource(f"checkpoint:{path}", open_table, alignment)
