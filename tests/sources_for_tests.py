@@ -65,3 +65,20 @@ class RankRecordingSource:
         with open(os.path.join(self.directory, f"built-by-rank{rank}"), "a") as marker:
             marker.write("1")
         return resolve_source(self.spec).build(request)
+
+
+class CountingSource:
+    """A random scheme that counts how often it was built."""
+
+    is_pretrained = False
+
+    def __init__(self, spec: str) -> None:
+        from lightning_embinit.init import SchemeSource, get_scheme
+
+        self.inner = SchemeSource(get_scheme(spec))
+        self.name = spec
+        self.builds = 0
+
+    def build(self, request: SourceRequest) -> SourceMatrix:
+        self.builds += 1
+        return self.inner.build(request)

@@ -7,7 +7,7 @@ from lightning.pytorch.loggers import Logger
 from lightning_embinit import EmbeddingInitCallback, initialize_embeddings
 from lightning_embinit.init import sinusoidal_encoding
 from tests.host_models import VOCAB, NoEmbeddingModel, PlainEmbeddingModel, TwoSlotHost, make_trainer, token_loader
-from tests.sources_for_tests import BrokenSource, EvenRowsSource
+from tests.sources_for_tests import BrokenSource, CountingSource, EvenRowsSource
 
 
 class RecordingLogger(Logger):
@@ -55,8 +55,9 @@ def test_report_is_printed_logged_and_checkpointed(tmp_path, caplog):
     with caplog.at_level("INFO"):
         trainer.fit(model, token_loader())
     encoder = callback.reports["encoder"]
-    actual = model.encoder_embedding.weight.detach().double()
+    actual = model.encoder_embedding.weight.detach().double()[1:]  # statistics leave out the padding row
     assert encoder["std"] == pytest.approx(actual.std(unbiased=False).item(), rel=1e-6)
+    assert encoder["std"] == pytest.approx(math.sqrt(2 / (len(VOCAB) + 16)), rel=1e-5)
     assert encoder["scaled_std"] == pytest.approx(4.0 * encoder["std"], rel=1e-9)
     assert encoder["pe_std"] == pytest.approx(sinusoidal_encoding(32, 16).double().std(unbiased=False).item(), rel=1e-6)
     assert encoder["ratio"] == pytest.approx(encoder["scaled_std"] / encoder["pe_std"])
@@ -95,21 +96,37 @@ def test_never_applies_twice(tmp_path):
     assert torch.equal(weights(model)[0], moved[0])
 
 
-def test_resume_keeps_the_checkpoint_weights_and_report(tmp_path):
-    first = EmbeddingInitCallback(source="xavier", seed=0, verbose=False)
-    trainer = make_trainer(tmp_path, [first], max_steps=2)
+def fit_and_save(tmp_path, name="resume.ckpt"):
+    trainer = make_trainer(tmp_path, [EmbeddingInitCallback(source="xavier", seed=0, verbose=False)], max_steps=2)
     trainer.fit(TwoSlotHost(lr=0.5), token_loader())
-    path = tmp_path / "resume.ckpt"
+    path = tmp_path / name
     trainer.save_checkpoint(path)
-    saved = torch.load(path, weights_only=False)["state_dict"]
+    return path
 
-    second = EmbeddingInitCallback(source="normal:5", seed=1, verbose=False)
+
+def test_resume_builds_nothing_and_keeps_the_checkpoint_weights_and_report(tmp_path):
+    path = fit_and_save(tmp_path)
+    saved = torch.load(path, weights_only=False)["state_dict"]
+    source, logger = CountingSource("normal:5"), RecordingLogger()
+    second = EmbeddingInitCallback(source=source, seed=1, verbose=False)
     resumed = TwoSlotHost(lr=0.0)
-    make_trainer(tmp_path, [second], max_steps=2).fit(resumed, token_loader(), ckpt_path=path)
-    assert second.resumed
+    make_trainer(tmp_path, [second], max_steps=2, logger=logger).fit(resumed, token_loader(), ckpt_path=path)
+    assert second.resumed and source.builds == 0
+    assert not any(key.startswith("embinit/") for key in logger.metrics)
     assert torch.equal(resumed.encoder_embedding.weight, saved["encoder_embedding.weight"])
     assert torch.equal(resumed.decoder_embedding.weight, saved["decoder_embedding.weight"])
     assert second.reports["encoder"]["source"] == "xavier"
+
+
+def test_a_checkpoint_used_earlier_by_validate_does_not_count_as_a_resume(tmp_path):
+    path = fit_and_save(tmp_path)
+    source = CountingSource("ones")
+    trainer = make_trainer(tmp_path, [EmbeddingInitCallback(source=source, verbose=False)], max_steps=1)
+    trainer.validate(TwoSlotHost(), token_loader(), ckpt_path=path, verbose=False)
+    fresh = TwoSlotHost(lr=0.0)
+    trainer.fit(fresh, token_loader())
+    assert source.builds == 2
+    assert torch.all(fresh.encoder_embedding.weight[1:] == 1)
 
 
 def test_trainable_false_freezes_the_table_and_warns_about_the_tied_head(tmp_path):
@@ -207,3 +224,31 @@ def test_bad_input_at_setup_raises_before_any_weight_changes(tmp_path, model_fac
     for name, parameter in model.named_parameters():
         assert torch.equal(parameter, before[name]), name
         assert parameter.requires_grad
+
+
+class AdamWHost(TwoSlotHost):
+    def configure_optimizers(self):
+        return torch.optim.AdamW(self.parameters(), lr=0.1, weight_decay=0.1)
+
+
+def test_pretrained_rows_stay_frozen_under_decoupled_weight_decay(tmp_path):
+    model = AdamWHost()
+    callback = EmbeddingInitCallback(source=EvenRowsSource(), trainable="pretrained_rows", seed=0, verbose=False)
+    make_trainer(tmp_path, [callback], max_steps=4).fit(model, token_loader())
+    rows = torch.arange(len(VOCAB))
+    even = (rows % 2 == 0) & (rows > 0)
+    table = model.encoder_embedding.weight.detach()
+    assert torch.equal(table[even], (0.5 + rows[even].float() / 100).unsqueeze(1).expand(-1, 16))
+    reference = TwoSlotHost()
+    initialize_embeddings(reference, source=EvenRowsSource(), seed=0)
+    assert not torch.allclose(table[rows % 2 == 1], reference.encoder_embedding.weight[rows % 2 == 1])
+
+
+def test_a_reused_callback_keeps_each_models_own_frozen_rows(tmp_path):
+    callback = EmbeddingInitCallback(source=EvenRowsSource(), trainable="pretrained_rows", seed=0, verbose=False)
+    first, second = TwoSlotHost(lr=0.5), TwoSlotHost(vocab_size=12, lr=0.5)
+    make_trainer(tmp_path, [callback], max_steps=1).fit(first, token_loader())
+    make_trainer(tmp_path, [callback], max_steps=1).fit(second, token_loader(vocab_size=12))
+    frozen = first.encoder_embedding.weight.detach()[2].clone()
+    make_trainer(tmp_path, [callback], max_steps=2).fit(first, token_loader())
+    assert torch.equal(first.encoder_embedding.weight.detach()[2], frozen)

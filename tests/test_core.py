@@ -106,10 +106,12 @@ def test_cli_help_and_print_config():
 
 def test_bfloat16_table_is_standardized_in_place_of_its_dtype():
     model = nn.Module()
-    model.table = nn.Embedding(3000, 256).to(torch.bfloat16)
+    model.table = nn.Embedding(30000, 256, padding_idx=7).to(torch.bfloat16)
     reports = initialize_embeddings(model, source="normal:3.0", standardize="xavier", seed=0)
     weight = model.table.weight
-    assert weight.dtype == torch.bfloat16
-    target = (2 / (3000 + 256)) ** 0.5
-    assert weight.float().double().std(unbiased=False).item() == pytest.approx(target, rel=3e-3)
-    assert reports["table"]["std"] == pytest.approx(target, rel=3e-3)
+    assert weight.dtype == torch.bfloat16 and torch.count_nonzero(weight[7]) == 0
+    target = (2 / (30000 + 256)) ** 0.5
+    body = torch.cat((weight[:7], weight[8:])).double()
+    assert body.std(unbiased=False).item() == pytest.approx(target, rel=1e-5)
+    assert abs(body.mean().item()) < 1e-5 * target
+    assert reports["table"]["std"] == pytest.approx(target, rel=1e-5)

@@ -21,13 +21,14 @@ from lightning.pytorch.callbacks import Callback
 from lightning.pytorch.utilities import rank_zero_info, rank_zero_warn
 
 from lightning_embinit.init.host import EmbeddingSlot, select_slots
-from lightning_embinit.init.pipeline import BuiltSlot, build_slot, freeze_rows, recipes_for_slots, slot_report, write_slot
+from lightning_embinit.init.freezing import apply_trainability, decays, pin_rows
+from lightning_embinit.init.pipeline import BuiltSlot, build_slot, recipes_for_slots, slot_report, write_slot
 from lightning_embinit.init.recipe import InitRecipe, Trainable
 from lightning_embinit.init.report import format_report, report_hyperparameters, report_metrics
 from lightning_embinit.init.sources.base import Coverage, SourceMatrix
+from lightning_embinit.init.sources.checkpoint import CHECKPOINT_KEY
 from lightning_embinit.init.transforms import StatisticsTarget
 
-CHECKPOINT_KEY = "embinit"
 
 
 class EmbeddingInitCallback(Callback):
@@ -87,6 +88,7 @@ class EmbeddingInitCallback(Callback):
         self.seed_used: int | None = None
         self._pretrained_rows: dict[str, torch.Tensor] = {}
         self._slots: dict[str, EmbeddingSlot] = {}
+        self._recipes: dict[str, InitRecipe] = {}
         self._parameter_names: dict[str, str] = {}
         self._seen_modules: weakref.WeakSet[LightningModule] = weakref.WeakSet()
 
@@ -114,7 +116,9 @@ class EmbeddingInitCallback(Callback):
             recipes[name].validate(slot.num_embeddings, slot.embedding_dim, slot=name)
         self._seen_modules.add(pl_module)
         self._slots = slots
+        self._recipes = recipes
         self._parameter_names = _parameter_names(pl_module, slots)
+        self._pretrained_rows = {}
         if _resume_checkpoint(trainer) is not None:
             self.resumed = True
             rank_zero_info("EmbeddingInitCallback: fit resumes from a checkpoint; its embeddings and report stand.")
@@ -126,6 +130,15 @@ class EmbeddingInitCallback(Callback):
             self.reports = {name: slot_report(slot, built[name], recipes[name], seed=self.seed_used) for name, slot in slots.items()}
             self._publish(trainer)
         self._apply_trainability(slots, recipes)
+
+    def on_train_start(self, trainer: Trainer, pl_module: LightningModule) -> None:
+        """Pin frozen pre-trained rows for optimizers whose weight decay would move them despite the mask."""
+        for name, slot in self._slots.items():
+            if self._recipes[name].trainable != "pretrained_rows":
+                continue
+            for optimizer in trainer.optimizers:
+                if decays(optimizer, slot.weight):
+                    pin_rows(optimizer, slot.weight, lambda name=name, masks=self._pretrained_rows: masks.get(name))
 
     def on_save_checkpoint(self, trainer: Trainer, pl_module: LightningModule, checkpoint: dict[str, Any]) -> None:
         checkpoint[CHECKPOINT_KEY] = {
@@ -148,7 +161,8 @@ class EmbeddingInitCallback(Callback):
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
         self.reports = dict(state_dict.get("reports", {}))
         self.seed_used = state_dict.get("seed")
-        self._pretrained_rows = dict(state_dict.get("pretrained_rows", {}))
+        self._pretrained_rows.clear()  # in place: the gradient hooks registered at setup read this dict
+        self._pretrained_rows.update(state_dict.get("pretrained_rows", {}))
 
     # -- steps -----------------------------------------------------------------------------
 
@@ -185,24 +199,19 @@ class EmbeddingInitCallback(Callback):
             return built
         device = trainer.strategy.root_device if dist.get_backend() == "nccl" else torch.device("cpu")
         for name, slot in slots.items():
-            weight = built[name].matrix.weight if name in built else torch.empty(slot.num_embeddings, slot.embedding_dim)
+            dtype = getattr(torch, summary["slots"][name]["dtype"])
+            weight = built[name].matrix.weight if name in built else torch.empty(slot.num_embeddings, slot.embedding_dim, dtype=dtype)
             rows = built[name].matrix.pretrained_rows if name in built else torch.empty(slot.num_embeddings, dtype=torch.bool)
             weight, rows = _broadcast(weight, device), _broadcast(rows, device)
             built[name] = _rebuild(name, weight, rows, summary["slots"][name])
         return built
 
     def _apply_trainability(self, slots: Mapping[str, EmbeddingSlot], recipes: Mapping[str, InitRecipe]) -> None:
+        masks = self._pretrained_rows
         for name, slot in slots.items():
-            trainable = recipes[name].trainable
-            if trainable is False:
-                slot.weight.requires_grad_(False)
-                if slot.is_tied:
-                    rank_zero_warn(
-                        f"EmbeddingInitCallback: slot {name!r} is frozen, and so is the output layer tied to it "
-                        f"({', '.join(slot.tied_modules)}): they share one weight. Untie the head to train it alone."
-                    )
-            elif trainable == "pretrained_rows":
-                freeze_rows(slot.weight, lambda name=name: self._pretrained_rows.get(name))
+            message = apply_trainability(slot, recipes[name].trainable, lambda name=name: masks.get(name))
+            if message:
+                rank_zero_warn(f"EmbeddingInitCallback: {message}")
 
     def _publish(self, trainer: Trainer) -> None:
         if self.verbose:
@@ -216,6 +225,7 @@ def _describe(built: BuiltSlot) -> dict[str, Any]:
     coverage = built.matrix.coverage
     return {
         "source": built.source,
+        "dtype": str(built.matrix.weight.dtype).removeprefix("torch."),
         "transforms": built.transforms,
         "coverage": coverage.as_dict() if coverage is not None else None,
     }
@@ -243,14 +253,14 @@ def _parameter_names(module: torch.nn.Module, slots: Mapping[str, EmbeddingSlot]
 def _resume_checkpoint(trainer: Trainer) -> Any:
     """The checkpoint this ``fit`` resumes from, or ``None``.
 
-    ``trainer.ckpt_path`` is only set once Lightning restores, after ``setup``; until then the
-    path lives in the trainer's own ``_run`` call, which is where we read it.
+    Lightning restores a checkpoint only after ``setup``, and ``trainer.ckpt_path`` keeps the path
+    of an earlier ``fit``/``validate`` call, so the path is read from the trainer's own ``_run``
+    call on the stack (Lightning ≥ 2.0); ``trainer.ckpt_path`` serves only when that frame is absent
+    (``setup`` called by hand).
     """
-    if trainer.ckpt_path:
-        return trainer.ckpt_path
     frame = inspect.currentframe()
     while frame is not None:
         if frame.f_code.co_name == "_run" and frame.f_locals.get("self") is trainer:
             return frame.f_locals.get("ckpt_path")
         frame = frame.f_back
-    return None
+    return trainer.ckpt_path

@@ -8,16 +8,18 @@ users without Lightning.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+import warnings
+from dataclasses import dataclass, field, replace
 from typing import Any, Callable, Iterable, Mapping, Sequence
 
 import torch
 from torch import nn
-from torch.utils.hooks import RemovableHandle
 
+from lightning_embinit.init.freezing import apply_trainability
 from lightning_embinit.init.host import EmbeddingSlot, select_slots
 from lightning_embinit.init.recipe import InitRecipe
 from lightning_embinit.init.sources.base import SourceMatrix, SourceRequest
+from lightning_embinit.init.transforms import affine
 from lightning_embinit.init.statistics import MatrixStats, embedding_statistics, matrix_statistics
 
 
@@ -32,14 +34,20 @@ class BuiltSlot:
     statistics: MatrixStats | None = None
 
     def written_statistics(self, slot: EmbeddingSlot) -> MatrixStats | None:
-        """The statistics of the table as written, when writing cannot change them (no padding row, same dtype)."""
-        if self.statistics is None or slot.padding_idx is not None or slot.weight.dtype != self.matrix.weight.dtype:
+        """The statistics of the table's non-padding rows as written, when writing cannot change them (same dtype)."""
+        if self.statistics is None or slot.weight.dtype != self.matrix.weight.dtype:
             return None
         return self.statistics
 
 
-def check_matrix(weight: torch.Tensor, num_embeddings: int, embedding_dim: int, *, where: str) -> MatrixStats:
-    """Raise ``ValueError`` unless ``weight`` is a finite (N, D) matrix; return its statistics."""
+def check_matrix(
+    weight: torch.Tensor, num_embeddings: int, embedding_dim: int, *, where: str, padding_idx: int | None = None
+) -> MatrixStats:
+    """Raise ``ValueError`` unless ``weight`` is a finite (N, D) matrix; return its statistics.
+
+    ``padding_idx`` says that ``weight`` lacks the slot's padding row, so error messages can
+    name rows by the slot's own numbering.
+    """
     if tuple(weight.shape) != (num_embeddings, embedding_dim):
         raise ValueError(
             f"{where}: built a matrix of shape {tuple(weight.shape)} for a table of shape ({num_embeddings}, {embedding_dim})"
@@ -47,6 +55,8 @@ def check_matrix(weight: torch.Tensor, num_embeddings: int, embedding_dim: int, 
     stats = matrix_statistics(weight)
     if not all(math.isfinite(value) for value in (stats.min, stats.max, stats.mean, stats.std)):
         bad = (~torch.isfinite(weight).all(dim=1)).nonzero().flatten()
+        if padding_idx is not None:
+            bad = bad + (bad >= padding_idx).long()
         raise ValueError(
             f"{where}: {bad.numel()} rows contain NaN or inf (first rows: {bad[:5].tolist()}); nothing was written"
         )
@@ -79,38 +89,69 @@ def build_slot(
     if matrix.coverage is not None and matrix.coverage.found == 0:
         raise ValueError(f"{where}: the source covers none of the slot's {matrix.coverage.total} tokens")
     steps = recipe.steps()
+    body = _without_padding(matrix, slot.padding_idx)
     for step in steps:
-        matrix = step(matrix, request)
-    statistics = check_matrix(matrix.weight, slot.num_embeddings, slot.embedding_dim, where=where)
-    if slot.padding_idx is not None and bool(matrix.pretrained_rows[slot.padding_idx]):
-        matrix.pretrained_rows = matrix.pretrained_rows.clone()
-        matrix.pretrained_rows[slot.padding_idx] = False  # written as zeros, whatever the source held
+        body = step(body, request)
+    statistics = check_matrix(body.weight, *body.weight.shape, where=where, padding_idx=slot.padding_idx)
+    matrix = _with_padding(matrix, body, slot.padding_idx)
+    if source.is_pretrained and not bool(matrix.pretrained_rows.any()):
+        raise ValueError(f"{where}: the source covers none of the slot's {slot.num_embeddings} tokens (padding aside)")
     return BuiltSlot(slot.name, matrix, matrix.description, [step.describe() for step in steps], statistics)
+
+
+def rows_without(weight: torch.Tensor, padding_idx: int | None) -> torch.Tensor:
+    """``weight`` without its padding row: a view when the padding row is first or last, else a copy."""
+    if padding_idx is None:
+        return weight
+    padding_idx %= weight.shape[0]
+    if padding_idx == 0:
+        return weight[1:]
+    if padding_idx == weight.shape[0] - 1:
+        return weight[:-1]
+    return torch.cat((weight[:padding_idx], weight[padding_idx + 1 :]))
+
+
+def _without_padding(matrix: SourceMatrix, padding_idx: int | None) -> SourceMatrix:
+    """The non-padding rows, so transforms and their statistics never see the (zeroed) padding row."""
+    if padding_idx is None:
+        return matrix
+    return replace(
+        matrix,
+        weight=rows_without(matrix.weight, padding_idx),
+        pretrained_rows=rows_without(matrix.pretrained_rows, padding_idx),
+    )
+
+
+def _with_padding(full: SourceMatrix, body: SourceMatrix, padding_idx: int | None) -> SourceMatrix:
+    """``body``'s rows put back around a zero padding row, which never counts as pre-trained."""
+    if padding_idx is None:
+        return body
+    padding_idx %= full.weight.shape[0]
+    keep = torch.ones(full.weight.shape[0], dtype=torch.bool)
+    keep[padding_idx] = False
+    weight, rows = full.weight, torch.zeros_like(keep)
+    transformed_in_place = padding_idx in (0, weight.shape[0] - 1) and (
+        body.weight.data_ptr() == rows_without(weight, padding_idx).data_ptr()
+    )
+    if not transformed_in_place:
+        weight[keep] = body.weight
+    weight[padding_idx] = 0
+    rows[keep] = body.pretrained_rows
+    return replace(body, weight=weight, pretrained_rows=rows)
 
 
 @torch.no_grad()
 def write_slot(slot: EmbeddingSlot, weight: torch.Tensor) -> None:
-    """Copy ``weight`` into the table (casting to its dtype and device) and zero the padding row."""
+    """Copy ``weight`` into the table (casting to its dtype and device) and zero the padding row.
+
+    A bf16 table receives stochastically rounded values (fixed seed, so every rank writes the same),
+    which keeps a standardized table's std unbiased.
+    """
+    if slot.weight.dtype == torch.bfloat16 and weight.dtype != torch.bfloat16:
+        weight = affine(weight, 1.0, 0.0, out=torch.empty(weight.shape, dtype=torch.bfloat16))
     slot.weight.copy_(weight)
     if slot.padding_idx is not None:
         slot.weight[slot.padding_idx].zero_()
-
-
-def freeze_rows(weight: nn.Parameter, frozen_rows: Callable[[], torch.Tensor | None]) -> RemovableHandle:
-    """Zero the gradient of the rows where ``frozen_rows()`` is True (partial freezing by masking).
-
-    The mask is read at every backward, so it may be filled after the hook is registered (as when
-    a checkpoint restores it). Optimizers with decoupled weight decay (AdamW) still decay those rows.
-    """
-
-    def mask_gradient(gradient: torch.Tensor) -> torch.Tensor:
-        rows = frozen_rows()
-        if rows is None:
-            return gradient
-        keep = (~rows).to(device=gradient.device, dtype=gradient.dtype).unsqueeze(1)
-        return gradient * keep
-
-    return weight.register_hook(mask_gradient)
 
 
 def slot_report(slot: EmbeddingSlot, built: BuiltSlot | None, recipe: InitRecipe, *, seed: int | None) -> dict[str, Any]:
@@ -128,7 +169,7 @@ def slot_report(slot: EmbeddingSlot, built: BuiltSlot | None, recipe: InitRecipe
     }
     report.update(
         embedding_statistics(
-            slot.weight,
+            rows_without(slot.weight.detach(), slot.padding_idx),
             input_scale=float(slot.input_scale),
             positional_encoding=positional,
             statistics=built.written_statistics(slot) if built else None,
@@ -146,27 +187,36 @@ def initialize_embeddings(
     *,
     slots: Sequence[str] | Mapping[str, Mapping[str, Any] | None] | None = None,
     seed: int = 0,
+    corpus: Callable[[str], Iterable[Sequence[str]]] | None = None,
     **options: Any,
 ) -> dict[str, dict[str, Any]]:
     """Initialize ``module``'s embedding tables without Lightning; returns the report per slot.
 
+    With ``trainable="pretrained_rows"`` and an optimizer that decays weights, also call
+    :func:`~lightning_embinit.init.freezing.pin_rows` on it (the callback does this itself).
+
     ``options`` are :class:`InitRecipe` fields (``source="bert"``, ``standardize="xavier"``, ...);
-    ``slots`` selects tables and may map a slot to its own overrides.
+    ``slots`` selects tables and may map a slot to its own overrides. ``corpus(slot)`` returns the
+    slot's tokenized training text (for ``word2vec-trainset`` and coverage by frequency).
     """
     base = (recipe or InitRecipe()).updated(options, where="options")
     recipes = recipes_for_slots(base, slots)
     selected = select_slots(module, list(recipes) if recipes else None)
     generator = torch.Generator().manual_seed(seed)
-    built = {name: build_slot(slot, recipes.get(name, base), generator=generator) for name, slot in selected.items()}
+    built = {
+        name: build_slot(
+            slot, recipes.get(name, base), generator=generator, corpus=(lambda n=name: corpus(n)) if corpus else None
+        )
+        for name, slot in selected.items()
+    }
     reports = {}
     for name, slot in selected.items():
         write_slot(slot, built[name].matrix.weight)
         slot_recipe = recipes.get(name, base)
-        if slot_recipe.trainable is False:
-            slot.weight.requires_grad_(False)
-        elif slot_recipe.trainable == "pretrained_rows":
-            rows = built[name].matrix.pretrained_rows
-            freeze_rows(slot.weight, lambda rows=rows: rows)
+        rows = built[name].matrix.pretrained_rows
+        message = apply_trainability(slot, slot_recipe.trainable, lambda rows=rows: rows)
+        if message:
+            warnings.warn(message, stacklevel=2)
         reports[name] = slot_report(slot, built[name], slot_recipe, seed=seed)
     return reports
 

@@ -48,7 +48,14 @@ def format_report(reports: Mapping[str, Mapping[str, Any]]) -> str:
         for name, r in reports.items()
         if r.get("tied_modules")
     ]
+    notes += [_coverage_note(name, r["coverage"]) for name, r in reports.items() if r.get("coverage")]
     return "\n".join(["Embedding initialization", *lines, *notes])
+
+
+def _coverage_note(slot: str, coverage: Mapping[str, Any]) -> str:
+    rules = ", ".join(f"{rule} {count}" for rule, count in coverage["by_rule"].items()) or "none"
+    missing = ", ".join(coverage["missing"][:10]) or "none"
+    return f"slot {slot!r} coverage by rule: {rules}; most frequent missing: {missing}"
 
 
 def report_metrics(reports: Mapping[str, Mapping[str, Any]], prefix: str = "embinit") -> dict[str, float]:
@@ -60,6 +67,8 @@ def report_metrics(reports: Mapping[str, Mapping[str, Any]], prefix: str = "embi
                 metrics[f"{prefix}/{name}/{key}"] = float(value)
         if report.get("coverage"):
             metrics[f"{prefix}/{name}/coverage"] = float(report["coverage"]["fraction"])
+            for rule, count in report["coverage"]["by_rule"].items():
+                metrics[f"{prefix}/{name}/coverage_{rule}"] = float(count)
     return metrics
 
 
@@ -69,4 +78,8 @@ def report_hyperparameters(reports: Mapping[str, Mapping[str, Any]], prefix: str
         f"{prefix}/{name}/{key}": str(report[key])
         for name, report in reports.items()
         for key in ("source", "transforms", "trainable", "tied_modules", "seed")
+    } | {
+        f"{prefix}/{name}/missing_tokens": ", ".join(report["coverage"]["missing"])
+        for name, report in reports.items()
+        if report.get("coverage")
     }

@@ -1,7 +1,7 @@
 """Transforms of an embedding matrix ([K] §3.4 and A.3, SPEC §1).
 
 The functions are pure unless given ``out=`` (they return a new tensor of the input's dtype)
-and deterministic for a given generator. Statistics come from
+and deterministic for a given generator; bf16 results are rounded stochastically (unbiased). Statistics come from
 :func:`~lightning_embinit.init.statistics.matrix_statistics` (float64 accumulation), and the
 affine maps run in float32 blocks, so bf16 and 250k×1024 float32 tables are exact.
 
@@ -25,19 +25,21 @@ from lightning_embinit.init.statistics import MatrixStats, matrix_statistics
 
 _CHUNK_ELEMENTS = 1 << 22
 
-StatisticsTarget = Union[str, float, int, Sequence[float], torch.Tensor, MatrixStats, RandomScheme]
-"""A scheme name, a std, a (mean, std) pair, a matrix whose statistics to copy, or MatrixStats."""
-
-
 @dataclass(frozen=True)
 class TargetStatistics:
     mean: float
     std: float
 
 
+StatisticsTarget = Union[str, float, int, Sequence[float], torch.Tensor, MatrixStats, RandomScheme, TargetStatistics]
+"""A scheme name, a std, a (mean, std) pair, a matrix whose statistics to copy, or MatrixStats."""
+
+
 def resolve_target(target: StatisticsTarget, num_embeddings: int, embedding_dim: int) -> TargetStatistics:
     """The (mean, std) that ``target`` stands for on an N×D table; invalid targets raise ``ValueError``."""
-    if isinstance(target, (str, RandomScheme)):
+    if isinstance(target, TargetStatistics):
+        mean, std = target.mean, target.std
+    elif isinstance(target, (str, RandomScheme)):
         scheme = get_scheme(target)
         mean, std = scheme.mean(), scheme.std(num_embeddings, embedding_dim)
     elif isinstance(target, torch.Tensor):
@@ -59,20 +61,44 @@ def resolve_target(target: StatisticsTarget, num_embeddings: int, embedding_dim:
     return TargetStatistics(mean, std)
 
 
-def affine(matrix: torch.Tensor, scale: float, shift: float, *, out: torch.Tensor | None = None) -> torch.Tensor:
+def round_to_bfloat16(values: torch.Tensor, generator: torch.Generator | None = None) -> torch.Tensor:
+    """Stochastic rounding of float32 to bf16: add uniform noise below bf16's last bit, then truncate.
+
+    Unbiased (E[round(x)] = x), so a standardized bf16 table keeps its target std instead of the
+    ~1e-4 relative bias that round-to-nearest on bf16's 8-bit mantissa leaves.
+    """
+    noise = torch.randint(0, 1 << 16, values.shape, generator=generator, dtype=torch.int32)
+    return ((values.view(torch.int32) + noise) & ~0xFFFF).view(torch.float32).to(torch.bfloat16)
+
+
+def affine(
+    matrix: torch.Tensor,
+    scale: float,
+    shift: float,
+    *,
+    out: torch.Tensor | None = None,
+    generator: torch.Generator | None = None,
+) -> torch.Tensor:
     """``scale · X + shift`` computed in float32 (or wider) blocks, in ``matrix``'s dtype.
 
-    ``out`` (which may be ``matrix`` itself) receives the result instead of a new tensor.
+    ``out`` (which may be ``matrix`` itself) receives the result instead of a new tensor. bf16
+    results are rounded stochastically with ``generator`` (a fixed seed when ``None``).
     """
-    out = torch.empty_like(matrix) if out is None else out
+    if out is None:
+        out = torch.empty_like(matrix, memory_format=torch.contiguous_format)
+    elif not out.is_contiguous() or out.shape != matrix.shape:
+        raise ValueError(f"out= must be a contiguous tensor of shape {tuple(matrix.shape)}")
     compute = torch.promote_types(matrix.dtype, torch.float32)
+    if out.dtype == torch.bfloat16 and generator is None:
+        generator = torch.Generator().manual_seed(0)
     flat_in, flat_out = matrix.reshape(-1), out.reshape(-1)
     for start in range(0, flat_in.numel(), _CHUNK_ELEMENTS):
         source, target = flat_in[start : start + _CHUNK_ELEMENTS], flat_out[start : start + _CHUNK_ELEMENTS]
-        if compute == matrix.dtype:
+        if target.dtype == compute:
             torch.mul(source, scale, out=target).add_(shift)
-        else:
-            target.copy_(source.to(compute).mul_(scale).add_(shift))
+            continue
+        block = source.to(compute).mul_(scale).add_(shift)
+        target.copy_(round_to_bfloat16(block, generator) if target.dtype == torch.bfloat16 else block)
     return out
 
 
@@ -82,6 +108,7 @@ def standardize(
     *,
     statistics: MatrixStats | None = None,
     out: torch.Tensor | None = None,
+    generator: torch.Generator | None = None,
 ) -> torch.Tensor:
     """Pre-trained_Xavier, generalized ([K] §3.4): x* = (x − mean(X)) · σ_t / σ_X + μ_t.
 
@@ -93,7 +120,7 @@ def standardize(
     if stats.std == 0:
         raise ValueError("cannot standardize a constant matrix (its std is 0)")
     scale = target_stats.std / stats.std
-    return affine(matrix, scale, target_stats.mean - stats.mean * scale, out=out)
+    return affine(matrix, scale, target_stats.mean - stats.mean * scale, out=out, generator=generator)
 
 
 def match(random: torch.Tensor, reference: StatisticsTarget, *, out: torch.Tensor | None = None) -> torch.Tensor:
@@ -158,7 +185,8 @@ class Standardize(Transform):
         resolve_target(self.argument, num_embeddings, embedding_dim)
 
     def __call__(self, matrix: SourceMatrix, request: SourceRequest) -> SourceMatrix:
-        return replace(matrix, weight=standardize(matrix.weight, self.argument, out=matrix.weight))
+        target = resolve_target(self.argument, request.num_embeddings, request.embedding_dim)
+        return replace(matrix, weight=standardize(matrix.weight, target, out=matrix.weight, generator=request.generator))
 
 
 @dataclass(frozen=True)
@@ -179,7 +207,8 @@ class Match(Transform):
         return matrix_statistics(rows)
 
     def __call__(self, matrix: SourceMatrix, request: SourceRequest) -> SourceMatrix:
-        return replace(matrix, weight=match(matrix.weight, self.reference(request), out=matrix.weight))
+        target = resolve_target(self.reference(request), request.num_embeddings, request.embedding_dim)
+        return replace(matrix, weight=match(matrix.weight, target, out=matrix.weight))
 
 
 @dataclass(frozen=True)

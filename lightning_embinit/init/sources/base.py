@@ -115,7 +115,10 @@ def known_sources() -> str:
 
 
 def resolve_source(spec: str | EmbeddingSource | RandomScheme, **options: Any) -> EmbeddingSource:
-    """The source for ``spec``: a scheme name, a registered source name, a local vector file, or an object.
+    """The source for ``spec``: a scheme name, a registered source name, a local path, or an object.
+
+    A local file is read as a vector file (``file:<path>``), a local directory as a Hugging Face
+    model (``hf:<dir>``).
 
     ``options`` are passed to a registered source's factory (for example ``oov="match"``); a
     random scheme takes none.
@@ -136,6 +139,9 @@ def resolve_source(spec: str | EmbeddingSource | RandomScheme, **options: Any) -
         return SOURCES.build(spec, **options)
     if spec.partition(":")[0] in set(SCHEMES):
         SCHEMES.build(spec)  # raises the scheme's own, more precise error (e.g. a bad std)
-    if "file" in set(SOURCES) and os.path.exists(os.path.expanduser(spec)):
+    local = os.path.expanduser(spec)
+    if os.path.isdir(local) and "hf" in set(SOURCES):
+        return SOURCES.build(f"hf:{spec}", **options)
+    if os.path.isfile(local) and "file" in set(SOURCES):
         return SOURCES.build(f"file:{spec}", **options)
     raise ValueError(f"unknown source {spec!r}; known {known_sources()}")

@@ -1,0 +1,76 @@
+"""Whether an embedding table trains: frozen whole, or frozen only in its pre-trained rows.
+
+Partial freezing is a gradient mask (a hook on the weight), which keeps SGD and Adam from moving
+the rows; optimizers that also decay weights would still move them, so for those the rows are
+pinned back to their values after every step (:func:`pin_rows`).
+"""
+
+from __future__ import annotations
+
+from typing import Callable
+
+import torch
+from torch import nn
+from torch.utils.hooks import RemovableHandle
+
+from lightning_embinit.init.host import EmbeddingSlot
+from lightning_embinit.init.recipe import Trainable
+
+FrozenRows = Callable[[], "torch.Tensor | None"]
+
+
+def freeze_rows(weight: nn.Parameter, frozen_rows: FrozenRows) -> RemovableHandle:
+    """Zero the gradient of the rows where ``frozen_rows()`` is True.
+
+    The mask is read at every backward, so it may be filled after the hook is registered (as when
+    a checkpoint restores it). A tied output layer shares the weight, so its rows freeze too.
+    """
+
+    def mask_gradient(gradient: torch.Tensor) -> torch.Tensor:
+        rows = frozen_rows()
+        if rows is None:
+            return gradient
+        keep = (~rows).to(device=gradient.device, dtype=gradient.dtype).unsqueeze(1)
+        return gradient * keep
+
+    return weight.register_hook(mask_gradient)
+
+
+def decays(optimizer: torch.optim.Optimizer, weight: nn.Parameter) -> bool:
+    """Whether ``optimizer`` applies weight decay to ``weight`` (moving it even with a zero gradient)."""
+    return any(
+        group.get("weight_decay", 0) and any(parameter is weight for parameter in group["params"])
+        for group in optimizer.param_groups
+    )
+
+
+def pin_rows(optimizer: torch.optim.Optimizer, weight: nn.Parameter, frozen_rows: FrozenRows) -> list[RemovableHandle]:
+    """Put the frozen rows back after every ``optimizer.step()``; their values are taken before the first step."""
+    pinned: dict[str, torch.Tensor] = {}
+
+    def remember(opt: torch.optim.Optimizer, args: tuple, kwargs: dict) -> None:
+        rows = frozen_rows()
+        if rows is not None and "rows" not in pinned:
+            pinned["rows"] = rows.to(weight.device)
+            pinned["values"] = weight.detach()[pinned["rows"]].clone()
+
+    @torch.no_grad()
+    def restore(opt: torch.optim.Optimizer, args: tuple, kwargs: dict) -> None:
+        if "rows" in pinned:
+            weight[pinned["rows"]] = pinned["values"]
+
+    return [optimizer.register_step_pre_hook(remember), optimizer.register_step_post_hook(restore)]
+
+
+def apply_trainability(slot: EmbeddingSlot, trainable: Trainable, frozen_rows: FrozenRows) -> str | None:
+    """Freeze ``slot`` as ``trainable`` says; returns a warning to show when a tied head freezes with it."""
+    if trainable is False:
+        slot.weight.requires_grad_(False)
+        if slot.is_tied:
+            return (
+                f"slot {slot.name!r} is frozen, and so is the output layer tied to it "
+                f"({', '.join(slot.tied_modules)}): they share one weight. Untie the head to train it alone."
+            )
+    elif trainable == "pretrained_rows":
+        freeze_rows(slot.weight, frozen_rows)
+    return None
