@@ -1,5 +1,6 @@
 """InitialLossMonitor on TiedEmbeddingLM and on generic LightningModules (single process)."""
 
+import csv
 import math
 import re
 import warnings
@@ -11,7 +12,10 @@ import torch.nn.functional as F
 from torch import nn
 from torch.utils.data import DataLoader, TensorDataset
 
-from lightning_embinit.callbacks.initial_loss import InitialLossMonitor
+from lightning.pytorch.loggers import CSVLogger
+
+from lightning_embinit.callbacks.initial_loss import InitialLossMonitor, sequence_length
+from lightning_embinit.init.initial_loss import token_std
 from lightning_embinit.models import TiedEmbeddingLM, tied_initial_loss
 
 
@@ -76,7 +80,8 @@ def test_generic_module_vocab_from_output_layer(tmp_path):
     run = trainer(tmp_path, monitor)
     run.fit(model, DataLoader(TensorDataset(x, y), batch_size=8))
     assert monitor.ln_vocab == pytest.approx(math.log(7))
-    assert monitor.init_loss == pytest.approx(expected, rel=1e-6) and monitor.predicted is None
+    assert monitor.init_loss == pytest.approx(expected, rel=1e-6)
+    assert monitor.predicted is None and monitor.predicted_model is None
     assert len(monitor.step_losses) == 2 and monitor.step_losses[0] == monitor.init_loss
     assert float(run.callback_metrics["init_loss"]) == pytest.approx(expected, rel=1e-6)
     assert float(run.callback_metrics["init_loss_ratio"]) == pytest.approx(expected / math.log(7), rel=1e-6)
@@ -97,6 +102,51 @@ def test_tied_non_host_module_gets_spec_prediction_and_warning(tmp_path):
     message = str([w for w in caught if "log_n_over_d" in str(w.message)][0].message)
     assert "tied" in message and "tied_half_swap" in message and "untie" in message
     assert float(re.search(r"dσ = (\d+\.\d+)", message).group(1)) == pytest.approx(256 * sigma, abs=0.01)
+
+
+def test_spec_formula_and_model_estimate_are_logged_apart(tmp_path):
+    """init_loss_predicted is SPEC §3's ln(e^{dσ} + n − 1) from the table's σ (padding row left out);
+    init_loss_predicted_model is the model's own estimate for the first batch's length, not max_len."""
+    torch.manual_seed(0)
+    vocabulary = ["<pad>", "<unk>", "<bos>", "<eos>", *(f"w{i}" for i in range(296))]
+    model = TiedEmbeddingLM(vocabulary=vocabulary, d_model=64, num_layers=1, max_len=512, embedding_init="normal:0.125")
+    sigma = token_std(model.token_embedding.weight, padding_idx=0)
+    assert sigma != pytest.approx(token_std(model.token_embedding.weight), rel=1e-4)  # the zero row matters
+    spec = tied_initial_loss(300, 64, sigma)
+    at_16, at_max_len = model.initial_loss_prediction(length=16), model.initial_loss_prediction()
+    monitor = InitialLossMonitor(warn=False)
+    run = trainer(tmp_path, monitor, max_steps=1)
+    run.fit(model, DataLoader(windows(300, count=64), batch_size=64))  # windows of 16 tokens
+    assert monitor.predicted == pytest.approx(spec, rel=1e-9)
+    assert float(run.callback_metrics["init_loss_predicted"]) == pytest.approx(spec, rel=1e-6)
+    assert monitor.predicted_model == pytest.approx(at_16, rel=1e-9) and abs(at_16 - at_max_len) > 0.1
+    assert float(run.callback_metrics["init_loss_predicted_model"]) == pytest.approx(at_16, rel=1e-6)
+    assert abs(monitor.init_loss - at_16) < abs(monitor.init_loss - at_max_len)  # positions 0–15 are what it saw
+    assert monitor.state_dict()["predicted_model"] == monitor.predicted_model
+
+
+def test_sequence_length_of_batches():
+    ids = torch.zeros(4, 9, dtype=torch.long)
+    assert sequence_length((ids, ids)) == sequence_length({"input_ids": ids}) == sequence_length(ids) == 9
+    assert sequence_length(torch.zeros(4)) is None and sequence_length({"x": ids}) is None
+
+
+def test_each_tracked_step_logs_its_loss_next_to_ln_vocab(tmp_path):
+    model = TiedEmbeddingLM(vocab_size=300, d_model=32, num_layers=1, max_len=16)
+    monitor = InitialLossMonitor(track_steps=3)
+    logger = CSVLogger(tmp_path, name="csv")
+    run = trainer(tmp_path, monitor, max_steps=5, logger=logger, log_every_n_steps=2)
+    run.fit(model, DataLoader(windows(300), batch_size=2))  # log_every_n_steps does not thin the series
+    with open(f"{logger.log_dir}/metrics.csv") as handle:
+        logged = list(csv.DictReader(handle))
+    rows = [r for r in logged if r.get("init_phase_loss")]
+    assert [int(r["step"]) for r in rows] == [0, 1, 2]  # the tracked steps only, no stale repeats after them
+    assert [float(r["init_phase_loss"]) for r in rows] == pytest.approx(monitor.step_losses, rel=1e-6)
+    train_loss = next(float(r["train_loss"]) for r in logged if r.get("train_loss") and r["step"] == "1")
+    assert train_loss == pytest.approx(monitor.step_losses[1], rel=1e-6)  # same step axis as train_loss
+    assert all(float(r["ln_vocab"]) == pytest.approx(math.log(300)) for r in rows)
+    assert [float(r["loss_over_ln_vocab"]) for r in rows] == pytest.approx([v / math.log(300) for v in monitor.step_losses])
+    assert "local_init_loss" not in monitor.state_dict()
 
 
 def test_no_warning_when_start_is_near_ln_n(tmp_path):

@@ -20,9 +20,16 @@ def test_quickstart_table_shows_the_tied_initial_loss_gap(capsys):
     assert [r["setting"] for r in rows] == ["tied-normal", "tied-log_n_over_d", "untied-normal", "half_swap-normal"]
     for row in rows:
         assert row["setting"] in table and row["ln_n"] > math.log(4000)  # the Lee vocabulary, words seen twice
-        assert abs(row["init_loss"] - row["predicted"]) / row["init_loss"] < 0.03
+        assert abs(row["init_loss"] - row["model_estimate"]) / row["init_loss"] < 0.03
         assert row["val_ppl"] == pytest.approx(math.exp(row["val_loss"]))
     tied, log_n, untied, half_swap = rows
+    # SPEC §3's ln(e^{dσ} + n − 1) from the table's σ: right for the plain tie, absent untied,
+    # and for the half swap the start a plain tie would have had
+    for row in (tied, log_n):
+        assert abs(row["init_loss"] - row["spec_prediction"]) / row["init_loss"] < 0.03
+    assert math.isnan(untied["spec_prediction"]) and half_swap["spec_prediction"] > half_swap["init_loss"] + 2
+    assert tied["spec_prediction"] == pytest.approx(math.sqrt(128), rel=0.02)  # dσ with σ = 1/√d
+    assert "SPEC §3 ln(e^{dσ}+n−1)" in table and "model estimate" in table and "initial_loss_prediction" in table
     assert tied["init_loss"] > tied["ln_n"] + 2  # ≈ √128 ≈ 11.3 against ln n ≈ 8.3
     assert log_n["init_loss"] < tied["ln_n"] + 1.0 and untied["init_loss"] < tied["ln_n"] + 0.5
     assert half_swap["init_loss"] < tied["ln_n"] + 1.0

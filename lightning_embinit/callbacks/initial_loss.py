@@ -3,14 +3,15 @@
 A uniform predictor over n classes has cross-entropy ln n. A tied LM whose embeddings have a
 large std σ starts far above it: ≈ ln(e^{dσ} + n − 1) ≈ dσ when dσ ≫ ln n (σ = 1/√d gives
 ≈ √d). The monitor measures the loss of the first optimizer step's batches (all computed with
-the initial weights), averages it over ranks, logs it next to ln n and the prediction, warns
-when it is far above ln n, and keeps the first K step losses.
+the initial weights), averages it over ranks, logs it next to ln n, SPEC §3's formula and the
+module's own estimate, warns when it is far above ln n, and logs and keeps the first K step losses.
 """
 
 from __future__ import annotations
 
+import inspect
 import math
-from typing import Any, Mapping
+from typing import Any, Mapping, Sequence
 
 import lightning as L
 import torch
@@ -35,8 +36,17 @@ def _loss_of(outputs: Any) -> torch.Tensor | None:
     return None
 
 
+def sequence_length(batch: Any) -> int | None:
+    """Dim 1 of a batch's inputs: ``batch["input_ids"]``, the first item of a tuple/list, or the tensor itself."""
+    if isinstance(batch, Mapping):
+        batch = batch.get("input_ids")
+    elif isinstance(batch, Sequence) and not isinstance(batch, str) and batch:
+        batch = batch[0]
+    return int(batch.shape[1]) if isinstance(batch, torch.Tensor) and batch.dim() >= 2 else None
+
+
 class InitialLossMonitor(Callback):
-    """Log ``init_loss``, ``ln_vocab``, ``init_loss_ratio`` (= init_loss / ln n) and ``init_loss_predicted``.
+    """Log ``init_loss``, ``ln_vocab``, ``init_loss_ratio`` (= init_loss / ln n) and the predictions.
 
     Measurement: the losses ``training_step`` returned for the batches of the first optimizer
     step, read in ``on_train_batch_end`` (no extra forward pass). Every such batch — all
@@ -44,16 +54,21 @@ class InitialLossMonitor(Callback):
     hands those outputs over divided by ``accumulate_grad_batches``; the monitor multiplies that
     back (automatic optimization). Per rank: the mean over those batches; the logged value is the
     mean over ranks (``trainer.strategy.reduce``). The first ``track_steps`` optimizer steps'
-    losses are kept the same way in :attr:`step_losses` (saved in checkpoints) and logged as
-    ``loss_over_ln_vocab``.
+    losses are kept the same way in :attr:`step_losses` (saved in checkpoints) and written to the
+    trainer's loggers at every one of those steps (logger step = optimizer step − 1, as
+    ``train_loss``; independent of ``log_every_n_steps``) as ``init_phase_loss``,
+    ``loss_over_ln_vocab`` and ``ln_vocab``.
 
     n: ``vocab_size`` if given; else the slot named ``slot`` or the tied slot of the module's
     :meth:`embedding_slots` (or its ``nn.Embedding`` tables); else the ``out_features`` of the
     module's last ``nn.Linear`` (its output layer); else a single embedding table.
 
-    Prediction: ``pl_module.initial_loss_prediction()`` when the module has one (as
-    :class:`~lightning_embinit.models.TiedEmbeddingLM`), else for a tied slot SPEC §3's
-    ln(e^{dσ} + n − 1) with σ the table's std over its non-padding rows.
+    Predictions, from the weights at the first batch: ``init_loss_predicted`` (:attr:`predicted`)
+    is SPEC §3's ln(e^{dσ} + n − 1) for a tied slot, σ the table's std over its non-padding
+    rows, n and d its shape (None without a tied slot); ``init_loss_predicted_model``
+    (:attr:`predicted_model`) is ``pl_module.initial_loss_prediction()`` when the module has
+    one (as :class:`~lightning_embinit.models.TiedEmbeddingLM`), given ``length=`` the first
+    batch's sequence length (:func:`sequence_length`) when it takes that argument.
 
     A warning (once, rank zero) fires when init_loss > ln n + ``margin``.
     """
@@ -76,9 +91,9 @@ class InitialLossMonitor(Callback):
         self.margin = margin
         self.warn = warn
         self.init_loss: float | None = None
-        self.local_init_loss: float | None = None
         self.ln_vocab: float | None = None
         self.predicted: float | None = None
+        self.predicted_model: float | None = None
         self.step_losses: list[float] = []
         self._warned = False
         self._tied: EmbeddingSlot | None = None
@@ -86,6 +101,7 @@ class InitialLossMonitor(Callback):
         self._pending = [0.0, 0]
         self._step_at_start = 0
         self._active = False
+        self._predict = False
 
     # ------------------------------------------------------------------ resolution
     def _slots(self, pl_module: nn.Module) -> dict[str, EmbeddingSlot]:
@@ -118,13 +134,21 @@ class InitialLossMonitor(Callback):
         self.ln_vocab = math.log(n)
 
     @torch.no_grad()
-    def _prediction(self, pl_module: nn.Module) -> float | None:
+    def _predictions(self, pl_module: nn.Module, batch: Any) -> None:
+        """Set σ, :attr:`predicted` (SPEC §3) and :attr:`predicted_model` from the current weights."""
+        tied = self._tied
+        self._tied_sigma = None if tied is None else token_std(tied.weight, tied.padding_idx)
+        self.predicted = None if tied is None else tied_initial_loss(tied.num_embeddings, tied.embedding_dim, self._tied_sigma)
         predict = getattr(pl_module, "initial_loss_prediction", None)
-        if callable(predict):
-            return predict()
-        if self._tied is None:
-            return None
-        return tied_initial_loss(self._tied.num_embeddings, self._tied.embedding_dim, self._tied_sigma)
+        if not callable(predict):
+            self.predicted_model = None
+            return
+        length = sequence_length(batch)
+        try:
+            takes_length = "length" in inspect.signature(predict).parameters
+        except (TypeError, ValueError):
+            takes_length = False
+        self.predicted_model = predict(length=length) if takes_length and length is not None else predict()
 
     # ------------------------------------------------------------------ hooks
     def on_train_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
@@ -134,12 +158,13 @@ class InitialLossMonitor(Callback):
         if not self._active:
             return
         self._resolve(pl_module)
-        if self.init_loss is None:
-            self._tied_sigma = None if self._tied is None else token_std(self._tied.weight, self._tied.padding_idx)
-            self.predicted = self._prediction(pl_module)
+        self._predict = self.init_loss is None
 
     def on_train_batch_start(self, trainer: L.Trainer, pl_module: L.LightningModule, batch: Any, batch_idx: int) -> None:
         self._step_at_start = trainer.global_step
+        if self._predict:  # the first batch: the weights are still the initial ones
+            self._predict = False
+            self._predictions(pl_module, batch)
 
     def on_train_batch_end(
         self, trainer: L.Trainer, pl_module: L.LightningModule, outputs: Any, batch: Any, batch_idx: int
@@ -165,10 +190,13 @@ class InitialLossMonitor(Callback):
         loss = (totals[0] / totals[1]).item()
         if not self.step_losses and self.init_loss is None:
             self.init_loss = loss
-            self.local_init_loss = local_sum / local_count if local_count else None
             self._log_initial(pl_module)
         self.step_losses.append(loss)
-        pl_module.log("loss_over_ln_vocab", loss / self.ln_vocab, on_step=True, on_epoch=False)
+        # straight to the loggers: a value self.log-ged from a callback is re-written at every later
+        # step of the epoch, which would extend the curve past track_steps with a stale value
+        step_values = {"init_phase_loss": loss, "ln_vocab": self.ln_vocab, "loss_over_ln_vocab": loss / self.ln_vocab}
+        for logger in trainer.loggers:
+            logger.log_metrics(step_values, step=trainer.global_step - 1)
         if len(self.step_losses) >= self.track_steps:
             self._active = False
 
@@ -176,6 +204,8 @@ class InitialLossMonitor(Callback):
         values = {"init_loss": self.init_loss, "ln_vocab": self.ln_vocab, "init_loss_ratio": self.init_loss / self.ln_vocab}
         if self.predicted is not None:
             values["init_loss_predicted"] = self.predicted
+        if self.predicted_model is not None:
+            values["init_loss_predicted_model"] = self.predicted_model
         for name, value in values.items():
             pl_module.log(name, value, on_step=True, on_epoch=False)
         if self.warn and not self._warned and self.init_loss > self.ln_vocab + self.margin:
@@ -202,17 +232,17 @@ class InitialLossMonitor(Callback):
     def state_dict(self) -> dict[str, Any]:
         return {
             "init_loss": self.init_loss,
-            "local_init_loss": self.local_init_loss,
             "ln_vocab": self.ln_vocab,
             "predicted": self.predicted,
+            "predicted_model": self.predicted_model,
             "step_losses": list(self.step_losses),
             "warned": self._warned,
         }
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
         self.init_loss = state_dict["init_loss"]
-        self.local_init_loss = state_dict.get("local_init_loss")
         self.ln_vocab = state_dict["ln_vocab"]
         self.predicted = state_dict.get("predicted")
+        self.predicted_model = state_dict.get("predicted_model")
         self.step_losses = list(state_dict["step_losses"])
         self._warned = bool(state_dict.get("warned", False))
