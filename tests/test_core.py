@@ -88,6 +88,16 @@ def test_sinusoidal_layouts():
         sinusoidal_encoding(4, 4, layout="spiral")
 
 
+def test_the_embinit_console_script_is_installed():
+    script = Path(sys.executable).with_name("embinit")
+    assert script.exists(), f"{script} missing: is the package installed into this environment?"
+    result = subprocess.run([str(script), "--help"], capture_output=True, text=True)
+    assert result.returncode == 0 and "{fit,validate,test,predict}" in result.stdout
+    assert not Path(sys.executable).with_name("lightning").exists() or "lightning_embinit" not in Path(
+        sys.executable
+    ).with_name("lightning").read_text(errors="replace")
+
+
 def test_cli_help_and_print_config():
     help_text = subprocess.run([sys.executable, "-m", "lightning_embinit", "fit", "--help"], capture_output=True, text=True)
     assert help_text.returncode == 0 and "--config" in help_text.stdout

@@ -27,6 +27,7 @@ class WriteChecksums(Callback):
             "decoder": float(pl_module.decoder_embedding.weight.double().sum()),
             "seed": init.seed_used,
             "report_std": init.reports["encoder"]["std"],
+            "pretrained_rows": {name: rows.nonzero().flatten().tolist() for name, rows in init._pretrained_rows.items()},
         }
         (self.directory / f"rank{trainer.global_rank}.json").write_text(json.dumps(record))
 
@@ -63,3 +64,4 @@ def test_a_pretrained_source_is_read_on_rank_zero_only_and_broadcast(tmp_path):
     rank0 = json.loads((tmp_path / "rank0.json").read_text())
     rank1 = json.loads((tmp_path / "rank1.json").read_text())
     assert rank0 == rank1 and rank0["encoder_abs"] > 0
+    assert rank0["pretrained_rows"]["encoder"] == list(range(2, 10))  # the 8 words are in GloVe; <pad> and <unk> are not

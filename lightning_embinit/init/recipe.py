@@ -7,7 +7,7 @@ from typing import Any, Mapping, Sequence, Union
 
 from lightning_embinit.init.schemes import RandomScheme
 from lightning_embinit.init.sources.base import EmbeddingSource, resolve_source
-from lightning_embinit.init.transforms import TRANSFORMS, StatisticsTarget, Transform, build_transform
+from lightning_embinit.init.transforms import StatisticsTarget, Transform, build_transform
 
 Trainable = Union[bool, str]
 TRAINABLE_CHOICES: tuple[Trainable, ...] = (True, False, "pretrained_rows")
@@ -100,6 +100,3 @@ class InitRecipe:
             )
         return source
 
-
-def known_transforms() -> str:
-    return TRANSFORMS.known()

@@ -28,8 +28,10 @@ def _cell(key: str, value: Any) -> str:
         return "-"
     if key == "coverage":
         return f"{value['found']}/{value['total']} ({100 * value['fraction']:.1f}%)"
-    if key in ("transforms", "tied_modules"):
-        return " → ".join(value) if key == "transforms" and value else (", ".join(value) if value else "-")
+    if key == "transforms":
+        return " → ".join(value) or "-"
+    if key == "tied_modules":
+        return ", ".join(value) or "-"
     if isinstance(value, float):
         return f"{value:.4g}"
     return str(value)

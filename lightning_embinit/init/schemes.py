@@ -17,10 +17,9 @@ from typing import Callable
 import torch
 
 from lightning_embinit.init.registry import Registry
+from lightning_embinit.init.statistics import row_blocks
 
 SCHEMES: Registry[RandomScheme] = Registry("scheme")
-
-_CHUNK_ELEMENTS = 1 << 22
 
 
 @dataclass(frozen=True)
@@ -29,7 +28,6 @@ class RandomScheme:
 
     name: str
     distribution: str
-    std_formula: str
     std_of_shape: Callable[[int, int], float]
     center: float = 0.0
 
@@ -61,8 +59,7 @@ class RandomScheme:
         std, mean = self.std(n, d), self.mean()
         if self.distribution == "constant":
             return out.fill_(mean)
-        rows = max(1, _CHUNK_ELEMENTS // max(d, 1))
-        chunks = out.split(rows)
+        chunks = row_blocks(out)
         seeds = torch.randint(0, 2**62, (len(chunks),), generator=generator).tolist()
 
         def fill_chunk(index: int) -> None:
@@ -93,17 +90,17 @@ def _check_std(std: float, where: str) -> float:
 
 @SCHEMES.register("xavier", summary="Glorot uniform U(−a, a), a = √(6/(N+D)); σ = √(2/(N+D)) [K] default")
 def xavier() -> RandomScheme:
-    return RandomScheme("xavier", "uniform", "sqrt(2/(N+D))", lambda n, d: math.sqrt(2.0 / (n + d)))
+    return RandomScheme("xavier", "uniform", lambda n, d: math.sqrt(2.0 / (n + d)))
 
 
 @SCHEMES.register("xavier_normal", summary="Glorot normal N(0, 2/(N+D))")
 def xavier_normal() -> RandomScheme:
-    return RandomScheme("xavier_normal", "normal", "sqrt(2/(N+D))", lambda n, d: math.sqrt(2.0 / (n + d)))
+    return RandomScheme("xavier_normal", "normal", lambda n, d: math.sqrt(2.0 / (n + d)))
 
 
 @SCHEMES.register("he", summary="Kaiming normal with fan_in = D: N(0, 2/D)")
 def he() -> RandomScheme:
-    return RandomScheme("he", "normal", "sqrt(2/D)", lambda n, d: math.sqrt(2.0 / d))
+    return RandomScheme("he", "normal", lambda n, d: math.sqrt(2.0 / d))
 
 
 @SCHEMES.register("normal", takes_argument=True, summary="N(0, σ²) with σ given, e.g. normal:0.01 [KB]")
@@ -113,32 +110,32 @@ def normal(std: str | float) -> RandomScheme:
     except (TypeError, ValueError):
         raise ValueError(f"scheme 'normal:<std>' needs a number after the colon, got {std!r}") from None
     _check_std(value, f"scheme 'normal:{std}'")
-    return RandomScheme(f"normal:{std}", "normal", repr(value), lambda n, d: value)
+    return RandomScheme(f"normal:{std}", "normal", lambda n, d: value)
 
 
 @SCHEMES.register("zeros", summary="all zeros [KB]")
 def zeros() -> RandomScheme:
-    return RandomScheme("zeros", "constant", "0", lambda n, d: 0.0, 0.0)
+    return RandomScheme("zeros", "constant", lambda n, d: 0.0, 0.0)
 
 
 @SCHEMES.register("ones", summary="all ones [KB]")
 def ones() -> RandomScheme:
-    return RandomScheme("ones", "constant", "0", lambda n, d: 0.0, 1.0)
+    return RandomScheme("ones", "constant", lambda n, d: 0.0, 1.0)
 
 
 @SCHEMES.register("log_n_over_d", summary="N(0, (ln N / D)²): the tied-embedding countermeasure of [S] (SPEC §3)")
 def log_n_over_d() -> RandomScheme:
-    return RandomScheme("log_n_over_d", "normal", "ln(N)/D", lambda n, d: math.log(n) / d)
+    return RandomScheme("log_n_over_d", "normal", lambda n, d: math.log(n) / d)
 
 
 @SCHEMES.register("hf", summary="N(0, 0.02²): Hugging Face / BERT initializer_range")
 def hf() -> RandomScheme:
-    return RandomScheme("hf", "normal", "0.02", lambda n, d: 0.02)
+    return RandomScheme("hf", "normal", lambda n, d: 0.02)
 
 
 @SCHEMES.register("torch_default", summary="N(0, 1): torch's nn.Embedding default")
 def torch_default() -> RandomScheme:
-    return RandomScheme("torch_default", "normal", "1", lambda n, d: 1.0)
+    return RandomScheme("torch_default", "normal", lambda n, d: 1.0)
 
 
 def get_scheme(spec: str | RandomScheme) -> RandomScheme:

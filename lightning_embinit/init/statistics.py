@@ -14,7 +14,8 @@ from typing import Iterator
 
 import torch
 
-_CHUNK_ELEMENTS = 1 << 22
+CHUNK_ELEMENTS = 1 << 22
+"""Elements per block (16 MiB of float32) for every chunked pass over a table."""
 _MAX_FLOAT32_ROW = 1 << 16
 
 
@@ -37,10 +38,15 @@ class MatrixStats:
         return asdict(self)
 
 
-def _row_blocks(matrix: torch.Tensor) -> Iterator[torch.Tensor]:
-    flat = matrix.reshape(-1, matrix.shape[-1]) if matrix.dim() > 1 else matrix.reshape(1, -1)
-    rows = max(1, _CHUNK_ELEMENTS // max(flat.shape[1], 1))
-    return iter(flat.split(rows))
+def as_rows(matrix: torch.Tensor) -> torch.Tensor:
+    """``matrix`` as a 2-D (rows, last dimension) view."""
+    return matrix.reshape(-1, matrix.shape[-1]) if matrix.dim() > 1 else matrix.reshape(1, -1)
+
+
+def row_blocks(matrix: torch.Tensor) -> tuple[torch.Tensor, ...]:
+    """Consecutive row blocks of about :data:`CHUNK_ELEMENTS` elements."""
+    rows = as_rows(matrix)
+    return rows.split(max(1, CHUNK_ELEMENTS // max(rows.shape[1], 1)))
 
 
 def _accumulator_dtype(matrix: torch.Tensor) -> torch.dtype:
@@ -51,9 +57,8 @@ def _accumulator_dtype(matrix: torch.Tensor) -> torch.dtype:
 
 def _shift(matrix: torch.Tensor) -> float:
     """A value near the mean, from a strided sample of rows, to centre the single pass on."""
-    flat = matrix.reshape(-1, matrix.shape[-1]) if matrix.dim() > 1 else matrix.reshape(1, -1)
-    step = max(1, flat.shape[0] // 1024)
-    return flat[::step].to(torch.float64).mean().item()
+    rows = as_rows(matrix)
+    return rows[:: max(1, rows.shape[0] // 1024)].to(torch.float64).mean().item()
 
 
 def matrix_statistics(matrix: torch.Tensor) -> MatrixStats:
@@ -70,7 +75,7 @@ def matrix_statistics(matrix: torch.Tensor) -> MatrixStats:
     total, squares = 0.0, 0.0
     low, high = math.inf, -math.inf
     buffer: torch.Tensor | None = None
-    for block in _row_blocks(matrix):
+    for block in row_blocks(matrix):
         if buffer is None:
             buffer = torch.empty(block.shape, dtype=partial, device=block.device)
         centred = torch.sub(block.to(partial), shift, out=buffer[: block.shape[0]])

@@ -21,9 +21,7 @@ import torch
 from lightning_embinit.init.registry import Registry
 from lightning_embinit.init.schemes import SCHEMES, RandomScheme, get_scheme
 from lightning_embinit.init.sources.base import SourceMatrix, SourceRequest, resolve_source
-from lightning_embinit.init.statistics import MatrixStats, matrix_statistics
-
-_CHUNK_ELEMENTS = 1 << 22
+from lightning_embinit.init.statistics import CHUNK_ELEMENTS, MatrixStats, matrix_statistics
 
 @dataclass(frozen=True)
 class TargetStatistics:
@@ -92,8 +90,8 @@ def affine(
     if out.dtype == torch.bfloat16 and generator is None:
         generator = torch.Generator().manual_seed(0)
     flat_in, flat_out = matrix.reshape(-1), out.reshape(-1)
-    for start in range(0, flat_in.numel(), _CHUNK_ELEMENTS):
-        source, target = flat_in[start : start + _CHUNK_ELEMENTS], flat_out[start : start + _CHUNK_ELEMENTS]
+    for start in range(0, flat_in.numel(), CHUNK_ELEMENTS):
+        source, target = flat_in[start : start + CHUNK_ELEMENTS], flat_out[start : start + CHUNK_ELEMENTS]
         if target.dtype == compute:
             torch.mul(source, scale, out=target).add_(shift)
             continue
