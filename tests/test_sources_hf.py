@@ -254,6 +254,29 @@ def test_cached_hub_model_works_without_network_or_offline_flag(tmp_path, tiny_b
     assert torch.equal(built.weight, reference_embedding(directory)[[vocab["the"], vocab["dog"]]])
 
 
+def test_a_download_that_cannot_connect_falls_back_to_the_cache(tmp_path, tiny_bert, closed_hub, monkeypatch):
+    import huggingface_hub
+    from huggingface_hub.errors import LocalEntryNotFoundError
+
+    from lightning_embinit.init.sources import network
+
+    monkeypatch.setattr(network, "unreachable", lambda url: None)  # e.g. behind a proxy: no probe
+    asked = []
+
+    def no_connection(repo_id, filename, **kwargs):
+        asked.append(filename)
+        raise LocalEntryNotFoundError("cannot connect")
+
+    monkeypatch.setattr(huggingface_hub, "hf_hub_download", no_connection)
+    directory, tokenizer = tiny_bert
+    hub_cache_copy(directory, tmp_path / "hub")
+    built = resolve_source("hf:tiny-org/tiny-bert", cache_dir=str(tmp_path / "hub")).build(request_for(["dog"], 16))
+    assert torch.equal(built.weight[0], reference_embedding(directory)[tokenizer.get_vocab()["dog"]])
+    assert asked == ["model.safetensors.index.json"]  # tried once, then the cache only
+    with pytest.raises(RuntimeError, match=r"offline: downloading from the hub failed \(cannot connect\)"):
+        resolve_source("hf:other-org/missing", cache_dir=str(tmp_path / "hub")).build(request_for(["dog"], 16))
+
+
 def test_model_directory_without_tokenizer_files_is_refused(tmp_path, tiny_bert):
     directory, tokenizer = tiny_bert
     bare = tmp_path / "weights-only"
