@@ -125,3 +125,24 @@ def test_bfloat16_table_is_standardized_in_place_of_its_dtype():
     assert body.std(unbiased=False).item() == pytest.approx(target, rel=1e-5)
     assert abs(body.mean().item()) < 1e-5 * target
     assert reports["table"]["std"] == pytest.approx(target, rel=1e-5)
+
+
+def test_slots_sharing_a_recipe_share_one_source_object():
+    from tests.sources_for_tests import CountingSource
+
+    class Counting(CountingSource):
+        instances = 0
+
+        def __init__(self, spec):
+            super().__init__(spec)
+            Counting.instances += 1
+
+    from lightning_embinit.init import SOURCES
+
+    SOURCES.add("counting-test", lambda: Counting("hf"))
+    try:
+        model = HFStyle()
+        initialize_embeddings(model, source="counting-test", seed=0)
+        assert Counting.instances == 1
+    finally:
+        SOURCES._entries.pop("counting-test")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field, fields, replace
+from functools import cached_property
 from typing import Any, Mapping, Sequence, Union
 
 from lightning_embinit.init.schemes import RandomScheme
@@ -48,7 +49,18 @@ class InitRecipe:
         return replace(self, **dict(overrides))
 
     def resolved_source(self) -> EmbeddingSource:
+        """The source object, resolved once per recipe, so slots sharing a recipe share its caches."""
+        return self._source
+
+    @cached_property
+    def _source(self) -> EmbeddingSource:
         return resolve_source(self.source, **dict(self.source_options or {}))
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {key: value for key, value in self.__dict__.items() if key != "_source"}  # resolved again after pickling
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)
 
     def steps(self) -> list[Transform]:
         """The transform steps in the order they run."""
