@@ -113,3 +113,87 @@ def test_bad_inputs(tmp_path):
         LanguageModelDataModule(train_files=short, dataset="wikitext")
     with pytest.raises(ValueError, match="tokenizer"):
         LanguageModelDataModule(tokenizer="bpe")
+
+
+def test_given_vocabulary_is_used_instead_of_one_built_from_the_text(tmp_path):
+    """A checkpoint's vocabulary, as a list or a one-token-per-line file, encodes new text unchanged."""
+    train = write(tmp_path / "train.txt", TEXT * 3)
+    built = LanguageModelDataModule(train_files=train, seq_len=4, min_freq=1).vocabulary
+    given = [*SPECIAL_TOKENS.values(), "zebra", "the", "cat"]  # ids unlike the text's own
+    data = LanguageModelDataModule(train_files=train, seq_len=4, min_freq=1, vocabulary=given)
+    assert data.vocabulary == given != built
+    data.setup("fit")
+    unk, the, cat = data.vocab.id("unk"), given.index("the"), given.index("cat")
+    assert set(data.train_set.tensors[0].unique().tolist()) <= {unk, data.vocab.id("eos"), the, cat}
+    assert data.train_set.tensors[0][0, :3].tolist() == [the, cat, unk]  # "the cat sat"
+    path = tmp_path / "vocab.txt"
+    Vocabulary(given).write(path)
+    assert path.read_text().splitlines() == given
+    from_file = LanguageModelDataModule(train_files=train, seq_len=4, vocabulary=str(path))
+    assert from_file.vocabulary == given and from_file.hparams.vocabulary == str(path)
+
+
+def test_given_vocabulary_is_validated(tmp_path):
+    with pytest.raises(ValueError, match=r"vocabulary=: special tokens \['<bos>'\] are not in the vocabulary"):
+        LanguageModelDataModule(vocabulary=["<pad>", "<unk>", "<eos>", "a"])
+    with pytest.raises(ValueError, match=r"same token twice; repeated: \['a'\]"):
+        LanguageModelDataModule(vocabulary=[*SPECIAL_TOKENS.values(), "a", "b", "a"])
+    with pytest.raises(ValueError, match="non-empty strings"):
+        LanguageModelDataModule(vocabulary=[*SPECIAL_TOKENS.values(), ""])
+    with pytest.raises(ValueError, match="vocabulary file not found"):
+        LanguageModelDataModule(vocabulary=str(tmp_path / "missing.txt"))
+    blank = write(tmp_path / "blank.txt", [*SPECIAL_TOKENS.values(), "", "a"])
+    with pytest.raises(ValueError, match=r"blank.txt: empty line\(s\) \[5\]"):
+        LanguageModelDataModule(vocabulary=blank)
+    twice = write(tmp_path / "twice.txt", [*SPECIAL_TOKENS.values(), "a", "a"])
+    with pytest.raises(ValueError, match="twice.txt: a vocabulary cannot list the same token twice"):
+        LanguageModelDataModule(vocabulary=twice)
+    crlf = tmp_path / "crlf.txt"
+    crlf.write_bytes("\r\n".join([*SPECIAL_TOKENS.values(), "a"]).encode() + b"\r\n")
+    assert LanguageModelDataModule(vocabulary=str(crlf)).vocabulary == [*SPECIAL_TOKENS.values(), "a"]
+
+
+def test_validation_only_text_with_a_given_vocabulary(tmp_path):
+    val = write(tmp_path / "new.txt", TEXT * 2)
+    vocabulary = [*SPECIAL_TOKENS.values(), "the", "cat", "dog"]
+    with pytest.raises(ValueError, match="val_files needs train_files"):
+        LanguageModelDataModule(val_files=val)
+    data = LanguageModelDataModule(val_files=val, vocabulary=vocabulary, seq_len=4, batch_size=2)
+    data.setup("validate")
+    assert data.train_set is None and len(data.val_set) > 0
+    inputs, targets = next(iter(data.val_dataloader()))
+    assert inputs.shape == (2, 4) and int(inputs.max()) < len(vocabulary)
+    with pytest.raises(ValueError, match="validation text only"):
+        data.training_corpus()
+    with pytest.raises(ValueError, match="validation text only"):
+        data.setup("fit")
+
+
+def test_dataset_is_downloaded_in_prepare_data_and_read_in_setup(tmp_path, monkeypatch):
+    import datasets
+
+    directory = tmp_path / "corpus"
+    directory.mkdir()
+    write(directory / "train.txt", TEXT * 3)
+    write(directory / "validation.txt", TEXT)
+    calls = []
+    real = datasets.load_dataset
+
+    def counting(*args, **kwargs):
+        calls.append(args)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(datasets, "load_dataset", counting)
+    vocabulary = [*SPECIAL_TOKENS.values(), "the", "cat"]
+    data = LanguageModelDataModule(dataset=str(directory), seq_len=4, vocabulary=vocabulary)
+    assert data.vocabulary == vocabulary and calls == []  # construction and the CLI link read nothing
+    data.prepare_data()
+    assert calls == [(str(directory), None)]
+    data.setup("fit")  # reads from the datasets cache
+    assert len(calls) == 2 and len(data.training_corpus()) == 12 and len(data.val_set) > 0
+    LanguageModelDataModule(train_files=write(tmp_path / "t.txt", TEXT)).prepare_data()  # local files: nothing
+    assert len(calls) == 2
+    built = LanguageModelDataModule(dataset=str(directory), seq_len=4, min_freq=1)
+    assert "cat" in built.vocabulary and len(calls) == 3  # a vocabulary built from the text reads it at once
+    with pytest.raises(ValueError, match="not both"):
+        LanguageModelDataModule(dataset=str(directory), val_files=str(directory / "validation.txt"), vocabulary=vocabulary)

@@ -6,7 +6,11 @@ from pathlib import Path
 
 import pytest
 
+import lightning as L
+from lightning.pytorch import LightningDataModule, LightningModule
+
 from lightning_embinit import cli
+from lightning_embinit.data import LanguageModelDataModule, Vocabulary
 from lightning_embinit.models import TiedEmbeddingLM
 from lightning_embinit.quickstart import main
 
@@ -50,3 +54,30 @@ def test_example_config_runs_through_the_cli_and_the_checkpoint_keeps_the_vocabu
     model = TiedEmbeddingLM.load_from_checkpoint(checkpoint)
     assert model.vocabulary[:5] == ["<pad>", "<unk>", "<bos>", "<eos>", "the"] and len(model.vocabulary) > 4000
     assert model.token_embedding.weight.shape == (len(model.vocabulary), 64)
+
+
+def test_validate_a_checkpoint_on_new_text_with_the_checkpoints_vocabulary(tmp_path):
+    """The datamodule takes the checkpoint's vocabulary (a file), so the CLI link hands the model the
+    same token ids, not a vocabulary built from the new text (docs/tied_lm.md)."""
+    small = ["--model.init_args.d_model=32", "--model.init_args.num_layers=1", "--data.init_args.batch_size=4"]
+    root = f"--trainer.default_root_dir={tmp_path}"
+    cli.main(["fit", "--config", str(CONFIG), root, "--trainer.max_steps=2", "--trainer.val_check_interval=2",
+              "--trainer.enable_progress_bar=false", "--data.init_args.max_size=200", *small])
+    checkpoint = next(tmp_path.rglob("*.ckpt"))
+    model = TiedEmbeddingLM.load_from_checkpoint(checkpoint)
+    vocab_file = tmp_path / "vocab.txt"
+    Vocabulary(model.vocabulary).write(vocab_file)
+    new_text = tmp_path / "new.txt"
+    new_text.write_text("the fire crews said on tuesday that the bushfire near sydney was under control .\n" * 30)
+    args = [
+        "validate", "--config", str(CONFIG), f"--ckpt_path={checkpoint}", root, "--trainer.enable_progress_bar=false",
+        f"--data.init_args.val_files={new_text}", f"--data.init_args.vocabulary={vocab_file}", *small,
+    ]
+    run = cli.EmbinitCLI(
+        LightningModule, LightningDataModule, subclass_mode_model=True, subclass_mode_data=True,
+        save_config_kwargs={"overwrite": True}, args=args, auto_configure_optimizers=False,
+    )
+    assert run.model.vocabulary == model.vocabulary and len(model.vocabulary) == 200
+    data = LanguageModelDataModule(val_files=str(new_text), vocabulary=model.vocabulary, seq_len=64, batch_size=4)
+    expected = L.Trainer(logger=False, enable_progress_bar=False).validate(model, data, verbose=False)[0]["val_loss"]
+    assert float(run.trainer.callback_metrics["val_loss"]) == pytest.approx(expected, rel=1e-6)

@@ -12,7 +12,7 @@ from __future__ import annotations
 import gzip
 import os
 from pathlib import Path
-from typing import Iterable, Sequence
+from typing import Any, Iterable, Sequence
 
 import lightning as L
 import torch
@@ -41,6 +41,16 @@ def read_lines(paths: Sequence[str], *, encoding: str = "utf-8", what: str = "te
     return lines
 
 
+def given_vocabulary(vocabulary: Sequence[str] | str | os.PathLike[str]) -> Vocabulary:
+    """A :class:`Vocabulary` from token strings by id or a one-token-per-line file; ValueErrors name the problem."""
+    if isinstance(vocabulary, (str, os.PathLike)):
+        return Vocabulary.read(vocabulary)
+    try:
+        return Vocabulary(vocabulary)
+    except ValueError as error:
+        raise ValueError(f"vocabulary=: {error}") from None
+
+
 def _as_list(files: str | Path | Sequence[str]) -> list[str]:
     return [str(files)] if isinstance(files, (str, Path)) else [str(f) for f in files]
 
@@ -56,25 +66,32 @@ def pack(ids: Sequence[int], seq_len: int) -> torch.Tensor:
 
 
 class LanguageModelDataModule(L.LightningDataModule):
-    """Plain text (local files or a ``datasets`` name) as contiguous next-token windows.
+    """Plain text (local files or a ``datasets`` name) as contiguous next-token windows (SPEC §1, §3).
 
     Text: ``train_files``/``val_files`` (one document or sentence per line, ``.gz`` allowed);
     else ``dataset`` (+ ``dataset_config``) through ``datasets.load_dataset`` with
     ``text_column``, ``train_split``, ``val_split``; else the Lee corpus. Without validation
-    text the last ``val_fraction`` of the training lines are held out.
+    text the last ``val_fraction`` of the training lines are held out. ``val_files`` alone
+    (with ``vocabulary``) is validation-only: no training text.
 
     Tokens: :class:`~lightning_embinit.data.vocabulary.WordTokenizer` (``tokenizer``, ``lowercase``);
-    every line ends with ``<eos>``; the vocabulary comes from the training text (``min_freq``,
-    ``max_size``) with ``<pad>``, ``<unk>``, ``<bos>``, ``<eos>`` at ids 0–3.
+    every line ends with ``<eos>``. Vocabulary: ``vocabulary`` when given (token strings by id,
+    or the path of a one-token-per-line file, e.g. a checkpoint's — ``min_freq``/``max_size``
+    are then unused); else built from the training text (``min_freq``, ``max_size``, SPEC §1)
+    with ``<pad>``, ``<unk>``, ``<bos>``, ``<eos>`` at ids 0–3.
 
     Batches: ``(inputs, targets)`` long tensors of shape (``batch_size``, ``seq_len``), targets
     the inputs shifted by one. Distributed: the loaders carry plain samplers (train shuffled),
     which Lightning replaces with a ``DistributedSampler`` (``Trainer(use_distributed_sampler=True)``,
-    the default), so each rank reads a disjoint 1/world share of the windows per epoch.
+    the default): each rank reads a disjoint 1/world share of the training windows per epoch;
+    for validation the sampler pads the V windows to a multiple of the world size W by
+    repeating the first ones (≤ W − 1 windows counted twice), so ``val_loss`` is exact on one
+    device only.
 
     :attr:`vocabulary` (token strings by id) is available right after construction — it is the
     source to link to a model's ``vocabulary`` (``link_arguments("data.vocabulary",
-    "model.init_args.vocabulary", apply_on="instantiate")``).
+    "model.init_args.vocabulary", apply_on="instantiate")``). Building it reads the training
+    text then, in that process; a ``dataset`` is otherwise downloaded in :meth:`prepare_data`.
     """
 
     def __init__(
@@ -95,6 +112,7 @@ class LanguageModelDataModule(L.LightningDataModule):
         batch_size: int = 32,
         val_fraction: float = 0.1,
         num_workers: int = 0,
+        vocabulary: list[str] | str | None = None,
     ) -> None:
         super().__init__()
         if seq_len < 1 or batch_size < 1:
@@ -103,10 +121,14 @@ class LanguageModelDataModule(L.LightningDataModule):
             raise ValueError(f"val_fraction must be in (0, 1), got {val_fraction}")
         if train_files is not None and dataset is not None:
             raise ValueError("give train_files or dataset, not both")
-        if val_files is not None and train_files is None:
-            raise ValueError("val_files needs train_files")
+        if val_files is not None and train_files is None and vocabulary is None:
+            raise ValueError("val_files needs train_files (or vocabulary=, for validation-only data)")
+        if val_files is not None and dataset is not None:
+            raise ValueError("give val_files or dataset, not both")
         self.save_hyperparameters()
         self.tokenize = WordTokenizer(tokenizer, lowercase=lowercase)  # validates the tokenizer name
+        self._given_vocab = None if vocabulary is None else given_vocabulary(vocabulary)
+        self._text_loaded = False
         self._train_sentences: list[list[str]] | None = None
         self._val_sentences: list[list[str]] | None = None
         self._vocab: Vocabulary | None = None
@@ -114,22 +136,32 @@ class LanguageModelDataModule(L.LightningDataModule):
         self.val_set: TensorDataset | None = None
 
     # ------------------------------------------------------------------ text and vocabulary
-    def _read_text(self) -> tuple[list[str], list[str] | None]:
+    def prepare_data(self) -> None:
+        """Download ``dataset`` into the ``datasets`` cache; Lightning runs this once per node
+        (local rank 0, before :meth:`setup` on any rank). Local files need nothing."""
+        if self.hparams.dataset is not None:
+            self._load_dataset()
+
+    def _load_dataset(self) -> Any:
+        import datasets
+
+        # downloads and prepares on the first call; later calls (setup, other ranks) read the cache
+        return datasets.load_dataset(self.hparams.dataset, self.hparams.dataset_config)
+
+    def _read_text(self) -> tuple[list[str] | None, list[str] | None]:
         hp = self.hparams
         if hp.dataset is not None:
             return self._read_dataset()
-        if hp.train_files is None:
+        if hp.train_files is None and hp.val_files is None:
             train, val = lee_corpus_paths()
             return read_lines([train], what="training"), read_lines([val], encoding="latin-1", what="validation")
-        train = read_lines(_as_list(hp.train_files), encoding=hp.encoding, what="training")
+        train = None if hp.train_files is None else read_lines(_as_list(hp.train_files), encoding=hp.encoding, what="training")
         val = None if hp.val_files is None else read_lines(_as_list(hp.val_files), encoding=hp.encoding, what="validation")
         return train, val
 
     def _read_dataset(self) -> tuple[list[str], list[str] | None]:
-        import datasets
-
         hp = self.hparams
-        loaded = datasets.load_dataset(hp.dataset, hp.dataset_config)
+        loaded = self._load_dataset()
         if hp.train_split not in loaded:
             raise ValueError(f"dataset {hp.dataset!r} has no split {hp.train_split!r}; splits: {list(loaded)}")
         columns = loaded[hp.train_split].column_names
@@ -143,11 +175,12 @@ class LanguageModelDataModule(L.LightningDataModule):
         return lines(hp.train_split), val
 
     def _load(self) -> None:
-        if self._vocab is not None:
+        """Read and tokenize the text (once); build the vocabulary unless one was given."""
+        if self._text_loaded:
             return
         train, val = self._read_text()
-        train_sentences = [s for s in map(self.tokenize, train) if s]
-        if not train_sentences:
+        train_sentences = None if train is None else [s for s in map(self.tokenize, train) if s]
+        if train_sentences is not None and not train_sentences:
             raise ValueError("the training text is empty: no tokens after tokenization")
         if val is None:
             held_out = max(1, round(len(train_sentences) * self.hparams.val_fraction))
@@ -158,12 +191,17 @@ class LanguageModelDataModule(L.LightningDataModule):
             val_sentences = [s for s in map(self.tokenize, val) if s]
             if not val_sentences:
                 raise ValueError("the validation text is empty: no tokens after tokenization")
-        self._vocab = Vocabulary.build(train_sentences, min_freq=self.hparams.min_freq, max_size=self.hparams.max_size)
+        if self._given_vocab is None:
+            hp = self.hparams
+            self._vocab = Vocabulary.build(train_sentences, min_freq=hp.min_freq, max_size=hp.max_size)
         self._train_sentences, self._val_sentences = train_sentences, val_sentences
+        self._text_loaded = True
 
     @property
     def vocab(self) -> Vocabulary:
-        """The :class:`Vocabulary` built from the training text (built on first access)."""
+        """The given :class:`Vocabulary`, else the one built from the training text (on first access)."""
+        if self._given_vocab is not None:
+            return self._given_vocab
         self._load()
         return self._vocab  # type: ignore[return-value]
 
@@ -174,8 +212,14 @@ class LanguageModelDataModule(L.LightningDataModule):
 
     def training_corpus(self, slot: str | None = None) -> Iterable[list[str]]:
         """The tokenized training text, one token list per line (the same text for every slot)."""
+        return self._sentences("training")
+
+    def _sentences(self, what: str) -> list[list[str]]:
         self._load()
-        return self._train_sentences  # type: ignore[return-value]
+        sentences = self._train_sentences if what == "training" else self._val_sentences
+        if sentences is None:
+            raise ValueError("this datamodule has validation text only (val_files without train_files): no training text")
+        return sentences
 
     # ------------------------------------------------------------------ datasets and loaders
     def _windows(self, sentences: list[list[str]], what: str) -> TensorDataset:
@@ -192,10 +236,11 @@ class LanguageModelDataModule(L.LightningDataModule):
         return TensorDataset(windows[:, :-1], windows[:, 1:])
 
     def setup(self, stage: str | None = None) -> None:
-        if self.train_set is None:
-            self._load()
-            self.train_set = self._windows(self._train_sentences, "training")  # type: ignore[arg-type]
-            self.val_set = self._windows(self._val_sentences, "validation")  # type: ignore[arg-type]
+        """Windows of the training (``fit`` or no stage) and validation text, read from files or the cache."""
+        if stage in (None, "fit") and self.train_set is None:
+            self.train_set = self._windows(self._sentences("training"), "training")
+        if self.val_set is None:
+            self.val_set = self._windows(self._sentences("validation"), "validation")
 
     def train_dataloader(self) -> DataLoader:
         self.setup("fit")

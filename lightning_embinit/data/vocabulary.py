@@ -13,6 +13,7 @@ Tokenizers (``tokenizer=``):
 
 from __future__ import annotations
 
+import os
 import re
 from collections import Counter
 from typing import Iterable, Iterator, Mapping, Sequence
@@ -44,14 +45,44 @@ class Vocabulary(Sequence[str]):
 
     def __init__(self, tokens: Iterable[str], special_tokens: Mapping[str, str] | None = None) -> None:
         self.tokens = list(tokens)
+        if bad := [t for t in self.tokens if not isinstance(t, str) or not t]:
+            raise ValueError(f"vocabulary tokens must be non-empty strings; got {bad[:5]!r}")
         self.index = {token: i for i, token in enumerate(self.tokens)}
         if len(self.index) != len(self.tokens):
-            raise ValueError("a vocabulary cannot list the same token twice")
+            repeated = [t for t, c in Counter(self.tokens).items() if c > 1]
+            raise ValueError(f"a vocabulary cannot list the same token twice; repeated: {repeated[:10]!r}")
         specials = dict(SPECIAL_TOKENS if special_tokens is None else special_tokens)
         missing = [token for token in specials.values() if token not in self.index]
         if missing:
-            raise ValueError(f"special tokens {missing} are not in the vocabulary")
+            raise ValueError(
+                f"special tokens {missing} are not in the vocabulary (it needs all of {list(specials.values())})"
+            )
         self.special_tokens = specials
+
+    @classmethod
+    def read(cls, path: str | os.PathLike[str], special_tokens: Mapping[str, str] | None = None) -> Vocabulary:
+        """A vocabulary file: UTF-8, one token per line, line k = id k − 1 (as :meth:`write` makes)."""
+        path = os.path.expanduser(os.fspath(path))
+        if not os.path.isfile(path):
+            raise ValueError(f"vocabulary file not found: {path}")
+        with open(path, encoding="utf-8", newline="") as handle:
+            lines = handle.read().split("\n")
+        if lines and lines[-1] == "":
+            lines.pop()  # the final newline
+        tokens = [line.removesuffix("\r") for line in lines]
+        if empty := [k + 1 for k, token in enumerate(tokens) if not token]:
+            raise ValueError(f"vocabulary file {path}: empty line(s) {empty[:10]} (one token per line)")
+        try:
+            return cls(tokens, special_tokens)
+        except ValueError as error:
+            raise ValueError(f"vocabulary file {path}: {error}") from None
+
+    def write(self, path: str | os.PathLike[str]) -> None:
+        """Save as :meth:`read` reads it: one token per line, by id."""
+        if bad := [t for t in self.tokens if "\n" in t or t.endswith("\r")]:
+            raise ValueError(f"tokens {bad[:5]!r} contain a line break; they cannot be written one per line")
+        with open(os.path.expanduser(os.fspath(path)), "w", encoding="utf-8", newline="") as handle:
+            handle.write("".join(f"{token}\n" for token in self.tokens))
 
     @classmethod
     def build(
