@@ -7,10 +7,16 @@ Models and data modules are chosen by ``class_path`` in the config; callbacks su
 
 from __future__ import annotations
 
+import hashlib
+from pathlib import Path
 from typing import Any
 
+import torch
 from lightning.pytorch import LightningDataModule, LightningModule
 from lightning.pytorch.cli import LightningCLI
+
+from lightning_embinit.data.vocabulary import Vocabulary
+from lightning_embinit.init.sources.vector_cache import cache_root
 
 
 class EmbinitCLI(LightningCLI):
@@ -20,10 +26,36 @@ class EmbinitCLI(LightningCLI):
     to the model's ``vocabulary`` argument when both exist, so the embedding has its rows (and
     their token strings) before ``EmbeddingInitCallback`` runs at setup; models or datamodules
     without it are left alone.
+
+    With ``--ckpt_path``, the checkpoint's hyperparameters configure the model as in LightningCLI,
+    except its ``vocabulary``: that goes to the datamodule (when it takes one and none was given),
+    so the link hands the model the checkpoint's token ids rather than a vocabulary built from
+    new text. It travels as a file (under ``$EMBINIT_CACHE_DIR/vocabularies``): jsonargparse checks a
+    list in a config element by element, which takes minutes for a 30k-token vocabulary.
     """
 
     def add_arguments_to_parser(self, parser: Any) -> None:
         parser.link_arguments("data.vocabulary", "model.init_args.vocabulary", apply_on="instantiate")
+
+    def _parse_ckpt_path(self) -> None:
+        subcommand = self.config.get("subcommand")
+        ckpt_path = self.config[subcommand].get("ckpt_path") if subcommand else None
+        if not ckpt_path or not Path(ckpt_path).is_file():
+            return
+        checkpoint = torch.load(ckpt_path, weights_only=True, map_location="cpu", mmap=True)
+        hparams = dict(checkpoint.get("hyper_parameters", {}))
+        hparams.pop("_instantiator", None)
+        vocabulary = hparams.pop("vocabulary", None)
+        data = self.config[subcommand].get("data")
+        data_arguments = data.get("init_args") if data is not None else None
+        if vocabulary is not None and data_arguments is not None and "vocabulary" in data_arguments:
+            if data_arguments.vocabulary is None:
+                data_arguments.vocabulary = str(_vocabulary_file(ckpt_path, vocabulary))
+        if not hparams:
+            return
+        if "_class_path" in hparams:
+            hparams = {"class_path": hparams.pop("_class_path"), "dict_kwargs": hparams}
+        self.config = self.parser.parse_object({subcommand: {"model": hparams}}, self.config)
 
 
 def main(args: Any = None) -> None:
@@ -37,3 +69,14 @@ def main(args: Any = None) -> None:
         args=args,
         auto_configure_optimizers=False,
     )
+
+
+def _vocabulary_file(ckpt_path: str, vocabulary: list[str]) -> Path:
+    """The checkpoint's vocabulary as a one-token-per-line file, written once per checkpoint version."""
+    stat = Path(ckpt_path).stat()
+    key = hashlib.sha1(f"{Path(ckpt_path).resolve()}:{stat.st_size}:{stat.st_mtime_ns}".encode()).hexdigest()[:16]
+    path = cache_root() / "vocabularies" / f"{key}.txt"
+    if not path.exists():
+        path.parent.mkdir(parents=True, exist_ok=True)
+        Vocabulary(vocabulary).write(path)
+    return path

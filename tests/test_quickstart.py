@@ -81,3 +81,23 @@ def test_validate_a_checkpoint_on_new_text_with_the_checkpoints_vocabulary(tmp_p
     data = LanguageModelDataModule(val_files=str(new_text), vocabulary=model.vocabulary, seq_len=64, batch_size=4)
     expected = L.Trainer(logger=False, enable_progress_bar=False).validate(model, data, verbose=False)[0]["val_loss"]
     assert float(run.trainer.callback_metrics["val_loss"]) == pytest.approx(expected, rel=1e-6)
+
+
+def test_validate_takes_the_vocabulary_from_the_checkpoint(tmp_path):
+    """With --ckpt_path and no vocabulary given, the datamodule gets the checkpoint's (full Lee) vocabulary."""
+    small = ["--model.init_args.d_model=32", "--model.init_args.num_layers=1", "--data.init_args.batch_size=4"]
+    root = f"--trainer.default_root_dir={tmp_path}"
+    cli.main(["fit", "--config", str(CONFIG), root, "--trainer.max_steps=1", "--trainer.val_check_interval=1",
+              "--trainer.enable_progress_bar=false", *small])
+    checkpoint = next(tmp_path.rglob("*.ckpt"))
+    saved = TiedEmbeddingLM.load_from_checkpoint(checkpoint).vocabulary
+    new_text = tmp_path / "new.txt"
+    new_text.write_text("a completely different text about zebras and quantum mechanics .\n" * 40)
+    run = cli.EmbinitCLI(
+        LightningModule, LightningDataModule, subclass_mode_model=True, subclass_mode_data=True,
+        save_config_kwargs={"overwrite": True}, auto_configure_optimizers=False,
+        args=["validate", "--config", str(CONFIG), f"--ckpt_path={checkpoint}", root, "--trainer.enable_progress_bar=false",
+              f"--data.init_args.val_files={new_text}", *small],
+    )
+    assert len(saved) > 4000 and run.datamodule.vocabulary == saved and run.model.vocabulary == saved
+    assert math.isfinite(float(run.trainer.callback_metrics["val_loss"]))
