@@ -194,7 +194,7 @@ class FastTextTable:
 def _open_fasttext_bin(path: str) -> VectorTable:
     try:
         return FastTextTable(path)
-    except (ValueError, EOFError, NotImplementedError) as error:
+    except (ValueError, EOFError, RuntimeError) as error:  # gensim: RuntimeError subclasses for unsupported models
         raise ValueError(f"{path}: not a readable fastText .bin model: {error}") from None
 
 
