@@ -122,7 +122,7 @@ def test_one_build_round_loads_the_checkpoint_once(lightning_style, old_weight, 
 
     from lightning_embinit.init.sources import checkpoint
 
-    for slot in ("encoder", "decoder"):  # the pipeline resolves a new source for every slot
+    for slot in ("encoder", "decoder"):  # two sources (slots with their own options), one load
         built = resolve_source(f"checkpoint:{lightning_style}", slot_map={"decoder": "encoder"}).build(
             request_for(["cat"], slot=slot))
         assert torch.equal(built.weight[0], old_weight[3])

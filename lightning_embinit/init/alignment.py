@@ -29,6 +29,7 @@ import torch
 
 from lightning_embinit.init.projection import PROJECTIONS, fit_projection
 from lightning_embinit.init.schemes import get_scheme
+from lightning_embinit.init.statistics import rows_per_block
 from lightning_embinit.init.sources.base import Coverage, SourceMatrix, SourceRequest
 
 FALLBACK_RULES = ("special", "lower", "wordpiece", "sentencepiece", "ngrams")
@@ -256,7 +257,7 @@ def align_to_slot(
     weight = torch.empty(n, d, dtype=torch.float32)
     if found < n:
         weight[~found_mask] = _oov_rows(options.oov, block, gathered.multiplicity(), n - found, n, d, request.generator)
-    step = _chunk_rows(weight)
+    step = rows_per_block(weight.shape[1])
     for start in range(0, found, step):
         chunk = slice(start, start + step)
         weight.index_copy_(0, gathered.positions[chunk], block.index_select(0, gathered.block_index[chunk]))
@@ -286,13 +287,6 @@ def require_tokens(request: SourceRequest, source_name: str) -> Sequence[str]:
             f"slot {request.slot_name!r} has {request.num_embeddings} rows but {len(request.tokens)} token strings"
         )
     return request.tokens
-
-
-_CHUNK_ELEMENTS = 1 << 20  # row blocks of ~4 MB keep temporaries small
-
-
-def _chunk_rows(matrix: torch.Tensor) -> int:
-    return max(1, _CHUNK_ELEMENTS // max(1, matrix.shape[1]))
 
 
 @dataclass
@@ -330,7 +324,7 @@ def finite_rows(matrix: torch.Tensor) -> torch.Tensor:
     A float64 row sum is NaN/inf exactly when the row holds a NaN or inf (float32 values cannot
     overflow it), and is much faster than ``isfinite``; row blocks keep the float64 copy small.
     """
-    step = _chunk_rows(matrix)
+    step = rows_per_block(matrix.shape[1])
     return torch.cat([torch.isfinite(matrix[s:s + step].sum(dim=1, dtype=torch.float64))
                       for s in range(0, matrix.shape[0], step)] or [torch.ones(0, dtype=torch.bool)])
 
@@ -351,7 +345,7 @@ def _weighted_moments(block: torch.Tensor, weights: torch.Tensor) -> tuple[torch
     count = weights.sum().item()
     weights = weights.to(torch.float64).unsqueeze(1)
     total = torch.zeros(block.shape[1], dtype=torch.float64)
-    step = _chunk_rows(block)
+    step = rows_per_block(block.shape[1])
     for start in range(0, block.shape[0], step):
         total += (block[start:start + step].to(torch.float64) * weights[start:start + step]).sum(0)
     mean_row = total / count

@@ -10,15 +10,12 @@ import math
 
 import torch
 
-from lightning_embinit.init.statistics import matrix_statistics
+from lightning_embinit.init.statistics import matrix_statistics, rows_without
 
 
 def token_std(weight: torch.Tensor, padding_idx: int | None = None) -> float:
     """Population std of an embedding table's elements, leaving out the padding row (σ of SPEC §3)."""
-    weight = weight.detach()
-    if padding_idx is not None:
-        weight = torch.cat((weight[:padding_idx], weight[padding_idx + 1 :]))
-    return matrix_statistics(weight).std
+    return matrix_statistics(rows_without(weight.detach(), padding_idx)).std
 
 
 def predicted_initial_loss(n: int, logit_var: float, diagonal_logit: float = 0.0) -> float:

@@ -20,7 +20,7 @@ from lightning_embinit.init.host import EmbeddingSlot, select_slots
 from lightning_embinit.init.recipe import InitRecipe
 from lightning_embinit.init.sources.base import SourceMatrix, SourceRequest
 from lightning_embinit.init.transforms import affine
-from lightning_embinit.init.statistics import MatrixStats, embedding_statistics, matrix_statistics
+from lightning_embinit.init.statistics import MatrixStats, embedding_statistics, matrix_statistics, rows_without
 
 
 @dataclass
@@ -97,18 +97,6 @@ def build_slot(
     if source.is_pretrained and not bool(matrix.pretrained_rows.any()):
         raise ValueError(f"{where}: the source covers none of the slot's {slot.num_embeddings} tokens (padding aside)")
     return BuiltSlot(slot.name, matrix, matrix.description, [step.describe() for step in steps], statistics)
-
-
-def rows_without(weight: torch.Tensor, padding_idx: int | None) -> torch.Tensor:
-    """``weight`` without its padding row: a view when the padding row is first or last, else a copy."""
-    if padding_idx is None:
-        return weight
-    padding_idx %= weight.shape[0]
-    if padding_idx == 0:
-        return weight[1:]
-    if padding_idx == weight.shape[0] - 1:
-        return weight[:-1]
-    return torch.cat((weight[:padding_idx], weight[padding_idx + 1 :]))
 
 
 def _without_padding(matrix: SourceMatrix, padding_idx: int | None) -> SourceMatrix:

@@ -43,10 +43,27 @@ def as_rows(matrix: torch.Tensor) -> torch.Tensor:
     return matrix.reshape(-1, matrix.shape[-1]) if matrix.dim() > 1 else matrix.reshape(1, -1)
 
 
+def rows_per_block(width: int) -> int:
+    """How many rows of ``width`` elements make a block of about :data:`CHUNK_ELEMENTS`."""
+    return max(1, CHUNK_ELEMENTS // max(width, 1))
+
+
 def row_blocks(matrix: torch.Tensor) -> tuple[torch.Tensor, ...]:
     """Consecutive row blocks of about :data:`CHUNK_ELEMENTS` elements."""
     rows = as_rows(matrix)
-    return rows.split(max(1, CHUNK_ELEMENTS // max(rows.shape[1], 1)))
+    return rows.split(rows_per_block(rows.shape[1]))
+
+
+def rows_without(weight: torch.Tensor, padding_idx: int | None) -> torch.Tensor:
+    """``weight`` without its padding row: a view when the padding row is first or last, else a copy."""
+    if padding_idx is None:
+        return weight
+    padding_idx %= weight.shape[0]
+    if padding_idx == 0:
+        return weight[1:]
+    if padding_idx == weight.shape[0] - 1:
+        return weight[:-1]
+    return torch.cat((weight[:padding_idx], weight[padding_idx + 1 :]))
 
 
 def _accumulator_dtype(matrix: torch.Tensor) -> torch.dtype:

@@ -11,9 +11,11 @@ The new slot reads the old slot of the same name, or ``slot_map={new: old}``. Op
 ``parameter=`` (a state-dict key) and ``tokens=`` (a list, or a file with one token per line)
 override the record and serve plain state dicts that have none.
 
-The pipeline resolves a fresh source for every slot, so a memory-mapped checkpoint is kept for
-:data:`KEEP_LOADED_S` seconds (one build round) and reused by the next slot while the file is
-unchanged (same path, size, mtime, ctime and inode); :func:`release_loaded` drops it at once. A
+A source lives as long as the recipe that resolved it (a whole training run), and slots with
+their own options resolve their own sources; rather than hold the checkpoint that long, a
+memory-mapped checkpoint is kept for :data:`KEEP_LOADED_S` seconds (one build round) and reused
+by every slot reading the unchanged file (same path, size, mtime, ctime and inode);
+:func:`release_loaded` drops it at once. A
 legacy (non-zip) checkpoint, which cannot be memory-mapped, is loaded per slot and never kept.
 """
 
