@@ -14,7 +14,7 @@ with one slot, ``"tokens"``.
 from __future__ import annotations
 
 import math
-from typing import Any, Mapping, Sequence
+from typing import Any, Mapping
 
 import lightning as L
 import torch
