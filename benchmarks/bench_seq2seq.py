@@ -102,7 +102,7 @@ class Runner:
 
 def _loss_function(model: TransformerSeq2Seq, compiled: bool):
     def loss(src: torch.Tensor, tgt: torch.Tensor) -> torch.Tensor:
-        return model._loss(src, tgt, label_smoothing=0.0)[0]
+        return model.teacher_forced_loss(src, tgt, label_smoothing=0.0)[0]
 
     return torch.compile(loss) if compiled else loss
 
@@ -213,7 +213,7 @@ def epoch(args: argparse.Namespace) -> None:
             optimizer, scheduler = config["optimizer"], config["lr_scheduler"]["scheduler"]
             started, total, count = time.perf_counter(), 0.0, 0
             for src, tgt in batches:
-                loss, tokens = model._loss(src, tgt, label_smoothing=0.0)
+                loss, tokens = model.teacher_forced_loss(src, tgt, label_smoothing=0.0)
                 optimizer.zero_grad(set_to_none=True)
                 loss.backward()
                 optimizer.step()

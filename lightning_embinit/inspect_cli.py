@@ -34,6 +34,7 @@ from lightning_embinit.init.pipeline import slot_report
 from lightning_embinit.init.positional import LAYOUTS, sinusoidal_encoding
 from lightning_embinit.init.recipe import InitRecipe
 from lightning_embinit.init.tokens import load_tokens
+from lightning_embinit.models.blocks import resolve_scale
 
 POSITIONALS = ("sinusoidal", "none")
 CALLBACK_OPTIONS = ("source", "standardize", "match", "shuffle", "scale", "trainable", "seed", "tokens")
@@ -94,17 +95,6 @@ def _trainable(text: str) -> bool | str:
     return choices[text.lower()]
 
 
-def _input_scale(text: str, dim: int) -> float:
-    if text == "sqrt_d":
-        return dim**0.5
-    if text == "none":
-        return 1.0
-    try:
-        return float(text)
-    except ValueError:
-        raise ValueError(f"--input-scale is 'sqrt_d', 'none' or a number, got {text!r}") from None
-
-
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="embinit inspect",
@@ -117,7 +107,7 @@ def build_parser() -> argparse.ArgumentParser:
     model.add_argument("--vocab-size", type=int, help="bare shape: rows N")
     model.add_argument("--dim", type=int, help="bare shape: dimension D")
     model.add_argument("--tied", action="store_true", help="bare shape: the output layer reuses the table")
-    model.add_argument("--input-scale", default="sqrt_d", help="bare shape: sqrt_d (default), none, or a number")
+    model.add_argument("--input-scale", default="sqrt_d", help="bare shape: sqrt_d (default), inv_sqrt_d, none, or a number")
     model.add_argument("--positional", default="sinusoidal", choices=POSITIONALS, help="bare shape: the added encoding")
     model.add_argument("--positional-layout", default="interleaved", choices=LAYOUTS)
     model.add_argument("--max-len", type=int, default=512, help="bare shape: positions in the encoding")
@@ -209,8 +199,9 @@ def _from_shape(args: argparse.Namespace) -> tuple[nn.Module, Any, Any]:
         vocab_size = len(load_tokens(args.tokens, what="--tokens ").tokens)
     if vocab_size is None or args.dim is None:
         raise ValueError("give --config, or a bare shape with --vocab-size (or --tokens) and --dim")
+    input_scale = resolve_scale(args.input_scale, args.dim, option="--input-scale")
     model = ShapeModel(
-        vocab_size, args.dim, tied=args.tied, input_scale=_input_scale(args.input_scale, args.dim),
+        vocab_size, args.dim, tied=args.tied, input_scale=input_scale,
         positional=args.positional, layout=args.positional_layout, max_len=args.max_len, padding_idx=args.padding_idx,
     )
     return model, None, EmbeddingInitCallback(**{"seed": 0, **_callback_overrides(args), "verbose": False})

@@ -156,6 +156,70 @@ def test_lexical_probe_reports_the_slot_rows(tmp_path, words, lexical, glove_pat
         LexicalProbe(chains=["cooked"])
 
 
+def small_lm(words, **options):
+    return TiedEmbeddingLM(vocabulary=words, d_model=32, num_heads=2, num_layers=1, max_len=16, **options)
+
+
+def start_monitors(wordsim):
+    return (EmbeddingVarianceMonitor(every_n_steps=None, sample_rows=128, figures=False, warn=False),
+            LexicalProbe(similarity=[wordsim], chains=["raw", "raw+pe"], figures=False, verbose=False))
+
+
+def test_start_monitors_reused_for_a_new_fit_measure_that_fit(tmp_path, words, lexical):
+    """A sweep reuses the monitor objects: each fresh fit records its own start."""
+    variance, probe = start_monitors(lexical[1])
+    for std in (0.05, 0.5):
+        expected = small_lm(words)  # the table this fit starts from: the same init on a twin model
+        EmbeddingInitCallback(source=f"normal:{std}", seed=0, verbose=False).initialize(expected)
+        expected_variance = start_monitors(lexical[1])[0].measure(expected)
+        expected_probe = start_monitors(lexical[1])[1].probe(expected)
+        init = EmbeddingInitCallback(source=f"normal:{std}", seed=0, verbose=False)
+        quiet_trainer(tmp_path, [init, variance, probe], max_steps=1).fit(small_lm(words), lm_data(len(words)))
+        assert variance.start == expected_variance and variance.start["tokens"]["std"] == pytest.approx(std, rel=0.05)
+        assert probe.results["start"] == expected_probe and set(probe.results) == {"start", "end"}
+
+
+def test_start_monitors_keep_the_first_start_across_a_resume(tmp_path, words, lexical):
+    first = start_monitors(lexical[1])
+    init = EmbeddingInitCallback(source="normal:0.05", seed=0, verbose=False)
+    trainer = quiet_trainer(tmp_path, [init, *first], max_steps=2)
+    trainer.fit(small_lm(words, lr=0.05), lm_data(len(words)))
+    path = tmp_path / "step2.ckpt"
+    trainer.save_checkpoint(path)
+    assert first[0].latest["tokens"]["std"] != pytest.approx(first[0].start["tokens"]["std"], rel=1e-3)  # training moved the table
+    resumed = start_monitors(lexical[1])
+    init = EmbeddingInitCallback(source="normal:0.05", seed=0, verbose=False)
+    quiet_trainer(tmp_path, [init, *resumed], max_steps=4).fit(small_lm(words, lr=0.05), lm_data(len(words)), ckpt_path=path)
+    assert resumed[0].start == first[0].start and resumed[0].latest_step == 4
+    assert resumed[1].results["start"] == first[1].results["start"] and resumed[1].results["end"] != first[1].results["end"]
+
+
+def test_lexical_probe_picks_the_slot_whose_vocabulary_the_test_sets_cover(tmp_path, lexical, monkeypatch):
+    """de→en: the English target slot, not the first (German) one; the choice is logged."""
+    from lightning_embinit.callbacks import lexical_probe as module
+    from lightning_embinit.data import TranslationDataModule
+    from lightning_embinit.models import TransformerSeq2Seq
+
+    analogies, wordsim = lexical
+    data = TranslationDataModule(data_dir=str(require_shared_data("multi30k")), max_examples=1000, batch_size=16)
+    model = TransformerSeq2Seq(src_tokenizer=data.src_tokenizer_config, tgt_tokenizer=data.tgt_tokenizer_config, d_model=16,
+                               num_heads=2, num_encoder_layers=1, num_decoder_layers=1, ffn_dim=32)
+    logged = []
+    monkeypatch.setattr(module, "rank_zero_info", logged.append)
+    probe = LexicalProbe(analogies=analogies, similarity=[wordsim], chains=["raw"], max_analogies=50, figures=False, verbose=False)
+    quiet_trainer(tmp_path, [probe], max_steps=1).fit(model, data)
+    english, german = (set(map(str.upper, data.vocabulary_for(side))) for side in ("tgt", "src"))
+    assert probe.probed_slot == "tgt" and list(probe.slot_coverage) == ["src", "tgt"]
+    assert probe.slot_coverage == {"src": len(probe.test_words & german), "tgt": len(probe.test_words & english)}
+    assert probe.slot_coverage["tgt"] > 3 * probe.slot_coverage["src"]
+    assert any("probing slot 'tgt'" in message and "'src'" in message for message in logged)
+    start = probe.results["start"]["raw"]
+    assert start["similarity_count"]["wordsim353"] >= 10 and start["analogy_count"] == 50
+    pinned = LexicalProbe(analogies=analogies, similarity=[wordsim], slot="src", chains=["raw"], max_analogies=50, verbose=False)
+    german_scores = pinned.probe(model, data)["raw"]  # what the first slot gave: German against English test sets
+    assert pinned.probed_slot == "src" and german_scores["similarity_count"]["wordsim353"] == german_scores["analogy_count"] == 0
+
+
 def init_table(glove_path, words):
     """The rows EmbeddingInitCallback writes for ``words`` (row 0, the padding row, left out)."""
     model = TiedEmbeddingLM(vocabulary=words, d_model=50, num_heads=2, num_layers=1, max_len=16)
@@ -189,9 +253,9 @@ def score_data():
 SCORES = [0.1, 0.2, 0.3, 0.5, 0.7, 0.9, 0.95]
 
 
-def speed_fit(tmp_path, monitor, max_epochs, ckpt_path=None, **options):
+def speed_fit(tmp_path, monitor, max_epochs, ckpt_path=None, scores=SCORES, **options):
     trainer = quiet_trainer(tmp_path, [monitor], max_epochs=max_epochs, limit_val_batches=1, num_sanity_val_steps=1, **options)
-    trainer.fit(ScriptedScore(SCORES), score_data(), score_data(), ckpt_path=ckpt_path)
+    trainer.fit(ScriptedScore(scores), score_data(), score_data(), ckpt_path=ckpt_path)
     return trainer
 
 
@@ -225,6 +289,18 @@ def test_learning_speed_continues_counting_across_a_resume(tmp_path):
     assert resumed.examples_seen == whole.examples_seen == 240
     assert resumed.crossed_at_examples == whole.crossed_at_examples == 200
     assert resumed.tracker.state_dict() == whole.tracker.state_dict()
+
+
+def test_learning_speed_monitor_reused_for_a_new_fit_counts_that_fit(tmp_path):
+    """A sweep reuses one monitor object: each fresh fit reports its own count and crossing."""
+    monitor = LearningSpeedMonitor("val_score", 0.5)
+    speed_fit(tmp_path, monitor, max_epochs=6)
+    assert (monitor.crossed_at_examples, monitor.examples_seen) == (200, 240)
+    faster = [0.1, 0.6, 0.9, 0.95]
+    speed_fit(tmp_path, monitor, max_epochs=4, scores=faster)
+    index = first_crossing(faster, 0.5)
+    assert index == 2 and monitor.crossed_at_examples == 40 * (index + 1) and monitor.crossed_at_step == 5 * (index + 1)
+    assert monitor.examples_seen == 160 and monitor.tracker.points == 4
 
 
 def test_learning_speed_names_a_missing_metric_and_bad_options(tmp_path):

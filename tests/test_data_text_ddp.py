@@ -1,12 +1,15 @@
-"""Translation and classification data under 2-process CPU DDP: disjoint, complete, equal shares every epoch."""
+"""Translation and classification data under 2-process CPU DDP: disjoint, complete, equal shares every epoch
+(and the bucketing's shares for larger worlds, rank by rank in one process)."""
 
 import json
 
 import lightning as L
+import numpy as np
 import pytest
 import torch
 
 from lightning_embinit.data import ClassificationDataModule, TranslationDataModule
+from lightning_embinit.data.batching import BucketBatchSampler, EpochSampler
 from tests.shared_data import require_shared_data
 
 
@@ -71,12 +74,32 @@ def test_classification_two_validation_sets_without_lightning_sampler(tmp_path):
     folder = require_shared_data("sst2")
     data = ClassificationDataModule(train_file=str(folder / "dev.tsv.gz"),
                                     val_files={"first": str(folder / "dev.tsv.gz"), "second": str(folder / "dev.tsv.gz")},
-                                    max_examples=301, batch_size=32)
+                                    max_examples=301, batch_size=32, eval_batch_size=1)
     ranks = fit(tmp_path, Recorder(str(tmp_path), "input_ids"), data, epochs=1, use_distributed_sampler=False)
     assert ranks[0]["sampler"] == "EpochSampler"  # no sampler from Lightning: the world comes from torch.distributed
     shares = [set(r["train"]["0"]) for r in ranks]
     assert not shares[0] & shares[1] and shares[0] | shares[1] == set(range(301))
     assert ranks[0]["batches"]["0"] == ranks[1]["batches"]["0"] == 5  # ⌈⌈301 / 32⌉ / 2⌉
-    for loader in ("0", "1"):
+    for loader in ("0", "1"):  # eval_batch_size=1 and an odd count: 150 batches per rank, one of two examples
         val = [r["val"][f"0/{loader}"] for r in ranks]
-        assert sorted(val[0] + val[1]) == list(range(301))
+        assert sorted(val[0] + val[1]) == list(range(301))  # each example scored once, none repeated
+
+
+def shares(size, world, batch_size, shuffle):
+    """Every rank's batches of one epoch (lengths vary, so the bucketing sorts)."""
+    lengths = (np.arange(size) * 7) % 13
+    return [list(BucketBatchSampler(EpochSampler(size), lengths, batch_size, shuffle=shuffle, num_replicas=world, rank=rank))
+            for rank in range(world)]
+
+
+def test_evaluation_batches_repeat_no_example_unless_there_are_fewer_than_ranks():
+    for size, world, batch_size in [(1014, 4, 1), (7, 4, 1), (5, 4, 2), (1013, 3, 16), (8, 4, 1)]:
+        ranks = shares(size, world, batch_size, shuffle=False)
+        assert len({len(batches) for batches in ranks}) == 1  # the same number of batches on every rank: no hang
+        assert sorted(i for batches in ranks for batch in batches for i in batch) == list(range(size))
+        assert max(len(batch) for batches in ranks for batch in batches) <= max(batch_size, 2)
+    assert [len(batches) for batches in shares(1014, 4, 1, shuffle=False)] == [253] * 4  # 4 · ⌊1014 / 4⌋ batches
+    few = shares(3, 4, 1, shuffle=False)  # fewer examples than ranks: every rank still gets one, so one repeats
+    assert [len(batches) for batches in few] == [1] * 4 and sorted({b[0] for (b,) in few}) == [0, 1, 2]
+    training = shares(1014, 4, 1, shuffle=True)  # training keeps batch_size: two examples come twice
+    assert [len(batches) for batches in training] == [254] * 4 and {len(b) for batches in training for b in batches} == {1}

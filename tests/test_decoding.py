@@ -51,6 +51,21 @@ def test_beam_one_is_greedy_and_the_cache_changes_nothing(name):
         assert model.bos_id not in row and model.pad_id not in row[: row.index(model.eos_id) if model.eos_id in row else None]
 
 
+@pytest.mark.parametrize("name", ["baseline", "reinforced-causal"])
+def test_cached_steps_attend_without_a_padding_mask(name):
+    model, src = model_and_source(name)
+    masks = []
+    for layer in model.decoder.layers:
+        layer.self_attn.register_forward_pre_hook(
+            lambda module, args, kwargs: masks.append(kwargs["key_padding_mask"]), with_kwargs=True
+        )
+    cached = greedy_decode(model, src, max_len=6)
+    assert len(masks) == 6 * len(model.decoder.layers) and all(mask is None for mask in masks)  # SDPA's unmasked path
+    masks.clear()
+    assert torch.equal(greedy_decode(model, src, max_len=6, use_cache=False), cached)
+    assert masks and all(mask is not None for mask in masks)  # the whole prefix, recomputed: its padding masked
+
+
 def _sequence_scores(model, src, hypotheses, penalty):
     """log p(y | x) / |y|^penalty of every hypothesis, in one padded forward pass."""
     width = max(map(len, hypotheses))

@@ -122,6 +122,8 @@ def test_drowning_names_the_direction_and_the_countermeasures():
     assert "drown the position signal" in tokens_win[0] and "standardize" in tokens_win[1] and "input scale" in tokens_win[1]
     positions_win = drowning(Absorption(0.04, 0.99, 0.1, 10, 5))
     assert "drowns the token vectors" in positions_win[0] and "raise the input scale" in positions_win[1]
+    for _, countermeasures in (tokens_win, positions_win):  # the option's name in each model
+        assert "input_scale=" in countermeasures and "embedding_scale=" in countermeasures and "TiedEmbeddingLM" in countermeasures
     assert drowning(Absorption(0.7, 0.7, 0.5, 10, 5)) is None
     # a large-vocabulary Xavier start (semantic retention ≈ 0.15) is [K]'s recommended regime, not a problem
     assert drowning(Absorption(0.15, 0.98, 0.02, 10, 5)) is None

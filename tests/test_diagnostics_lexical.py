@@ -69,6 +69,17 @@ def test_random_positions_come_from_the_seed(glove, lexical):
     assert first["raw+pe"]["analogy"] is None and first["raw+pe"]["analogy_count"] == 0
 
 
+def test_a_vocabulary_without_any_question_scores_none(lexical):
+    """A sampled analogy file (max_analogies) with no in-vocabulary question: None and 0, not gensim's ZeroDivisionError."""
+    tokens = ["der", "die", "das", "hund", "katze", "mann", "frau", "king", "queen"]  # mostly German: no whole question
+    matrix = torch.randn(len(tokens), 8, generator=torch.Generator().manual_seed(0))
+    for limit in (50, None):
+        result = lexical_probe(matrix, tokens, analogies=lexical["questions-words.txt"], similarity=[lexical["wordsim353.tsv"]],
+                               chains=["raw"], max_analogies=limit)["raw"]
+        assert (result["analogy"], result["analogy_count"], result["analogy_semantic"]) == (None, 0, None)
+        assert result["similarity_count"]["wordsim353"] == 1  # king–queen
+
+
 def test_padding_like_rows_and_repeated_tokens(lexical):
     tokens = ["<pad>", "king", "queen", "man", "woman", "king"]
     generator = torch.Generator().manual_seed(0)

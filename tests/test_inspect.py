@@ -39,6 +39,10 @@ def test_bare_shape_tied_start_is_judged_by_spec_3(capsys):
     untied = inspect_json(capsys, "--vocab-size", "500", "--dim", "64", "--source", "normal:0.125", "--positional", "none")
     assert untied["slots"][0]["predicted_initial_loss"] is None and untied["slots"][0]["positional_std"] is None
     assert untied["slots"][0]["semantic_retention"] is None and untied["verdict"] == "ok"
+    # --input-scale takes every value the models' input scale takes (resolve_scale)
+    inverse = inspect_json(capsys, "--vocab-size", "500", "--dim", "64", "--source", "normal:0.125", "--input-scale", "inv_sqrt_d")
+    assert inverse["slots"][0]["input_scale"] == pytest.approx(1 / 8)
+    assert inverse["slots"][0]["scaled_std"] == pytest.approx(inverse["slots"][0]["std"] / 8)
 
 
 def test_table_names_the_problem_and_the_countermeasures(capsys):
@@ -125,6 +129,8 @@ def test_bad_input_exits_with_a_message(capsys):
     assert "unknown source 'nonsense'" in capsys.readouterr().err
     assert main(["--vocab-size", "10", "--dim", "8", "--model.init_args.d_model", "4"]) == 2
     assert "unrecognized arguments" in capsys.readouterr().err
+    assert main(["--vocab-size", "10", "--dim", "8", "--input-scale", "huge"]) == 2
+    assert "--input-scale must be" in (err := capsys.readouterr().err) and "'inv_sqrt_d'" in err and "'huge'" in err
     with pytest.raises(SystemExit):
         main(["--format", "xml"])
 

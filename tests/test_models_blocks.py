@@ -86,8 +86,10 @@ def test_feed_forward_and_options_reject_unknown_names():
         FeedForward(4, 8, activation="swish")
     with pytest.raises(ValueError, match="positional"):
         build_positional("rope", 8, 4)
-    with pytest.raises(ValueError, match="embedding_scale"):
+    with pytest.raises(ValueError, match="embedding_scale"):  # TiedEmbeddingLM's argument, the default name
         resolve_scale("big", 4)
+    with pytest.raises(ValueError, match="^input_scale must be 'sqrt_d', 'inv_sqrt_d', 'none' or a number, got 'big'$"):
+        resolve_scale("big", 4, option="input_scale")  # each model names its own argument
     assert resolve_scale("sqrt_d", 256) == 16.0 and resolve_scale("none", 9) == 1.0 and resolve_scale(2.5, 9) == 2.5
 
 
@@ -127,6 +129,10 @@ def test_positional_kinds_layouts_and_input_scales():
     torch.testing.assert_close(build_positional("sinusoidal", 12, 8, layout="half").encoding(), half.encoding())
     torch.testing.assert_close(half(3, offset=4), half.encoding()[4:7])
     assert build_positional("none", 12, 8) is None and build_positional("learned", 12, 8).weight.shape == (12, 8)
+    for kind in ("half", "learned"):  # the one length check: the positional table's own
+        assert build_positional(kind, 12, 8)(4, offset=8).shape == (4, 8)
+        with pytest.raises(ValueError, match="sequence length 13 exceeds max_len=12"):
+            build_positional(kind, 12, 8)(5, offset=8)
     with pytest.raises(ValueError, match="interleaved, half, halves, sinusoidal, learned, none"):
         build_positional("rotary", 8, 4)
     assert resolve_scale("inv_sqrt_d", 64) == 0.125 and resolve_scale("3", 64) == 3.0
@@ -149,6 +155,22 @@ def test_embedding_input_is_scaled_lookup_plus_positional_rows_at_an_offset():
         layer(ids, offset=8)
     with pytest.raises(ValueError, match="token id 11 is outside"):
         layer(torch.tensor([[11]]))
+    with pytest.raises(ValueError, match="^scale must be"):
+        EmbeddingInput(table, scale="big")
+
+
+def test_one_vocabulary_resolver_names_each_models_arguments():
+    from lightning_embinit.data.tokenization import TextTokenizer
+    from lightning_embinit.models.blocks import resolve_tokenizer
+
+    tokenizer = TextTokenizer.word(["a man runs", "a dog runs"], min_freq=1)
+    resolved, size = resolve_tokenizer(tokenizer.to_config(), None)
+    assert resolved.tokens == tokenizer.tokens and size == len(tokenizer)
+    assert resolve_tokenizer(None, 9) == (None, 9)
+    with pytest.raises(ValueError, match=f"^tgt_vocab_size=3 disagrees with the tgt_tokenizer's {len(tokenizer)} tokens$"):
+        resolve_tokenizer(tokenizer, 3, option="tgt_tokenizer", size_option="tgt_vocab_size")
+    with pytest.raises(ValueError, match="give src_tokenizer .* or src_vocab_size ≥ 5; got src_vocab_size=4"):
+        resolve_tokenizer(None, 4, option="src_tokenizer", size_option="src_vocab_size", min_size=5)
 
 
 def test_self_attention_with_values_of_their_own_width():

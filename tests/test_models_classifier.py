@@ -286,6 +286,7 @@ def test_bad_settings_and_inputs_fail_with_the_choices(tmp_path):
         ({"label_names": ["a", "b", "c"]}, "num_classes=2 disagrees with 3 label_names"),
         ({"cls_source": "tokenizer"}, "cls_source='tokenizer' needs a tokenizer .* none was given"),
         ({"positional": "rotary"}, "unknown positional encoding 'rotary'"),
+        ({"input_scale": "big"}, "^input_scale must be 'sqrt_d', 'inv_sqrt_d', 'none' or a number"),
     ]:
         with pytest.raises(ValueError, match=message):
             TransformerClassifier(**{**tiny, **options})

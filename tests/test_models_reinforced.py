@@ -7,7 +7,8 @@ from lightning_embinit.data.tokenization import TextTokenizer
 from lightning_embinit.init.positional import sinusoidal_encoding
 from lightning_embinit.models import ReinforcedTransformerSeq2Seq, token_normalize
 from lightning_embinit.models.reinforced import causal_token_normalize
-from tests.translation_helpers import TINY_REINFORCED, multi30k_lines
+from lightning_embinit.models.module import noam_peak_lr
+from tests.translation_helpers import TINY_REINFORCED, multi30k_data, multi30k_lines, tokenizer_configs, trainer
 
 PAD = torch.tensor([[False] * 6, [False] * 4 + [True] * 2, [False] + [True] * 5])
 
@@ -60,6 +61,18 @@ def test_widths_follow_spec_2():
     assert len(model.encoder.layers) == len(model.decoder.layers) == 2 and model.encoder.final_norm is None
     slots = model.embedding_slots()
     assert slots["src"].embedding_dim == m and slots["tgt"].input_scale == 1.0 and slots["src"].positional_encoding is None
+
+
+def test_the_default_lr_is_the_noam_peak_of_the_models_own_width_and_warmup():
+    sizes = {"src_vocab_size": 30, "tgt_vocab_size": 40, "num_encoder_layers": 1, "num_decoder_layers": 1}
+    assert ReinforcedTransformerSeq2Seq(**sizes).hparams.lr == noam_peak_lr(64, 4000)
+    wide = ReinforcedTransformerSeq2Seq(**sizes, d_model=128, warmup_steps=1000)
+    assert wide.hparams.lr == pytest.approx(128**-0.5 * 1000**-0.5)  # SPEC §2: m^−½ · w^−½
+    assert ReinforcedTransformerSeq2Seq(**sizes, d_model=128, lr=3e-4).hparams.lr == 3e-4
+    optimizer = wide.configure_optimizers()["optimizer"]
+    assert optimizer.param_groups[0]["initial_lr"] == wide.hparams.lr
+    with pytest.raises(ValueError, match="lr=None stands for SPEC §2's Noam peak"):
+        ReinforcedTransformerSeq2Seq(**sizes, lr_schedule="constant")
 
 
 def test_first_block_input_is_normalized_tokens_next_to_positions():
@@ -136,6 +149,36 @@ def test_sequence_normalization_leaks_the_future_and_causal_does_not():
     assert model.new_cache() is None
 
 
+def test_inputs_longer_than_max_len_fail_with_the_limit():
+    model = tiny(max_len=8)
+    with pytest.raises(ValueError, match="sequence length 9 exceeds max_len=8"):
+        model.encode(torch.full((1, 9), 5))
+    state = model.encode(torch.full((1, 4), 5))
+    cache = model.new_cache()
+    model.decode(torch.full((1, 8), 5), state, cache)
+    with pytest.raises(ValueError, match="sequence length 9 exceeds max_len=8"):
+        model.decode(torch.full((1, 1), 5), state, cache)
+
+
+def test_checkpoint_reloads_and_translates_new_text_with_its_own_vocabularies(tmp_path):
+    torch.manual_seed(0)
+    data = multi30k_data(examples=16)
+    options = {**TINY_REINFORCED, "lr": None, "lr_schedule": "noam", "warmup_steps": 2}
+    model = ReinforcedTransformerSeq2Seq(**tokenizer_configs(data), **options)
+    run = trainer(tmp_path, max_steps=2, limit_val_batches=0)
+    run.fit(model, data)
+    path = tmp_path / "reinforced.ckpt"
+    run.save_checkpoint(path)
+    loaded = ReinforcedTransformerSeq2Seq.load_from_checkpoint(path)
+    assert loaded.src_vocab.tokenizer.to_config() == data.src_tokenizer.to_config()
+    assert loaded.tgt_vocab.tokenizer.tokens == data.tgt_tokenizer.tokens
+    assert loaded.hparams.lr == noam_peak_lr(16, 2)  # the resolved number, not None
+    new_text = multi30k_lines("test_2016_flickr", "de", 4, start=600)  # never seen in training
+    model.eval()
+    translations = loaded.translate(new_text, beam_size=2)
+    assert translations == model.translate(new_text, beam_size=2) and all(isinstance(t, str) for t in translations)
+
+
 def test_sequence_mode_warns_once_about_the_leak():
     import lightning_embinit.models.reinforced as reinforced
 
@@ -178,7 +221,7 @@ def test_overfits_a_tiny_batch_of_real_sentences(mode):
     tgt = pad([torch.tensor([tgt_tok.bos_id] + ids + [tgt_tok.eos_id]) for ids in tgt_tok.encode_batch(en)], True)
     optimizer = torch.optim.Adam(model.parameters(), lr=3e-3, betas=(0.9, 0.98))
     for _ in range(150):
-        loss, _ = model._loss(src, tgt, label_smoothing=0.0)
+        loss, _ = model.teacher_forced_loss(src, tgt, label_smoothing=0.0)
         optimizer.zero_grad()
         loss.backward()
         optimizer.step()

@@ -71,12 +71,12 @@ def test_loss_ignores_padding_and_label_smoothing_is_the_standard_mix():
     nll = -log_probs.gather(1, targets[keep][:, None]).mean()
     expected = 0.9 * nll - 0.1 * log_probs.mean(-1).mean()
     torch.testing.assert_close(model.loss(logits, targets), expected)
-    loss, count = model._loss(src, tgt, label_smoothing=0.1)
+    loss, count = model.teacher_forced_loss(src, tgt, label_smoothing=0.1)
     torch.testing.assert_close(loss, expected, rtol=1e-5, atol=1e-5)
     assert count == keep.sum()
     full = tgt.clone()
     full[1, 5:] = 7  # no padding at all: the loss skips the gather
-    loss, count = model._loss(src, full, label_smoothing=0.1)
+    loss, count = model.teacher_forced_loss(src, full, label_smoothing=0.1)
     torch.testing.assert_close(loss, model.loss(model(src, full[:, :-1]), full[:, 1:]), rtol=1e-5, atol=1e-5)
     assert count == full[:, 1:].numel()
 
@@ -94,6 +94,12 @@ def test_bad_settings_fail_before_any_weight_is_made():
         tiny(lr_schedule="cosine")
     with pytest.raises(ValueError, match="beam_size"):
         tiny(beam_size=0)
+    with pytest.raises(ValueError, match="^input_scale must be 'sqrt_d', 'inv_sqrt_d', 'none' or a number, got 'big'"):
+        tiny(input_scale="big")
+    with pytest.raises(ValueError, match="unknown bleu_references 'detok'; choose one of: tokenizer, raw"):
+        tiny(bleu_references="detok")
+    with pytest.raises(ValueError, match="lr=None stands for SPEC §2's Noam peak .* lr_schedule='constant'"):
+        tiny(lr=None)
     with pytest.raises(ValueError, match="token id 40 is outside"):
         tiny()(torch.tensor([[5, 3]]), torch.tensor([[2, 40]]))
     with pytest.raises(ValueError, match="unknown preset 'vaswani'; known presets: kim_multi30k"):
@@ -116,6 +122,12 @@ def test_presets_follow_spec_and_match_the_example_configs():
     assert preset_arguments("kim_multi30k")[1]["num_heads"] == 8
     proposed = ReinforcedTransformerSeq2Seq.from_preset("reinforced_proposed", src_vocab_size=100, tgt_vocab_size=100)
     assert (proposed.hparams.d_model, proposed.hparams.ffn_dim, proposed.hparams.num_heads) == (64, 256, 4)
+    # overrides recompute what SPEC §2 derives from them: r = q = m and the Noam peak m^−½·w^−½
+    for name, d, warmup in (("reinforced_baseline", 64, 4000), ("reinforced_proposed", 128, 1000)):
+        arguments = preset_arguments(name, d_model=d, warmup_steps=warmup)[1]
+        assert (arguments["qk_head_dim"], arguments["v_head_dim"]) == (d, d)
+        assert arguments["lr"] == pytest.approx(d**-0.5 * warmup**-0.5)
+    assert preset_arguments("reinforced_proposed", d_model=128, lr=1e-3)[1]["lr"] == 1e-3  # an explicit lr wins
     for name in ("kim_multi30k", "reinforced_baseline", "reinforced_proposed"):
         assert name in PRESETS
         config = yaml.safe_load((REPO / "examples" / "configs" / f"{name}.yaml").read_text())
@@ -198,6 +210,7 @@ def test_validate_fit_validate_test_with_bleu_equal_to_sacrebleu(tmp_path, name)
     assert model._validation_runs == 4  # BLEU on runs 2 and 4 only
     logged = yaml.unsafe_load(Path(logger.log_dir, "hparams.yaml").read_text())  # our own file (tuples)
     assert logged["bleu_signature"].startswith("nrefs:1|case:mixed|eff:no|tok:13a|smooth:exp")
+    assert logged["bleu_references"] == "tokenizer round-trip (word, lowercased)"
     assert logged["src_tokenizer"] == "word" and logged["d_model"] == options["d_model"]  # the datamodule's spec
     assert model.hparams.src_tokenizer == data.src_tokenizer_config  # the model's config, in the checkpoint
     after = trainer(tmp_path).validate(model, data, verbose=False)[0]
@@ -211,6 +224,24 @@ def test_validate_fit_validate_test_with_bleu_equal_to_sacrebleu(tmp_path, name)
     assert {"test_loss", "test_ppl", "test_bleu"} <= set(tested) and math.isfinite(tested["test_loss"])
     predictions = trainer(tmp_path).predict(model, data)
     assert isinstance(predictions[0][0], str)
+
+
+def test_every_run_logs_the_bleu_signature_and_raw_references_are_the_data_text(tmp_path):
+    torch.manual_seed(0)
+    data = multi30k_data(examples=16)
+    model = TransformerSeq2Seq(**tokenizer_configs(data), **TINY, bleu_references="raw")
+    scored = []
+    update = model.val_bleu.update
+    model.val_bleu.update = lambda hypotheses, references: (scored.extend(references), update(hypotheses, references))
+    loggers = [CSVLogger(tmp_path, name=name) for name in ("validate", "fit")]
+    trainer(tmp_path, logger=loggers[0]).validate(model, data, verbose=False)
+    trainer(tmp_path, max_steps=1, val_check_interval=1, check_val_every_n_epoch=None, logger=loggers[1]).fit(model, data)
+    for logger in loggers:  # one model, two runs with their own loggers: each gets the signature
+        logged = yaml.unsafe_load(Path(logger.log_dir, "hparams.yaml").read_text())
+        assert logged["bleu_signature"].startswith("nrefs:1|case:mixed") and logged["bleu_references"] == "raw target text"
+    raw = data.split_texts("val")[1]
+    assert len(scored) == 2 * len(raw) and set(scored) == set(raw)  # the data's text, not the tokenizer's round trip
+    assert set(scored).isdisjoint(data.reference_texts("val"))  # (which lowercases: "A man" → "a man")
 
 
 def test_checkpoint_reloads_and_translates_new_text_with_its_own_vocabularies(tmp_path):
@@ -241,7 +272,7 @@ def test_bf16_autocast_on_cpu_gives_finite_losses(name):
     tgt[0, 6:] = 0
     optimizer = torch.optim.Adam(model.parameters(), lr=1e-3)
     with torch.autocast("cpu", dtype=torch.bfloat16):
-        loss, _ = model._loss(src, tgt, label_smoothing=0.1)
+        loss, _ = model.teacher_forced_loss(src, tgt, label_smoothing=0.1)
         logits = model(src, tgt[:, :-1])
     assert logits.dtype == torch.bfloat16 and loss.dtype == torch.float32 and torch.isfinite(loss)
     loss.backward()
@@ -263,7 +294,7 @@ def test_overfits_a_tiny_batch_of_real_sentences():
     )
     optimizer = torch.optim.Adam(model.parameters(), lr=3e-3, betas=(0.9, 0.98))
     for _ in range(120):
-        loss, _ = model._loss(src, tgt, label_smoothing=0.0)
+        loss, _ = model.teacher_forced_loss(src, tgt, label_smoothing=0.0)
         optimizer.zero_grad()
         loss.backward()
         optimizer.step()

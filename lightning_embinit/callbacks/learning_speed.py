@@ -40,7 +40,8 @@ class LearningSpeedMonitor(Callback):
     ``{prefix}/{monitor}_smoothed`` and ``{prefix}/examples_seen``; at the crossing:
     ``{prefix}/{monitor}/examples_to_threshold`` and ``.../steps_to_threshold`` (also in
     :attr:`crossed_at_examples`, :attr:`crossed_at_step`). The count, the smoothing state and the
-    crossing are saved in checkpoints, so a resumed run continues counting.
+    crossing are saved in checkpoints, so a resumed run continues counting; a new ``fit`` without
+    a checkpoint (the monitor reused for another run) counts from zero.
     """
 
     def __init__(
@@ -118,6 +119,12 @@ class LearningSpeedMonitor(Callback):
             log_scalars(trainer, scalars, step)
 
     # ------------------------------------------------------------------ hooks
+    def setup(self, trainer: L.Trainer, pl_module: L.LightningModule, stage: str) -> None:
+        if stage == "fit":
+            # a new fit counts from zero; Lightning restores a resumed run's count after setup (load_state_dict)
+            self.tracker.reset()
+            self.examples_seen, self._pending, self._last_step = 0, 0, None
+
     def on_train_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         self._world_size = trainer.world_size
         self._pending = 0

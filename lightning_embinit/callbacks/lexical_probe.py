@@ -18,7 +18,14 @@ from lightning.pytorch.utilities import rank_zero_info
 
 from lightning_embinit.callbacks.variance_monitor import figure_loggers, log_figure, log_scalars
 from lightning_embinit.diagnostics.figures import pca_scatter
-from lightning_embinit.diagnostics.lexical import DEFAULT_CHAINS, check_chains, format_probe, lexical_probe
+from lightning_embinit.diagnostics.lexical import (
+    DEFAULT_CHAINS,
+    check_chains,
+    format_probe,
+    lexical_probe,
+    probe_words,
+    vocabulary_coverage,
+)
 from lightning_embinit.diagnostics.variance import positional_matrix, token_rows
 from lightning_embinit.init.host import EmbeddingSlot, select_slots
 from lightning_embinit.init.tokens import resolve_slot_tokens
@@ -44,7 +51,9 @@ class LexicalProbe(Callback):
         analogies: an analogy file (questions-words layout). With neither this nor ``similarity``,
             gensim's bundled ``questions-words.txt`` and ``wordsim353.tsv`` are used.
         similarity: word-similarity files (``word1<TAB>word2<TAB>rating``).
-        slot: the slot to probe; default the first slot with token strings.
+        slot: the slot to probe. Default: the slot with token strings; among several, the one whose
+            vocabulary holds the most distinct words of the test sets (the first on a tie), named in
+            the log and in :attr:`probed_slot` — on a de→en translation model, ``tgt``.
         chains: chain names (:data:`~lightning_embinit.diagnostics.lexical.CHAINS`).
         words: the words of the PCA scatter (those in the vocabulary; default :data:`DEFAULT_WORDS`).
         max_analogies: evaluate a seeded sample of this many in-vocabulary questions (None: all).
@@ -55,7 +64,9 @@ class LexicalProbe(Callback):
     ``{prefix}/{slot}/{chain}/analogy`` (``analogy_semantic``, ``analogy_syntactic``) and
     ``{prefix}/{slot}/{chain}/similarity/{name}`` to every logger; the table as text and the
     scatter (raw vectors, and s · x + P as the first layer sees them) to TensorBoard loggers.
-    Results are kept in :attr:`results` (``{"start": ..., "end": ...}``) and in checkpoints.
+    Results are kept in :attr:`results` (``{"start": ..., "end": ...}``) and in checkpoints; they
+    start empty at every ``fit`` (a monitor reused for a new run measures that run), and a resumed
+    run gets them back from its checkpoint, so it keeps the start of the first.
     """
 
     def __init__(
@@ -92,13 +103,24 @@ class LexicalProbe(Callback):
         self.verbose = verbose
         self.prefix = prefix
         self.results: dict[str, dict[str, Any]] = {}
+        self.probed_slot: str | None = None
+        self.slot_coverage: dict[str, int] = {}
+        self._test_words: set[str] | None = None
+
+    @property
+    def test_words(self) -> set[str]:
+        """The distinct words of the analogy questions and similarity pairs (case-folded), read once."""
+        if self._test_words is None:
+            self._test_words = probe_words(self.analogies, self.similarity)
+        return self._test_words
 
     @property
     def state_key(self) -> str:
         return self._generate_state_key(slot=self.slot, prefix=self.prefix)
 
     def _slot(self, pl_module: torch.nn.Module, datamodule: Any = None) -> EmbeddingSlot:
-        """The probed slot, its token strings found as EmbeddingInitCallback finds them (host, datamodule, model)."""
+        """The probed slot (see ``slot``), its token strings found as EmbeddingInitCallback finds them
+        (host, datamodule, model); sets :attr:`probed_slot` and, for a choice among several, :attr:`slot_coverage`."""
         slots = select_slots(pl_module, None if self.slot is None else [self.slot])
         worded = [resolve_slot_tokens(s, datamodule=datamodule, model=pl_module)[0] for s in slots.values()]
         worded = [s for s in worded if s.tokens is not None]
@@ -108,11 +130,26 @@ class LexicalProbe(Callback):
                 "carry none: return them from embedding_slots() (EmbeddingSlot.tokens), use a datamodule with a "
                 "`vocabulary` attribute or a `vocabulary_for(slot)` method, or give the model a `vocabulary` attribute"
             )
-        return worded[0]
+        if len(worded) == 1:
+            chosen, self.slot_coverage = worded[0], {}
+        else:
+            self.slot_coverage = {s.name: vocabulary_coverage(s.tokens, self.test_words) for s in worded}
+            chosen = max(worded, key=lambda s: self.slot_coverage[s.name])  # the first of equals
+        self.probed_slot = chosen.name
+        return chosen
 
     def setup(self, trainer: L.Trainer, pl_module: L.LightningModule, stage: str) -> None:
-        if stage == "fit":
-            self._slot(pl_module, getattr(trainer, "datamodule", None))
+        if stage != "fit":
+            return
+        # a new fit starts a new record; Lightning restores a resumed run's after setup (load_state_dict)
+        self.results = {}
+        slot = self._slot(pl_module, getattr(trainer, "datamodule", None))
+        if self.slot_coverage:
+            covered = ", ".join(f"{name!r} {count}" for name, count in self.slot_coverage.items())
+            rank_zero_info(
+                f"LexicalProbe: probing slot {slot.name!r}, the vocabulary with the most test-set words "
+                f"({covered} of {len(self.test_words)}); choose another with slot="
+            )
 
     @torch.no_grad()
     def probe(self, pl_module: torch.nn.Module, datamodule: Any = None) -> dict[str, dict[str, Any]]:

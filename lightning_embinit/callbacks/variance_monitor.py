@@ -65,6 +65,10 @@ class EmbeddingVarianceMonitor(Callback):
     ``semantic_threshold`` (positions drown tokens; see :func:`~lightning_embinit.diagnostics.absorption.drowning`
     for why the two differ). With ``figures``, a histogram of the scaled token
     values against the positional values goes to TensorBoard loggers at start and end.
+
+    :attr:`start`, :attr:`latest` and the warning start afresh at every ``fit`` (a monitor reused
+    for a new run measures that run); a resumed run gets them back from its checkpoint, so it keeps
+    the start of the first.
     """
 
     def __init__(
@@ -114,6 +118,8 @@ class EmbeddingVarianceMonitor(Callback):
     def setup(self, trainer: L.Trainer, pl_module: L.LightningModule, stage: str) -> None:
         if stage == "fit":
             select_slots(pl_module, self.slot_names)  # unknown slot names fail before training
+            # a new fit starts a new record; Lightning restores a resumed run's after setup (load_state_dict)
+            self.start, self.latest, self.latest_step, self._warned = None, None, None, False
 
     # ------------------------------------------------------------------ measurement
     @torch.no_grad()

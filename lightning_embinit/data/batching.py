@@ -11,10 +11,15 @@ seed, same epoch), then hands rank ``r`` of ``W`` every ``W``-th batch:
 - evaluation (``shuffle=False``): all examples sorted by length, longest first; the ``index``
   of each example restores the original order.
 - The N examples are cut into ``B = W · ⌈⌈N / batch_size⌉ / W⌉`` near-equal batches (sizes differ
-  by at most one, none above ``batch_size``), so every rank gets ``B / W`` batches, each example
-  exactly once per epoch: no rank waits on another at the end of an epoch and nothing is repeated
-  (only when N < W is an example repeated, to give every rank one). ``drop_last=True`` instead
-  uses ``batch_size``-sized batches only and leaves the remainder out (a different one each epoch).
+  by at most one, none above ``batch_size``), so every rank gets ``B / W`` batches: no rank waits
+  on another at the end of an epoch. Each example is used exactly once per epoch unless there are
+  fewer examples than batches (N < B); then the order wraps round to fill the B − N extra
+  batches. N < B exactly when N < W, or ``batch_size=1`` and N is not a multiple of W (N = 1014,
+  W = 4: B = 1016, two repeats). Evaluation avoids that where it can: for N < B with N ≥ W it
+  uses ``B = W · ⌊N / W⌋`` batches of one or two examples (the N mod W batches of two exceed
+  ``batch_size=1``), so every example is scored exactly once; only N < W repeats examples there
+  (every rank needs a batch). ``drop_last=True`` instead uses ``batch_size``-sized batches only
+  and leaves the remainder out (a different one each epoch).
 - A new epoch (``set_epoch``) reshuffles: the permutation is seeded by ``seed + epoch``.
 
 Lightning (``Trainer(use_distributed_sampler=True)``, the default) re-creates a ``BatchSampler``
@@ -125,11 +130,15 @@ class BucketBatchSampler(BatchSampler):
 
     # ------------------------------------------------------------------ batches
     def _batch_count(self, size: int, world: int) -> int:
+        """B of the module doc: the same on every rank, a multiple of ``world``."""
         if size == 0:
             return 0
         if self.drop_last:
             return (size // (self.batch_size * world)) * world
-        return world * math.ceil(math.ceil(size / self.batch_size) / world)
+        count = world * math.ceil(math.ceil(size / self.batch_size) / world)
+        if not self.shuffle and world <= size < count:  # evaluation: fewer, larger batches rather than repeats
+            count = world * (size // world)
+        return count
 
     def global_batches(self) -> list[np.ndarray]:
         """Every rank's batches of this epoch, in order: rank r takes positions r, r + W, r + 2W, …"""
@@ -152,7 +161,7 @@ class BucketBatchSampler(BatchSampler):
             order = np.argsort(-self.lengths, kind="stable")
         if self.drop_last:
             order = order[: count * self.batch_size]
-        elif size < count:  # fewer examples than ranks: repeat some so every rank has one
+        elif size < count:  # fewer examples than batches: repeat some so every batch has one (module doc)
             order = np.resize(order, count)
         batches = near_equal_chunks(order, count)
         if generator is not None:

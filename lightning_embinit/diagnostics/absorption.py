@@ -33,10 +33,11 @@ from lightning_embinit.init.host import EmbeddingSlot
 
 TOKENS_DROWN_POSITIONS = (
     "standardize the table to Xavier's range (standardize='xavier', [K] §3.4) or lower the input scale "
-    "(e.g. embedding_scale='none' instead of √D)"
+    "(e.g. input_scale='none' instead of √D; embedding_scale='none' in TiedEmbeddingLM)"
 )
 POSITIONS_DROWN_TOKENS = (
-    "raise the input scale (e.g. embedding_scale='sqrt_d' instead of 1), standardize to a larger target std "
+    "raise the input scale (e.g. input_scale='sqrt_d' instead of 1; embedding_scale='sqrt_d' in TiedEmbeddingLM), "
+    "standardize to a larger target std "
     "(standardize=<std>), or scale the positional encoding down"
 )
 

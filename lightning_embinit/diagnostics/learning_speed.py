@@ -103,6 +103,11 @@ class CrossingTracker:
             raise ValueError(f"the threshold must be a finite number, got {self.threshold}")
         self.smoothing = ExponentialSmoothing(self.weight, self.debias)
 
+    def reset(self) -> None:
+        """Forget the curve and the crossing (a new run)."""
+        self.smoothing = ExponentialSmoothing(self.weight, self.debias)
+        self.last_smoothed, self.points, self.crossed_at_examples, self.crossed_at_step = None, 0, None, None
+
     @property
     def has_crossed(self) -> bool:
         return self.crossed_at_examples is not None

@@ -146,9 +146,16 @@ def sample_analogies(path: str, vocabulary: set[str], limit: int, seed: int, dir
     return target
 
 
-def count_pairs(path: str, vocabulary: set[str], *, case_insensitive: bool = True, delimiter: str = "\t") -> int:
-    """How many pairs of a similarity file gensim evaluates (both words in the vocabulary)."""
-    count = 0
+def count_questions(path: str, vocabulary: set[str], *, case_insensitive: bool = True) -> int:
+    """How many questions of an analogy file gensim evaluates (all four words in the vocabulary)."""
+    return sum(
+        header is None and len(words := line.split()) == 4 and all(_fold(w, case_insensitive) in vocabulary for w in words)
+        for header, line in _analogy_lines(path)
+    )
+
+
+def _similarity_pairs(path: str, delimiter: str = "\t") -> Iterator[tuple[str, str]]:
+    """The word pairs of a similarity file that gensim reads (``word1<TAB>word2<TAB>rating``, ``#`` comments)."""
     with open(path, encoding="utf-8") as handle:
         for line in handle:
             if not line or line.startswith("#"):
@@ -160,8 +167,32 @@ def count_pairs(path: str, vocabulary: set[str], *, case_insensitive: bool = Tru
                 float(parts[2])
             except ValueError:
                 continue
-            count += all(_fold(w, case_insensitive) in vocabulary for w in parts[:2])
-    return count
+            yield parts[0], parts[1]
+
+
+def count_pairs(path: str, vocabulary: set[str], *, case_insensitive: bool = True, delimiter: str = "\t") -> int:
+    """How many pairs of a similarity file gensim evaluates (both words in the vocabulary)."""
+    return sum(all(_fold(w, case_insensitive) in vocabulary for w in pair) for pair in _similarity_pairs(path, delimiter))
+
+
+def probe_words(
+    analogies: str | os.PathLike[str] | None, similarity: Sequence[str | os.PathLike[str]] = (), *, case_insensitive: bool = True
+) -> set[str]:
+    """The distinct words of an analogy file's questions and of the similarity files' pairs, folded as gensim folds them."""
+    words: set[str] = set()
+    if analogies is not None:
+        for header, line in _analogy_lines(_check_file(analogies, "analogy")):
+            if header is None and len(question := line.split()) == 4:
+                words.update(_fold(w, case_insensitive) for w in question)
+    for path in [similarity] if isinstance(similarity, (str, os.PathLike)) else similarity:
+        for pair in _similarity_pairs(_check_file(path, "word-similarity")):
+            words.update(_fold(w, case_insensitive) for w in pair)
+    return words
+
+
+def vocabulary_coverage(tokens: Sequence[str], words: set[str], *, case_insensitive: bool = True) -> int:
+    """How many of ``words`` (folded by :func:`probe_words`) are among ``tokens``."""
+    return len(words & {_fold(str(token), case_insensitive) for token in tokens})
 
 
 def keyed_vectors(matrix: torch.Tensor, tokens: Sequence[str]):
@@ -207,7 +238,8 @@ def evaluate(
     }
     restrict = len(vectors)
     vocabulary = {_fold(word, case_insensitive) for word in vectors.index_to_key}
-    if analogies is not None:
+    # gensim divides by the file's question count: a sampled file of no in-vocabulary question would fail
+    if analogies is not None and count_questions(analogies, vocabulary, case_insensitive=case_insensitive):
         score, sections = vectors.evaluate_word_analogies(
             analogies, restrict_vocab=restrict, case_insensitive=case_insensitive
         )

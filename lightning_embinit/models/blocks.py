@@ -9,7 +9,8 @@ r and q are options, and values of their own width can be given at call time. At
 - :class:`EmbeddingInput`: s · E[ids] + P (SPEC §1), the input of every model;
 - :class:`TransformerStack`: an encoder or a decoder (with incremental decoding through a
   :class:`DecoderCache` of :class:`AttentionCache` s), reused unchanged by every model;
-- positional encodings by name (:data:`POSITIONALS`), input scales (:func:`resolve_scale`).
+- positional encodings by name (:data:`POSITIONALS`), input scales (:func:`resolve_scale`), a
+  model's vocabulary from a tokenizer or a size (:func:`resolve_tokenizer`).
 
 Nothing here imports Lightning.
 """
@@ -337,6 +338,12 @@ class TransformerBlock(nn.Module):
         return self._branch(x, self.norm2, self.ffn)
 
 
+def check_length(length: int, max_len: int) -> None:
+    """The one sequence-length check of the positional tables: ``length`` positions fit in ``max_len``."""
+    if length > max_len:
+        raise ValueError(f"sequence length {length} exceeds max_len={max_len}")
+
+
 class SinusoidalPositionalEncoding(nn.Module):
     """Fixed P (SPEC §1; ``layout`` ``interleaved`` or ``half``, SPEC §2): added to the (scaled) token vectors."""
 
@@ -350,7 +357,8 @@ class SinusoidalPositionalEncoding(nn.Module):
         return self.table
 
     def forward(self, length: int, offset: int = 0) -> torch.Tensor:
-        """Rows ``offset … offset + length − 1`` of P."""
+        """Rows ``offset … offset + length − 1`` of P (``ValueError`` past ``max_len``)."""
+        check_length(offset + length, self.table.shape[0])
         return self.table[offset : offset + length]
 
 
@@ -366,6 +374,8 @@ class LearnedPositionalEmbedding(nn.Module):
         return self.weight.detach()
 
     def forward(self, length: int, offset: int = 0) -> torch.Tensor:
+        """Rows ``offset … offset + length − 1`` (``ValueError`` past ``max_len``)."""
+        check_length(offset + length, self.weight.shape[0])
         return self.weight[offset : offset + length]
 
 
@@ -402,9 +412,31 @@ def lookup_tokens(embedding: nn.Embedding, ids: torch.Tensor) -> torch.Tensor:
         ) from None
 
 
-def resolve_scale(scale: str | float, dim: int) -> float:
+def resolve_tokenizer(
+    tokenizer: Any, vocab_size: int | None, *, option: str = "tokenizer", size_option: str = "vocab_size",
+    min_size: int = 2,
+) -> tuple[Any, int]:
+    """(``TextTokenizer`` or None, token-table size) of a model's vocabulary argument pair: a tokenizer
+    (``TextTokenizer`` or its ``to_config()`` dict) or a size (≥ ``min_size``); a size given next to a
+    tokenizer must agree with it. ``option``/``size_option``: the caller's argument names, for errors."""
+    if tokenizer is None:
+        if vocab_size is None or vocab_size < min_size:
+            raise ValueError(f"give {option} (a tokenizer config, TextTokenizer.to_config(); the CLI links the "
+                             f"datamodule's) or {size_option} ≥ {min_size}; got {size_option}={vocab_size}")
+        return None, vocab_size
+    from lightning_embinit.data.tokenization import TextTokenizer
+
+    if not isinstance(tokenizer, TextTokenizer):
+        tokenizer = TextTokenizer.from_config(tokenizer)
+    if vocab_size is not None and vocab_size != len(tokenizer):
+        raise ValueError(f"{size_option}={vocab_size} disagrees with the {option}'s {len(tokenizer)} tokens")
+    return tokenizer, len(tokenizer)
+
+
+def resolve_scale(scale: str | float, dim: int, *, option: str = "embedding_scale") -> float:
     """The token-vector multiplier: ``"sqrt_d"`` → √D (Vaswani, SPEC §1), ``"inv_sqrt_d"`` → 1/√D
-    ([R] as written, SPEC §2), ``"none"`` → 1, or a number."""
+    ([R] as written, SPEC §2), ``"none"`` → 1, or a number. ``option``: the caller's name for the
+    argument, named by the ``ValueError`` for anything else."""
     if isinstance(scale, str):
         named = {"sqrt_d": math.sqrt(dim), "inv_sqrt_d": 1 / math.sqrt(dim), "none": 1.0}
         if scale in named:
@@ -413,7 +445,7 @@ def resolve_scale(scale: str | float, dim: int) -> float:
             return float(scale)
         except ValueError:
             raise ValueError(
-                f"embedding_scale must be 'sqrt_d', 'inv_sqrt_d', 'none' or a number, got {scale!r}"
+                f"{option} must be 'sqrt_d', 'inv_sqrt_d', 'none' or a number, got {scale!r}"
             ) from None
     return float(scale)
 
@@ -436,7 +468,7 @@ class EmbeddingInput(nn.Module):
     ) -> None:
         super().__init__()
         self.embedding = embedding
-        self.scale = resolve_scale(scale, embedding.embedding_dim)
+        self.scale = resolve_scale(scale, embedding.embedding_dim, option="scale")
         self.max_len = max_len
         self.positional = build_positional(positional, max_len, embedding.embedding_dim)
         self.dropout = Dropout(dropout)
@@ -455,8 +487,6 @@ class EmbeddingInput(nn.Module):
     def forward(self, ids: torch.Tensor, offset: int = 0) -> torch.Tensor:
         """(B, L) ids → (B, L, D); ``offset`` is the position of the first id (incremental decoding)."""
         length = ids.shape[1]
-        if self.positional is not None and offset + length > self.max_len:
-            raise ValueError(f"sequence length {offset + length} exceeds max_len={self.max_len}")
         x = lookup_tokens(self.embedding, ids)
         if self.scale != 1.0:
             x = x * self.scale

@@ -30,7 +30,7 @@ from lightning_embinit.data.classification import ClassificationCollator, Labell
 from lightning_embinit.data.text_cache import Ragged
 from lightning_embinit.init.host import EmbeddingSlot
 from lightning_embinit.init.schemes import get_scheme
-from lightning_embinit.models.blocks import EmbeddingInput, TransformerStack, check_choice
+from lightning_embinit.models.blocks import EmbeddingInput, TransformerStack, check_choice, resolve_scale, resolve_tokenizer
 from lightning_embinit.models.initialization import NON_EMBEDDING_SCHEMES, init_non_embedding_
 from lightning_embinit.models.module import EmbinitModule, check_schedule
 
@@ -133,6 +133,7 @@ class TransformerClassifier(EmbinitModule):
         if num_segments < 0:
             raise ValueError(f"num_segments must be ≥ 0 (0: no segment embedding), got {num_segments}")
         self.tokenizer, size = resolve_tokenizer(tokenizer, vocab_size)
+        scale = resolve_scale(input_scale, d_model, option="input_scale")
         self.label_names = resolve_label_names(label_names, num_classes)
         # checkpointed, not sent to loggers: the datamodule logs its own (different) tokenizer spec, vocab_size
         # and label_names, and Lightning refuses to merge differing values; a tokenizer config can be megabytes
@@ -151,7 +152,7 @@ class TransformerClassifier(EmbinitModule):
         self._first_token_checked = False
 
         table = nn.Embedding(size, d_model, padding_idx=self.pad_id)
-        self.token_input = EmbeddingInput(table, scale=input_scale, positional=positional, max_len=max_len, dropout=dropout)
+        self.token_input = EmbeddingInput(table, scale=scale, positional=positional, max_len=max_len, dropout=dropout)
         self.cls_vector = nn.Parameter(torch.empty(d_model)) if pooling == "cls" and self.cls_id is None else None
         self.segment_embedding = nn.Embedding(num_segments, d_model) if num_segments else None
         self.encoder = TransformerStack(
@@ -349,22 +350,6 @@ class TransformerClassifier(EmbinitModule):
         finally:
             self.train(was_training)
         return results
-
-
-def resolve_tokenizer(tokenizer: Any, vocab_size: int | None) -> tuple[Any, int]:
-    """(TextTokenizer or None, table size) from a tokenizer (config dict or instance) or ``vocab_size``."""
-    if tokenizer is None:
-        if vocab_size is None or vocab_size < 2:
-            raise ValueError("give tokenizer (a tokenizer config, TextTokenizer.to_config(); the CLI links the "
-                             f"datamodule's tokenizer_config) or vocab_size ≥ 2; got vocab_size={vocab_size}")
-        return None, vocab_size
-    from lightning_embinit.data.tokenization import TextTokenizer
-
-    if not isinstance(tokenizer, TextTokenizer):
-        tokenizer = TextTokenizer.from_config(tokenizer)
-    if vocab_size is not None and vocab_size != len(tokenizer):
-        raise ValueError(f"vocab_size={vocab_size} disagrees with the tokenizer's {len(tokenizer)} tokens")
-    return tokenizer, len(tokenizer)
 
 
 def resolve_label_names(label_names: Sequence[str] | None, num_classes: int | None) -> list[str]:

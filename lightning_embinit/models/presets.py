@@ -31,7 +31,10 @@ def _kim_multi30k(overrides: Mapping[str, Any]) -> dict[str, Any]:
     }
 
 
-def _reinforced_sizes(d: int, heads: int, ffn: int, layers: int, warmup: int) -> dict[str, Any]:
+def _reinforced_sizes(overrides: Mapping[str, Any], d: int, heads: int, ffn: int, layers: int) -> dict[str, Any]:
+    """SPEC §2's sizes and schedule with m = ``d``; r = q = m and the Noam peak lr = m^−½·w^−½ follow
+    an overridden ``d_model`` and ``warmup_steps``."""
+    d, warmup = overrides.get("d_model", d), overrides.get("warmup_steps", 4000)
     return {
         "d_model": d, "num_heads": heads, "qk_head_dim": d, "v_head_dim": d, "ffn_dim": ffn,
         "num_encoder_layers": layers, "num_decoder_layers": layers, "dropout": 0.1, "activation": "relu",
@@ -41,11 +44,11 @@ def _reinforced_sizes(d: int, heads: int, ffn: int, layers: int, warmup: int) ->
 
 
 def _reinforced_baseline(overrides: Mapping[str, Any]) -> dict[str, Any]:
-    return {**_reinforced_sizes(128, 8, 512, 4, overrides.get("warmup_steps", 4000)), "input_scale": "sqrt_d"}
+    return {**_reinforced_sizes(overrides, 128, 8, 512, 4), "input_scale": "sqrt_d"}
 
 
 def _reinforced_proposed(overrides: Mapping[str, Any]) -> dict[str, Any]:
-    return _reinforced_sizes(64, 4, 256, 2, overrides.get("warmup_steps", 4000))
+    return _reinforced_sizes(overrides, 64, 4, 256, 2)
 
 
 def _kim_classifier(preset: str, num_segments: int) -> Callable[[Mapping[str, Any]], dict[str, Any]]:
@@ -79,7 +82,8 @@ PRESETS: dict[str, tuple[str, Callable[[Mapping[str, Any]], dict[str, Any]]]] = 
 lr 2e-4, FFN 4d; d = the embedding source's width, 512 by default). ``reinforced_baseline``:
 SPEC §2's baseline (4+4, m = 128, FFN 512, 8 heads, r = q = 128, tutorial PE layout, Noam with
 warmup 4000 and peak m^−½·w^−½). ``reinforced_proposed``: SPEC §2's proposed model (2+2,
-m = 64, FFN 256, 4 heads, r = q = 64, same schedule with its own m). ``kim_sst2``, ``kim_mnli``: [K]'s
+m = 64, FFN 256, 4 heads, r = q = 64, same schedule with its own m). In both, r, q and the peak lr
+follow an overridden ``d_model`` and ``warmup_steps``. ``kim_sst2``, ``kim_mnli``: [K]'s
 encoder classifier (:func:`_kim_classifier`)."""
 
 

@@ -28,8 +28,7 @@ from lightning_embinit.models.blocks import DecoderCache, Dropout, TransformerSt
 from lightning_embinit.models.decoding import EncoderState
 from lightning_embinit.models.heads import OutputHead
 from lightning_embinit.models.initialization import init_non_embedding_
-from lightning_embinit.models.module import noam_peak_lr
-from lightning_embinit.models.seq2seq import Seq2SeqModule
+from lightning_embinit.models.seq2seq import Seq2SeqModule, resolve_lr
 
 TARGET_NORMALIZATIONS = ("sequence", "causal")
 CONCATENATED_POSITIONALS = ("half", "halves", "interleaved", "learned")
@@ -95,7 +94,8 @@ class ReinforcedTransformerSeq2Seq(Seq2SeqModule):
     """SPEC §2's proposed model (module docstring). ``d_model`` is m (layers are 2m wide),
     ``qk_head_dim``/``v_head_dim`` are r and q, ``positional`` the concatenated P's kind (``half``:
     the tutorial's layout; ``interleaved``; ``learned``). Other arguments as
-    :class:`~lightning_embinit.models.TransformerSeq2Seq`'s; defaults are ``reinforced_proposed``'s.
+    :class:`~lightning_embinit.models.TransformerSeq2Seq`'s; defaults are ``reinforced_proposed``'s, with
+    ``lr=None``: the Noam peak m^−½·w^−½ of this ``d_model`` and ``warmup_steps`` (SPEC §2).
     """
 
     def __init__(
@@ -128,7 +128,8 @@ class ReinforcedTransformerSeq2Seq(Seq2SeqModule):
         length_penalty: float = 1.0,
         max_decode_len: int | None = None,
         bleu_every_n_validations: int = 1,
-        lr: float = noam_peak_lr(64, 4000),
+        bleu_references: str = "tokenizer",
+        lr: float | None = None,
         betas: tuple[float, float] = (0.9, 0.98),
         eps: float = 1e-9,
         weight_decay: float = 0.0,
@@ -138,6 +139,7 @@ class ReinforcedTransformerSeq2Seq(Seq2SeqModule):
         super().__init__()
         check_choice("target_normalization", target_normalization, TARGET_NORMALIZATIONS)
         check_choice("positional encoding of the reinforced model (concatenated)", positional, CONCATENATED_POSITIONALS)
+        lr = resolve_lr(lr, lr_schedule, d_model, warmup_steps)  # before save_hyperparameters: it keeps the number
         self.save_hyperparameters(ignore=["src_tokenizer", "tgt_tokenizer"])  # configs: set below, not logged
         self._setup_seq2seq(src_tokenizer, tgt_tokenizer, src_vocab_size, tgt_vocab_size, share_embeddings=share_embeddings)
         if target_normalization == "sequence":
@@ -182,9 +184,8 @@ class ReinforcedTransformerSeq2Seq(Seq2SeqModule):
         }
 
     def _concatenate(self, normalized: torch.Tensor, offset: int = 0) -> torch.Tensor:
+        """Drop([TN ‖ P[offset : offset + L]]); the positional table raises past ``max_len``."""
         batch, length, _ = normalized.shape
-        if offset + length > self.hparams.max_len:
-            raise ValueError(f"sequence length {offset + length} exceeds max_len={self.hparams.max_len}")
         position = self.positional(length, offset).to(normalized.dtype).expand(batch, length, -1)
         return self.input_dropout(torch.cat((normalized, position), dim=-1))
 
@@ -217,7 +218,7 @@ class ReinforcedTransformerSeq2Seq(Seq2SeqModule):
         offset = 0 if cache is None else cache.length
         values = self.normalize_target(tgt_in, cache)
         return self.decoder(
-            self._concatenate(values, offset), state.memory, padding_mask=tgt_in == self.pad_id,
+            self._concatenate(values, offset), state.memory, padding_mask=self.target_padding(tgt_in, cache),
             memory_padding_mask=state.padding_mask, values=values, memory_values=state.values, cache=cache,
         )
 

@@ -27,11 +27,18 @@ from torchmetrics.aggregation import MeanMetric
 from lightning_embinit.data.vocabulary import SPECIAL_TOKENS
 from lightning_embinit.init.host import EmbeddingSlot
 from lightning_embinit.init.schemes import get_scheme
-from lightning_embinit.models.blocks import DecoderCache, EmbeddingInput, TransformerStack
+from lightning_embinit.models.blocks import (
+    DecoderCache,
+    EmbeddingInput,
+    TransformerStack,
+    check_choice,
+    resolve_scale,
+    resolve_tokenizer,
+)
 from lightning_embinit.models.decoding import EncoderState, decode
 from lightning_embinit.models.heads import HEADS, OutputHead
 from lightning_embinit.models.initialization import init_non_embedding_
-from lightning_embinit.models.module import EmbinitModule, check_schedule
+from lightning_embinit.models.module import EmbinitModule, check_schedule, noam_peak_lr
 from lightning_embinit.models.tied_lm import PerplexityFromLoss
 from lightning_embinit.models.translation_metrics import CorpusBLEU
 
@@ -57,28 +64,41 @@ class SideVocabulary:
 
 
 def side_vocabulary(side: str, tokenizer: Any, vocab_size: int | None) -> tuple[SideVocabulary, dict | None]:
-    """The vocabulary of ``side`` from a tokenizer (config dict or ``TextTokenizer``) or a size.
+    """The vocabulary of ``side`` from a tokenizer (config dict or ``TextTokenizer``) or a size
+    (:func:`~lightning_embinit.models.blocks.resolve_tokenizer`).
 
     Without a tokenizer the special ids are the package's (pad 0, unk 1, bos 2, eos 3). Returns
     the vocabulary and the tokenizer's JSON config (for the hyperparameters).
     """
-    if tokenizer is None:
-        if vocab_size is None:
-            raise ValueError(f"give {side}_tokenizer (a tokenizer config, TextTokenizer.to_config()) or {side}_vocab_size")
-        if vocab_size < len(SPECIAL_TOKENS) + 1:
-            raise ValueError(f"{side}_vocab_size must be ≥ {len(SPECIAL_TOKENS) + 1} (4 special ids), got {vocab_size}")
-        ids = {role: i for i, role in enumerate(SPECIAL_TOKENS)}
-        return SideVocabulary(vocab_size, None, ids["pad"], ids["unk"], ids["bos"], ids["eos"]), None
-    from lightning_embinit.data.tokenization import TextTokenizer
-
-    if not isinstance(tokenizer, TextTokenizer):
-        tokenizer = TextTokenizer.from_config(tokenizer)
-    if vocab_size is not None and vocab_size != len(tokenizer):
-        raise ValueError(f"{side}_vocab_size={vocab_size} disagrees with the {side} tokenizer's {len(tokenizer)} tokens")
-    vocabulary = SideVocabulary(
-        len(tokenizer), tokenizer, tokenizer.pad_id, tokenizer.unk_id, tokenizer.bos_id, tokenizer.eos_id
+    tokenizer, size = resolve_tokenizer(
+        tokenizer, vocab_size, option=f"{side}_tokenizer", size_option=f"{side}_vocab_size",
+        min_size=len(SPECIAL_TOKENS) + 1,
     )
+    if tokenizer is None:
+        ids = {role: i for i, role in enumerate(SPECIAL_TOKENS)}
+        return SideVocabulary(size, None, ids["pad"], ids["unk"], ids["bos"], ids["eos"]), None
+    vocabulary = SideVocabulary(size, tokenizer, tokenizer.pad_id, tokenizer.unk_id, tokenizer.bos_id, tokenizer.eos_id)
     return vocabulary, tokenizer.to_config()
+
+
+def resolve_lr(lr: float | None, lr_schedule: str, d_model: int, warmup_steps: int) -> float:
+    """``lr``, or for ``lr=None`` under the Noam schedule SPEC §2's peak m^−½·w^−½ for this ``d_model``
+    and ``warmup_steps`` (:func:`~lightning_embinit.models.module.noam_peak_lr`)."""
+    check_schedule(lr_schedule, warmup_steps)
+    if lr is not None:
+        return lr
+    if lr_schedule != "noam":
+        raise ValueError(
+            f"lr=None stands for SPEC §2's Noam peak d_model^−½ · warmup_steps^−½ and needs lr_schedule='noam'; "
+            f"give a number for lr_schedule={lr_schedule!r}"
+        )
+    return noam_peak_lr(d_model, warmup_steps)
+
+
+BLEU_REFERENCES = ("tokenizer", "raw")
+"""What BLEU scores the detokenized hypotheses against: ``tokenizer`` — each reference as the target
+tokenizer round-trips it (``tgt_tokenizer.reference``: lowercased and split for word level), so a
+perfect model scores 100; ``raw`` — the reference text as the data gives it (published BLEU's way)."""
 
 
 def split_translation_batch(batch: Any) -> tuple[torch.Tensor, torch.Tensor | None, list[str] | None]:
@@ -110,6 +130,7 @@ class Seq2SeqModule(EmbinitModule, abc.ABC):
     ) -> None:
         check_schedule(self.hparams.lr_schedule, self.hparams.warmup_steps)
         hp = self.hparams
+        check_choice("bleu_references", hp.bleu_references, BLEU_REFERENCES)
         if hp.bleu_every_n_validations < 0 or hp.beam_size < 1 or not 0 <= hp.label_smoothing < 1:
             raise ValueError(
                 "bleu_every_n_validations must be ≥ 0, beam_size ≥ 1 and 0 ≤ label_smoothing < 1; got "
@@ -175,6 +196,11 @@ class Seq2SeqModule(EmbinitModule, abc.ABC):
         """An empty cache for incremental decoding, or None when the model must recompute each step."""
         return self.decoder.new_cache()
 
+    def target_padding(self, tgt_in: torch.Tensor, cache: DecoderCache | None) -> torch.Tensor | None:
+        """The decoder self-attention's key padding mask: True at pad. None with a cache: decoding never
+        generates pad, and a mask of the new positions only would not cover the cached keys."""
+        return None if cache is not None else tgt_in == self.pad_id
+
     # ----------------------------------------------------------------- forward, loss
     def forward(self, src: torch.Tensor, tgt_in: torch.Tensor) -> torch.Tensor:
         """(B, S) source ids + (B, T) decoder input ids → (B, T, |V_tgt|) next-token logits."""
@@ -184,10 +210,11 @@ class Seq2SeqModule(EmbinitModule, abc.ABC):
         """Logits of the token after ``tokens`` (the newest token with a cache, the whole prefix without)."""
         return self.head_logits(self.decode(tokens, state, cache)[:, -1])
 
-    def _loss(self, src: torch.Tensor, tgt: torch.Tensor, *, label_smoothing: float) -> tuple[torch.Tensor, torch.Tensor]:
-        """Mean cross-entropy over non-pad targets tgt[:, 1:] given tgt[:, :-1], and their count.
-
-        The output layer runs on the non-pad positions only."""
+    def teacher_forced_loss(
+        self, src: torch.Tensor, tgt: torch.Tensor, *, label_smoothing: float
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """Runs the model on a batch: mean cross-entropy over the non-pad targets tgt[:, 1:] given
+        tgt[:, :-1], and their count. The output layer runs on the non-pad positions only."""
         targets = tgt[:, 1:]
         hidden = self.decode(tgt[:, :-1], self.encode(src))
         keep = targets != self.pad_id
@@ -199,7 +226,8 @@ class Seq2SeqModule(EmbinitModule, abc.ABC):
         return F.cross_entropy(logits, targets, label_smoothing=label_smoothing), keep.sum()
 
     def loss(self, logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
-        """Masked cross-entropy of (B, T, V) logits against (B, T) targets (padding ignored, label smoothing)."""
+        """Masked cross-entropy of given (B, T, V) logits against (B, T) targets (padding ignored, label
+        smoothing), as ``TiedEmbeddingLM.loss``; :meth:`teacher_forced_loss` runs the model itself."""
         return F.cross_entropy(
             logits.flatten(0, 1), targets.flatten(), ignore_index=self.pad_id,
             label_smoothing=self.hparams.label_smoothing,
@@ -208,11 +236,24 @@ class Seq2SeqModule(EmbinitModule, abc.ABC):
     # ----------------------------------------------------------------- Lightning steps
     def training_step(self, batch: Any, batch_idx: int) -> torch.Tensor:
         src, tgt, _ = split_translation_batch(batch)
-        loss, count = self._loss(src, tgt, label_smoothing=self.hparams.label_smoothing)
+        loss, count = self.teacher_forced_loss(src, tgt, label_smoothing=self.hparams.label_smoothing)
         self.train_loss_epoch.update(loss.detach().float(), weight=count)
         self.log("train_loss", loss, prog_bar=True, on_step=True, on_epoch=False, batch_size=src.shape[0])
         self.log("train_loss_epoch", self.train_loss_epoch, on_step=False, on_epoch=True, batch_size=src.shape[0])
         return loss
+
+    def on_fit_start(self) -> None:
+        super().on_fit_start()
+        self._signature_logged = False  # each run's logger gets the signature once
+
+    def on_validation_start(self) -> None:
+        super().on_validation_start()
+        if self.trainer.state.fn != "fit":  # a validate() run; within fit the fit's logger has it already
+            self._signature_logged = False
+
+    def on_test_start(self) -> None:
+        super().on_test_start()
+        self._signature_logged = False
 
     def on_validation_epoch_start(self) -> None:
         super().on_validation_epoch_start()
@@ -236,7 +277,7 @@ class Seq2SeqModule(EmbinitModule, abc.ABC):
         src, tgt, tgt_text = split_translation_batch(batch)
         if tgt is None:
             raise ValueError(f"{prefix} batches need targets ('tgt')")
-        loss, count = self._loss(src, tgt, label_smoothing=0.0)
+        loss, count = self.teacher_forced_loss(src, tgt, label_smoothing=0.0)
         loss_metric, ppl_metric = getattr(self, f"{prefix}_loss"), getattr(self, f"{prefix}_ppl")
         loss_metric.update(loss.detach().float(), weight=count)
         ppl_metric.update(loss.detach().float(), weight=count)
@@ -245,7 +286,7 @@ class Seq2SeqModule(EmbinitModule, abc.ABC):
         self.log(f"{prefix}_ppl", ppl_metric, on_epoch=True, batch_size=batch_size)
         if with_bleu and self._can_score(tgt_text):
             bleu = getattr(self, f"{prefix}_bleu")
-            bleu.update(self._detokenize(self.generate(src)), [self.tgt_vocab.tokenizer.reference(t) for t in tgt_text])
+            bleu.update(self._detokenize(self.generate(src)), self._references(tgt_text))
             self.log(f"{prefix}_bleu", bleu, prog_bar=prefix == "val", on_epoch=True, batch_size=batch_size)
             self._log_signature(bleu)
         return loss
@@ -261,13 +302,30 @@ class Seq2SeqModule(EmbinitModule, abc.ABC):
             rank_zero_warn(f"BLEU is not computed: {reason}")
         return reason is None
 
+    def _references(self, tgt_text: list[str]) -> list[str]:
+        if self.hparams.bleu_references == "raw":
+            return list(tgt_text)
+        return [self.tgt_vocab.tokenizer.reference(text) for text in tgt_text]
+
+    def bleu_references_description(self) -> str:
+        """What BLEU's references are (``bleu_references``), e.g. ``tokenizer round-trip (word, lowercased)``."""
+        if self.hparams.bleu_references == "raw":
+            return "raw target text"
+        tokenizer = self.tgt_vocab.tokenizer
+        if tokenizer is None:
+            return "tokenizer round-trip (no target tokenizer)"
+        lowercased = tokenizer.reference("A") == "a"
+        return f"tokenizer round-trip ({tokenizer.kind}{', lowercased' if lowercased else ''})"
+
     def _log_signature(self, bleu: CorpusBLEU) -> None:
+        """Once per fit/validate/test run: sacrebleu's signature and what the references are."""
         if self._signature_logged:
             return
         self._signature_logged = True
-        rank_zero_info(f"BLEU: sacrebleu corpus BLEU, signature {bleu.signature}")
+        references = self.bleu_references_description()
+        rank_zero_info(f"BLEU: sacrebleu corpus BLEU, signature {bleu.signature}, references: {references}")
         if self.logger is not None:
-            self.logger.log_hyperparams({"bleu_signature": bleu.signature})
+            self.logger.log_hyperparams({"bleu_signature": bleu.signature, "bleu_references": references})
 
     def predict_step(self, batch: Any, batch_idx: int, dataloader_idx: int = 0) -> list[str] | list[list[int]]:
         """Detokenized translations of the batch's ``src`` (token id lists without a target tokenizer)."""
@@ -348,7 +406,9 @@ class TransformerSeq2Seq(Seq2SeqModule):
     number; ``positional``: ``interleaved``, ``half``, ``learned`` or ``none``. ``head``:
     ``untied`` (dense with bias, SPEC §2; default) or a tied head of :data:`~lightning_embinit.models.HEADS`.
     ``bleu_every_n_validations``: BLEU (greedy, or ``beam_size``) on every N-th validation in fit,
-    0 = only in ``validate``/``test`` runs.
+    0 = only in ``validate``/``test`` runs; ``bleu_references``: :data:`BLEU_REFERENCES`. ``lr=None``
+    with ``lr_schedule="noam"``: SPEC §2's peak m^−½·w^−½ for this ``d_model`` and ``warmup_steps``
+    (:func:`resolve_lr`; the number is what the hyperparameters keep).
     """
 
     def __init__(
@@ -383,7 +443,8 @@ class TransformerSeq2Seq(Seq2SeqModule):
         length_penalty: float = 1.0,
         max_decode_len: int | None = None,
         bleu_every_n_validations: int = 1,
-        lr: float = 2e-4,
+        bleu_references: str = "tokenizer",
+        lr: float | None = 2e-4,
         betas: tuple[float, float] = (0.9, 0.98),
         eps: float = 1e-9,
         weight_decay: float = 0.0,
@@ -393,11 +454,13 @@ class TransformerSeq2Seq(Seq2SeqModule):
         super().__init__()
         if head not in HEADS:
             raise ValueError(f"unknown output head {head!r}; choose one of: {', '.join(HEADS)}")
+        scale = resolve_scale(input_scale, d_model, option="input_scale")
+        lr = resolve_lr(lr, lr_schedule, d_model, warmup_steps)  # before save_hyperparameters: it keeps the number
         self.save_hyperparameters(ignore=["src_tokenizer", "tgt_tokenizer"])  # configs: set below, not logged
         self._setup_seq2seq(src_tokenizer, tgt_tokenizer, src_vocab_size, tgt_vocab_size, share_embeddings=share_embeddings)
         src_table = self._token_table(self.src_vocab, d_model)
         tgt_table = src_table if share_embeddings else self._token_table(self.tgt_vocab, d_model)
-        inputs = {"scale": input_scale, "positional": positional, "max_len": max_len, "dropout": dropout}
+        inputs = {"scale": scale, "positional": positional, "max_len": max_len, "dropout": dropout}
         self.src_input = EmbeddingInput(src_table, **inputs)
         self.tgt_input = EmbeddingInput(tgt_table, **inputs)
         stack = {
@@ -441,7 +504,7 @@ class TransformerSeq2Seq(Seq2SeqModule):
     def decode(self, tgt_in: torch.Tensor, state: EncoderState, cache: DecoderCache | None = None) -> torch.Tensor:
         offset = 0 if cache is None else cache.length
         return self.decoder(
-            self.tgt_input(tgt_in, offset), state.memory, padding_mask=tgt_in == self.pad_id,
+            self.tgt_input(tgt_in, offset), state.memory, padding_mask=self.target_padding(tgt_in, cache),
             memory_padding_mask=state.padding_mask, cache=cache,
         )
 
