@@ -35,7 +35,7 @@ from bench_seq2seq import DTYPES, alternate
 from flops import UTILIZATION_HEADER, format_utilization, gemm_ceiling, measure_training_flops
 from lightning_embinit.data.tokenization import TextTokenizer
 from lightning_embinit.models import TransformerClassifier
-from lightning_embinit.models.blocks import EmbeddingInput
+from lightning_embinit.models.inputs import EmbeddingInput
 
 SIZES = {
     "k": {"d_model": 512, "num_heads": 8, "num_layers": 3, "ffn_dim": 2048},

@@ -37,7 +37,7 @@ from torch import nn
 
 from flops import UTILIZATION_HEADER, format_utilization, gemm_ceiling, measure_training_flops
 from lightning_embinit.models import ReinforcedTransformerSeq2Seq, TransformerSeq2Seq
-from lightning_embinit.models.blocks import EmbeddingInput
+from lightning_embinit.models.inputs import EmbeddingInput
 
 SIZES = {
     "k": {"d_model": 512, "num_heads": 8, "layers": 3, "ffn_dim": 2048, "batch": 64, "length": 24},
@@ -283,7 +283,7 @@ def decoding(args: argparse.Namespace) -> None:
     src = torch.nn.utils.rnn.pad_sequence(uncached, batch_first=True, padding_value=source.pad_id)
     started = time.perf_counter()
     model.generate(src, max_len=max_len, use_cache=False)
-    rows.append((f"batched, no cache, beam 1", len(uncached) / (time.perf_counter() - started), None))
+    rows.append(("batched, no cache, beam 1", len(uncached) / (time.perf_counter() - started), None))
     lengths = [len(model.tgt_vocab.tokenizer.encode(text)) for text in rows[0][2]]
     naive_count = min(args.naive_sentences, len(sentences))
     started = time.perf_counter()

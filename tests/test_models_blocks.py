@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from lightning_embinit.models import FeedForward, MultiHeadAttention, TransformerBlock, init_non_embedding_
-from lightning_embinit.models.blocks import build_positional, resolve_scale
+from lightning_embinit.models.inputs import build_positional, resolve_scale
 
 
 def test_attention_matches_explicit_softmax():
@@ -161,7 +161,7 @@ def test_embedding_input_is_scaled_lookup_plus_positional_rows_at_an_offset():
 
 def test_one_vocabulary_resolver_names_each_models_arguments():
     from lightning_embinit.data.tokenization import TextTokenizer
-    from lightning_embinit.models.blocks import resolve_tokenizer
+    from lightning_embinit.models.inputs import resolve_tokenizer
 
     tokenizer = TextTokenizer.word(["a man runs", "a dog runs"], min_freq=1)
     resolved, size = resolve_tokenizer(tokenizer.to_config(), None)

@@ -4,20 +4,19 @@ from lightning_embinit.init.initial_loss import predicted_initial_loss, tied_ini
 from lightning_embinit.models.blocks import (
     AttentionCache,
     DecoderCache,
-    EmbeddingInput,
     FeedForward,
-    LearnedPositionalEmbedding,
     MultiHeadAttention,
-    SinusoidalPositionalEncoding,
     TransformerBlock,
     TransformerStack,
 )
+from lightning_embinit.models.inputs import EmbeddingInput, LearnedPositionalEmbedding, SinusoidalPositionalEncoding
 from lightning_embinit.models.decoding import EncoderState, beam_search, greedy_decode
 from lightning_embinit.models.heads import HEADS, OutputHead
 from lightning_embinit.models.initialization import NON_EMBEDDING_SCHEMES, init_non_embedding_
 from lightning_embinit.models.tied_lm import TiedEmbeddingLM
 from lightning_embinit.models.presets import PRESETS, preset_arguments
-from lightning_embinit.models.seq2seq import Seq2SeqModule, TransformerSeq2Seq
+from lightning_embinit.models.seq2seq import TransformerSeq2Seq
+from lightning_embinit.models.seq2seq_module import Seq2SeqModule
 from lightning_embinit.models.reinforced import TARGET_NORMALIZATIONS, ReinforcedTransformerSeq2Seq, token_normalize
 from lightning_embinit.models.translation_metrics import CorpusBLEU
 from lightning_embinit.models.classifier import POOLINGS, TransformerClassifier

@@ -30,8 +30,9 @@ from lightning_embinit.data.classification import ClassificationCollator, Labell
 from lightning_embinit.data.text_cache import Ragged
 from lightning_embinit.init.host import EmbeddingSlot
 from lightning_embinit.init.schemes import get_scheme
-from lightning_embinit.models.blocks import EmbeddingInput, TransformerStack, check_choice, resolve_scale, resolve_tokenizer
+from lightning_embinit.models.blocks import TransformerStack, check_choice
 from lightning_embinit.models.initialization import NON_EMBEDDING_SCHEMES, init_non_embedding_
+from lightning_embinit.models.inputs import EmbeddingInput, resolve_scale, resolve_tokenizer
 from lightning_embinit.models.module import EmbinitModule, check_schedule
 
 POOLINGS = ("cls", "mean")

@@ -18,7 +18,8 @@ from typing import Iterable
 import torch
 from torch import nn
 
-from lightning_embinit.models.blocks import FeedForward, LearnedPositionalEmbedding, TransformerBlock, check_choice
+from lightning_embinit.models.blocks import FeedForward, TransformerBlock, check_choice
+from lightning_embinit.models.inputs import LearnedPositionalEmbedding
 
 NON_EMBEDDING_SCHEMES = ("xavier", "hf", "he_ffn")
 

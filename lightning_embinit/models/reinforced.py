@@ -24,11 +24,12 @@ import torch
 from lightning.pytorch.utilities import rank_zero_warn
 
 from lightning_embinit.init.host import EmbeddingSlot
-from lightning_embinit.models.blocks import DecoderCache, Dropout, TransformerStack, build_positional, check_choice, lookup_tokens
+from lightning_embinit.models.blocks import DecoderCache, Dropout, TransformerStack, check_choice
 from lightning_embinit.models.decoding import EncoderState
 from lightning_embinit.models.heads import OutputHead
 from lightning_embinit.models.initialization import init_non_embedding_
-from lightning_embinit.models.seq2seq import Seq2SeqModule, resolve_lr
+from lightning_embinit.models.inputs import build_positional, lookup_tokens
+from lightning_embinit.models.seq2seq_module import Seq2SeqModule, resolve_lr
 
 TARGET_NORMALIZATIONS = ("sequence", "causal")
 CONCATENATED_POSITIONALS = ("half", "halves", "interleaved", "learned")

@@ -25,9 +25,10 @@ from lightning_embinit.data.vocabulary import SPECIAL_TOKENS
 from lightning_embinit.init.host import EmbeddingSlot
 from lightning_embinit.init.initial_loss import predicted_initial_loss, token_std
 from lightning_embinit.init.schemes import get_scheme
-from lightning_embinit.models.blocks import TransformerBlock, build_norm, build_positional, lookup_tokens, resolve_scale
+from lightning_embinit.models.blocks import TransformerBlock, build_norm
 from lightning_embinit.models.heads import OutputHead
 from lightning_embinit.models.initialization import init_non_embedding_
+from lightning_embinit.models.inputs import build_positional, lookup_tokens, resolve_scale
 from lightning_embinit.models.module import EmbinitModule, check_schedule
 
 

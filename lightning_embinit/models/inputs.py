@@ -1,0 +1,184 @@
+"""What the first layer of every model sees: s · E[ids] + P (SPEC §1).
+
+- :class:`EmbeddingInput`: token lookup (:func:`lookup_tokens`, ids checked against the table),
+  input scale s (:func:`resolve_scale`: √D, 1/√D, 1 or a number) and positional rows;
+- positional encodings by name (:data:`POSITIONALS`, :func:`build_positional`): sinusoidal in
+  Vaswani's interleaved or the tutorial's half layout (SPEC §2), learned, or none;
+- a model's vocabulary from a tokenizer or a size (:func:`resolve_tokenizer`).
+
+Nothing here imports Lightning.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any, Callable
+
+import torch
+from torch import nn
+
+from lightning_embinit.init.host import EmbeddingSlot
+from lightning_embinit.init.positional import LAYOUTS, canonical_layout, sinusoidal_encoding
+from lightning_embinit.models.blocks import Dropout, check_choice
+
+POSITIONALS = ("interleaved", "half", "halves", "sinusoidal", "learned", "none")
+"""Positional encodings by name: sinusoidal ``interleaved`` (Vaswani, SPEC §1) or ``half`` (sines then
+cosines, the TensorFlow tutorial's, SPEC §2; ``halves`` is the same), ``sinusoidal`` (a layout given
+apart), ``learned`` (a trainable table) or ``none``."""
+
+
+def check_length(length: int, max_len: int) -> None:
+    """The one sequence-length check of the positional tables: ``length`` positions fit in ``max_len``."""
+    if length > max_len:
+        raise ValueError(f"sequence length {length} exceeds max_len={max_len}")
+
+
+class SinusoidalPositionalEncoding(nn.Module):
+    """Fixed P (SPEC §1; ``layout`` ``interleaved`` or ``half``, SPEC §2): added to the (scaled) token vectors."""
+
+    def __init__(self, max_len: int, dim: int, *, layout: str = "interleaved") -> None:
+        super().__init__()
+        self.layout = canonical_layout(layout)
+        self.register_buffer("table", sinusoidal_encoding(max_len, dim, layout=layout), persistent=False)
+
+    def encoding(self) -> torch.Tensor:
+        """The (max_len, D) matrix P."""
+        return self.table
+
+    def forward(self, length: int, offset: int = 0) -> torch.Tensor:
+        """Rows ``offset … offset + length − 1`` of P (``ValueError`` past ``max_len``)."""
+        check_length(offset + length, self.table.shape[0])
+        return self.table[offset : offset + length]
+
+
+class LearnedPositionalEmbedding(nn.Module):
+    """A trainable (max_len, D) table of position vectors (GPT-2 style)."""
+
+    def __init__(self, max_len: int, dim: int) -> None:
+        super().__init__()
+        self.weight = nn.Parameter(torch.empty(max_len, dim))
+        nn.init.normal_(self.weight, std=0.02)
+
+    def encoding(self) -> torch.Tensor:
+        return self.weight.detach()
+
+    def forward(self, length: int, offset: int = 0) -> torch.Tensor:
+        """Rows ``offset … offset + length − 1`` (``ValueError`` past ``max_len``)."""
+        check_length(offset + length, self.weight.shape[0])
+        return self.weight[offset : offset + length]
+
+
+def build_positional(kind: str, max_len: int, dim: int, *, layout: str = "interleaved") -> nn.Module | None:
+    """The positional module for a :data:`POSITIONALS` name (``none`` → None).
+
+    ``interleaved`` and ``half`` (alias ``halves``) are sinusoidal tables in that layout;
+    ``sinusoidal`` is a sinusoidal table in ``layout``; ``learned`` a trainable table.
+    """
+    check_choice("positional encoding", kind, POSITIONALS)
+    if kind == "sinusoidal":
+        return SinusoidalPositionalEncoding(max_len, dim, layout=layout)
+    if kind in LAYOUTS:
+        return SinusoidalPositionalEncoding(max_len, dim, layout=kind)
+    if kind == "learned":
+        return LearnedPositionalEmbedding(max_len, dim)
+    return None
+
+
+def lookup_tokens(embedding: nn.Embedding, ids: torch.Tensor) -> torch.Tensor:
+    """``embedding(ids)``; an id outside the table raises ``ValueError`` naming it and the table's size.
+
+    The check costs nothing on the normal path: torch's own ``IndexError`` is caught and explained.
+    """
+    try:
+        return embedding(ids)
+    except IndexError:
+        bad = ids[(ids < 0) | (ids >= embedding.num_embeddings)]
+        raise ValueError(
+            f"token id {int(bad.flatten()[0]) if bad.numel() else '?'} is outside the embedding's vocabulary "
+            f"of {embedding.num_embeddings} tokens (valid ids: 0 … {embedding.num_embeddings - 1}); "
+            f"{bad.numel()} id(s) out of range in a batch of shape {tuple(ids.shape)}: were the inputs encoded "
+            "with another vocabulary?"
+        ) from None
+
+
+def resolve_tokenizer(
+    tokenizer: Any, vocab_size: int | None, *, option: str = "tokenizer", size_option: str = "vocab_size",
+    min_size: int = 2,
+) -> tuple[Any, int]:
+    """(``TextTokenizer`` or None, token-table size) of a model's vocabulary argument pair: a tokenizer
+    (``TextTokenizer`` or its ``to_config()`` dict) or a size (≥ ``min_size``); a size given next to a
+    tokenizer must agree with it. ``option``/``size_option``: the caller's argument names, for errors."""
+    if tokenizer is None:
+        if vocab_size is None or vocab_size < min_size:
+            raise ValueError(f"give {option} (a tokenizer config, TextTokenizer.to_config(); the CLI links the "
+                             f"datamodule's) or {size_option} ≥ {min_size}; got {size_option}={vocab_size}")
+        return None, vocab_size
+    from lightning_embinit.data.tokenization import TextTokenizer
+
+    if not isinstance(tokenizer, TextTokenizer):
+        tokenizer = TextTokenizer.from_config(tokenizer)
+    if vocab_size is not None and vocab_size != len(tokenizer):
+        raise ValueError(f"{size_option}={vocab_size} disagrees with the {option}'s {len(tokenizer)} tokens")
+    return tokenizer, len(tokenizer)
+
+
+def resolve_scale(scale: str | float, dim: int, *, option: str = "embedding_scale") -> float:
+    """The token-vector multiplier: ``"sqrt_d"`` → √D (Vaswani, SPEC §1), ``"inv_sqrt_d"`` → 1/√D
+    ([R] as written, SPEC §2), ``"none"`` → 1, or a number. ``option``: the caller's name for the
+    argument, named by the ``ValueError`` for anything else."""
+    if isinstance(scale, str):
+        named = {"sqrt_d": math.sqrt(dim), "inv_sqrt_d": 1 / math.sqrt(dim), "none": 1.0}
+        if scale in named:
+            return named[scale]
+        try:
+            return float(scale)
+        except ValueError:
+            raise ValueError(
+                f"{option} must be 'sqrt_d', 'inv_sqrt_d', 'none' or a number, got {scale!r}"
+            ) from None
+    return float(scale)
+
+
+class EmbeddingInput(nn.Module):
+    """x = Drop(s · E[ids] + P[offset : offset + L]) — the transformer input of SPEC §1.
+
+    ``embedding`` may be shared with another input (one table for source and target) or a tied
+    output layer; ``scale`` is :func:`resolve_scale`'s, ``positional`` a :data:`POSITIONALS` name.
+    """
+
+    def __init__(
+        self,
+        embedding: nn.Embedding,
+        *,
+        scale: str | float = "sqrt_d",
+        positional: str = "interleaved",
+        max_len: int = 512,
+        dropout: float = 0.0,
+    ) -> None:
+        super().__init__()
+        self.embedding = embedding
+        self.scale = resolve_scale(scale, embedding.embedding_dim, option="scale")
+        self.max_len = max_len
+        self.positional = build_positional(positional, max_len, embedding.embedding_dim)
+        self.dropout = Dropout(dropout)
+
+    def positional_encoding(self) -> Callable[[], torch.Tensor] | None:
+        """The callable an :class:`~lightning_embinit.init.EmbeddingSlot` takes (None when no P is added)."""
+        return None if self.positional is None else self.positional.encoding
+
+    def slot(self, name: str, **options: Any) -> EmbeddingSlot:
+        """An :class:`~lightning_embinit.init.EmbeddingSlot` for this input's table, its scale and P."""
+        return EmbeddingSlot(
+            name=name, embedding=self.embedding, input_scale=self.scale,
+            positional_encoding=self.positional_encoding(), **options,
+        )
+
+    def forward(self, ids: torch.Tensor, offset: int = 0) -> torch.Tensor:
+        """(B, L) ids → (B, L, D); ``offset`` is the position of the first id (incremental decoding)."""
+        length = ids.shape[1]
+        x = lookup_tokens(self.embedding, ids)
+        if self.scale != 1.0:
+            x = x * self.scale
+        if self.positional is not None:
+            x = x + self.positional(length, offset)
+        return self.dropout(x)

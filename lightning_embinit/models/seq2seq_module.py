@@ -1,0 +1,387 @@
+"""What every encoder–decoder translation model of the package shares (SPEC §1–§2).
+
+:class:`Seq2SeqModule`: the two sides' vocabularies (tokenizer configs saved in the
+hyperparameters, so a checkpoint decodes new text with its own), masked cross-entropy,
+validation/test loss and corpus BLEU, decoding (:mod:`~lightning_embinit.models.decoding`),
+``translate``/``predict_step``. A model adds its layers and ``encode``/``decode``/``head_logits``:
+:class:`~lightning_embinit.models.seq2seq.TransformerSeq2Seq` (the baseline) and
+:class:`~lightning_embinit.models.reinforced.ReinforcedTransformerSeq2Seq`.
+"""
+
+from __future__ import annotations
+
+import abc
+from dataclasses import dataclass
+from typing import Any, Mapping, Sequence
+
+import torch
+import torch.nn.functional as F
+from lightning.pytorch.utilities import rank_zero_info, rank_zero_warn
+from torch import nn
+from torchmetrics.aggregation import MeanMetric
+
+from lightning_embinit.data.vocabulary import SPECIAL_TOKENS
+from lightning_embinit.init.host import EmbeddingSlot
+from lightning_embinit.init.schemes import get_scheme
+from lightning_embinit.models.blocks import DecoderCache, check_choice
+from lightning_embinit.models.decoding import EncoderState, decode
+from lightning_embinit.models.inputs import resolve_tokenizer
+from lightning_embinit.models.module import EmbinitModule, check_schedule, noam_peak_lr
+from lightning_embinit.models.tied_lm import PerplexityFromLoss
+from lightning_embinit.models.translation_metrics import CorpusBLEU
+
+
+@dataclass
+class SideVocabulary:
+    """One side's vocabulary: its tokenizer (None in tokenizer-less use) and the special ids."""
+
+    size: int
+    tokenizer: Any
+    pad_id: int
+    unk_id: int
+    bos_id: int
+    eos_id: int
+
+    @property
+    def tokens(self) -> list[str] | None:
+        return None if self.tokenizer is None else list(self.tokenizer.tokens)
+
+    @property
+    def special_tokens(self) -> dict[str, str]:
+        return {} if self.tokenizer is None else dict(self.tokenizer.special_tokens)
+
+
+def side_vocabulary(side: str, tokenizer: Any, vocab_size: int | None) -> tuple[SideVocabulary, dict | None]:
+    """The vocabulary of ``side`` from a tokenizer (config dict or ``TextTokenizer``) or a size
+    (:func:`~lightning_embinit.models.inputs.resolve_tokenizer`).
+
+    Without a tokenizer the special ids are the package's (pad 0, unk 1, bos 2, eos 3). Returns
+    the vocabulary and the tokenizer's JSON config (for the hyperparameters).
+    """
+    tokenizer, size = resolve_tokenizer(
+        tokenizer, vocab_size, option=f"{side}_tokenizer", size_option=f"{side}_vocab_size",
+        min_size=len(SPECIAL_TOKENS) + 1,
+    )
+    if tokenizer is None:
+        ids = {role: i for i, role in enumerate(SPECIAL_TOKENS)}
+        return SideVocabulary(size, None, ids["pad"], ids["unk"], ids["bos"], ids["eos"]), None
+    vocabulary = SideVocabulary(size, tokenizer, tokenizer.pad_id, tokenizer.unk_id, tokenizer.bos_id, tokenizer.eos_id)
+    return vocabulary, tokenizer.to_config()
+
+
+def resolve_lr(lr: float | None, lr_schedule: str, d_model: int, warmup_steps: int) -> float:
+    """``lr``, or for ``lr=None`` under the Noam schedule SPEC §2's peak m^−½·w^−½ for this ``d_model``
+    and ``warmup_steps`` (:func:`~lightning_embinit.models.module.noam_peak_lr`)."""
+    check_schedule(lr_schedule, warmup_steps)
+    if lr is not None:
+        return lr
+    if lr_schedule != "noam":
+        raise ValueError(
+            f"lr=None stands for SPEC §2's Noam peak d_model^−½ · warmup_steps^−½ and needs lr_schedule='noam'; "
+            f"give a number for lr_schedule={lr_schedule!r}"
+        )
+    return noam_peak_lr(d_model, warmup_steps)
+
+
+BLEU_REFERENCES = ("tokenizer", "raw")
+"""What BLEU scores the detokenized hypotheses against: ``tokenizer`` — each reference as the target
+tokenizer round-trips it (``tgt_tokenizer.reference``: lowercased and split for word level), so a
+perfect model scores 100; ``raw`` — the reference text as the data gives it (published BLEU's way)."""
+
+
+def split_translation_batch(batch: Any) -> tuple[torch.Tensor, torch.Tensor | None, list[str] | None]:
+    """(src, tgt, tgt_text) from a TranslationDataModule dict, a ``(src, tgt)`` pair or a bare ``src``."""
+    if isinstance(batch, Mapping):
+        if "src" not in batch:
+            raise ValueError(f"a translation batch needs 'src' (and 'tgt'); got keys {sorted(batch)}")
+        return batch["src"], batch.get("tgt"), batch.get("tgt_text")
+    if isinstance(batch, torch.Tensor):
+        return batch, None, None
+    src, tgt = batch[0], batch[1]
+    return src, tgt, None
+
+
+class Seq2SeqModule(EmbinitModule, abc.ABC):
+    """Shared base of the translation models (module docstring). Subclasses call
+    :meth:`_setup_seq2seq` in ``__init__`` and implement ``encode``, ``decode``, ``head_logits``,
+    ``new_cache`` and ``embedding_slots``."""
+
+    # ----------------------------------------------------------------- construction
+    def _setup_seq2seq(
+        self,
+        src_tokenizer: Any,
+        tgt_tokenizer: Any,
+        src_vocab_size: int | None,
+        tgt_vocab_size: int | None,
+        *,
+        share_embeddings: bool,
+    ) -> None:
+        check_schedule(self.hparams.lr_schedule, self.hparams.warmup_steps)
+        hp = self.hparams
+        check_choice("bleu_references", hp.bleu_references, BLEU_REFERENCES)
+        if hp.bleu_every_n_validations < 0 or hp.beam_size < 1 or not 0 <= hp.label_smoothing < 1:
+            raise ValueError(
+                "bleu_every_n_validations must be ≥ 0, beam_size ≥ 1 and 0 ≤ label_smoothing < 1; got "
+                f"{hp.bleu_every_n_validations}, {hp.beam_size}, {hp.label_smoothing}"
+            )
+        self.src_vocab, src_config = side_vocabulary("src", src_tokenizer, src_vocab_size)
+        self.tgt_vocab, tgt_config = side_vocabulary("tgt", tgt_tokenizer, tgt_vocab_size)
+        # In the checkpoint (so it decodes new text with its own vocabularies) but not among the
+        # hyperparameters sent to loggers: they are long, and a TranslationDataModule's own
+        # ``src_tokenizer``/``tgt_tokenizer`` (a spec such as "word") would clash with them there.
+        self.hparams["src_tokenizer"], self.hparams["tgt_tokenizer"] = src_config, tgt_config
+        if share_embeddings and (
+            self.src_vocab.size != self.tgt_vocab.size or self.src_vocab.tokens != self.tgt_vocab.tokens
+        ):
+            raise ValueError(
+                "share_embeddings=True needs one vocabulary for both sides; got "
+                f"{self.src_vocab.size} source and {self.tgt_vocab.size} target tokens (build one joint tokenizer)"
+            )
+        self.pad_id, self.bos_id, self.eos_id = self.tgt_vocab.pad_id, self.tgt_vocab.bos_id, self.tgt_vocab.eos_id
+        self.train_loss_epoch = MeanMetric()
+        self.val_loss, self.val_ppl, self.val_bleu = MeanMetric(), PerplexityFromLoss(), CorpusBLEU()
+        self.test_loss, self.test_ppl, self.test_bleu = MeanMetric(), PerplexityFromLoss(), CorpusBLEU()
+        self._validation_runs = 0
+        self._bleu_this_run = False
+        self._signature_logged = False
+        self._warned: set[str] = set()
+
+    def _token_table(self, side: SideVocabulary, dim: int) -> nn.Embedding:
+        return nn.Embedding(side.size, dim, padding_idx=side.pad_id)
+
+    @torch.no_grad()
+    def _reset_token_tables(self, *tables: nn.Embedding) -> None:
+        """The token tables per ``embedding_init`` until EmbeddingInitCallback replaces them; pad rows 0."""
+        for table in dict.fromkeys(tables):
+            get_scheme(self.hparams.embedding_init).fill_(table.weight)
+            if table.padding_idx is not None:
+                table.weight[table.padding_idx].zero_()
+
+    def _slot(self, name: str, table: nn.Embedding, side: SideVocabulary, **options: Any) -> EmbeddingSlot:
+        return EmbeddingSlot(
+            name=name, embedding=table, tokens=side.tokens, padding_idx=side.pad_id,
+            special_tokens=side.special_tokens, **options,
+        )
+
+    # ----------------------------------------------------------------- model interface (subclasses)
+    @abc.abstractmethod
+    def encode(self, src: torch.Tensor) -> EncoderState:
+        """(B, S) source ids → what the decoder reads."""
+
+    @abc.abstractmethod
+    def decode(self, tgt_in: torch.Tensor, state: EncoderState, cache: DecoderCache | None = None) -> torch.Tensor:
+        """(B, T) decoder input ids → (B, T, width) final hidden states (only the new positions with a cache)."""
+
+    @abc.abstractmethod
+    def head_logits(self, hidden: torch.Tensor) -> torch.Tensor:
+        """Hidden states (…, width) → logits (…, |V_tgt|)."""
+
+    @abc.abstractmethod
+    def embedding_slots(self) -> dict[str, EmbeddingSlot]:
+        """The model's token tables as EmbeddingHost slots."""
+
+    def new_cache(self) -> DecoderCache | None:
+        """An empty cache for incremental decoding, or None when the model must recompute each step."""
+        return self.decoder.new_cache()
+
+    def target_padding(self, tgt_in: torch.Tensor, cache: DecoderCache | None) -> torch.Tensor | None:
+        """The decoder self-attention's key padding mask: True at pad. None with a cache: decoding never
+        generates pad, and a mask of the new positions only would not cover the cached keys."""
+        return None if cache is not None else tgt_in == self.pad_id
+
+    # ----------------------------------------------------------------- forward, loss
+    def forward(self, src: torch.Tensor, tgt_in: torch.Tensor) -> torch.Tensor:
+        """(B, S) source ids + (B, T) decoder input ids → (B, T, |V_tgt|) next-token logits."""
+        return self.head_logits(self.decode(tgt_in, self.encode(src)))
+
+    def next_token_logits(self, tokens: torch.Tensor, state: EncoderState, cache: DecoderCache | None) -> torch.Tensor:
+        """Logits of the token after ``tokens`` (the newest token with a cache, the whole prefix without)."""
+        return self.head_logits(self.decode(tokens, state, cache)[:, -1])
+
+    def teacher_forced_loss(
+        self, src: torch.Tensor, tgt: torch.Tensor, *, label_smoothing: float
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """Runs the model on a batch: mean cross-entropy over the non-pad targets tgt[:, 1:] given
+        tgt[:, :-1], and their count. The output layer runs on the non-pad positions only."""
+        targets = tgt[:, 1:]
+        hidden = self.decode(tgt[:, :-1], self.encode(src))
+        keep = targets != self.pad_id
+        if bool(keep.all()):  # no padding: skip the gather (the check costs what the gather's own sync would)
+            hidden, targets = hidden.flatten(0, 1), targets.flatten()
+        else:
+            hidden, targets = hidden[keep], targets[keep]
+        logits = self.head_logits(hidden)
+        return F.cross_entropy(logits, targets, label_smoothing=label_smoothing), keep.sum()
+
+    def loss(self, logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+        """Masked cross-entropy of given (B, T, V) logits against (B, T) targets (padding ignored, label
+        smoothing), as ``TiedEmbeddingLM.loss``; :meth:`teacher_forced_loss` runs the model itself."""
+        return F.cross_entropy(
+            logits.flatten(0, 1), targets.flatten(), ignore_index=self.pad_id,
+            label_smoothing=self.hparams.label_smoothing,
+        )
+
+    # ----------------------------------------------------------------- Lightning steps
+    def training_step(self, batch: Any, batch_idx: int) -> torch.Tensor:
+        src, tgt, _ = split_translation_batch(batch)
+        loss, count = self.teacher_forced_loss(src, tgt, label_smoothing=self.hparams.label_smoothing)
+        self.train_loss_epoch.update(loss.detach().float(), weight=count)
+        self.log("train_loss", loss, prog_bar=True, on_step=True, on_epoch=False, batch_size=src.shape[0])
+        self.log("train_loss_epoch", self.train_loss_epoch, on_step=False, on_epoch=True, batch_size=src.shape[0])
+        return loss
+
+    def on_fit_start(self) -> None:
+        super().on_fit_start()
+        self._signature_logged = False  # each run's logger gets the signature once
+
+    def on_validation_start(self) -> None:
+        super().on_validation_start()
+        if self.trainer.state.fn != "fit":  # a validate() run; within fit the fit's logger has it already
+            self._signature_logged = False
+
+    def on_test_start(self) -> None:
+        super().on_test_start()
+        self._signature_logged = False
+
+    def on_validation_epoch_start(self) -> None:
+        super().on_validation_epoch_start()
+        every = self.hparams.bleu_every_n_validations
+        trainer = self.trainer
+        if trainer.sanity_checking:
+            self._bleu_this_run = False
+        elif trainer.state.fn != "fit":  # a validate() call: always BLEU ("at the end" = validate after fit)
+            self._bleu_this_run = True
+        else:
+            self._validation_runs += 1
+            self._bleu_this_run = every > 0 and self._validation_runs % every == 0
+
+    def validation_step(self, batch: Any, batch_idx: int) -> torch.Tensor:
+        return self._evaluate(batch, "val", with_bleu=self._bleu_this_run)
+
+    def test_step(self, batch: Any, batch_idx: int) -> torch.Tensor:
+        return self._evaluate(batch, "test", with_bleu=True)
+
+    def _evaluate(self, batch: Any, prefix: str, *, with_bleu: bool) -> torch.Tensor:
+        src, tgt, tgt_text = split_translation_batch(batch)
+        if tgt is None:
+            raise ValueError(f"{prefix} batches need targets ('tgt')")
+        loss, count = self.teacher_forced_loss(src, tgt, label_smoothing=0.0)
+        loss_metric, ppl_metric = getattr(self, f"{prefix}_loss"), getattr(self, f"{prefix}_ppl")
+        loss_metric.update(loss.detach().float(), weight=count)
+        ppl_metric.update(loss.detach().float(), weight=count)
+        batch_size = src.shape[0]
+        self.log(f"{prefix}_loss", loss_metric, prog_bar=prefix == "val", on_epoch=True, batch_size=batch_size)
+        self.log(f"{prefix}_ppl", ppl_metric, on_epoch=True, batch_size=batch_size)
+        if with_bleu and self._can_score(tgt_text):
+            bleu = getattr(self, f"{prefix}_bleu")
+            bleu.update(self._detokenize(self.generate(src)), self._references(tgt_text))
+            self.log(f"{prefix}_bleu", bleu, prog_bar=prefix == "val", on_epoch=True, batch_size=batch_size)
+            self._log_signature(bleu)
+        return loss
+
+    def _can_score(self, tgt_text: list[str] | None) -> bool:
+        reason = None
+        if self.tgt_vocab.tokenizer is None:
+            reason = "the model has no target tokenizer (tgt_tokenizer) to detokenize hypotheses"
+        elif tgt_text is None:
+            reason = "the batches carry no 'tgt_text' references (use TranslationDataModule)"
+        if reason is not None and reason not in self._warned:
+            self._warned.add(reason)
+            rank_zero_warn(f"BLEU is not computed: {reason}")
+        return reason is None
+
+    def _references(self, tgt_text: list[str]) -> list[str]:
+        if self.hparams.bleu_references == "raw":
+            return list(tgt_text)
+        return [self.tgt_vocab.tokenizer.reference(text) for text in tgt_text]
+
+    def bleu_references_description(self) -> str:
+        """What BLEU's references are (``bleu_references``), e.g. ``tokenizer round-trip (word, lowercased)``."""
+        if self.hparams.bleu_references == "raw":
+            return "raw target text"
+        tokenizer = self.tgt_vocab.tokenizer
+        if tokenizer is None:
+            return "tokenizer round-trip (no target tokenizer)"
+        lowercased = tokenizer.reference("A") == "a"
+        return f"tokenizer round-trip ({tokenizer.kind}{', lowercased' if lowercased else ''})"
+
+    def _log_signature(self, bleu: CorpusBLEU) -> None:
+        """Once per fit/validate/test run: sacrebleu's signature and what the references are."""
+        if self._signature_logged:
+            return
+        self._signature_logged = True
+        references = self.bleu_references_description()
+        rank_zero_info(f"BLEU: sacrebleu corpus BLEU, signature {bleu.signature}, references: {references}")
+        if self.logger is not None:
+            self.logger.log_hyperparams({"bleu_signature": bleu.signature, "bleu_references": references})
+
+    def predict_step(self, batch: Any, batch_idx: int, dataloader_idx: int = 0) -> list[str] | list[list[int]]:
+        """Detokenized translations of the batch's ``src`` (token id lists without a target tokenizer)."""
+        src, _, _ = split_translation_batch(batch)
+        return self._detokenize(self.generate(src))
+
+    # ----------------------------------------------------------------- decoding
+    def _detokenize(self, ids: torch.Tensor) -> list[str] | list[list[int]]:
+        tokenizer = self.tgt_vocab.tokenizer
+        rows = ids.tolist()
+        if tokenizer is None:
+            return [row[: row.index(self.eos_id)] if self.eos_id in row else row for row in rows]
+        return [tokenizer.decode(row) for row in rows]
+
+    def decode_length(self, src: torch.Tensor) -> int:
+        """Most tokens to generate: ``max_decode_len``, else source length + 50; at most ``max_len``."""
+        wanted = self.hparams.max_decode_len or src.shape[1] + 50
+        return max(1, min(wanted, self.hparams.max_len))
+
+    @torch.no_grad()
+    def generate(
+        self,
+        src: torch.Tensor,
+        *,
+        beam_size: int | None = None,
+        length_penalty: float | None = None,
+        max_len: int | None = None,
+        use_cache: bool = True,
+    ) -> torch.Tensor:
+        """(B, S) source ids → (B, L) output ids (greedy for beam 1; defaults from the hyperparameters)."""
+        hp = self.hparams
+        return decode(
+            self, src, beam_size=beam_size or hp.beam_size, max_len=max_len or self.decode_length(src),
+            length_penalty=hp.length_penalty if length_penalty is None else length_penalty, use_cache=use_cache,
+        )
+
+    def translate(
+        self,
+        texts: Sequence[str],
+        *,
+        beam_size: int | None = None,
+        length_penalty: float | None = None,
+        max_len: int | None = None,
+        batch_size: int = 64,
+    ) -> list[str]:
+        """Translate raw source sentences with the model's own tokenizers (evaluation mode, no gradients)."""
+        source, target = self.src_vocab.tokenizer, self.tgt_vocab.tokenizer
+        if source is None or target is None:
+            raise ValueError("translate() needs the model's src_tokenizer and tgt_tokenizer (give them at construction)")
+        limit = self.hparams.max_len
+        encoded = [ids[: limit - 1] + [source.eos_id] for ids in source.encode_batch(list(texts))]
+        order = sorted(range(len(encoded)), key=lambda i: len(encoded[i]))
+        results: list[str] = [""] * len(encoded)
+        was_training = self.training
+        self.eval()
+        try:
+            for start in range(0, len(order), batch_size):
+                chunk = order[start : start + batch_size]
+                width = max(len(encoded[i]) for i in chunk)
+                src = torch.full((len(chunk), width), source.pad_id, dtype=torch.long, device=self.device)
+                for row, i in enumerate(chunk):
+                    src[row, : len(encoded[i])] = torch.tensor(encoded[i])
+                outputs = self.generate(src, beam_size=beam_size, length_penalty=length_penalty, max_len=max_len)
+                for i, text in zip(chunk, self._detokenize(outputs)):
+                    results[i] = text
+        finally:
+            self.train(was_training)
+        return results
+
+
+# --------------------------------------------------------------------------------- the baseline
