@@ -23,7 +23,6 @@ import argparse
 import csv
 import gzip
 import os
-import statistics
 from contextlib import nullcontext
 
 import torch
@@ -31,11 +30,12 @@ import torch.nn.functional as F
 from torch import nn
 
 import bench_seq2seq
-from bench_seq2seq import DTYPES, alternate
-from flops import UTILIZATION_HEADER, format_utilization, gemm_ceiling, measure_training_flops
+from bench_seq2seq import DTYPES
+from flops import gemm_ceiling, measure_training_flops, print_utilization
 from lightning_embinit.data.tokenization import TextTokenizer
 from lightning_embinit.models import TransformerClassifier
 from lightning_embinit.models.inputs import EmbeddingInput
+from timing import alternate, print_throughput
 
 SIZES = {
     "k": {"d_model": 512, "num_heads": 8, "num_layers": 3, "ffn_dim": 2048},
@@ -113,29 +113,16 @@ def main() -> None:
         "nn.TransformerEncoder": Runner(reference.to(device), (ids, labels), autocast, tokens),
     }
     results = alternate(runners, args.repeats, args.steps, args.warmup)
-    medians = {name: statistics.median(values) for name, values in results.items()}
     print(
         f"training tokens/s, size {args.size}: {size['num_layers']} post-LN layers, d={size['d_model']}, "
         f"{size['num_heads']} heads, FFN {size['ffn_dim']}, vocabulary {len(tokenizer)}, batch {ids.shape[0]}×{ids.shape[1]} "
         f"({tokens} non-padding tokens of SST-2 dev), dropout {args.dropout}, {args.device} {args.dtype}, "
-        f"{torch.get_num_threads()} threads, {args.repeats} alternating runs × {args.steps} steps"
+        f"{torch.get_num_threads()} threads, {args.repeats} alternating runs × {args.steps} steps (target ratio ≥ 1.0)"
     )
-    print(f"{'model':<26} {'median tok/s':>12} {'best tok/s':>10} {'worst':>8} {'params':>10}")
-    for name, values in results.items():
-        params = sum(p.numel() for p in runners[name].model.parameters())
-        print(f"{name:<26} {medians[name]:>12.0f} {max(values):>10.0f} {min(values):>8.0f} {params:>10}")
-    ratio = medians["TransformerClassifier"] / medians["nn.TransformerEncoder"]
-    best = max(results["TransformerClassifier"]) / max(results["nn.TransformerEncoder"])
-    print(f"ratio TransformerClassifier / nn.TransformerEncoder: median {ratio:.3f}, best {best:.3f} (target ≥ 1.0)")
+    medians = print_throughput(results, runners, reference="nn.TransformerEncoder")
     records = {name: measure_training_flops(runner.forward_backward) for name, runner in runners.items()}
     ceiling = gemm_ceiling(records["TransformerClassifier"], device=device, dtype=dtype)
-    print(f"\nmodel FLOPs per token (forward + backward matrix products) and utilization; GEMM ceiling "
-          f"{ceiling.rate / 1e9:.1f} GFLOP/s at the model's {len(records['TransformerClassifier'].flops)} shapes "
-          f"(best single shape {ceiling.best_shape_rate / 1e9:.1f})")
-    print(UTILIZATION_HEADER)
-    for name, record in records.items():
-        print(format_utilization(name, record, tokens, medians[name], ceiling))
-
+    print_utilization(records, dict.fromkeys(runners, tokens), medians, ceiling)
 
 if __name__ == "__main__":
     main()

@@ -35,9 +35,10 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from flops import UTILIZATION_HEADER, format_utilization, gemm_ceiling, measure_training_flops
+from flops import gemm_ceiling, measure_training_flops, print_utilization
 from lightning_embinit.models import ReinforcedTransformerSeq2Seq, TransformerSeq2Seq
 from lightning_embinit.models.inputs import EmbeddingInput
+from timing import alternate, print_throughput
 
 SIZES = {
     "k": {"d_model": 512, "num_heads": 8, "layers": 3, "ffn_dim": 2048, "batch": 64, "length": 24},
@@ -107,16 +108,6 @@ def _loss_function(model: TransformerSeq2Seq, compiled: bool):
     return torch.compile(loss) if compiled else loss
 
 
-def alternate(runners: dict[str, Runner], repeats: int, steps: int, warmup: int) -> dict[str, list[float]]:
-    for runner in runners.values():
-        runner.run(warmup)
-    results: dict[str, list[float]] = {name: [] for name in runners}
-    for repeat in range(repeats):
-        for name in list(runners) if repeat % 2 == 0 else list(reversed(runners)):
-            results[name].append(runners[name].run(steps))
-    return results
-
-
 def train(args: argparse.Namespace) -> None:
     size = SIZES[args.size]
     device, dtype = torch.device(args.device), DTYPES[args.dtype]
@@ -140,7 +131,6 @@ def train(args: argparse.Namespace) -> None:
     }
     runners["nn.Transformer"] = Runner(reference.to(device).loss, reference, (src, tgt), autocast, args.fused_adam)
     results = alternate(runners, args.repeats, args.steps, args.warmup)
-    medians = {name: statistics.median(values) for name, values in results.items()}
     print(
         f"training tokens/s, size {args.size}: {size['layers']}+{size['layers']} layers, d={size['d_model']}, "
         f"{size['num_heads']} heads, FFN {size['ffn_dim']}, batch {batch}×{length}, vocab {SRC_VOCAB}/{TGT_VOCAB}, "
@@ -148,24 +138,13 @@ def train(args: argparse.Namespace) -> None:
         f"{torch.get_num_threads()} threads, "
         f"{args.repeats} alternating runs × {args.steps} steps"
     )
-    print(f"{'model':<26} {'median tok/s':>12} {'best tok/s':>10} {'worst':>8} {'params':>10}")
-    for name, values in results.items():
-        params = sum(p.numel() for p in runners[name].model.parameters())
-        print(f"{name:<26} {medians[name]:>12.0f} {max(values):>10.0f} {min(values):>8.0f} {params:>10}")
-    for name in models:
-        ratio = medians[name] / medians["nn.Transformer"]
-        best = max(results[name]) / max(results["nn.Transformer"])
-        print(f"ratio {name} / nn.Transformer: median {ratio:.3f}, best {best:.3f}")
+    medians = print_throughput(results, runners, reference="nn.Transformer")
     record = measure_training_flops(runners["TransformerSeq2Seq"].forward_backward)
-    reference_record = measure_training_flops(runners["nn.Transformer"].forward_backward)
+    records = {name: record for name in models}  # a compiled model does the same matrix products
+    records["nn.Transformer"] = measure_training_flops(runners["nn.Transformer"].forward_backward)
     ceiling = gemm_ceiling(record, device=device, dtype=dtype)
-    print(f"\nmodel FLOPs per target token (forward + backward matrix products) and utilization; GEMM ceiling "
-          f"{ceiling.rate / 1e9:.1f} GFLOP/s at the model's {len(record.flops)} shapes "
-          f"(best single shape {ceiling.best_shape_rate / 1e9:.1f})")
-    print(UTILIZATION_HEADER)
-    for name in results:
-        used = reference_record if name == "nn.Transformer" else record
-        print(format_utilization(name, used, runners[name].tokens, medians[name], ceiling))
+    print_utilization(records, {name: runner.tokens for name, runner in runners.items()}, medians, ceiling,
+                      per="target token")
 
 
 def multi30k(split: str, lang: str, count: int | None = None) -> list[str]:

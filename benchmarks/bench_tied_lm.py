@@ -16,16 +16,16 @@ from __future__ import annotations
 
 import argparse
 import math
-import statistics
 import time
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
-from flops import UTILIZATION_HEADER, format_utilization, gemm_ceiling, measure_training_flops
+from flops import gemm_ceiling, measure_training_flops, print_utilization
 from lightning_embinit.init.positional import sinusoidal_encoding
 from lightning_embinit.models import TiedEmbeddingLM
+from timing import alternate, print_throughput
 
 
 class ReferenceLM(nn.Module):
@@ -97,34 +97,16 @@ def main() -> None:
     reference = ReferenceLM(args.vocab, args.d_model, args.heads, args.layers, ffn, args.seq_len)
     batch = torch.randint(0, args.vocab, (args.batch_size, args.seq_len + 1))
     runners = {"TiedEmbeddingLM": Runner(ours, batch), "nn.TransformerEncoder": Runner(reference, batch)}
-    for runner in runners.values():
-        runner.run(args.warmup)
-    results: dict[str, list[float]] = {name: [] for name in runners}
-    for repeat in range(args.repeats):
-        order = list(runners) if repeat % 2 == 0 else list(reversed(runners))
-        for name in order:
-            results[name].append(runners[name].run(args.steps))
-    medians = {name: statistics.median(values) for name, values in results.items()}
-    best = {name: max(values) for name, values in results.items()}
+    results = alternate(runners, args.repeats, args.steps, args.warmup)
     print(
         f"training tokens/s, d={args.d_model}, heads={args.heads}, layers={args.layers}, ffn={ffn}, n={args.vocab}, "
         f"batch {args.batch_size}×{args.seq_len}, {torch.get_num_threads()} threads, {args.repeats} alternating runs × {args.steps} steps"
     )
-    print(f"{'model':<22} {'median tok/s':>12} {'best tok/s':>10} {'worst':>8} {'params':>9}")
-    for name, values in results.items():
-        params = sum(p.numel() for p in runners[name].model.parameters())
-        print(f"{name:<22} {medians[name]:>12.0f} {best[name]:>10.0f} {min(values):>8.0f} {params:>9}")
-    print(f"ratio TiedEmbeddingLM / reference: median {medians['TiedEmbeddingLM'] / medians['nn.TransformerEncoder']:.3f}, "
-          f"best {best['TiedEmbeddingLM'] / best['nn.TransformerEncoder']:.3f}")
+    medians = print_throughput(results, runners, reference="nn.TransformerEncoder")
     records = {name: measure_training_flops(runner.forward_backward) for name, runner in runners.items()}
     ceiling = gemm_ceiling(records["TiedEmbeddingLM"])
-    print(f"\nmodel FLOPs per token (forward + backward matrix products) and utilization; fp32 GEMM ceiling "
-          f"{ceiling.rate / 1e9:.1f} GFLOP/s at the model's {len(records['TiedEmbeddingLM'].flops)} shapes "
-          f"(best single shape {ceiling.best_shape_rate / 1e9:.1f})")
-    print(UTILIZATION_HEADER)
-    for name, runner in runners.items():
-        print(format_utilization(name, records[name], runner.inputs.numel(), medians[name], ceiling))
-
+    print_utilization(records, {name: runner.inputs.numel() for name, runner in runners.items()}, medians, ceiling,
+                      dtype="fp32")
 
 if __name__ == "__main__":
     main()

@@ -152,3 +152,18 @@ def format_utilization(
 UTILIZATION_HEADER = (
     f"{'model':<26} {'MFLOP/token':>12} {'GFLOP/s':>12} {'ceiling':>12} {'util.':>9}"
 )
+
+
+def print_utilization(
+    records: dict[str, MatmulRecord], tokens_per_step: dict[str, int], tokens_per_second: dict[str, float],
+    ceiling: Ceiling, *, per: str = "token", dtype: str = "",
+) -> None:
+    """The utilization block every training benchmark prints: the ceiling, then one row per model."""
+    shapes = len(next(iter(records.values())).flops)
+    print(f"\nmodel FLOPs per {per} (forward + backward matrix products) and utilization; {dtype + ' ' if dtype else ''}"
+          f"GEMM ceiling {ceiling.rate / 1e9:.1f} GFLOP/s at the model's {shapes} shapes "
+          f"(best single shape {ceiling.best_shape_rate / 1e9:.1f})")
+    print(UTILIZATION_HEADER)
+    for name, record in records.items():
+        print(format_utilization(name, record, tokens_per_step[name], tokens_per_second[name], ceiling))
+

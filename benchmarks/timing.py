@@ -1,0 +1,43 @@
+"""Shared by the training benchmarks: runs that alternate between models, and the throughput table.
+
+A runner is anything with ``run(steps) -> tokens/s`` and a ``model`` (for the parameter count).
+"""
+
+from __future__ import annotations
+
+import statistics
+from typing import Protocol
+
+from torch import nn
+
+
+class TimedRunner(Protocol):
+    model: nn.Module
+
+    def run(self, steps: int) -> float: ...
+
+
+def alternate(runners: dict[str, TimedRunner], repeats: int, steps: int, warmup: int) -> dict[str, list[float]]:
+    """Tokens/s of ``repeats`` runs per model, the order flipped every repeat, after ``warmup`` steps each."""
+    for runner in runners.values():
+        runner.run(warmup)
+    results: dict[str, list[float]] = {name: [] for name in runners}
+    for repeat in range(repeats):
+        for name in list(runners) if repeat % 2 == 0 else list(reversed(runners)):
+            results[name].append(runners[name].run(steps))
+    return results
+
+
+def print_throughput(results: dict[str, list[float]], runners: dict[str, TimedRunner], reference: str) -> dict[str, float]:
+    """Prints median, best and worst tokens/s and the parameters of each model, then each model's
+    median and best ratio to ``reference``; returns the medians."""
+    medians = {name: statistics.median(values) for name, values in results.items()}
+    print(f"{'model':<26} {'median tok/s':>12} {'best tok/s':>10} {'worst':>8} {'params':>10}")
+    for name, values in results.items():
+        params = sum(p.numel() for p in runners[name].model.parameters())
+        print(f"{name:<26} {medians[name]:>12.0f} {max(values):>10.0f} {min(values):>8.0f} {params:>10}")
+    for name in results:
+        if name != reference:
+            best = max(results[name]) / max(results[reference])
+            print(f"ratio {name} / {reference}: median {medians[name] / medians[reference]:.3f}, best {best:.3f}")
+    return medians
