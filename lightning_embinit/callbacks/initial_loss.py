@@ -19,6 +19,7 @@ from lightning.pytorch.callbacks import Callback
 from lightning.pytorch.utilities import rank_zero_warn
 from torch import nn
 
+from lightning_embinit.callbacks.loggers import log_scalars
 from lightning_embinit.init.host import EmbeddingSlot, discover_slots, select_slots
 from lightning_embinit.init.initial_loss import tied_initial_loss, token_std
 
@@ -196,8 +197,7 @@ class InitialLossMonitor(Callback):
         # straight to the loggers: a value self.log-ged from a callback is re-written at every later
         # step of the epoch, which would extend the curve past track_steps with a stale value
         step_values = {"init_phase_loss": loss, "ln_vocab": self.ln_vocab, "loss_over_ln_vocab": loss / self.ln_vocab}
-        for logger in trainer.loggers:
-            logger.log_metrics(step_values, step=trainer.global_step - 1)
+        log_scalars(trainer, step_values, trainer.global_step - 1)
         if len(self.step_losses) >= self.track_steps:
             self._active = False
 
@@ -209,8 +209,7 @@ class InitialLossMonitor(Callback):
             values["init_loss_predicted"] = self.predicted
         if self.predicted_model is not None:
             values["init_loss_predicted_model"] = self.predicted_model
-        for logger in trainer.loggers:
-            logger.log_metrics(values, step=trainer.global_step - 1)
+        log_scalars(trainer, values, trainer.global_step - 1)
         for name, value in values.items():
             pl_module.log(name, value, on_step=True, on_epoch=False, logger=False)
         if self.warn and not self._warned and self.init_loss > self.ln_vocab + self.margin:

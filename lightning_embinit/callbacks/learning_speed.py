@@ -14,7 +14,7 @@ from lightning.pytorch.trainer.states import TrainerFn
 from lightning.pytorch.utilities import rank_zero_info, rank_zero_warn
 from lightning.pytorch.utilities.data import extract_batch_size
 
-from lightning_embinit.callbacks.variance_monitor import log_scalars
+from lightning_embinit.callbacks.loggers import log_scalars
 from lightning_embinit.diagnostics.learning_speed import CrossingTracker, check_mode, check_weight
 
 CHECK_ON = ("validation", "train_step")

@@ -8,7 +8,6 @@ positional encoding, logs the numbers and a table, and a 2-D PCA scatter of chos
 
 from __future__ import annotations
 
-import os
 from typing import Any, Sequence
 
 import lightning as L
@@ -16,11 +15,12 @@ import torch
 from lightning.pytorch.callbacks import Callback
 from lightning.pytorch.utilities import rank_zero_info
 
-from lightning_embinit.callbacks.variance_monitor import figure_loggers, log_figure, log_scalars
+from lightning_embinit.callbacks.loggers import figure_loggers, log_figure, log_scalars
 from lightning_embinit.diagnostics.figures import pca_scatter
 from lightning_embinit.diagnostics.lexical import (
     DEFAULT_CHAINS,
     check_chains,
+    check_probe_inputs,
     format_probe,
     lexical_probe,
     probe_words,
@@ -86,11 +86,10 @@ class LexicalProbe(Callback):
         if analogies is None and not similarity:
             analogies, similarity = gensim_test_file("questions-words.txt"), [gensim_test_file("wordsim353.tsv")]
         similarity = [similarity] if isinstance(similarity, str) else list(similarity or [])
-        for path, what in [(analogies, "analogy"), *((p, "word-similarity") for p in similarity)]:
-            if path is not None and not os.path.isfile(os.path.expanduser(path)):
-                raise ValueError(f"LexicalProbe: {what} file not found: {path}")
-        if max_analogies is not None and max_analogies < 1:
-            raise ValueError(f"max_analogies must be ≥ 1 or None, got {max_analogies}")
+        try:
+            check_probe_inputs(analogies, similarity, max_analogies)
+        except ValueError as error:
+            raise ValueError(f"LexicalProbe: {error}") from None
         self.analogies = analogies
         self.similarity = similarity
         self.slot = slot
@@ -151,10 +150,12 @@ class LexicalProbe(Callback):
                 f"({covered} of {len(self.test_words)}); choose another with slot="
             )
 
-    @torch.no_grad()
     def probe(self, pl_module: torch.nn.Module, datamodule: Any = None) -> dict[str, dict[str, Any]]:
         """The probe of the slot's current table (padding row and its token left out)."""
-        slot = self._slot(pl_module, datamodule)
+        return self._probe_slot(self._slot(pl_module, datamodule))
+
+    @torch.no_grad()
+    def _probe_slot(self, slot: EmbeddingSlot) -> dict[str, dict[str, Any]]:
         token_rows(slot)  # checks the table is whole on this process
         rows = [row for row in range(len(slot.tokens)) if row != slot.padding_idx]  # rows past the tokens have no word
         matrix = slot.weight.detach()[torch.tensor(rows, device=slot.weight.device)]
@@ -169,7 +170,7 @@ class LexicalProbe(Callback):
             return  # a resumed run keeps the start of the first
         datamodule = getattr(trainer, "datamodule", None)
         slot = self._slot(pl_module, datamodule)
-        results = self.probe(pl_module, datamodule)
+        results = self._probe_slot(slot)
         self.results[when] = results
         step = trainer.global_step
         scalars: dict[str, float] = {}

@@ -14,10 +14,9 @@ from typing import Any, Sequence
 import lightning as L
 import torch
 from lightning.pytorch.callbacks import Callback
-from lightning.pytorch.loggers import TensorBoardLogger
 from lightning.pytorch.utilities import rank_zero_warn
-from matplotlib.figure import Figure
 
+from lightning_embinit.callbacks.loggers import figure_loggers, log_figure, log_scalars
 from lightning_embinit.diagnostics.absorption import (
     POSITIONAL_THRESHOLD,
     SEMANTIC_THRESHOLD,
@@ -25,27 +24,9 @@ from lightning_embinit.diagnostics.absorption import (
     drowning,
     slot_absorption,
 )
-from lightning_embinit.diagnostics.figures import close, value_histogram
+from lightning_embinit.diagnostics.figures import value_histogram
 from lightning_embinit.diagnostics.variance import positional_matrix, slot_statistics, token_rows
 from lightning_embinit.init.host import EmbeddingSlot, select_slots
-
-
-def figure_loggers(trainer: L.Trainer) -> list[TensorBoardLogger]:
-    """The attached loggers that take figures and text (TensorBoard's ``add_figure`` / ``add_text``)."""
-    return [logger for logger in trainer.loggers if isinstance(logger, TensorBoardLogger)]
-
-
-def log_figure(trainer: L.Trainer, tag: str, figure: Figure, step: int) -> None:
-    """``add_figure`` on every TensorBoard logger; the figure is released afterwards."""
-    for logger in figure_loggers(trainer):
-        logger.experiment.add_figure(tag, figure, global_step=step, close=False)
-    close(figure)
-
-
-def log_scalars(trainer: L.Trainer, metrics: dict[str, float], step: int) -> None:
-    """Numbers straight to every logger, at ``step``, whatever ``log_every_n_steps`` is."""
-    for logger in trainer.loggers:
-        logger.log_metrics(metrics, step=step)
 
 
 class EmbeddingVarianceMonitor(Callback):

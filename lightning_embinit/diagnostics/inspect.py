@@ -18,7 +18,6 @@ import math
 from typing import Any, Mapping
 
 from lightning_embinit.diagnostics.absorption import POSITIONAL_THRESHOLD, SEMANTIC_THRESHOLD, drowning, slot_absorption
-from lightning_embinit.diagnostics.variance import positional_matrix
 from lightning_embinit.init.host import EmbeddingSlot
 from lightning_embinit.init.initial_loss import tied_initial_loss
 from lightning_embinit.init.report import format_report
@@ -61,10 +60,7 @@ def diagnose_slot(
 ) -> dict[str, Any]:
     """One slot of the inspection: the report's numbers, absorption, the SPEC §3 prediction and the problems found."""
     n, d = slot.num_embeddings, slot.embedding_dim
-    positional = positional_matrix(slot)
-    measured = slot_absorption(
-        slot, sample_rows=sample_rows, neighbours=neighbours, seed=seed, max_position=max_position, positional=positional
-    )
+    measured = slot_absorption(slot, sample_rows=sample_rows, neighbours=neighbours, seed=seed, max_position=max_position)
     xavier_std = get_scheme("xavier").std(n, d)
     ln_vocab = math.log(n)
     predicted = tied_initial_loss(n, d, report["std"]) if slot.is_tied else None

@@ -106,6 +106,21 @@ def _check_file(path: str | os.PathLike[str], what: str) -> str:
     return path
 
 
+def check_probe_inputs(
+    analogies: str | os.PathLike[str] | None,
+    similarity: str | os.PathLike[str] | Sequence[str | os.PathLike[str]],
+    max_analogies: int | None = None,
+) -> tuple[str | None, list[str]]:
+    """The analogy file and the word-similarity files (paths expanded), each found; ``max_analogies`` ≥ 1 or None."""
+    if isinstance(similarity, (str, os.PathLike)):
+        similarity = [similarity]
+    analogy_path = None if analogies is None else _check_file(analogies, "analogy")
+    similarity_paths = [_check_file(path, "word-similarity") for path in similarity]
+    if max_analogies is not None and max_analogies < 1:
+        raise ValueError(f"max_analogies must be ≥ 1 or None, got {max_analogies}")
+    return analogy_path, similarity_paths
+
+
 def is_syntactic(section: str) -> bool:
     """Mikolov's morpho-syntactic sections are named ``gram1-…`` … ``gram9-…``."""
     return section.lower().startswith("gram")
@@ -293,12 +308,7 @@ def lexical_probe(
         raise ValueError(f"matrix of shape {tuple(matrix.shape)} for {len(tokens)} tokens: need one row per token")
     if analogies is None and not similarity:
         raise ValueError("lexical_probe needs an analogy file (analogies=) or word-similarity files (similarity=[...])")
-    if isinstance(similarity, (str, os.PathLike)):
-        similarity = [similarity]
-    analogy_path = None if analogies is None else _check_file(analogies, "analogy")
-    similarity_paths = [_check_file(path, "word-similarity") for path in similarity]
-    if max_analogies is not None and max_analogies < 1:
-        raise ValueError(f"max_analogies must be ≥ 1 or None, got {max_analogies}")
+    analogy_path, similarity_paths = check_probe_inputs(analogies, similarity, max_analogies)
     dim = matrix.shape[1]
     if positional is None:
         positional = sinusoidal_encoding(DEFAULT_POSITIONS, dim + dim % 2)[:, :dim]
