@@ -32,7 +32,7 @@ from lightning_embinit.init.host import EmbeddingSlot
 from lightning_embinit.init.schemes import get_scheme
 from lightning_embinit.models.blocks import TransformerStack, check_choice
 from lightning_embinit.models.initialization import NON_EMBEDDING_SCHEMES, init_non_embedding_
-from lightning_embinit.models.inputs import EmbeddingInput, resolve_scale, resolve_tokenizer
+from lightning_embinit.models.inputs import EmbeddingInput, fill_token_table_, resolve_scale, resolve_tokenizer
 from lightning_embinit.models.module import EmbinitModule, check_schedule
 
 POOLINGS = ("cls", "mean")
@@ -174,9 +174,7 @@ class TransformerClassifier(EmbinitModule):
         for vector in (self.cls_vector, None if self.segment_embedding is None else self.segment_embedding.weight):
             if vector is not None:
                 nn.init.normal_(vector, std=0.02)
-        table = self.token_input.embedding
-        get_scheme(self.hparams.embedding_init).fill_(table.weight)
-        table.weight[self.pad_id].zero_()
+        fill_token_table_(self.token_input.embedding, self.hparams.embedding_init)
 
     # ----------------------------------------------------------------- EmbeddingHost
     def embedding_slots(self) -> dict[str, EmbeddingSlot]:

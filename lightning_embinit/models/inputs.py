@@ -1,7 +1,8 @@
 """What the first layer of every model sees: s · E[ids] + P (SPEC §1).
 
 - :class:`EmbeddingInput`: token lookup (:func:`lookup_tokens`, ids checked against the table),
-  input scale s (:func:`resolve_scale`: √D, 1/√D, 1 or a number) and positional rows;
+  input scale s (:func:`resolve_scale`: √D, 1/√D, 1 or a number) and positional rows
+  (:func:`embed_tokens`); :func:`fill_token_table_` (re)initializes a token table;
 - positional encodings by name (:data:`POSITIONALS`, :func:`build_positional`): sinusoidal in
   Vaswani's interleaved or the tutorial's half layout (SPEC §2), learned, or none;
 - a model's vocabulary from a tokenizer or a size (:func:`resolve_tokenizer`).
@@ -19,6 +20,7 @@ from torch import nn
 
 from lightning_embinit.init.host import EmbeddingSlot
 from lightning_embinit.init.positional import LAYOUTS, canonical_layout, sinusoidal_encoding
+from lightning_embinit.init.schemes import get_scheme
 from lightning_embinit.models.blocks import Dropout, check_choice
 
 POSITIONALS = ("interleaved", "half", "halves", "sinusoidal", "learned", "none")
@@ -139,6 +141,27 @@ def resolve_scale(scale: str | float, dim: int, *, option: str = "embedding_scal
     return float(scale)
 
 
+def embed_tokens(
+    embedding: nn.Embedding, ids: torch.Tensor, *, scale: float, positional: nn.Module | None, offset: int = 0
+) -> torch.Tensor:
+    """s · E[ids] + P[offset : offset + L] (SPEC §1): (B, L) ids → (B, L, D), before the input dropout."""
+    x = lookup_tokens(embedding, ids)
+    if scale != 1.0:
+        x = x * scale
+    if positional is not None:
+        x = x + positional(ids.shape[1], offset)
+    return x
+
+
+@torch.no_grad()
+def fill_token_table_(table: nn.Embedding, scheme: str) -> None:
+    """Fill a token table per the embedding scheme ``scheme`` (e.g. ``xavier``, ``normal:0.02``) until
+    ``EmbeddingInitCallback`` replaces it; its padding row (if any) is 0."""
+    get_scheme(scheme).fill_(table.weight)
+    if table.padding_idx is not None:
+        table.weight[table.padding_idx].zero_()
+
+
 class EmbeddingInput(nn.Module):
     """x = Drop(s · E[ids] + P[offset : offset + L]) — the transformer input of SPEC §1.
 
@@ -175,10 +198,4 @@ class EmbeddingInput(nn.Module):
 
     def forward(self, ids: torch.Tensor, offset: int = 0) -> torch.Tensor:
         """(B, L) ids → (B, L, D); ``offset`` is the position of the first id (incremental decoding)."""
-        length = ids.shape[1]
-        x = lookup_tokens(self.embedding, ids)
-        if self.scale != 1.0:
-            x = x * self.scale
-        if self.positional is not None:
-            x = x + self.positional(length, offset)
-        return self.dropout(x)
+        return self.dropout(embed_tokens(self.embedding, ids, scale=self.scale, positional=self.positional, offset=offset))

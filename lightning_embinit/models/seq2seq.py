@@ -11,7 +11,7 @@ from __future__ import annotations
 import torch
 
 from lightning_embinit.init.host import EmbeddingSlot
-from lightning_embinit.models.blocks import DecoderCache, TransformerStack
+from lightning_embinit.models.blocks import DecoderCache, TransformerStack, check_choice
 from lightning_embinit.models.decoding import EncoderState
 from lightning_embinit.models.heads import HEADS, OutputHead
 from lightning_embinit.models.initialization import init_non_embedding_
@@ -74,8 +74,7 @@ class TransformerSeq2Seq(Seq2SeqModule):
         warmup_steps: int = 4000,
     ) -> None:
         super().__init__()
-        if head not in HEADS:
-            raise ValueError(f"unknown output head {head!r}; choose one of: {', '.join(HEADS)}")
+        check_choice("output head", head, HEADS)
         scale = resolve_scale(input_scale, d_model, option="input_scale")
         lr = resolve_lr(lr, lr_schedule, d_model, warmup_steps)  # before save_hyperparameters: it keeps the number
         self.save_hyperparameters(ignore=["src_tokenizer", "tgt_tokenizer"])  # configs: set below, not logged
@@ -114,10 +113,7 @@ class TransformerSeq2Seq(Seq2SeqModule):
         }
 
     def _input_slot(self, name: str, source: EmbeddingInput, side: SideVocabulary, tied: tuple[str, ...]) -> EmbeddingSlot:
-        return self._slot(
-            name, source.embedding, side, input_scale=source.scale,
-            positional_encoding=source.positional_encoding(), tied_modules=tied,
-        )
+        return source.slot(name, **side.slot_options(), tied_modules=tied)
 
     def encode(self, src: torch.Tensor) -> EncoderState:
         padding = src == self.src_vocab.pad_id

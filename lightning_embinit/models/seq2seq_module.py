@@ -22,10 +22,9 @@ from torchmetrics.aggregation import MeanMetric
 
 from lightning_embinit.data.vocabulary import SPECIAL_TOKENS
 from lightning_embinit.init.host import EmbeddingSlot
-from lightning_embinit.init.schemes import get_scheme
 from lightning_embinit.models.blocks import DecoderCache, check_choice
 from lightning_embinit.models.decoding import EncoderState, decode
-from lightning_embinit.models.inputs import resolve_tokenizer
+from lightning_embinit.models.inputs import fill_token_table_, resolve_tokenizer
 from lightning_embinit.models.module import EmbinitModule, check_schedule, noam_peak_lr
 from lightning_embinit.models.tied_lm import PerplexityFromLoss
 from lightning_embinit.models.translation_metrics import CorpusBLEU
@@ -49,6 +48,10 @@ class SideVocabulary:
     @property
     def special_tokens(self) -> dict[str, str]:
         return {} if self.tokenizer is None else dict(self.tokenizer.special_tokens)
+
+    def slot_options(self) -> dict[str, Any]:
+        """What an :class:`~lightning_embinit.init.EmbeddingSlot` of this side's table takes from the vocabulary."""
+        return {"tokens": self.tokens, "padding_idx": self.pad_id, "special_tokens": self.special_tokens}
 
 
 def side_vocabulary(side: str, tokenizer: Any, vocab_size: int | None) -> tuple[SideVocabulary, dict | None]:
@@ -149,19 +152,13 @@ class Seq2SeqModule(EmbinitModule, abc.ABC):
     def _token_table(self, side: SideVocabulary, dim: int) -> nn.Embedding:
         return nn.Embedding(side.size, dim, padding_idx=side.pad_id)
 
-    @torch.no_grad()
     def _reset_token_tables(self, *tables: nn.Embedding) -> None:
         """The token tables per ``embedding_init`` until EmbeddingInitCallback replaces them; pad rows 0."""
         for table in dict.fromkeys(tables):
-            get_scheme(self.hparams.embedding_init).fill_(table.weight)
-            if table.padding_idx is not None:
-                table.weight[table.padding_idx].zero_()
+            fill_token_table_(table, self.hparams.embedding_init)
 
     def _slot(self, name: str, table: nn.Embedding, side: SideVocabulary, **options: Any) -> EmbeddingSlot:
-        return EmbeddingSlot(
-            name=name, embedding=table, tokens=side.tokens, padding_idx=side.pad_id,
-            special_tokens=side.special_tokens, **options,
-        )
+        return EmbeddingSlot(name=name, embedding=table, **side.slot_options(), **options)
 
     # ----------------------------------------------------------------- model interface (subclasses)
     @abc.abstractmethod
@@ -382,6 +379,3 @@ class Seq2SeqModule(EmbinitModule, abc.ABC):
         finally:
             self.train(was_training)
         return results
-
-
-# --------------------------------------------------------------------------------- the baseline

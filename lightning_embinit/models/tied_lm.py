@@ -24,11 +24,10 @@ from torchmetrics.aggregation import MeanMetric
 from lightning_embinit.data.vocabulary import SPECIAL_TOKENS
 from lightning_embinit.init.host import EmbeddingSlot
 from lightning_embinit.init.initial_loss import predicted_initial_loss, token_std
-from lightning_embinit.init.schemes import get_scheme
 from lightning_embinit.models.blocks import TransformerBlock, build_norm
 from lightning_embinit.models.heads import OutputHead
 from lightning_embinit.models.initialization import init_non_embedding_
-from lightning_embinit.models.inputs import build_positional, lookup_tokens, resolve_scale
+from lightning_embinit.models.inputs import build_positional, embed_tokens, fill_token_table_, resolve_scale
 from lightning_embinit.models.module import EmbinitModule, check_schedule
 
 
@@ -139,9 +138,7 @@ class TiedEmbeddingLM(EmbinitModule):
         skip = [self.head.proj] if self.head.kind == "tied_orthogonal" else []
         init_non_embedding_(self, self.hparams.init_scheme, zero_init_residual=self.hparams.zero_init_residual, skip=skip)
         self.head.reset_orthogonal()
-        get_scheme(self.hparams.embedding_init).fill_(self.token_embedding.weight)
-        if self.padding_idx is not None:
-            self.token_embedding.weight[self.padding_idx].zero_()
+        fill_token_table_(self.token_embedding, self.hparams.embedding_init)
 
     # ----------------------------------------------------------------- EmbeddingHost
     def embedding_slots(self) -> dict[str, EmbeddingSlot]:
@@ -163,14 +160,7 @@ class TiedEmbeddingLM(EmbinitModule):
     # ----------------------------------------------------------------- model
     def forward(self, input_ids: torch.Tensor) -> torch.Tensor:
         """(B, L) token ids → (B, L, n) next-token logits."""
-        length = input_ids.shape[1]
-        if self.positional is not None and length > self.hparams.max_len:
-            raise ValueError(f"sequence length {length} exceeds max_len={self.hparams.max_len}")
-        x = lookup_tokens(self.token_embedding, input_ids)
-        if self.input_scale != 1.0:
-            x = x * self.input_scale
-        if self.positional is not None:
-            x = x + self.positional(length)
+        x = embed_tokens(self.token_embedding, input_ids, scale=self.input_scale, positional=self.positional)
         x = self.embed_dropout(x)
         for block in self.blocks:
             x = block(x, causal=True)
