@@ -61,10 +61,14 @@ class EmbinitCLI(LightningCLI):
         for source, target in DATA_TO_MODEL_LINKS:
             parser.link_arguments(f"data.{source}", f"model.init_args.{target}", apply_on="instantiate")
 
-    def before_instantiate_classes(self) -> None:
+    def _checkpoint_path(self) -> tuple[str | None, str | None]:
+        """(subcommand, its ``ckpt_path`` when that names an existing file)."""
         subcommand = self.config.get("subcommand")
         ckpt_path = self.config[subcommand].get("ckpt_path") if subcommand else None
-        if ckpt_path and Path(ckpt_path).is_file() and not self._checkpoint_config_read:
+        return subcommand, ckpt_path if ckpt_path and Path(ckpt_path).is_file() else None
+
+    def before_instantiate_classes(self) -> None:
+        if self._checkpoint_path()[1] and not self._checkpoint_config_read:
             # LightningCLI calls its private _parse_ckpt_path, which this class overrides; a release that
             # renamed it would silently build the vocabulary from new text instead of the checkpoint's
             warnings.warn(
@@ -89,9 +93,8 @@ class EmbinitCLI(LightningCLI):
 
     def _parse_ckpt_path(self) -> None:
         self._checkpoint_config_read = True
-        subcommand = self.config.get("subcommand")
-        ckpt_path = self.config[subcommand].get("ckpt_path") if subcommand else None
-        if not ckpt_path or not Path(ckpt_path).is_file():
+        subcommand, ckpt_path = self._checkpoint_path()
+        if ckpt_path is None:
             return
         checkpoint = torch.load(ckpt_path, weights_only=True, map_location="cpu", mmap=True)
         hparams = dict(checkpoint.get("hyper_parameters", {}))
@@ -141,7 +144,7 @@ def _checkpoint_file(ckpt_path: str, name: str, suffix: str) -> Path:
     try:
         directory = writable_cache_dir("vocabularies")
     except CacheUnavailable as error:
-        warn_cache_unavailable(error, "the checkpoint's vocabulary is written to a temporary directory")
+        warn_cache_unavailable(error, f"the checkpoint's {name} is written to a temporary directory")
         directory = Path(tempfile.mkdtemp(prefix="embinit-vocabulary-"))
     return directory / f"{key}.{name}{suffix}"
 

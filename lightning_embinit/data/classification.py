@@ -196,8 +196,9 @@ class ClassificationDataModule(TokenizedTextDataModule):
         cache: bool = True,
     ) -> None:
         super().__init__(batch_size=batch_size, eval_batch_size=eval_batch_size, max_length=max_length,
-                         too_long=too_long, num_workers=num_workers, seed=seed, pool_batches=pool_batches, cache=cache,
-                         word_tokenizer=word_tokenizer, tokenizer_specs={"tokenizer": tokenizer})
+                         too_long=too_long, max_examples=max_examples, num_workers=num_workers, seed=seed,
+                         pool_batches=pool_batches, cache=cache, word_tokenizer=word_tokenizer,
+                         tokenizer_specs={"tokenizer": tokenizer})
         files_given = train_file is not None or val_files is not None or test_file is not None
         if dataset is not None:
             if dataset not in CLASSIFICATION_DATASETS:
@@ -213,11 +214,7 @@ class ClassificationDataModule(TokenizedTextDataModule):
                              + ") or train_file/val_files/test_file")
         if label_names is not None and (len(label_names) < 2 or len(set(label_names)) != len(label_names)):
             raise ValueError(f"label_names must be ≥ 2 distinct names, got {label_names}")
-        if max_examples is not None and max_examples < 1:
-            raise ValueError(f"max_examples must be ≥ 1, got {max_examples}")
         self.save_hyperparameters()
-        self._corpus_cache: dict[str, list[list[str]]] = {}
-        self.collate_fn = None
 
     # ------------------------------------------------------------------ text and labels
     def prepare_data(self) -> None:
@@ -307,13 +304,8 @@ class ClassificationDataModule(TokenizedTextDataModule):
 
     # ------------------------------------------------------------------ tokenizer
     def _tokenizer_plans(self) -> dict[str, TokenizerPlan | str]:
-        hp = self.hparams
-        spec = hp.tokenizer
-        options = ({"min_freq": hp.min_freq or 2, "max_size": hp.max_size, "lowercase": hp.lowercase,
-                    "word_tokenizer": hp.word_tokenizer, "roles": ["cls", "sep"]} if spec == "word" else
-                   {"vocab_size": hp.vocab_size, "min_freq": hp.min_freq or 2, "lowercase": hp.lowercase,
-                    "roles": ["cls", "sep"]} if spec == "wordpiece" else
-                   {"restrict_vocabulary": True, "min_freq": hp.min_freq or 1} if hp.restrict_vocabulary else {})
+        spec = self.hparams.tokenizer
+        options = self._tokenizer_options(spec, default_min_freq=2, roles=["cls", "sep"])
         return {"tokens": TokenizerPlan(spec, options, self._training_text)}
 
     def _training_text(self) -> list[str]:
@@ -349,9 +341,9 @@ class ClassificationDataModule(TokenizedTextDataModule):
     def training_corpus(self, slot: str = "tokens") -> list[list[str]]:
         """The training texts (and pair texts) as token strings."""
         self.vocabulary_for(slot)
-        if slot not in self._corpus_cache:
-            self._corpus_cache[slot] = self.tokenizer.tokenize_batch(self._training_text())
-        return self._corpus_cache[slot]
+        if slot not in self._token_corpora:
+            self._token_corpora[slot] = self.tokenizer.tokenize_batch(self._training_text())
+        return self._token_corpora[slot]
 
     # ------------------------------------------------------------------ datasets and loaders
     def _encode(self, raw: dict[str, Any], tokenizers: dict[str, TextTokenizer]) -> dict[str, Ragged]:

@@ -68,9 +68,6 @@ class Ragged:
     def __getitem__(self, i: int) -> np.ndarray:
         return self.flat[self.offsets[i]: self.offsets[i + 1]]
 
-    def select(self, rows: np.ndarray) -> Ragged:
-        return Ragged.from_lists([self[int(i)] for i in rows])
-
 
 @dataclass
 class TokenizedCorpus:

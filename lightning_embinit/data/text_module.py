@@ -34,11 +34,6 @@ class TokenizerPlan:
     options: dict[str, Any]
     training_text: Callable[[], list[str]]
 
-    @property
-    def trained(self) -> bool:
-        """Whether the tokenizer learns from the training text (a vocabulary, or a pretrained one restricted to it)."""
-        return (isinstance(self.spec, str) and self.spec in TRAINED_KINDS) or bool(self.options.get("restrict_vocabulary"))
-
 
 class TokenizedTextDataModule(L.LightningDataModule, abc.ABC):
     """Base of :class:`~lightning_embinit.data.translation.TranslationDataModule` and
@@ -54,8 +49,8 @@ class TokenizedTextDataModule(L.LightningDataModule, abc.ABC):
     collate_fn: Any
 
     def __init__(self, *, batch_size: int, eval_batch_size: int | None, max_length: int, too_long: str,
-                 num_workers: int, seed: int | None, pool_batches: int, cache: bool, word_tokenizer: str,
-                 tokenizer_specs: dict[str, Any]) -> None:
+                 max_examples: int | None, num_workers: int, seed: int | None, pool_batches: int, cache: bool,
+                 word_tokenizer: str, tokenizer_specs: dict[str, Any]) -> None:
         super().__init__()
         if batch_size < 1 or (eval_batch_size is not None and eval_batch_size < 1):
             raise ValueError(f"batch sizes must be ≥ 1, got batch_size={batch_size}, eval_batch_size={eval_batch_size}")
@@ -67,6 +62,8 @@ class TokenizedTextDataModule(L.LightningDataModule, abc.ABC):
             raise ValueError(f"unknown word_tokenizer {word_tokenizer!r}; choose one of: {', '.join(TOKENIZERS)}")
         if num_workers < 0 or pool_batches < 1:
             raise ValueError(f"num_workers must be ≥ 0 and pool_batches ≥ 1, got {num_workers} and {pool_batches}")
+        if max_examples is not None and max_examples < 1:
+            raise ValueError(f"max_examples must be ≥ 1, got {max_examples}")
         for what, spec in tokenizer_specs.items():
             if spec is not None:
                 check_tokenizer_spec(spec, what)
@@ -75,6 +72,8 @@ class TokenizedTextDataModule(L.LightningDataModule, abc.ABC):
         self._ready: dict[str, TextTokenizer] = {}
         self._datasets: dict[str, Dataset] = {}
         self._checked_world = False
+        self._token_corpora: dict[str, list[list[str]]] = {}
+        self.collate_fn = None
         self.cache_origin: str | None = None
         self.length_report: dict[str, dict[str, int]] = {}
         """Per split: ``examples``, ``too_long`` (longer than ``max_length``), ``truncated``, ``dropped``."""
@@ -117,6 +116,17 @@ class TokenizedTextDataModule(L.LightningDataModule, abc.ABC):
             key = cache_key(text=text_digest(raw["digestible"]), tokenizers=tokenizers, module=type(self).__name__)
             self._corpus, self.cache_origin = load_or_build(key, lambda: self._tokenize(raw), disk=self.hparams.cache)
         return self._corpus
+
+    def _tokenizer_options(self, spec: TokenizerSpec, *, default_min_freq: int, roles: list[str] | None = None) -> dict[str, Any]:
+        """The ``build_tokenizer`` options of ``spec`` from this module's hyperparameters (``roles``: trained kinds only)."""
+        hp = self.hparams
+        extra = {"roles": roles} if roles else {}
+        if spec == "word":
+            return {"min_freq": hp.min_freq or default_min_freq, "max_size": hp.max_size, "lowercase": hp.lowercase,
+                    "word_tokenizer": hp.word_tokenizer, **extra}
+        if spec == "wordpiece":
+            return {"vocab_size": hp.vocab_size, "min_freq": hp.min_freq or default_min_freq, "lowercase": hp.lowercase, **extra}
+        return {"restrict_vocabulary": True, "min_freq": hp.min_freq or 1} if hp.restrict_vocabulary else {}
 
     def _plan_key(self, name: str, plan: TokenizerPlan) -> Any:
         """What identifies a tokenizer before training: its options, and a trained kind's name or the

@@ -28,6 +28,7 @@ from __future__ import annotations
 import abc
 import copy
 import hashlib
+import importlib
 import json
 import os
 from collections.abc import Callable, Mapping, Sequence
@@ -40,7 +41,7 @@ EXTRA_ROLES = ("cls", "sep", "mask")
 WORD_EXTRA_TOKENS = {"cls": "<cls>", "sep": "<sep>", "mask": "<mask>"}
 WORDPIECE_TOKENS = {"pad": "[PAD]", "unk": "[UNK]", "bos": "[START]", "eos": "[END]",
                     "cls": "[CLS]", "sep": "[SEP]", "mask": "[MASK]"}
-ADDED_TOKENS = {"pad": "<pad>", "unk": "<unk>", "bos": "<bos>", "eos": "<eos>"}
+ADDED_TOKENS = SPECIAL_TOKENS  # what a pretrained tokenizer lacking a required role gets: the word-level tokens
 ROLE_FALLBACKS = {"bos": ("bos", "cls"), "eos": ("eos", "sep"), "pad": ("pad",), "unk": ("unk",)}
 SPEC_FORMS = ("'word'", "'wordpiece'", "'hf:<hub id, local directory or known model name>'", "a local tokenizer directory",
               "a tokenizer config dict (TextTokenizer.to_config())", "the path of a saved config .json")
@@ -317,4 +318,4 @@ def build_tokenizer(spec: str | Mapping[str, Any] | TextTokenizer, texts: TextSo
     raise ValueError(f"unknown tokenizer spec {spec!r}; valid forms: {', '.join(SPEC_FORMS)}")
 
 
-import lightning_embinit.data.subword  # noqa: E402,F401  (registers the wordpiece and pretrained kinds for from_config)
+importlib.import_module("lightning_embinit.data.subword")  # registers the wordpiece and pretrained kinds for from_config

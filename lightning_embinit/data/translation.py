@@ -158,8 +158,9 @@ class TranslationDataModule(TokenizedTextDataModule):
         cache: bool = True,
     ) -> None:
         super().__init__(batch_size=batch_size, eval_batch_size=eval_batch_size, max_length=max_length,
-                         too_long=too_long, num_workers=num_workers, seed=seed, pool_batches=pool_batches, cache=cache,
-                         word_tokenizer=word_tokenizer, tokenizer_specs={"src_tokenizer": src_tokenizer, "tgt_tokenizer": tgt_tokenizer})
+                         too_long=too_long, max_examples=max_examples, num_workers=num_workers, seed=seed,
+                         pool_batches=pool_batches, cache=cache, word_tokenizer=word_tokenizer,
+                         tokenizer_specs={"src_tokenizer": src_tokenizer, "tgt_tokenizer": tgt_tokenizer})
         if src_lang == tgt_lang:
             raise ValueError(f"src_lang and tgt_lang are both {src_lang!r}")
         for name, files in (("train_files", train_files), ("val_files", val_files), ("test_files", test_files)):
@@ -174,16 +175,12 @@ class TranslationDataModule(TokenizedTextDataModule):
         elif data_dir is None and train_files is None and val_files is None and test_files is None:
             raise ValueError("no text: give data_dir (with <stem>.<lang> files), train_files/val_files/test_files, "
                              f"or dataset (one of: {', '.join(TRANSLATION_DATASETS)})")
-        if max_examples is not None and max_examples < 1:
-            raise ValueError(f"max_examples must be ≥ 1, got {max_examples}")
         tgt_spec = src_tokenizer if tgt_tokenizer is None else tgt_tokenizer
         if shared_vocabulary and tgt_spec != src_tokenizer:
             raise ValueError("shared_vocabulary=True uses one tokenizer for both sides; give src_tokenizer only")
         self.save_hyperparameters()
         self._specs = {"src": src_tokenizer, "tgt": tgt_spec}
         self._references: dict[str, list[str]] = {}
-        self._corpora: dict[str, list[list[str]]] = {}
-        self.collate_fn = None
 
     # ------------------------------------------------------------------ text
     def prepare_data(self) -> None:
@@ -257,11 +254,7 @@ class TranslationDataModule(TokenizedTextDataModule):
         plans: dict[str, TokenizerPlan | str] = {}
         for side in SIDES:
             spec = self._specs[side]
-            options = ({"min_freq": hp.min_freq or default_min_freq, "max_size": hp.max_size,
-                        "lowercase": hp.lowercase, "word_tokenizer": hp.word_tokenizer} if spec == "word" else
-                       {"vocab_size": hp.vocab_size, "min_freq": hp.min_freq or default_min_freq,
-                        "lowercase": hp.lowercase} if spec == "wordpiece" else
-                       {"restrict_vocabulary": True, "min_freq": hp.min_freq or 1} if hp.restrict_vocabulary else {})
+            options = self._tokenizer_options(spec, default_min_freq=default_min_freq)
             sides = SIDES if hp.shared_vocabulary else (side,)
             plans[side] = TokenizerPlan(spec, options, lambda sides=sides, spec=spec: self._training_text(sides, spec))
         if hp.shared_vocabulary:
@@ -312,10 +305,10 @@ class TranslationDataModule(TokenizedTextDataModule):
     def training_corpus(self, slot: str) -> list[list[str]]:
         """The training sentences of ``slot``'s side(s) as token strings (word2vec-trainset, coverage)."""
         sides = self._slot_sides(slot)
-        if slot not in self._corpora:
-            self._corpora[slot] = [tokens for side in sides
-                                   for tokens in self.corpus.tokenizer(side).tokenize_batch(self._training_text((side,), side))]
-        return self._corpora[slot]
+        if slot not in self._token_corpora:
+            self._token_corpora[slot] = [tokens for side in sides
+                                         for tokens in self.corpus.tokenizer(side).tokenize_batch(self._training_text((side,), side))]
+        return self._token_corpora[slot]
 
     def reference_texts(self, split: str) -> list[str]:
         """The target texts of ``split`` as the target tokenizer round-trips them (BLEU references), by ``index``."""
