@@ -34,7 +34,7 @@ from bench_seq2seq import DTYPES
 from flops import gemm_ceiling, measure_training_flops, print_utilization
 from lightning_embinit.data.tokenization import TextTokenizer
 from lightning_embinit.models import TransformerClassifier
-from lightning_embinit.models.inputs import EmbeddingInput
+from lightning_embinit.modules.inputs import EmbeddingInput
 from timing import alternate, print_throughput
 
 SIZES = {

@@ -37,7 +37,7 @@ from torch import nn
 
 from flops import gemm_ceiling, measure_training_flops, print_utilization
 from lightning_embinit.models import ReinforcedTransformerSeq2Seq, TransformerSeq2Seq
-from lightning_embinit.models.inputs import EmbeddingInput
+from lightning_embinit.modules.inputs import EmbeddingInput
 from timing import alternate, print_throughput
 
 SIZES = {

@@ -34,7 +34,7 @@ from lightning_embinit.init.pipeline import slot_report
 from lightning_embinit.init.positional import LAYOUTS, sinusoidal_encoding
 from lightning_embinit.init.recipe import InitRecipe
 from lightning_embinit.init.tokens import load_tokens
-from lightning_embinit.models.inputs import resolve_scale
+from lightning_embinit.modules.inputs import resolve_scale
 
 POSITIONALS = ("sinusoidal", "none")
 CALLBACK_OPTIONS = ("source", "standardize", "match", "shuffle", "scale", "trainable", "seed", "tokens")

@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from lightning_embinit.models import FeedForward, MultiHeadAttention, TransformerBlock, init_non_embedding_
-from lightning_embinit.models.inputs import build_positional, resolve_scale
+from lightning_embinit.modules.inputs import build_positional, resolve_scale
 
 
 def test_attention_matches_explicit_softmax():
@@ -95,8 +95,8 @@ def test_feed_forward_and_options_reject_unknown_names():
 
 @pytest.mark.parametrize("name", ["none", "relu", "gelu", "tanh"])
 def test_one_activation_mapping_serves_ffn_and_head(name):
-    from lightning_embinit.models.blocks import ACTIVATION_FUNCTIONS, ACTIVATIONS, activation_fn
-    from lightning_embinit.models.heads import HEAD_ACTIVATIONS, OutputHead
+    from lightning_embinit.modules.blocks import ACTIVATION_FUNCTIONS, ACTIVATIONS, activation_fn
+    from lightning_embinit.modules.heads import HEAD_ACTIVATIONS, OutputHead
 
     function = ACTIVATION_FUNCTIONS[name]
     assert set(ACTIVATIONS) <= set(ACTIVATION_FUNCTIONS) and HEAD_ACTIVATIONS == tuple(ACTIVATION_FUNCTIONS)
@@ -161,7 +161,7 @@ def test_embedding_input_is_scaled_lookup_plus_positional_rows_at_an_offset():
 
 def test_one_vocabulary_resolver_names_each_models_arguments():
     from lightning_embinit.data.tokenization import TextTokenizer
-    from lightning_embinit.models.inputs import resolve_tokenizer
+    from lightning_embinit.models.vocabularies import resolve_tokenizer
 
     tokenizer = TextTokenizer.word(["a man runs", "a dog runs"], min_freq=1)
     resolved, size = resolve_tokenizer(tokenizer.to_config(), None)
@@ -251,7 +251,7 @@ def test_dropout_placement_options():
 
 
 def test_cpu_dropout_keeps_the_rate_scale_and_seeding_of_nn_dropout():
-    from lightning_embinit.models.blocks import Dropout
+    from lightning_embinit.modules.blocks import Dropout
 
     layer = Dropout(0.1)
     x = torch.ones(400, 1000, requires_grad=True)

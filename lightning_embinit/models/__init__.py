@@ -1,18 +1,12 @@
-"""Transformer models built from the shared blocks in :mod:`lightning_embinit.models.blocks`."""
+"""Transformer models built from the shared blocks in :mod:`lightning_embinit.modules.blocks`."""
 
 from lightning_embinit.init.initial_loss import predicted_initial_loss, tied_initial_loss
-from lightning_embinit.models.blocks import (
-    AttentionCache,
-    DecoderCache,
-    FeedForward,
-    MultiHeadAttention,
-    TransformerBlock,
-    TransformerStack,
-)
-from lightning_embinit.models.inputs import EmbeddingInput, LearnedPositionalEmbedding, SinusoidalPositionalEncoding
-from lightning_embinit.models.decoding import EncoderState, beam_search, greedy_decode
-from lightning_embinit.models.heads import HEADS, OutputHead
-from lightning_embinit.models.initialization import NON_EMBEDDING_SCHEMES, init_non_embedding_
+from lightning_embinit.modules.attention import AttentionCache, MultiHeadAttention
+from lightning_embinit.modules.blocks import DecoderCache, FeedForward, TransformerBlock, TransformerStack
+from lightning_embinit.modules.inputs import EmbeddingInput, LearnedPositionalEmbedding, SinusoidalPositionalEncoding
+from lightning_embinit.modules.decoding import EncoderState, beam_search, greedy_decode
+from lightning_embinit.modules.heads import HEADS, OutputHead
+from lightning_embinit.modules.initialization import NON_EMBEDDING_SCHEMES, init_non_embedding_
 from lightning_embinit.models.tied_lm import TiedEmbeddingLM
 from lightning_embinit.models.presets import PRESETS, preset_arguments
 from lightning_embinit.models.seq2seq import TransformerSeq2Seq

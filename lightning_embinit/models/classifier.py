@@ -28,11 +28,13 @@ from torchmetrics.classification import MulticlassAccuracy, MulticlassF1Score
 
 from lightning_embinit.data.classification import ClassificationCollator, LabelledDataset
 from lightning_embinit.data.text_cache import Ragged
+from lightning_embinit.checks import check_choice
 from lightning_embinit.init.host import EmbeddingSlot
 from lightning_embinit.init.schemes import get_scheme
-from lightning_embinit.models.blocks import TransformerStack, check_choice
-from lightning_embinit.models.initialization import NON_EMBEDDING_SCHEMES, init_non_embedding_
-from lightning_embinit.models.inputs import EmbeddingInput, fill_token_table_, resolve_scale, resolve_tokenizer
+from lightning_embinit.modules.blocks import TransformerStack
+from lightning_embinit.modules.initialization import NON_EMBEDDING_SCHEMES, init_non_embedding_
+from lightning_embinit.modules.inputs import EmbeddingInput, fill_token_table_, resolve_scale
+from lightning_embinit.models.vocabularies import resolve_tokenizer
 from lightning_embinit.models.module import EmbinitModule, check_schedule
 
 POOLINGS = ("cls", "mean")

@@ -19,7 +19,7 @@ import torch
 from torch import nn
 from torchmetrics import Metric
 
-from lightning_embinit.models.blocks import check_choice
+from lightning_embinit.checks import check_choice
 
 LR_SCHEDULES = ("constant", "noam")
 

@@ -23,12 +23,13 @@ from __future__ import annotations
 import torch
 from lightning.pytorch.utilities import rank_zero_warn
 
+from lightning_embinit.checks import check_choice
 from lightning_embinit.init.host import EmbeddingSlot
-from lightning_embinit.models.blocks import DecoderCache, Dropout, TransformerStack, check_choice
-from lightning_embinit.models.decoding import EncoderState
-from lightning_embinit.models.heads import OutputHead
-from lightning_embinit.models.initialization import init_non_embedding_
-from lightning_embinit.models.inputs import build_positional, lookup_tokens
+from lightning_embinit.modules.blocks import DecoderCache, Dropout, TransformerStack
+from lightning_embinit.modules.decoding import EncoderState
+from lightning_embinit.modules.heads import OutputHead
+from lightning_embinit.modules.initialization import init_non_embedding_
+from lightning_embinit.modules.inputs import build_positional, lookup_tokens
 from lightning_embinit.models.seq2seq_module import Seq2SeqModule, resolve_lr
 
 TARGET_NORMALIZATIONS = ("sequence", "causal")

@@ -10,12 +10,13 @@ from __future__ import annotations
 
 import torch
 
+from lightning_embinit.checks import check_choice
 from lightning_embinit.init.host import EmbeddingSlot
-from lightning_embinit.models.blocks import DecoderCache, TransformerStack, check_choice
-from lightning_embinit.models.decoding import EncoderState
-from lightning_embinit.models.heads import HEADS, OutputHead
-from lightning_embinit.models.initialization import init_non_embedding_
-from lightning_embinit.models.inputs import EmbeddingInput, resolve_scale
+from lightning_embinit.modules.blocks import DecoderCache, TransformerStack
+from lightning_embinit.modules.decoding import EncoderState
+from lightning_embinit.modules.heads import HEADS, OutputHead
+from lightning_embinit.modules.initialization import init_non_embedding_
+from lightning_embinit.modules.inputs import EmbeddingInput, resolve_scale
 from lightning_embinit.models.seq2seq_module import Seq2SeqModule, SideVocabulary, resolve_lr
 
 

@@ -2,7 +2,7 @@
 
 :class:`Seq2SeqModule`: the two sides' vocabularies (tokenizer configs saved in the
 hyperparameters, so a checkpoint decodes new text with its own), masked cross-entropy,
-validation/test loss and corpus BLEU, decoding (:mod:`~lightning_embinit.models.decoding`),
+validation/test loss and corpus BLEU, decoding (:mod:`~lightning_embinit.modules.decoding`),
 ``translate``/``predict_step``. A model adds its layers and ``encode``/``decode``/``head_logits``:
 :class:`~lightning_embinit.models.seq2seq.TransformerSeq2Seq` (the baseline) and
 :class:`~lightning_embinit.models.reinforced.ReinforcedTransformerSeq2Seq`.
@@ -21,10 +21,12 @@ from torch import nn
 from torchmetrics.aggregation import MeanMetric
 
 from lightning_embinit.data.vocabulary import SPECIAL_TOKENS
+from lightning_embinit.checks import check_choice
 from lightning_embinit.init.host import EmbeddingSlot
-from lightning_embinit.models.blocks import DecoderCache, check_choice
-from lightning_embinit.models.decoding import EncoderState, decode
-from lightning_embinit.models.inputs import fill_token_table_, resolve_tokenizer
+from lightning_embinit.modules.blocks import DecoderCache
+from lightning_embinit.modules.decoding import EncoderState, decode
+from lightning_embinit.modules.inputs import fill_token_table_
+from lightning_embinit.models.vocabularies import resolve_tokenizer
 from lightning_embinit.models.module import EmbinitModule, check_schedule, noam_peak_lr
 from lightning_embinit.models.tied_lm import PerplexityFromLoss
 from lightning_embinit.models.translation_metrics import CorpusBLEU
@@ -56,7 +58,7 @@ class SideVocabulary:
 
 def side_vocabulary(side: str, tokenizer: Any, vocab_size: int | None) -> tuple[SideVocabulary, dict | None]:
     """The vocabulary of ``side`` from a tokenizer (config dict or ``TextTokenizer``) or a size
-    (:func:`~lightning_embinit.models.inputs.resolve_tokenizer`).
+    (:func:`~lightning_embinit.modules.inputs.resolve_tokenizer`).
 
     Without a tokenizer the special ids are the package's (pad 0, unk 1, bos 2, eos 3). Returns
     the vocabulary and the tokenizer's JSON config (for the hyperparameters).

@@ -24,10 +24,10 @@ from torchmetrics.aggregation import MeanMetric
 from lightning_embinit.data.vocabulary import SPECIAL_TOKENS
 from lightning_embinit.init.host import EmbeddingSlot
 from lightning_embinit.init.initial_loss import predicted_initial_loss, token_std
-from lightning_embinit.models.blocks import TransformerBlock, build_norm
-from lightning_embinit.models.heads import OutputHead
-from lightning_embinit.models.initialization import init_non_embedding_
-from lightning_embinit.models.inputs import build_positional, embed_tokens, fill_token_table_, resolve_scale
+from lightning_embinit.modules.blocks import TransformerBlock, build_norm
+from lightning_embinit.modules.heads import OutputHead
+from lightning_embinit.modules.initialization import init_non_embedding_
+from lightning_embinit.modules.inputs import build_positional, embed_tokens, fill_token_table_, resolve_scale
 from lightning_embinit.models.module import EmbinitModule, check_schedule
 
 

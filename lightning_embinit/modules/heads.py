@@ -17,7 +17,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from lightning_embinit.models.blocks import ACTIVATION_FUNCTIONS, activation_fn, check_choice
+from lightning_embinit.checks import check_choice
+from lightning_embinit.modules.blocks import ACTIVATION_FUNCTIONS, activation_fn
 
 HEADS = ("tied", "untied", "tied_orthogonal", "tied_half_swap", "tied_shuffle")
 HEAD_ACTIVATIONS = tuple(ACTIVATION_FUNCTIONS)  # none, relu, gelu, tanh

@@ -5,7 +5,6 @@
   (:func:`embed_tokens`); :func:`fill_token_table_` (re)initializes a token table;
 - positional encodings by name (:data:`POSITIONALS`, :func:`build_positional`): sinusoidal in
   Vaswani's interleaved or the tutorial's half layout (SPEC §2), learned, or none;
-- a model's vocabulary from a tokenizer or a size (:func:`resolve_tokenizer`).
 
 Nothing here imports Lightning.
 """
@@ -21,7 +20,8 @@ from torch import nn
 from lightning_embinit.init.host import EmbeddingSlot
 from lightning_embinit.init.positional import LAYOUTS, canonical_layout, sinusoidal_encoding
 from lightning_embinit.init.schemes import get_scheme
-from lightning_embinit.models.blocks import Dropout, check_choice
+from lightning_embinit.checks import check_choice
+from lightning_embinit.modules.blocks import Dropout
 
 POSITIONALS = ("interleaved", "half", "halves", "sinusoidal", "learned", "none")
 """Positional encodings by name: sinusoidal ``interleaved`` (Vaswani, SPEC §1) or ``half`` (sines then
@@ -101,27 +101,6 @@ def lookup_tokens(embedding: nn.Embedding, ids: torch.Tensor) -> torch.Tensor:
             f"{bad.numel()} id(s) out of range in a batch of shape {tuple(ids.shape)}: were the inputs encoded "
             "with another vocabulary?"
         ) from None
-
-
-def resolve_tokenizer(
-    tokenizer: Any, vocab_size: int | None, *, option: str = "tokenizer", size_option: str = "vocab_size",
-    min_size: int = 2,
-) -> tuple[Any, int]:
-    """(``TextTokenizer`` or None, token-table size) of a model's vocabulary argument pair: a tokenizer
-    (``TextTokenizer`` or its ``to_config()`` dict) or a size (≥ ``min_size``); a size given next to a
-    tokenizer must agree with it. ``option``/``size_option``: the caller's argument names, for errors."""
-    if tokenizer is None:
-        if vocab_size is None or vocab_size < min_size:
-            raise ValueError(f"give {option} (a tokenizer config, TextTokenizer.to_config(); the CLI links the "
-                             f"datamodule's) or {size_option} ≥ {min_size}; got {size_option}={vocab_size}")
-        return None, vocab_size
-    from lightning_embinit.data.tokenization import TextTokenizer
-
-    if not isinstance(tokenizer, TextTokenizer):
-        tokenizer = TextTokenizer.from_config(tokenizer)
-    if vocab_size is not None and vocab_size != len(tokenizer):
-        raise ValueError(f"{size_option}={vocab_size} disagrees with the {option}'s {len(tokenizer)} tokens")
-    return tokenizer, len(tokenizer)
 
 
 def resolve_scale(scale: str | float, dim: int, *, option: str = "embedding_scale") -> float:

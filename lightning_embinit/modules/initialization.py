@@ -18,8 +18,9 @@ from typing import Iterable
 import torch
 from torch import nn
 
-from lightning_embinit.models.blocks import FeedForward, TransformerBlock, check_choice
-from lightning_embinit.models.inputs import LearnedPositionalEmbedding
+from lightning_embinit.checks import check_choice
+from lightning_embinit.modules.blocks import FeedForward, TransformerBlock
+from lightning_embinit.modules.inputs import LearnedPositionalEmbedding
 
 NON_EMBEDDING_SCHEMES = ("xavier", "hf", "he_ffn")
 

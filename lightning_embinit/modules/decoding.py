@@ -1,7 +1,7 @@
 """Batched greedy and beam-search decoding with cached incremental steps (issue 8 §2).
 
 A model decodes through three methods (:class:`IncrementalDecoder`): ``encode(src)`` once per
-batch, ``new_cache()`` (a :class:`~lightning_embinit.models.blocks.DecoderCache`, or None when
+batch, ``new_cache()`` (a :class:`~lightning_embinit.modules.blocks.DecoderCache`, or None when
 the model cannot decode incrementally) and ``next_token_logits(tokens, state, cache)``: with a
 cache ``tokens`` holds only the newest token of each row and the keys/values of earlier steps are
 read back; without one it holds the whole prefix, recomputed every step (the naive loop).
@@ -20,7 +20,7 @@ from typing import Protocol
 
 import torch
 
-from lightning_embinit.models.blocks import DecoderCache
+from lightning_embinit.modules.blocks import DecoderCache
 
 
 @dataclass

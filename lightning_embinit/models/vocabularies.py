@@ -1,0 +1,26 @@
+"""A model's vocabulary from a tokenizer or a size: what the systems hand their architecture."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from lightning_embinit.data.tokenization import TextTokenizer
+
+
+def resolve_tokenizer(
+    tokenizer: Any, vocab_size: int | None, *, option: str = "tokenizer", size_option: str = "vocab_size",
+    min_size: int = 2,
+) -> tuple[Any, int]:
+    """(``TextTokenizer`` or None, token-table size) of a model's vocabulary argument pair: a tokenizer
+    (``TextTokenizer`` or its ``to_config()`` dict) or a size (≥ ``min_size``); a size given next to a
+    tokenizer must agree with it. ``option``/``size_option``: the caller's argument names, for errors."""
+    if tokenizer is None:
+        if vocab_size is None or vocab_size < min_size:
+            raise ValueError(f"give {option} (a tokenizer config, TextTokenizer.to_config(); the CLI links the "
+                             f"datamodule's) or {size_option} ≥ {min_size}; got {size_option}={vocab_size}")
+        return None, vocab_size
+    if not isinstance(tokenizer, TextTokenizer):
+        tokenizer = TextTokenizer.from_config(tokenizer)
+    if vocab_size is not None and vocab_size != len(tokenizer):
+        raise ValueError(f"{size_option}={vocab_size} disagrees with the {option}'s {len(tokenizer)} tokens")
+    return tokenizer, len(tokenizer)
