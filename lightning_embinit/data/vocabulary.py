@@ -18,8 +18,7 @@ import re
 from collections import Counter
 from typing import Iterable, Iterator, Mapping, Sequence
 
-SPECIAL_TOKENS: dict[str, str] = {"pad": "<pad>", "unk": "<unk>", "bos": "<bos>", "eos": "<eos>"}
-"""Role → string of the special tokens; they take ids 0, 1, 2, 3 in this order."""
+from lightning_embinit.modules.vocabulary import SPECIAL_TOKENS
 
 WORD_PATTERN = re.compile(r"\w+(?:['’.:\-]\w+)*|[^\w\s]", re.UNICODE)
 TOKENIZERS = ("regex", "whitespace")

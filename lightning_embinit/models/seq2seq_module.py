@@ -20,7 +20,7 @@ from lightning.pytorch.utilities import rank_zero_info, rank_zero_warn
 from torch import nn
 from torchmetrics.aggregation import MeanMetric
 
-from lightning_embinit.data.vocabulary import SPECIAL_TOKENS
+from lightning_embinit.modules.vocabulary import SPECIAL_TOKENS
 from lightning_embinit.checks import check_choice
 from lightning_embinit.init.host import EmbeddingSlot
 from lightning_embinit.modules.blocks import DecoderCache

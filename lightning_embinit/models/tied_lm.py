@@ -21,7 +21,7 @@ import torch.nn.functional as F
 from torch import nn
 from torchmetrics.aggregation import MeanMetric
 
-from lightning_embinit.data.vocabulary import SPECIAL_TOKENS
+from lightning_embinit.modules.vocabulary import SPECIAL_TOKENS
 from lightning_embinit.init.host import EmbeddingSlot
 from lightning_embinit.init.initial_loss import predicted_initial_loss, token_std
 from lightning_embinit.modules.blocks import TransformerBlock, build_norm
