@@ -249,7 +249,7 @@ def decoding(args: argparse.Namespace) -> None:
                                    num_encoder_layers=SIZES[args.size]["layers"], num_decoder_layers=SIZES[args.size]["layers"])
     model.eval()
     sentences = multi30k("test_2016_flickr", model.hparams.get("src_lang", "de"))[: args.sentences]
-    source = model.src_vocab.tokenizer
+    source = model.src_tokenizer
     encoded = [ids + [source.eos_id] for ids in source.encode_batch(sentences)]
     max_len = args.max_len
     rows = []
@@ -263,12 +263,12 @@ def decoding(args: argparse.Namespace) -> None:
     started = time.perf_counter()
     model.generate(src, max_len=max_len, use_cache=False)
     rows.append(("batched, no cache, beam 1", len(uncached) / (time.perf_counter() - started), None))
-    lengths = [len(model.tgt_vocab.tokenizer.encode(text)) for text in rows[0][2]]
+    lengths = [len(model.tgt_tokenizer.encode(text)) for text in rows[0][2]]
     naive_count = min(args.naive_sentences, len(sentences))
     started = time.perf_counter()
     naive = [naive_greedy(model, torch.tensor([ids]), max_len) for ids in encoded[:naive_count]]
     elapsed = time.perf_counter() - started
-    same = sum(model.tgt_vocab.tokenizer.decode(ids) == rows[0][2][i] for i, ids in enumerate(naive))
+    same = sum(model.tgt_tokenizer.decode(ids) == rows[0][2][i] for i, ids in enumerate(naive))
     print(f"decoding the Multi30k test set ({len(sentences)} sentences; uncached routes on the first {naive_count}), "
           f"max {max_len} tokens, greedy outputs {statistics.mean(lengths):.1f} tokens on average, "
           f"{torch.get_num_threads()} threads, {'checkpoint ' + args.checkpoint if args.checkpoint else 'untrained model'}")

@@ -1,6 +1,6 @@
 """``embinit inspect``: check an embedding start before paying for a run (SPEC §1, §3).
 
-    embinit inspect --config cfg.yaml [--model.init_args.d_model 512 ...] [--source glove --standardize xavier]
+    embinit inspect --config cfg.yaml [--model.init_args.architecture.d_model 512 ...] [--source glove --standardize xavier]
     embinit inspect --vocab-size 30000 --dim 512 --tied --source normal:0.0625 [--format json]
 
 For a model config (parsed by the same LightningCLI parser ``embinit fit`` uses: model,
@@ -27,6 +27,7 @@ from typing import Any, Sequence
 import torch
 from torch import nn
 
+from lightning_embinit.checks import check_choice, choice_error
 from lightning_embinit.diagnostics.absorption import POSITIONAL_THRESHOLD, SEMANTIC_THRESHOLD
 from lightning_embinit.diagnostics.inspect import format_inspection, inspection
 from lightning_embinit.init.host import EmbeddingSlot, discover_slots
@@ -58,9 +59,7 @@ class ShapeModel(nn.Module):
         super().__init__()
         if vocab_size < 2 or dim < 1:
             raise ValueError(f"a table needs --vocab-size ≥ 2 and --dim ≥ 1, got {vocab_size} × {dim}")
-        if positional not in POSITIONALS:
-            raise ValueError(f"unknown --positional {positional!r}; choose one of: {', '.join(POSITIONALS)} "
-                             "(a learned table is inspected through --config)")
+        check_choice("--positional", positional, POSITIONALS, hint="a learned table is inspected through --config")
         self.token_embedding = nn.Embedding(vocab_size, dim, padding_idx=padding_idx)
         self.input_scale = input_scale
         self.tied = tied
@@ -89,9 +88,10 @@ def _scalar(text: str) -> Any:
 
 
 def _trainable(text: str) -> bool | str:
+    """``--trainable``: true, false or pretrained_rows, in any case."""
     choices = {"true": True, "false": False, "pretrained_rows": "pretrained_rows"}
     if text.lower() not in choices:
-        raise argparse.ArgumentTypeError(f"choose one of: {', '.join(choices)}")
+        raise argparse.ArgumentTypeError(str(choice_error("value", text, choices)))
     return choices[text.lower()]
 
 
@@ -100,7 +100,7 @@ def build_parser() -> argparse.ArgumentParser:
         prog="embinit inspect",
         allow_abbrev=False,
         description="Check an embedding start before training: init report, absorption, SPEC §3 initial loss, verdict. "
-                    "Arguments not listed here are passed to the config's LightningCLI parser (e.g. --model.init_args.d_model 64).",
+                    "Arguments not listed here are passed to the config's LightningCLI parser (e.g. --model.init_args.architecture.d_model 64).",
     )
     model = parser.add_argument_group("model: a config as `embinit fit` takes it, or a bare shape")
     model.add_argument("--config", help="a LightningCLI config (model, data, trainer.callbacks)")
@@ -166,17 +166,12 @@ def _config_callback(cli: Any) -> tuple[Any, dict[str, Any]] | None:
 
 def _from_config(args: argparse.Namespace, extra: Sequence[str]) -> tuple[nn.Module, Any, Any]:
     """(model, datamodule, callback or None) from a config, through ``embinit fit``'s parser."""
-    from lightning.pytorch import LightningDataModule, LightningModule
-
     from lightning_embinit.callbacks.embedding_init import EmbeddingInitCallback
-    from lightning_embinit.cli import EmbinitCLI
+    from lightning_embinit.lightning_cli import embinit_cli
 
     with warnings.catch_warnings():  # `embinit inspect` hands LightningCLI its own args, not sys.argv
         warnings.filterwarnings("ignore", message="LightningCLI's args parameter")
-        cli = EmbinitCLI(
-            LightningModule, LightningDataModule, subclass_mode_model=True, subclass_mode_data=True,
-            run=False, args=["--config", args.config, *extra], auto_configure_optimizers=False, save_config_callback=None,
-        )
+        cli = embinit_cli(["--config", args.config, *extra], run=False, save_config_callback=None)
     overrides = _callback_overrides(args)
     configured = _config_callback(cli)
     if configured is None:

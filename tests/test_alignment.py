@@ -9,9 +9,10 @@ import warnings
 import pytest
 import torch
 
-from lightning_embinit.init.alignment import AlignmentOptions, align_to_slot, match_tokens
 from lightning_embinit.init.projection import fit_projection, random_orthogonal_matrix
 from lightning_embinit.init.sources import SourceRequest
+from lightning_embinit.init.sources.alignment import AlignmentOptions, align_to_slot
+from lightning_embinit.init.sources.matching import match_tokens
 from lightning_embinit.init.sources.pretrained import ArrayTable, PretrainedSource
 from lightning_embinit.init.statistics import matrix_statistics
 from tests.shared_data import require_shared_data
@@ -227,3 +228,12 @@ def test_case_insensitive_match_takes_the_first_source_row_whatever_the_lookup_o
         built = align(table, ["pARIS", "paris"], dim=1)
         assert built.weight.flatten().tolist() == [0.0, 0.0], order
         assert built.coverage.by_rule == {"lower": 2}
+
+
+def test_the_former_module_path_still_imports_the_same_objects():
+    from lightning_embinit.init import alignment as former
+    from lightning_embinit.init.sources import alignment, base, matching
+
+    assert former.AlignmentOptions is alignment.AlignmentOptions and former.align_to_slot is alignment.align_to_slot
+    assert former.match_tokens is matching.match_tokens and former.VectorTable is base.VectorTable
+    assert former.FALLBACK_RULES == ("special", "lower", "wordpiece", "sentencepiece", "pieces", "ngrams")

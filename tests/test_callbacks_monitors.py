@@ -224,7 +224,7 @@ def init_table(glove_path, words):
     """The rows EmbeddingInitCallback writes for ``words`` (row 0, the padding row, left out)."""
     model = TiedEmbeddingLM(vocabulary=words, d_model=50, num_heads=2, num_layers=1, max_len=16)
     EmbeddingInitCallback(source=f"file:{glove_path}", seed=0, verbose=False).initialize(model)
-    return model.token_embedding.weight.detach()[1:]
+    return model.model.token_embedding.weight.detach()[1:]
 
 
 class ScriptedScore(L.LightningModule):

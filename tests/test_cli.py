@@ -15,7 +15,7 @@ from lightning_embinit.callbacks.progress import StepBudgetProgressBar
 from tests.host_models import TwoSlotHost, make_trainer, token_loader
 
 CONFIG = Path(__file__).resolve().parent.parent / "examples" / "configs" / "tied_lm.yaml"
-SMALL = ["--model.init_args.d_model=32", "--model.init_args.num_layers=1", "--data.init_args.batch_size=4"]
+SMALL = ["--model.init_args.architecture.d_model=32", "--model.init_args.architecture.num_layers=1", "--data.init_args.batch_size=4"]
 
 
 def parse_only(*args: str) -> cli.EmbinitCLI:
@@ -73,3 +73,44 @@ def test_embinit_inspect_is_routed_to_the_inspector(capsys):
     slot = json.loads(capsys.readouterr().out)["slots"][0]
     assert slot["num_embeddings"] == 500 and slot["embedding_dim"] == 64
     assert slot["predicted_initial_loss"] > slot["ln_vocab"] + 1  # ln(e^{dσ} + n − 1) with dσ = 8
+
+
+def _flat_copy_of(config_path: Path, tmp_path: Path) -> Path:
+    """The example config with its model settings written flat under init_args, as 0.1.0.dev0 configs were."""
+    import yaml
+
+    from tests.example_configs import flat_init_args
+
+    config = yaml.safe_load(config_path.read_text())
+    config["model"]["init_args"] = flat_init_args(config["model"]["init_args"])
+    assert "d_model" in config["model"]["init_args"] and "architecture" not in config["model"]["init_args"]
+    path = tmp_path / f"flat_{config_path.name}"
+    path.write_text(yaml.safe_dump(config))
+    return path
+
+
+@pytest.mark.parametrize("name", ["tied_lm", "kim_multi30k", "reinforced_proposed", "kim_sst2"])
+def test_a_0_1_config_with_flat_model_settings_parses_as_the_grouped_one(name, tmp_path):
+    grouped = CONFIG.parent / f"{name}.yaml"
+
+    def model_config(path: Path) -> dict:
+        run = cli.EmbinitCLI(LightningModule, LightningDataModule, subclass_mode_model=True, subclass_mode_data=True,
+                             run=False, args=["--config", str(path), "--trainer.default_root_dir", str(tmp_path)],
+                             auto_configure_optimizers=False)
+        return run.config.model.as_dict()
+
+    expected = model_config(grouped)
+    assert "d_model" in expected["init_args"]["architecture"] and "lr" in expected["init_args"]["optimizer"]
+    assert model_config(_flat_copy_of(grouped, tmp_path)) == expected
+
+
+def test_group_model_settings_leaves_other_models_and_values_alone():
+    from lightning_embinit.lightning_cli import group_model_settings
+
+    mine = {"model": {"class_path": "my.Model", "init_args": {"d_model": 3}}}
+    assert group_model_settings(mine) == {"model": {"class_path": "my.Model", "init_args": {"d_model": 3}}}
+    assert group_model_settings("32") == "32" and group_model_settings([1]) == [1]
+    ours = {"class_path": "TiedEmbeddingLM", "init_args": {"d_model": 3, "lr": 0.1, "vocab_size": 9,
+                                                          "architecture": {"num_layers": 2}}}
+    assert group_model_settings(ours)["init_args"] == {"vocab_size": 9, "architecture": {"num_layers": 2, "d_model": 3},
+                                                       "optimizer": {"lr": 0.1}}

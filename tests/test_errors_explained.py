@@ -11,8 +11,15 @@ import pytest
 import torch
 
 from lightning_embinit import EmbeddingInitCallback, LanguageModelDataModule, TiedEmbeddingLM
+from lightning_embinit.callbacks.learning_speed import LearningSpeedMonitor
+from lightning_embinit.init.projection import fit_projection
+from lightning_embinit.init.recipe import InitRecipe
 from lightning_embinit.init.sources import SourceRequest, resolve_source
 from lightning_embinit.init.sources import vector_cache
+from lightning_embinit.init.sources.static import normalize_format
+from lightning_embinit.init.sources.vector_file import check_policies
+from lightning_embinit.inspect_cli import ShapeModel
+from lightning_embinit.inspect_cli import main as inspect_main
 from tests.test_sources_hf import save_bert
 
 SPECIALS = {"pad": "<pad>", "unk": "<unk>"}
@@ -153,3 +160,32 @@ def check_works_without_cache(tmp_path, directory):
         warnings.simplefilter("error")
         again = resolve_source(f"file:{vectors}").build(request_for(["cat"], 3))
     assert again.weight.tolist() == [[4, 5, 6]]
+
+
+
+@pytest.mark.parametrize(
+    ("make", "message"),
+    [
+        (lambda: fit_projection("lda", torch.zeros(3, 3), 2), "unknown projection 'lda'; choose one of: pca, random_orthogonal"),
+        (lambda: normalize_format("csv"), "unknown format='csv'; choose one of: auto, "),
+        (lambda: check_policies("drop", "replace"), "unknown on_bad_line='drop'; choose one of: error, skip, warn"),
+        (lambda: check_policies("skip", "loose"),
+         "unknown encoding_errors='loose'; choose one of: replace, strict, ignore, backslashreplace"),
+        (lambda: LearningSpeedMonitor("x", 1.0, check_on="epoch"), "unknown check_on 'epoch'; choose one of: validation, train_step"),
+        (lambda: LearningSpeedMonitor("x", 1.0, mode="up"),
+         "unknown mode 'up'; choose one of: max, min (max: higher is better; min: lower is better)"),
+        (lambda: InitRecipe(trainable=1).check(slot="enc"), "slot 'enc': unknown trainable=1; choose one of: True, False, pretrained_rows"),
+        (lambda: ShapeModel(10, 4, positional="learned"),
+         "unknown --positional 'learned'; choose one of: sinusoidal, none (a learned table is inspected through --config)"),
+    ],
+)
+def test_a_bad_choice_names_the_value_and_every_valid_choice(make, message):
+    with pytest.raises(ValueError) as raised:
+        make()
+    assert str(raised.value).startswith(message)
+
+
+def test_inspect_names_a_bad_trainable_value_and_the_choices(capsys):
+    with pytest.raises(SystemExit):
+        inspect_main(["--vocab-size", "10", "--dim", "4", "--trainable", "sometimes"])
+    assert "argument --trainable: unknown value 'sometimes'; choose one of: true, false, pretrained_rows" in capsys.readouterr().err

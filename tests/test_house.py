@@ -31,7 +31,7 @@ FLOORS: list[tuple[str, tuple[str, ...]]] = [
     ("data", ("data",)),
     ("Lightning systems", ("models",)),
     ("callbacks", ("callbacks",)),
-    ("commands", ("cli", "inspect_cli", "quickstart", "__main__")),
+    ("commands", ("cli", "lightning_cli", "inspect_cli", "quickstart", "__main__")),
 ]
 """Floors, lowest first, by module-name prefix relative to the package (the longest prefix wins)."""
 

@@ -110,8 +110,8 @@ def test_spec_formula_and_model_estimate_are_logged_apart(tmp_path):
     torch.manual_seed(0)
     vocabulary = ["<pad>", "<unk>", "<bos>", "<eos>", *(f"w{i}" for i in range(296))]
     model = TiedEmbeddingLM(vocabulary=vocabulary, d_model=64, num_layers=1, max_len=512, embedding_init="normal:0.125")
-    sigma = token_std(model.token_embedding.weight, padding_idx=0)
-    assert sigma != pytest.approx(token_std(model.token_embedding.weight), rel=1e-4)  # the zero row matters
+    sigma = token_std(model.model.token_embedding.weight, padding_idx=0)
+    assert sigma != pytest.approx(token_std(model.model.token_embedding.weight), rel=1e-4)  # the zero row matters
     spec = tied_initial_loss(300, 64, sigma)
     at_16, at_max_len = model.initial_loss_prediction(length=16), model.initial_loss_prediction()
     monitor = InitialLossMonitor(warn=False)

@@ -102,7 +102,7 @@ def test_inspect_equals_the_callbacks_own_report(tmp_path, capsys):
     assert main(["--config", config, "--match", "xavier"]) == 2  # with the config's standardize
     assert "'standardize' and 'match'" in capsys.readouterr().err
     # extra arguments go to the config's parser
-    wider = inspect_json(capsys, "--config", config, "--source", "xavier", "--model.init_args.d_model", "64")
+    wider = inspect_json(capsys, "--config", config, "--source", "xavier", "--model.init_args.architecture.d_model", "64")
     assert wider["slots"][0]["embedding_dim"] == 64 and wider["slots"][0]["source"] == "xavier"
 
 
@@ -127,7 +127,7 @@ def test_bad_input_exits_with_a_message(capsys):
     assert "--vocab-size (or --tokens) and --dim" in capsys.readouterr().err
     assert main(["--vocab-size", "10", "--dim", "8", "--source", "nonsense"]) == 2
     assert "unknown source 'nonsense'" in capsys.readouterr().err
-    assert main(["--vocab-size", "10", "--dim", "8", "--model.init_args.d_model", "4"]) == 2
+    assert main(["--vocab-size", "10", "--dim", "8", "--model.init_args.architecture.d_model", "4"]) == 2
     assert "unrecognized arguments" in capsys.readouterr().err
     assert main(["--vocab-size", "10", "--dim", "8", "--input-scale", "huge"]) == 2
     assert "--input-scale must be" in (err := capsys.readouterr().err) and "'inv_sqrt_d'" in err and "'huge'" in err

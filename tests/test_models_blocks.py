@@ -189,7 +189,7 @@ def _stacks(pre_norm=False, dim=16):
     torch.manual_seed(0)
     options = {"pre_norm": pre_norm, "activation": "relu"}
     encoder = TransformerStack(2, dim, 4, 32, **options).eval()
-    decoder = TransformerStack(2, dim, 4, 32, cross_attention=True, **options).eval()
+    decoder = TransformerStack(2, dim, 4, 32, causal=True, cross_attention=True, **options).eval()
     return encoder, decoder
 
 

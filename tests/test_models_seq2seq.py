@@ -18,7 +18,8 @@ from lightning_embinit.models import (
     TransformerSeq2Seq,
     preset_arguments,
 )
-from lightning_embinit.models.module import noam_peak_lr
+from lightning_embinit.models.optimization import noam_peak_lr
+from tests.example_configs import flat_init_args
 from tests.shared_data import require_shared_data
 from tests.translation_helpers import TINY, TINY_REINFORCED, multi30k_data, multi30k_lines, tokenizer_configs, trainer
 
@@ -112,13 +113,13 @@ def test_presets_follow_spec_and_match_the_example_configs():
     model = TransformerSeq2Seq.from_preset("reinforced_baseline", src_vocab_size=100, tgt_vocab_size=100)
     hp = model.hparams
     assert (hp.num_encoder_layers, hp.num_decoder_layers, hp.d_model, hp.ffn_dim, hp.num_heads) == (4, 4, 128, 512, 8)
-    assert model.encoder.layers[0].self_attn.q_proj.weight.shape == (8 * 128, 128)  # r = q = m = 128 per head
-    assert model.decoder.layers[0].self_attn.out_proj.weight.shape == (128, 8 * 128)
-    assert model.src_input.positional.layout == "half" and hp.lr_schedule == "noam" and hp.warmup_steps == 4000
+    assert model.model.encoder.layers[0].self_attn.q_proj.weight.shape == (8 * 128, 128)  # r = q = m = 128 per head
+    assert model.model.decoder.layers[0].self_attn.out_proj.weight.shape == (128, 8 * 128)
+    assert model.model.src_input.positional.layout == "half" and hp.lr_schedule == "noam" and hp.warmup_steps == 4000
     assert hp.lr == pytest.approx(128**-0.5 * 4000**-0.5) == noam_peak_lr(128, 4000)
     kim = TransformerSeq2Seq.from_preset("kim_multi30k", src_vocab_size=100, tgt_vocab_size=100, d_model=300)
     assert (kim.hparams.num_heads, kim.hparams.ffn_dim, kim.hparams.lr, kim.hparams.dropout) == (10, 1200, 2e-4, 0.1)
-    assert kim.encoder.final_norm is None and len(kim.decoder.layers) == 3  # post-LN, 3 + 3
+    assert kim.model.encoder.final_norm is None and len(kim.model.decoder.layers) == 3  # post-LN, 3 + 3
     assert preset_arguments("kim_multi30k")[1]["num_heads"] == 8
     proposed = ReinforcedTransformerSeq2Seq.from_preset("reinforced_proposed", src_vocab_size=100, tgt_vocab_size=100)
     assert (proposed.hparams.d_model, proposed.hparams.ffn_dim, proposed.hparams.num_heads) == (64, 256, 4)
@@ -133,7 +134,7 @@ def test_presets_follow_spec_and_match_the_example_configs():
         config = yaml.safe_load((REPO / "examples" / "configs" / f"{name}.yaml").read_text())
         cls, arguments = preset_arguments(name)
         assert config["model"]["class_path"] == f"{cls.__module__.rsplit('.', 1)[0]}.{cls.__name__}"
-        given = config["model"]["init_args"]
+        given = flat_init_args(config["model"]["init_args"])
         for key, value in arguments.items():
             expected = list(value) if isinstance(value, tuple) else value
             assert given.get(key) == pytest.approx(expected), f"{name}.yaml: {key}"
@@ -152,15 +153,15 @@ def test_slots_name_each_side_with_its_tokens_scale_and_positions():
     assert list(slots["src"].tokens) == src_tok.tokens and list(slots["tgt"].tokens) == tgt_tok.tokens
     assert slots["tgt"].special_tokens == tgt_tok.special_tokens and slots["src"].padding_idx == src_tok.pad_id
     assert slots["src"].input_scale == 2.0 and slots["tgt"].tied_modules == ()
-    torch.testing.assert_close(slots["tgt"].positional_encoding(), model.tgt_input.positional.encoding())
-    assert model.src_input.embedding.weight[src_tok.pad_id].abs().max() == 0
+    torch.testing.assert_close(slots["tgt"].positional_encoding(), model.model.tgt_input.positional.encoding())
+    assert model.model.src_input.embedding.weight[src_tok.pad_id].abs().max() == 0
     joint = TextTokenizer.word(multi30k_lines("train", "de", 50) + multi30k_lines("train", "en", 50), min_freq=1)
     shared = TransformerSeq2Seq(
         src_tokenizer=joint.to_config(), tgt_tokenizer=joint.to_config(), share_embeddings=True, head="tied", **TINY
     )
     (slot,) = shared.embedding_slots().values()
-    assert slot.name == "shared" and slot.tied_modules == ("head",) and len(slot.tokens) == len(joint)
-    assert shared.src_input.embedding is shared.tgt_input.embedding
+    assert slot.name == "shared" and slot.tied_modules == ("model.head",) and len(slot.tokens) == len(joint)
+    assert shared.model.src_input.embedding is shared.model.tgt_input.embedding
     assert sum(p.numel() for p in shared.parameters()) < sum(p.numel() for p in model.parameters())
 
 
@@ -179,7 +180,7 @@ def test_embedding_init_callback_fills_src_and_tgt_from_their_own_files_with_no_
     )
     trainer(tmp_path, max_steps=1, callbacks=[callback], limit_val_batches=0).fit(model, data)
     src_ids = {w: data.src_tokenizer.tokens.index(w) for w in german}
-    table = model.src_input.embedding.weight.detach()
+    table = model.model.src_input.embedding.weight.detach()
     ratios = (table[src_ids["ein"]] - table[src_ids["mann"]]) / (rows["ein"] - rows["mann"])
     torch.testing.assert_close(ratios, ratios.mean().expand(50), rtol=1e-3, atol=1e-4)  # an affine map of the file's rows
     import gzip
@@ -188,7 +189,7 @@ def test_embedding_init_callback_fills_src_and_tgt_from_their_own_files_with_no_
         next(handle)
         glove_rows = {p[0]: torch.tensor([float(x) for x in p[1:]]) for p in (line.split() for line in handle)}
     tgt_ids = {w: data.tgt_tokenizer.tokens.index(w) for w in ("dog", "man", "woman")}
-    table = model.tgt_input.embedding.weight.detach()
+    table = model.model.tgt_input.embedding.weight.detach()
     ratios = (table[tgt_ids["dog"]] - table[tgt_ids["man"]]) / (glove_rows["dog"] - glove_rows["man"])
     torch.testing.assert_close(ratios, ratios.mean().expand(50), rtol=1e-3, atol=1e-4)
     scale = ratios.mean().item()
@@ -253,8 +254,8 @@ def test_checkpoint_reloads_and_translates_new_text_with_its_own_vocabularies(tm
     path = tmp_path / "model.ckpt"
     run.save_checkpoint(path)
     loaded = TransformerSeq2Seq.load_from_checkpoint(path)
-    assert loaded.src_vocab.tokenizer.tokens == data.src_tokenizer.tokens
-    assert loaded.tgt_vocab.tokenizer.to_config() == data.tgt_tokenizer.to_config()
+    assert loaded.src_tokenizer.tokens == data.src_tokenizer.tokens
+    assert loaded.tgt_tokenizer.to_config() == data.tgt_tokenizer.to_config()
     new_text = multi30k_lines("test_2016_flickr", "de", 5, start=500)  # never seen in training
     model.eval()
     assert loaded.translate(new_text, beam_size=2) == model.translate(new_text, beam_size=2)

@@ -9,7 +9,7 @@ import torch
 from lightning_embinit.data import LanguageModelDataModule
 from lightning_embinit.init import EmbeddingHost
 from lightning_embinit.models import HEADS, TiedEmbeddingLM, tied_initial_loss
-from lightning_embinit.models.module import noam_factor
+from lightning_embinit.models.optimization import noam_factor
 
 WORDS = "the cat sat on the mat and the dog sat on the log while a bird sang in the tree".split()
 
@@ -97,7 +97,7 @@ def test_bf16_autocast_training_step_on_cpu(head):
     model = tiny(head)
     optimizer = model.configure_optimizers()
     ids = torch.randint(0, 23, (4, 9))
-    before = model.token_embedding.weight.detach().clone()
+    before = model.model.token_embedding.weight.detach().clone()
     with torch.autocast("cpu", dtype=torch.bfloat16):
         logits = model(ids[:, :-1])
         loss = model.loss(logits, ids[:, 1:])
@@ -105,7 +105,7 @@ def test_bf16_autocast_training_step_on_cpu(head):
     loss.backward()
     assert torch.isfinite(loss) and all(torch.isfinite(p.grad).all() for p in model.parameters() if p.grad is not None)
     optimizer.step()
-    assert model.token_embedding.weight.dtype == torch.float32 and not torch.equal(model.token_embedding.weight, before)
+    assert model.model.token_embedding.weight.dtype == torch.float32 and not torch.equal(model.model.token_embedding.weight, before)
 
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
@@ -141,9 +141,9 @@ def test_embedding_slot_and_vocabulary():
     assert isinstance(model, EmbeddingHost)
     slot = model.embedding_slots()["tokens"]
     assert list(slot.tokens) == vocab and slot.padding_idx == 0 and slot.input_scale == pytest.approx(math.sqrt(32))
-    assert slot.tied_modules == ("head",) and slot.special_tokens["eos"] == "<eos>"
+    assert slot.tied_modules == ("model.head",) and slot.special_tokens["eos"] == "<eos>"
     assert slot.positional_encoding().shape == (16, 32)
-    assert model.token_embedding.weight[0].abs().max() == 0
+    assert model.model.token_embedding.weight[0].abs().max() == 0
     untied = TiedEmbeddingLM(vocabulary=vocab, d_model=32, num_heads=4, head="untied", positional="none", embedding_scale=1.0)
     slot = untied.embedding_slots()["tokens"]
     assert slot.tied_modules == () and slot.positional_encoding is None and slot.input_scale == 1.0
@@ -191,7 +191,7 @@ def test_checkpoint_reloads_with_vocabulary_and_same_validation_loss(tmp_path):
     loaded = TiedEmbeddingLM.load_from_checkpoint(path)
     assert loaded.vocabulary == data.vocabulary
     assert list(loaded.embedding_slots()["tokens"].tokens) == data.vocabulary
-    torch.testing.assert_close(loaded.token_embedding.weight, model.token_embedding.weight)
+    torch.testing.assert_close(loaded.model.token_embedding.weight, model.model.token_embedding.weight)
     after = L.Trainer(logger=False, enable_progress_bar=False).validate(loaded, data, verbose=False)[0]
     assert after["val_loss"] == pytest.approx(before["val_loss"], rel=1e-6)
     assert after["val_ppl"] == pytest.approx(math.exp(before["val_loss"]), rel=1e-5)

@@ -46,20 +46,20 @@ def test_example_config_runs_through_the_cli_and_the_checkpoint_keeps_the_vocabu
     cli.main(
         [
             "fit", "--config", str(CONFIG), f"--trainer.default_root_dir={tmp_path}", "--trainer.max_steps=2",
-            "--trainer.val_check_interval=2", "--trainer.enable_progress_bar=false", "--model.init_args.d_model=64",
-            "--model.init_args.num_layers=1", "--data.init_args.batch_size=4",
+            "--trainer.val_check_interval=2", "--trainer.enable_progress_bar=false", "--model.init_args.architecture.d_model=64",
+            "--model.init_args.architecture.num_layers=1", "--data.init_args.batch_size=4",
         ]
     )
     checkpoint = next(tmp_path.rglob("*.ckpt"))
     model = TiedEmbeddingLM.load_from_checkpoint(checkpoint)
     assert model.vocabulary[:5] == ["<pad>", "<unk>", "<bos>", "<eos>", "the"] and len(model.vocabulary) > 4000
-    assert model.token_embedding.weight.shape == (len(model.vocabulary), 64)
+    assert model.model.token_embedding.weight.shape == (len(model.vocabulary), 64)
 
 
 def test_validate_a_checkpoint_on_new_text_with_the_checkpoints_vocabulary(tmp_path):
     """The datamodule takes the checkpoint's vocabulary (a file), so the CLI link hands the model the
     same token ids, not a vocabulary built from the new text (docs/tied_lm.md)."""
-    small = ["--model.init_args.d_model=32", "--model.init_args.num_layers=1", "--data.init_args.batch_size=4"]
+    small = ["--model.init_args.architecture.d_model=32", "--model.init_args.architecture.num_layers=1", "--data.init_args.batch_size=4"]
     root = f"--trainer.default_root_dir={tmp_path}"
     cli.main(["fit", "--config", str(CONFIG), root, "--trainer.max_steps=2", "--trainer.val_check_interval=2",
               "--trainer.enable_progress_bar=false", "--data.init_args.max_size=200", *small])
@@ -85,7 +85,7 @@ def test_validate_a_checkpoint_on_new_text_with_the_checkpoints_vocabulary(tmp_p
 
 def test_validate_takes_the_vocabulary_from_the_checkpoint(tmp_path):
     """With --ckpt_path and no vocabulary given, the datamodule gets the checkpoint's (full Lee) vocabulary."""
-    small = ["--model.init_args.d_model=32", "--model.init_args.num_layers=1", "--data.init_args.batch_size=4"]
+    small = ["--model.init_args.architecture.d_model=32", "--model.init_args.architecture.num_layers=1", "--data.init_args.batch_size=4"]
     root = f"--trainer.default_root_dir={tmp_path}"
     cli.main(["fit", "--config", str(CONFIG), root, "--trainer.max_steps=1", "--trainer.val_check_interval=1",
               "--trainer.enable_progress_bar=false", *small])

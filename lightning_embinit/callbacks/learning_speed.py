@@ -15,6 +15,7 @@ from lightning.pytorch.utilities import rank_zero_info, rank_zero_warn
 from lightning.pytorch.utilities.data import extract_batch_size
 
 from lightning_embinit.callbacks.loggers import log_scalars
+from lightning_embinit.checks import check_choice
 from lightning_embinit.diagnostics.learning_speed import CrossingTracker, check_mode, check_weight
 
 CHECK_ON = ("validation", "train_step")
@@ -57,8 +58,7 @@ class LearningSpeedMonitor(Callback):
     ) -> None:
         check_mode(mode)
         check_weight(smoothing)
-        if check_on not in CHECK_ON:
-            raise ValueError(f"unknown check_on {check_on!r}; choose one of: {', '.join(CHECK_ON)}")
+        check_choice("check_on", check_on, CHECK_ON)
         if every_n_steps is not None and every_n_steps < 1:
             raise ValueError(f"every_n_steps must be ≥ 1 or None, got {every_n_steps}")
         self.monitor = monitor

@@ -12,7 +12,7 @@ Lightning on the package index:
 
 1. the ``Trainer._run`` frame's ``ckpt_path`` (:func:`running_fit_checkpoint`), confirmed by the
    callback's own ``on_load_checkpoint`` (``callbacks/embedding_init.py``);
-2. ``LightningCLI._parse_ckpt_path``, overridden by ``EmbinitCLI`` (``cli.py``), whose call is
+2. ``LightningCLI._parse_ckpt_path``, overridden by ``EmbinitCLI`` (``lightning_cli.py``), whose call is
    checked in ``before_instantiate_classes``;
 3. how Lightning re-creates a ``BatchSampler`` subclass around its ``DistributedSampler`` and calls
    ``set_epoch`` on ``batch_sampler.sampler`` (``data/batching.py``): documented behaviour of

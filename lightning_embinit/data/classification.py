@@ -22,15 +22,17 @@ from typing import Any
 
 import numpy as np
 import torch
-from torch.utils.data import DataLoader, Dataset
+from torch.utils.data import Dataset
 
 from lightning_embinit.data.batching import pad_sequences
 from lightning_embinit.data.parallel_text import find_file, load_hub_dataset, read_table, require_columns
+from lightning_embinit.data.raw_splits import LabelledTexts, RawSplits
 from lightning_embinit.data.text_cache import Ragged
 from lightning_embinit.data.text_module import TokenizedTextDataModule, TokenizerPlan, TokenizerSpec
 from lightning_embinit.data.tokenization import TextTokenizer
 
 INTEGER = re.compile(r"-?\d+")
+FIELDS = ("a", "b")  # texts, pair texts
 
 
 @dataclass(frozen=True)
@@ -160,9 +162,11 @@ class ClassificationDataModule(TokenizedTextDataModule):
     given, the dataset's, or inferred from the training labels (integers 0…k, else the sorted
     strings); a label outside them is an error. Validation sets: one, or several by name
     (``val_files`` as a dict; MNLI's ``matched`` and ``mismatched``), each its own dataloader in
-    :attr:`val_dataloader_names` order. Lengths, bucketing, DDP and caching as in
-    :class:`~lightning_embinit.data.translation.TranslationDataModule`.
+    :attr:`val_dataloader_names` order. ``batch_size`` 32; the other ``settings`` (lengths, bucketing,
+    caching) are :class:`~lightning_embinit.data.text_module.TokenizedTextDataModule`'s.
     """
+
+    training_text_hint = "train_file"
 
     def __init__(
         self,
@@ -179,26 +183,10 @@ class ClassificationDataModule(TokenizedTextDataModule):
         dataset_revision: str | None = None,
         tokenizer: TokenizerSpec = "word",
         add_cls: bool = True,
-        restrict_vocabulary: bool = False,
-        min_freq: int | None = None,
-        max_size: int | None = None,
-        vocab_size: int = 8000,
-        lowercase: bool = True,
-        word_tokenizer: str = "regex",
-        max_length: int = 128,
-        too_long: str = "truncate",
-        max_examples: int | None = None,
         batch_size: int = 32,
-        eval_batch_size: int | None = None,
-        pool_batches: int = 50,
-        num_workers: int = 0,
-        seed: int | None = None,
-        cache: bool = True,
+        **settings: Any,
     ) -> None:
-        super().__init__(batch_size=batch_size, eval_batch_size=eval_batch_size, max_length=max_length,
-                         too_long=too_long, max_examples=max_examples, num_workers=num_workers, seed=seed,
-                         pool_batches=pool_batches, cache=cache, word_tokenizer=word_tokenizer,
-                         tokenizer_specs={"tokenizer": tokenizer})
+        super().__init__(tokenizer_specs={"tokenizer": tokenizer}, batch_size=batch_size, **settings)
         files_given = train_file is not None or val_files is not None or test_file is not None
         if dataset is not None:
             if dataset not in CLASSIFICATION_DATASETS:
@@ -214,7 +202,7 @@ class ClassificationDataModule(TokenizedTextDataModule):
                              + ") or train_file/val_files/test_file")
         if label_names is not None and (len(label_names) < 2 or len(set(label_names)) != len(label_names)):
             raise ValueError(f"label_names must be ≥ 2 distinct names, got {label_names}")
-        self.save_hyperparameters()
+        self._specs = {"tokens": tokenizer}
 
     # ------------------------------------------------------------------ text and labels
     def prepare_data(self) -> None:
@@ -253,7 +241,7 @@ class ClassificationDataModule(TokenizedTextDataModule):
         task = CLASSIFICATION_DATASETS[hp.dataset]
         return task.tsv_columns if hp.data_dir is not None else task.columns
 
-    def _read_text(self) -> dict[str, Any]:
+    def _read_text(self) -> RawSplits[LabelledTexts]:
         hp = self.hparams
         text_col, pair_col, label_col = self._columns()
         tables = self._sources()
@@ -261,7 +249,7 @@ class ClassificationDataModule(TokenizedTextDataModule):
             require_columns(columns, [text_col, pair_col, label_col], f"{display(key)} ({where})")
         names = list(hp.label_names or (CLASSIFICATION_DATASETS[hp.dataset].label_names if hp.dataset else [])
                      or infer_label_names(next(iter(tables.values()))[1][label_col]))
-        splits: dict[str, dict[str, Any]] = {}
+        splits: dict[str, LabelledTexts] = {}
         blank: dict[str, int] = {}
         for key, (where, columns) in tables.items():
             texts = [str(t or "").strip() for t in columns[text_col]]
@@ -272,14 +260,13 @@ class ClassificationDataModule(TokenizedTextDataModule):
             blank[key] = len(texts) - len(kept)
             kept = kept[: hp.max_examples]
             labels = label_ids([columns[label_col][k] for k in kept], names, f"{display(key)} ({where}), column {label_col!r}")
-            splits[key] = {"a": [texts[k] for k in kept], "b": [pairs[k] for k in kept] if pairs else None, "labels": labels}
-        digestible = {f"{key}/{field}": split[field] for key, split in splits.items() for field in ("a", "b") if split[field]}
-        return {"splits": splits, "label_names": names, "blank_rows": blank, "digestible": digestible}
+            splits[key] = LabelledTexts([texts[k] for k in kept], [pairs[k] for k in kept] if pairs else None, labels)
+        return RawSplits(splits, blank, tuple(names))
 
     @property
     def label_names(self) -> list[str]:
         """Class names by label id — link to the model's ``label_names``."""
-        return list(self.raw_text["label_names"])
+        return list(self.raw_splits.label_names)
 
     @property
     def num_classes(self) -> int:
@@ -292,28 +279,24 @@ class ClassificationDataModule(TokenizedTextDataModule):
     @property
     def val_dataloader_names(self) -> list[str]:
         """Names of the validation sets, in the order of :meth:`val_dataloader`'s loaders."""
-        return [key.removeprefix("val:") for key in self.raw_text["splits"] if key.startswith("val:")]
+        return [key.removeprefix("val:") for key in self._val_splits()]
 
     def split_texts(self, split: str) -> tuple[list[str], list[str] | None, np.ndarray]:
         """(texts, pair texts or None, label ids) of ``split`` (``train``, ``test`` or a validation name)."""
         key = split if split in ("train", "test") else f"val:{split}"
-        splits = self.raw_text["splits"]
+        splits = self.raw_splits.splits
         if key not in splits:
             raise ValueError(f"no split {split!r}; splits: {['train', 'test', *self.val_dataloader_names]}")
-        return splits[key]["a"], splits[key]["b"], splits[key]["labels"]
+        return splits[key].texts, splits[key].pairs, splits[key].labels
 
-    # ------------------------------------------------------------------ tokenizer
+    # ------------------------------------------------------------------ tokenizer and slot
     def _tokenizer_plans(self) -> dict[str, TokenizerPlan | str]:
         spec = self.hparams.tokenizer
         options = self._tokenizer_options(spec, default_min_freq=2, roles=["cls", "sep"])
-        return {"tokens": TokenizerPlan(spec, options, self._training_text)}
+        return {"tokens": TokenizerPlan(spec, options, lambda: self._training_text(FIELDS))}
 
-    def _training_text(self) -> list[str]:
-        train = self.raw_text["splits"].get("train")
-        if train is None:
-            raise ValueError(f"tokenizer {self.hparams.tokenizer!r} learns its vocabulary from the training split, which "
-                             "is missing; give train_file or a saved tokenizer config (dict or .json)")
-        return train["a"] + (train["b"] or [])
+    def _tokenizer_name(self, field: str) -> str:
+        return "tokens"
 
     @property
     def tokenizer(self) -> TextTokenizer:
@@ -329,36 +312,21 @@ class ClassificationDataModule(TokenizedTextDataModule):
         """Token strings by id: the rows of the ``tokens`` embedding."""
         return list(self.tokenizer.tokens)
 
-    def vocabulary_for(self, slot: str = "tokens") -> list[str]:
-        if slot != "tokens":
+    def _slot_fields(self, slot: str | None) -> tuple[str, ...]:
+        """The one slot, ``tokens`` (also None): texts and pair texts."""
+        if slot not in (None, "tokens"):
             raise ValueError(f"unknown slot {slot!r}; a classifier has one slot: tokens")
-        return self.vocabulary
-
-    def special_tokens_for(self, slot: str = "tokens") -> dict[str, str]:
-        self.vocabulary_for(slot)
-        return dict(self.tokenizer.special_tokens)
-
-    def training_corpus(self, slot: str = "tokens") -> list[list[str]]:
-        """The training texts (and pair texts) as token strings."""
-        self.vocabulary_for(slot)
-        if slot not in self._token_corpora:
-            self._token_corpora[slot] = self.tokenizer.tokenize_batch(self._training_text())
-        return self._token_corpora[slot]
+        return FIELDS
 
     # ------------------------------------------------------------------ datasets and loaders
-    def _encode(self, raw: dict[str, Any], tokenizers: dict[str, TextTokenizer]) -> dict[str, Ragged]:
-        tokenizer = tokenizers["tokens"]
-        return {f"{key}/{field}": Ragged.from_lists(tokenizer.encode_batch(split[field]))
-                for key, split in raw["splits"].items() for field in ("a", "b") if split[field] is not None}
+    def _val_splits(self) -> list[str]:
+        return [key for key in self.raw_splits.splits if key.startswith("val:")]
 
-    def _splits_for(self, stage: str | None) -> list[str]:
-        keys = list(self.raw_text["splits"])
-        val = [k for k in keys if k.startswith("val:")]
-        wanted = {"fit": ["train", *val], "validate": val, "test": ["test"], "predict": ["test"]}.get(stage or "", keys)
-        return [k for k in wanted if k in keys]
+    def _missing_split(self, split: str) -> str:
+        return f"no {display(split)} split; give its file (splits: {list(map(display, self.raw_splits.splits))})"
 
-    def _make_dataset(self, key: str) -> LabelledDataset:
-        split = self.raw_text["splits"][key]
+    def _make_dataset(self, key: str) -> tuple[LabelledDataset, ClassificationCollator]:
+        split = self.raw_splits.splits[key]
         sequences = self.corpus.sequences
         a, b = sequences[f"{key}/a"], sequences.get(f"{key}/b")
         template = self.tokenizer.input_template(pair=b is not None, add_cls=self.hparams.add_cls)
@@ -367,26 +335,5 @@ class ClassificationDataModule(TokenizedTextDataModule):
         rows = self._limit_lengths(key.removeprefix("val:"), lengths, self.hparams.max_length)
         if not len(rows):
             raise ValueError(f"the {display(key)} split has no example within max_length={self.hparams.max_length}")
-        self.collate_fn = ClassificationCollator(self.tokenizer.pad_id, b is not None)
-        return LabelledDataset(a, b, split["labels"], split["a"], split["b"], template, self.hparams.max_length, rows)
-
-    def _split_loader(self, key: str, train: bool) -> DataLoader:
-        if key not in self.raw_text["splits"]:
-            raise ValueError(f"no {display(key)} split; give its file (splits: {list(map(display, self.raw_text['splits']))})")
-        return self._loader(key, train=train)
-
-    def train_dataloader(self) -> DataLoader:
-        return self._split_loader("train", True)
-
-    def val_dataloader(self) -> DataLoader | list[DataLoader]:
-        """One loader per validation set (:attr:`val_dataloader_names`); a single set gives a single loader."""
-        loaders = [self._split_loader(f"val:{name}", False) for name in self.val_dataloader_names]
-        if not loaders:
-            raise ValueError("no validation set: give val_files (or a dataset that has one)")
-        return loaders[0] if len(loaders) == 1 else loaders
-
-    def test_dataloader(self) -> DataLoader:
-        return self._split_loader("test", False)
-
-    def predict_dataloader(self) -> DataLoader:
-        return self._split_loader("test" if "test" in self.raw_text["splits"] else f"val:{self.val_dataloader_names[0]}", False)
+        dataset = LabelledDataset(a, b, split.labels, split.texts, split.pairs, template, self.hparams.max_length, rows)
+        return dataset, ClassificationCollator(self.tokenizer.pad_id, b is not None)

@@ -15,6 +15,8 @@ import sys
 from collections.abc import Sequence
 from typing import IO, Any
 
+from lightning_embinit.checks import check_choice
+
 TABLE_FORMATS = ("tsv", "csv", "jsonl")
 
 
@@ -70,9 +72,7 @@ def keep_complete_pairs(src: Sequence[str], tgt: Sequence[str], what: str) -> tu
 
 def table_format(path: str, file_format: str | None) -> str:
     if file_format is not None:
-        if file_format not in TABLE_FORMATS:
-            raise ValueError(f"unknown file_format {file_format!r}; formats: {', '.join(TABLE_FORMATS)}")
-        return file_format
+        return check_choice("file_format", file_format, TABLE_FORMATS)
     name = path.removesuffix(".gz").lower()
     for fmt, endings in (("tsv", (".tsv", ".tab")), ("csv", (".csv",)), ("jsonl", (".jsonl", ".json", ".ndjson"))):
         if name.endswith(endings):

@@ -1,6 +1,8 @@
 """Sub-word tokenizers on the Hugging Face ``tokenizers`` backend: trained WordPiece and pretrained.
 
-See :mod:`lightning_embinit.data.tokenization` for the interface and the three kinds.
+See :mod:`lightning_embinit.data.tokenization` for the three kinds; the interface is
+:class:`~lightning_embinit.data.text_tokenizer.TextTokenizer`, whose ``wordpiece`` and ``pretrained``
+constructors reach these classes by their registered kind.
 """
 
 from __future__ import annotations
@@ -15,7 +17,7 @@ from typing import Any
 import numpy as np
 from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers, trainers
 
-from lightning_embinit.data.tokenization import (
+from lightning_embinit.data.text_tokenizer import (
     ADDED_TOKENS, CONFIG_VERSION, EXTRA_ROLES, REQUIRED_ROLES, ROLE_FALLBACKS, WORDPIECE_TOKENS, TextTokenizer,
 )
 
@@ -127,6 +129,7 @@ class WordPieceTokenizer(_BackendTokenizer):
     """A WordPiece vocabulary trained on the task's text (:meth:`TextTokenizer.wordpiece`)."""
 
     kind = "wordpiece"
+    train = staticmethod(train_wordpiece)
 
     def to_config(self) -> dict[str, Any]:
         return {"kind": self.kind, "version": CONFIG_VERSION, "tokenizer_json": self.backend.to_str(),
@@ -141,6 +144,7 @@ class PretrainedTokenizer(_BackendTokenizer):
     """A Hugging Face tokenizer; decoding is its own ``decode(skip_special_tokens=True)``."""
 
     kind = "pretrained"
+    load = staticmethod(load_pretrained)
 
     def __init__(self, hf: Any, special_tokens: Mapping[str, str], config: dict[str, Any]) -> None:
         self.hf = hf

@@ -1,13 +1,14 @@
-"""What translation and classification datamodules share: tokenizers from specs, the tokenized-text
-cache, the length limit, bucketed loaders and the cross-rank tokenizer check."""
+"""What translation and classification datamodules share: the settings, the raw splits, tokenizers from
+specs (:mod:`.tokenizer_plans`), the tokenized-text cache, the length limit, the bucketed loaders of every
+split, the slot API (``vocabulary_for``, ``special_tokens_for``, ``training_corpus``) and the cross-rank
+tokenizer check."""
 
 from __future__ import annotations
 
 import abc
 import os
-from collections.abc import Callable
-from dataclasses import dataclass
-from typing import Any
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any, ClassVar
 
 import lightning as L
 import numpy as np
@@ -15,24 +16,18 @@ import torch.distributed as dist
 from lightning.pytorch.utilities import rank_zero_info
 from torch.utils.data import DataLoader, Dataset
 
+from lightning_embinit.checks import check_choice
 from lightning_embinit.data.batching import BucketBatchSampler, EpochSampler
+from lightning_embinit.data.raw_splits import RawSplits
 from lightning_embinit.data.text_cache import Ragged, TokenizedCorpus, cache_key, load_or_build, text_digest
-from lightning_embinit.data.subword import PretrainedTokenizer
-from lightning_embinit.data.tokenization import TextTokenizer, build_tokenizer, check_tokenizer_spec
+from lightning_embinit.data.tokenization import TextTokenizer, check_tokenizer_spec
+from lightning_embinit.data.tokenizer_plans import ReadyTokenizers, TokenizerPlan, TokenizerSpec, plan_key
 from lightning_embinit.data.vocabulary import TOKENIZERS
 
+__all__ = ["Collate", "TOO_LONG", "TokenizedTextDataModule", "TokenizerPlan", "TokenizerSpec"]
+
 TOO_LONG = ("truncate", "drop")
-TRAINED_KINDS = ("word", "wordpiece")
-TokenizerSpec = str | dict[str, Any]
-
-
-@dataclass
-class TokenizerPlan:
-    """How to get one tokenizer: a spec (:func:`build_tokenizer`), its options, and the training text it learns from."""
-
-    spec: TokenizerSpec
-    options: dict[str, Any]
-    training_text: Callable[[], list[str]]
+Collate = Callable[[list[dict[str, Any]]], dict[str, Any]]
 
 
 class TokenizedTextDataModule(L.LightningDataModule, abc.ABC):
@@ -40,26 +35,46 @@ class TokenizedTextDataModule(L.LightningDataModule, abc.ABC):
     :class:`~lightning_embinit.data.classification.ClassificationDataModule`.
 
     Subclasses read their raw text (:meth:`_read_text`), say which tokenizers they need
-    (:meth:`_tokenizer_plans`), encode every split (:meth:`_encode`) and make one split's dataset
-    (:meth:`_make_dataset`). The tokenized corpus is cached under a key made of the raw text and
-    the tokenizer plans (:mod:`.text_cache`); a second ``setup`` or datamodule with the same text
-    and settings reads it instead of tokenizing again.
+    (:meth:`_tokenizer_plans`) and which tokenizer encodes each text field (:meth:`_tokenizer_name`),
+    make one split's dataset and collate function (:meth:`_make_dataset`) and name their slots
+    (:meth:`_slot_fields`) and validation splits (:meth:`_val_splits`). The tokenized corpus is cached
+    under a key made of the raw text and the tokenizer plans (:mod:`.text_cache`); a second ``setup``
+    or datamodule with the same text and settings reads it instead of tokenizing again.
+
+    Args:
+        restrict_vocabulary: a pretrained tokenizer keeps only the tokens the training text uses ≥ min_freq times
+        min_freq: the fewest occurrences of a kept token (word level, WordPiece, restricted)
+        max_size: the most rows of a word-level vocabulary
+        vocab_size: the size of a trained WordPiece vocabulary
+        lowercase: lowercase before word-level and WordPiece tokenization
+        word_tokenizer: how word-level tokenizers split text (regex, whitespace)
+        max_length: the most tokens of an example, special tokens included
+        too_long: what happens to longer examples (truncate, drop: training split only)
+        max_examples: read at most this many examples per split
+        batch_size: training examples per batch
+        eval_batch_size: evaluation examples per batch (None: batch_size)
+        pool_batches: batches per length-sorted pool of the training split
+        num_workers: DataLoader worker processes
+        seed: the shuffling seed (None: $PL_GLOBAL_SEED, else 0)
+        cache: keep the tokenized text on disk as well as in memory
     """
 
-    collate_fn: Any
+    training_text_hint: ClassVar[str] = "training text"
+    _specs: dict[str, TokenizerSpec]
 
-    def __init__(self, *, batch_size: int, eval_batch_size: int | None, max_length: int, too_long: str,
-                 max_examples: int | None, num_workers: int, seed: int | None, pool_batches: int, cache: bool,
-                 word_tokenizer: str, tokenizer_specs: dict[str, Any]) -> None:
+    def __init__(self, *, tokenizer_specs: Mapping[str, TokenizerSpec | None], restrict_vocabulary: bool = False,
+                 min_freq: int | None = None, max_size: int | None = None, vocab_size: int = 8000,
+                 lowercase: bool = True, word_tokenizer: str = "regex", max_length: int = 128,
+                 too_long: str = "truncate", max_examples: int | None = None, batch_size: int = 64,
+                 eval_batch_size: int | None = None, pool_batches: int = 50, num_workers: int = 0,
+                 seed: int | None = None, cache: bool = True) -> None:
         super().__init__()
         if batch_size < 1 or (eval_batch_size is not None and eval_batch_size < 1):
             raise ValueError(f"batch sizes must be ≥ 1, got batch_size={batch_size}, eval_batch_size={eval_batch_size}")
         if max_length < 4:
             raise ValueError(f"max_length must be ≥ 4 (it counts the special tokens), got {max_length}")
-        if too_long not in TOO_LONG:
-            raise ValueError(f"unknown too_long {too_long!r}; choose one of: {', '.join(TOO_LONG)}")
-        if word_tokenizer not in TOKENIZERS:
-            raise ValueError(f"unknown word_tokenizer {word_tokenizer!r}; choose one of: {', '.join(TOKENIZERS)}")
+        check_choice("too_long", too_long, TOO_LONG)
+        check_choice("word_tokenizer", word_tokenizer, TOKENIZERS)
         if num_workers < 0 or pool_batches < 1:
             raise ValueError(f"num_workers must be ≥ 0 and pool_batches ≥ 1, got {num_workers} and {pool_batches}")
         if max_examples is not None and max_examples < 1:
@@ -67,53 +82,68 @@ class TokenizedTextDataModule(L.LightningDataModule, abc.ABC):
         for what, spec in tokenizer_specs.items():
             if spec is not None:
                 check_tokenizer_spec(spec, what)
-        self._raw: dict[str, Any] | None = None
+        self.save_hyperparameters(ignore=["tokenizer_specs"])  # with the subclass's own arguments
+        self._raw: RawSplits | None = None
         self._corpus: TokenizedCorpus | None = None
-        self._ready: dict[str, TextTokenizer] = {}
-        self._datasets: dict[str, Dataset] = {}
+        self._ready = ReadyTokenizers()
+        self._datasets: dict[str, tuple[Dataset, Collate]] = {}
         self._checked_world = False
-        self._token_corpora: dict[str, list[list[str]]] = {}
-        self.collate_fn = None
+        self._token_corpora: dict[tuple[str, ...], list[list[str]]] = {}
         self.cache_origin: str | None = None
         self.length_report: dict[str, dict[str, int]] = {}
         """Per split: ``examples``, ``too_long`` (longer than ``max_length``), ``truncated``, ``dropped``."""
 
     # ------------------------------------------------------------------ subclass hooks
     @abc.abstractmethod
-    def _read_text(self) -> dict[str, Any]:
-        """The raw text (and labels) of every split, with ``"digestible"``: named lists that identify it."""
+    def _read_text(self) -> RawSplits:
+        """The raw text (and labels) of every split."""
 
     @abc.abstractmethod
     def _tokenizer_plans(self) -> dict[str, TokenizerPlan | str]:
         """Tokenizer name → plan, or → the name of another tokenizer it shares."""
 
     @abc.abstractmethod
-    def _encode(self, raw: dict[str, Any], tokenizers: dict[str, TextTokenizer]) -> dict[str, Ragged]:
-        """Token ids of every split, by ``"<split>/<field>"``."""
+    def _tokenizer_name(self, field: str) -> str:
+        """The tokenizer that encodes the text field ``field`` of every split."""
 
     @abc.abstractmethod
-    def _make_dataset(self, split: str) -> Dataset:
-        """The dataset of ``split`` (with its ``lengths`` for bucketing)."""
+    def _make_dataset(self, split: str) -> tuple[Dataset, Collate]:
+        """The dataset of ``split`` (with its ``lengths`` for bucketing) and the function that collates its batches."""
 
     @abc.abstractmethod
-    def _splits_for(self, stage: str | None) -> list[str]:
-        """The splits ``setup(stage)`` prepares."""
+    def _slot_fields(self, slot: str | None) -> tuple[str, ...]:
+        """The text fields whose tokenizer makes ``slot``'s rows (the first field's) and whose training text
+        is its corpus; an unknown slot raises ValueError."""
+
+    @abc.abstractmethod
+    def _val_splits(self) -> list[str]:
+        """The validation splits, in loader order."""
+
+    @abc.abstractmethod
+    def _missing_split(self, split: str) -> str:
+        """The error message for a loader of a split without text."""
 
     # ------------------------------------------------------------------ text, tokenizers, cache
     @property
-    def raw_text(self) -> dict[str, Any]:
+    def raw_splits(self) -> RawSplits:
+        """The raw text of every split, read on first access."""
         if self._raw is None:
             self._raw = self._read_text()
         return self._raw
 
     @property
+    def raw_text(self) -> Mapping[str, Any]:
+        """:attr:`raw_splits` as the read-only dict of 0.1.0.dev0 (``raw_text["splits"]``, ``["blank_pairs"]`` …)."""
+        return self.raw_splits.view()
+
+    @property
     def corpus(self) -> TokenizedCorpus:
         """The tokenized corpus: from this object, the process's memory, the disk cache, or built now."""
         if self._corpus is None:
-            raw = self.raw_text
-            tokenizers = {name: plan if isinstance(plan, str) else self._plan_key(name, plan)
+            raw = self.raw_splits
+            tokenizers = {name: plan if isinstance(plan, str) else plan_key(name, plan, self._ready)
                           for name, plan in self._tokenizer_plans().items()}
-            key = cache_key(text=text_digest(raw["digestible"]), tokenizers=tokenizers, module=type(self).__name__)
+            key = cache_key(text=text_digest(raw.texts()), tokenizers=tokenizers, module=type(self).__name__)
             self._corpus, self.cache_origin = load_or_build(key, lambda: self._tokenize(raw), disk=self.hparams.cache)
         return self._corpus
 
@@ -128,42 +158,28 @@ class TokenizedTextDataModule(L.LightningDataModule, abc.ABC):
             return {"vocab_size": hp.vocab_size, "min_freq": hp.min_freq or default_min_freq, "lowercase": hp.lowercase, **extra}
         return {"restrict_vocabulary": True, "min_freq": hp.min_freq or 1} if hp.restrict_vocabulary else {}
 
-    def _plan_key(self, name: str, plan: TokenizerPlan) -> Any:
-        """What identifies a tokenizer before training: its options, and a trained kind's name or the
-        fingerprint of the pretrained (or saved) tokenizer it starts from."""
-        options = {k: v for k, v in sorted(plan.options.items()) if v is not None}
-        if isinstance(plan.spec, str) and plan.spec in TRAINED_KINDS:
-            return {"spec": plan.spec, "options": options}
-        return {"fingerprint": self._ready_tokenizer(name, plan).fingerprint(), "options": options}
-
-    def _ready_tokenizer(self, name: str, plan: TokenizerPlan) -> TextTokenizer:
-        """A tokenizer that needs no training (pretrained, or a saved config), loaded once."""
-        if name not in self._ready:
-            self._ready[name] = build_tokenizer(plan.spec)
-        return self._ready[name]
-
-    def _build(self, name: str, plan: TokenizerPlan) -> TextTokenizer:
-        if isinstance(plan.spec, str) and plan.spec in TRAINED_KINDS:
-            return build_tokenizer(plan.spec, plan.training_text, **plan.options)
-        ready = self._ready_tokenizer(name, plan)
-        if not plan.options.get("restrict_vocabulary"):
-            return ready
-        if not isinstance(ready, PretrainedTokenizer) or ready.subset is not None:
-            raise ValueError(f"restrict_vocabulary=True applies to a full pretrained tokenizer; {name!r} is a "
-                             f"{ready.kind} tokenizer{' already restricted' if ready.kind == 'pretrained' else ''}")
-        return ready.restricted(plan.training_text(), min_freq=plan.options.get("min_freq") or 1)
-
-    def _tokenize(self, raw: dict[str, Any]) -> TokenizedCorpus:
+    def _tokenize(self, raw: RawSplits) -> TokenizedCorpus:
         plans = self._tokenizer_plans()
         tokenizers: dict[str, TextTokenizer] = {}
         for name, plan in plans.items():
             if isinstance(plan, TokenizerPlan):
-                tokenizers[name] = self._build(name, plan)
+                tokenizers[name] = self._ready.build(name, plan)
         for name, plan in plans.items():
             if isinstance(plan, str):
                 tokenizers[name] = tokenizers[plan]
-        sequences = self._encode(raw, tokenizers)
+        sequences = {f"{name}/{field}": Ragged.from_lists(tokenizers[self._tokenizer_name(field)].encode_batch(texts))
+                     for name, split in raw.splits.items() for field, texts in split.fields().items()}
         return TokenizedCorpus({name: t.to_config() for name, t in tokenizers.items()}, sequences, built=tokenizers)
+
+    def _training_text(self, fields: Sequence[str]) -> list[str]:
+        """The training split's texts of ``fields`` (those it has), in order; the vocabularies learn from them."""
+        train = self.raw_splits.splits.get("train")
+        if train is None:
+            spec = self._specs[self._tokenizer_name(fields[0])]
+            raise ValueError(f"tokenizer {spec!r} learns its vocabulary from the training split, which is missing; "
+                             f"give {self.training_text_hint} or a saved tokenizer config (dict or .json)")
+        texts = train.fields()
+        return [text for field in fields if field in texts for text in texts[field]]
 
     def _check_world(self) -> None:
         """Every rank must hold the same tokenizers: compare their fingerprints across processes."""
@@ -181,7 +197,29 @@ class TokenizedTextDataModule(L.LightningDataModule, abc.ABC):
             )
         self._checked_world = True
 
-    # ------------------------------------------------------------------ setup and loaders
+    # ------------------------------------------------------------------ slots
+    def _slot_tokenizer(self, slot: str | None) -> TextTokenizer:
+        return self.corpus.tokenizer(self._tokenizer_name(self._slot_fields(slot)[0]))
+
+    def vocabulary_for(self, slot: str | None = None) -> list[str]:
+        """Token strings by id of ``slot``'s tokenizer: the rows of that embedding (None: a one-slot module's slot)."""
+        return list(self._slot_tokenizer(slot).tokens)
+
+    def special_tokens_for(self, slot: str | None = None) -> dict[str, str]:
+        """Role → token string of ``slot``'s special tokens."""
+        return dict(self._slot_tokenizer(slot).special_tokens)
+
+    def training_corpus(self, slot: str | None = None) -> list[list[str]]:
+        """The training texts of ``slot`` as token strings (word2vec-trainset, coverage)."""
+        fields = self._slot_fields(slot)
+        if fields not in self._token_corpora:
+            self._token_corpora[fields] = [
+                tokens for field in fields
+                for tokens in self.corpus.tokenizer(self._tokenizer_name(field)).tokenize_batch(self._training_text((field,)))
+            ]
+        return self._token_corpora[fields]
+
+    # ------------------------------------------------------------------ setup and datasets
     def setup(self, stage: str | None = None) -> None:
         """Tokenize (or read the cache) and build the datasets of the stage's splits."""
         self.corpus  # noqa: B018 (tokenizes or reads the cache)
@@ -189,10 +227,25 @@ class TokenizedTextDataModule(L.LightningDataModule, abc.ABC):
         for split in self._splits_for(stage):
             self.dataset(split)
 
-    def dataset(self, split: str) -> Dataset:
+    def _splits_for(self, stage: str | None) -> list[str]:
+        """The splits ``setup(stage)`` prepares (every split without a stage)."""
+        present = list(self.raw_splits.splits)
+        val = self._val_splits()
+        wanted = {"fit": ["train", *val], "validate": val, "test": ["test"], "predict": ["test"]}.get(stage or "", present)
+        return [split for split in wanted if split in present]
+
+    def _split_data(self, split: str) -> tuple[Dataset, Collate]:
         if split not in self._datasets:
             self._datasets[split] = self._make_dataset(split)
         return self._datasets[split]
+
+    def dataset(self, split: str) -> Dataset:
+        """The dataset of ``split``, made once."""
+        return self._split_data(split)[0]
+
+    def collate(self, split: str) -> Collate:
+        """The function that makes ``split``'s batch dicts (its loader's ``collate_fn``)."""
+        return self._split_data(split)[1]
 
     def _limit_lengths(self, split: str, lengths: np.ndarray, limit: int) -> np.ndarray:
         """Rows of ``split`` to keep under the ``too_long`` policy (``drop`` acts on the training split only:
@@ -209,6 +262,30 @@ class TokenizedTextDataModule(L.LightningDataModule, abc.ABC):
                            f"longer than max_length={self.hparams.max_length} tokens; {action}")
         return np.flatnonzero(~over) if drop else np.arange(len(lengths))
 
+    # ------------------------------------------------------------------ loaders
+    def train_dataloader(self) -> DataLoader:
+        return self._split_loader("train", train=True)
+
+    def val_dataloader(self) -> DataLoader | list[DataLoader]:
+        """One loader per validation split; a single one gives a single loader."""
+        loaders = [self._split_loader(split, train=False) for split in self._val_splits()]
+        if not loaders:
+            raise ValueError("no validation set: give val_files (or a dataset that has one)")
+        return loaders[0] if len(loaders) == 1 else loaders
+
+    def test_dataloader(self) -> DataLoader:
+        return self._split_loader("test", train=False)
+
+    def predict_dataloader(self) -> DataLoader:
+        """The test split (else the first validation split), in length-sorted batches; ``index`` restores the order."""
+        val = self._val_splits()
+        return self._split_loader("test" if "test" in self.raw_splits.splits or not val else val[0], train=False)
+
+    def _split_loader(self, split: str, *, train: bool) -> DataLoader:
+        if split not in self.raw_splits.splits:
+            raise ValueError(self._missing_split(split))
+        return self._loader(split, train=train)
+
     def _seed(self) -> int:
         if self.hparams.seed is not None:
             return int(self.hparams.seed)
@@ -218,13 +295,12 @@ class TokenizedTextDataModule(L.LightningDataModule, abc.ABC):
         """Bucketed batches of ``split``; Lightning's distributed sampler is read, not applied twice (see .batching)."""
         self.corpus  # noqa: B018 (tokenizes or reads the cache)
         self._check_world()
-        data = self.dataset(split)
+        data, collate = self._split_data(split)
         batch_size = self.hparams.batch_size if train else (self.hparams.eval_batch_size or self.hparams.batch_size)
         # With use_distributed_sampler=True Lightning re-creates this batch sampler around a DistributedSampler;
         # BucketBatchSampler only reads its rank, world size and epoch and shards the batches itself (never twice).
         options = {"shuffle": train, "seed": self._seed(), "pool_batches": self.hparams.pool_batches}
         data.bucket_options = options  # what a batch sampler Lightning re-creates from the dataset alone needs
         sampler = BucketBatchSampler(EpochSampler(len(data)), data.lengths, batch_size, **options)
-        return DataLoader(data, batch_sampler=sampler, collate_fn=self.collate_fn, num_workers=self.hparams.num_workers,
+        return DataLoader(data, batch_sampler=sampler, collate_fn=collate, num_workers=self.hparams.num_workers,
                           persistent_workers=self.hparams.num_workers > 0)
-

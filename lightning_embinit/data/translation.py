@@ -13,16 +13,17 @@ its split, which restores the order of the length-sorted evaluation batches.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 import torch
-from torch.utils.data import DataLoader, Dataset
+from torch.utils.data import Dataset
 
 from lightning_embinit.data.batching import pad_sequences
 from lightning_embinit.data.parallel_text import find_file, keep_complete_pairs, load_hub_dataset, read_parallel
+from lightning_embinit.data.raw_splits import RawSplits, TextPairs
 from lightning_embinit.data.text_cache import Ragged
 from lightning_embinit.data.text_module import TokenizedTextDataModule, TokenizerPlan, TokenizerSpec
 from lightning_embinit.data.tokenization import TextTokenizer
@@ -121,8 +122,9 @@ class TranslationDataModule(TokenizedTextDataModule):
 
     Lengths: both sides count their special tokens against ``max_length`` (128, as [R]); longer pairs
     are truncated or, with ``too_long="drop"``, left out of the training split — counted in
-    :attr:`length_report` and logged. Batches are bucketed by length, ``batch_size`` pairs at most,
+    :attr:`length_report` and logged. Batches are bucketed by length, ``batch_size`` pairs at most (64),
     each rank an equal, disjoint share (:mod:`.batching`). Tokenized text is cached (:mod:`.text_cache`).
+    The other ``settings`` are :class:`~lightning_embinit.data.text_module.TokenizedTextDataModule`'s.
     """
 
     def __init__(
@@ -141,26 +143,9 @@ class TranslationDataModule(TokenizedTextDataModule):
         src_tokenizer: TokenizerSpec = "word",
         tgt_tokenizer: TokenizerSpec | None = None,
         shared_vocabulary: bool = False,
-        restrict_vocabulary: bool = False,
-        min_freq: int | None = None,
-        max_size: int | None = None,
-        vocab_size: int = 8000,
-        lowercase: bool = True,
-        word_tokenizer: str = "regex",
-        max_length: int = 128,
-        too_long: str = "truncate",
-        max_examples: int | None = None,
-        batch_size: int = 64,
-        eval_batch_size: int | None = None,
-        pool_batches: int = 50,
-        num_workers: int = 0,
-        seed: int | None = None,
-        cache: bool = True,
+        **settings: Any,
     ) -> None:
-        super().__init__(batch_size=batch_size, eval_batch_size=eval_batch_size, max_length=max_length,
-                         too_long=too_long, max_examples=max_examples, num_workers=num_workers, seed=seed,
-                         pool_batches=pool_batches, cache=cache, word_tokenizer=word_tokenizer,
-                         tokenizer_specs={"src_tokenizer": src_tokenizer, "tgt_tokenizer": tgt_tokenizer})
+        super().__init__(tokenizer_specs={"src_tokenizer": src_tokenizer, "tgt_tokenizer": tgt_tokenizer}, **settings)
         if src_lang == tgt_lang:
             raise ValueError(f"src_lang and tgt_lang are both {src_lang!r}")
         for name, files in (("train_files", train_files), ("val_files", val_files), ("test_files", test_files)):
@@ -178,7 +163,6 @@ class TranslationDataModule(TokenizedTextDataModule):
         tgt_spec = src_tokenizer if tgt_tokenizer is None else tgt_tokenizer
         if shared_vocabulary and tgt_spec != src_tokenizer:
             raise ValueError("shared_vocabulary=True uses one tokenizer for both sides; give src_tokenizer only")
-        self.save_hyperparameters()
         self._specs = {"src": src_tokenizer, "tgt": tgt_spec}
         self._references: dict[str, list[str]] = {}
 
@@ -193,41 +177,43 @@ class TranslationDataModule(TokenizedTextDataModule):
         config, src_key, tgt_key = spec.resolve(self.hparams.dataset, self.hparams.src_lang, self.hparams.tgt_lang)
         return load_hub_dataset(spec.hub_id, config, self.hparams.dataset_revision), src_key, tgt_key
 
-    def _read_text(self) -> dict[str, Any]:
+    def _read_text(self) -> RawSplits[TextPairs]:
         hp = self.hparams
-        splits: dict[str, dict[str, list[str]]] = {}
+        splits: dict[str, TextPairs] = {}
         blank: dict[str, int] = {}
-        if hp.dataset is not None:
-            loaded, src_key, tgt_key = self._hub_dataset()
-            layout = TRANSLATION_DATASETS[hp.dataset].layout
-            for split, hub_split in HUB_SPLITS.items():
-                if hub_split not in loaded:
-                    raise ValueError(f"dataset {hp.dataset!r} has no split {hub_split!r}; splits: {list(loaded)}")
-                table = loaded[hub_split]
-                wanted = [src_key, tgt_key] if layout == "columns" else ["translation"]
-                if missing := [c for c in wanted if c not in table.column_names]:
-                    raise ValueError(f"dataset {hp.dataset!r} split {hub_split!r}: no column {missing}; "
-                                     f"columns found: {table.column_names}")
-                if layout == "columns":
-                    src, tgt = table[src_key], table[tgt_key]
-                else:
-                    pairs = table["translation"]
-                    src, tgt = [p.get(src_key) or "" for p in pairs], [p.get(tgt_key) or "" for p in pairs]
-                src, tgt, blank[split] = keep_complete_pairs([(s or "").strip() for s in src],
-                                                             [(t or "").strip() for t in tgt], f"{hp.dataset} {split}")
-                splits[split] = {"src": src, "tgt": tgt}
-        else:
-            for split in SPLITS:
-                paths = self._split_files(split)
-                if paths is not None:
-                    src, tgt, blank[split] = read_parallel(*paths, what=f"{split} split")
-                    splits[split] = {"src": src, "tgt": tgt}
+        for split, read in (self._read_hub() if hp.dataset is not None else self._read_files()):
+            src, tgt, blank[split] = read
+            splits[split] = TextPairs(src[: hp.max_examples], tgt[: hp.max_examples])
         if not splits:
             raise ValueError("no split has text: all stems are None and no files were given")
-        if hp.max_examples is not None:
-            splits = {s: {side: texts[: hp.max_examples] for side, texts in sides.items()} for s, sides in splits.items()}
-        digestible = {f"{s}/{side}": texts for s, sides in splits.items() for side, texts in sides.items()}
-        return {"splits": splits, "blank_pairs": blank, "digestible": digestible}
+        return RawSplits(splits, blank)
+
+    def _read_hub(self) -> Iterator[tuple[str, tuple[list[str], list[str], int]]]:
+        """(split, (source texts, target texts, blank pairs left out)) of each split of ``dataset``."""
+        name = self.hparams.dataset
+        loaded, src_key, tgt_key = self._hub_dataset()
+        layout = TRANSLATION_DATASETS[name].layout
+        for split, hub_split in HUB_SPLITS.items():
+            if hub_split not in loaded:
+                raise ValueError(f"dataset {name!r} has no split {hub_split!r}; splits: {list(loaded)}")
+            table = loaded[hub_split]
+            wanted = [src_key, tgt_key] if layout == "columns" else ["translation"]
+            if missing := [c for c in wanted if c not in table.column_names]:
+                raise ValueError(f"dataset {name!r} split {hub_split!r}: no column {missing}; "
+                                 f"columns found: {table.column_names}")
+            if layout == "columns":
+                src, tgt = table[src_key], table[tgt_key]
+            else:
+                pairs = table["translation"]
+                src, tgt = [p.get(src_key) or "" for p in pairs], [p.get(tgt_key) or "" for p in pairs]
+            yield split, keep_complete_pairs([(s or "").strip() for s in src], [(t or "").strip() for t in tgt],
+                                             f"{name} {split}")
+
+    def _read_files(self) -> Iterator[tuple[str, tuple[list[str], list[str], int]]]:
+        for split in SPLITS:
+            paths = self._split_files(split)
+            if paths is not None:
+                yield split, read_parallel(*paths, what=f"{split} split")
 
     def _split_files(self, split: str) -> tuple[str, str] | None:
         hp = self.hparams
@@ -242,12 +228,12 @@ class TranslationDataModule(TokenizedTextDataModule):
 
     def split_texts(self, split: str) -> tuple[list[str], list[str]]:
         """(source texts, target texts) of ``split`` (``train``, ``val``, ``test``), in ``index`` order."""
-        splits = self.raw_text["splits"]
+        splits = self.raw_splits.splits
         if split not in splits:
             raise ValueError(f"no {split!r} split; splits: {list(splits)}")
-        return splits[split]["src"], splits[split]["tgt"]
+        return splits[split].src, splits[split].tgt
 
-    # ------------------------------------------------------------------ tokenizers
+    # ------------------------------------------------------------------ tokenizers and slots
     def _tokenizer_plans(self) -> dict[str, TokenizerPlan | str]:
         hp = self.hparams
         default_min_freq = TRANSLATION_DATASETS[hp.dataset].min_freq if hp.dataset is not None else 2
@@ -256,17 +242,13 @@ class TranslationDataModule(TokenizedTextDataModule):
             spec = self._specs[side]
             options = self._tokenizer_options(spec, default_min_freq=default_min_freq)
             sides = SIDES if hp.shared_vocabulary else (side,)
-            plans[side] = TokenizerPlan(spec, options, lambda sides=sides, spec=spec: self._training_text(sides, spec))
+            plans[side] = TokenizerPlan(spec, options, lambda sides=sides: self._training_text(sides))
         if hp.shared_vocabulary:
             plans["tgt"] = "src"
         return plans
 
-    def _training_text(self, sides: Sequence[str], spec: Any) -> list[str]:
-        train = self.raw_text["splits"].get("train")
-        if train is None:
-            raise ValueError(f"tokenizer {spec!r} learns its vocabulary from the training split, which is missing; "
-                             "give training text or a saved tokenizer config (dict or .json)")
-        return [text for side in sides for text in train[side]]
+    def _tokenizer_name(self, field: str) -> str:
+        return field
 
     @property
     def src_tokenizer(self) -> TextTokenizer:
@@ -285,7 +267,8 @@ class TranslationDataModule(TokenizedTextDataModule):
     def tgt_tokenizer_config(self) -> dict[str, Any]:
         return self.corpus.tokenizers["tgt"]
 
-    def _slot_sides(self, slot: str) -> tuple[str, ...]:
+    def _slot_fields(self, slot: str | None) -> tuple[str, ...]:
+        """Slots ``src``, ``tgt``, and ``shared`` (both sides' text) when one tokenizer serves both sides."""
         if slot in SIDES:
             return (slot,)
         if slot == "shared":
@@ -295,21 +278,6 @@ class TranslationDataModule(TokenizedTextDataModule):
             return SIDES
         raise ValueError(f"unknown slot {slot!r}; slots: src, tgt (and shared with shared_vocabulary=True)")
 
-    def vocabulary_for(self, slot: str) -> list[str]:
-        """Token strings by id of ``slot``'s tokenizer: the rows of that embedding."""
-        return list(self.corpus.tokenizer(self._slot_sides(slot)[0]).tokens)
-
-    def special_tokens_for(self, slot: str) -> dict[str, str]:
-        return dict(self.corpus.tokenizer(self._slot_sides(slot)[0]).special_tokens)
-
-    def training_corpus(self, slot: str) -> list[list[str]]:
-        """The training sentences of ``slot``'s side(s) as token strings (word2vec-trainset, coverage)."""
-        sides = self._slot_sides(slot)
-        if slot not in self._token_corpora:
-            self._token_corpora[slot] = [tokens for side in sides
-                                         for tokens in self.corpus.tokenizer(side).tokenize_batch(self._training_text((side,), side))]
-        return self._token_corpora[slot]
-
     def reference_texts(self, split: str) -> list[str]:
         """The target texts of ``split`` as the target tokenizer round-trips them (BLEU references), by ``index``."""
         if split not in self._references:
@@ -318,16 +286,13 @@ class TranslationDataModule(TokenizedTextDataModule):
         return self._references[split]
 
     # ------------------------------------------------------------------ datasets and loaders
-    def _encode(self, raw: dict[str, Any], tokenizers: dict[str, TextTokenizer]) -> dict[str, Ragged]:
-        return {f"{split}/{side}": Ragged.from_lists(tokenizers[side].encode_batch(texts))
-                for split, sides in raw["splits"].items() for side, texts in sides.items()}
+    def _val_splits(self) -> list[str]:
+        return ["val"]
 
-    def _splits_for(self, stage: str | None) -> list[str]:
-        present = self.raw_text["splits"]
-        wanted = {"fit": ("train", "val"), "validate": ("val",), "test": ("test",), "predict": ("test",)}.get(stage or "", SPLITS)
-        return [split for split in wanted if split in present]
+    def _missing_split(self, split: str) -> str:
+        return f"no {split!r} split: give its files (or stem) or use a dataset that has one"
 
-    def _make_dataset(self, split: str) -> ParallelDataset:
+    def _make_dataset(self, split: str) -> tuple[ParallelDataset, TranslationCollator]:
         src_texts, tgt_texts = self.split_texts(split)
         src, tgt = self.corpus.sequences[f"{split}/src"], self.corpus.sequences[f"{split}/tgt"]
         lengths = np.maximum(src.lengths + 1, tgt.lengths + 2)
@@ -335,23 +300,5 @@ class TranslationDataModule(TokenizedTextDataModule):
         if not len(rows):
             raise ValueError(f"the {split} split has no pair within max_length={self.hparams.max_length}")
         src_tok, tgt_tok = self.src_tokenizer, self.tgt_tokenizer
-        self.collate_fn = TranslationCollator(src_tok.pad_id, src_tok.eos_id, tgt_tok.pad_id, tgt_tok.bos_id, tgt_tok.eos_id)
-        return ParallelDataset(src, tgt, src_texts, tgt_texts, rows, self.hparams.max_length)
-
-    def _split_loader(self, split: str, train: bool) -> DataLoader:
-        if split not in self.raw_text["splits"]:
-            raise ValueError(f"no {split!r} split: give its files (or stem) or use a dataset that has one")
-        return self._loader(split, train=train)
-
-    def train_dataloader(self) -> DataLoader:
-        return self._split_loader("train", True)
-
-    def val_dataloader(self) -> DataLoader:
-        return self._split_loader("val", False)
-
-    def test_dataloader(self) -> DataLoader:
-        return self._split_loader("test", False)
-
-    def predict_dataloader(self) -> DataLoader:
-        """The test split (else the validation split), in length-sorted batches; ``index`` restores the order."""
-        return self._split_loader("test" if "test" in self.raw_text["splits"] else "val", False)
+        collate = TranslationCollator(src_tok.pad_id, src_tok.eos_id, tgt_tok.pad_id, tgt_tok.bos_id, tgt_tok.eos_id)
+        return ParallelDataset(src, tgt, src_texts, tgt_texts, rows, self.hparams.max_length), collate

@@ -18,6 +18,7 @@ import re
 from collections import Counter
 from typing import Iterable, Iterator, Mapping, Sequence
 
+from lightning_embinit.checks import check_choice
 from lightning_embinit.modules.vocabulary import SPECIAL_TOKENS
 
 WORD_PATTERN = re.compile(r"\w+(?:['’.:\-]\w+)*|[^\w\s]", re.UNICODE)
@@ -28,9 +29,7 @@ class WordTokenizer:
     """Text → list of word tokens (``regex`` or ``whitespace``, optional lowercasing)."""
 
     def __init__(self, kind: str = "regex", *, lowercase: bool = True) -> None:
-        if kind not in TOKENIZERS:
-            raise ValueError(f"unknown tokenizer {kind!r}; choose one of: {', '.join(TOKENIZERS)}")
-        self.kind = kind
+        self.kind = check_choice("tokenizer", kind, TOKENIZERS)
         self.lowercase = lowercase
 
     def __call__(self, text: str) -> list[str]:

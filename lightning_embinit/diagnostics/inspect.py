@@ -17,7 +17,13 @@ from __future__ import annotations
 import math
 from typing import Any, Mapping
 
-from lightning_embinit.diagnostics.absorption import POSITIONAL_THRESHOLD, SEMANTIC_THRESHOLD, drowning, slot_absorption
+from lightning_embinit.diagnostics.absorption import (
+    POSITIONAL_THRESHOLD,
+    SEMANTIC_THRESHOLD,
+    Absorption,
+    drowning,
+    slot_absorption,
+)
 from lightning_embinit.init.host import EmbeddingSlot
 from lightning_embinit.init.initial_loss import tied_initial_loss
 from lightning_embinit.init.report import format_report
@@ -41,6 +47,8 @@ SLOT_FIELDS = (
     "xavier_std", "std_over_xavier", "coverage",
     "predicted_initial_loss", "predicted_initial_loss_model", "ln_vocab", "verdict", "problems",
 )
+Problem = dict[str, str]
+"""A problem found in a slot: ``{"problem": what is wrong, "countermeasures": what to do}``."""
 
 
 def diagnose_slot(
@@ -59,12 +67,28 @@ def diagnose_slot(
     predicted_model: float | None = None,
 ) -> dict[str, Any]:
     """One slot of the inspection: the report's numbers, absorption, the SPEC §3 prediction and the problems found."""
-    n, d = slot.num_embeddings, slot.embedding_dim
     measured = slot_absorption(slot, sample_rows=sample_rows, neighbours=neighbours, seed=seed, max_position=max_position)
+    result = _slot_numbers(slot, report, measured, predicted_model)
+    found = (
+        _tied_head_problem(result, loss_margin),
+        _drowning_problem(measured, report, positional_threshold, semantic_threshold),
+        _spread_problem(measured, report, result["xavier_std"], spread_limit),
+        _coverage_problem(report.get("coverage"), min_coverage),
+    )
+    problems = [problem for problem in found if problem is not None]
+    result["verdict"] = "bad" if problems else "ok"
+    result["problems"] = problems
+    result["init_report"] = dict(report)
+    return result
+
+
+def _slot_numbers(
+    slot: EmbeddingSlot, report: Mapping[str, Any], measured: Absorption | None, predicted_model: float | None
+) -> dict[str, Any]:
+    """The slot's shape, the report's statistics, the absorption measures and the SPEC §3 predictions."""
+    n, d = slot.num_embeddings, slot.embedding_dim
     xavier_std = get_scheme("xavier").std(n, d)
-    ln_vocab = math.log(n)
-    predicted = tied_initial_loss(n, d, report["std"]) if slot.is_tied else None
-    result: dict[str, Any] = {
+    return {
         "name": slot.name,
         "num_embeddings": n,
         "embedding_dim": d,
@@ -86,42 +110,62 @@ def diagnose_slot(
         "xavier_std": xavier_std,
         "std_over_xavier": report["std"] / xavier_std,
         "coverage": report.get("coverage"),
-        "predicted_initial_loss": predicted,
+        "predicted_initial_loss": tied_initial_loss(n, d, report["std"]) if slot.is_tied else None,
         "predicted_initial_loss_model": predicted_model,
-        "ln_vocab": ln_vocab,
+        "ln_vocab": math.log(n),
     }
-    problems = []
-    if predicted is not None and predicted > ln_vocab + loss_margin:
-        advice = TIED_HEAD_COUNTERMEASURES
-        if tied_initial_loss(n, d, xavier_std) <= ln_vocab + loss_margin:
-            advice += f", or standardize='xavier' (σ = {xavier_std:.3g}, predicted {tied_initial_loss(n, d, xavier_std):.2f})"
-        problems.append({
-            "problem": f"tied head: predicted initial loss ln(e^(dσ) + n − 1) = {predicted:.2f} is above ln n = "
-                       f"{ln_vocab:.2f} by more than {loss_margin:g} (dσ = {d * report['std']:.2f}, SPEC §3)",
-            "countermeasures": advice,
-        })
+
+
+def _tied_head_problem(numbers: Mapping[str, Any], loss_margin: float) -> Problem | None:
+    """A tied head whose predicted initial loss is above ln n by more than ``loss_margin`` (SPEC §3)."""
+    predicted, ln_vocab = numbers["predicted_initial_loss"], numbers["ln_vocab"]
+    if predicted is None or not predicted > ln_vocab + loss_margin:
+        return None
+    n, d, std, xavier_std = numbers["num_embeddings"], numbers["embedding_dim"], numbers["std"], numbers["xavier_std"]
+    advice = TIED_HEAD_COUNTERMEASURES
+    if tied_initial_loss(n, d, xavier_std) <= ln_vocab + loss_margin:
+        advice += f", or standardize='xavier' (σ = {xavier_std:.3g}, predicted {tied_initial_loss(n, d, xavier_std):.2f})"
+    return {
+        "problem": f"tied head: predicted initial loss ln(e^(dσ) + n − 1) = {predicted:.2f} is above ln n = "
+                   f"{ln_vocab:.2f} by more than {loss_margin:g} (dσ = {d * std:.2f}, SPEC §3)",
+        "countermeasures": advice,
+    }
+
+
+def _drowning_problem(
+    measured: Absorption | None, report: Mapping[str, Any], positional_threshold: float, semantic_threshold: float
+) -> Problem | None:
+    """Positional encodings drowning the token rows, or the reverse (:func:`~lightning_embinit.diagnostics.absorption.drowning`)."""
     drowned = None if measured is None else drowning(
         measured, positional_threshold=positional_threshold, semantic_threshold=semantic_threshold
     )
-    if drowned is not None:
-        problems.append({"problem": f"{drowned[0]}; σ(s·X)/σ(P) = {report['ratio']:.3g}", "countermeasures": drowned[1]})
-    if measured is None and report["std"] > spread_limit * xavier_std:
-        problems.append({
-            "problem": f"std {report['std']:.3g} is {report['std'] / xavier_std:.0f}× Xavier's {xavier_std:.3g} "
-                       "(sources spread far above Xavier train worse unless standardized, SPEC §1 [K])",
-            "countermeasures": SPREAD_COUNTERMEASURES,
-        })
-    coverage = report.get("coverage")
-    if coverage and coverage["fraction"] < min_coverage:
-        problems.append({
-            "problem": f"the source covers only {coverage['found']}/{coverage['total']} tokens "
-                       f"({100 * coverage['fraction']:.1f}%); most frequent missing: {', '.join(coverage['missing'][:10])}",
-            "countermeasures": COVERAGE_COUNTERMEASURES,
-        })
-    result["verdict"] = "bad" if problems else "ok"
-    result["problems"] = problems
-    result["init_report"] = dict(report)
-    return result
+    if drowned is None:
+        return None
+    return {"problem": f"{drowned[0]}; σ(s·X)/σ(P) = {report['ratio']:.3g}", "countermeasures": drowned[1]}
+
+
+def _spread_problem(
+    measured: Absorption | None, report: Mapping[str, Any], xavier_std: float, spread_limit: float
+) -> Problem | None:
+    """A slot without positional encodings whose std is more than ``spread_limit`` × Xavier's."""
+    if measured is not None or not report["std"] > spread_limit * xavier_std:
+        return None
+    return {
+        "problem": f"std {report['std']:.3g} is {report['std'] / xavier_std:.0f}× Xavier's {xavier_std:.3g} "
+                   "(sources spread far above Xavier train worse unless standardized, SPEC §1 [K])",
+        "countermeasures": SPREAD_COUNTERMEASURES,
+    }
+
+
+def _coverage_problem(coverage: Mapping[str, Any] | None, min_coverage: float) -> Problem | None:
+    """A pre-trained source that covers less than ``min_coverage`` of the slot's tokens."""
+    if not coverage or not coverage["fraction"] < min_coverage:
+        return None
+    return {
+        "problem": f"the source covers only {coverage['found']}/{coverage['total']} tokens "
+                   f"({100 * coverage['fraction']:.1f}%); most frequent missing: {', '.join(coverage['missing'][:10])}",
+        "countermeasures": COVERAGE_COUNTERMEASURES,
+    }
 
 
 def inspection(

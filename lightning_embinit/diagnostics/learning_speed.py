@@ -14,13 +14,14 @@ import math
 from dataclasses import asdict, dataclass, field
 from typing import Any, Iterable, Sequence
 
+from lightning_embinit.checks import check_choice
+
 MODES = ("max", "min")
 
 
 def check_mode(mode: str) -> str:
-    if mode not in MODES:
-        raise ValueError(f"unknown mode {mode!r}; choose 'max' (higher is better) or 'min' (lower is better)")
-    return mode
+    """``mode`` if it is ``max`` (higher is better) or ``min`` (lower is better), else a ValueError naming both."""
+    return check_choice("mode", mode, MODES, hint="max: higher is better; min: lower is better")
 
 
 def check_weight(weight: float) -> float:

@@ -22,6 +22,8 @@ from dataclasses import dataclass
 
 import torch
 
+from lightning_embinit.checks import check_choice
+
 PROJECTIONS = ("pca", "random_orthogonal")
 
 
@@ -43,12 +45,9 @@ def fit_projection(
     method: str, rows: torch.Tensor, target_dim: int, *, generator: torch.Generator | None = None
 ) -> Projection:
     """Fit ``method`` (``"pca"`` or ``"random_orthogonal"``) on the found rows (n, D_s) for width ``target_dim``."""
-    source_dim = rows.shape[1]
-    if method == "pca":
+    if check_choice("projection", method, PROJECTIONS) == "pca":
         return _fit_pca(rows, target_dim)
-    if method == "random_orthogonal":
-        return _fit_random_orthogonal(source_dim, target_dim, generator)
-    raise ValueError(f"unknown projection {method!r}; choose one of {', '.join(PROJECTIONS)}")
+    return _fit_random_orthogonal(rows.shape[1], target_dim, generator)
 
 
 def _fit_pca(rows: torch.Tensor, target_dim: int) -> Projection:

@@ -6,6 +6,7 @@ from dataclasses import dataclass, field, fields, replace
 from functools import cached_property
 from typing import Any, Mapping, Sequence, Union
 
+from lightning_embinit.checks import choice_error
 from lightning_embinit.init.schemes import RandomScheme
 from lightning_embinit.init.sources.base import EmbeddingSource, resolve_source
 from lightning_embinit.init.transforms import StatisticsTarget, Transform, build_transform
@@ -117,10 +118,10 @@ class InitRecipe:
             source = self.resolved_source()
             for step in self.steps():
                 step.validate(num_embeddings, embedding_dim)
+            if self.trainable not in TRAINABLE_CHOICES or isinstance(self.trainable, int) and not isinstance(self.trainable, bool):
+                raise choice_error("trainable=", self.trainable, TRAINABLE_CHOICES)
         except ValueError as error:
             raise ValueError(f"{where}{error}") from None
-        if self.trainable not in TRAINABLE_CHOICES or isinstance(self.trainable, int) and not isinstance(self.trainable, bool):
-            raise ValueError(f"{where}unknown trainable={self.trainable!r}; choose one of {TRAINABLE_CHOICES}")
         if self.trainable == "pretrained_rows" and not source.is_pretrained:
             raise ValueError(
                 f"{where}contradictory options: trainable='pretrained_rows' freezes rows taken from a pre-trained "

@@ -13,8 +13,8 @@ import os
 from dataclasses import dataclass, field, replace
 from typing import Any, Callable, Iterable, Mapping, Sequence, Union
 
+from lightning_embinit.checks import looks_like_local_path
 from lightning_embinit.init.host import EmbeddingSlot
-from lightning_embinit.init.sources.base import looks_like_local_path
 
 TokenSpec = Union[Sequence[str], str, os.PathLike]
 """A token list, a token file, or a Hugging Face tokenizer name/directory."""

@@ -1,4 +1,6 @@
-"""Transformer models built from the shared blocks in :mod:`lightning_embinit.modules.blocks`."""
+"""The Lightning systems (the user's entry points) over the plain-torch architectures of
+:mod:`lightning_embinit.architectures`; the blocks and architectures are re-exported for the names users import
+from here."""
 
 from lightning_embinit.init.initial_loss import predicted_initial_loss, tied_initial_loss
 from lightning_embinit.modules.attention import AttentionCache, MultiHeadAttention
@@ -11,33 +13,30 @@ from lightning_embinit.models.tied_lm import TiedEmbeddingLM
 from lightning_embinit.models.presets import PRESETS, preset_arguments
 from lightning_embinit.models.seq2seq import TransformerSeq2Seq
 from lightning_embinit.models.seq2seq_module import Seq2SeqModule
-from lightning_embinit.models.reinforced import TARGET_NORMALIZATIONS, ReinforcedTransformerSeq2Seq, token_normalize
-from lightning_embinit.models.translation_metrics import CorpusBLEU
-from lightning_embinit.models.classifier import POOLINGS, TransformerClassifier
+from lightning_embinit.models.reinforced import ReinforcedTransformerSeq2Seq
+from lightning_embinit.models.metrics import CorpusBLEU, PerplexityFromLoss
+from lightning_embinit.models.optimization import OptimizerConfig
+from lightning_embinit.models.classifier import TransformerClassifier
+from lightning_embinit.modules.token_normalization import token_normalize
+from lightning_embinit.architectures import (
+    POOLINGS,
+    TARGET_NORMALIZATIONS,
+    CausalLM,
+    CausalLMConfig,
+    EncoderClassifier,
+    EncoderClassifierConfig,
+    EncoderDecoder,
+    EncoderDecoderConfig,
+    ReinforcedEncoderDecoder,
+    ReinforcedEncoderDecoderConfig,
+)
 
 __all__ = [
-    "AttentionCache",
-    "CorpusBLEU",
-    "DecoderCache",
-    "EmbeddingInput",
-    "EncoderState",
-    "FeedForward",
     "HEADS",
-    "LearnedPositionalEmbedding",
-    "MultiHeadAttention",
     "NON_EMBEDDING_SCHEMES",
-    "OutputHead",
     "POOLINGS",
     "PRESETS",
-    "ReinforcedTransformerSeq2Seq",
-    "Seq2SeqModule",
-    "SinusoidalPositionalEncoding",
     "TARGET_NORMALIZATIONS",
-    "TiedEmbeddingLM",
-    "TransformerBlock",
-    "TransformerClassifier",
-    "TransformerSeq2Seq",
-    "TransformerStack",
     "beam_search",
     "greedy_decode",
     "init_non_embedding_",
@@ -45,4 +44,31 @@ __all__ = [
     "preset_arguments",
     "tied_initial_loss",
     "token_normalize",
+    "AttentionCache",
+    "CausalLM",
+    "CausalLMConfig",
+    "CorpusBLEU",
+    "DecoderCache",
+    "EmbeddingInput",
+    "EncoderClassifier",
+    "EncoderClassifierConfig",
+    "EncoderDecoder",
+    "EncoderDecoderConfig",
+    "EncoderState",
+    "FeedForward",
+    "LearnedPositionalEmbedding",
+    "MultiHeadAttention",
+    "OptimizerConfig",
+    "OutputHead",
+    "PerplexityFromLoss",
+    "ReinforcedEncoderDecoder",
+    "ReinforcedEncoderDecoderConfig",
+    "ReinforcedTransformerSeq2Seq",
+    "Seq2SeqModule",
+    "SinusoidalPositionalEncoding",
+    "TiedEmbeddingLM",
+    "TransformerBlock",
+    "TransformerClassifier",
+    "TransformerSeq2Seq",
+    "TransformerStack",
 ]

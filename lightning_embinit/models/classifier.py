@@ -1,18 +1,10 @@
-"""An encoder-only transformer classifier for sentences and sentence pairs ([K]'s classification testbed, SPEC §1).
+"""[K]'s classification testbed (SPEC §1) as a Lightning system: the encoder-only architecture
+:class:`~lightning_embinit.architectures.EncoderClassifier` with its tokenizer, label names, losses, accuracy and
+macro F1 per evaluation set, and :meth:`TransformerClassifier.classify` for new text.
 
-    x = Drop(s · E[t] + P) + S[type]     (:class:`EmbeddingInput`; S only with ``num_segments`` > 0)
-    h = Encoder(x)                       (:class:`TransformerStack`: post-LN as [K], or pre-LN; padding masked)
-    z = h[:, 0]  (``cls``)   or   Σ_{i not pad} h_i / #{i not pad}  (``mean``)
-    logits = W · Drop(z) + b
-
-``cls`` pooling reads the tokenizer's own first token when the inputs start with one (BERT's
-``[CLS]``; the ``<cls>``/``[CLS]`` that :class:`~lightning_embinit.data.ClassificationDataModule`
-puts first for word-level and WordPiece tokenizers); otherwise the model prepends a learned vector
-at position 0 (the tokens then take positions 1 … L). Sentence pairs arrive as one sequence: a
-pretrained tokenizer's own layout (``[CLS] a [SEP] b [SEP]``), or ``<cls> a <sep> b`` for word-level
-and WordPiece vocabularies; ``token_type_ids`` select a learned segment vector when
-``num_segments`` > 0. The model is an :class:`~lightning_embinit.init.EmbeddingHost` with one slot,
-``"tokens"``, so ``EmbeddingInitCallback`` and every diagnostic serve it unchanged.
+Sentence pairs arrive as one sequence: a pretrained tokenizer's own layout (``[CLS] a [SEP] b [SEP]``), or
+``<cls> a <sep> b`` for word-level and WordPiece vocabularies (:class:`~lightning_embinit.data.ClassificationDataModule`);
+``cls`` pooling reads the tokenizer's first token when its inputs start with one, else a learned vector.
 """
 
 from __future__ import annotations
@@ -26,21 +18,15 @@ from torch import nn
 from torchmetrics.aggregation import MeanMetric
 from torchmetrics.classification import MulticlassAccuracy, MulticlassF1Score
 
+from lightning_embinit.architectures.classifier import EncoderClassifier
+from lightning_embinit.architectures.config import EncoderClassifierConfig
 from lightning_embinit.data.classification import ClassificationCollator, LabelledDataset
 from lightning_embinit.data.text_cache import Ragged
-from lightning_embinit.checks import check_choice
-from lightning_embinit.init.host import EmbeddingSlot
-from lightning_embinit.init.schemes import get_scheme
-from lightning_embinit.modules.blocks import TransformerStack
-from lightning_embinit.modules.initialization import NON_EMBEDDING_SCHEMES, init_non_embedding_
-from lightning_embinit.modules.inputs import EmbeddingInput, fill_token_table_, resolve_scale
-from lightning_embinit.models.vocabularies import resolve_tokenizer
-from lightning_embinit.models.module import EmbinitModule, check_schedule
+from lightning_embinit.models.module import EmbinitModule
+from lightning_embinit.models.optimization import OptimizerConfig
+from lightning_embinit.models.vocabularies import resolve_tokenizer, tokenizer_vocabulary
+from lightning_embinit.modules.vocabulary import TokenVocabulary
 
-POOLINGS = ("cls", "mean")
-CLS_SOURCES = ("auto", "tokenizer", "learned")
-"""Where ``cls`` pooling's first vector comes from: ``tokenizer`` (the inputs' own first token), ``learned``
-(a vector the model prepends) or ``auto`` (the tokenizer's when its inputs start with one, else learned)."""
 NO_TOKENIZER_PAD_ID = 0  # the package's special-token order (pad, unk, bos, eos) when no tokenizer is given
 
 
@@ -75,20 +61,15 @@ class TransformerClassifier(EmbinitModule):
     """Encoder-only transformer classifier (module docstring; [K]'s SST-2/MNLI model, SPEC §1).
 
     Vocabulary: ``tokenizer`` (a :class:`~lightning_embinit.data.tokenization.TextTokenizer` or its
-    ``to_config()`` dict, saved in the hyperparameters so a checkpoint classifies new text with its own
-    ids) or ``vocab_size`` (pad id 0). Classes: ``label_names`` (saved with the model; ``predict_step``
-    and :meth:`classify` return them) or ``num_classes`` (names ``"0"`` … ``"C−1"``).
+    ``to_config()`` dict, saved in the hyperparameters so a checkpoint classifies new text with its own ids) or
+    ``vocab_size`` (pad id 0). Classes: ``label_names`` (saved with the model; ``predict_step`` and
+    :meth:`classify` return them) or ``num_classes`` (names ``"0"`` … ``"C−1"``).
 
-    Sizes ``d_model``, ``num_heads``, ``num_layers``, ``ffn_dim``; ``pre_norm`` (False: [K]'s post-LN);
-    ``input_scale`` (s: ``sqrt_d``, ``inv_sqrt_d``, ``none`` or a number); ``positional``
-    (``interleaved``, ``half``, ``learned`` or ``none`` — [K] Table 3 switches P off); ``pooling``
-    ``cls`` or ``mean``; ``cls_source`` (:data:`CLS_SOURCES`); ``num_segments``: learned segment
-    vectors indexed by ``token_type_ids`` (0 = none; the batches' type ids are then not read and
-    word-level pairs are told apart by their separator token). ``init_scheme``: the non-embedding
-    weights (SPEC §4: ``xavier`` as [K], ``hf``, ``he_ffn``); ``embedding_init``: the token table until
-    ``EmbeddingInitCallback`` replaces it. The learned CLS and segment vectors start at N(0, 0.02²)
-    (SPEC §4's embedding convention). Optimizer: Adam(β = ``betas``, ε = ``eps``), ``lr_schedule``
-    ``constant`` or ``noam`` (:class:`~lightning_embinit.models.module.EmbinitModule`).
+    ``architecture``: :class:`~lightning_embinit.architectures.EncoderClassifierConfig` (sizes, ``pre_norm``,
+    ``input_scale``, ``positional`` — [K] Table 3 switches P off —, ``pooling``, ``cls_source``,
+    ``num_segments``, ``init_scheme``, ``embedding_init``); ``optimizer``:
+    :class:`~lightning_embinit.models.optimization.OptimizerConfig` (Adam at 1e-4, [K]). Any of their fields
+    may also be given by name (``TransformerClassifier(d_model=128, lr=3e-4, …)``).
 
     Logged: ``train_loss`` (per step), ``train_acc`` (per epoch); ``val_loss``, ``val_acc``, ``val_f1``
     (macro F1) and the same for ``test_``; with several validation sets each under its own name,
@@ -96,150 +77,46 @@ class TransformerClassifier(EmbinitModule):
     ``mismatched``; else the loader's index).
     """
 
+    architecture_config = EncoderClassifierConfig
+    model: EncoderClassifier
+
     def __init__(
         self,
         tokenizer: dict | None = None,
         vocab_size: int | None = None,
         label_names: list[str] | None = None,
         num_classes: int | None = None,
-        d_model: int = 512,
-        num_heads: int = 8,
-        num_layers: int = 3,
-        ffn_dim: int = 2048,
-        dropout: float = 0.1,
-        attention_dropout: float | None = None,
-        activation_dropout: float | None = None,
-        max_len: int = 512,
-        pre_norm: bool = False,
-        activation: str = "relu",
-        norm: str = "layernorm",
-        positional: str = "interleaved",
-        input_scale: str | float = "sqrt_d",
-        pooling: str = "cls",
-        cls_source: str = "auto",
-        num_segments: int = 0,
-        init_scheme: str = "xavier",
-        embedding_init: str = "xavier",
-        lr: float = 1e-4,
-        betas: tuple[float, float] = (0.9, 0.98),
-        eps: float = 1e-9,
-        weight_decay: float = 0.0,
-        lr_schedule: str = "constant",
-        warmup_steps: int = 4000,
+        *,
+        architecture: EncoderClassifierConfig = EncoderClassifierConfig(),
+        optimizer: OptimizerConfig = OptimizerConfig(lr=1e-4),
+        **settings: Any,
     ) -> None:
         super().__init__()
-        check_choice("pooling", pooling, POOLINGS)
-        check_choice("cls_source", cls_source, CLS_SOURCES)
-        check_choice("non-embedding init scheme", init_scheme, NON_EMBEDDING_SCHEMES)
-        check_schedule(lr_schedule, warmup_steps)
-        get_scheme(embedding_init)
-        if num_segments < 0:
-            raise ValueError(f"num_segments must be ≥ 0 (0: no segment embedding), got {num_segments}")
-        self.tokenizer, size = resolve_tokenizer(tokenizer, vocab_size)
-        scale = resolve_scale(input_scale, d_model, option="input_scale")
-        self.label_names = resolve_label_names(label_names, num_classes)
         # checkpointed, not sent to loggers: the datamodule logs its own (different) tokenizer spec, vocab_size
         # and label_names, and Lightning refuses to merge differing values; a tokenizer config can be megabytes
-        self.save_hyperparameters(ignore=["tokenizer", "vocab_size", "label_names"])
+        config = self._configure(architecture, optimizer, settings, own={"num_classes": num_classes},
+                                 unlogged=("tokenizer", "vocab_size", "label_names"))
+        self.tokenizer, size = resolve_tokenizer(tokenizer, vocab_size)
+        self.label_names = resolve_label_names(label_names, num_classes)
         self.hparams["tokenizer"] = None if self.tokenizer is None else self.tokenizer.to_config()
         self.hparams["vocab_size"] = vocab_size
         self.hparams["label_names"] = list(self.label_names)
-        self.pad_id = NO_TOKENIZER_PAD_ID if self.tokenizer is None else self.tokenizer.pad_id
         given_first = None if self.tokenizer is None else first_special_id(self.tokenizer)
-        if cls_source == "tokenizer" and given_first is None:
+        if config.cls_source == "tokenizer" and given_first is None:
             raise ValueError("cls_source='tokenizer' needs a tokenizer whose inputs start with a cls token; "
                              + ("none was given" if self.tokenizer is None else f"this {self.tokenizer.kind} tokenizer's do not")
                              + ": use cls_source='learned' or 'auto'")
         self.adds_cls = given_first is not None  # classify() assembles inputs as ClassificationDataModule(add_cls=True)
-        self.cls_id = given_first if pooling == "cls" and cls_source != "learned" else None
-        self._first_token_checked = False
-
-        table = nn.Embedding(size, d_model, padding_idx=self.pad_id)
-        self.token_input = EmbeddingInput(table, scale=scale, positional=positional, max_len=max_len, dropout=dropout)
-        self.cls_vector = nn.Parameter(torch.empty(d_model)) if pooling == "cls" and self.cls_id is None else None
-        self.segment_embedding = nn.Embedding(num_segments, d_model) if num_segments else None
-        self.encoder = TransformerStack(
-            num_layers, d_model, num_heads, ffn_dim, pre_norm=pre_norm, norm=norm, activation=activation,
-            dropout=dropout, attention_dropout=attention_dropout, activation_dropout=activation_dropout,
-        )
-        self.head_dropout = nn.Dropout(dropout)
-        self.head = nn.Linear(d_model, len(self.label_names))
+        vocab = (TokenVocabulary(size, special_ids={"pad": NO_TOKENIZER_PAD_ID}) if self.tokenizer is None
+                 else tokenizer_vocabulary(self.tokenizer))
+        self.model = EncoderClassifier(config, vocab, len(self.label_names), first_token_id=given_first)
         self.train_acc = MulticlassAccuracy(len(self.label_names), average="micro")
         self.eval_metrics = nn.ModuleDict({prefix: self._new_metrics() for prefix in ("val", "test")})
         self._eval_prefixes: list[str] = []
-        self.reset_parameters()
 
-    @torch.no_grad()
-    def reset_parameters(self) -> None:
-        """Non-embedding weights per ``init_scheme`` (SPEC §4); the token table per ``embedding_init``, pad row 0."""
-        init_non_embedding_(self, self.hparams.init_scheme)
-        for vector in (self.cls_vector, None if self.segment_embedding is None else self.segment_embedding.weight):
-            if vector is not None:
-                nn.init.normal_(vector, std=0.02)
-        fill_token_table_(self.token_input.embedding, self.hparams.embedding_init)
-
-    # ----------------------------------------------------------------- EmbeddingHost
-    def embedding_slots(self) -> dict[str, EmbeddingSlot]:
-        """One slot, ``"tokens"``: the token table with its strings, pad row, special tokens, input scale and P."""
-        tokenizer = self.tokenizer
-        return {"tokens": self.token_input.slot(
-            "tokens", tokens=None if tokenizer is None else list(tokenizer.tokens), padding_idx=self.pad_id,
-            special_tokens={} if tokenizer is None else dict(tokenizer.special_tokens),
-        )}
-
-    # ----------------------------------------------------------------- model
     def forward(self, input_ids: torch.Tensor, token_type_ids: torch.Tensor | None = None) -> torch.Tensor:
         """(B, L) token ids (and segment ids) → (B, C) class logits."""
-        return self.head(self.head_dropout(self.pool(*self.encode(input_ids, token_type_ids))))
-
-    def encode(self, input_ids: torch.Tensor, token_type_ids: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
-        """(B, L) ids → the encoder's (B, L′, D) output and its (B, L′) padding mask (True at padding);
-        L′ = L + 1 when a learned CLS vector is prepended."""
-        padding = input_ids == self.pad_id
-        if self.cls_id is not None and not self._first_token_checked:
-            self._check_first_token(input_ids)
-        x = self.token_input(input_ids, offset=0 if self.cls_vector is None else 1)
-        if self.cls_vector is not None:
-            first = self.cls_vector
-            if self.token_input.positional is not None:
-                first = first + self.token_input.positional(1)[0]
-            first = self.token_input.dropout(first.to(x.dtype).expand(x.shape[0], 1, -1))
-            x = torch.cat((first, x), dim=1)
-            padding = F.pad(padding, (1, 0), value=False)
-            token_type_ids = None if token_type_ids is None else F.pad(token_type_ids, (1, 0), value=0)
-        if self.segment_embedding is not None:
-            x = x + self._segments(torch.zeros_like(padding, dtype=torch.long) if token_type_ids is None else token_type_ids)
-        return self.encoder(x, padding_mask=padding), padding
-
-    def pool(self, hidden: torch.Tensor, padding: torch.Tensor) -> torch.Tensor:
-        """(B, L, D) → (B, D): the first position (``cls``) or the mean over non-padding positions (``mean``)."""
-        if self.hparams.pooling == "cls":
-            return hidden[:, 0]
-        keep = (~padding).unsqueeze(-1).to(hidden.dtype)
-        return (hidden * keep).sum(dim=1) / keep.sum(dim=1).clamp(min=1)
-
-    def _segments(self, token_type_ids: torch.Tensor) -> torch.Tensor:
-        try:
-            return self.segment_embedding(token_type_ids)
-        except IndexError:
-            raise ValueError(
-                f"token_type_ids must be in 0 … {self.hparams.num_segments - 1} (num_segments="
-                f"{self.hparams.num_segments}); got the values {torch.unique(token_type_ids).tolist()}"
-            ) from None
-
-    def _check_first_token(self, input_ids: torch.Tensor) -> None:
-        """Once per model: ``cls`` pooling of a tokenizer-given token needs every input to start with it."""
-        if input_ids.numel():
-            wrong = input_ids[:, 0] != self.cls_id
-            if bool(wrong.any()):
-                token = self.tokenizer.tokens[self.cls_id]
-                raise ValueError(
-                    f"cls pooling reads the tokenizer's first token {token!r} (id {self.cls_id}), but {int(wrong.sum())} "
-                    f"of {input_ids.shape[0]} inputs start with another id (e.g. {int(input_ids[wrong][0, 0])}): build the "
-                    "inputs with ClassificationDataModule(add_cls=True) (its default), or the model with "
-                    "cls_source='learned' (a CLS vector the model prepends)"
-                )
-        self._first_token_checked = True
+        return self.model(input_ids, token_type_ids)
 
     # ----------------------------------------------------------------- Lightning steps
     def _logits(self, batch: Any, what: str) -> tuple[torch.Tensor, torch.Tensor]:
@@ -331,7 +208,7 @@ class TransformerClassifier(EmbinitModule):
         first = Ragged.from_lists(tokenizer.encode_batch(texts))
         second = None if pairs is None else Ragged.from_lists(tokenizer.encode_batch(list(pairs)))
         template = tokenizer.input_template(pair=second is not None, add_cls=self.adds_cls)
-        limit = self.hparams.max_len - (self.cls_vector is not None)
+        limit = self.model.config.max_len - (self.model.cls_vector is not None)
         rows = np.arange(len(texts))
         data = LabelledDataset(first, second, np.zeros(len(texts), dtype=np.int64), texts,
                                None if pairs is None else list(pairs), template, limit, rows)

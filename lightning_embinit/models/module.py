@@ -1,48 +1,36 @@
-"""Lightning plumbing shared by every model of the package.
+"""What every Lightning system of the package shares (:class:`EmbinitModule`).
 
-- Metric states that survive any order of ``validate``/``test``/``predict``/``fit``: Lightning
-  evaluates under :func:`torch.inference_mode`, and a torchmetrics state computed or reset there
-  becomes an inference tensor that a later ``fit`` (validation under ``no_grad``, training with
-  autograd) cannot update in place. :func:`refresh_metric_states` swaps such states for normal
-  copies at the start of every stage.
-- The optimizer of SPEC §1–§2: Adam with β = (0.9, 0.98), ε = 1e−9 and a constant learning
-  rate or the Noam schedule lr = m^−0.5 · min(step^−0.5, step · warmup^−1.5).
+A system holds its architecture — a plain ``nn.Module`` of :mod:`lightning_embinit.architectures` — as
+``self.model`` and owns what training needs around it: losses, metrics, decoding, the optimizer. Its settings
+come in two typed groups, ``architecture`` (the architecture's config) and ``optimizer``
+(:class:`~lightning_embinit.models.optimization.OptimizerConfig`), or as flat keywords
+(:mod:`~lightning_embinit.models.settings`); the hyperparameters keep them flat.
+
+Metric states survive any order of ``validate``/``test``/``predict``/``fit``: Lightning evaluates under
+:func:`torch.inference_mode`, and a torchmetrics state computed or reset there becomes an inference tensor that
+a later ``fit`` (validation under ``no_grad``, training with autograd) cannot update in place.
+:func:`refresh_metric_states` swaps such states for normal copies at the start of every stage.
 """
 
 from __future__ import annotations
 
-import math
-from typing import Any
+import inspect
+from dataclasses import replace
+from typing import Any, ClassVar, Mapping
 
 import lightning as L
 import torch
 from torch import nn
 from torchmetrics import Metric
 
-from lightning_embinit.checks import check_choice
+from lightning_embinit.init.host import EmbeddingSlot
+from lightning_embinit.models.optimization import OptimizerConfig, configure_adam
+from lightning_embinit.models.presets import preset_arguments
+from lightning_embinit.models.settings import flat_settings, grouped_settings, resolve_groups
 
-LR_SCHEDULES = ("constant", "noam")
-
-
-def noam_factor(step: int, warmup_steps: int) -> float:
-    """min(s^{−1/2}, s · w^{−3/2}) · √w with s = step + 1: linear warmup to 1 at s = w, then ∝ 1/√s.
-
-    With ``lr`` = m^{−1/2} · w^{−1/2} (:func:`noam_peak_lr`) the learning rate is Vaswani's (SPEC §2) exactly.
-    """
-    s = step + 1
-    return min(s**-0.5, s * warmup_steps**-1.5) * math.sqrt(warmup_steps)
-
-
-def noam_peak_lr(d_model: int, warmup_steps: int) -> float:
-    """The peak of SPEC §2's schedule, m^{−1/2} · w^{−1/2}: the ``lr`` that makes :func:`noam_factor` exact."""
-    return d_model**-0.5 * warmup_steps**-0.5
-
-
-def check_schedule(lr_schedule: str, warmup_steps: int) -> None:
-    """Raise ``ValueError`` for an unknown schedule or a Noam schedule without warmup."""
-    check_choice("lr schedule", lr_schedule, LR_SCHEDULES)
-    if lr_schedule == "noam" and warmup_steps < 1:
-        raise ValueError(f"the noam schedule needs warmup_steps ≥ 1, got {warmup_steps}")
+CHECKPOINT_LAYOUT_KEY = "embinit_layout"
+CHECKPOINT_LAYOUT = 2
+"""Checkpoints of 0.1.0.dev0 carry no layout: their weights sit on the system itself, not under ``model.``."""
 
 
 def refresh_metric_states(module: nn.Module) -> int:
@@ -66,12 +54,52 @@ def refresh_metric_states(module: nn.Module) -> int:
 
 
 class EmbinitModule(L.LightningModule):
-    """Base of the package's LightningModules: stage-safe metrics and the SPEC optimizer.
-
-    Subclasses save ``lr``, ``betas``, ``eps``, ``weight_decay``, ``lr_schedule`` and
-    ``warmup_steps`` as hyperparameters; subclasses that override a ``on_*_start`` hook call
-    ``super()``.
+    """Base of the package's Lightning systems (module docstring): ``self.model``, settings, stage-safe metrics,
+    the SPEC optimizer, and checkpoints of 0.1.0.dev0. Subclasses set :attr:`architecture_config`, call
+    :meth:`_configure` in ``__init__``, and call ``super()`` in the ``on_*_start`` hooks they override.
     """
+
+    architecture_config: ClassVar[type]
+    """The config type of the ``architecture`` group."""
+    legacy_key_prefixes: ClassVar[Mapping[str, str]] = {"": "model."}
+    """0.1.0.dev0 state-dict key prefix → today's (the longest match wins)."""
+
+    model: nn.Module
+    optimizer_config: OptimizerConfig
+
+    @classmethod
+    def settings_groups(cls) -> dict[str, type]:
+        """Group name → its config type: ``architecture`` (:attr:`architecture_config`) and ``optimizer``."""
+        return {"architecture": cls.architecture_config, "optimizer": OptimizerConfig}
+
+    @classmethod
+    def grouped_hyperparameters(cls, hparams: Mapping[str, Any]) -> dict[str, Any]:
+        """A checkpoint's flat hyperparameters as this system's constructor arguments in their groups (what the
+        CLI parses back from ``--ckpt_path``; :func:`~lightning_embinit.models.settings.grouped_settings`)."""
+        return grouped_settings(cls.settings_groups(), hparams)
+
+    def _configure(self, architecture: Any, optimizer: Any, settings: Mapping[str, Any], *,
+                   own: Mapping[str, Any], unlogged: tuple[str, ...] = ()) -> Any:
+        """The architecture config (returned) and :attr:`optimizer_config` from the groups and flat ``settings``;
+        saves ``own`` (the system's other arguments) and every setting as flat hyperparameters. ``unlogged``: the
+        system's arguments it keeps in the checkpoint but not among the hyperparameters loggers see."""
+        given = {"architecture": architecture, "optimizer": optimizer}
+        defaults = inspect.signature(type(self)).parameters
+        groups = resolve_groups(
+            type(self).__name__,
+            {group: (config_type, given[group], defaults[group].default) for group, config_type in self.settings_groups().items()},
+            settings, others=(*own, *unlogged, *given),
+        )
+        config, self.optimizer_config = groups["architecture"], groups["optimizer"].resolved(groups["architecture"].d_model)
+        self.save_hyperparameters({**own, **flat_settings(config, self.optimizer_config)})
+        return config
+
+    def embedding_slots(self) -> dict[str, EmbeddingSlot]:
+        """The architecture's slots, with tied modules named by their path in this system (``model.head``)."""
+        return {
+            name: replace(slot, tied_modules=tuple(f"model.{module}" for module in slot.tied_modules))
+            for name, slot in self.model.embedding_slots().items()
+        }
 
     def on_fit_start(self) -> None:
         refresh_metric_states(self)
@@ -88,13 +116,25 @@ class EmbinitModule(L.LightningModule):
     def on_predict_start(self) -> None:
         refresh_metric_states(self)
 
+    def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:
+        checkpoint[CHECKPOINT_LAYOUT_KEY] = CHECKPOINT_LAYOUT
+
+    def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:
+        """A 0.1.0.dev0 checkpoint's weights move to today's keys (:attr:`legacy_key_prefixes`) before Lightning
+        loads them (``load_from_checkpoint``, ``fit(ckpt_path=…)`` and the CLI call this hook first)."""
+        if CHECKPOINT_LAYOUT_KEY not in checkpoint and "state_dict" in checkpoint:
+            checkpoint["state_dict"] = {self._current_key(key): value for key, value in checkpoint["state_dict"].items()}
+            checkpoint[CHECKPOINT_LAYOUT_KEY] = CHECKPOINT_LAYOUT
+
+    def _current_key(self, key: str) -> str:
+        old = max((prefix for prefix in self.legacy_key_prefixes if key.startswith(prefix)), key=len)
+        return self.legacy_key_prefixes[old] + key[len(old):]
+
     @classmethod
     def from_preset(cls, name: str, **overrides: Any) -> "EmbinitModule":
         """A model configured as the preset ``name`` (:data:`~lightning_embinit.models.presets.PRESETS`), with
         ``overrides`` on top: an instance of ``cls`` when it subclasses the preset's model (a user's own
         variant), else of the preset's model when that subclasses ``cls``."""
-        from lightning_embinit.models.presets import preset_arguments
-
         target, arguments = preset_arguments(name, **overrides)
         if issubclass(cls, target):
             return cls(**arguments)
@@ -103,17 +143,5 @@ class EmbinitModule(L.LightningModule):
         raise ValueError(f"preset {name!r} builds a {target.__name__}; call {target.__name__}.from_preset({name!r})")
 
     def configure_optimizers(self) -> Any:
-        """Adam(β = ``betas``, ε = ``eps``; torch's fused kernel on CPU and CUDA); ``lr_schedule`` ``constant`` or
-        ``noam`` (stepped per optimizer step)."""
-        hp = self.hparams
-        parameters = list(self.parameters())
-        # torch's fused Adam (CPU and CUDA): one kernel per step instead of several passes, ~4 % of a step of [K]'s model
-        fused = all(p.device.type in ("cpu", "cuda") and p.is_floating_point() for p in parameters)
-        optimizer = torch.optim.Adam(
-            parameters, lr=hp.lr, betas=tuple(hp.betas), eps=hp.eps, weight_decay=hp.weight_decay, fused=fused or None,
-        )
-        if hp.lr_schedule == "constant":
-            return optimizer
-        warmup = hp.warmup_steps
-        scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda step: noam_factor(step, warmup))
-        return {"optimizer": optimizer, "lr_scheduler": {"scheduler": scheduler, "interval": "step"}}
+        """Adam per :attr:`optimizer_config` (:func:`~lightning_embinit.models.optimization.configure_adam`)."""
+        return configure_adam(self.parameters(), self.optimizer_config)

@@ -10,7 +10,7 @@ from __future__ import annotations
 import importlib
 from typing import Any, Callable, Mapping
 
-from lightning_embinit.models.module import noam_peak_lr
+from lightning_embinit.models.optimization import noam_peak_lr
 
 
 def kim_heads(d_model: int, preset: str) -> int:

@@ -1,91 +1,28 @@
-"""What every encoder–decoder translation model of the package shares (SPEC §1–§2).
+"""What both translation systems share (SPEC §1–§2): :class:`Seq2SeqModule`.
 
-:class:`Seq2SeqModule`: the two sides' vocabularies (tokenizer configs saved in the
-hyperparameters, so a checkpoint decodes new text with its own), masked cross-entropy,
-validation/test loss and corpus BLEU, decoding (:mod:`~lightning_embinit.modules.decoding`),
-``translate``/``predict_step``. A model adds its layers and ``encode``/``decode``/``head_logits``:
+It holds an encoder–decoder architecture (:class:`~lightning_embinit.architectures.Seq2SeqArchitecture`) as
+``self.model`` and owns the rest: the two sides' tokenizers (configs saved in the hyperparameters, so a
+checkpoint decodes new text with its own), masked cross-entropy, validation/test loss and corpus BLEU,
+decoding (:mod:`~lightning_embinit.modules.decoding`), ``translate``/``predict_step``.
 :class:`~lightning_embinit.models.seq2seq.TransformerSeq2Seq` (the baseline) and
-:class:`~lightning_embinit.models.reinforced.ReinforcedTransformerSeq2Seq`.
+:class:`~lightning_embinit.models.reinforced.ReinforcedTransformerSeq2Seq` choose the architecture.
 """
 
 from __future__ import annotations
 
-import abc
-from dataclasses import dataclass
-from typing import Any, Mapping, Sequence
+from typing import Any, ClassVar, Mapping, Sequence
 
 import torch
 import torch.nn.functional as F
 from lightning.pytorch.utilities import rank_zero_info, rank_zero_warn
-from torch import nn
 from torchmetrics.aggregation import MeanMetric
 
-from lightning_embinit.modules.vocabulary import SPECIAL_TOKENS
+from lightning_embinit.architectures.encoder_decoder import Seq2SeqArchitecture
 from lightning_embinit.checks import check_choice
-from lightning_embinit.init.host import EmbeddingSlot
-from lightning_embinit.modules.blocks import DecoderCache
-from lightning_embinit.modules.decoding import EncoderState, decode
-from lightning_embinit.modules.inputs import fill_token_table_
-from lightning_embinit.models.vocabularies import resolve_tokenizer
-from lightning_embinit.models.module import EmbinitModule, check_schedule, noam_peak_lr
-from lightning_embinit.models.tied_lm import PerplexityFromLoss
-from lightning_embinit.models.translation_metrics import CorpusBLEU
-
-
-@dataclass
-class SideVocabulary:
-    """One side's vocabulary: its tokenizer (None in tokenizer-less use) and the special ids."""
-
-    size: int
-    tokenizer: Any
-    pad_id: int
-    unk_id: int
-    bos_id: int
-    eos_id: int
-
-    @property
-    def tokens(self) -> list[str] | None:
-        return None if self.tokenizer is None else list(self.tokenizer.tokens)
-
-    @property
-    def special_tokens(self) -> dict[str, str]:
-        return {} if self.tokenizer is None else dict(self.tokenizer.special_tokens)
-
-    def slot_options(self) -> dict[str, Any]:
-        """What an :class:`~lightning_embinit.init.EmbeddingSlot` of this side's table takes from the vocabulary."""
-        return {"tokens": self.tokens, "padding_idx": self.pad_id, "special_tokens": self.special_tokens}
-
-
-def side_vocabulary(side: str, tokenizer: Any, vocab_size: int | None) -> tuple[SideVocabulary, dict | None]:
-    """The vocabulary of ``side`` from a tokenizer (config dict or ``TextTokenizer``) or a size
-    (:func:`~lightning_embinit.modules.inputs.resolve_tokenizer`).
-
-    Without a tokenizer the special ids are the package's (pad 0, unk 1, bos 2, eos 3). Returns
-    the vocabulary and the tokenizer's JSON config (for the hyperparameters).
-    """
-    tokenizer, size = resolve_tokenizer(
-        tokenizer, vocab_size, option=f"{side}_tokenizer", size_option=f"{side}_vocab_size",
-        min_size=len(SPECIAL_TOKENS) + 1,
-    )
-    if tokenizer is None:
-        ids = {role: i for i, role in enumerate(SPECIAL_TOKENS)}
-        return SideVocabulary(size, None, ids["pad"], ids["unk"], ids["bos"], ids["eos"]), None
-    vocabulary = SideVocabulary(size, tokenizer, tokenizer.pad_id, tokenizer.unk_id, tokenizer.bos_id, tokenizer.eos_id)
-    return vocabulary, tokenizer.to_config()
-
-
-def resolve_lr(lr: float | None, lr_schedule: str, d_model: int, warmup_steps: int) -> float:
-    """``lr``, or for ``lr=None`` under the Noam schedule SPEC §2's peak m^−½·w^−½ for this ``d_model``
-    and ``warmup_steps`` (:func:`~lightning_embinit.models.module.noam_peak_lr`)."""
-    check_schedule(lr_schedule, warmup_steps)
-    if lr is not None:
-        return lr
-    if lr_schedule != "noam":
-        raise ValueError(
-            f"lr=None stands for SPEC §2's Noam peak d_model^−½ · warmup_steps^−½ and needs lr_schedule='noam'; "
-            f"give a number for lr_schedule={lr_schedule!r}"
-        )
-    return noam_peak_lr(d_model, warmup_steps)
+from lightning_embinit.modules.decoding import decode
+from lightning_embinit.models.metrics import CorpusBLEU, PerplexityFromLoss
+from lightning_embinit.models.module import EmbinitModule
+from lightning_embinit.models.vocabularies import side_vocabulary
 
 
 BLEU_REFERENCES = ("tokenizer", "raw")
@@ -106,43 +43,54 @@ def split_translation_batch(batch: Any) -> tuple[torch.Tensor, torch.Tensor | No
     return src, tgt, None
 
 
-class Seq2SeqModule(EmbinitModule, abc.ABC):
-    """Shared base of the translation models (module docstring). Subclasses call
-    :meth:`_setup_seq2seq` in ``__init__`` and implement ``encode``, ``decode``, ``head_logits``,
-    ``new_cache`` and ``embedding_slots``."""
+class Seq2SeqModule(EmbinitModule):
+    """Shared base of the translation systems (module docstring); a subclass names its
+    :attr:`architecture_class` and :attr:`~EmbinitModule.architecture_config` and gives the defaults.
 
-    # ----------------------------------------------------------------- construction
-    def _setup_seq2seq(
+    ``label_smoothing`` (training loss only); decoding for BLEU and ``predict``: greedy, or beam search with
+    ``beam_size`` and ``length_penalty``, at most ``max_decode_len`` tokens (default source length + 50, capped
+    at ``max_len``); ``bleu_every_n_validations``: BLEU on every N-th validation in fit, 0 = only in
+    ``validate``/``test`` runs; ``bleu_references``: :data:`BLEU_REFERENCES`.
+    """
+
+    architecture_class: ClassVar[type[Seq2SeqArchitecture]]
+    model: Seq2SeqArchitecture
+
+    def __init__(
         self,
-        src_tokenizer: Any,
-        tgt_tokenizer: Any,
-        src_vocab_size: int | None,
-        tgt_vocab_size: int | None,
+        src_tokenizer: dict | None = None,
+        tgt_tokenizer: dict | None = None,
+        src_vocab_size: int | None = None,
+        tgt_vocab_size: int | None = None,
         *,
-        share_embeddings: bool,
+        architecture: Any,
+        optimizer: Any,
+        label_smoothing: float = 0.0,
+        beam_size: int = 1,
+        length_penalty: float = 1.0,
+        max_decode_len: int | None = None,
+        bleu_every_n_validations: int = 1,
+        bleu_references: str = "tokenizer",
+        **settings: Any,
     ) -> None:
-        check_schedule(self.hparams.lr_schedule, self.hparams.warmup_steps)
-        hp = self.hparams
-        check_choice("bleu_references", hp.bleu_references, BLEU_REFERENCES)
-        if hp.bleu_every_n_validations < 0 or hp.beam_size < 1 or not 0 <= hp.label_smoothing < 1:
+        super().__init__()
+        check_choice("bleu_references", bleu_references, BLEU_REFERENCES)
+        if bleu_every_n_validations < 0 or beam_size < 1 or not 0 <= label_smoothing < 1:
             raise ValueError(
                 "bleu_every_n_validations must be ≥ 0, beam_size ≥ 1 and 0 ≤ label_smoothing < 1; got "
-                f"{hp.bleu_every_n_validations}, {hp.beam_size}, {hp.label_smoothing}"
+                f"{bleu_every_n_validations}, {beam_size}, {label_smoothing}"
             )
-        self.src_vocab, src_config = side_vocabulary("src", src_tokenizer, src_vocab_size)
-        self.tgt_vocab, tgt_config = side_vocabulary("tgt", tgt_tokenizer, tgt_vocab_size)
+        own = {"src_vocab_size": src_vocab_size, "tgt_vocab_size": tgt_vocab_size, "label_smoothing": label_smoothing,
+               "beam_size": beam_size, "length_penalty": length_penalty, "max_decode_len": max_decode_len,
+               "bleu_every_n_validations": bleu_every_n_validations, "bleu_references": bleu_references}
+        config = self._configure(architecture, optimizer, settings, own=own, unlogged=("src_tokenizer", "tgt_tokenizer"))
+        self.src_tokenizer, src_vocab = side_vocabulary("src", src_tokenizer, src_vocab_size)
+        self.tgt_tokenizer, tgt_vocab = side_vocabulary("tgt", tgt_tokenizer, tgt_vocab_size)
         # In the checkpoint (so it decodes new text with its own vocabularies) but not among the
         # hyperparameters sent to loggers: they are long, and a TranslationDataModule's own
         # ``src_tokenizer``/``tgt_tokenizer`` (a spec such as "word") would clash with them there.
-        self.hparams["src_tokenizer"], self.hparams["tgt_tokenizer"] = src_config, tgt_config
-        if share_embeddings and (
-            self.src_vocab.size != self.tgt_vocab.size or self.src_vocab.tokens != self.tgt_vocab.tokens
-        ):
-            raise ValueError(
-                "share_embeddings=True needs one vocabulary for both sides; got "
-                f"{self.src_vocab.size} source and {self.tgt_vocab.size} target tokens (build one joint tokenizer)"
-            )
-        self.pad_id, self.bos_id, self.eos_id = self.tgt_vocab.pad_id, self.tgt_vocab.bos_id, self.tgt_vocab.eos_id
+        for name, tokenizer in (("src_tokenizer", self.src_tokenizer), ("tgt_tokenizer", self.tgt_tokenizer)):
+            self.hparams[name] = None if tokenizer is None else tokenizer.to_config()
         self.train_loss_epoch = MeanMetric()
         self.val_loss, self.val_ppl, self.val_bleu = MeanMetric(), PerplexityFromLoss(), CorpusBLEU()
         self.test_loss, self.test_ppl, self.test_bleu = MeanMetric(), PerplexityFromLoss(), CorpusBLEU()
@@ -150,73 +98,33 @@ class Seq2SeqModule(EmbinitModule, abc.ABC):
         self._bleu_this_run = False
         self._signature_logged = False
         self._warned: set[str] = set()
-
-    def _token_table(self, side: SideVocabulary, dim: int) -> nn.Embedding:
-        return nn.Embedding(side.size, dim, padding_idx=side.pad_id)
-
-    def _reset_token_tables(self, *tables: nn.Embedding) -> None:
-        """The token tables per ``embedding_init`` until EmbeddingInitCallback replaces them; pad rows 0."""
-        for table in dict.fromkeys(tables):
-            fill_token_table_(table, self.hparams.embedding_init)
-
-    def _slot(self, name: str, table: nn.Embedding, side: SideVocabulary, **options: Any) -> EmbeddingSlot:
-        return EmbeddingSlot(name=name, embedding=table, **side.slot_options(), **options)
-
-    # ----------------------------------------------------------------- model interface (subclasses)
-    @abc.abstractmethod
-    def encode(self, src: torch.Tensor) -> EncoderState:
-        """(B, S) source ids → what the decoder reads."""
-
-    @abc.abstractmethod
-    def decode(self, tgt_in: torch.Tensor, state: EncoderState, cache: DecoderCache | None = None) -> torch.Tensor:
-        """(B, T) decoder input ids → (B, T, width) final hidden states (only the new positions with a cache)."""
-
-    @abc.abstractmethod
-    def head_logits(self, hidden: torch.Tensor) -> torch.Tensor:
-        """Hidden states (…, width) → logits (…, |V_tgt|)."""
-
-    @abc.abstractmethod
-    def embedding_slots(self) -> dict[str, EmbeddingSlot]:
-        """The model's token tables as EmbeddingHost slots."""
-
-    def new_cache(self) -> DecoderCache | None:
-        """An empty cache for incremental decoding, or None when the model must recompute each step."""
-        return self.decoder.new_cache()
-
-    def target_padding(self, tgt_in: torch.Tensor, cache: DecoderCache | None) -> torch.Tensor | None:
-        """The decoder self-attention's key padding mask: True at pad. None with a cache: decoding never
-        generates pad, and a mask of the new positions only would not cover the cached keys."""
-        return None if cache is not None else tgt_in == self.pad_id
+        self.model = self.architecture_class(config, src_vocab, tgt_vocab)
 
     # ----------------------------------------------------------------- forward, loss
     def forward(self, src: torch.Tensor, tgt_in: torch.Tensor) -> torch.Tensor:
         """(B, S) source ids + (B, T) decoder input ids → (B, T, |V_tgt|) next-token logits."""
-        return self.head_logits(self.decode(tgt_in, self.encode(src)))
-
-    def next_token_logits(self, tokens: torch.Tensor, state: EncoderState, cache: DecoderCache | None) -> torch.Tensor:
-        """Logits of the token after ``tokens`` (the newest token with a cache, the whole prefix without)."""
-        return self.head_logits(self.decode(tokens, state, cache)[:, -1])
+        return self.model(src, tgt_in)
 
     def teacher_forced_loss(
         self, src: torch.Tensor, tgt: torch.Tensor, *, label_smoothing: float
     ) -> tuple[torch.Tensor, torch.Tensor]:
         """Runs the model on a batch: mean cross-entropy over the non-pad targets tgt[:, 1:] given
         tgt[:, :-1], and their count. The output layer runs on the non-pad positions only."""
-        targets = tgt[:, 1:]
-        hidden = self.decode(tgt[:, :-1], self.encode(src))
-        keep = targets != self.pad_id
+        targets, model = tgt[:, 1:], self.model
+        hidden = model.decode(tgt[:, :-1], model.encode(src))
+        keep = targets != model.pad_id
         if bool(keep.all()):  # no padding: skip the gather (the check costs what the gather's own sync would)
             hidden, targets = hidden.flatten(0, 1), targets.flatten()
         else:
             hidden, targets = hidden[keep], targets[keep]
-        logits = self.head_logits(hidden)
+        logits = model.head_logits(hidden)
         return F.cross_entropy(logits, targets, label_smoothing=label_smoothing), keep.sum()
 
     def loss(self, logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
         """Masked cross-entropy of given (B, T, V) logits against (B, T) targets (padding ignored, label
         smoothing), as ``TiedEmbeddingLM.loss``; :meth:`teacher_forced_loss` runs the model itself."""
         return F.cross_entropy(
-            logits.flatten(0, 1), targets.flatten(), ignore_index=self.pad_id,
+            logits.flatten(0, 1), targets.flatten(), ignore_index=self.model.pad_id,
             label_smoothing=self.hparams.label_smoothing,
         )
 
@@ -280,7 +188,7 @@ class Seq2SeqModule(EmbinitModule, abc.ABC):
 
     def _can_score(self, tgt_text: list[str] | None) -> bool:
         reason = None
-        if self.tgt_vocab.tokenizer is None:
+        if self.tgt_tokenizer is None:
             reason = "the model has no target tokenizer (tgt_tokenizer) to detokenize hypotheses"
         elif tgt_text is None:
             reason = "the batches carry no 'tgt_text' references (use TranslationDataModule)"
@@ -292,13 +200,13 @@ class Seq2SeqModule(EmbinitModule, abc.ABC):
     def _references(self, tgt_text: list[str]) -> list[str]:
         if self.hparams.bleu_references == "raw":
             return list(tgt_text)
-        return [self.tgt_vocab.tokenizer.reference(text) for text in tgt_text]
+        return [self.tgt_tokenizer.reference(text) for text in tgt_text]
 
     def bleu_references_description(self) -> str:
         """What BLEU's references are (``bleu_references``), e.g. ``tokenizer round-trip (word, lowercased)``."""
         if self.hparams.bleu_references == "raw":
             return "raw target text"
-        tokenizer = self.tgt_vocab.tokenizer
+        tokenizer = self.tgt_tokenizer
         if tokenizer is None:
             return "tokenizer round-trip (no target tokenizer)"
         lowercased = tokenizer.reference("A") == "a"
@@ -321,16 +229,17 @@ class Seq2SeqModule(EmbinitModule, abc.ABC):
 
     # ----------------------------------------------------------------- decoding
     def _detokenize(self, ids: torch.Tensor) -> list[str] | list[list[int]]:
-        tokenizer = self.tgt_vocab.tokenizer
+        tokenizer = self.tgt_tokenizer
         rows = ids.tolist()
         if tokenizer is None:
-            return [row[: row.index(self.eos_id)] if self.eos_id in row else row for row in rows]
+            eos = self.model.eos_id
+            return [row[: row.index(eos)] if eos in row else row for row in rows]
         return [tokenizer.decode(row) for row in rows]
 
     def decode_length(self, src: torch.Tensor) -> int:
         """Most tokens to generate: ``max_decode_len``, else source length + 50; at most ``max_len``."""
         wanted = self.hparams.max_decode_len or src.shape[1] + 50
-        return max(1, min(wanted, self.hparams.max_len))
+        return max(1, min(wanted, self.model.config.max_len))
 
     @torch.no_grad()
     def generate(
@@ -345,7 +254,7 @@ class Seq2SeqModule(EmbinitModule, abc.ABC):
         """(B, S) source ids → (B, L) output ids (greedy for beam 1; defaults from the hyperparameters)."""
         hp = self.hparams
         return decode(
-            self, src, beam_size=beam_size or hp.beam_size, max_len=max_len or self.decode_length(src),
+            self.model, src, beam_size=beam_size or hp.beam_size, max_len=max_len or self.decode_length(src),
             length_penalty=hp.length_penalty if length_penalty is None else length_penalty, use_cache=use_cache,
         )
 
@@ -359,10 +268,10 @@ class Seq2SeqModule(EmbinitModule, abc.ABC):
         batch_size: int = 64,
     ) -> list[str]:
         """Translate raw source sentences with the model's own tokenizers (evaluation mode, no gradients)."""
-        source, target = self.src_vocab.tokenizer, self.tgt_vocab.tokenizer
+        source, target = self.src_tokenizer, self.tgt_tokenizer
         if source is None or target is None:
             raise ValueError("translate() needs the model's src_tokenizer and tgt_tokenizer (give them at construction)")
-        limit = self.hparams.max_len
+        limit = self.model.config.max_len
         encoded = [ids[: limit - 1] + [source.eos_id] for ids in source.encode_batch(list(texts))]
         order = sorted(range(len(encoded)), key=lambda i: len(encoded[i]))
         results: list[str] = [""] * len(encoded)

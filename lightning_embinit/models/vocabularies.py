@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from lightning_embinit.data.tokenization import TextTokenizer
+from lightning_embinit.modules.vocabulary import SPECIAL_TOKENS, TokenVocabulary
 
 
 def resolve_tokenizer(
@@ -24,3 +25,18 @@ def resolve_tokenizer(
     if vocab_size is not None and vocab_size != len(tokenizer):
         raise ValueError(f"{size_option}={vocab_size} disagrees with the {option}'s {len(tokenizer)} tokens")
     return tokenizer, len(tokenizer)
+
+
+def tokenizer_vocabulary(tokenizer: TextTokenizer) -> TokenVocabulary:
+    """What an architecture sees of a tokenizer: its size, token strings, special-token ids and strings."""
+    return TokenVocabulary(len(tokenizer), tuple(tokenizer.tokens), dict(tokenizer.role_ids), dict(tokenizer.special_tokens))
+
+
+def side_vocabulary(side: str, tokenizer: Any, vocab_size: int | None) -> tuple[TextTokenizer | None, TokenVocabulary]:
+    """One side of a translation model: its tokenizer (config dict or ``TextTokenizer``; :func:`resolve_tokenizer`)
+    and vocabulary; without a tokenizer the special ids are the package's (pad 0, unk 1, bos 2, eos 3)."""
+    tokenizer, size = resolve_tokenizer(
+        tokenizer, vocab_size, option=f"{side}_tokenizer", size_option=f"{side}_vocab_size",
+        min_size=len(SPECIAL_TOKENS) + 1,
+    )
+    return tokenizer, TokenVocabulary.numbered(size) if tokenizer is None else tokenizer_vocabulary(tokenizer)

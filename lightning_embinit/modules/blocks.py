@@ -207,10 +207,10 @@ class DecoderCache:
 class TransformerStack(nn.Module):
     """``num_layers`` :class:`TransformerBlock` s of width ``dim``, and a final norm when pre-LN.
 
-    Encoder (``cross_attention=False``): bidirectional self-attention over a padded batch.
-    Decoder (``cross_attention=True``): causal self-attention and attention to a memory, with
-    incremental decoding through a :class:`DecoderCache`. ``values``/``memory_values`` (SPEC §2,
-    reinforced model) go to every layer's self-/cross-attention. ``block_options`` are
+    ``causal``: self-attention sees positions ≤ t only (a decoder, a language model) or the whole padded
+    sequence (an encoder). ``cross_attention``: every layer also attends to a memory (an encoder–decoder's
+    decoder). Incremental decoding goes through a :class:`DecoderCache`. ``values``/``memory_values``
+    (SPEC §2, reinforced model) go to every layer's self-/cross-attention. ``block_options`` are
     :class:`TransformerBlock`'s.
     """
 
@@ -221,6 +221,7 @@ class TransformerStack(nn.Module):
         num_heads: int,
         hidden_dim: int,
         *,
+        causal: bool = False,
         cross_attention: bool = False,
         pre_norm: bool = False,
         norm: str = "layernorm",
@@ -230,6 +231,7 @@ class TransformerStack(nn.Module):
         super().__init__()
         if num_layers < 1:
             raise ValueError(f"num_layers must be ≥ 1, got {num_layers}")
+        self.causal = causal
         self.cross_attention = cross_attention
         self.layers = nn.ModuleList(
             TransformerBlock(
@@ -255,10 +257,10 @@ class TransformerStack(nn.Module):
         memory_values: torch.Tensor | None = None,
         cache: DecoderCache | None = None,
     ) -> torch.Tensor:
-        """(B, L, dim) → (B, L, dim). A decoder is causal; with ``cache`` ``x`` holds only the new positions."""
+        """(B, L, dim) → (B, L, dim); with ``cache`` ``x`` holds only the new positions."""
         for i, layer in enumerate(self.layers):
             x = layer(
-                x, memory, causal=self.cross_attention, padding_mask=padding_mask,
+                x, memory, causal=self.causal, padding_mask=padding_mask,
                 memory_padding_mask=memory_padding_mask, values=values, memory_values=memory_values,
                 self_cache=None if cache is None else cache.self_attention[i],
                 cross_cache=None if cache is None else cache.cross_attention[i],

@@ -97,6 +97,41 @@ def greedy_decode(
     return output[:, :steps]
 
 
+Hypotheses = list[list[tuple[float, list[int]]]]
+"""Per sentence: its finished hypotheses as (score, token ids ending in ``eos`` unless cut at max_len)."""
+
+
+def _finish_eos_candidates(
+    finished: Hypotheses, alive: list[int], prefix: torch.Tensor, top_scores: torch.Tensor, parents: torch.Tensor,
+    is_eos: torch.Tensor, *, k: int, eos_id: int, length: int, length_penalty: float,
+) -> None:
+    """Finish the continuations ending in ``eos`` among each row's k best (score log p / |y|^α)."""
+    for row, rank in (is_eos[:, :k] & (top_scores[:, :k] > float("-inf"))).nonzero().tolist():
+        sentence = alive[row]
+        if len(finished[sentence]) < k:
+            hypothesis = prefix[row * k + parents[row, rank], 1:].tolist() + [eos_id]
+            finished[sentence].append((top_scores[row, rank].item() / length**length_penalty, hypothesis))
+
+
+def _finish_live_beams(finished: Hypotheses, alive: list[int], prefix: torch.Tensor, scores: torch.Tensor, *,
+                       k: int, length_penalty: float) -> None:
+    """At ``max_len``: the live beams finish as they are, without ``eos``."""
+    for row, sentence in enumerate(alive):
+        for beam in range(k):
+            if len(finished[sentence]) < k and scores[row, beam] > float("-inf"):
+                hypothesis = prefix[row * k + beam, 1:].tolist()
+                finished[sentence].append((scores[row, beam].item() / len(hypothesis) ** length_penalty, hypothesis))
+
+
+def _best_hypotheses(finished: Hypotheses, *, pad_id: int, device: torch.device) -> torch.Tensor:
+    """(B, longest) ids of each sentence's highest-scoring hypothesis, padded with ``pad``."""
+    best = [max(hypotheses, key=lambda item: item[0])[1] for hypotheses in finished]
+    output = torch.full((len(best), max(map(len, best))), pad_id, dtype=torch.long, device=device)
+    for sentence, hypothesis in enumerate(best):
+        output[sentence, : len(hypothesis)] = torch.tensor(hypothesis, device=device)
+    return output
+
+
 @torch.no_grad()
 def beam_search(
     model: IncrementalDecoder,
@@ -110,13 +145,12 @@ def beam_search(
     """(B, S) source ids → (B, ≤ max_len) ids of each sentence's best hypothesis (module docstring)."""
     _check(max_len, beam_size)
     batch, k, device = src.shape[0], beam_size, src.device
-    rows = torch.arange(batch, device=device).repeat_interleave(k)
-    state = model.encode(src).select(rows)
+    state = model.encode(src).select(torch.arange(batch, device=device).repeat_interleave(k))
     cache = model.new_cache() if use_cache else None
     prefix = torch.full((batch * k, 1), model.bos_id, dtype=torch.long, device=device)
     scores = torch.full((batch, k), float("-inf"), device=device)
     scores[:, 0] = 0.0  # all beams start equal: keep one
-    finished: list[list[tuple[float, list[int]]]] = [[] for _ in range(batch)]
+    finished: Hypotheses = [[] for _ in range(batch)]
     alive = list(range(batch))  # sentence ids of the rows still decoding, in row order
     for step in range(max_len):
         log_probs = _step(model, prefix, state, cache).log_softmax(-1)
@@ -125,41 +159,25 @@ def beam_search(
         top_scores, top_index = candidates.topk(min(2 * k, k * vocab), dim=1)
         parents, tokens = top_index // vocab, top_index % vocab
         is_eos = tokens == model.eos_id
-        length = step + 1
-        for row, rank in (is_eos[:, :k] & (top_scores[:, :k] > float("-inf"))).nonzero().tolist():
-            sentence = alive[row]
-            if len(finished[sentence]) < k:
-                hypothesis = prefix[row * k + parents[row, rank], 1:].tolist() + [model.eos_id]
-                finished[sentence].append((top_scores[row, rank].item() / length**length_penalty, hypothesis))
-        live_scores, position = top_scores.masked_fill(is_eos, float("-inf")).topk(k, dim=1)
+        _finish_eos_candidates(finished, alive, prefix, top_scores, parents, is_eos, k=k, eos_id=model.eos_id,
+                               length=step + 1, length_penalty=length_penalty)
+        scores, position = top_scores.masked_fill(is_eos, float("-inf")).topk(k, dim=1)
         source_rows = (torch.arange(len(alive), device=device)[:, None] * k + parents.gather(1, position)).flatten()
         prefix = torch.cat((prefix[source_rows], tokens.gather(1, position).flatten()[:, None]), dim=1)
-        scores = live_scores
         if cache is not None:
             cache.reorder_(source_rows)
-        done = [len(finished[sentence]) >= k for sentence in alive]
-        if step == max_len - 1:
+        keep_rows = [row for row, sentence in enumerate(alive) if len(finished[sentence]) < k]
+        if step == max_len - 1 or not keep_rows:
             break
-        if any(done):
-            keep_rows = [row for row, is_done in enumerate(done) if not is_done]
-            if not keep_rows:
-                break
+        if len(keep_rows) < len(alive):  # finished sentences leave the batch
             keep = torch.tensor(keep_rows, device=device)
             flat = (keep[:, None] * k + torch.arange(k, device=device)).flatten()
             alive = [alive[row] for row in keep_rows]
             scores, prefix, state = scores[keep], prefix[flat], state.select(flat)
             if cache is not None:
                 cache.reorder_(flat)
-    for row, sentence in enumerate(alive):  # max_len reached: live beams finish without eos
-        for beam in range(k):
-            if len(finished[sentence]) < k and scores[row, beam] > float("-inf"):
-                hypothesis = prefix[row * k + beam, 1:].tolist()
-                finished[sentence].append((scores[row, beam].item() / len(hypothesis) ** length_penalty, hypothesis))
-    best = [max(hypotheses, key=lambda item: item[0])[1] for hypotheses in finished]
-    output = torch.full((batch, max(map(len, best))), model.pad_id, dtype=torch.long, device=device)
-    for sentence, hypothesis in enumerate(best):
-        output[sentence, : len(hypothesis)] = torch.tensor(hypothesis, device=device)
-    return output
+    _finish_live_beams(finished, alive, prefix, scores, k=k, length_penalty=length_penalty)
+    return _best_hypotheses(finished, pad_id=model.pad_id, device=device)
 
 
 def decode(

@@ -145,7 +145,8 @@ class EmbeddingInput(nn.Module):
     """x = Drop(s · E[ids] + P[offset : offset + L]) — the transformer input of SPEC §1.
 
     ``embedding`` may be shared with another input (one table for source and target) or a tied
-    output layer; ``scale`` is :func:`resolve_scale`'s, ``positional`` a :data:`POSITIONALS` name.
+    output layer; ``scale`` is :func:`resolve_scale`'s (``scale_option``: the caller's name for it, in
+    errors), ``positional`` a :data:`POSITIONALS` name (``layout``: the sinusoidal layout of ``sinusoidal``).
     """
 
     def __init__(
@@ -154,14 +155,16 @@ class EmbeddingInput(nn.Module):
         *,
         scale: str | float = "sqrt_d",
         positional: str = "interleaved",
+        layout: str = "interleaved",
         max_len: int = 512,
         dropout: float = 0.0,
+        scale_option: str = "scale",
     ) -> None:
         super().__init__()
         self.embedding = embedding
-        self.scale = resolve_scale(scale, embedding.embedding_dim, option="scale")
+        self.scale = resolve_scale(scale, embedding.embedding_dim, option=scale_option)
         self.max_len = max_len
-        self.positional = build_positional(positional, max_len, embedding.embedding_dim)
+        self.positional = build_positional(positional, max_len, embedding.embedding_dim, layout=layout)
         self.dropout = Dropout(dropout)
 
     def positional_encoding(self) -> Callable[[], torch.Tensor] | None:

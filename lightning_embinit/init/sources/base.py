@@ -15,6 +15,7 @@ from typing import Any, Callable, Iterable, Mapping, Protocol, Sequence, runtime
 
 import torch
 
+from lightning_embinit.checks import looks_like_local_path
 from lightning_embinit.init.registry import Registry
 from lightning_embinit.init.schemes import SCHEMES, RandomScheme, get_scheme
 
@@ -96,6 +97,26 @@ class EmbeddingSource(Protocol):
 SOURCES: Registry[EmbeddingSource] = Registry("source")
 
 
+@runtime_checkable
+class VectorTable(Protocol):
+    """A pre-trained table as alignment sees it: token → row lookup and row gathering.
+
+    Every pre-trained source opens one (:mod:`lightning_embinit.init.sources.alignment`).
+    ``special_tokens`` maps roles (``pad``, ``unk``, ``bos``, ``eos``, ``cls``, ``sep``, ``mask``)
+    to this table's own token strings. A table that can make vectors for unseen tokens (fastText)
+    also has ``compose(tokens) -> Tensor``; a table with a tokenizer (Hugging Face models) has
+    ``split_into_pieces(words) -> list[list[int]]``, the rows of each word's pieces.
+    """
+
+    description: str
+    dim: int
+    special_tokens: Mapping[str, str]
+
+    def lookup(self) -> Mapping[str, int]: ...
+
+    def gather(self, rows: Sequence[int]) -> torch.Tensor: ...
+
+
 @dataclass(frozen=True)
 class SchemeSource:
     """A random scheme used as a source: every row is random, none pre-trained."""
@@ -114,15 +135,6 @@ class SchemeSource:
             pretrained_rows=torch.zeros(request.num_embeddings, dtype=torch.bool),
             description=self.scheme.describe(request.num_embeddings, request.embedding_dim),
         )
-
-
-LOCAL_FILE_SUFFIXES = (".txt", ".vec", ".bin", ".gz", ".bz2", ".xz", ".zip", ".npy", ".w2v", ".kv", ".vocab", ".tsv")
-
-
-def looks_like_local_path(spec: str) -> bool:
-    """A spec meant as a local path rather than a name or hub id (``org/name``): absolute, relative,
-    home-relative, or ending like a vector or token file."""
-    return spec.startswith(("/", "./", "../", "~")) or spec.lower().endswith(LOCAL_FILE_SUFFIXES)
 
 
 def known_sources() -> str:

@@ -27,8 +27,7 @@ from typing import Any, Mapping, Sequence
 
 import torch
 
-from lightning_embinit.init.alignment import VectorTable
-from lightning_embinit.init.sources.base import SOURCES, SourceRequest
+from lightning_embinit.init.sources.base import SOURCES, SourceRequest, VectorTable
 from lightning_embinit.init.sources.pretrained import ArrayTable, PretrainedSource, split_options
 
 CHECKPOINT_KEY = "embinit"

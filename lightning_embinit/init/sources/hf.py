@@ -35,8 +35,8 @@ from typing import Any, Mapping, Sequence
 
 import torch
 
-from lightning_embinit.init.alignment import VectorTable
-from lightning_embinit.init.sources.base import SOURCES, SourceRequest, looks_like_local_path
+from lightning_embinit.checks import looks_like_local_path
+from lightning_embinit.init.sources.base import SOURCES, SourceRequest, VectorTable
 from lightning_embinit.init.sources.hf_hub import HubFiles, local_fetch
 from lightning_embinit.init.sources.hf_weights import EmbeddingTensor, locate_embedding
 from lightning_embinit.init.sources.pretrained import PretrainedSource, split_options

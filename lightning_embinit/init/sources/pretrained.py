@@ -13,8 +13,8 @@ from typing import Any, Callable, Mapping, Sequence
 import numpy as np
 import torch
 
-from lightning_embinit.init.alignment import AlignmentOptions, VectorTable, align_to_slot, require_tokens
-from lightning_embinit.init.sources.base import SourceMatrix, SourceRequest
+from lightning_embinit.init.sources.alignment import AlignmentOptions, align_to_slot, require_tokens
+from lightning_embinit.init.sources.base import SourceMatrix, SourceRequest, VectorTable
 from lightning_embinit.init.sources.row_reader import gather_rows, read_rows
 
 

@@ -28,9 +28,9 @@ from typing import Any, Callable
 import numpy as np
 import torch
 
-from lightning_embinit.init.alignment import VectorTable
+from lightning_embinit.checks import check_choice
 from lightning_embinit.init.sources import network, vector_cache, vector_file
-from lightning_embinit.init.sources.base import SOURCES, SourceRequest
+from lightning_embinit.init.sources.base import SOURCES, SourceRequest, VectorTable
 from lightning_embinit.init.sources.compressed import is_compressed, read_head
 from lightning_embinit.init.sources.pretrained import ArrayTable, PretrainedSource, split_options
 from lightning_embinit.init.sources.row_reader import npy_data_offset
@@ -59,10 +59,8 @@ def detect_format(path: str) -> str:
 
 
 def normalize_format(value: str | None) -> str:
-    name = _FORMAT_ALIASES.get(value or "auto", value or "auto")
-    if name not in FORMATS:
-        raise ValueError(f"format={value!r}: choose one of {', '.join(FORMATS)}")
-    return name
+    """The canonical name of a ``format=`` option (``None`` → ``auto``, aliases resolved)."""
+    return check_choice("format=", _FORMAT_ALIASES.get(value or "auto", value or "auto"), FORMATS)
 
 
 @dataclass

@@ -14,8 +14,7 @@ from __future__ import annotations
 import zlib
 from typing import Any, Callable, Iterable, Iterator, Sequence
 
-from lightning_embinit.init.alignment import VectorTable
-from lightning_embinit.init.sources.base import SOURCES, SourceRequest
+from lightning_embinit.init.sources.base import SOURCES, SourceRequest, VectorTable
 from lightning_embinit.init.sources.pretrained import ArrayTable, PretrainedSource, seed_from, split_options
 
 WORD2VEC_DEFAULTS: dict[str, Any] = {

@@ -40,6 +40,7 @@ from typing import Any, Callable
 
 import numpy as np
 
+from lightning_embinit.checks import check_choice
 from lightning_embinit.init.sources.compressed import DECOMPRESSION_ERRORS, open_decompressed
 
 BLOCK_BYTES = 4 << 20
@@ -50,10 +51,8 @@ _BOM = b"\xef\xbb\xbf"
 
 def check_policies(on_bad_line: str, encoding_errors: str) -> None:
     """Raise ``ValueError`` unless both are known policies (:data:`ON_BAD_LINE`, :data:`ENCODING_ERRORS`)."""
-    if on_bad_line not in ON_BAD_LINE:
-        raise ValueError(f"on_bad_line={on_bad_line!r}: choose one of {ON_BAD_LINE}")
-    if encoding_errors not in ENCODING_ERRORS:
-        raise ValueError(f"encoding_errors={encoding_errors!r}: choose one of {ENCODING_ERRORS}")
+    check_choice("on_bad_line=", on_bad_line, ON_BAD_LINE)
+    check_choice("encoding_errors=", encoding_errors, ENCODING_ERRORS)
 
 
 @dataclass

@@ -1,4 +1,5 @@
-"""Corpus BLEU as sacrebleu computes it, accumulated over batches and processes (issue 8 §2).
+"""The systems' own metrics: :class:`PerplexityFromLoss`, and :class:`CorpusBLEU` — corpus BLEU as sacrebleu
+computes it, accumulated over batches and processes (issue 8 §2).
 
 sacrebleu's corpus BLEU depends on the corpus only through sums of per-sentence statistics:
 hypothesis length, reference length, and matched and total n-grams for n = 1 … 4. Each batch's
@@ -14,6 +15,14 @@ from typing import Sequence
 import torch
 from sacrebleu.metrics import BLEU
 from torchmetrics import Metric
+from torchmetrics.aggregation import MeanMetric
+
+
+class PerplexityFromLoss(MeanMetric):
+    """exp of the token-weighted mean cross-entropy: update with (mean loss, token count)."""
+
+    def compute(self) -> torch.Tensor:
+        return super().compute().exp()
 
 
 class CorpusBLEU(Metric):

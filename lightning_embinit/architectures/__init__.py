@@ -1,0 +1,43 @@
+"""The package's networks as plain ``torch.nn.Module``\\ s, usable without Lightning.
+
+Each takes its typed config (:mod:`~lightning_embinit.architectures.config`) and vocabularies
+(:class:`~lightning_embinit.modules.vocabulary.TokenVocabulary` or a size), is built from the shared blocks of
+:mod:`lightning_embinit.modules`, and is an :class:`~lightning_embinit.init.EmbeddingHost` (its
+``embedding_slots()`` feed the torch-only initialization API). The Lightning systems of
+:mod:`lightning_embinit.models` hold one as ``self.model``.
+"""
+
+from lightning_embinit.architectures.causal_lm import CausalLM
+from lightning_embinit.architectures.classifier import EncoderClassifier
+from lightning_embinit.architectures.config import (
+    CLS_SOURCES,
+    CONCATENATED_POSITIONALS,
+    POOLINGS,
+    TARGET_NORMALIZATIONS,
+    CausalLMConfig,
+    EncoderClassifierConfig,
+    EncoderDecoderConfig,
+    ReinforcedEncoderDecoderConfig,
+    Seq2SeqConfig,
+    TransformerConfig,
+)
+from lightning_embinit.architectures.encoder_decoder import EncoderDecoder, Seq2SeqArchitecture
+from lightning_embinit.architectures.reinforced import ReinforcedEncoderDecoder
+
+__all__ = [
+    "CLS_SOURCES",
+    "CONCATENATED_POSITIONALS",
+    "CausalLM",
+    "CausalLMConfig",
+    "EncoderClassifier",
+    "EncoderClassifierConfig",
+    "EncoderDecoder",
+    "EncoderDecoderConfig",
+    "POOLINGS",
+    "ReinforcedEncoderDecoder",
+    "ReinforcedEncoderDecoderConfig",
+    "Seq2SeqArchitecture",
+    "Seq2SeqConfig",
+    "TARGET_NORMALIZATIONS",
+    "TransformerConfig",
+]

@@ -1,0 +1,230 @@
+"""Step 1 of alignment: each slot token → a row of a pre-trained table, by named rules (SPEC §1, [K], [KB]).
+
+The user's ``special_map`` comes first, then an exact match, then the fallback rules of
+:data:`FALLBACKS` in the order the user gives (:class:`~lightning_embinit.init.sources.alignment.AlignmentOptions`):
+
+- ``special``: the slot's pad/unk/bos/eos ↔ the source's ``[PAD]``/``<pad>``..., by role;
+- ``lower``: the lower-cased token, then a case-insensitive match;
+- ``wordpiece``: ``##ing`` ↔ ``ing``; ``sentencepiece``: ``▁word`` ↔ ``word``;
+- ``pieces``: a word the source lacks as a whole gets the mean of the rows of the pieces the
+  source's own tokenizer splits it into (Hugging Face sources, WordPiece and SentencePiece alike;
+  the start of FOCUS/WECHSEL-style transfer);
+- ``ngrams``: a vector composed from character n-grams (fastText ``.bin`` only).
+
+A rule answers a token with a row, with :data:`LATER` (``pieces`` and ``ngrams``: the vector is
+made after matching) or with None (the next rule is tried).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from functools import cached_property
+from typing import Any, Callable, Mapping, Protocol, Sequence
+
+from lightning_embinit.init.sources.base import VectorTable
+
+LATER = -1
+"""A rule's answer for a token it takes whose vector is made after matching (composed, or the mean of pieces)."""
+
+# Source-side spellings tried for a slot's special-token roles, after the table's own.
+ROLE_CANDIDATES: dict[str, tuple[str, ...]] = {
+    "pad": ("[PAD]", "<pad>", "<PAD>"),
+    "unk": ("[UNK]", "<unk>", "<UNK>"),
+    "bos": ("[CLS]", "<s>", "<bos>", "<BOS>"),
+    "eos": ("[SEP]", "</s>", "<eos>", "<EOS>"),
+    "cls": ("[CLS]", "<s>"),
+    "sep": ("[SEP]", "</s>"),
+    "mask": ("[MASK]", "<mask>", "<MASK>"),
+}
+_ROLE_SYNONYMS = {"bos": ("bos", "cls"), "eos": ("eos", "sep"), "cls": ("cls", "bos"), "sep": ("sep", "eos")}
+
+
+class MatchingOptions(Protocol):
+    """What matching reads of :class:`~lightning_embinit.init.sources.alignment.AlignmentOptions`."""
+
+    special_map: Mapping[str, str]
+
+    @property
+    def rules(self) -> tuple[str, ...]: ...
+
+
+@dataclass
+class Match:
+    """Per named slot row: the source row (−1 when none), the rule that matched, tokens to compose,
+    and for the ``pieces`` rule the source rows whose mean the row gets."""
+
+    rows: list[int]
+    rules: list[str | None]
+    composed: dict[int, str] = field(default_factory=dict)
+    pieces: dict[int, list[int]] = field(default_factory=dict)
+
+
+@dataclass
+class _Context:
+    """What the rules consult: the source's rows by token and special tokens, the slot's roles, and what the table can do."""
+
+    lookup: Mapping[str, int]
+    table_special: Mapping[str, str]
+    role_of_token: Mapping[str, str]
+    explicit: Mapping[str, int]
+    use_lower: bool
+    compose: Callable[[Sequence[str]], Any] | None
+    split: Callable[[Sequence[str]], Sequence[Sequence[int]]] | None
+
+    @cached_property
+    def lower_index(self) -> dict[str, int]:
+        return lower_case_index(self.lookup)
+
+    def first_affix_variant(self, variant: str) -> int | None:
+        """The row of ``variant``, else (with the ``lower`` rule in force) of its lower-cased form."""
+        lowered = variant.lower()
+        return _first_in(self.lookup, [variant, lowered] if self.use_lower and lowered != variant else [variant])
+
+
+def _special_map(token: str, context: _Context) -> int | None:
+    return context.explicit.get(token)
+
+
+def _exact(token: str, context: _Context) -> int | None:
+    return context.lookup.get(token)
+
+
+def _special(token: str, context: _Context) -> int | None:
+    role = context.role_of_token.get(token)
+    return None if role is None else _first_in(context.lookup, _role_candidates(role, context.table_special))
+
+
+def _lower(token: str, context: _Context) -> int | None:
+    row = context.lookup.get(token.lower())
+    return row if row is not None else context.lower_index.get(token.lower())
+
+
+def _wordpiece(token: str, context: _Context) -> int | None:
+    return context.first_affix_variant(token[2:] if token.startswith("##") and len(token) > 2 else "##" + token)
+
+
+def _sentencepiece(token: str, context: _Context) -> int | None:
+    return context.first_affix_variant(token[1:] if token.startswith("▁") and len(token) > 1 else "▁" + token)
+
+
+def _pieces(token: str, context: _Context) -> int | None:
+    """Split later by the source's tokenizer; never <bos> & co."""
+    return LATER if context.split is not None and token not in context.role_of_token else None
+
+
+def _ngrams(token: str, context: _Context) -> int | None:
+    return LATER if context.compose is not None else None
+
+
+Rule = Callable[[str, _Context], int | None]
+"""A matching rule: (slot token, context) → a source row, :data:`LATER`, or None when it does not apply."""
+FIRST_RULES: dict[str, Rule] = {"special_map": _special_map, "exact": _exact}
+"""The rules tried before the fallbacks, always."""
+FALLBACKS: dict[str, Rule] = {
+    "special": _special,
+    "lower": _lower,
+    "wordpiece": _wordpiece,
+    "sentencepiece": _sentencepiece,
+    "pieces": _pieces,
+    "ngrams": _ngrams,
+}
+"""The fallback rules by name (module doc), in their default order."""
+FALLBACK_RULES = tuple(FALLBACKS)
+_RULES = {**FIRST_RULES, **FALLBACKS}
+
+
+def match_tokens(
+    tokens: Sequence[str],
+    table: VectorTable,
+    *,
+    slot_special: Mapping[str, str],
+    options: MatchingOptions,
+) -> Match:
+    """Match each slot token to a row of ``table``: ``special_map``, exact, then ``options.rules`` in order."""
+    context = _context(table, slot_special, options)
+    order = (*FIRST_RULES, *options.rules)
+    rows, rules = [], []
+    for token in tokens:
+        row, rule = _match_one(token, context, order)
+        rows.append(row)
+        rules.append(rule)
+    composed = {position: tokens[position] for position, rule in enumerate(rules) if rule == "ngrams"}
+    pieces = _split_into_pieces(tokens, rules, context.split)
+    return Match(rows, rules, composed, pieces)
+
+
+def _context(table: VectorTable, slot_special: Mapping[str, str], options: MatchingOptions) -> _Context:
+    lookup = table.lookup()
+    fallbacks = options.rules
+    can_compose = "ngrams" in fallbacks and getattr(table, "can_compose", True)
+    return _Context(
+        lookup=lookup,
+        table_special=dict(table.special_tokens),
+        role_of_token={token: role for role, token in slot_special.items()},
+        explicit=_explicit_special_map(options.special_map, slot_special, lookup),
+        use_lower="lower" in fallbacks,
+        compose=getattr(table, "compose", None) if can_compose else None,
+        split=getattr(table, "split_into_pieces", None) if "pieces" in fallbacks else None,
+    )
+
+
+def _match_one(token: str, context: _Context, order: Sequence[str]) -> tuple[int, str | None]:
+    """(row or −1, the first rule of ``order`` that answers ``token``, None when none does)."""
+    for rule in order:
+        row = _RULES[rule](token, context)
+        if row is not None:
+            return row, rule
+    return -1, None
+
+
+def _split_into_pieces(
+    tokens: Sequence[str], rules: list[str | None], split: Callable[[Sequence[str]], Sequence[Sequence[int]]] | None
+) -> dict[int, list[int]]:
+    """Position → its pieces' rows, for the tokens the ``pieces`` rule took; one the tokenizer cannot split loses its rule."""
+    pending = [position for position, rule in enumerate(rules) if rule == "pieces"]
+    pieces: dict[int, list[int]] = {}
+    if not pending or split is None:
+        return pieces
+    for position, piece_rows in zip(pending, split([tokens[p] for p in pending])):
+        if piece_rows:
+            pieces[position] = list(piece_rows)
+        else:
+            rules[position] = None
+    return pieces
+
+
+def lower_case_index(lookup: Mapping[str, int]) -> dict[str, int]:
+    """Lower-cased token → row, the lowest row winning, whatever the order of ``lookup`` (a tokenizer's
+    ``get_vocab()`` order varies from process to process)."""
+    index: dict[str, int] = {}
+    for key, value in sorted(lookup.items(), key=lambda item: item[1]):
+        index.setdefault(key.lower(), value)
+    return index
+
+
+def _explicit_special_map(
+    special_map: Mapping[str, str], slot_special: Mapping[str, str], lookup: Mapping[str, int]
+) -> dict[str, int]:
+    """``special_map`` keys are slot roles (``"pad"``) or slot token strings; values are source tokens."""
+    resolved: dict[str, int] = {}
+    for key, source_token in special_map.items():
+        slot_token = slot_special.get(key, key)
+        if source_token not in lookup:
+            raise ValueError(f"special_map[{key!r}] = {source_token!r}, but the source has no token {source_token!r}")
+        resolved[slot_token] = lookup[source_token]
+    return resolved
+
+
+def _role_candidates(role: str, table_special: Mapping[str, str]) -> list[str]:
+    names = _ROLE_SYNONYMS.get(role, (role,))
+    own = [table_special[name] for name in names if table_special.get(name)]
+    defaults = [c for name in names for c in ROLE_CANDIDATES.get(name, ())]
+    return own + defaults
+
+
+def _first_in(lookup: Mapping[str, int], candidates: Sequence[str]) -> int | None:
+    for candidate in candidates:
+        row = lookup.get(candidate)
+        if row is not None:
+            return row
+    return None

@@ -1,0 +1,170 @@
+"""The plain-torch architectures on their own (no Lightning): built from a config, trained in a plain loop,
+initialized through the torch-only API; and the settings groups the Lightning systems build them from."""
+
+from __future__ import annotations
+
+import inspect
+import math
+from dataclasses import fields, replace
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from lightning_embinit import initialize_embeddings
+from lightning_embinit.architectures import (
+    CausalLM,
+    CausalLMConfig,
+    EncoderClassifier,
+    EncoderClassifierConfig,
+    EncoderDecoder,
+    EncoderDecoderConfig,
+    ReinforcedEncoderDecoder,
+    ReinforcedEncoderDecoderConfig,
+)
+from lightning_embinit.init import EmbeddingHost
+from lightning_embinit.models import (
+    OptimizerConfig,
+    ReinforcedTransformerSeq2Seq,
+    TiedEmbeddingLM,
+    TransformerClassifier,
+    TransformerSeq2Seq,
+)
+from lightning_embinit.modules.vocabulary import TokenVocabulary
+
+VOCAB = 24
+SMALL = {"d_model": 32, "num_heads": 4, "ffn_dim": 64, "dropout": 0.0, "max_len": 32}
+
+
+def copy_task(generator: torch.Generator) -> tuple[torch.Tensor, torch.Tensor]:
+    """(src, tgt): tgt is bos + src + eos, the package's ids (pad 0, unk 1, bos 2, eos 3)."""
+    body = torch.randint(4, VOCAB, (16, 6), generator=generator)
+    src = torch.cat((body, torch.full((16, 1), 3)), dim=1)
+    return src, torch.cat((torch.full((16, 1), 2), body, torch.full((16, 1), 3)), dim=1)
+
+
+def seq2seq_loss(model, generator):
+    src, tgt = copy_task(generator)
+    return F.cross_entropy(model(src, tgt[:, :-1]).flatten(0, 1), tgt[:, 1:].flatten())
+
+
+def classifier_loss(model, generator):
+    labels = torch.randint(0, 2, (16,), generator=generator)
+    half = (VOCAB - 4) // 2
+    ids = 4 + labels[:, None] * half + torch.randint(0, half, (16, 8), generator=generator)  # class 1: the upper half
+    return F.cross_entropy(model(ids), labels)
+
+
+def lm_loss(model, generator):
+    start = torch.randint(4, VOCAB, (16, 1), generator=generator)
+    ids = 4 + (start - 4 + torch.arange(10)) % (VOCAB - 4)  # counting upwards: each token predicts the next
+    return F.cross_entropy(model(ids[:, :-1]).flatten(0, 1), ids[:, 1:].flatten())
+
+
+ARCHITECTURES = {
+    "encoder_decoder": (lambda: EncoderDecoder(EncoderDecoderConfig(**SMALL, num_encoder_layers=1, num_decoder_layers=1),
+                                               VOCAB, VOCAB), seq2seq_loss),
+    "reinforced": (lambda: ReinforcedEncoderDecoder(ReinforcedEncoderDecoderConfig(**{**SMALL, "d_model": 16},
+                                                                                   num_encoder_layers=1, num_decoder_layers=1),
+                                                    VOCAB, VOCAB), seq2seq_loss),
+    "classifier": (lambda: EncoderClassifier(EncoderClassifierConfig(**SMALL, num_layers=1, pooling="mean"), VOCAB, 2),
+                   classifier_loss),
+    "causal_lm": (lambda: CausalLM(CausalLMConfig(**SMALL, num_layers=1), VOCAB), lm_loss),
+}
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+@pytest.mark.parametrize("name", ARCHITECTURES)
+def test_each_architecture_trains_in_a_plain_torch_loop(name, seed):
+    build, loss_of = ARCHITECTURES[name]
+    torch.manual_seed(seed)
+    model = build()
+    optimizer = torch.optim.Adam(model.parameters(), lr=3e-3)
+    generator = torch.Generator().manual_seed(seed)
+    losses = []
+    for _ in range(100):
+        loss = loss_of(model, generator)
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+        losses.append(loss.item())
+    first, last = sum(losses[:5]) / 5, sum(losses[-5:]) / 5
+    assert math.isfinite(last) and last < 0.6 * first, (name, seed, first, last)
+
+
+@pytest.mark.parametrize("name", ARCHITECTURES)
+def test_the_torch_only_initialization_api_fills_each_architecture(name):
+    build, _ = ARCHITECTURES[name]
+    torch.manual_seed(0)
+    model = build()
+    assert isinstance(model, EmbeddingHost)
+    reports = initialize_embeddings(model, source="normal:0.3", standardize="xavier", seed=0)
+    assert set(reports) == set(model.embedding_slots())
+    for slot in model.embedding_slots().values():
+        rows = slot.weight.detach()
+        if slot.padding_idx is not None:
+            assert rows[slot.padding_idx].abs().max() == 0
+            rows = torch.cat((rows[: slot.padding_idx], rows[slot.padding_idx + 1 :]))
+        target = math.sqrt(2.0 / sum(slot.weight.shape))  # Xavier's std for the table's shape (SPEC §4)
+        assert rows.std().item() == pytest.approx(target, rel=0.02)
+
+
+SYSTEMS = {
+    TransformerSeq2Seq: {"src_vocab_size": VOCAB, "tgt_vocab_size": VOCAB},
+    ReinforcedTransformerSeq2Seq: {"src_vocab_size": VOCAB, "tgt_vocab_size": VOCAB},
+    TransformerClassifier: {"vocab_size": VOCAB, "num_classes": 2},
+    TiedEmbeddingLM: {"vocab_size": VOCAB},
+}
+
+
+@pytest.mark.parametrize("system", SYSTEMS, ids=lambda s: s.__name__)
+def test_flat_settings_and_groups_build_the_same_system(system):
+    own = SYSTEMS[system]
+    torch.manual_seed(3)
+    flat = system(**own, d_model=16, num_heads=2, dropout=0.0, lr=5e-4, warmup_steps=100)
+    torch.manual_seed(3)
+    defaults = inspect.signature(system).parameters  # a group given as a mapping applies to the system's default
+    config = replace(defaults["architecture"].default, d_model=16, num_heads=2, dropout=0.0)
+    grouped = system(**own, architecture=config, optimizer=replace(defaults["optimizer"].default, lr=5e-4, warmup_steps=100))
+    torch.manual_seed(3)
+    mapping = system(**own, architecture={"d_model": 16, "num_heads": 2, "dropout": 0.0},
+                     optimizer={"lr": 5e-4, "warmup_steps": 100})
+    for other in (grouped, mapping):
+        assert dict(other.hparams) == dict(flat.hparams)
+        assert other.model.config == flat.model.config and other.optimizer_config == flat.optimizer_config
+        for (name, a), (_, b) in zip(flat.state_dict().items(), other.state_dict().items()):
+            assert torch.equal(a, b), name
+    assert flat.hparams.d_model == 16 and flat.hparams.lr == 5e-4
+    assert system(**system.grouped_hyperparameters(dict(flat.hparams))).hparams == flat.hparams
+
+
+@pytest.mark.parametrize("system", SYSTEMS, ids=lambda s: s.__name__)
+def test_an_unknown_setting_names_the_valid_ones(system):
+    with pytest.raises(TypeError, match=r"unexpected keyword argument\(s\) \['d_modle'\]; valid: .*d_model.*lr"):
+        system(**SYSTEMS[system], d_modle=16)
+    with pytest.raises(ValueError, match=r"architecture: \w+Config has no field\(s\) \['lr'\]; fields: d_model"):
+        system(**SYSTEMS[system], architecture={"lr": 1e-3})
+    with pytest.raises(ValueError, match="unknown activation 'swish'; choose one of: relu, gelu"):
+        system(**SYSTEMS[system], activation="swish")
+
+
+@pytest.mark.parametrize("system", SYSTEMS, ids=lambda s: s.__name__)
+def test_no_setting_name_belongs_to_two_places(system):
+    """A flat name must route to exactly one place: the architecture group, the optimizer group or the system."""
+    architecture = {f.name for f in fields(system.architecture_config)}
+    optimizer = {f.name for f in fields(OptimizerConfig)}
+    own = {name for cls in system.__mro__ if cls.__module__.startswith("lightning_embinit.models")
+           for name, parameter in inspect.signature(cls.__init__).parameters.items()
+           if parameter.kind not in (parameter.VAR_KEYWORD, parameter.VAR_POSITIONAL) and name != "self"}
+    assert set(SYSTEMS[system]) <= own and {"architecture", "optimizer"} <= own
+    assert not architecture & optimizer and not (architecture | optimizer) & own
+
+
+def test_a_decoder_side_without_its_special_ids_is_refused_with_the_missing_roles():
+    config = EncoderDecoderConfig(**SMALL)
+    with pytest.raises(ValueError, match=r"EncoderDecoder's target side needs the special-token ids \['pad', 'bos', 'eos'\]"):
+        EncoderDecoder(config, VOCAB, TokenVocabulary(VOCAB))
+    tokens = ["<pad>", "<unk>", "<bos>", "<eos>", *(f"w{i}" for i in range(VOCAB - 4))]
+    model = EncoderDecoder(config, TokenVocabulary.from_tokens(tokens), TokenVocabulary.from_tokens(tokens))
+    assert (model.pad_id, model.bos_id, model.eos_id) == (0, 2, 3)
+    assert list(model.embedding_slots()["src"].tokens) == tokens
