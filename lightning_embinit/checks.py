@@ -1,7 +1,14 @@
-"""Argument checks shared by every layer of the package; this module imports nothing from it."""
+"""Argument checks shared by every layer of the package; this module imports nothing from the package.
+
+Each check returns the value it accepted and raises a ValueError that names the argument, the value and
+what is valid (``d_model must be ≥ 1, got 0``). ``None`` is a value like any other: only a check
+given ``optional=True`` accepts it (a number is never "unset" because it is 0).
+"""
 
 from __future__ import annotations
 
+import math
+import numbers
 from typing import Any, Collection, Iterable, Sequence, TypeVar
 
 Choice = TypeVar("Choice")
@@ -44,3 +51,95 @@ def looks_like_local_path(spec: str) -> bool:
     """A spec meant as a local path rather than a name or hub id (``org/name``): absolute, relative,
     home-relative, or ending like a vector or token file (:data:`LOCAL_FILE_SUFFIXES`)."""
     return spec.startswith(("/", "./", "../", "~")) or spec.lower().endswith(LOCAL_FILE_SUFFIXES)
+
+
+# ---------------------------------------------------------------------------------------------- numbers
+def _is_integer(value: Any) -> bool:
+    return isinstance(value, numbers.Integral) and not isinstance(value, bool)
+
+
+def _is_real(value: Any) -> bool:
+    return isinstance(value, numbers.Real) and not isinstance(value, bool)
+
+
+def check_int(name: str, value: Any, *, minimum: int | None = None, maximum: int | None = None,
+              optional: bool = False) -> Any:
+    """``value`` if it is an integer in [``minimum``, ``maximum``] (either bound may be absent), else a ValueError:
+    ``max_len must be ≥ 1, got 0``, ``max_len must be an integer ≥ 1, got 2.5``. ``optional``: None is accepted
+    (and returned)."""
+    if value is None and optional:
+        return None
+    integer = _is_integer(value)
+    if not integer or (minimum is not None and value < minimum) or (maximum is not None and value > maximum):
+        bounds = [f"≥ {minimum}" if minimum is not None else "", f"≤ {maximum}" if maximum is not None else ""]
+        wanted = " and ".join(bound for bound in bounds if bound)
+        wanted = (wanted if integer else f"an integer {wanted}").strip()
+        raise ValueError(f"{name} must be {wanted}{' or None' if optional else ''}, got {value!r}")
+    return int(value)
+
+
+def check_positive_int(name: str, value: Any, *, optional: bool = False) -> Any:
+    """An integer ≥ 1 (a size, a count of heads or layers); :func:`check_int`."""
+    return check_int(name, value, minimum=1, optional=optional)
+
+
+def check_non_negative_int(name: str, value: Any, *, optional: bool = False) -> Any:
+    """An integer ≥ 0; :func:`check_int`."""
+    return check_int(name, value, minimum=0, optional=optional)
+
+
+def check_finite(name: str, value: Any, *, optional: bool = False) -> Any:
+    """``value`` as a float if it is a finite real number, else a ValueError: ``length_penalty must be a finite
+    number, got nan``."""
+    if value is None and optional:
+        return None
+    if not _is_real(value) or not math.isfinite(value):
+        raise ValueError(f"{name} must be a finite number{' or None' if optional else ''}, got {value!r}")
+    return float(value)
+
+
+def check_range(name: str, value: Any, low: float | None = None, high: float | None = None, *,
+                low_open: bool = False, high_open: bool = False, optional: bool = False) -> Any:
+    """``value`` as a float if it is a finite number in the interval from ``low`` to ``high`` (closed ends unless
+    ``low_open``/``high_open``; an absent bound is unbounded), else a ValueError naming the interval:
+    ``dropout must be in [0, 1), got 1.0``."""
+    if value is None and optional:
+        return None
+    inside = _is_real(value) and math.isfinite(value)
+    if inside and low is not None:
+        inside = value > low if low_open else value >= low
+    if inside and high is not None:
+        inside = value < high if high_open else value <= high
+    if not inside:
+        left = "−∞" if low is None else f"{low:g}"
+        right = "∞" if high is None else f"{high:g}"
+        interval = f"{'(' if low_open or low is None else '['}{left}, {right}{')' if high_open or high is None else ']'}"
+        raise ValueError(f"{name} must be in {interval}{' or None' if optional else ''}, got {value!r}")
+    return float(value)
+
+
+def check_positive(name: str, value: Any, *, optional: bool = False) -> Any:
+    """A finite number > 0 (a learning rate, an ε); :func:`check_range`."""
+    return check_range(name, value, 0, None, low_open=True, optional=optional)
+
+
+def check_probability(name: str, value: Any, *, optional: bool = False) -> Any:
+    """A probability in [0, 1) — a dropout or a label smoothing (1 would leave nothing to learn from)."""
+    return check_range(name, value, 0, 1, high_open=True, optional=optional)
+
+
+# ---------------------------------------------------------------------------------------------- text
+def check_texts(texts: Any, what: str = "texts") -> list[str]:
+    """``texts`` as a list of strings. A bare string is a TypeError (it is not a list of sentences: pass
+    ``[text]``), and so is an item that is not a string (the error names its index and type)."""
+    if isinstance(texts, (str, bytes)):
+        raise TypeError(f"{what} must be a list of strings, got a single {type(texts).__name__} "
+                        f"({texts[:40]!r}); pass [text] for one sentence")
+    try:
+        texts = list(texts)
+    except TypeError:
+        raise TypeError(f"{what} must be a list of strings, got {type(texts).__name__}") from None
+    for index, text in enumerate(texts):
+        if not isinstance(text, str):
+            raise TypeError(f"{what}[{index}] must be a string, got {type(text).__name__} ({text!r})")
+    return texts

@@ -22,12 +22,12 @@ import inspect as pyinspect
 import json
 import sys
 import warnings
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
 import torch
 from torch import nn
 
-from lightning_embinit.checks import check_choice, choice_error
+from lightning_embinit.checks import check_choice, check_finite, check_int, choice_error
 from lightning_embinit.diagnostics.absorption import POSITIONAL_THRESHOLD, SEMANTIC_THRESHOLD
 from lightning_embinit.diagnostics.inspect import format_inspection, inspection
 from lightning_embinit.init.host import EmbeddingSlot, discover_slots
@@ -59,6 +59,8 @@ class ShapeModel(nn.Module):
         super().__init__()
         if vocab_size < 2 or dim < 1:
             raise ValueError(f"a table needs --vocab-size ≥ 2 and --dim ≥ 1, got {vocab_size} × {dim}")
+        if padding_idx is not None and not 0 <= padding_idx < vocab_size:
+            raise ValueError(f"--padding-idx {padding_idx} is not a row of the table's {vocab_size} rows (0 … {vocab_size - 1})")
         check_choice("--positional", positional, POSITIONALS, hint="a learned table is inspected through --config")
         self.token_embedding = nn.Embedding(vocab_size, dim, padding_idx=padding_idx)
         self.input_scale = input_scale
@@ -87,6 +89,25 @@ def _scalar(text: str) -> Any:
         return text
 
 
+def _integer(minimum: int) -> Callable[[str], int]:
+    """An argparse type: an integer ≥ ``minimum`` (argparse names the option in its error)."""
+    def parse(text: str) -> int:
+        try:
+            return check_int("value", int(text), minimum=minimum)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected an integer ≥ {minimum}, got {text!r}") from None
+
+    return parse
+
+
+def _finite(text: str) -> float:
+    """An argparse type: a finite number."""
+    try:
+        return check_finite("value", float(text))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a finite number, got {text!r}") from None
+
+
 def _trainable(text: str) -> bool | str:
     """``--trainable``: true, false or pretrained_rows, in any case."""
     choices = {"true": True, "false": False, "pretrained_rows": "pretrained_rows"}
@@ -104,33 +125,33 @@ def build_parser() -> argparse.ArgumentParser:
     )
     model = parser.add_argument_group("model: a config as `embinit fit` takes it, or a bare shape")
     model.add_argument("--config", help="a LightningCLI config (model, data, trainer.callbacks)")
-    model.add_argument("--vocab-size", type=int, help="bare shape: rows N")
-    model.add_argument("--dim", type=int, help="bare shape: dimension D")
+    model.add_argument("--vocab-size", type=_integer(2), help="bare shape: rows N")
+    model.add_argument("--dim", type=_integer(1), help="bare shape: dimension D")
     model.add_argument("--tied", action="store_true", help="bare shape: the output layer reuses the table")
     model.add_argument("--input-scale", default="sqrt_d", help="bare shape: sqrt_d (default), inv_sqrt_d, none, or a number")
     model.add_argument("--positional", default="sinusoidal", choices=POSITIONALS, help="bare shape: the added encoding")
     model.add_argument("--positional-layout", default="interleaved", choices=LAYOUTS)
-    model.add_argument("--max-len", type=int, default=512, help="bare shape: positions in the encoding")
-    model.add_argument("--padding-idx", type=int, help="bare shape: the padding row")
+    model.add_argument("--max-len", type=_integer(1), default=512, help="bare shape: positions in the encoding")
+    model.add_argument("--padding-idx", type=_integer(0), help="bare shape: the padding row")
     init = parser.add_argument_group("EmbeddingInitCallback options (override the config's)")
     init.add_argument("--source", help="a scheme (xavier, normal:0.02, ...), a source name, file:<path>, hf:<dir>, ...")
     init.add_argument("--standardize", type=_scalar, help="a scheme name or a std")
     init.add_argument("--match", type=_scalar, help="a reference source, scheme or std")
     init.add_argument("--shuffle", action="store_true", default=None)
-    init.add_argument("--scale", type=float)
+    init.add_argument("--scale", type=_finite)
     init.add_argument("--trainable", type=_trainable, help="true, false or pretrained_rows")
     init.add_argument("--seed", type=int, help="default: the config's, else 0")
     init.add_argument("--tokens", help="token strings for the table: a file (one per line) or a tokenizer name/directory")
     init.add_argument("--source-option", action="append", default=[], metavar="KEY=VALUE", help="a source option (repeatable)")
     diagnostics = parser.add_argument_group("diagnostics")
-    diagnostics.add_argument("--sample-rows", type=int, default=1024, help="rows sampled for absorption")
-    diagnostics.add_argument("--neighbours", type=int, default=5, help="k of the nearest-neighbour survival")
-    diagnostics.add_argument("--max-position", type=int, help="sample positions below this (default: all rows of P)")
-    diagnostics.add_argument("--positional-threshold", type=float, default=POSITIONAL_THRESHOLD,
+    diagnostics.add_argument("--sample-rows", type=_integer(1), default=1024, help="rows sampled for absorption")
+    diagnostics.add_argument("--neighbours", type=_integer(1), default=5, help="k of the nearest-neighbour survival")
+    diagnostics.add_argument("--max-position", type=_integer(1), help="sample positions below this (default: all rows of P)")
+    diagnostics.add_argument("--positional-threshold", type=_finite, default=POSITIONAL_THRESHOLD,
                              help="a positional retention below this: the tokens drown the positions")
-    diagnostics.add_argument("--semantic-threshold", type=float, default=SEMANTIC_THRESHOLD,
+    diagnostics.add_argument("--semantic-threshold", type=_finite, default=SEMANTIC_THRESHOLD,
                              help="a semantic retention below this: the positions drown the tokens")
-    diagnostics.add_argument("--margin", type=float, default=1.0, help="tied head: predicted loss above ln n + margin is a problem")
+    diagnostics.add_argument("--margin", type=_finite, default=1.0, help="tied head: predicted loss above ln n + margin is a problem")
     parser.add_argument("--format", choices=("table", "json"), default="table")
     return parser
 

@@ -14,9 +14,8 @@ import importlib.util
 import tempfile
 import warnings
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Mapping
 
-import torch
 import yaml
 from jsonargparse import get_loader, set_loader
 from lightning.pytorch import LightningDataModule, LightningModule, Trainer
@@ -26,6 +25,7 @@ from lightning.pytorch.cli import LightningArgumentParser, LightningCLI
 from lightning_embinit.callbacks.lightning_internals import LightningInternalsWarning
 from lightning_embinit.callbacks.progress import StepBudgetProgressBar
 from lightning_embinit.data.vocabulary import Vocabulary
+from lightning_embinit.init.sources.checkpoint_file import load_checkpoint_file
 from lightning_embinit.init.sources.vector_cache import CacheUnavailable, warn_cache_unavailable, writable_cache_dir
 from lightning_embinit.models.module import EmbinitModule
 
@@ -102,7 +102,9 @@ class EmbinitCLI(LightningCLI):
         subcommand, ckpt_path = self._checkpoint_path()
         if ckpt_path is None:
             return
-        checkpoint = torch.load(ckpt_path, weights_only=True, map_location="cpu", mmap=True)
+        checkpoint = load_checkpoint_file(ckpt_path, what="--ckpt_path")
+        if not isinstance(checkpoint, Mapping):
+            raise ValueError(f"--ckpt_path {ckpt_path} holds a {type(checkpoint).__name__}, not a Lightning checkpoint")
         hparams = dict(checkpoint.get("hyper_parameters", {}))
         hparams.pop("_instantiator", None)
         data = self.config[subcommand].get("data")

@@ -20,7 +20,7 @@ PACKAGE = Path(__file__).resolve().parent.parent / "lightning_embinit"
 NAME = PACKAGE.name
 
 FLOORS: list[tuple[str, tuple[str, ...]]] = [
-    ("argument checks", ("checks",)),
+    ("argument checks, text files", ("checks", "text_files")),
     ("init core", ("init.registry", "init.statistics", "init.schemes", "init.positional", "init.host",
                    "init.projection", "init.initial_loss", "init.tokens")),
     ("init sources", ("init.sources",)),
@@ -31,7 +31,9 @@ FLOORS: list[tuple[str, tuple[str, ...]]] = [
     ("data", ("data",)),
     ("Lightning systems", ("models",)),
     ("callbacks", ("callbacks",)),
-    ("commands", ("cli", "lightning_cli", "inspect_cli", "quickstart", "__main__")),
+    ("LightningCLI", ("lightning_cli",)),
+    ("studies", ("studies",)),
+    ("commands", ("cli", "inspect_cli", "quickstart", "study_cli", "__main__")),
 ]
 """Floors, lowest first, by module-name prefix relative to the package (the longest prefix wins)."""
 

@@ -18,6 +18,7 @@ import torch
 from torch import nn
 
 from lightning_embinit.architectures.config import CausalLMConfig
+from lightning_embinit.checks import check_positive_int
 from lightning_embinit.init.host import EmbeddingSlot
 from lightning_embinit.init.initial_loss import predicted_initial_loss, token_std
 from lightning_embinit.modules.blocks import TransformerStack
@@ -81,6 +82,7 @@ class CausalLM(nn.Module):
         first ``length`` positions (the sequence length trained on; default ``max_len``), or None when
         ``zero_init_residual`` is off (the blocks are then not the identity).
         """
+        check_positive_int("length", length, optional=True)
         if not self.config.zero_init_residual:
             return None
         n, d = self.token_embedding.num_embeddings, self.token_embedding.embedding_dim
@@ -101,6 +103,6 @@ class CausalLM(nn.Module):
         """π_p² of the first ``length`` rows of P: their variance (LayerNorm) or mean square (RMSNorm); [0] without P."""
         if self.input.positional is None:
             return [0.0]
-        rows = self.input.positional.encoding()[: length or self.config.max_len].double()
+        rows = self.input.positional.encoding()[: self.config.max_len if length is None else length].double()
         centred = self.config.norm == "layernorm"
         return (rows.var(dim=1, unbiased=False) if centred else rows.square().mean(dim=1)).tolist()

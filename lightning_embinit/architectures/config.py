@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
-from lightning_embinit.checks import check_choice
+from lightning_embinit.checks import check_choice, check_non_negative_int, check_positive, check_positive_int, check_probability
 from lightning_embinit.init.schemes import get_scheme
 from lightning_embinit.modules.blocks import ACTIVATIONS, NORMS
 from lightning_embinit.modules.heads import HEAD_ACTIVATIONS, HEADS
@@ -62,14 +62,37 @@ class TransformerConfig:
         check_choice(self.positional_kind, self.positional, self.positional_choices)
         check_choice("non-embedding init scheme", self.init_scheme, NON_EMBEDDING_SCHEMES)
         get_scheme(self.embedding_init)
-        for name in ("d_model", "num_heads", "max_len"):
-            if getattr(self, name) < 1:
-                raise ValueError(f"{name} must be ≥ 1, got {getattr(self, name)}")
+        for name in ("d_model", "num_heads", "max_len", *self.layer_counts):
+            check_positive_int(name, getattr(self, name))
+        check_positive_int("ffn_dim", self.ffn_dim, optional=True)
+        check_probability("dropout", self.dropout)
+        check_probability("attention_dropout", self.attention_dropout, optional=True)
+        check_probability("activation_dropout", self.activation_dropout, optional=True)
+        self._check_head_widths()
+
+    layer_counts: ClassVar[tuple[str, ...]] = ()
+    """The fields that count layers (each ≥ 1)."""
+    head_dims: ClassVar[tuple[str, ...]] = ()
+    """The fields that set per-head widths (None: the layer width / num_heads)."""
+    width_factor: ClassVar[int] = 1
+    """The layers' width in units of d_model (the reinforced model's layers are 2 · d_model wide)."""
+
+    def _check_head_widths(self) -> None:
+        """Per-head widths ≥ 1; where one is None, num_heads must divide the layer width (named as the user set it)."""
+        given = {name: check_positive_int(name, getattr(self, name), optional=True) for name in self.head_dims}
+        if any(value is not None for value in given.values()) and all(value is not None for value in given.values()):
+            return
+        width = self.width_factor * self.d_model
+        if width % self.num_heads:
+            what = (f"d_model={self.d_model}" if self.width_factor == 1
+                    else f"the layer width {self.width_factor} · d_model = {width} (d_model={self.d_model})")
+            fix = f", or give {' and '.join(self.head_dims)}" if self.head_dims else ""
+            raise ValueError(f"{what} is not divisible by num_heads={self.num_heads}: change d_model or num_heads{fix}")
 
     @property
     def hidden_dim(self) -> int:
         """The feed-forward width: ``ffn_dim``, or 4 · ``d_model``."""
-        return self.ffn_dim or 4 * self.d_model
+        return 4 * self.d_model if self.ffn_dim is None else self.ffn_dim
 
     def block_options(self) -> dict[str, Any]:
         """The :class:`~lightning_embinit.modules.blocks.TransformerStack` options every architecture passes alike."""
@@ -94,6 +117,9 @@ class Seq2SeqConfig(TransformerConfig):
     qk_head_dim: int | None = None
     v_head_dim: int | None = None
     share_embeddings: bool = False
+
+    layer_counts: ClassVar[tuple[str, ...]] = ("num_encoder_layers", "num_decoder_layers")
+    head_dims: ClassVar[tuple[str, ...]] = ("qk_head_dim", "v_head_dim")
 
     def block_options(self) -> dict[str, Any]:
         return {**super().block_options(), "qk_head_dim": self.qk_head_dim, "v_head_dim": self.v_head_dim}
@@ -152,10 +178,12 @@ class ReinforcedEncoderDecoderConfig(Seq2SeqConfig):
 
     positional_kind: ClassVar[str] = "positional encoding of the reinforced model (concatenated)"
     positional_choices: ClassVar[tuple[str, ...]] = CONCATENATED_POSITIONALS
+    width_factor: ClassVar[int] = 2
 
     def __post_init__(self) -> None:
         check_choice("target_normalization", self.target_normalization, TARGET_NORMALIZATIONS)
         super().__post_init__()
+        check_positive("tn_eps", self.tn_eps)
 
 
 
@@ -186,12 +214,13 @@ class EncoderClassifierConfig(TransformerConfig):
     cls_source: str = "auto"
     num_segments: int = 0
 
+    layer_counts: ClassVar[tuple[str, ...]] = ("num_layers",)
+
     def __post_init__(self) -> None:
         check_choice("pooling", self.pooling, POOLINGS)
         check_choice("cls_source", self.cls_source, CLS_SOURCES)
         super().__post_init__()
-        if self.num_segments < 0:
-            raise ValueError(f"num_segments must be ≥ 0 (0: no segment embedding), got {self.num_segments}")
+        check_non_negative_int("num_segments", self.num_segments)
         resolve_scale(self.input_scale, self.d_model, option="input_scale")
 
 
@@ -229,8 +258,11 @@ class CausalLMConfig(TransformerConfig):
     shuffle_groups: int = 2
     zero_init_residual: bool = True
 
+    layer_counts: ClassVar[tuple[str, ...]] = ("num_layers",)
+
     def __post_init__(self) -> None:
         super().__post_init__()
+        check_positive_int("shuffle_groups", self.shuffle_groups)
         check_choice("output head", self.head, HEADS)
         check_choice("head activation", self.head_activation, HEAD_ACTIVATIONS)
         resolve_scale(self.embedding_scale, self.d_model)

@@ -89,6 +89,13 @@ class Seq2SeqArchitecture(nn.Module, abc.ABC):
         """Logits of the token after ``tokens`` (the newest token with a cache, the whole prefix without)."""
         return self.head_logits(self.decode(tokens, state, cache)[:, -1])
 
+    @staticmethod
+    def check_batch(tgt_in: torch.Tensor, state: EncoderState) -> None:
+        """Raise ValueError unless the decoder input has one row per source row."""
+        if tgt_in.dim() != 2 or tgt_in.shape[0] != state.memory.shape[0]:
+            raise ValueError(f"the target batch {tuple(tgt_in.shape)} must be (B, T) with one row per source row; the "
+                             f"source batch has B = {state.memory.shape[0]} rows")
+
     def target_padding(self, tgt_in: torch.Tensor, cache: DecoderCache | None) -> torch.Tensor | None:
         """The decoder self-attention's key padding mask: True at pad. None with a cache: decoding never
         generates pad, and a mask of the new positions only would not cover the cached keys."""
@@ -137,6 +144,7 @@ class EncoderDecoder(Seq2SeqArchitecture):
         return EncoderState(self.encoder(self.src_input(src), padding_mask=padding), padding)
 
     def decode(self, tgt_in: torch.Tensor, state: EncoderState, cache: DecoderCache | None = None) -> torch.Tensor:
+        self.check_batch(tgt_in, state)
         offset = 0 if cache is None else cache.length
         return self.decoder(
             self.tgt_input(tgt_in, offset), state.memory, padding_mask=self.target_padding(tgt_in, cache),

@@ -103,6 +103,7 @@ class ReinforcedEncoderDecoder(Seq2SeqArchitecture):
         return normalized
 
     def decode(self, tgt_in: torch.Tensor, state: EncoderState, cache: DecoderCache | None = None) -> torch.Tensor:
+        self.check_batch(tgt_in, state)
         offset = 0 if cache is None else cache.length
         values = self.normalize_target(tgt_in, cache)
         return self.decoder(

@@ -135,7 +135,7 @@ class LearningSpeedMonitor(Callback):
         self._pending += extract_batch_size(batch)
         if self.check_on != "train_step":
             return
-        every = self.every_n_steps or trainer.log_every_n_steps
+        every = trainer.log_every_n_steps if self.every_n_steps is None else self.every_n_steps
         step = trainer.global_step
         if step > 0 and step % every == 0 and step != self._last_step:
             self._point(trainer, pl_module)

@@ -16,16 +16,10 @@ from lightning.pytorch.callbacks import Callback
 from lightning.pytorch.utilities import rank_zero_info
 
 from lightning_embinit.callbacks.loggers import figure_loggers, log_figure, log_scalars
+from lightning_embinit.text_files import check_encoding
 from lightning_embinit.diagnostics.figures import pca_scatter
-from lightning_embinit.diagnostics.lexical import (
-    DEFAULT_CHAINS,
-    check_chains,
-    check_probe_inputs,
-    format_probe,
-    lexical_probe,
-    probe_words,
-    vocabulary_coverage,
-)
+from lightning_embinit.diagnostics.lexical import DEFAULT_CHAINS, check_chains, format_probe, lexical_probe, vocabulary_coverage
+from lightning_embinit.diagnostics.lexical_files import check_probe_inputs, probe_words
 from lightning_embinit.diagnostics.variance import positional_matrix, token_rows
 from lightning_embinit.init.host import EmbeddingSlot, select_slots
 from lightning_embinit.init.tokens import resolve_slot_tokens
@@ -59,6 +53,7 @@ class LexicalProbe(Callback):
         max_analogies: evaluate a seeded sample of this many in-vocabulary questions (None: all).
         standardize_to: the target of the ``standardized`` chains (Xavier for the slot's shape).
         seed: the seed of the random positional rows and of the question sample.
+        encoding: the text encoding of the analogy and similarity files (read, and checked, when the callback is made).
 
     Logged on global rank zero (the weights are the same on every rank; no collective):
     ``{prefix}/{slot}/{chain}/analogy`` (``analogy_semantic``, ``analogy_syntactic``) and
@@ -82,14 +77,17 @@ class LexicalProbe(Callback):
         figures: bool = True,
         verbose: bool = True,
         prefix: str = "lexical",
+        encoding: str = "utf-8",
     ) -> None:
         if analogies is None and not similarity:
             analogies, similarity = gensim_test_file("questions-words.txt"), [gensim_test_file("wordsim353.tsv")]
         similarity = [similarity] if isinstance(similarity, str) else list(similarity or [])
         try:
             check_probe_inputs(analogies, similarity, max_analogies)
+            self._test_words: set[str] | None = probe_words(analogies, similarity, encoding=check_encoding(encoding))
         except ValueError as error:
             raise ValueError(f"LexicalProbe: {error}") from None
+        self.encoding = encoding
         self.analogies = analogies
         self.similarity = similarity
         self.slot = slot
@@ -104,13 +102,12 @@ class LexicalProbe(Callback):
         self.results: dict[str, dict[str, Any]] = {}
         self.probed_slot: str | None = None
         self.slot_coverage: dict[str, int] = {}
-        self._test_words: set[str] | None = None
 
     @property
     def test_words(self) -> set[str]:
         """The distinct words of the analogy questions and similarity pairs (case-folded), read once."""
         if self._test_words is None:
-            self._test_words = probe_words(self.analogies, self.similarity)
+            self._test_words = probe_words(self.analogies, self.similarity, encoding=self.encoding)
         return self._test_words
 
     @property
@@ -162,7 +159,7 @@ class LexicalProbe(Callback):
         return lexical_probe(
             matrix, [slot.tokens[row] for row in rows], analogies=self.analogies, similarity=self.similarity, chains=self.chains,
             input_scale=float(slot.input_scale), positional=positional_matrix(slot), standardize_to=self.standardize_to,
-            seed=self.seed, max_analogies=self.max_analogies,
+            seed=self.seed, max_analogies=self.max_analogies, encoding=self.encoding,
         )
 
     def _record(self, trainer: L.Trainer, pl_module: L.LightningModule, when: str) -> None:

@@ -15,7 +15,8 @@ for sentence pairs only; ``labels`` (B,); ``index`` (B,), each example's row in 
 
 from __future__ import annotations
 
-import re
+import math
+import numbers
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -25,13 +26,12 @@ import torch
 from torch.utils.data import Dataset
 
 from lightning_embinit.data.batching import pad_sequences
-from lightning_embinit.data.parallel_text import find_file, load_hub_dataset, read_table, require_columns
+from lightning_embinit.data.parallel_text import Table, find_file, load_hub_dataset, read_table, require_columns
 from lightning_embinit.data.raw_splits import LabelledTexts, RawSplits
 from lightning_embinit.data.text_cache import Ragged
 from lightning_embinit.data.text_module import TokenizedTextDataModule, TokenizerPlan, TokenizerSpec
 from lightning_embinit.data.tokenization import TextTokenizer
 
-INTEGER = re.compile(r"-?\d+")
 FIELDS = ("a", "b")  # texts, pair texts
 
 
@@ -60,31 +60,71 @@ CLASSIFICATION_DATASETS: dict[str, ClassificationTask] = {
 test splits carry no labels and are not read."""
 
 
-def label_ids(values: Sequence[Any], names: Sequence[str], where: str) -> np.ndarray:
-    """Label values → ids: a value equal to a name, or an integer index into ``names``; others raise."""
-    lookup = {name: k for k, name in enumerate(names)}
-    ids = np.empty(len(values), dtype=np.int64)
-    unknown: set[str] = set()
-    for row, value in enumerate(values):
-        text = str(value).strip()
-        if text in lookup:
-            ids[row] = lookup[text]
-        elif INTEGER.fullmatch(text) and 0 <= int(text) < len(names):
-            ids[row] = int(text)
-        else:
-            unknown.add(text)
-    if unknown:
-        raise ValueError(f"{where}: unknown label values {sorted(unknown)[:10]}; known labels: {list(names)} "
-                         "(a label is one of these names or its index)")
-    return ids
+MISSING_LABELS = ("", "nan")
+"""Label cells that hold no label (compared lowercased): empty, or NaN as pandas writes a missing value."""
+
+
+def label_key(value: Any) -> str | float | None:
+    """What a label value stands for: None when missing (None, NaN, an empty cell), a float for a number — so
+    ``1``, ``1.0`` and ``"1"`` are one label —, else the stripped string."""
+    if value is None:
+        return None
+    if isinstance(value, numbers.Real) and not isinstance(value, bool):
+        number = float(value)
+        return None if math.isnan(number) else number
+    text = str(value).strip()
+    if text.lower() in MISSING_LABELS:
+        return None
+    try:
+        number = float(text)
+    except ValueError:
+        return text
+    return number if math.isfinite(number) else text
+
+
+def _key_name(key: str | float) -> str:
+    return str(int(key)) if isinstance(key, float) and key.is_integer() else str(key)
 
 
 def infer_label_names(values: Sequence[Any]) -> list[str]:
-    """Integer labels 0…k → ``["0", …, "k"]``; other labels → their sorted distinct strings."""
-    texts = {str(v).strip() for v in values}
-    if all(INTEGER.fullmatch(t) and int(t) >= 0 for t in texts):
-        return [str(k) for k in range(max(int(t) for t in texts) + 1)]
-    return sorted(texts)
+    """Non-negative integer labels 0…k → ``["0", …, "k"]``; other numbers → their sorted distinct values; other
+    labels → their sorted distinct strings. Missing labels (:func:`label_key`) are left out."""
+    keys = {key for key in map(label_key, values) if key is not None}
+    if keys and all(isinstance(key, float) for key in keys):
+        if all(key.is_integer() and key >= 0 for key in keys):
+            return [str(k) for k in range(int(max(keys)) + 1)]
+        return [_key_name(key) for key in sorted(keys)]
+    return sorted({_key_name(key) for key in keys})
+
+
+def label_ids(values: Sequence[Any], names: Sequence[str], where: str) -> np.ndarray:
+    """Label values → ids: the name the value equals (numbers compare as numbers), else — when the names are not
+    numbers themselves — an integer index into ``names``; other values raise."""
+    lookup = {label_key(name): k for k, name in enumerate(names)}
+    by_index = not all(isinstance(key, float) for key in lookup)
+    ids = np.empty(len(values), dtype=np.int64)
+    unknown: set[str] = set()
+    for row, value in enumerate(values):
+        key = label_key(value)
+        if key in lookup:
+            ids[row] = lookup[key]
+        elif by_index and isinstance(key, float) and key.is_integer() and 0 <= key < len(names):
+            ids[row] = int(key)
+        else:
+            unknown.add(str(value).strip())
+    if unknown:
+        index = " or its index" if by_index else ""
+        raise ValueError(f"{where}: unknown label values {sorted(unknown)[:10]}; known labels: {list(names)} "
+                         f"(a label is one of these names{index})")
+    return ids
+
+
+def check_labels_present(values: Sequence[Any], table: Table, rows: Sequence[int], where: str) -> None:
+    """Raise ValueError naming the first lines (rows) of ``rows`` whose label is missing (:func:`label_key`)."""
+    missing = [row for row, value in zip(rows, values) if label_key(value) is None]
+    if missing:
+        raise ValueError(f"{where}: {len(missing)} of {len(rows)} rows have no label (empty, NaN, null or absent), "
+                         f"{table.where(missing[:10])}; fill them in or remove those rows")
 
 
 def display(key: str) -> str:
@@ -214,24 +254,25 @@ class ClassificationDataModule(TokenizedTextDataModule):
         task = CLASSIFICATION_DATASETS[self.hparams.dataset]
         return load_hub_dataset(task.hub_id, task.config, self.hparams.dataset_revision)
 
-    def _sources(self) -> dict[str, tuple[str, Any]]:
-        """Split key → (description, columns dict) for every split that has text."""
+    def _sources(self) -> dict[str, tuple[str, Table]]:
+        """Split key → (description, table) for every split that has text."""
         hp = self.hparams
         if hp.dataset is not None:
             task = CLASSIFICATION_DATASETS[hp.dataset]
             named = {"train": task.train, **{f"val:{name}": where for name, where in task.validation.items()}}
             if hp.data_dir is not None:
-                return {key: (path, read_table(path, display(key), "tsv"))
+                return {key: (path, read_table(path, display(key), "tsv", hp.encoding))
                         for key, (_, file) in named.items()
                         for path in [find_file(hp.data_dir, file, f"{hp.dataset} {display(key)}")]}
             loaded = self._hub()
             if missing := [split for split, _ in named.values() if split not in loaded]:
                 raise ValueError(f"dataset {hp.dataset!r} has no split {missing}; splits: {list(loaded)}")
-            return {key: (f"{task.hub_id}/{task.config} {split}", loaded[split].to_dict()) for key, (split, _) in named.items()}
+            return {key: (f"{task.hub_id}/{task.config} {split}", Table(loaded[split].to_dict()))
+                    for key, (split, _) in named.items()}
         val = hp.val_files
         named_files = {"train": hp.train_file, "test": hp.test_file,
                        **({"val:validation": val} if isinstance(val, str) else {f"val:{k}": v for k, v in (val or {}).items()})}
-        return {key: (str(path), read_table(str(path), display(key), hp.file_format))
+        return {key: (str(path), read_table(str(path), display(key), hp.file_format, hp.encoding))
                 for key, path in named_files.items() if path is not None}
 
     def _columns(self) -> tuple[str, str | None, str]:
@@ -245,22 +286,26 @@ class ClassificationDataModule(TokenizedTextDataModule):
         hp = self.hparams
         text_col, pair_col, label_col = self._columns()
         tables = self._sources()
-        for key, (where, columns) in tables.items():
-            require_columns(columns, [text_col, pair_col, label_col], f"{display(key)} ({where})")
-        names = list(hp.label_names or (CLASSIFICATION_DATASETS[hp.dataset].label_names if hp.dataset else [])
-                     or infer_label_names(next(iter(tables.values()))[1][label_col]))
-        splits: dict[str, LabelledTexts] = {}
-        blank: dict[str, int] = {}
-        for key, (where, columns) in tables.items():
-            texts = [str(t or "").strip() for t in columns[text_col]]
-            pairs = [str(t or "").strip() for t in columns[pair_col]] if pair_col else None
+        rows: dict[str, tuple[list[str], list[str] | None, list[int], list[Any]]] = {}
+        for key, (where, table) in tables.items():
+            where = f"{display(key)} ({where})"
+            require_columns(table.columns, [text_col, pair_col, label_col], where)
+            texts = [str(t or "").strip() for t in table.columns[text_col]]
+            pairs = [str(t or "").strip() for t in table.columns[pair_col]] if pair_col else None
             kept = [k for k in range(len(texts)) if texts[k] and (pairs is None or pairs[k])]
             if not kept:
-                raise ValueError(f"{display(key)} ({where}): no row has text in column {text_col!r}" + (f" and {pair_col!r}" if pair_col else ""))
-            blank[key] = len(texts) - len(kept)
-            kept = kept[: hp.max_examples]
-            labels = label_ids([columns[label_col][k] for k in kept], names, f"{display(key)} ({where}), column {label_col!r}")
-            splits[key] = LabelledTexts([texts[k] for k in kept], [pairs[k] for k in kept] if pairs else None, labels)
+                raise ValueError(f"{where}: no row has text in column {text_col!r}" + (f" and {pair_col!r}" if pair_col else ""))
+            labels = [table.columns[label_col][k] for k in kept]
+            check_labels_present(labels, table, kept, f"{where}, column {label_col!r}")
+            rows[key] = (texts, pairs, kept, labels)
+        names = list(hp.label_names or (CLASSIFICATION_DATASETS[hp.dataset].label_names if hp.dataset else [])
+                     or infer_label_names(next(iter(rows.values()))[3]))
+        splits: dict[str, LabelledTexts] = {}
+        for key, (texts, pairs, kept, labels) in rows.items():
+            count = len(kept[: hp.max_examples])
+            ids = label_ids(labels[:count], names, f"{display(key)} ({tables[key][0]}), column {label_col!r}")
+            splits[key] = LabelledTexts([texts[k] for k in kept[:count]], [pairs[k] for k in kept[:count]] if pairs else None, ids)
+        blank = {key: len(texts) - len(kept) for key, (texts, _, kept, _) in rows.items()}
         return RawSplits(splits, blank, tuple(names))
 
     @property

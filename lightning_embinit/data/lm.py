@@ -9,7 +9,6 @@ similarity study, ≈4k words, Latin-1) validates.
 
 from __future__ import annotations
 
-import gzip
 import os
 from pathlib import Path
 from typing import Any, Iterable, Sequence
@@ -18,7 +17,9 @@ import lightning as L
 import torch
 from torch.utils.data import DataLoader, TensorDataset
 
+from lightning_embinit.checks import check_non_negative_int, check_positive_int, check_range
 from lightning_embinit.data.vocabulary import Vocabulary, WordTokenizer
+from lightning_embinit.text_files import check_encoding, open_text
 
 
 def lee_corpus_paths() -> tuple[str, str]:
@@ -35,15 +36,8 @@ def read_lines(paths: Sequence[str], *, encoding: str = "utf-8", what: str = "te
         path = os.path.expanduser(str(path))
         if not os.path.isfile(path):
             raise ValueError(f"{what} file not found: {path}")
-        opener = gzip.open if path.endswith(".gz") else open
-        try:
-            with opener(path, "rt", encoding=encoding) as handle:
-                lines.extend(line.strip() for line in handle if line.strip())
-        except UnicodeDecodeError as error:
-            raise ValueError(
-                f"{what} file {path} is not valid {encoding} text (byte {error.start}: {error.reason}); pass the "
-                "file's encoding to the datamodule, e.g. encoding='latin-1'"
-            ) from None
+        with open_text(path, what, encoding=encoding) as handle:
+            lines.extend(line.strip() for line in handle if line.strip())
     return lines
 
 
@@ -121,10 +115,12 @@ class LanguageModelDataModule(L.LightningDataModule):
         vocabulary: list[str] | str | None = None,
     ) -> None:
         super().__init__()
-        if seq_len < 1 or batch_size < 1:
-            raise ValueError(f"seq_len and batch_size must be ≥ 1, got {seq_len} and {batch_size}")
-        if not 0.0 < val_fraction < 1.0:
-            raise ValueError(f"val_fraction must be in (0, 1), got {val_fraction}")
+        for name, value in (("seq_len", seq_len), ("batch_size", batch_size), ("min_freq", min_freq)):
+            check_positive_int(name, value)
+        check_positive_int("max_size", max_size, optional=True)
+        check_non_negative_int("num_workers", num_workers)
+        check_range("val_fraction", val_fraction, 0, 1, low_open=True, high_open=True)
+        check_encoding(encoding)
         if train_files is not None and dataset is not None:
             raise ValueError("give train_files or dataset, not both")
         if val_files is not None and train_files is None and vocabulary is None:

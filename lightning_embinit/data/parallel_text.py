@@ -2,26 +2,25 @@
 
 Every reader raises a :class:`ValueError` that names the file (and what was expected) before any
 tokenizing or training: missing files, parallel files of different lengths, empty files, missing
-columns. Files may be gzip-compressed (``.gz``), always UTF-8.
+columns, text that is not in the given ``encoding`` (UTF-8 by default), a ``.gz`` that is not gzip. Files
+may be gzip-compressed (``.gz``); ``\n``, ``\r\n`` and a lone ``\r`` all end a line. Every file is opened
+through :func:`lightning_embinit.text_files.open_text`.
 """
 
 from __future__ import annotations
 
 import csv
-import gzip
 import json
 import os
 import sys
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import IO, Any
 
 from lightning_embinit.checks import check_choice
+from lightning_embinit.text_files import open_text, read_text_lines
 
 TABLE_FORMATS = ("tsv", "csv", "jsonl")
-
-
-def _open(path: str) -> IO[str]:
-    return gzip.open(path, "rt", encoding="utf-8", newline="") if path.endswith(".gz") else open(path, encoding="utf-8", newline="")
 
 
 def existing_file(path: str, what: str) -> str:
@@ -40,19 +39,14 @@ def find_file(directory: str, stem: str, what: str) -> str:
     raise ValueError(f"{what} file not found: neither {base} nor {base}.gz exists")
 
 
-def read_lines(path: str, what: str) -> list[str]:
+def read_lines(path: str, what: str, encoding: str = "utf-8") -> list[str]:
     """Every line of a text file, stripped of surrounding white space (blank lines kept, as ``""``)."""
-    path = existing_file(path, what)
-    with _open(path) as handle:
-        lines = handle.read().split("\n")
-    if lines and lines[-1] == "":
-        lines.pop()
-    return [line.strip() for line in lines]
+    return [line.strip() for line in read_text_lines(existing_file(path, what), what, encoding=encoding)]
 
 
-def read_parallel(src_path: str, tgt_path: str, what: str) -> tuple[list[str], list[str], int]:
+def read_parallel(src_path: str, tgt_path: str, what: str, encoding: str = "utf-8") -> tuple[list[str], list[str], int]:
     """Line-aligned source and target sentences; pairs with a blank side are left out (their count is returned)."""
-    src, tgt = read_lines(src_path, f"{what} source"), read_lines(tgt_path, f"{what} target")
+    src, tgt = read_lines(src_path, f"{what} source", encoding), read_lines(tgt_path, f"{what} target", encoding)
     if len(src) != len(tgt):
         raise ValueError(
             f"{what}: parallel files have different line counts: {src_path} has {len(src)} lines, "
@@ -80,38 +74,62 @@ def table_format(path: str, file_format: str | None) -> str:
     raise ValueError(f"cannot tell the format of {path} from its name; pass file_format= one of {', '.join(TABLE_FORMATS)}")
 
 
-def read_table(path: str, what: str, file_format: str | None = None) -> dict[str, list[Any]]:
+@dataclass(frozen=True)
+class Table:
+    """A labelled table's columns by name, and the line of the file each row starts on (None: rows of a dataset)."""
+
+    columns: dict[str, list[Any]]
+    lines: list[int] | None = None
+
+    def where(self, rows: Sequence[int]) -> str:
+        """``lines [3, 9]`` (a file) or ``rows [2, 8]`` (a dataset) of the given row indices."""
+        return f"lines {[self.lines[k] for k in rows]}" if self.lines is not None else f"rows {[k + 1 for k in rows]}"
+
+
+def _read_jsonl(handle: IO[str], path: str, what: str) -> Table:
+    records, lines = [], []
+    for number, line in enumerate(handle, 1):
+        if line.strip():
+            try:
+                record = json.loads(line)
+            except json.JSONDecodeError as error:
+                raise ValueError(f"{what} file {path}, line {number}: not JSON ({error})") from None
+            if not isinstance(record, dict):
+                raise ValueError(f"{what} file {path}, line {number}: expected a JSON object per line")
+            records.append(record)
+            lines.append(number)
+    names = list(dict.fromkeys(key for record in records for key in record))
+    return Table({name: [record.get(name) for record in records] for name in names}, lines)
+
+
+def _read_delimited(handle: IO[str], path: str, what: str, fmt: str) -> Table:
+    csv.field_size_limit(min(sys.maxsize, 2**31 - 1))
+    rows = csv.reader(handle, delimiter="\t", quoting=csv.QUOTE_NONE) if fmt == "tsv" else csv.reader(handle)
+    header = next(rows, None)
+    if header is None:
+        raise ValueError(f"{what} file {path} is empty (no header line)")
+    names = [name.strip() for name in header]
+    body, lines = [], []
+    start = rows.line_num + 1
+    for row in rows:
+        if any(cell.strip() for cell in row):
+            body.append(row)
+            lines.append(start)
+        start = rows.line_num + 1
+    if bad := [lines[k] for k, row in enumerate(body) if len(row) != len(names)][:5]:
+        raise ValueError(f"{what} file {path}: lines {bad} do not have the {len(names)} columns of the header {names}")
+    return Table({name: [row[k] for row in body] for k, name in enumerate(names)}, lines)
+
+
+def read_table(path: str, what: str, file_format: str | None = None, encoding: str = "utf-8") -> Table:
     """Columns of a labelled table: TSV (GLUE style: header line, no quoting), CSV (header, quoting) or JSON lines."""
     path = existing_file(path, what)
     fmt = table_format(path, file_format)
-    with _open(path) as handle:
-        if fmt == "jsonl":
-            records = []
-            for number, line in enumerate(handle, 1):
-                if line.strip():
-                    try:
-                        record = json.loads(line)
-                    except json.JSONDecodeError as error:
-                        raise ValueError(f"{what} file {path}, line {number}: not JSON ({error})") from None
-                    if not isinstance(record, dict):
-                        raise ValueError(f"{what} file {path}, line {number}: expected a JSON object per line")
-                    records.append(record)
-            names = list(dict.fromkeys(key for record in records for key in record))
-            columns = {name: [record.get(name) for record in records] for name in names}
-        else:
-            csv.field_size_limit(min(sys.maxsize, 2**31 - 1))
-            rows = csv.reader(handle, delimiter="\t", quoting=csv.QUOTE_NONE) if fmt == "tsv" else csv.reader(handle)
-            header = next(rows, None)
-            if header is None:
-                raise ValueError(f"{what} file {path} is empty (no header line)")
-            names = [name.strip() for name in header]
-            body = [row for row in rows if any(cell.strip() for cell in row)]
-            if bad := [k + 2 for k, row in enumerate(body) if len(row) != len(names)][:5]:
-                raise ValueError(f"{what} file {path}: lines {bad} do not have the {len(names)} columns of the header {names}")
-            columns = {name: [row[k] for row in body] for k, name in enumerate(names)}
-    if not columns or not next(iter(columns.values())):
+    with open_text(path, what, encoding=encoding, newline="") as handle:
+        table = _read_jsonl(handle, path, what) if fmt == "jsonl" else _read_delimited(handle, path, what, fmt)
+    if not table.columns or not next(iter(table.columns.values())):
         raise ValueError(f"{what} file {path} has no rows")
-    return columns
+    return table
 
 
 def require_columns(columns: dict[str, list[Any]], wanted: Sequence[str | None], where: str) -> None:

@@ -48,6 +48,10 @@ def train_wordpiece(texts: Sequence[str], *, vocab_size: int, min_frequency: int
     trainer = trainers.WordPieceTrainer(vocab_size=vocab_size, min_frequency=min_frequency, show_progress=False,
                                         special_tokens=list(specials.values()), continuing_subword_prefix="##")
     backend.train_from_iterator(texts, trainer, length=len(texts))
+    if (size := backend.get_vocab_size(with_added_tokens=True)) > vocab_size:
+        raise ValueError(f"vocab_size={vocab_size} cannot be met: a WordPiece vocabulary holds its {len(specials)} special "
+                         f"tokens and every character of the training text, {size} tokens here; ask for "
+                         f"vocab_size ≥ {size} (well above it to learn whole words)")
     return WordPieceTokenizer(backend, specials)
 
 
@@ -98,8 +102,8 @@ class _BackendTokenizer(TextTokenizer):
         special = [i for i, token in self.backend.get_added_tokens_decoder().items() if token.special]
         return frozenset(i for i in self._local(special) if i >= 0)
 
-    def encode_batch(self, texts: Sequence[str]) -> list[list[int]]:
-        return [self._local(encoding.ids) for encoding in self.backend.encode_batch(list(texts), add_special_tokens=False)]
+    def _encode_batch(self, texts: list[str]) -> list[list[int]]:
+        return [self._local(encoding.ids) for encoding in self.backend.encode_batch(texts, add_special_tokens=False)]
 
     def _detokenize(self, ids: list[int]) -> str:
         return self.backend.decode(self._backend_ids(ids), skip_special_tokens=True)
@@ -129,6 +133,7 @@ class WordPieceTokenizer(_BackendTokenizer):
     """A WordPiece vocabulary trained on the task's text (:meth:`TextTokenizer.wordpiece`)."""
 
     kind = "wordpiece"
+    config_keys = ("tokenizer_json", "special_tokens")
     train = staticmethod(train_wordpiece)
 
     def to_config(self) -> dict[str, Any]:
@@ -144,6 +149,7 @@ class PretrainedTokenizer(_BackendTokenizer):
     """A Hugging Face tokenizer; decoding is its own ``decode(skip_special_tokens=True)``."""
 
     kind = "pretrained"
+    config_keys = ("files", "special_tokens")
     load = staticmethod(load_pretrained)
 
     def __init__(self, hf: Any, special_tokens: Mapping[str, str], config: dict[str, Any]) -> None:

@@ -16,13 +16,14 @@ import torch.distributed as dist
 from lightning.pytorch.utilities import rank_zero_info
 from torch.utils.data import DataLoader, Dataset
 
-from lightning_embinit.checks import check_choice
+from lightning_embinit.checks import check_choice, check_int, check_non_negative_int, check_positive_int
 from lightning_embinit.data.batching import BucketBatchSampler, EpochSampler
 from lightning_embinit.data.raw_splits import RawSplits
 from lightning_embinit.data.text_cache import Ragged, TokenizedCorpus, cache_key, load_or_build, text_digest
 from lightning_embinit.data.tokenization import TextTokenizer, check_tokenizer_spec
 from lightning_embinit.data.tokenizer_plans import ReadyTokenizers, TokenizerPlan, TokenizerSpec, plan_key
 from lightning_embinit.data.vocabulary import TOKENIZERS
+from lightning_embinit.text_files import check_encoding
 
 __all__ = ["Collate", "TOO_LONG", "TokenizedTextDataModule", "TokenizerPlan", "TokenizerSpec"]
 
@@ -43,7 +44,7 @@ class TokenizedTextDataModule(L.LightningDataModule, abc.ABC):
 
     Args:
         restrict_vocabulary: a pretrained tokenizer keeps only the tokens the training text uses ≥ min_freq times
-        min_freq: the fewest occurrences of a kept token (word level, WordPiece, restricted)
+        min_freq: the fewest occurrences of a kept token, ≥ 1 (word level, WordPiece, restricted; None: the kind's default)
         max_size: the most rows of a word-level vocabulary
         vocab_size: the size of a trained WordPiece vocabulary
         lowercase: lowercase before word-level and WordPiece tokenization
@@ -51,6 +52,7 @@ class TokenizedTextDataModule(L.LightningDataModule, abc.ABC):
         max_length: the most tokens of an example, special tokens included
         too_long: what happens to longer examples (truncate, drop: training split only)
         max_examples: read at most this many examples per split
+        encoding: the text encoding of the files read (``.gz`` files are decompressed first)
         batch_size: training examples per batch
         eval_batch_size: evaluation examples per batch (None: batch_size)
         pool_batches: batches per length-sorted pool of the training split
@@ -65,20 +67,21 @@ class TokenizedTextDataModule(L.LightningDataModule, abc.ABC):
     def __init__(self, *, tokenizer_specs: Mapping[str, TokenizerSpec | None], restrict_vocabulary: bool = False,
                  min_freq: int | None = None, max_size: int | None = None, vocab_size: int = 8000,
                  lowercase: bool = True, word_tokenizer: str = "regex", max_length: int = 128,
-                 too_long: str = "truncate", max_examples: int | None = None, batch_size: int = 64,
-                 eval_batch_size: int | None = None, pool_batches: int = 50, num_workers: int = 0,
-                 seed: int | None = None, cache: bool = True) -> None:
+                 too_long: str = "truncate", max_examples: int | None = None, encoding: str = "utf-8",
+                 batch_size: int = 64, eval_batch_size: int | None = None, pool_batches: int = 50,
+                 num_workers: int = 0, seed: int | None = None, cache: bool = True) -> None:
         super().__init__()
-        if batch_size < 1 or (eval_batch_size is not None and eval_batch_size < 1):
-            raise ValueError(f"batch sizes must be ≥ 1, got batch_size={batch_size}, eval_batch_size={eval_batch_size}")
-        if max_length < 4:
-            raise ValueError(f"max_length must be ≥ 4 (it counts the special tokens), got {max_length}")
+        for name, value in (("batch_size", batch_size), ("pool_batches", pool_batches), ("vocab_size", vocab_size)):
+            check_positive_int(name, value)
+        for name, value in (("eval_batch_size", eval_batch_size), ("min_freq", min_freq), ("max_size", max_size),
+                            ("max_examples", max_examples)):
+            check_positive_int(name, value, optional=True)
+        check_int("max_length (it counts the special tokens)", max_length, minimum=4)
+        check_non_negative_int("num_workers", num_workers)
+        check_int("seed", seed, optional=True)
         check_choice("too_long", too_long, TOO_LONG)
         check_choice("word_tokenizer", word_tokenizer, TOKENIZERS)
-        if num_workers < 0 or pool_batches < 1:
-            raise ValueError(f"num_workers must be ≥ 0 and pool_batches ≥ 1, got {num_workers} and {pool_batches}")
-        if max_examples is not None and max_examples < 1:
-            raise ValueError(f"max_examples must be ≥ 1, got {max_examples}")
+        check_encoding(encoding)
         for what, spec in tokenizer_specs.items():
             if spec is not None:
                 check_tokenizer_spec(spec, what)
@@ -151,12 +154,13 @@ class TokenizedTextDataModule(L.LightningDataModule, abc.ABC):
         """The ``build_tokenizer`` options of ``spec`` from this module's hyperparameters (``roles``: trained kinds only)."""
         hp = self.hparams
         extra = {"roles": roles} if roles else {}
+        min_freq = default_min_freq if hp.min_freq is None else hp.min_freq
         if spec == "word":
-            return {"min_freq": hp.min_freq or default_min_freq, "max_size": hp.max_size, "lowercase": hp.lowercase,
+            return {"min_freq": min_freq, "max_size": hp.max_size, "lowercase": hp.lowercase,
                     "word_tokenizer": hp.word_tokenizer, **extra}
         if spec == "wordpiece":
-            return {"vocab_size": hp.vocab_size, "min_freq": hp.min_freq or default_min_freq, "lowercase": hp.lowercase, **extra}
-        return {"restrict_vocabulary": True, "min_freq": hp.min_freq or 1} if hp.restrict_vocabulary else {}
+            return {"vocab_size": hp.vocab_size, "min_freq": min_freq, "lowercase": hp.lowercase, **extra}
+        return {"restrict_vocabulary": True, "min_freq": 1 if hp.min_freq is None else hp.min_freq} if hp.restrict_vocabulary else {}
 
     def _tokenize(self, raw: RawSplits) -> TokenizedCorpus:
         plans = self._tokenizer_plans()
@@ -296,7 +300,8 @@ class TokenizedTextDataModule(L.LightningDataModule, abc.ABC):
         self.corpus  # noqa: B018 (tokenizes or reads the cache)
         self._check_world()
         data, collate = self._split_data(split)
-        batch_size = self.hparams.batch_size if train else (self.hparams.eval_batch_size or self.hparams.batch_size)
+        eval_batch_size = self.hparams.eval_batch_size
+        batch_size = self.hparams.batch_size if train or eval_batch_size is None else eval_batch_size
         # With use_distributed_sampler=True Lightning re-creates this batch sampler around a DistributedSampler;
         # BucketBatchSampler only reads its rank, world size and epoch and shards the batches itself (never twice).
         options = {"shuffle": train, "seed": self._seed(), "pool_batches": self.hparams.pool_batches}

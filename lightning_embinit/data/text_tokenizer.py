@@ -15,7 +15,7 @@ import os
 from collections.abc import Mapping, Sequence
 from typing import Any, ClassVar
 
-from lightning_embinit.checks import check_choice
+from lightning_embinit.checks import check_choice, check_texts
 from lightning_embinit.data.vocabulary import SPECIAL_TOKENS, TOKENIZERS, Vocabulary, WordTokenizer
 
 REQUIRED_ROLES = ("pad", "unk", "bos", "eos")
@@ -32,6 +32,13 @@ def _check_roles(roles: Sequence[str]) -> tuple[str, ...]:
     if bad := [r for r in roles if r not in EXTRA_ROLES]:
         raise ValueError(f"unknown special-token roles {bad}; optional roles: {', '.join(EXTRA_ROLES)}")
     return tuple(r for r in EXTRA_ROLES if r in roles)
+
+
+def _one_text(text: Any, what: str) -> list[str]:
+    if not isinstance(text, str):
+        raise TypeError(f"{what} takes one string, got {type(text).__name__} ({text!r:.60}); "
+                        "a list of texts goes to the *_batch method")
+    return [text]
 
 
 class TextTokenizer(abc.ABC):
@@ -67,11 +74,15 @@ class TextTokenizer(abc.ABC):
 
     # ------------------------------------------------------------------ encoding and decoding
     def encode(self, text: str) -> list[int]:
-        """Ids of ``text``; no bos/eos added."""
-        return self.encode_batch([text])[0]
+        """Ids of ``text`` (one string); no bos/eos added."""
+        return self.encode_batch(_one_text(text, "encode()"))[0]
+
+    def encode_batch(self, texts: Sequence[str]) -> list[list[int]]:
+        """Ids of each text of a list of strings (a bare string or a non-string item: TypeError)."""
+        return self._encode_batch(check_texts(texts, "encode_batch() texts"))
 
     @abc.abstractmethod
-    def encode_batch(self, texts: Sequence[str]) -> list[list[int]]:
+    def _encode_batch(self, texts: list[str]) -> list[list[int]]:
         """Ids of each text (the fast path: Hugging Face tokenizers encode the batch in Rust)."""
 
     def tokenize(self, text: str) -> list[str]:
@@ -83,8 +94,12 @@ class TextTokenizer(abc.ABC):
         return [[tokens[i] for i in ids] for ids in self.encode_batch(texts)]
 
     def content_ids(self, ids: Sequence[int]) -> list[int]:
-        """``ids`` without a leading bos, cut at the first eos, special tokens (unk included) dropped."""
+        """``ids`` without a leading bos, cut at the first eos, special tokens (unk included) dropped; an id outside
+        0 … len − 1 is a ValueError (a negative id would otherwise index from the end)."""
         ids = [int(i) for i in ids]
+        if bad := [i for i in ids if not 0 <= i < len(self.tokens)]:
+            raise ValueError(f"token ids {bad[:5]} are out of range for this {self.kind} tokenizer's {len(self.tokens)} "
+                             f"tokens (ids 0 … {len(self.tokens) - 1}); were the ids made with another vocabulary?")
         if ids and ids[0] == self.bos_id:
             ids = ids[1:]
         if self.eos_id in ids:
@@ -137,13 +152,25 @@ class TextTokenizer(abc.ABC):
         """A hex digest of :meth:`to_config`: equal fingerprints encode text identically."""
         return hashlib.sha256(json.dumps(self.to_config(), sort_keys=True).encode()).hexdigest()[:32]
 
-    @classmethod
-    def from_config(cls, config: Mapping[str, Any]) -> TextTokenizer:
-        """The tokenizer :meth:`to_config` described (no network, no files)."""
+    config_keys: ClassVar[tuple[str, ...]] = ("special_tokens",)
+    """The keys a config of this kind must have."""
+
+    @staticmethod
+    def check_config(config: Any) -> type[TextTokenizer]:
+        """The class of a tokenizer config's kind; ValueError for something else or a config that lacks keys."""
         if not isinstance(config, Mapping) or config.get("kind") not in TextTokenizer._kinds:
             kind = config.get("kind") if isinstance(config, Mapping) else type(config).__name__
             raise ValueError(f"not a tokenizer config (kind {kind!r}); kinds: {', '.join(TextTokenizer._kinds)}")
-        return TextTokenizer._kinds[config["kind"]]._from_config(copy.deepcopy(dict(config)))
+        kind = TextTokenizer._kinds[config["kind"]]
+        if missing := [key for key in kind.config_keys if key not in config]:
+            raise ValueError(f"incomplete {kind.kind} tokenizer config: no {missing} (keys: {sorted(config)}); "
+                             "a complete one comes from TextTokenizer.to_config() or .save()")
+        return kind
+
+    @classmethod
+    def from_config(cls, config: Mapping[str, Any]) -> TextTokenizer:
+        """The tokenizer :meth:`to_config` described (no network, no files)."""
+        return TextTokenizer.check_config(config)._from_config(copy.deepcopy(dict(config)))
 
     @classmethod
     @abc.abstractmethod
@@ -190,6 +217,7 @@ class WordLevelTokenizer(TextTokenizer):
     """Word tokens (:class:`WordTokenizer`) looked up in a fixed token list; unknown words → unk."""
 
     kind = "word"
+    config_keys = ("tokens", "special_tokens")
 
     def __init__(self, tokens: Sequence[str], special_tokens: Mapping[str, str], *, lowercase: bool = True,
                  split: str = "regex") -> None:
@@ -198,16 +226,16 @@ class WordLevelTokenizer(TextTokenizer):
         self.lowercase, self.split_kind = lowercase, split
         self.split = WordTokenizer(split, lowercase=lowercase)
 
-    def encode_batch(self, texts: Sequence[str]) -> list[list[int]]:
+    def _encode_batch(self, texts: list[str]) -> list[list[int]]:
         index, unk, split = self.vocabulary.index, self.unk_id, self.split
         return [[index.get(token, unk) for token in split(text)] for text in texts]
 
     def tokenize(self, text: str) -> list[str]:
         """The words of ``text`` before the vocabulary lookup (rare words keep their string)."""
-        return self.split(text)
+        return self.split(_one_text(text, "tokenize()")[0])
 
     def tokenize_batch(self, texts: Sequence[str]) -> list[list[str]]:
-        return [self.split(text) for text in texts]
+        return [self.split(text) for text in check_texts(texts, "tokenize_batch() texts")]
 
     def _detokenize(self, ids: list[int]) -> str:
         return " ".join(self.tokens[i] for i in ids)

@@ -61,8 +61,11 @@ BUILD_OPTIONS = WORD_OPTIONS | WORDPIECE_OPTIONS | PRETRAINED_OPTIONS
 def check_tokenizer_spec(spec: Any, what: str = "tokenizer") -> None:
     """Raise now for a spec :func:`build_tokenizer` would refuse later (without loading or training anything)."""
     if isinstance(spec, (TextTokenizer, Mapping)):
-        if isinstance(spec, Mapping) and spec.get("kind") not in TextTokenizer._kinds:
-            raise ValueError(f"{what}: not a tokenizer config (kind {spec.get('kind')!r}); kinds: {', '.join(TextTokenizer._kinds)}")
+        if isinstance(spec, Mapping):
+            try:
+                TextTokenizer.check_config(spec)
+            except ValueError as error:
+                raise ValueError(f"{what}: {error}") from None
         return
     if isinstance(spec, str) and (spec in ("word", "wordpiece") or spec.startswith("hf:")):
         return

@@ -213,7 +213,7 @@ class TranslationDataModule(TokenizedTextDataModule):
         for split in SPLITS:
             paths = self._split_files(split)
             if paths is not None:
-                yield split, read_parallel(*paths, what=f"{split} split")
+                yield split, read_parallel(*paths, what=f"{split} split", encoding=self.hparams.encoding)
 
     def _split_files(self, split: str) -> tuple[str, str] | None:
         hp = self.hparams

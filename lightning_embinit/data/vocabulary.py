@@ -19,6 +19,7 @@ from collections import Counter
 from typing import Iterable, Iterator, Mapping, Sequence
 
 from lightning_embinit.checks import check_choice
+from lightning_embinit.text_files import open_text
 from lightning_embinit.modules.vocabulary import SPECIAL_TOKENS
 
 WORD_PATTERN = re.compile(r"\w+(?:['’.:\-]\w+)*|[^\w\s]", re.UNICODE)
@@ -63,7 +64,7 @@ class Vocabulary(Sequence[str]):
         path = os.path.expanduser(os.fspath(path))
         if not os.path.isfile(path):
             raise ValueError(f"vocabulary file not found: {path}")
-        with open(path, encoding="utf-8", newline="") as handle:
+        with open_text(path, "vocabulary", newline="") as handle:
             lines = handle.read().split("\n")
         if lines and lines[-1] == "":
             lines.pop()  # the final newline

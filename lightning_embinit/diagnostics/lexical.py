@@ -33,11 +33,19 @@ import tempfile
 from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
-from typing import Any, Callable, Iterator, Sequence
+from typing import Any, Callable, Sequence
 
 import numpy as np
 import torch
 
+from lightning_embinit.text_files import check_encoding
+from lightning_embinit.diagnostics.lexical_files import (
+    check_probe_inputs,
+    count_pairs,
+    count_questions,
+    fold,
+    prepare_probe_files,
+)
 from lightning_embinit.init.positional import sinusoidal_encoding
 from lightning_embinit.init.registry import Registry
 from lightning_embinit.init.statistics import MatrixStats, matrix_statistics
@@ -99,115 +107,14 @@ def check_chains(chains: Sequence[str]) -> tuple[str, ...]:
     return tuple(chains)
 
 
-def _check_file(path: str | os.PathLike[str], what: str) -> str:
-    path = os.path.expanduser(os.fspath(path))
-    if not os.path.isfile(path):
-        raise ValueError(f"{what} file not found: {path}")
-    return path
-
-
-def check_probe_inputs(
-    analogies: str | os.PathLike[str] | None,
-    similarity: str | os.PathLike[str] | Sequence[str | os.PathLike[str]],
-    max_analogies: int | None = None,
-) -> tuple[str | None, list[str]]:
-    """The analogy file and the word-similarity files (paths expanded), each found; ``max_analogies`` ≥ 1 or None."""
-    if isinstance(similarity, (str, os.PathLike)):
-        similarity = [similarity]
-    analogy_path = None if analogies is None else _check_file(analogies, "analogy")
-    similarity_paths = [_check_file(path, "word-similarity") for path in similarity]
-    if max_analogies is not None and max_analogies < 1:
-        raise ValueError(f"max_analogies must be ≥ 1 or None, got {max_analogies}")
-    return analogy_path, similarity_paths
-
-
 def is_syntactic(section: str) -> bool:
     """Mikolov's morpho-syntactic sections are named ``gram1-…`` … ``gram9-…``."""
     return section.lower().startswith("gram")
 
 
-def _fold(word: str, case_insensitive: bool) -> str:
-    return word.upper() if case_insensitive else word
-
-
-def _analogy_lines(path: str) -> Iterator[tuple[str | None, str]]:
-    """(section header or None, line) for every line of an analogy file, as gensim reads it."""
-    with open(path, encoding="utf-8") as handle:
-        for line in handle:
-            yield (line.lstrip(": ").strip() if line.startswith(": ") else None), line
-
-
-def sample_analogies(path: str, vocabulary: set[str], limit: int, seed: int, directory: str, *, case_insensitive: bool = True) -> str:
-    """A file with at most ``limit`` in-vocabulary questions of ``path`` (seeded sample, sections kept)."""
-    sections: list[tuple[str, list[str]]] = []
-    for header, line in _analogy_lines(path):
-        if header is not None:
-            sections.append((line, []))
-            continue
-        words = line.split()
-        if len(words) == 4 and sections and all(_fold(w, case_insensitive) in vocabulary for w in words):
-            sections[-1][1].append(line)
-    total = sum(len(questions) for _, questions in sections)
-    chosen = set(torch.randperm(total, generator=torch.Generator().manual_seed(seed))[:limit].tolist())
-    target = os.path.join(directory, "analogies.txt")
-    index = 0
-    with open(target, "w", encoding="utf-8") as handle:
-        for header, questions in sections:
-            handle.write(header)
-            for question in questions:
-                if index in chosen:
-                    handle.write(question if question.endswith("\n") else question + "\n")
-                index += 1
-    return target
-
-
-def count_questions(path: str, vocabulary: set[str], *, case_insensitive: bool = True) -> int:
-    """How many questions of an analogy file gensim evaluates (all four words in the vocabulary)."""
-    return sum(
-        header is None and len(words := line.split()) == 4 and all(_fold(w, case_insensitive) in vocabulary for w in words)
-        for header, line in _analogy_lines(path)
-    )
-
-
-def _similarity_pairs(path: str, delimiter: str = "\t") -> Iterator[tuple[str, str]]:
-    """The word pairs of a similarity file that gensim reads (``word1<TAB>word2<TAB>rating``, ``#`` comments)."""
-    with open(path, encoding="utf-8") as handle:
-        for line in handle:
-            if not line or line.startswith("#"):
-                continue
-            parts = line.split(delimiter)
-            if len(parts) != 3:
-                continue
-            try:
-                float(parts[2])
-            except ValueError:
-                continue
-            yield parts[0], parts[1]
-
-
-def count_pairs(path: str, vocabulary: set[str], *, case_insensitive: bool = True, delimiter: str = "\t") -> int:
-    """How many pairs of a similarity file gensim evaluates (both words in the vocabulary)."""
-    return sum(all(_fold(w, case_insensitive) in vocabulary for w in pair) for pair in _similarity_pairs(path, delimiter))
-
-
-def probe_words(
-    analogies: str | os.PathLike[str] | None, similarity: Sequence[str | os.PathLike[str]] = (), *, case_insensitive: bool = True
-) -> set[str]:
-    """The distinct words of an analogy file's questions and of the similarity files' pairs, folded as gensim folds them."""
-    words: set[str] = set()
-    if analogies is not None:
-        for header, line in _analogy_lines(_check_file(analogies, "analogy")):
-            if header is None and len(question := line.split()) == 4:
-                words.update(_fold(w, case_insensitive) for w in question)
-    for path in [similarity] if isinstance(similarity, (str, os.PathLike)) else similarity:
-        for pair in _similarity_pairs(_check_file(path, "word-similarity")):
-            words.update(_fold(w, case_insensitive) for w in pair)
-    return words
-
-
 def vocabulary_coverage(tokens: Sequence[str], words: set[str], *, case_insensitive: bool = True) -> int:
-    """How many of ``words`` (folded by :func:`probe_words`) are among ``tokens``."""
-    return len(words & {_fold(str(token), case_insensitive) for token in tokens})
+    """How many of ``words`` (folded by :func:`~lightning_embinit.diagnostics.lexical_files.probe_words`) are among ``tokens``."""
+    return len(words & {fold(str(token), case_insensitive) for token in tokens})
 
 
 def keyed_vectors(matrix: torch.Tensor, tokens: Sequence[str]):
@@ -252,7 +159,7 @@ def evaluate(
         "similarity": {}, "similarity_count": {},
     }
     restrict = len(vectors)
-    vocabulary = {_fold(word, case_insensitive) for word in vectors.index_to_key}
+    vocabulary = {fold(word, case_insensitive) for word in vectors.index_to_key}
     # gensim divides by the file's question count: a sampled file of no in-vocabulary question would fail
     if analogies is not None and count_questions(analogies, vocabulary, case_insensitive=case_insensitive):
         score, sections = vectors.evaluate_word_analogies(
@@ -293,6 +200,7 @@ def lexical_probe(
     seed: int = 0,
     max_analogies: int | None = None,
     case_insensitive: bool = True,
+    encoding: str = "utf-8",
 ) -> dict[str, dict[str, Any]]:
     """``{chain: {"analogy": acc, "analogy_semantic": acc, "analogy_syntactic": acc, "analogy_count": n,
     "similarity": {name: spearman}, ...}}`` for an (N, D) ``matrix`` whose row i is word ``tokens[i]``.
@@ -301,7 +209,9 @@ def lexical_probe(
     (default: sinusoidal, L = 512), one row per word drawn uniformly from a generator seeded with
     ``seed``, the same rows for every chain; ``standardize_to`` the target of ``standardized``
     (a scheme name, a std, a (mean, std) pair). ``max_analogies`` evaluates a seeded sample of
-    the in-vocabulary questions instead of all. Accuracies are None when nothing was evaluated.
+    the in-vocabulary questions instead of all. Accuracies are None when nothing was evaluated. The files are
+    read in ``encoding`` (:mod:`.lexical_files`: a malformed file is a ValueError naming it); a table with a
+    NaN or infinite value (a diverged run) is a ValueError naming its first such rows.
     """
     chains = check_chains(chains)
     if matrix.dim() != 2 or matrix.shape[0] != len(tokens):
@@ -309,6 +219,8 @@ def lexical_probe(
     if analogies is None and not similarity:
         raise ValueError("lexical_probe needs an analogy file (analogies=) or word-similarity files (similarity=[...])")
     analogy_path, similarity_paths = check_probe_inputs(analogies, similarity, max_analogies)
+    check_encoding(encoding)
+    check_finite_rows(matrix, tokens)
     dim = matrix.shape[1]
     if positional is None:
         positional = sinusoidal_encoding(DEFAULT_POSITIONS, dim + dim % 2)[:, :dim]
@@ -325,14 +237,24 @@ def lexical_probe(
     tokens = [str(token) for token in tokens]
     results: dict[str, dict[str, Any]] = {}
     with tempfile.TemporaryDirectory(prefix="embinit-lexical-") as directory, single_threaded_blas():
-        if analogy_path is not None and max_analogies is not None:
-            vocabulary = {_fold(t, case_insensitive) for t in tokens}
-            analogy_path = sample_analogies(analogy_path, vocabulary, max_analogies, seed, directory,
-                                            case_insensitive=case_insensitive)
+        analogy_path, similarity_paths = prepare_probe_files(
+            analogy_path, similarity_paths, directory, encoding=encoding, max_analogies=max_analogies, seed=seed,
+            vocabulary={fold(t, case_insensitive) for t in tokens}, case_insensitive=case_insensitive,
+        )
         for name in chains:
             vectors = keyed_vectors(CHAINS.build(name)(inputs), tokens)
             results[name] = evaluate(vectors, analogy_path, similarity_paths, case_insensitive=case_insensitive)
     return results
+
+
+def check_finite_rows(matrix: torch.Tensor, tokens: Sequence[Any]) -> None:
+    """Raise ValueError when a row of ``matrix`` holds NaN or ±inf, naming how many and the first ones."""
+    finite = torch.isfinite(matrix.detach()).all(dim=1).cpu()
+    if not bool(finite.all()):
+        bad = (~finite).nonzero().flatten().tolist()
+        first = ", ".join(f"row {row} ({str(tokens[row])!r})" for row in bad[:5])
+        raise ValueError(f"the table has {len(bad)} of {len(finite)} rows with NaN or infinite values ({first}); "
+                         "a diverged run? the lexical probes need finite vectors")
 
 
 def format_probe(results: dict[str, dict[str, Any]]) -> str:

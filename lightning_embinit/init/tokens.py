@@ -14,6 +14,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any, Callable, Iterable, Mapping, Sequence, Union
 
 from lightning_embinit.checks import looks_like_local_path
+from lightning_embinit.text_files import open_text
 from lightning_embinit.init.host import EmbeddingSlot
 
 TokenSpec = Union[Sequence[str], str, os.PathLike]
@@ -42,11 +43,8 @@ class TokenList:
 def read_token_file(path: str | os.PathLike[str]) -> list[str]:
     """One token per line, UTF-8, line k = id k − 1; a final newline is optional; ``\\r\\n`` endings are accepted."""
     path = os.path.expanduser(os.fspath(path))
-    try:
-        with open(path, encoding="utf-8", newline="") as handle:
-            lines = handle.read().split("\n")
-    except UnicodeDecodeError as error:
-        raise ValueError(f"token file {path} is not UTF-8 ({error}); save it as UTF-8, one token per line") from None
+    with open_text(path, "token", newline="") as handle:
+        lines = handle.read().split("\n")
     if lines and lines[-1] == "":
         lines.pop()
     return [line.removesuffix("\r") for line in lines]

@@ -20,6 +20,7 @@ from torchmetrics.classification import MulticlassAccuracy, MulticlassF1Score
 
 from lightning_embinit.architectures.classifier import EncoderClassifier
 from lightning_embinit.architectures.config import EncoderClassifierConfig
+from lightning_embinit.checks import check_positive_int, check_texts
 from lightning_embinit.data.classification import ClassificationCollator, LabelledDataset
 from lightning_embinit.data.text_cache import Ragged
 from lightning_embinit.models.module import EmbinitModule
@@ -194,7 +195,8 @@ class TransformerClassifier(EmbinitModule):
     # ----------------------------------------------------------------- new text
     @torch.no_grad()
     def classify(self, texts: Sequence[str], pairs: Sequence[str] | None = None, *, batch_size: int = 64) -> list[str]:
-        """Label names for raw sentences (or sentence pairs) with the model's own tokenizer (evaluation mode).
+        """Label names for raw sentences (or sentence pairs), each a list of strings, with the model's own tokenizer
+        (evaluation mode).
 
         Inputs are assembled as ClassificationDataModule does (its default ``add_cls=True``), truncated
         longest-first to ``max_len``.
@@ -202,16 +204,17 @@ class TransformerClassifier(EmbinitModule):
         tokenizer = self.tokenizer
         if tokenizer is None:
             raise ValueError("classify() needs the model's tokenizer (give tokenizer= at construction)")
+        texts = check_texts(texts, "classify() texts")
+        pairs = None if pairs is None else check_texts(pairs, "classify() pairs")
         if pairs is not None and len(pairs) != len(texts):
             raise ValueError(f"{len(texts)} texts but {len(pairs)} pair texts")
-        texts = list(texts)
+        check_positive_int("batch_size", batch_size)
         first = Ragged.from_lists(tokenizer.encode_batch(texts))
-        second = None if pairs is None else Ragged.from_lists(tokenizer.encode_batch(list(pairs)))
+        second = None if pairs is None else Ragged.from_lists(tokenizer.encode_batch(pairs))
         template = tokenizer.input_template(pair=second is not None, add_cls=self.adds_cls)
         limit = self.model.config.max_len - (self.model.cls_vector is not None)
         rows = np.arange(len(texts))
-        data = LabelledDataset(first, second, np.zeros(len(texts), dtype=np.int64), texts,
-                               None if pairs is None else list(pairs), template, limit, rows)
+        data = LabelledDataset(first, second, np.zeros(len(texts), dtype=np.int64), texts, pairs, template, limit, rows)
         collate = ClassificationCollator(tokenizer.pad_id, second is not None)
         order = np.argsort(-data.lengths, kind="stable")
         results: list[str] = [""] * len(texts)

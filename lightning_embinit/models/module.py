@@ -14,7 +14,9 @@ a later ``fit`` (validation under ``no_grad``, training with autograd) cannot up
 
 from __future__ import annotations
 
+import importlib
 import inspect
+import os
 from dataclasses import replace
 from typing import Any, ClassVar, Mapping
 
@@ -24,13 +26,64 @@ from torch import nn
 from torchmetrics import Metric
 
 from lightning_embinit.init.host import EmbeddingSlot
+from lightning_embinit.init.sources.checkpoint_file import CLASS_KEY, UnsafeCheckpointError, load_checkpoint_file, saved_class
 from lightning_embinit.models.optimization import OptimizerConfig, configure_adam
 from lightning_embinit.models.presets import preset_arguments
-from lightning_embinit.models.settings import flat_settings, grouped_settings, resolve_groups
+from lightning_embinit.models.settings import field_names, flat_settings, grouped_settings, resolve_groups
 
 CHECKPOINT_LAYOUT_KEY = "embinit_layout"
 CHECKPOINT_LAYOUT = 2
 """Checkpoints of 0.1.0.dev0 carry no layout: their weights sit on the system itself, not under ``model.``."""
+
+
+def class_path(cls: type) -> str:
+    """``module.QualifiedName`` of a class: what a checkpoint records under ``embinit_class``."""
+    return f"{cls.__module__}.{cls.__qualname__}"
+
+
+def _package_systems() -> list[type[EmbinitModule]]:
+    found, stack = [], list(EmbinitModule.__subclasses__())
+    while stack:
+        system = stack.pop()
+        stack.extend(system.__subclasses__())
+        if system.__module__.startswith("lightning_embinit.models") and hasattr(system, "architecture_config"):
+            found.append(system)
+    return found
+
+
+def checkpoint_savers(checkpoint: Mapping[str, Any]) -> list[type] | str | None:
+    """The class that saved ``checkpoint``: the one it records (a type, or its path when that does not import), else
+    the package systems whose hyperparameter names cover the checkpoint's; None when nothing tells."""
+    recorded = saved_class(checkpoint)
+    if recorded is not None:
+        module_name, _, name = recorded.rpartition(".")
+        try:
+            found = getattr(importlib.import_module(module_name or "lightning_embinit.models"), name, None)
+        except (ImportError, ValueError):
+            found = None
+        return [found] if isinstance(found, type) else recorded
+    hparams = checkpoint.get("hyper_parameters")
+    if not isinstance(hparams, Mapping) or not hparams:
+        return None
+    names = {name for name in hparams if not name.startswith("_")}
+    return [system for system in _package_systems() if names <= system.hyperparameter_names()] or None
+
+
+def check_checkpoint_class(cls: type, path: str) -> str | None:
+    """Check the checkpoint file at ``path`` (:func:`load_checkpoint_file`) and that ``cls``, a class derived from it
+    or its base saved it (:func:`checkpoint_savers`); returns the saver's name (None: unknown)."""
+    try:
+        checkpoint = load_checkpoint_file(path)
+    except UnsafeCheckpointError:
+        return None  # not readable without trusting it; Lightning loads it as its own options say
+    savers = checkpoint_savers(checkpoint) if isinstance(checkpoint, Mapping) else None
+    if savers is None or isinstance(savers, str):
+        return savers
+    if not any(issubclass(saver, cls) or issubclass(cls, saver) for saver in savers):
+        names = " or ".join(saver.__name__ for saver in savers)
+        raise ValueError(f"checkpoint {path} was saved by {names}, not by {cls.__name__}: load it with "
+                         f"{savers[0].__name__}.load_from_checkpoint({str(path)!r})")
+    return " or ".join(saver.__name__ for saver in savers)
 
 
 def refresh_metric_states(module: nn.Module) -> int:
@@ -118,6 +171,32 @@ class EmbinitModule(L.LightningModule):
 
     def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:
         checkpoint[CHECKPOINT_LAYOUT_KEY] = CHECKPOINT_LAYOUT
+        checkpoint[CLASS_KEY] = class_path(type(self))
+
+    @classmethod
+    def load_from_checkpoint(cls, checkpoint_path: Any, *args: Any, **kwargs: Any) -> Any:
+        """Lightning's ``load_from_checkpoint`` (same arguments) after checking a local file first: its CRCs, that
+        it is a whole checkpoint, and that this class (or one derived from it, or its base) saved it — each a
+        ValueError naming the file and, when the checkpoint tells, the class that saved it
+        (:func:`~lightning_embinit.init.sources.checkpoint_file.load_checkpoint_file`)."""
+        local = isinstance(checkpoint_path, (str, os.PathLike)) and "://" not in os.fspath(checkpoint_path)
+        saver = check_checkpoint_class(cls, os.fspath(checkpoint_path)) if local else None
+        try:
+            return super().load_from_checkpoint(checkpoint_path, *args, **kwargs)
+        except RuntimeError as error:
+            if "Error(s) in loading state_dict" not in str(error):
+                raise
+            raise ValueError(f"checkpoint {checkpoint_path} does not fit {cls.__name__} (saved by {saver or 'an unknown class'}"
+                             f"): {' '.join(str(error).split())[:400]}") from None
+
+    @classmethod
+    def hyperparameter_names(cls) -> set[str]:
+        """Every hyperparameter name this system saves: its own arguments and its groups' fields."""
+        groups = cls.settings_groups()
+        own = {name for klass in cls.__mro__ if issubclass(klass, EmbinitModule) and "__init__" in vars(klass)
+               for name, parameter in inspect.signature(klass.__init__).parameters.items()
+               if parameter.kind not in (parameter.VAR_KEYWORD, parameter.VAR_POSITIONAL) and name not in (*groups, "self")}
+        return own | {name for config in groups.values() for name in field_names(config)}
 
     def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:
         """A 0.1.0.dev0 checkpoint's weights move to today's keys (:attr:`legacy_key_prefixes`) before Lightning

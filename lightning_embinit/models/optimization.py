@@ -13,7 +13,7 @@ from typing import Any, Iterable
 
 import torch
 
-from lightning_embinit.checks import check_choice
+from lightning_embinit.checks import check_choice, check_non_negative_int, check_positive_int, check_probability, check_range
 
 LR_SCHEDULES = ("constant", "noam")
 
@@ -29,12 +29,13 @@ def noam_factor(step: int, warmup_steps: int) -> float:
 
 def noam_peak_lr(d_model: int, warmup_steps: int) -> float:
     """The peak of SPEC §2's schedule, m^{−1/2} · w^{−1/2}: the ``lr`` that makes :func:`noam_factor` exact."""
-    return d_model**-0.5 * warmup_steps**-0.5
+    return check_positive_int("d_model", d_model) ** -0.5 * check_positive_int("warmup_steps", warmup_steps) ** -0.5
 
 
 def check_schedule(lr_schedule: str, warmup_steps: int) -> None:
     """Raise ``ValueError`` for an unknown schedule or a Noam schedule without warmup."""
     check_choice("lr schedule", lr_schedule, LR_SCHEDULES)
+    check_non_negative_int("warmup_steps", warmup_steps)
     if lr_schedule == "noam" and warmup_steps < 1:
         raise ValueError(f"the noam schedule needs warmup_steps ≥ 1, got {warmup_steps}")
 
@@ -77,6 +78,13 @@ class OptimizerConfig:
     def __post_init__(self) -> None:
         object.__setattr__(self, "betas", tuple(self.betas))
         check_schedule(self.lr_schedule, self.warmup_steps)
+        check_range("lr", self.lr, 0, None, optional=True)
+        if len(self.betas) != 2:
+            raise ValueError(f"betas must be two numbers (β₁, β₂), got {self.betas}")
+        for name, beta in zip(("betas[0]", "betas[1]"), self.betas):
+            check_probability(name, beta)
+        check_range("eps", self.eps, 0, None)
+        check_range("weight_decay", self.weight_decay, 0, None)
 
     def resolved(self, d_model: int) -> OptimizerConfig:
         """This config with ``lr=None`` replaced by the Noam peak for ``d_model`` (:func:`resolve_lr`)."""

@@ -21,10 +21,15 @@ def kim_heads(d_model: int, preset: str) -> int:
     raise ValueError(f"{preset}: d_model={d_model} is divisible by neither 8 nor 10 heads; pass num_heads")
 
 
+def _heads(overrides: Mapping[str, Any], d_model: int, preset: str) -> Any:
+    """The overridden ``num_heads`` (checked by the config), else [K]'s count for ``d_model``."""
+    return kim_heads(d_model, preset) if overrides.get("num_heads") is None else overrides["num_heads"]
+
+
 def _kim_multi30k(overrides: Mapping[str, Any]) -> dict[str, Any]:
     d = overrides.get("d_model", 512)
     return {
-        "d_model": d, "num_heads": overrides.get("num_heads") or kim_heads(d, "kim_multi30k"), "num_encoder_layers": 3,
+        "d_model": d, "num_heads": _heads(overrides, d, "kim_multi30k"), "num_encoder_layers": 3,
         "num_decoder_layers": 3, "ffn_dim": 4 * d, "dropout": 0.1, "pre_norm": False, "activation": "relu",
         "positional": "interleaved", "input_scale": "sqrt_d", "init_scheme": "xavier", "lr": 2e-4,
         "betas": (0.9, 0.98), "eps": 1e-9, "lr_schedule": "constant",
@@ -59,7 +64,7 @@ def _kim_classifier(preset: str, num_segments: int) -> Callable[[Mapping[str, An
     def build(overrides: Mapping[str, Any]) -> dict[str, Any]:
         d = overrides.get("d_model", 512)
         return {
-            "d_model": d, "num_heads": overrides.get("num_heads") or kim_heads(d, preset), "num_layers": 3,
+            "d_model": d, "num_heads": _heads(overrides, d, preset), "num_layers": 3,
             "ffn_dim": 4 * d, "dropout": 0.1, "pre_norm": False, "activation": "relu", "positional": "interleaved",
             "input_scale": "sqrt_d", "pooling": "cls", "num_segments": num_segments, "init_scheme": "xavier",
             "lr": 1e-4, "betas": (0.9, 0.98), "eps": 1e-9, "lr_schedule": "constant",

@@ -18,7 +18,9 @@ from lightning.pytorch.utilities import rank_zero_info, rank_zero_warn
 from torchmetrics.aggregation import MeanMetric
 
 from lightning_embinit.architectures.encoder_decoder import Seq2SeqArchitecture
-from lightning_embinit.checks import check_choice
+from lightning_embinit.checks import (
+    check_choice, check_finite, check_non_negative_int, check_positive_int, check_probability, check_texts,
+)
 from lightning_embinit.modules.decoding import decode
 from lightning_embinit.models.metrics import CorpusBLEU, PerplexityFromLoss
 from lightning_embinit.models.module import EmbinitModule
@@ -41,6 +43,15 @@ def split_translation_batch(batch: Any) -> tuple[torch.Tensor, torch.Tensor | No
         return batch, None, None
     src, tgt = batch[0], batch[1]
     return src, tgt, None
+
+
+def check_decoding(beam_size: Any, length_penalty: Any, max_len: Any, *, optional: bool = False,
+                   max_len_name: str = "max_len") -> None:
+    """Raise ValueError for a decoding option out of range: ``beam_size`` ≥ 1, a finite ``length_penalty``,
+    ``max_len`` ≥ 1 or None (``optional``: None stands for the model's setting for each)."""
+    check_positive_int("beam_size", beam_size, optional=optional)
+    check_finite("length_penalty", length_penalty, optional=optional)
+    check_positive_int(max_len_name, max_len, optional=True)
 
 
 class Seq2SeqModule(EmbinitModule):
@@ -75,11 +86,9 @@ class Seq2SeqModule(EmbinitModule):
     ) -> None:
         super().__init__()
         check_choice("bleu_references", bleu_references, BLEU_REFERENCES)
-        if bleu_every_n_validations < 0 or beam_size < 1 or not 0 <= label_smoothing < 1:
-            raise ValueError(
-                "bleu_every_n_validations must be ≥ 0, beam_size ≥ 1 and 0 ≤ label_smoothing < 1; got "
-                f"{bleu_every_n_validations}, {beam_size}, {label_smoothing}"
-            )
+        check_non_negative_int("bleu_every_n_validations", bleu_every_n_validations)
+        check_probability("label_smoothing", label_smoothing)
+        check_decoding(beam_size, length_penalty, max_decode_len, max_len_name="max_decode_len")
         own = {"src_vocab_size": src_vocab_size, "tgt_vocab_size": tgt_vocab_size, "label_smoothing": label_smoothing,
                "beam_size": beam_size, "length_penalty": length_penalty, "max_decode_len": max_decode_len,
                "bleu_every_n_validations": bleu_every_n_validations, "bleu_references": bleu_references}
@@ -238,8 +247,8 @@ class Seq2SeqModule(EmbinitModule):
 
     def decode_length(self, src: torch.Tensor) -> int:
         """Most tokens to generate: ``max_decode_len``, else source length + 50; at most ``max_len``."""
-        wanted = self.hparams.max_decode_len or src.shape[1] + 50
-        return max(1, min(wanted, self.model.config.max_len))
+        wanted = self.hparams.max_decode_len
+        return max(1, min(src.shape[1] + 50 if wanted is None else wanted, self.model.config.max_len))
 
     @torch.no_grad()
     def generate(
@@ -251,10 +260,12 @@ class Seq2SeqModule(EmbinitModule):
         max_len: int | None = None,
         use_cache: bool = True,
     ) -> torch.Tensor:
-        """(B, S) source ids → (B, L) output ids (greedy for beam 1; defaults from the hyperparameters)."""
+        """(B, S) source ids → (B, L) output ids (greedy for beam 1; None: the hyperparameter's value)."""
+        check_decoding(beam_size, length_penalty, max_len, optional=True)
         hp = self.hparams
         return decode(
-            self.model, src, beam_size=beam_size or hp.beam_size, max_len=max_len or self.decode_length(src),
+            self.model, src, beam_size=hp.beam_size if beam_size is None else beam_size,
+            max_len=self.decode_length(src) if max_len is None else max_len,
             length_penalty=hp.length_penalty if length_penalty is None else length_penalty, use_cache=use_cache,
         )
 
@@ -267,12 +278,16 @@ class Seq2SeqModule(EmbinitModule):
         max_len: int | None = None,
         batch_size: int = 64,
     ) -> list[str]:
-        """Translate raw source sentences with the model's own tokenizers (evaluation mode, no gradients)."""
+        """Translate raw source sentences (a list of strings) with the model's own tokenizers (evaluation mode, no
+        gradients); the decoding options default to the hyperparameters'."""
         source, target = self.src_tokenizer, self.tgt_tokenizer
         if source is None or target is None:
             raise ValueError("translate() needs the model's src_tokenizer and tgt_tokenizer (give them at construction)")
+        texts = check_texts(texts, "translate() texts")
+        check_decoding(beam_size, length_penalty, max_len, optional=True)
+        check_positive_int("batch_size", batch_size)
         limit = self.model.config.max_len
-        encoded = [ids[: limit - 1] + [source.eos_id] for ids in source.encode_batch(list(texts))]
+        encoded = [ids[: limit - 1] + [source.eos_id] for ids in source.encode_batch(texts)]
         order = sorted(range(len(encoded)), key=lambda i: len(encoded[i]))
         results: list[str] = [""] * len(encoded)
         was_training = self.training

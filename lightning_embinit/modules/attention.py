@@ -10,6 +10,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from lightning_embinit.checks import check_positive_int, check_probability
+
 
 class AttentionCache:
     """Keys and values of one attention layer, kept across incremental decoding steps.
@@ -65,17 +67,17 @@ class MultiHeadAttention(nn.Module):
         dropout: float = 0.0,
     ) -> None:
         super().__init__()
-        if num_heads < 1:
-            raise ValueError(f"num_heads must be ≥ 1, got {num_heads}")
+        check_positive_int("embed_dim", embed_dim)
+        check_positive_int("num_heads", num_heads)
         if (qk_head_dim is None or v_head_dim is None) and embed_dim % num_heads:
             raise ValueError(f"embed_dim {embed_dim} is not divisible by num_heads {num_heads}")
         self.num_heads = num_heads
-        self.qk_head_dim = qk_head_dim or embed_dim // num_heads
-        self.v_head_dim = v_head_dim or embed_dim // num_heads
-        self.dropout = dropout
+        self.qk_head_dim = embed_dim // num_heads if qk_head_dim is None else check_positive_int("qk_head_dim", qk_head_dim)
+        self.v_head_dim = embed_dim // num_heads if v_head_dim is None else check_positive_int("v_head_dim", v_head_dim)
+        self.dropout = check_probability("attention dropout", dropout)
         self.q_proj = nn.Linear(embed_dim, num_heads * self.qk_head_dim, bias=bias)
-        self.k_proj = nn.Linear(key_dim or embed_dim, num_heads * self.qk_head_dim, bias=bias)
-        self.v_proj = nn.Linear(value_dim or embed_dim, num_heads * self.v_head_dim, bias=bias)
+        self.k_proj = nn.Linear(embed_dim if key_dim is None else key_dim, num_heads * self.qk_head_dim, bias=bias)
+        self.v_proj = nn.Linear(embed_dim if value_dim is None else value_dim, num_heads * self.v_head_dim, bias=bias)
         self.out_proj = nn.Linear(num_heads * self.v_head_dim, embed_dim, bias=bias)
 
     @staticmethod

@@ -137,7 +137,7 @@ class TransformerBlock(nn.Module):
         self.norm_cross = None
         if cross_attention:
             self.cross_attn = MultiHeadAttention(
-                dim, num_heads, key_dim=memory_dim, value_dim=memory_value_dim or memory_dim, **heads
+                dim, num_heads, key_dim=memory_dim, value_dim=memory_dim if memory_value_dim is None else memory_value_dim, **heads
             )
             self.norm_cross = build_norm(norm, dim, norm_eps)
         self.ffn = FeedForward(dim, hidden_dim, activation=activation, bias=bias, dropout=activation_dropout)

@@ -20,6 +20,7 @@ from typing import Protocol
 
 import torch
 
+from lightning_embinit.checks import check_finite, check_positive_int
 from lightning_embinit.modules.blocks import DecoderCache
 
 
@@ -53,11 +54,10 @@ class IncrementalDecoder(Protocol):
     ) -> torch.Tensor: ...
 
 
-def _check(max_len: int, beam_size: int = 1) -> None:
-    if max_len < 1:
-        raise ValueError(f"max_len must be ≥ 1, got {max_len}")
-    if beam_size < 1:
-        raise ValueError(f"beam_size must be ≥ 1, got {beam_size}")
+def _check(max_len: int, beam_size: int = 1, length_penalty: float = 1.0) -> None:
+    check_positive_int("max_len", max_len)
+    check_positive_int("beam_size", beam_size)
+    check_finite("length_penalty", length_penalty)
 
 
 def _step(model: IncrementalDecoder, prefix: torch.Tensor, state: EncoderState, cache: DecoderCache | None) -> torch.Tensor:
@@ -143,7 +143,7 @@ def beam_search(
     use_cache: bool = True,
 ) -> torch.Tensor:
     """(B, S) source ids → (B, ≤ max_len) ids of each sentence's best hypothesis (module docstring)."""
-    _check(max_len, beam_size)
+    _check(max_len, beam_size, length_penalty)
     batch, k, device = src.shape[0], beam_size, src.device
     state = model.encode(src).select(torch.arange(batch, device=device).repeat_interleave(k))
     cache = model.new_cache() if use_cache else None
@@ -190,6 +190,7 @@ def decode(
     use_cache: bool = True,
 ) -> torch.Tensor:
     """Greedy decoding for ``beam_size=1``, beam search otherwise."""
+    _check(max_len, beam_size, length_penalty)
     if beam_size == 1:
         return greedy_decode(model, src, max_len=max_len, use_cache=use_cache)
     return beam_search(

@@ -20,7 +20,7 @@ from torch import nn
 from lightning_embinit.init.host import EmbeddingSlot
 from lightning_embinit.init.positional import LAYOUTS, canonical_layout, sinusoidal_encoding
 from lightning_embinit.init.schemes import get_scheme
-from lightning_embinit.checks import check_choice
+from lightning_embinit.checks import check_choice, check_finite, check_positive_int
 from lightning_embinit.modules.blocks import Dropout
 
 POSITIONALS = ("interleaved", "half", "halves", "sinusoidal", "learned", "none")
@@ -107,17 +107,18 @@ def resolve_scale(scale: str | float, dim: int, *, option: str = "embedding_scal
     """The token-vector multiplier: ``"sqrt_d"`` → √D (Vaswani, SPEC §1), ``"inv_sqrt_d"`` → 1/√D
     ([R] as written, SPEC §2), ``"none"`` → 1, or a number. ``option``: the caller's name for the
     argument, named by the ``ValueError`` for anything else."""
+    check_positive_int("the table's dimension", dim)
     if isinstance(scale, str):
         named = {"sqrt_d": math.sqrt(dim), "inv_sqrt_d": 1 / math.sqrt(dim), "none": 1.0}
         if scale in named:
             return named[scale]
         try:
-            return float(scale)
+            scale = float(scale)
         except ValueError:
             raise ValueError(
                 f"{option} must be 'sqrt_d', 'inv_sqrt_d', 'none' or a number, got {scale!r}"
             ) from None
-    return float(scale)
+    return check_finite(option, scale)
 
 
 def embed_tokens(

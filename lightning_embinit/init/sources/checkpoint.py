@@ -2,7 +2,7 @@
 
 Rows are taken *by token string*, so the new vocabulary may differ from the old one. The file is
 a Lightning checkpoint or a plain state dict, read with ``torch.load(weights_only=True)``
-(memory-mapped when possible). ``EmbeddingInitCallback`` records in every checkpoint::
+(memory-mapped when possible) after its CRCs are verified (:mod:`.checkpoint_file`). ``EmbeddingInitCallback`` records in every checkpoint::
 
     checkpoint["embinit"] = {"slots": {slot_name: {"parameter": "model.embed.weight",
                                                    "tokens": ["<pad>", "<unk>", ...]}}}
@@ -28,7 +28,9 @@ from typing import Any, Mapping, Sequence
 import torch
 
 from lightning_embinit.init.sources.base import SOURCES, SourceRequest, VectorTable
+from lightning_embinit.init.sources.checkpoint_file import load_checkpoint_file
 from lightning_embinit.init.sources.pretrained import ArrayTable, PretrainedSource, split_options
+from lightning_embinit.init.tokens import read_token_file
 
 CHECKPOINT_KEY = "embinit"
 CHECKPOINT_OPTIONS = ("slot_map", "parameter", "tokens", "weights_only")
@@ -64,22 +66,13 @@ def load_checkpoint_once(path: str, *, weights_only: bool = True) -> Loaded:
 
 
 def load_checkpoint(path: str, *, weights_only: bool = True, mapped: list[bool] | None = None) -> Loaded:
-    """(state dict, the ``embinit`` slot records) of a Lightning checkpoint or a plain state dict.
+    """(state dict, the ``embinit`` slot records) of a Lightning checkpoint or a plain state dict, read by
+    :func:`~lightning_embinit.init.sources.checkpoint_file.load_checkpoint_file` (CRCs verified, errors named).
 
     ``mapped`` (a list) gets ``True`` appended when the file could be memory-mapped.
     """
-    try:
-        try:
-            loaded = torch.load(path, map_location="cpu", weights_only=weights_only, mmap=True)
-            if mapped is not None:
-                mapped.append(True)
-        except RuntimeError as error:
-            if "mmap" not in str(error) and "zip" not in str(error):
-                raise
-            loaded = torch.load(path, map_location="cpu", weights_only=weights_only)
-    except Exception as error:  # noqa: BLE001 - unpickling errors come in many types
-        hint = " If you trust the file, pass source_options weights_only=False." if weights_only else ""
-        raise ValueError(f"cannot load checkpoint {path}: {type(error).__name__}: {error}.{hint}") from None
+    loaded = load_checkpoint_file(path, weights_only=weights_only, mapped=mapped,
+                                  trust_hint="pass source_options weights_only=False")
     if not isinstance(loaded, Mapping):
         raise ValueError(f"checkpoint {path} holds a {type(loaded).__name__}, not a dict")
     state = loaded.get("state_dict", loaded)
@@ -93,11 +86,7 @@ def load_checkpoint(path: str, *, weights_only: bool = True, mapped: list[bool] 
 def read_token_list(tokens: Sequence[str] | str | os.PathLike[str]) -> list[str]:
     """A token list as given, or read from a file with one token per line (a final newline is optional)."""
     if isinstance(tokens, (str, os.PathLike)):
-        with open(os.path.expanduser(tokens), encoding="utf-8", newline="") as handle:
-            lines = handle.read().split("\n")
-        if lines and lines[-1] == "":
-            lines.pop()
-        return [line.removesuffix("\r") for line in lines]
+        return read_token_file(tokens)
     return [str(token) for token in tokens]
 
 

@@ -1,0 +1,176 @@
+"""Dotted config keys, their overrides on a loaded LightningCLI config, ``${VAR:-default}`` and hashing.
+
+A key walks the config as ``embinit fit``'s command line names it, plus list entries:
+``model.init_args.architecture.d_model``, ``trainer.callbacks[0].init_args.source`` (also
+``trainer.callbacks.0.init_args.source``), ``trainer.callbacks[EmbeddingInitCallback].init_args.source``
+(the one entry whose ``class_path`` is or ends in ``.EmbeddingInitCallback``) and
+``trainer.callbacks[+]`` (appends the value). An override replaces the value at its key; missing
+mappings on the way are created (the LightningCLI parser then refuses a key it does not know).
+"""
+
+from __future__ import annotations
+
+import copy
+import hashlib
+import json
+import math
+import os
+import re
+from typing import Any, Iterable, Mapping
+
+_SEGMENT = re.compile(r"\[([^\]]*)\]|([^.\[\]]+)")
+_VARIABLE = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?::-([^}]*))?\}")
+APPEND = "+"
+
+
+class StudyError(ValueError):
+    """A study, a setting or a results directory that cannot be run; raised before any trial starts."""
+
+
+def split_key(key: str) -> list[str | int]:
+    """``"a.b[0].c"`` → ``["a", "b", 0, "c"]``; a bracketed name stays a string selector (``"[Name]"``)."""
+    parts: list[str | int] = []
+    position = 0
+    for match in _SEGMENT.finditer(key):
+        between = key[position:match.start()]
+        if between not in ("", "."):
+            raise StudyError(f"malformed config key {key!r}")
+        bracket, plain = match.groups()
+        if bracket is not None:
+            text = bracket.strip()
+            parts.append(int(text) if text.lstrip("-").isdigit() else f"[{text}]")
+        else:
+            parts.append(int(plain) if plain.isdigit() else plain)
+        position = match.end()
+    if not parts or key[position:].strip("."):
+        raise StudyError(f"malformed config key {key!r}")
+    return parts
+
+
+def _class_name(entry: Any) -> str | None:
+    path = entry.get("class_path") if isinstance(entry, Mapping) else entry if isinstance(entry, str) else None
+    return path if isinstance(path, str) else None
+
+
+def _list_index(items: list[Any], part: str | int, key: str) -> int:
+    if isinstance(part, int):
+        if not -len(items) <= part < len(items):
+            raise StudyError(f"key {key!r}: index {part} is outside the list of {len(items)} entries")
+        return part
+    name = part[1:-1]
+    found = [i for i, entry in enumerate(items)
+             if (path := _class_name(entry)) is not None and (path == name or path.endswith("." + name))]
+    if len(found) != 1:
+        classes = ", ".join(filter(None, map(_class_name, items))) or "none"
+        how = "no entry" if not found else f"{len(found)} entries"
+        raise StudyError(f"key {key!r}: {how} with class {name!r} in the list (classes: {classes}); "
+                         "use an index such as [0]")
+    return found[0]
+
+
+def _child(node: Any, part: str | int, key: str, create: bool) -> tuple[Any, str | int]:
+    """(the container that holds ``part``, the index or key into it), turning a bare class path into a mapping."""
+    if isinstance(node, list):
+        return node, _list_index(node, part, key)
+    if isinstance(node, dict):
+        name = str(part)
+        if name not in node and create:
+            node[name] = {}
+        if name not in node:
+            raise StudyError(f"key {key!r}: no {name!r} in the config")
+        return node, name
+    raise StudyError(f"key {key!r}: {part!r} is inside {type(node).__name__} {node!r}, which has no keys")
+
+
+def set_key(config: dict[str, Any], key: str, value: Any) -> None:
+    """Put ``value`` at the dotted ``key`` of ``config`` (in place)."""
+    parts = split_key(key)
+    node: Any = config
+    for part in parts[:-1]:
+        container, index = _child(node, part, key, create=True)
+        if isinstance(container[index], str) and _class_name(container[index]):
+            container[index] = {"class_path": container[index]}
+        elif container[index] is None:
+            container[index] = {}
+        node = container[index]
+    last = parts[-1]
+    if last == f"[{APPEND}]":
+        if not isinstance(node, list):
+            raise StudyError(f"key {key!r}: [+] appends to a list, found {type(node).__name__}")
+        node.append(copy.deepcopy(value))
+        return
+    if isinstance(node, list):
+        node[_list_index(node, last, key)] = copy.deepcopy(value)
+    elif isinstance(node, dict):
+        node[str(last)] = copy.deepcopy(value)
+    else:
+        raise StudyError(f"key {key!r}: cannot set {last!r} inside {type(node).__name__} {node!r}")
+
+
+def get_key(config: Mapping[str, Any], key: str) -> Any:
+    """The value at the dotted ``key`` (StudyError when it is missing)."""
+    node: Any = config
+    for part in split_key(key):
+        container, index = _child(node, part, key, create=False)
+        node = container[index]
+    return node
+
+
+def apply_overrides(config: dict[str, Any], overrides: Iterable[tuple[str, Any]], *, where: str) -> dict[str, Any]:
+    """``config`` with each (key, value) set in order; errors name ``where`` the override comes from."""
+    for key, value in overrides:
+        try:
+            set_key(config, key, value)
+        except StudyError as error:
+            raise StudyError(f"{where}: {error}") from None
+    return config
+
+
+def substitute_environment(value: Any, *, where: str = "config") -> Any:
+    """Every ``${NAME}`` / ``${NAME:-default}`` in the strings of ``value`` replaced from the environment."""
+    if isinstance(value, str):
+        def replace(match: re.Match[str]) -> str:
+            name, default = match.group(1), match.group(2)
+            found = os.environ.get(name)
+            if found not in (None, ""):
+                return found
+            if default is None:
+                raise StudyError(f"{where}: environment variable {name} in {value!r} is not set "
+                                 f"(write ${{{name}:-<default>}} to give a default)")
+            return default
+        return _VARIABLE.sub(replace, value)
+    if isinstance(value, Mapping):
+        return {k: substitute_environment(v, where=where) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [substitute_environment(v, where=where) for v in value]
+    return value
+
+
+def plain(value: Any) -> Any:
+    """``value`` as JSON: mappings, lists, str, bool, None, finite numbers; NaN/±inf as ``"nan"``/``"inf"``/``"-inf"``,
+    numpy/torch scalars as numbers, anything else as its ``str``."""
+    if isinstance(value, Mapping):
+        return {str(k): plain(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple, set, frozenset)):
+        return [plain(v) for v in value]
+    if value is None or isinstance(value, (str, bool, int)):
+        return value
+    if isinstance(value, float):
+        return value if math.isfinite(value) else ("nan" if math.isnan(value) else ("inf" if value > 0 else "-inf"))
+    item = getattr(value, "item", None)
+    if callable(item) and getattr(value, "ndim", 0) == 0:
+        try:
+            return plain(item())
+        except (TypeError, ValueError, RuntimeError):
+            pass
+    return str(value)
+
+
+def canonical(value: Any) -> str:
+    """The one JSON text of ``value`` (sorted keys, no spaces) that hashes are taken of."""
+    return json.dumps(plain(value), sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+
+
+def digest(value: Any, length: int = 16) -> str:
+    """The first ``length`` hex digits of the SHA-256 of :func:`canonical` ``(value)``."""
+    return hashlib.sha256(canonical(value).encode("utf-8")).hexdigest()[:length]

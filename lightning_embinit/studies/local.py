@@ -1,0 +1,164 @@
+"""The local engine: a study's trials as processes on this machine, ``workers`` at a time.
+
+Each trial runs in a fresh process forked from a server that has imported the package once
+(``multiprocessing``'s forkserver; spawn where there is none), so a crash, an out-of-memory kill or a
+segfault ends that trial alone and is recorded with its exit code and log tail. Each gets a thread
+budget (``threads``; workers × threads ≤ cores) and, when there are GPUs, one GPU of its own.
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+import multiprocessing.connection
+import os
+import signal
+import uuid
+from collections import deque
+from pathlib import Path
+from typing import Any, Sequence
+
+from lightning_embinit.studies.keys import StudyError
+from lightning_embinit.studies.plan import prepare_sweep
+from lightning_embinit.studies.progress import SweepProgress
+from lightning_embinit.studies.records import log_path, now, read_record, record_path, write_json
+from lightning_embinit.studies.spec import Study, Trial
+
+PRELOAD = ("lightning_embinit.studies.worker", "lightning_embinit.models", "lightning_embinit.data",
+           "lightning_embinit.callbacks")
+"""Modules the forkserver imports once, so that each trial's process starts with them."""
+LOG_TAIL_LINES = 30
+
+
+def available_cores() -> int:
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:
+        return os.cpu_count() or 1
+
+
+def thread_budget(workers: int, threads: int | None, cores: int | None = None) -> int:
+    """Threads per trial: ``threads``, default cores // workers; StudyError when workers × threads > cores."""
+    cores = cores or available_cores()
+    if workers < 1:
+        raise StudyError(f"--workers must be ≥ 1, got {workers}")
+    threads = threads if threads is not None else max(1, cores // workers)
+    if threads < 1:
+        raise StudyError(f"--threads must be ≥ 1, got {threads}")
+    if workers * threads > cores:
+        raise StudyError(f"--workers {workers} × --threads {threads} = {workers * threads} threads, more than the "
+                         f"{cores} cores here: lower --workers or --threads")
+    return threads
+
+
+def visible_gpus() -> list[str]:
+    """The GPUs a trial can be given (``CUDA_VISIBLE_DEVICES`` entries, else indices); [] without CUDA."""
+    import torch
+
+    count = torch.cuda.device_count()
+    if count == 0:
+        return []
+    given = [entry.strip() for entry in os.environ.get("CUDA_VISIBLE_DEVICES", "").split(",") if entry.strip()]
+    return given[:count] if given else [str(index) for index in range(count)]
+
+
+def start_method() -> str:
+    return "forkserver" if "forkserver" in multiprocessing.get_all_start_methods() else "spawn"
+
+
+def start_trial_server() -> None:
+    """Start the forkserver now (it imports :data:`PRELOAD` while the caller does other work)."""
+    if start_method() != "forkserver":
+        return
+    from multiprocessing import forkserver
+
+    multiprocessing.get_context("forkserver").set_forkserver_preload(list(PRELOAD))
+    forkserver.ensure_running()
+
+
+def run_study(study: Study | str | Path, results_dir: str | Path, *, variant: str | None = None, workers: int = 1,
+              threads: int | None = None, retry_failed: bool = False, progress: bool = True) -> list[dict[str, Any]]:
+    """Run every trial of ``study``'s ``variant`` not finished in ``results_dir``; return the records in trial order.
+
+    Everything is checked before any trial starts (the thread budget, every config with the ``embinit`` parser,
+    the results directory), then ``study.json`` is written. Finished trials with the same config hash are
+    skipped; failed ones rerun with ``retry_failed``. A failed trial is recorded and the sweep goes on.
+    """
+    start_trial_server()
+    threads = thread_budget(workers, threads)
+    gpus = visible_gpus()
+    if gpus and workers > len(gpus):
+        raise StudyError(f"--workers {workers} but {len(gpus)} GPU(s): each trial gets a GPU of its own; "
+                         f"use --workers {len(gpus)} or fewer")
+    plan = prepare_sweep(study, results_dir, variant=variant, retry_failed=retry_failed)
+    with SweepProgress(plan.study.name, total=len(plan.trials), skipped=plan.kept, enabled=progress) as bar:
+        ordered = plan.ordered(_run_all(plan.to_run, plan.results_dir, workers, threads, gpus, bar))
+        bar.summary(ordered, plan.results_dir, ran=len(plan.to_run))
+    return ordered
+
+
+def _job(trial: Trial, results_dir: Path, threads: int, gpu: str | None) -> dict[str, Any]:
+    return {"trial": trial.to_dict(), "results_dir": str(results_dir), "run_id": uuid.uuid4().hex,
+            "log_file": str(log_path(results_dir, trial.trial_id)), "threads": threads, "gpu": gpu,
+            "sweep_pid": os.getpid(), "environment": dict(os.environ), "cwd": os.getcwd()}
+
+
+def _run_all(trials: Sequence[Trial], results_dir: Path, workers: int, threads: int, gpus: list[str],
+             bar: SweepProgress) -> dict[str, dict[str, Any]]:
+    """Run ``trials`` in processes, ``workers`` at a time; a finished process's record (or its failure) by trial id."""
+    from lightning_embinit.studies.worker import run_job
+
+    context = multiprocessing.get_context(start_method())
+    pending, free_gpus = deque(trials), deque(gpus)
+    running: dict[Any, tuple[Any, Trial, dict[str, Any], str]] = {}
+    results: dict[str, dict[str, Any]] = {}
+    try:
+        while pending or running:
+            while pending and len(running) < workers:
+                trial = pending.popleft()
+                job = _job(trial, results_dir, threads, free_gpus.popleft() if gpus else None)
+                process = context.Process(target=run_job, args=(job,), name=f"embinit-trial-{trial.trial_id}")
+                process.start()
+                running[process.sentinel] = (process, trial, job, now())
+                bar.started(trial)
+            for sentinel in multiprocessing.connection.wait(list(running), timeout=1.0):
+                process, trial, job, started = running.pop(sentinel)
+                process.join()
+                if job["gpu"] is not None:
+                    free_gpus.append(job["gpu"])
+                results[trial.trial_id] = _collect(trial, results_dir, job, process.exitcode, started)
+                bar.finished(results[trial.trial_id])
+    except BaseException:
+        _stop([entry[0] for entry in running.values()])
+        raise
+    return results
+
+
+def _stop(processes: list[Any]) -> None:
+    for process in processes:
+        process.terminate()
+    for process in processes:
+        process.join(timeout=10)
+        if process.is_alive():
+            process.kill()
+
+
+def _collect(trial: Trial, results_dir: Path, job: dict[str, Any], exitcode: int | None, started: str) -> dict[str, Any]:
+    """The record the trial's process wrote; a ``failed`` one written here when the process died before writing."""
+    record = read_record(results_dir, trial.trial_id)
+    if record is not None and record.get("run_id") == job["run_id"]:
+        return record
+    from lightning_embinit.studies.trial import new_record
+
+    how = f"code {exitcode}"
+    if exitcode is not None and exitcode < 0:
+        name = signal.Signals(-exitcode).name if -exitcode in {s.value for s in signal.Signals} else str(-exitcode)
+        how = f"signal {name}" + (" (killed: out of memory?)" if -exitcode == signal.SIGKILL else "")
+    log = Path(job["log_file"])
+    tail = log.read_text(encoding="utf-8", errors="replace").splitlines()[-LOG_TAIL_LINES:] if log.exists() else []
+    record = new_record(trial, results_dir, run_id=job["run_id"])
+    record.update(status="failed", started=started, finished=now(), wall_time_s=None, error={
+        "type": "TrialProcessDied", "message": f"the trial's process ended with {how} before writing its record",
+        "traceback": "\n".join(tail)})
+    write_json(record_path(results_dir, trial.trial_id), record)
+    return record
+

@@ -1,0 +1,144 @@
+"""What a finished (or failed) trial leaves behind, read into its record: metrics, monitors, curves, host."""
+
+from __future__ import annotations
+
+import csv
+import math
+import os
+import platform
+import re
+import socket
+from pathlib import Path
+from typing import Any, Mapping
+
+import lightning
+import torch
+from lightning.pytorch import Trainer
+
+from lightning_embinit.callbacks import EmbeddingInitCallback, EmbeddingVarianceMonitor, InitialLossMonitor, LearningSpeedMonitor
+from lightning_embinit.studies.spec import package_version
+
+MODEL_METRIC = re.compile(r"^(train|val|test)_|^(epoch|step)$|^lr[-_]")
+"""Names the Lightning systems log themselves (losses, accuracies, BLEU); everything else is a monitor's."""
+
+CURVES_ONLY = re.compile(r"^(init_phase_loss|loss_over_ln_vocab)$|_smoothed$")
+"""Per-step tracking curves: in ``curves``, not summed up as a monitor's value."""
+INIT_REPORT_KEPT = ("std", "scaled_std", "ratio", "coverage")
+"""Of the init report's scalars (``embinit/<slot>/<key>``), the ones also kept as monitors; the rest stay in
+``init_report``."""
+
+INITIAL_LOSS_VALUES = {"init_loss": "init_loss", "ln_vocab": "ln_vocab", "init_loss_predicted": "predicted",
+                       "init_loss_predicted_model": "predicted_model"}
+
+
+def number(value: Any) -> float | None:
+    """``value`` as a float (a one-element tensor too); None when it is not a number."""
+    if isinstance(value, torch.Tensor):
+        return float(value.detach().float().item()) if value.numel() == 1 else None
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        return float(value)
+    return None
+
+
+def scalars(metrics: Mapping[str, Any]) -> dict[str, float]:
+    """The numeric entries of a metrics mapping (``trainer.callback_metrics``, a ``test`` result) as floats."""
+    found = {name: number(value) for name, value in metrics.items()}
+    return {name: value for name, value in found.items() if value is not None}
+
+
+def non_finite(values: Mapping[str, Any]) -> list[str]:
+    """``name = value`` for each NaN or infinite number of ``values``."""
+    return [f"{name} = {value}" for name, value in values.items()
+            if isinstance(value, float) and not math.isfinite(value)]
+
+
+def is_model_metric(name: str) -> bool:
+    return bool(MODEL_METRIC.search(name))
+
+
+def is_monitor(name: str) -> bool:
+    """A monitor's value worth a column of its own (not the model's metric, a tracking curve or init-report detail)."""
+    if is_model_metric(name) or CURVES_ONLY.search(name):
+        return False
+    return not name.startswith("embinit/") or name.rsplit("/", 1)[-1] in INIT_REPORT_KEPT
+
+
+def read_curves(metrics_csv: str | Path) -> dict[str, list[list[Any]]]:
+    """Per logged metric of a CSVLogger's ``metrics.csv``, its ``[step, epoch, value]`` rows (epoch None when the
+    row has none), in file order; an unreadable file gives {}."""
+    curves: dict[str, list[list[Any]]] = {}
+    try:
+        with open(metrics_csv, newline="", encoding="utf-8") as stream:
+            for row in csv.DictReader(stream):
+                step, epoch = _int(row.get("step")), _int(row.get("epoch"))
+                for name, text in row.items():
+                    if name in ("step", "epoch") or name is None or text in (None, ""):
+                        continue
+                    try:
+                        curves.setdefault(name, []).append([step, epoch, float(text)])
+                    except ValueError:
+                        continue
+    except OSError:
+        return {}
+    return curves
+
+
+def _int(text: str | None) -> int | None:
+    try:
+        return int(float(text)) if text not in (None, "") else None
+    except ValueError:
+        return None
+
+
+def monitor_values(trainer: Trainer, fit_metrics: Mapping[str, float], curves: Mapping[str, list[list[Any]]]) -> dict[str, Any]:
+    """The monitors' values at the end of fit (:func:`is_monitor`): their last logged value, the initial-loss
+    monitor's one-off values, the variance monitor's values at the start (``<name>_at_start``) and each
+    learning-speed crossing (None when the threshold was not reached)."""
+    values: dict[str, Any] = {name: rows[-1][2] for name, rows in curves.items() if rows and is_monitor(name)}
+    values.update({name: value for name, value in fit_metrics.items() if is_monitor(name)})
+    for callback in trainer.callbacks:
+        if isinstance(callback, InitialLossMonitor) and callback.init_loss is not None:
+            values.update({name: getattr(callback, attribute) for name, attribute in INITIAL_LOSS_VALUES.items()
+                           if getattr(callback, attribute) is not None})
+            values["init_loss_ratio"] = callback.init_loss / callback.ln_vocab
+        elif isinstance(callback, EmbeddingVarianceMonitor) and callback.start:
+            for slot, measured in callback.start.items():
+                values.update({f"{callback.prefix}/{slot}/{key}_at_start": value for key, value in measured.items()
+                               if number(value) is not None})
+        elif isinstance(callback, LearningSpeedMonitor):
+            base = f"{callback.prefix}/{callback.monitor}"
+            values[f"{base}/examples_to_threshold"] = callback.crossed_at_examples
+            values[f"{base}/steps_to_threshold"] = callback.crossed_at_step
+            values[f"{callback.prefix}/examples_seen"] = callback.examples_seen
+    return values
+
+
+def init_reports(trainer: Trainer) -> dict[str, Any] | None:
+    """The reports of the trainer's :class:`EmbeddingInitCallback` (one per callback when there are several)."""
+    reports = [callback.reports for callback in trainer.callbacks if isinstance(callback, EmbeddingInitCallback)]
+    if not reports:
+        return None
+    return reports[0] if len(reports) == 1 else {f"callback_{index}": report for index, report in enumerate(reports)}
+
+
+def checkpoint_position(path: str) -> tuple[int | None, int | None]:
+    """(epoch, step) of a checkpoint: from its file name (``epoch=3-step=120``), else from the file itself."""
+    name = Path(path).name
+    epoch, step = re.search(r"epoch=(\d+)", name), re.search(r"step=(\d+)", name)
+    if epoch and step:
+        return int(epoch.group(1)), int(step.group(1))
+    checkpoint = torch.load(path, map_location="cpu", weights_only=True, mmap=True)
+    return checkpoint.get("epoch"), checkpoint.get("global_step")
+
+
+def versions() -> dict[str, str]:
+    return {"lightning_embinit": package_version(), "torch": torch.__version__, "lightning": lightning.__version__,
+            "python": platform.python_version()}
+
+
+def host() -> dict[str, Any]:
+    """Where the trial ran: host name, platform, CPU count, the torch threads and the GPU (None on CPU)."""
+    gpu = torch.cuda.get_device_name(torch.cuda.current_device()) if torch.cuda.is_available() else None
+    return {"hostname": socket.gethostname(), "platform": platform.platform(), "cpu_count": os.cpu_count(),
+            "torch_threads": torch.get_num_threads(), "gpu": gpu,
+            "cuda_visible_devices": os.environ.get("CUDA_VISIBLE_DEVICES")}

@@ -1,0 +1,347 @@
+"""``embinit report``: a sweep's results directory as tables (Markdown, CSV) and figures (PNG).
+
+A results directory holds ``study.json`` (``name``, ``hash``, ``variant``, ``study``: the study with its
+``settings`` in order and its ``reference``) and ``trials/*.json``, one record per trial. The report gives
+mean ± std (n) per setting for each metric (settings as rows, the papers' shape), each setting's difference
+from the reference with Welch's 95 % interval, the failed trials grouped by error, the versions, host and
+wall time, and the figures of :mod:`~lightning_embinit.studies.figures`.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import warnings
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Mapping, Sequence
+
+import numpy as np
+import pandas as pd
+
+from lightning_embinit.checks import check_known, choice_error
+from lightning_embinit.studies.figures import write_figures
+from lightning_embinit.studies.keys import StudyError
+from lightning_embinit.studies.statistics import (
+    WALL_TIME, aggregate, compare, done, long_form, metric_names, number, setting_name,
+)
+
+STUDY_FILE = "study.json"
+TRIALS_DIR = "trials"
+REPORT_DIR = "report"
+CURVE_METRIC = "val_loss"
+
+
+class ReportError(StudyError):
+    """A results directory the report cannot read: it names the directory and what is missing."""
+
+
+@dataclass
+class Results:
+    """A results directory as read: ``study.json``'s fields, the current trial records, what was left out."""
+
+    directory: Path
+    header: dict[str, Any]
+    records: list[dict[str, Any]]
+    superseded: list[str] = field(default_factory=list)
+    unreadable: list[str] = field(default_factory=list)
+
+    @property
+    def study(self) -> dict[str, Any]:
+        study = self.header.get("study")
+        return study if isinstance(study, dict) else {}
+
+    @property
+    def name(self) -> str:
+        return str(self.header.get("name") or self.study.get("name") or self.directory.name)
+
+
+def _read_json(path: Path) -> Any:
+    with path.open(encoding="utf-8") as handle:
+        return json.load(handle)
+
+
+def _latest_per_trial(paths: list[Path], records: list[dict[str, Any]]) -> tuple[list[dict], list[str]]:
+    """One record per (setting, seed): the latest written; the older ones' trial ids (a setting changed since)."""
+    order = sorted(range(len(paths)), key=lambda i: (paths[i].stat().st_mtime, paths[i].name))
+    latest: dict[Any, dict[str, Any]] = {}
+    superseded = []
+    for index in order:
+        record = records[index]
+        seed = record.get("seed")
+        key = (setting_name(record), seed) if seed is not None else ("", record.get("trial_id", paths[index].name))
+        if key in latest:
+            superseded.append(str(latest[key].get("trial_id", "?")))
+        latest[key] = record
+    return list(latest.values()), superseded
+
+
+def load_results(results_dir: str | Path) -> Results:
+    """Read ``study.json`` and ``trials/*.json``; a ReportError naming the directory when either is missing.
+
+    A record that is not valid JSON is left out with a warning; of several records of the same setting and
+    seed, the latest written counts.
+    """
+    directory = Path(results_dir)
+    if not directory.is_dir():
+        raise ReportError(f"results directory {directory} does not exist")
+    study_path = directory / STUDY_FILE
+    if not study_path.is_file():
+        raise ReportError(f"{directory} has no {STUDY_FILE}: not a results directory written by `embinit sweep`")
+    try:
+        header = _read_json(study_path)
+    except (OSError, ValueError) as error:
+        raise ReportError(f"{study_path} is not readable JSON: {error}") from error
+    if not isinstance(header, dict):
+        raise ReportError(f"{study_path} holds no study (a JSON object with name, hash, variant, study)")
+    paths, records, unreadable = [], [], []
+    for path in sorted((directory / TRIALS_DIR).glob("*.json")):
+        try:
+            record = _read_json(path)
+        except (OSError, ValueError) as error:
+            warnings.warn(f"trial record {path} left out: {error}", stacklevel=2)
+            unreadable.append(path.name)
+            continue
+        if isinstance(record, dict):
+            paths.append(path)
+            records.append(record)
+    if not records:
+        raise ReportError(f"{directory} has no trial records ({TRIALS_DIR}/*.json): run the sweep first")
+    records, superseded = _latest_per_trial(paths, records)
+    return Results(directory, header, records, superseded, unreadable)
+
+
+def study_settings(study: Mapping[str, Any]) -> list[str]:
+    """The names of a study's settings in order: a mapping's keys, or a list of names or of dicts with ``name``."""
+    settings = study.get("settings") or []
+    if isinstance(settings, Mapping):
+        return [str(name) for name in settings]
+    return [str(item.get("name")) if isinstance(item, Mapping) else str(item) for item in settings]
+
+
+def _settings(results: Results) -> tuple[list[str], list[str]]:
+    """The settings that have records: the study's in its order, then those it does not list; the latter."""
+    declared = study_settings(results.study)
+    seen = list(dict.fromkeys(setting_name(record) for record in results.records))
+    extra = [s for s in seen if s not in declared] if declared else []
+    return [s for s in declared if s in seen] + extra, extra
+
+
+def failure_groups(records: Sequence[Mapping[str, Any]]) -> list[tuple[str, list[str]]]:
+    """The failed trials grouped by their error's first line (type and message), most frequent first."""
+    groups: dict[str, list[str]] = {}
+    for record in records:
+        if record.get("status") == "failed":
+            error = str(record.get("error") or "").strip()
+            first = next((line.strip() for line in error.splitlines() if line.strip()), "no error recorded")
+            groups.setdefault(first[:300], []).append(str(record.get("trial_id", "?")))
+    return sorted(groups.items(), key=lambda item: -len(item[1]))
+
+
+def _cell(mean: float, std: float, n: int) -> str:
+    if n == 0:
+        return "–"
+    return f"{mean:.4g} ({n})" if math.isnan(std) else f"{mean:.4g} ± {std:.2g} ({n})"
+
+
+def _difference_cell(row: Mapping[str, Any]) -> str:
+    if math.isnan(row["difference"]):
+        return "–"
+    if math.isnan(row["low"]):
+        return f"{row['difference']:+.4g} [–]†"
+    cell = f"{row['difference']:+.4g} [{row['low']:.3g}, {row['high']:.3g}]"
+    return f"**{cell}**" if row["excludes_zero"] else cell
+
+
+def _table(header: Sequence[str], rows: Sequence[Sequence[str]]) -> list[str]:
+    def line(cells: Sequence[str]) -> str:
+        return "| " + " | ".join(str(cell).replace("|", "\\|") for cell in cells) + " |"
+    return [line(header), line(["---"] * len(header)), *(line(row) for row in rows)]
+
+
+def _summary_table(summary: pd.DataFrame, names: Sequence[str]) -> list[str]:
+    rows = [[setting, *(_cell(summary.loc[setting, (m, "mean")], summary.loc[setting, (m, "std")],
+                              int(summary.loc[setting, (m, "n")])) for m in names)] for setting in summary.index]
+    return _table(["setting", *names], rows)
+
+
+def _difference_table(differences: pd.DataFrame, names: Sequence[str]) -> list[str]:
+    rows = []
+    for setting in dict.fromkeys(differences["setting"]):
+        chosen = differences[differences["setting"] == setting].set_index("metric")
+        rows.append([setting, *(_difference_cell(chosen.loc[m]) for m in names)])
+    return _table(["setting", *names], rows)
+
+
+def _groups(records: Sequence[Mapping[str, Any]], names: Sequence[str]) -> list[tuple[str, list[str]]]:
+    """The chosen metrics split into the trials' metrics and the monitors (with wall time)."""
+    logged = set(metric_names(records, "metrics"))
+    groups = [("Metrics", [n for n in names if n in logged]), ("Monitors", [n for n in names if n not in logged])]
+    return [(title, chosen) for title, chosen in groups if chosen]
+
+
+def _duration(seconds: float) -> str:
+    if seconds < 60:
+        return f"{seconds:.1f} s"
+    if seconds < 3600:
+        return f"{int(seconds // 60)} min {seconds % 60:02.0f} s"
+    return f"{int(seconds // 3600)} h {int(seconds % 3600 // 60):02d} min"
+
+
+def _distinct(values: Sequence[Any]) -> list[str]:
+    text = (json.dumps(v, sort_keys=True) if isinstance(v, (dict, list)) else str(v) for v in values if v is not None)
+    return list(dict.fromkeys(text))
+
+
+def _versions_line(records: Sequence[Mapping[str, Any]]) -> str:
+    keys = dict.fromkeys(k for r in records if isinstance(r.get("versions"), Mapping) for k in r["versions"])
+    parts = []
+    for key in keys:
+        found = _distinct([r["versions"].get(key) for r in records if isinstance(r.get("versions"), Mapping)])
+        parts.append(f"{key} {' / '.join(found)}" + (" (differ between trials)" if len(found) > 1 else ""))
+    return ", ".join(parts) or "not recorded"
+
+
+def _wall_time_line(records: Sequence[Mapping[str, Any]]) -> str:
+    times = np.array([t for t in (number(r.get(WALL_TIME)) for r in records) if t is not None])
+    if not len(times):
+        return "not recorded"
+    spread = f" ± {_duration(float(np.std(times, ddof=1)))}" if len(times) > 1 else ""
+    return (f"{_duration(float(times.sum()))} in total over {len(times)} trials; per trial "
+            f"{_duration(float(times.mean()))}{spread} (min {_duration(float(times.min()))}, "
+            f"max {_duration(float(times.max()))})")
+
+
+def _seeds_text(records: Sequence[Mapping[str, Any]]) -> str:
+    seeds = sorted({r["seed"] for r in records if isinstance(r.get("seed"), int)})
+    return ", ".join(map(str, seeds)) or "not recorded"
+
+
+def _failures_lines(records: Sequence[Mapping[str, Any]]) -> list[str]:
+    groups = failure_groups(records)
+    failed = sum(len(ids) for _, ids in groups)
+    if not failed:
+        return [f"Failed trials: none of {len(records)}."]
+    lines = [f"Failed trials: {failed} of {len(records)}, left out of the tables:", ""]
+    lines += [f"- {first} ({len(ids)}: {', '.join(ids)})" for first, ids in groups]
+    return lines
+
+
+def _header_lines(results: Results, settings: Sequence[str], reference: str, extra: Sequence[str]) -> list[str]:
+    records = results.records
+    statuses = pd.Series([str(r.get("status", "unknown")) for r in records]).value_counts()
+    lines = [f"# Study report: {results.name}", "",
+             f"- variant: {results.header.get('variant', 'not recorded')}; study hash: "
+             f"{results.header.get('hash', 'not recorded')}",
+             f"- settings: {', '.join(settings)} (reference: {reference})",
+             f"- seeds: {_seeds_text(records)}",
+             f"- trials: {len(records)} ({', '.join(f'{count} {status}' for status, count in statuses.items())})",
+             f"- wall time: {_wall_time_line(records)}",
+             f"- versions: {_versions_line(records)}",
+             f"- host: {'; '.join(_distinct([r.get('host') for r in records])) or 'not recorded'}"]
+    if extra:
+        lines.append(f"- settings with records that {STUDY_FILE} does not list, after its own: {', '.join(extra)}")
+    if results.superseded:
+        lines.append(f"- left out: older records of a setting and seed that has a newer one "
+                     f"({', '.join(results.superseded)})")
+    if results.unreadable:
+        lines.append(f"- left out: unreadable records ({', '.join(results.unreadable)})")
+    return lines
+
+
+def _differences_lines(results: Results, differences: pd.DataFrame, names: Sequence[str], reference: str,
+                       level: str) -> list[str]:
+    lines = []
+    for title, chosen in _groups(results.records, names):
+        lines += ["", f"## {title}: difference from {reference}, Δ [{level} CI]", "",
+                  *_difference_table(differences, chosen)]
+    lines += ["", f"Δ = setting − {reference}, difference of means; Welch's {level} interval (Welch–Satterthwaite "
+              "degrees of freedom). **Bold**: the interval excludes 0, so the seeds support the difference."]
+    notes = sorted({note for note in differences["note"] if note})
+    if notes:
+        lines.append("† no interval: " + "; ".join(notes) + ".")
+    return lines
+
+
+def summary_markdown(results: Results, summary: pd.DataFrame, differences: pd.DataFrame, *, reference: str,
+                     extra: Sequence[str] = (), figures: Sequence[Path] = (), confidence: float = 0.95) -> str:
+    """The report's Markdown: the header, the mean ± std (n) tables, the difference tables, failures, figures."""
+    names = list(summary.columns.get_level_values(0).unique())
+    level = f"{100 * confidence:g} %"
+    lines = _header_lines(results, list(summary.index), reference, extra) + [""] + _failures_lines(results.records)
+    for title, chosen in _groups(results.records, names):
+        lines += ["", f"## {title}: mean ± std (n) over seeds", "", *_summary_table(summary, chosen)]
+    if len(differences):
+        lines += _differences_lines(results, differences, names, reference, level)
+    if figures:
+        lines += ["", "## Figures", ""] + [f"![{path.stem}]({path.name})" for path in figures]
+    return "\n".join(lines) + "\n"
+
+
+def curve_metrics(results: Results, summary: pd.DataFrame) -> list[str]:
+    """The curves to draw: validation loss, the protocol's monitor (``protocol.monitor`` of the study or the
+    records, or ``x`` of a metric ``best_x``), and the metrics learning speed watches; those some trial logged."""
+    study = results.study
+    protocol = study.get("protocol") if isinstance(study.get("protocol"), Mapping) else {}
+    protocols = [r.get("protocol") for r in results.records if isinstance(r.get("protocol"), Mapping)]
+    wanted = [CURVE_METRIC, study.get("monitor"), protocol.get("monitor"), *(p.get("monitor") for p in protocols)]
+    wanted += [m[len("best_"):] for m in summary.columns.get_level_values(0) if m.startswith("best_")]
+    wanted += [m.split("/")[-2] for m in summary.columns.get_level_values(0) if m.endswith("/examples_to_threshold")
+               and m.count("/") >= 2]
+    logged = {name for r in done(results.records) if isinstance(r.get("curves"), Mapping) for name in r["curves"]}
+    return [m for m in dict.fromkeys(w for w in wanted if isinstance(w, str)) if m in logged]
+
+
+def _checked(results: Results, settings: Sequence[str], reference: str | None,
+             metrics: Sequence[str] | None) -> str:
+    """The reference setting (the argument, the study's, its first setting); a ReportError for an unknown one
+    or for an unknown metric."""
+    chosen = str(reference or results.study.get("reference") or (study_settings(results.study) or settings)[0])
+    if chosen not in settings:
+        hint = f"the settings with records in {results.directory}"
+        raise ReportError(str(choice_error("reference setting", chosen, settings, hint=hint)))
+    try:
+        check_known("metrics", metrics or (), metric_names(results.records))
+    except ValueError as error:
+        raise ReportError(f"{error} (the metrics of the finished trials in {results.directory})") from None
+    return chosen
+
+
+def write_report(
+    results_dir: str | Path,
+    out_dir: str | Path | None = None,
+    *,
+    reference: str | None = None,
+    metrics: Sequence[str] | None = None,
+    confidence: float = 0.95,
+) -> dict[str, Any]:
+    """Write ``summary.md``, ``summary.csv``, ``differences.csv`` and the figures into ``out_dir``
+    (default ``<results_dir>/report``).
+
+    Returns ``paths`` (everything written), ``markdown``, ``summary`` (:func:`~.statistics.aggregate`),
+    ``differences`` (:func:`~.statistics.compare`), ``reference``, ``failed`` (the number of failed trials)
+    and ``out_dir``. A ReportError when the directory has no study, no records or no finished trial.
+    """
+    results = load_results(results_dir)
+    settings, extra = _settings(results)
+    records = results.records
+    if not done(records):
+        groups = failure_groups(results.records)
+        why = f"; the first error: {groups[0][0]}" if groups else ""
+        raise ReportError(f"{results.directory} has no finished trial (status 'done') among "
+                          f"{len(results.records)} records{why}")
+    chosen = _checked(results, settings, reference, metrics)
+    summary = aggregate(records, metrics=metrics, settings=settings)
+    differences = compare(records, chosen, metrics=metrics, confidence=confidence, settings=settings)
+    out = Path(out_dir) if out_dir is not None else results.directory / REPORT_DIR
+    out.mkdir(parents=True, exist_ok=True)
+    figures = write_figures(records, settings, summary, curve_metrics(results, summary), out, study=results.name)
+    markdown = summary_markdown(results, summary, differences, reference=chosen, extra=extra, figures=figures,
+                                confidence=confidence)
+    paths = [out / "summary.md", out / "summary.csv", out / "differences.csv"]
+    paths[0].write_text(markdown, encoding="utf-8")
+    long_form(summary).to_csv(paths[1], index=False)
+    differences.to_csv(paths[2], index=False)
+    failed = sum(1 for r in results.records if r.get("status") == "failed")
+    return {"paths": paths + figures, "markdown": markdown, "summary": summary, "differences": differences,
+            "reference": chosen, "failed": failed, "out_dir": out}

@@ -1,0 +1,355 @@
+"""A study: a base LightningCLI config, named settings (overrides of config keys), seeds, a protocol, variants.
+
+The YAML under ``examples/studies/`` and :class:`Study` are the same thing::
+
+    name: kim_translation
+    base: ../configs/kim_multi30k.yaml        # relative to the study file; or an inline mapping
+    overrides: {model.init_args.architecture.d_model: 50}          # every setting, every variant
+    settings:                                   # name → {dotted config key: value}; first = reference
+      xavier: {}
+      glove_xavier: {"trainer.callbacks[EmbeddingInitCallback].init_args.standardize": xavier}
+    grid:                                       # more settings: the product of its axes
+      model.init_args.architecture.positional: [interleaved, none]      # a key and its values
+      init: {xavier: {}, glove: {...overrides...}}                      # or named groups of overrides
+    seeds: [0, 1, 2]
+    seed_keys: ["trainer.callbacks[EmbeddingInitCallback].init_args.seed"]   # also set to the trial's seed
+    reference: xavier                           # differences are measured against it (default: the first)
+    protocol: {monitor: val_loss, mode: min, test: auto, keep_checkpoint: true}
+    variants:                                   # --variant NAME: its overrides (after the study's) and seeds
+      smoke: {seeds: [0, 1], overrides: {trainer.max_steps: 20}}
+    x-glove: &glove "file:..."                  # keys starting with x- are ignored: a place for YAML anchors
+
+Keys are :mod:`.keys`' dotted keys; a value replaces what is at its key (to change one field of a mapping,
+name the field). Grid settings are named ``axis=value,axis=value`` (a key axis by its
+last part). A trial's config is base → ``overrides`` → the variant's → the setting's → ``seed_everything``
+and ``seed_keys`` = the seed; ``${VAR}`` / ``${VAR:-default}`` in its strings are then read from the
+environment (e.g. ``${EMBINIT_SHARED_DATA:-../shared/data}``). Relative paths in the config resolve from
+the directory the sweep runs in, as with ``embinit fit``. The config hash covers the config before that
+substitution, the seed, the protocol and the package version: a changed setting is a new trial.
+"""
+
+from __future__ import annotations
+
+import copy
+import itertools
+import json
+import re
+from dataclasses import dataclass, field
+from importlib import metadata
+from pathlib import Path
+from typing import Any, Mapping
+
+import yaml
+
+from lightning_embinit.checks import check_choice, check_known
+from lightning_embinit.studies.keys import StudyError, apply_overrides, digest, split_key, substitute_environment
+
+STUDY_KEYS = ("name", "description", "base", "overrides", "settings", "grid", "seeds", "seed_keys", "reference",
+              "protocol", "variants")
+VARIANT_KEYS = ("overrides", "seeds", "description")
+TEST_CHOICES = ("auto", True, False)
+
+
+def package_version() -> str:
+    try:
+        return metadata.version("lightning_embinit")
+    except metadata.PackageNotFoundError:
+        return "unknown"
+
+
+@dataclass(frozen=True)
+class Protocol:
+    """How a trial is scored ([K]'s default): keep the checkpoint with the best ``monitor`` (``mode``), then test it
+    (``test``: ``"auto"`` when the datamodule has a test split, ``True``, or ``False``: validate it instead)."""
+
+    monitor: str = "val_loss"
+    mode: str = "min"
+    test: bool | str = "auto"
+    keep_checkpoint: bool = True
+
+    def __post_init__(self) -> None:
+        check_choice("protocol mode", self.mode, ("min", "max"))
+        check_choice("protocol test", self.test, TEST_CHOICES)
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any] | None) -> Protocol:
+        data = dict(data or {})
+        check_known("protocol key", data, tuple(cls.__dataclass_fields__))
+        return cls(**data)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"monitor": self.monitor, "mode": self.mode, "test": self.test, "keep_checkpoint": self.keep_checkpoint}
+
+
+@dataclass(frozen=True)
+class Variant:
+    """A size of the study (``smoke``, ``medium``, ``full``): overrides for every setting, and its own seeds."""
+
+    overrides: dict[str, Any] = field(default_factory=dict)
+    seeds: tuple[int, ...] = ()
+    description: str = ""
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any] | None) -> Variant:
+        """``{seeds, description, overrides: {...}}``; dotted keys next to them are overrides too."""
+        data = dict(data or {})
+        overrides = {**dict(data.pop("overrides", None) or {}), **{k: v for k, v in data.items() if k not in VARIANT_KEYS}}
+        return cls(overrides=overrides, seeds=_seeds(data.get("seeds") or ()), description=str(data.get("description", "")))
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"overrides": dict(self.overrides), "seeds": list(self.seeds), "description": self.description}
+
+
+@dataclass(frozen=True)
+class Trial:
+    """One setting × one seed of a study, with its merged config (environment substituted) and hash."""
+
+    setting: str
+    seed: int
+    config: dict[str, Any]
+    config_hash: str
+    trial_id: str
+    overrides: dict[str, Any] = field(default_factory=dict)
+    study: str = ""
+    study_hash: str = ""
+    variant: str | None = None
+    protocol: Protocol = field(default_factory=Protocol)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"setting": self.setting, "seed": self.seed, "config": self.config, "config_hash": self.config_hash,
+                "trial_id": self.trial_id, "overrides": self.overrides, "study": self.study,
+                "study_hash": self.study_hash, "variant": self.variant, "protocol": self.protocol.to_dict()}
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> Trial:
+        return cls(**{**data, "protocol": Protocol.from_dict(data.get("protocol"))})
+
+
+def _seeds(values: Any) -> tuple[int, ...]:
+    values = [values] if isinstance(values, int) else list(values or ())
+    bad = [v for v in values if not isinstance(v, int) or isinstance(v, bool) or v < 0]
+    if bad:
+        raise StudyError(f"seeds must be non-negative integers, got {bad}")
+    if len(set(values)) != len(values):
+        raise StudyError(f"seeds repeat: {values}")
+    return tuple(values)
+
+
+def _overrides(where: str, value: Any) -> dict[str, Any]:
+    if value is None:
+        return {}
+    if not isinstance(value, Mapping):
+        raise StudyError(f"{where}: expected a mapping of config keys to values, got {value!r}")
+    for key in value:
+        if not isinstance(key, str):
+            raise StudyError(f"{where}: config key {key!r} is not a string")
+        split_key(key)
+    return dict(value)
+
+
+def _value_name(value: Any) -> str:
+    return value if isinstance(value, str) else json.dumps(value)
+
+
+def expand_grid(grid: Mapping[str, Any]) -> dict[str, dict[str, Any]]:
+    """The settings of a grid: one per combination of its axes' values, named ``axis=value,axis=value``.
+
+    An axis is a config key with a list of values (named by the key's last part, the whole key when two
+    axes share it) or a name with a mapping of value names to overrides.
+    """
+    if not grid:
+        return {}
+    axes = []
+    lasts = [str(split_key(axis)[-1]) if isinstance(values, list) else axis for axis, values in grid.items()]
+    for (axis, values), last in zip(grid.items(), lasts):
+        label = last if lasts.count(last) == 1 else axis
+        if isinstance(values, Mapping):
+            choices = [(str(name), _overrides(f"grid axis {axis!r}, value {name!r}", group)) for name, group in values.items()]
+        elif isinstance(values, list):
+            choices = [(_value_name(value), {axis: value}) for value in values]
+        else:
+            raise StudyError(f"grid axis {axis!r}: expected a list of values or a mapping of named overrides, got {values!r}")
+        if not choices:
+            raise StudyError(f"empty grid: axis {axis!r} has no values")
+        axes.append([(f"{label}={name}", overrides) for name, overrides in choices])
+    return {",".join(name for name, _ in combo): {k: v for _, o in combo for k, v in o.items()}
+            for combo in itertools.product(*axes)}
+
+
+def trial_id(setting: str, seed: int) -> str:
+    """A file-name-safe id: the setting's name (other characters as ``_``) and the seed."""
+    return f"{re.sub(r'[^A-Za-z0-9._=,+-]+', '_', setting)}-seed{seed}"
+
+
+@dataclass(frozen=True)
+class Study:
+    """A study (see the module doc); :meth:`from_yaml` reads one, :meth:`trials` lists its trials for a variant."""
+
+    name: str
+    base: str | dict[str, Any]
+    settings: dict[str, dict[str, Any]] = field(default_factory=dict)
+    grid: dict[str, Any] = field(default_factory=dict)
+    seeds: tuple[int, ...] = ()
+    reference: str | None = None
+    protocol: Protocol = field(default_factory=Protocol)
+    variants: dict[str, Variant] = field(default_factory=dict)
+    overrides: dict[str, Any] = field(default_factory=dict)
+    seed_keys: tuple[str, ...] = ()
+    description: str = ""
+    path: str | None = field(default=None, compare=False)
+
+    def __post_init__(self) -> None:
+        where = f"study {self.name!r}"
+        settings = {str(name): _overrides(f"{where}, setting {name!r}", value) for name, value in (self.settings or {}).items()}
+        object.__setattr__(self, "settings", settings)
+        object.__setattr__(self, "grid", dict(self.grid or {}))
+        object.__setattr__(self, "seeds", _seeds(self.seeds))
+        object.__setattr__(self, "overrides", _overrides(f"{where}, overrides", self.overrides))
+        object.__setattr__(self, "seed_keys", tuple(self.seed_keys or ()))
+        for key in self.seed_keys:
+            split_key(key)
+        variants = {str(k): v if isinstance(v, Variant) else Variant.from_dict(v) for k, v in (self.variants or {}).items()}
+        object.__setattr__(self, "variants", variants)
+        if isinstance(self.protocol, Mapping):
+            object.__setattr__(self, "protocol", Protocol.from_dict(self.protocol))
+        names = self.setting_names()
+        if not names:
+            raise StudyError(f"{where} has no settings: give settings: (name → overrides) or grid:")
+        if self.reference is not None:
+            check_choice("reference setting", self.reference, names)
+
+    # ------------------------------------------------------------------ reading and writing
+    @classmethod
+    def from_yaml(cls, path: str | Path) -> Study:
+        """The study in a YAML file; a relative ``base`` is read from the file's directory."""
+        path = Path(path)
+        if not path.is_file():
+            raise StudyError(f"study file {path} does not exist")
+        try:
+            data = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
+        except yaml.YAMLError as error:
+            raise StudyError(f"study file {path} is not valid YAML: {error}") from None
+        if not isinstance(data, Mapping):
+            raise StudyError(f"study file {path}: expected a mapping, got {type(data).__name__}")
+        data = {"name": path.stem, **data}
+        try:
+            return cls.from_dict(data, root=path.parent, path=str(path))
+        except (StudyError, ValueError, TypeError) as error:
+            raise StudyError(f"study file {path}: {error}") from None
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any], *, root: str | Path | None = None, path: str | None = None) -> Study:
+        """A study from its mapping; a relative ``base`` path is taken from ``root`` (default: the current directory)."""
+        data = {key: value for key, value in data.items() if not str(key).startswith("x-")}
+        check_known("study key", data, STUDY_KEYS)
+        if "name" not in data or "base" not in data:
+            raise StudyError("a study needs a name and a base config")
+        base = data["base"]
+        if isinstance(base, (str, Path)):
+            base = str((Path(root or ".") / Path(base).expanduser()).resolve())
+        elif not isinstance(base, Mapping):
+            raise StudyError(f"base: expected a config path or mapping, got {base!r}")
+        fields = {key: data[key] for key in STUDY_KEYS if key in data and key != "base"}
+        return cls(base=copy.deepcopy(base) if isinstance(base, Mapping) else base, path=path, **fields)
+
+    def to_dict(self) -> dict[str, Any]:
+        """The study as its YAML mapping (``base`` as an absolute path or the inline config)."""
+        return {"name": self.name, "description": self.description, "base": copy.deepcopy(self.base),
+                "overrides": copy.deepcopy(self.overrides), "settings": copy.deepcopy(self.settings),
+                "grid": copy.deepcopy(self.grid), "seeds": list(self.seeds), "seed_keys": list(self.seed_keys),
+                "reference": self.reference, "protocol": self.protocol.to_dict(),
+                "variants": {name: variant.to_dict() for name, variant in self.variants.items()}}
+
+    @property
+    def study_hash(self) -> str:
+        return digest(self.to_dict())
+
+    # ------------------------------------------------------------------ settings and trials
+    def all_settings(self) -> dict[str, dict[str, Any]]:
+        """Setting name → its overrides: ``settings`` in order, then the grid's."""
+        grid = expand_grid(self.grid)
+        clash = sorted(set(grid) & set(self.settings))
+        if clash:
+            raise StudyError(f"study {self.name!r}: settings {clash} are named both in settings: and by the grid")
+        return {**self.settings, **grid}
+
+    def setting_names(self) -> list[str]:
+        return list(self.all_settings())
+
+    @property
+    def reference_setting(self) -> str:
+        """The setting differences are measured against: ``reference``, else the first."""
+        return self.reference or self.setting_names()[0]
+
+    def variant(self, name: str | None) -> Variant:
+        """The variant called ``name`` (None: no variant, the study as written)."""
+        if name is None:
+            return Variant()
+        try:
+            return self.variants[check_choice("variant", name, self.variants)]
+        except ValueError as error:
+            raise StudyError(f"study {self.name!r}: {error}") from None
+
+    def override_layers(self, setting: str, variant: str | None) -> list[tuple[str, list[tuple[str, Any]]]]:
+        """(where, [(key, value), ...]) in the order they are applied to the base for ``setting``."""
+        layers = [("study overrides", list(self.overrides.items()))]
+        if variant is not None:
+            layers.append((f"variant {variant!r}", list(self.variant(variant).overrides.items())))
+        layers.append((f"setting {setting!r}", list(self.all_settings()[setting].items())))
+        return layers
+
+    def base_config(self) -> dict[str, Any]:
+        """The base config as a mapping, a 0.1 config's flat model settings moved into their groups."""
+        from lightning_embinit.lightning_cli import group_model_settings
+
+        if isinstance(self.base, Mapping):
+            return group_model_settings(copy.deepcopy(dict(self.base)))
+        path = Path(self.base)
+        if not path.is_file():
+            raise StudyError(f"study {self.name!r}: base config {path} does not exist")
+        try:
+            loaded = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
+        except yaml.YAMLError as error:
+            raise StudyError(f"study {self.name!r}: base config {path} is not valid YAML: {error}") from None
+        return group_model_settings(loaded)
+
+    def setting_config(self, setting: str, variant: str | None, base: dict[str, Any] | None = None) -> dict[str, Any]:
+        """The config of ``setting`` under ``variant`` before the seed: base and every override layer applied."""
+        from lightning_embinit.lightning_cli import group_model_settings
+
+        config = copy.deepcopy(base) if base is not None else self.base_config()
+        for where, overrides in self.override_layers(setting, variant):
+            apply_overrides(config, overrides, where=f"study {self.name!r}, {where}")
+        return group_model_settings(config)
+
+    def trials(self, variant: str | None = None) -> list[Trial]:
+        """Every setting × seed of ``variant`` (None: the study as written), settings in order, seeds inside."""
+        chosen = self.variant(variant)
+        seeds = chosen.seeds or self.seeds
+        if not seeds:
+            where = f"variant {variant!r} nor the study" if variant else "the study"
+            raise StudyError(f"study {self.name!r} has no seeds: neither {where} gives seeds: [0, 1, 2]")
+        base, protocol, study_hash, trials = self.base_config(), self.protocol, self.study_hash, []
+        for setting, overrides in self.all_settings().items():
+            template = self.setting_config(setting, variant, base)
+            for seed in seeds:
+                config = copy.deepcopy(template)
+                for key in ("seed_everything", *self.seed_keys):
+                    apply_overrides(config, [(key, seed)], where=f"study {self.name!r}, seed_keys")
+                config_hash = digest({"config": config, "seed": seed, "protocol": protocol.to_dict(),
+                                      "version": package_version()})
+                resolved = substitute_environment(config, where=f"study {self.name!r}, setting {setting!r}")
+                trials.append(Trial(setting=setting, seed=seed, config=resolved, config_hash=config_hash,
+                                    trial_id=trial_id(setting, seed), overrides=copy.deepcopy(overrides),
+                                    study=self.name, study_hash=study_hash, variant=variant, protocol=protocol))
+        _check_unique_ids(trials)
+        return trials
+
+
+def _check_unique_ids(trials: list[Trial]) -> None:
+    seen: dict[str, str] = {}
+    for trial in trials:
+        if trial.trial_id in seen and seen[trial.trial_id] != trial.setting:
+            raise StudyError(f"settings {seen[trial.trial_id]!r} and {trial.setting!r} share the file name "
+                             f"{trial.trial_id!r}: rename one")
+        seen[trial.trial_id] = trial.setting

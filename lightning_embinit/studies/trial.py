@@ -1,0 +1,221 @@
+"""One trial, in the current process, through the code path of ``embinit fit``/``test``; any engine calls it.
+
+:func:`run_trial` writes the trial's merged config to its run directory, builds the LightningCLI of
+``embinit`` on it (``run=False``) with ``trainer.default_root_dir`` there, adds the protocol's
+``ModelCheckpoint`` (unless the config has one with the same monitor and mode) and a ``CSVLogger`` (unless
+the config has one), fits, and tests the best checkpoint (or validates it: protocol ``test: false``, or
+``auto`` with a datamodule without a test split). The record, written atomically to
+``<results>/trials/<trial_id>.json``, holds:
+
+``schema``, ``study``, ``study_hash``, ``variant``, ``setting``, ``seed``, ``trial_id``, ``config_hash``,
+``overrides`` (the setting's), ``config`` (merged), ``protocol``, ``status`` (``done``/``failed``), ``error``
+(None, or ``type``, ``message``, ``traceback``: its last lines), ``metrics`` (``best_<monitor>``,
+``best_epoch``, ``best_step``, then the test — or validation — metrics of the best checkpoint: ``test_loss``,
+``test_bleu``, ``val_acc``, ...), ``final`` (the model's own metrics at the end of fit), ``trained``
+(``steps``, ``epochs``), ``monitors`` (:func:`~.outcome.monitor_values`), ``init_report`` (the
+``EmbeddingInitCallback`` report per slot), ``curves`` (per logged metric, ``[step, epoch, value]`` rows),
+``checkpoint`` (the best checkpoint relative to the results directory; None when not kept), ``wall_time_s``,
+``versions``, ``host``, ``started``/``finished`` (ISO times), ``log`` and ``run_dir`` (relative paths),
+``run_id`` (set by the engine that started the run). A NaN or infinite loss or score fails the trial.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import shutil
+import sys
+import time
+import traceback
+from pathlib import Path
+from typing import Any, Iterator, Mapping
+
+import yaml
+from lightning.pytorch import LightningDataModule, Trainer
+from lightning.pytorch.callbacks import ModelCheckpoint
+from lightning.pytorch.loggers import CSVLogger
+from lightning.pytorch.utilities.model_helpers import is_overridden
+
+from lightning_embinit.lightning_cli import EmbinitCLI, embinit_cli
+from lightning_embinit.studies.outcome import (
+    checkpoint_position,
+    host,
+    init_reports,
+    is_model_metric,
+    monitor_values,
+    non_finite,
+    number,
+    read_curves,
+    scalars,
+    versions,
+)
+from lightning_embinit.studies.records import RECORD_SCHEMA, log_path, now, record_path, run_dir, write_json
+from lightning_embinit.studies.spec import Protocol, Trial
+
+TRACEBACK_LINES = 40
+
+
+class TrialFailure(RuntimeError):
+    """A trial that ran but cannot be scored: a non-finite loss or score, or no checkpoint kept."""
+
+
+def describe(error: BaseException) -> dict[str, str]:
+    """An exception as a record's ``error``: its type, message and the last lines of its traceback."""
+    lines = "".join(traceback.format_exception(type(error), error, error.__traceback__)).splitlines()
+    return {"type": type(error).__name__, "message": str(error), "traceback": "\n".join(lines[-TRACEBACK_LINES:])}
+
+
+def _relative(path: Path | None, root: Path) -> str | None:
+    if path is None:
+        return None
+    try:
+        return str(Path(path).resolve().relative_to(root.resolve()))
+    except ValueError:
+        return str(path)
+
+
+def new_record(trial: Trial, results_dir: Path, *, run_id: str | None = None) -> dict[str, Any]:
+    """The record of ``trial`` before it runs (``status: running``)."""
+    return {
+        "schema": RECORD_SCHEMA, "study": trial.study, "study_hash": trial.study_hash, "variant": trial.variant,
+        "setting": trial.setting, "seed": trial.seed, "trial_id": trial.trial_id, "config_hash": trial.config_hash,
+        "overrides": trial.overrides, "config": trial.config, "protocol": trial.protocol.to_dict(),
+        "status": "running", "error": None, "metrics": {}, "final": {}, "trained": {}, "monitors": {},
+        "init_report": None, "curves": {}, "checkpoint": None, "wall_time_s": None, "versions": versions(),
+        "host": host(), "started": now(), "finished": None,
+        "log": _relative(log_path(results_dir, trial.trial_id), results_dir),
+        "run_dir": _relative(run_dir(results_dir, trial.trial_id), results_dir), "run_id": run_id,
+    }
+
+
+def run_trial(trial: Trial | Mapping[str, Any], results_dir: str | Path, *, run_id: str | None = None) -> dict[str, Any]:
+    """Run ``trial`` here and now, write its record to ``<results_dir>/trials/<trial_id>.json`` and return it.
+
+    Any exception (out of memory included) or a non-finite loss makes the record ``failed`` with the error;
+    only an interrupt (Ctrl-C) passes through, as KeyboardInterrupt, and leaves no new record.
+    """
+    trial = trial if isinstance(trial, Trial) else Trial.from_dict(trial)
+    results_dir = Path(results_dir)
+    record = new_record(trial, results_dir, run_id=run_id)
+    start = time.perf_counter()
+    try:
+        _fit_and_evaluate(trial, results_dir, record)
+        record["status"] = "done"
+    except (Exception, SystemExit) as error:  # noqa: BLE001 - every failure is recorded, the sweep goes on
+        if isinstance(error, SystemExit) and isinstance(error.__context__, KeyboardInterrupt):
+            raise KeyboardInterrupt from error  # Lightning turns Ctrl-C into sys.exit(1): interrupted, not failed
+        record["status"], record["error"] = "failed", describe(error)
+        print(f"trial {trial.trial_id} failed: {type(error).__name__}: {error}", file=sys.stderr, flush=True)
+    finally:
+        record["wall_time_s"] = round(time.perf_counter() - start, 3)
+        record["finished"] = now()
+    write_json(record_path(results_dir, trial.trial_id), record)
+    return record
+
+
+@contextlib.contextmanager
+def _own_arguments() -> Iterator[None]:
+    """``sys.argv`` without the caller's arguments while the CLI is built (they are not the trial's)."""
+    saved = sys.argv
+    sys.argv = saved[:1]
+    try:
+        yield
+    finally:
+        sys.argv = saved
+
+
+def build_cli(trial: Trial, directory: Path) -> EmbinitCLI:
+    """``embinit``'s LightningCLI on the trial's config (written to ``<directory>/config.yaml``), not run."""
+    config_file = directory / "config.yaml"
+    config_file.write_text(yaml.safe_dump(trial.config, sort_keys=False), encoding="utf-8")
+    args = ["--config", str(config_file), f"--trainer.default_root_dir={directory}"]
+    if (trial.config.get("trainer") or {}).get("enable_progress_bar") is None:
+        args.append("--trainer.enable_progress_bar=false")
+    with _own_arguments():
+        return embinit_cli(args=args, run=False, save_config_kwargs={"overwrite": True})
+
+
+def protocol_checkpoint(trainer: Trainer, protocol: Protocol, directory: Path) -> ModelCheckpoint:
+    """The config's ``ModelCheckpoint`` on the protocol's monitor and mode, else a new one; without a ``dirpath`` of
+    its own, it saves to ``<directory>/checkpoints``."""
+    for callback in trainer.checkpoint_callbacks:
+        if (isinstance(callback, ModelCheckpoint) and callback.monitor == protocol.monitor
+                and callback.mode == protocol.mode and callback.save_top_k != 0):
+            if callback.dirpath is None:
+                callback.dirpath = str(directory / "checkpoints")
+            return callback
+    callback = ModelCheckpoint(dirpath=directory / "checkpoints", filename="best-{epoch}-{step}",
+                               monitor=protocol.monitor, mode=protocol.mode, save_top_k=1)
+    trainer.callbacks.append(callback)
+    return callback
+
+
+def csv_metrics_file(trainer: Trainer, directory: Path) -> Path:
+    """The ``metrics.csv`` of the trainer's CSVLogger; one is added (``<directory>/csv``) when it has none."""
+    logger = next((logger for logger in trainer.loggers if isinstance(logger, CSVLogger)), None)
+    if logger is None:
+        logger = CSVLogger(save_dir=str(directory), name=None, version="csv")
+        trainer.loggers = [*trainer.loggers, logger]
+    return Path(logger.log_dir) / "metrics.csv"
+
+
+def has_test_split(datamodule: LightningDataModule | None) -> bool:
+    """Whether the datamodule has a test loader (and, for the package's text datamodules, a test split)."""
+    if datamodule is None or not is_overridden("test_dataloader", datamodule, LightningDataModule):
+        return False
+    try:
+        splits = getattr(getattr(datamodule, "raw_splits", None), "splits", None)
+    except (OSError, ValueError):
+        return False
+    return splits is None or "test" in splits
+
+
+def _fit_and_evaluate(trial: Trial, results_dir: Path, record: dict[str, Any]) -> None:
+    directory = run_dir(results_dir, trial.trial_id)
+    shutil.rmtree(directory, ignore_errors=True)
+    directory.mkdir(parents=True)
+    cli = build_cli(trial, directory)
+    trainer = cli.trainer
+    checkpoint = protocol_checkpoint(trainer, trial.protocol, directory)
+    metrics_file = csv_metrics_file(trainer, directory)
+    try:
+        trainer.fit(cli.model, datamodule=cli.datamodule)
+    finally:
+        record["curves"] = read_curves(metrics_file)  # fit's own: the best checkpoint's evaluation goes to metrics
+    fit_metrics = scalars(trainer.callback_metrics)
+    record["final"] = {name: value for name, value in fit_metrics.items() if is_model_metric(name)}
+    record["trained"] = {"steps": trainer.global_step, "epochs": trainer.current_epoch}
+    record["init_report"] = init_reports(trainer)
+    record["monitors"] = monitor_values(trainer, fit_metrics, record["curves"])
+    _score_best(trainer, cli, checkpoint, trial.protocol, record)
+    if trial.protocol.keep_checkpoint:
+        record["checkpoint"] = _relative(Path(checkpoint.best_model_path), results_dir)
+    else:
+        for path in directory.rglob("*.ckpt"):
+            path.unlink(missing_ok=True)
+
+
+def _score_best(trainer: Trainer, cli: EmbinitCLI, checkpoint: ModelCheckpoint, protocol: Protocol,
+                record: dict[str, Any]) -> None:
+    """``metrics``: the best checkpoint's score and position, then its test (or validation) metrics."""
+    problems = non_finite(record["final"])
+    if problems:
+        raise TrialFailure(f"non-finite metrics at the end of fit: {', '.join(problems)}")
+    best = checkpoint.best_model_path
+    if not best:
+        logged = ", ".join(sorted(trainer.callback_metrics)) or "none"
+        raise TrialFailure(f"no checkpoint was kept: the protocol's monitor {protocol.monitor!r} was never logged "
+                           f"(logged: {logged}); set protocol: {{monitor: ...}} in the study")
+    score = number(checkpoint.best_model_score)
+    epoch, step = checkpoint_position(best)
+    record["metrics"] = {f"best_{protocol.monitor}": score, "best_epoch": epoch, "best_step": step}
+    problems = non_finite({f"best_{protocol.monitor}": score})
+    if problems:
+        raise TrialFailure(f"non-finite best score: {', '.join(problems)}")
+    test = has_test_split(cli.datamodule) if protocol.test == "auto" else protocol.test
+    evaluate = trainer.test if test else trainer.validate
+    results = evaluate(cli.model, datamodule=cli.datamodule, ckpt_path=best, verbose=False)
+    evaluated = scalars({name: value for result in results for name, value in result.items()})
+    record["metrics"].update(evaluated)
+    problems = non_finite(evaluated)
+    if problems:
+        raise TrialFailure(f"non-finite metrics of the best checkpoint: {', '.join(problems)}")

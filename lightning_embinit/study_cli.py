@@ -1,0 +1,122 @@
+"""``embinit sweep`` (run a study's trials) and ``embinit report`` (its tables and figures).
+
+    embinit sweep examples/studies/kim_translation.yaml --variant smoke --results runs/kim-smoke \\
+        [--workers 2] [--threads 1] [--retry-failed] [--engine local|ray] [--ray-address auto] [--no-progress]
+    embinit report runs/kim-smoke [--out DIR] [--reference xavier] [--metrics test_bleu,best_val_loss]
+
+``sweep`` exits 0 when every trial of the variant is done, 1 when some failed (each is recorded with its
+error), 2 when the study cannot start (the error names the key, the file or the missing install).
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import importlib.util
+import inspect
+import sys
+from pathlib import Path
+from typing import Any, Callable, Sequence
+
+ENGINES = ("local", "ray")
+RAY_INSTALL = "pip install 'lightning_embinit[ray]'"
+
+
+def sweep_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="embinit sweep", description="Run a study's trials (setting × seed); "
+                                     "finished trials in the results directory are skipped.")
+    parser.add_argument("study", help="the study's YAML file (examples/studies/*.yaml)")
+    parser.add_argument("--variant", default=None, help="smoke, medium, full, ... (default: the study as written)")
+    parser.add_argument("--results", default=None, help="results directory (default: runs/<study>-<variant>)")
+    parser.add_argument("--workers", type=int, default=1, help="trials at a time (default 1)")
+    parser.add_argument("--threads", type=int, default=None, help="threads per trial (default: cores // workers)")
+    parser.add_argument("--retry-failed", action="store_true", help="rerun trials whose record says failed")
+    parser.add_argument("--engine", choices=ENGINES, default="local", help="local processes (default) or Ray Tune")
+    parser.add_argument("--ray-address", default=None, help="an existing Ray cluster (default: a local instance)")
+    parser.add_argument("--gpus-per-trial", type=int, default=0, help="Ray engine: GPUs per trial (default 0)")
+    parser.add_argument("--no-progress", dest="progress", action="store_false", help="no progress bar")
+    return parser
+
+
+def _fail(command: str, message: str) -> int:
+    print(f"embinit {command}: error: {message}", file=sys.stderr)
+    return 2
+
+
+def _ray_runner() -> Callable[..., list[dict[str, Any]]]:
+    """The Ray engine's ``run_study_on_ray``; ImportError naming the install command when Ray is missing."""
+    if importlib.util.find_spec("ray") is None:
+        raise ImportError(f"--engine ray needs Ray, which is not installed: {RAY_INSTALL}")
+    try:
+        module = importlib.import_module("lightning_embinit.studies.ray_engine")
+    except ModuleNotFoundError as error:
+        if error.name != "lightning_embinit.studies.ray_engine":
+            raise ImportError(f"--engine ray: {error}; {RAY_INSTALL}") from error
+        raise ImportError("--engine ray: this installation of lightning_embinit has no Ray engine "
+                          "(lightning_embinit.studies.ray_engine)") from error
+    return module.run_study_on_ray
+
+
+def _call(runner: Callable[..., Any], study: Any, results: Path, options: dict[str, Any]) -> Any:
+    """``runner(study, results, **options)`` with the options its signature takes."""
+    parameters = inspect.signature(runner).parameters
+    takes_any = any(p.kind is inspect.Parameter.VAR_KEYWORD for p in parameters.values())
+    return runner(study, results, **{k: v for k, v in options.items() if takes_any or k in parameters})
+
+
+def sweep_main(argv: Sequence[str] | None = None) -> int:
+    """``embinit sweep``: 0 when every trial is done, 1 when some failed, 2 when the study cannot start."""
+    args = sweep_parser().parse_args(list(sys.argv[1:] if argv is None else argv))
+    if args.engine == "local":
+        from lightning_embinit.studies.local import start_trial_server
+
+        start_trial_server()  # imports the package in the trials' server while this process checks the study
+    from lightning_embinit.studies.keys import StudyError
+    from lightning_embinit.studies.spec import Study
+
+    try:
+        runner = _ray_runner() if args.engine == "ray" else None
+        study = Study.from_yaml(args.study)
+        results = Path(args.results or f"runs/{study.name}" + (f"-{args.variant}" if args.variant else ""))
+        options = {"variant": args.variant, "workers": args.workers, "threads": args.threads,
+                   "retry_failed": args.retry_failed, "progress": args.progress}
+        if runner is None:
+            from lightning_embinit.studies.local import run_study
+
+            records = run_study(study, results, **options)
+        else:
+            records = _call(runner, study, results, {**options, "address": args.ray_address,
+                                                     "gpus_per_trial": args.gpus_per_trial})
+    except (StudyError, ImportError) as error:
+        return _fail("sweep", str(error))
+    except KeyboardInterrupt:
+        print("embinit sweep: interrupted; finished trials are recorded, the same command resumes", file=sys.stderr)
+        return 130
+    return 0 if records and all(record.get("status") == "done" for record in records) else 1
+
+
+def report_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="embinit report", description="Tables (Markdown, CSV) and figures of a "
+                                     "sweep's results: mean ± std per setting, differences from the reference.")
+    parser.add_argument("results", help="a results directory written by embinit sweep")
+    parser.add_argument("--out", default=None, help="where the report goes (default: <results>/report)")
+    parser.add_argument("--reference", default=None, help="the setting differences are measured against")
+    parser.add_argument("--metrics", default=None, help="comma-separated metrics (default: every metric)")
+    return parser
+
+
+def report_main(argv: Sequence[str] | None = None) -> int:
+    """``embinit report``: prints the Markdown summary and where the files went; 2 on an unreadable directory."""
+    args = report_parser().parse_args(list(sys.argv[1:] if argv is None else argv))
+    from lightning_embinit.studies.keys import StudyError
+    from lightning_embinit.studies.report import write_report
+
+    metrics = [name.strip() for name in args.metrics.split(",") if name.strip()] if args.metrics else None
+    try:
+        report = write_report(args.results, args.out, reference=args.reference, metrics=metrics)
+    except StudyError as error:
+        return _fail("report", str(error))
+    if report.get("markdown"):
+        print(report["markdown"])
+    print(f"report written to {report.get('out_dir') or args.out}", file=sys.stderr)
+    return 0

@@ -1,0 +1,42 @@
+"""The Ray engine on a local Ray instance: the same trials, records and report as the local engine.
+
+Ray is an optional extra (``lightning_embinit[ray]``); CI installs it, so there a missing Ray is a failure."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+
+import pytest
+
+from lightning_embinit.studies.records import read_records
+from lightning_embinit.studies.report import write_report
+from lightning_embinit.studies.spec import Study
+from tests.study_helpers import tiny_study
+
+if importlib.util.find_spec("ray") is None:
+    if os.environ.get("CI", "").lower() == "true":
+        raise RuntimeError("CI runs the Ray engine's tests: install the extra, pip install -e '.[ray]'")
+    pytest.skip("Ray is not installed (pip install 'lightning_embinit[ray]')", allow_module_level=True)
+
+
+def test_two_trials_on_a_local_ray_instance_write_the_records_the_report_reads(tmp_path):
+    from lightning_embinit.studies.ray_engine import run_study_on_ray
+
+    study = Study.from_dict(tiny_study(settings={"normal": {}, "broken": {"model.init_args.optimizer.lr": 1e30}},
+                                       seeds=[0]))
+    results = tmp_path / "results"
+    records = run_study_on_ray(study, results, threads=1, progress=False)
+    by_setting = {record["setting"]: record for record in records}
+    assert set(by_setting) == {"normal", "broken"}
+    assert by_setting["normal"]["status"] == "done" and by_setting["normal"]["metrics"]["best_val_loss"] > 0
+    assert by_setting["broken"]["status"] == "failed" and "finite" in json.dumps(by_setting["broken"]["error"]).lower()
+    on_disk = {record["trial_id"]: record for record in read_records(results)}
+    reported = {record["trial_id"]: record for record in records}
+    assert json.dumps(on_disk, sort_keys=True) == json.dumps(reported, sort_keys=True)  # NaN-safe equality
+    assert (results / by_setting["normal"]["log"]).stat().st_size > 0  # the trial's own log
+    report = write_report(results)
+    assert report["failed"] == 1 and "normal" in report["markdown"]
+    again = run_study_on_ray(study, results, threads=1, progress=False)  # resumable: nothing left to run
+    assert [record["run_id"] for record in again] == [record["run_id"] for record in records]

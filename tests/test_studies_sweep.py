@@ -1,0 +1,128 @@
+"""Sweeps for real: failing trials recorded while the sweep goes on, --retry-failed, changed settings, a killed
+sweep resumed, and the kim_translation smoke study end to end through ``embinit sweep`` and ``embinit report``."""
+
+from __future__ import annotations
+
+import json
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from lightning_embinit import cli
+from lightning_embinit.studies import Study, run_study
+from tests.study_helpers import tiny_study, write_study
+
+REPO = Path(__file__).resolve().parent.parent
+KIM = REPO / "examples" / "studies" / "kim_translation.yaml"
+LR = "model.init_args.optimizer.lr"
+
+
+def _files(results: Path) -> dict[str, tuple[int, bytes]]:
+    """Each record file: (mtime_ns, contents)."""
+    return {path.name: (path.stat().st_mtime_ns, path.read_bytes()) for path in sorted((results / "trials").glob("*.json"))}
+
+
+def _strict_json(path: Path) -> dict:
+    def refuse(constant: str) -> None:
+        raise ValueError(f"{path} holds {constant}")
+
+    return json.loads(path.read_text(encoding="utf-8"), parse_constant=refuse)
+
+
+def test_failed_trials_are_recorded_the_sweep_goes_on_and_only_retry_or_a_changed_setting_reruns(tmp_path):
+    settings = {"ok": {}, "nan": {LR: 1.0e30},
+                "killed": {"trainer.callbacks[+]": {"class_path": "tests.study_helpers.KillProcess"}}}
+    results = tmp_path / "results"
+    records = run_study(Study.from_dict(tiny_study(settings=settings, seeds=[0])), results, workers=2, progress=False)
+    by_id = {record["trial_id"]: record for record in records}
+    assert [record["status"] for record in records] == ["done", "failed", "failed"]
+
+    ok = _strict_json(results / "trials" / "ok-seed0.json")
+    assert ok == by_id["ok-seed0"] and ok["error"] is None and ok["study"] == "tiny" and ok["setting"] == "ok"
+    assert {"best_val_loss", "best_epoch", "best_step", "val_loss", "val_ppl"} <= set(ok["metrics"])
+    assert ok["metrics"]["best_val_loss"] == ok["metrics"]["val_loss"]          # the best checkpoint, validated again
+    assert {"init_loss", "ln_vocab", "init_loss_predicted", "embinit/tokens/std"} <= set(ok["monitors"])
+    assert {"train_loss", "val_loss", "init_loss"} <= set(ok["curves"]) and len(ok["curves"]["val_loss"]) == 2
+    assert ok["init_report"]["tokens"]["source"].startswith("normal:1/sqrt(d)") and ok["init_report"]["tokens"]["seed"] == 0
+    assert set(ok["versions"]) == {"lightning_embinit", "torch", "lightning", "python"} and ok["host"]["cpu_count"]
+    assert (results / ok["log"]).read_text() and (results / ok["checkpoint"]).is_file() and ok["wall_time_s"] > 0
+    assert by_id["nan-seed0"]["error"]["type"] == "TrialFailure"
+    assert "non-finite metrics at the end of fit: train_loss = nan" in by_id["nan-seed0"]["error"]["message"]
+    killed = by_id["killed-seed0"]["error"]
+    assert killed["type"] == "TrialProcessDied" and "signal SIGKILL (killed: out of memory?)" in killed["message"]
+    study = json.loads((results / "study.json").read_text())
+    assert study["name"] == "tiny" and study["settings"] == ["ok", "nan", "killed"]
+    assert [t["trial_id"] for t in study["trials"]] == ["ok-seed0", "nan-seed0", "killed-seed0"]
+
+    before = _files(results)
+    again = run_study(Study.from_dict(tiny_study(settings=settings, seeds=[0])), results, workers=2, progress=False)
+    assert _files(results) == before and [r["status"] for r in again] == ["done", "failed", "failed"]
+
+    retried = run_study(Study.from_dict(tiny_study(settings=settings, seeds=[0])), results, workers=2,
+                        retry_failed=True, progress=False)
+    after_retry = _files(results)
+    assert after_retry["ok-seed0.json"] == before["ok-seed0.json"]
+    assert [r["run_id"] != by_id[r["trial_id"]]["run_id"] for r in retried] == [False, True, True]
+
+    changed = {**settings, "ok": {LR: 0.002}}
+    rerun = run_study(Study.from_dict(tiny_study(settings=changed, seeds=[0])), results, workers=2, progress=False)
+    assert rerun[0]["status"] == "done" and rerun[0]["config_hash"] != ok["config_hash"]
+    assert rerun[0]["config"]["model"]["init_args"]["optimizer"]["lr"] == 0.002
+    assert {k: v for k, v in _files(results).items() if k != "ok-seed0.json"} == \
+        {k: v for k, v in after_retry.items() if k != "ok-seed0.json"}        # failed ones not retried
+
+
+def test_a_killed_sweep_resumes_skipping_its_finished_trials(tmp_path, capsys):
+    study = write_study(tmp_path / "tiny.yaml", tiny_study())
+    results = tmp_path / "results"
+    command = [sys.executable, "-m", "lightning_embinit", "sweep", str(study), "--results", str(results),
+               "--workers", "1", "--threads", "1", "--no-progress"]
+    with open(tmp_path / "first.log", "wb") as log:
+        sweep = subprocess.Popen(command, cwd=REPO, stdout=log, stderr=subprocess.STDOUT)
+        deadline = time.monotonic() + 240
+        while not list((results / "trials").glob("*.json")) and sweep.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.05)
+        sweep.send_signal(signal.SIGKILL)
+        sweep.wait()
+    time.sleep(2.5)                                     # a trial left running would end within a second
+    finished = _files(results)
+    assert 1 <= len(finished) < 4, (tmp_path / "first.log").read_text()
+    time.sleep(1.0)
+    assert _files(results) == finished                  # nothing outlived the sweep
+
+    assert cli.main(["sweep", str(study), "--results", str(results), "--workers", "2", "--no-progress"]) == 0
+    assert f"{len(finished)} of 4 trials finished earlier, skipped" in capsys.readouterr().err
+    resumed = _files(results)
+    assert {name: resumed[name] for name in finished} == finished
+    records = [_strict_json(results / "trials" / name) for name in resumed]
+    assert len(records) == 4 and all(record["status"] == "done" for record in records)
+    assert sorted(record["trial_id"] for record in records) == ["normal-seed0", "normal-seed1", "small-seed0", "small-seed1"]
+
+
+def test_the_kim_translation_smoke_study_runs_end_to_end(shared_data, monkeypatch, tmp_path):
+    monkeypatch.setenv("EMBINIT_SHARED_DATA", str(shared_data))
+    results = tmp_path / "kim"
+    start = time.monotonic()
+    assert cli.main(["sweep", str(KIM), "--variant", "smoke", "--results", str(results), "--workers", "2",
+                     "--no-progress"]) == 0
+    assert time.monotonic() - start < 60
+    records = {path.stem: _strict_json(path) for path in (results / "trials").glob("*.json")}
+    settings = ["xavier", "glove_raw", "glove_xavier", "glove_shuffled", "xavier_matched_to_glove", "standin_t5_raw",
+                 "standin_t5_xavier", "xavier_d384", "minilm_raw", "minilm_xavier", "minilm_shuffled", "xavier_matched_to_minilm"]
+    assert sorted(records) == sorted(f"{s}-seed{seed}" for s in settings for seed in (0, 1))
+    for record in records.values():
+        assert record["status"] == "done" and record["variant"] == "smoke"
+        assert {"best_val_loss", "best_epoch", "best_step", "test_loss", "test_bleu"} <= set(record["metrics"])
+        assert {"train_loss", "val_loss"} <= set(record["curves"]) and "embinit/tgt/std" in record["monitors"]
+    tgt = {name: records[f"{name}-seed0"]["init_report"]["tgt"] for name in settings}
+    assert tgt["xavier"]["source"] == "xavier" and tgt["xavier"]["coverage"] is None
+    assert "glove.6B.50d.multi30k_subset" in tgt["glove_raw"]["source"] and tgt["glove_raw"]["coverage"]["found"] > 0
+    assert tgt["glove_xavier"]["transforms"] == ["standardize(xavier)"]
+    assert abs(tgt["glove_xavier"]["std"] / tgt["xavier"]["std"] - 1) < 0.1 < abs(tgt["glove_raw"]["std"] / tgt["xavier"]["std"] - 1)
+    assert any("shuffle" in step for step in tgt["glove_shuffled"]["transforms"])
+    assert any("match" in step for step in tgt["xavier_matched_to_glove"]["transforms"])
+    assert records["xavier-seed0"]["config"]["data"]["init_args"]["data_dir"] == f"{shared_data}/multi30k"
+    assert cli.main(["report", str(results), "--metrics", "test_bleu,best_val_loss"]) == 0
+    assert "kim_translation" in (results / "report" / "summary.md").read_text()
