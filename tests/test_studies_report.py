@@ -260,3 +260,20 @@ def test_settings_the_study_does_not_list_come_after_its_own(results):
     report = write_report(results)
     assert list(report["summary"].index) == ["xavier", "glove", "glove_std", "ones", "he"]
     assert "- settings with records that study.json does not list, after its own: he" in report["markdown"]
+
+
+def test_a_grid_studys_settings_come_from_study_json(tmp_path):
+    """A study written as a grid has no ``settings`` mapping: the report takes the names study.json lists."""
+    results = tmp_path / "grid"
+    (results / "trials").mkdir(parents=True)
+    names = ["init=xavier,trainable=true", "init=glove,trainable=true"]
+    header = {"name": "g", "hash": "h", "variant": None, "settings": names,
+              "study": {"name": "g", "grid": {"init": {"xavier": {}, "glove": {}}}}}
+    (results / "study.json").write_text(json.dumps(header))
+    for setting, values in zip(names, ([1.0, 2.0], [3.0, 5.0])):
+        for seed, value in enumerate(values):
+            record = {"study": "g", "setting": setting, "seed": seed, "trial_id": f"{setting}-seed{seed}",
+                      "status": "done", "error": None, "metrics": {"best_val_loss": value}, "monitors": {}, "curves": {}}
+            (results / "trials" / f"{setting}-seed{seed}.json").write_text(json.dumps(record))
+    report = write_report(results)
+    assert report["reference"] == names[0] and list(report["summary"].index) == names

@@ -119,9 +119,14 @@ def study_settings(study: Mapping[str, Any]) -> list[str]:
     return [str(item.get("name")) if isinstance(item, Mapping) else str(item) for item in settings]
 
 
+def declared_settings(results: Results) -> list[str]:
+    """Every setting of the study in order, grid ones included (``study.json``'s list; else the study's own)."""
+    return [str(name) for name in results.header.get("settings") or []] or study_settings(results.study)
+
+
 def _settings(results: Results) -> tuple[list[str], list[str]]:
     """The settings that have records: the study's in its order, then those it does not list; the latter."""
-    declared = study_settings(results.study)
+    declared = declared_settings(results)
     seen = list(dict.fromkeys(setting_name(record) for record in results.records))
     extra = [s for s in seen if s not in declared] if declared else []
     return [s for s in declared if s in seen] + extra, extra
@@ -296,7 +301,7 @@ def _checked(results: Results, settings: Sequence[str], reference: str | None,
              metrics: Sequence[str] | None) -> str:
     """The reference setting (the argument, the study's, its first setting); a ReportError for an unknown one
     or for an unknown metric."""
-    chosen = str(reference or results.study.get("reference") or (study_settings(results.study) or settings)[0])
+    chosen = str(reference or results.study.get("reference") or (declared_settings(results) or settings)[0])
     if chosen not in settings:
         hint = f"the settings with records in {results.directory}"
         raise ReportError(str(choice_error("reference setting", chosen, settings, hint=hint)))
