@@ -9,7 +9,6 @@ LightningDataModule chosen by ``class_path``, as both commands do.
 from __future__ import annotations
 
 import hashlib
-import importlib
 import importlib.util
 import tempfile
 import warnings
@@ -27,7 +26,7 @@ from lightning_embinit.callbacks.progress import StepBudgetProgressBar
 from lightning_embinit.data.vocabulary import Vocabulary
 from lightning_embinit.init.sources.checkpoint_file import load_checkpoint_file
 from lightning_embinit.init.sources.vector_cache import CacheUnavailable, warn_cache_unavailable, writable_cache_dir
-from lightning_embinit.models.module import EmbinitModule
+from lightning_embinit.models.module import EmbinitModule, class_from_path
 
 
 DATA_TO_MODEL_LINKS = (
@@ -134,11 +133,7 @@ class EmbinitCLI(LightningCLI):
 
 def package_system(class_path: str) -> type[EmbinitModule] | None:
     """The package's Lightning system a ``class_path`` names (``TiedEmbeddingLM`` or a dotted path), else None."""
-    module_name, _, name = class_path.rpartition(".")
-    try:
-        found = getattr(importlib.import_module(module_name or "lightning_embinit.models"), name, None)
-    except ImportError:
-        return None
+    found = class_from_path(class_path)
     return found if isinstance(found, type) and issubclass(found, EmbinitModule) else None
 
 

@@ -51,16 +51,22 @@ def _package_systems() -> list[type[EmbinitModule]]:
     return found
 
 
+def class_from_path(class_path: str) -> Any:
+    """The object a ``class_path`` names (``pkg.module.Name``; a bare ``Name`` is looked up in
+    :mod:`lightning_embinit.models`), or None when it does not import."""
+    module_name, _, name = class_path.rpartition(".")
+    try:
+        return getattr(importlib.import_module(module_name or "lightning_embinit.models"), name, None)
+    except (ImportError, ValueError):
+        return None
+
+
 def checkpoint_savers(checkpoint: Mapping[str, Any]) -> list[type] | str | None:
     """The class that saved ``checkpoint``: the one it records (a type, or its path when that does not import), else
     the package systems whose hyperparameter names cover the checkpoint's; None when nothing tells."""
     recorded = saved_class(checkpoint)
     if recorded is not None:
-        module_name, _, name = recorded.rpartition(".")
-        try:
-            found = getattr(importlib.import_module(module_name or "lightning_embinit.models"), name, None)
-        except (ImportError, ValueError):
-            found = None
+        found = class_from_path(recorded)
         return [found] if isinstance(found, type) else recorded
     hparams = checkpoint.get("hyper_parameters")
     if not isinstance(hparams, Mapping) or not hparams:

@@ -12,7 +12,6 @@ import multiprocessing
 import multiprocessing.connection
 import os
 import signal
-import uuid
 from collections import deque
 from pathlib import Path
 from typing import Any, Sequence
@@ -20,7 +19,7 @@ from typing import Any, Sequence
 from lightning_embinit.studies.keys import StudyError
 from lightning_embinit.studies.plan import prepare_sweep
 from lightning_embinit.studies.progress import SweepProgress
-from lightning_embinit.studies.records import log_path, now, read_record, record_path, write_json
+from lightning_embinit.studies.records import now, read_record, record_path, write_json
 from lightning_embinit.studies.spec import Study, Trial
 
 PRELOAD = ("lightning_embinit.studies.worker", "lightning_embinit.models", "lightning_embinit.data",
@@ -96,15 +95,10 @@ def run_study(study: Study | str | Path, results_dir: str | Path, *, variant: st
     return ordered
 
 
-def _job(trial: Trial, results_dir: Path, threads: int, gpu: str | None) -> dict[str, Any]:
-    return {"trial": trial.to_dict(), "results_dir": str(results_dir), "run_id": uuid.uuid4().hex,
-            "log_file": str(log_path(results_dir, trial.trial_id)), "threads": threads, "gpu": gpu,
-            "sweep_pid": os.getpid(), "environment": dict(os.environ), "cwd": os.getcwd()}
-
-
 def _run_all(trials: Sequence[Trial], results_dir: Path, workers: int, threads: int, gpus: list[str],
              bar: SweepProgress) -> dict[str, dict[str, Any]]:
     """Run ``trials`` in processes, ``workers`` at a time; a finished process's record (or its failure) by trial id."""
+    from lightning_embinit.studies.trial import trial_job  # here: the trial server starts before Lightning loads
     from lightning_embinit.studies.worker import run_job
 
     context = multiprocessing.get_context(start_method())
@@ -115,7 +109,8 @@ def _run_all(trials: Sequence[Trial], results_dir: Path, workers: int, threads: 
         while pending or running:
             while pending and len(running) < workers:
                 trial = pending.popleft()
-                job = _job(trial, results_dir, threads, free_gpus.popleft() if gpus else None)
+                job = trial_job(trial, results_dir, threads, gpu=free_gpus.popleft() if gpus else None,
+                                sweep_pid=os.getpid(), environment=dict(os.environ))
                 process = context.Process(target=run_job, args=(job,), name=f"embinit-trial-{trial.trial_id}")
                 process.start()
                 running[process.sentinel] = (process, trial, job, now())
@@ -147,7 +142,7 @@ def _collect(trial: Trial, results_dir: Path, job: dict[str, Any], exitcode: int
     record = read_record(results_dir, trial.trial_id)
     if record is not None and record.get("run_id") == job["run_id"]:
         return record
-    from lightning_embinit.studies.trial import new_record
+    from lightning_embinit.studies.trial import failed_record
 
     how = f"code {exitcode}"
     if exitcode is not None and exitcode < 0:
@@ -155,10 +150,9 @@ def _collect(trial: Trial, results_dir: Path, job: dict[str, Any], exitcode: int
         how = f"signal {name}" + (" (killed: out of memory?)" if -exitcode == signal.SIGKILL else "")
     log = Path(job["log_file"])
     tail = log.read_text(encoding="utf-8", errors="replace").splitlines()[-LOG_TAIL_LINES:] if log.exists() else []
-    record = new_record(trial, results_dir, run_id=job["run_id"])
-    record.update(status="failed", started=started, finished=now(), wall_time_s=None, error={
-        "type": "TrialProcessDied", "message": f"the trial's process ended with {how} before writing its record",
-        "traceback": "\n".join(tail)})
+    record = failed_record(trial, results_dir, run_id=job["run_id"], error_type="TrialProcessDied", started=started,
+                           message=f"the trial's process ended with {how} before writing its record",
+                           log_tail="\n".join(tail))
     write_json(record_path(results_dir, trial.trial_id), record)
     return record
 

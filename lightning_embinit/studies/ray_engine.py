@@ -23,8 +23,9 @@ from lightning_embinit.studies.keys import StudyError
 from lightning_embinit.studies.local import available_cores
 from lightning_embinit.studies.plan import prepare_sweep
 from lightning_embinit.studies.progress import SweepProgress
-from lightning_embinit.studies.records import log_path, now, read_record, record_path, write_json
+from lightning_embinit.studies.records import now, read_record, record_path, write_json
 from lightning_embinit.studies.spec import Study, Trial
+from lightning_embinit.studies.trial import failed_record, trial_job
 
 try:
     from ray.tune import Callback as TuneCallback
@@ -61,18 +62,13 @@ def run_study_on_ray(study: Study | str | Path, results_dir: str | Path, *, vari
                          f"{workers}")
     plan = prepare_sweep(study, results_dir, variant=variant, retry_failed=retry_failed)
     results_dir = plan.results_dir.resolve()
-    jobs = [_job(trial, results_dir, cpus) for trial in plan.to_run]
+    jobs = [trial_job(trial, results_dir, cpus) for trial in plan.to_run]
     with SweepProgress(plan.study.name, total=len(plan.trials), skipped=plan.kept, enabled=progress) as bar:
         records = _tune(jobs, results_dir, plan.study.name, variant, cpus=cpus, gpus=gpus_per_trial,
                         workers=workers, address=address, bar=bar) if jobs else {}
         ordered = plan.ordered(records)
         bar.summary(ordered, results_dir, ran=len(jobs))
     return ordered
-
-
-def _job(trial: Trial, results_dir: Path, threads: int) -> dict[str, Any]:
-    return {"trial": trial.to_dict(), "results_dir": str(results_dir), "run_id": uuid.uuid4().hex,
-            "log_file": str(log_path(results_dir, trial.trial_id)), "threads": threads, "cwd": os.getcwd()}
 
 
 def ray_trial(config: Mapping[str, Any], jobs: Sequence[Mapping[str, Any]]) -> None:
@@ -137,12 +133,9 @@ def _record_of(job: Mapping[str, Any], result: Any, results_dir: Path) -> dict[s
     else:
         record = read_record(results_dir, trial_id)
         if record is None or record.get("run_id") != job["run_id"]:
-            from lightning_embinit.studies.trial import new_record
-
-            record = new_record(Trial.from_dict(job["trial"]), results_dir, run_id=job["run_id"])
-            record.update(status="failed", finished=now(), error={
-                "type": "RayTrialError", "message": f"the Ray trial ended before reporting: {result.error!r}",
-                "traceback": ""})
+            record = failed_record(Trial.from_dict(job["trial"]), results_dir, run_id=job["run_id"],
+                                   error_type="RayTrialError",
+                                   message=f"the Ray trial ended before reporting: {result.error!r}")
     write_json(record_path(results_dir, trial_id), record)
     return read_record(results_dir, trial_id)  # as the local engine returns it: JSON-safe (non-finite as strings)
 

@@ -22,10 +22,12 @@ the config has one), fits, and tests the best checkpoint (or validates it: proto
 from __future__ import annotations
 
 import contextlib
+import os
 import shutil
 import sys
 import time
 import traceback
+import uuid
 from pathlib import Path
 from typing import Any, Iterator, Mapping
 
@@ -85,6 +87,24 @@ def new_record(trial: Trial, results_dir: Path, *, run_id: str | None = None) ->
         "log": _relative(log_path(results_dir, trial.trial_id), results_dir),
         "run_dir": _relative(run_dir(results_dir, trial.trial_id), results_dir), "run_id": run_id,
     }
+
+
+def failed_record(trial: Trial, results_dir: Path, *, run_id: str | None, error_type: str, message: str,
+                  log_tail: str = "", started: str | None = None) -> dict[str, Any]:
+    """The ``failed`` record an engine writes for a trial whose process ended before writing its own."""
+    record = new_record(trial, results_dir, run_id=run_id)
+    record.update(status="failed", finished=now(), wall_time_s=None,
+                  error={"type": error_type, "message": message, "traceback": log_tail})
+    if started is not None:
+        record["started"] = started
+    return record
+
+
+def trial_job(trial: Trial, results_dir: Path, threads: int, **extra: Any) -> dict[str, Any]:
+    """What an engine hands a trial's process: the trial, where its record and log go, its run id, its threads
+    and the sweep's working directory (relative data paths resolve from it), plus the engine's ``extra``."""
+    return {"trial": trial.to_dict(), "results_dir": str(results_dir), "run_id": uuid.uuid4().hex,
+            "log_file": str(log_path(results_dir, trial.trial_id)), "threads": threads, "cwd": os.getcwd(), **extra}
 
 
 def run_trial(trial: Trial | Mapping[str, Any], results_dir: str | Path, *, run_id: str | None = None) -> dict[str, Any]:
