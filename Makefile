@@ -5,8 +5,9 @@ PY := $(VENV)/bin/python
 PYTEST_ARGS ?=
 
 LATEST_VENV ?= .venv-lightning-latest
+DIST_VENV ?= .venv-dist
 
-.PHONY: install test test-fast test-lightning-latest quickstart bench clean
+.PHONY: install test test-fast test-lightning-latest quickstart bench dist wheel-check docs clean
 
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -16,6 +17,15 @@ $(VENV)/.installed: pyproject.toml
 	touch $@
 
 install: $(VENV)/.installed
+
+$(VENV)/.installed-docs: $(VENV)/.installed pyproject.toml
+	$(PY) -m pip install --quiet -e ".[docs]"
+	touch $@
+
+## the documentation site, docs/_build/html/index.html: MyST pages, the API reference from the docstrings, the
+## notebooks of examples/notebooks executed at EMBINIT_NOTEBOOK_SCALE=ci (cached); every warning is an error
+docs: $(VENV)/.installed-docs
+	EMBINIT_NOTEBOOK_SCALE=ci $(PY) -m sphinx -b html -n -W --keep-going docs docs/_build/html
 
 ## the whole test suite (the README's test command; .ci/run runs it)
 test: install
@@ -44,6 +54,20 @@ test-lightning-latest:
 quickstart: install
 	$(PY) -m lightning_embinit.quickstart
 
+## the sdist and the wheel in dist/ (`python -m build`: the wheel is built from the sdist), checked by `twine check`;
+## build and twine live in their own virtualenv, not in the package's dependencies
+dist:
+	rm -rf dist
+	test -x $(DIST_VENV)/bin/python || $(PYTHON) -m venv $(DIST_VENV)
+	$(DIST_VENV)/bin/python -m pip install --quiet --upgrade pip build twine
+	$(DIST_VENV)/bin/python -m build --outdir dist .
+	$(DIST_VENV)/bin/python -m twine check --strict dist/*
+
+## the package as users install it: the wheel (not editable) with every extra in a fresh virtualenv, its console
+## scripts and the quick start run from outside the repository (.ci/wheel_check; .ci/run runs it)
+wheel-check: dist
+	bash .ci/wheel_check dist
+
 bench: install
 	$(PY) benchmarks/bench_init_callback.py
 	$(PY) benchmarks/bench_tied_lm.py
@@ -52,4 +76,4 @@ bench: install
 	$(PY) benchmarks/bench_monitors.py --models tied_lm
 
 clean:
-	rm -rf $(VENV) $(LATEST_VENV) lightning_logs .pytest_cache
+	rm -rf $(VENV) $(LATEST_VENV) $(DIST_VENV) dist build lightning_logs .pytest_cache docs/_build docs/notebooks docs/api/generated

@@ -11,8 +11,10 @@ import math
 import numbers
 from typing import Any, Collection, Iterable, Sequence, TypeVar
 
+#: The type of a value checked against its choices.
 Choice = TypeVar("Choice")
 
+#: File endings that mark an argument as a local path (vector, token and data files).
 LOCAL_FILE_SUFFIXES = (".txt", ".vec", ".bin", ".gz", ".bz2", ".xz", ".zip", ".npy", ".w2v", ".kv", ".vocab", ".tsv")
 
 

@@ -5,18 +5,27 @@ Models and data modules are chosen by ``class_path`` in the config; callbacks su
 ``lightning_embinit.EmbeddingInitCallback`` go under ``trainer.callbacks``. Logs and checkpoints
 go to ``trainer.default_root_dir`` (Lightning's default: ``lightning_logs/`` under the current
 directory). ``embinit inspect ...`` checks a start without training (:mod:`lightning_embinit.inspect_cli`);
-``embinit sweep|report ...`` run a study and tabulate it (:mod:`lightning_embinit.study_cli`).
+``embinit sweep|report ...`` run a study and tabulate it (:mod:`lightning_embinit.study_cli`);
+``embinit --version`` prints the package's version.
 The LightningCLI itself lives in :mod:`lightning_embinit.lightning_cli`.
+
+Exit status: 0 on success; 2 when the arguments or the config are refused (one line on stderr:
+``embinit fit: error: ...``); 1 when the run itself fails (one line naming the exception; ``EMBINIT_DEBUG=1``
+re-raises it with its traceback).
 """
 
 from __future__ import annotations
 
 import sys
-from typing import Any
+from typing import Any, Sequence
+
+from lightning_embinit import __version__
 
 __all__ = ["CHECKPOINT_TO_DATA", "DATA_TO_MODEL_LINKS", "EmbinitCLI", "embinit_cli", "main"]
 
 _FROM_LIGHTNING_CLI = ("CHECKPOINT_TO_DATA", "DATA_TO_MODEL_LINKS", "EmbinitCLI", "embinit_cli")
+MORE_COMMANDS = ("embinit also has: inspect (check an embedding start without training), sweep (run a study's "
+                 "trials), report (a study's tables and figures); `embinit COMMAND --help` for each.")
 
 
 def __getattr__(name: str) -> Any:
@@ -28,14 +37,21 @@ def __getattr__(name: str) -> Any:
     raise AttributeError(f"module 'lightning_embinit.cli' has no attribute {name!r}")
 
 
-def main(args: Any = None) -> int | None:
-    """Entry point of the ``embinit`` console script and ``python -m lightning_embinit``.
+def main(args: Any = None) -> int:
+    """Entry point of the ``embinit`` console script and ``python -m lightning_embinit``: the exit status.
 
     ``embinit inspect ...`` checks a start without training (:mod:`lightning_embinit.inspect_cli`),
     ``embinit sweep|report ...`` run and tabulate a study (:mod:`lightning_embinit.study_cli`); every other
-    subcommand is LightningCLI's.
+    subcommand is LightningCLI's (:func:`lightning_main`).
     """
     argv = sys.argv[1:] if args is None else list(args)
+    if not argv:
+        print("embinit: error: name a command: fit, validate, test, predict, inspect, sweep or report "
+              "(`embinit --help` lists them)", file=sys.stderr)
+        return 2
+    if argv[:1] in (["--version"], ["-V"]):
+        print(f"embinit (lightning_embinit) {__version__}")
+        return 0
     if argv[:1] == ["inspect"]:
         from lightning_embinit.inspect_cli import main as inspect_main
 
@@ -48,7 +64,28 @@ def main(args: Any = None) -> int | None:
         from lightning_embinit.study_cli import report_main
 
         return report_main(argv[1:])
-    from lightning_embinit.lightning_cli import embinit_cli
+    return lightning_main(args)
 
-    embinit_cli(args, save_config_kwargs={"overwrite": True})
-    return None
+
+def lightning_main(args: Sequence[str] | None = None) -> int:
+    """``embinit fit|validate|test|predict ...`` (``args``; None: ``sys.argv``): 0 when the subcommand ran, 2 when
+    the arguments or the config were refused, 1 when the run failed; each failure is one line on stderr."""
+    from lightning_embinit.lightning_cli import CONFIG_ERROR, debug_requested, embinit_cli, print_error
+
+    argv = sys.argv[1:] if args is None else list(args)
+    command = " ".join(["embinit", *[a for a in argv if not a.startswith("-")][:1]])
+    try:
+        embinit_cli(args, save_config_kwargs={"overwrite": True}, parser_kwargs={"prog": "embinit"})
+    except SystemExit as done:
+        if argv[:1] in (["-h"], ["--help"]) and not done.code:
+            print(f"\n{MORE_COMMANDS}")
+        raise
+    except Exception as error:
+        if debug_requested():
+            raise
+        if getattr(error, CONFIG_ERROR, False):
+            print_error(command, error)
+            return 2
+        print_error(command, f"{type(error).__name__}: {error}", " (EMBINIT_DEBUG=1 shows the traceback)")
+        return 1
+    return 0

@@ -192,7 +192,8 @@ def _from_config(args: argparse.Namespace, extra: Sequence[str]) -> tuple[nn.Mod
 
     with warnings.catch_warnings():  # `embinit inspect` hands LightningCLI its own args, not sys.argv
         warnings.filterwarnings("ignore", message="LightningCLI's args parameter")
-        cli = embinit_cli(["--config", args.config, *extra], run=False, save_config_callback=None)
+        cli = embinit_cli(["--config", args.config, *extra], run=False, save_config_callback=None,
+                          parser_kwargs={"prog": "embinit inspect"})
     overrides = _callback_overrides(args)
     configured = _config_callback(cli)
     if configured is None:
@@ -242,6 +243,16 @@ def _model_estimate(model: nn.Module, datamodule: Any) -> float | None:
     return predict(length=length) if takes_length and isinstance(length, int) else predict()
 
 
+def _model_probe(model: nn.Module, datamodule: Any) -> float | None:
+    """The module's ``initial_loss_probe`` (TiedEmbeddingLM: its loss on random tokens), at the datamodule's
+    ``seq_len`` when it has one."""
+    probe = getattr(model, "initial_loss_probe", None)
+    if not callable(probe):
+        return None
+    length = getattr(datamodule, "seq_len", None)
+    return probe(length if isinstance(length, int) else None)
+
+
 @torch.no_grad()
 def run_inspection(args: argparse.Namespace, extra: Sequence[str] = ()) -> dict[str, Any]:
     """The inspection (:func:`~lightning_embinit.diagnostics.inspect.inspection`) for parsed arguments."""
@@ -252,22 +263,29 @@ def run_inspection(args: argparse.Namespace, extra: Sequence[str] = ()) -> dict[
     slots = discover_slots(model)
     estimate = _model_estimate(model, datamodule)
     tied = [name for name in reports if slots[name].is_tied]
+    probe = _model_probe(model, datamodule) if len(tied) == 1 else None
     return inspection(
         slots, reports,
         predicted_model={tied[0]: estimate} if len(tied) == 1 and estimate is not None else None,
+        probed={tied[0]: probe} if probe is not None else None,
         sample_rows=args.sample_rows, neighbours=args.neighbours, max_position=args.max_position,
         positional_threshold=args.positional_threshold, semantic_threshold=args.semantic_threshold, loss_margin=args.margin,
     )
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """``embinit inspect ARGS``: print the inspection as a table or JSON; 0 on success, 2 on bad input."""
+    """``embinit inspect ARGS``: print the inspection as a table or JSON; 0 on success, 2 on bad input (one line on
+    stderr, long values summarized; ``EMBINIT_DEBUG=1`` re-raises the error with its traceback)."""
     parser = build_parser()
     args, extra = parser.parse_known_args(list(sys.argv[1:] if argv is None else argv))
     try:
         result = run_inspection(args, extra)
-    except ValueError as error:
-        print(f"embinit inspect: error: {error}", file=sys.stderr)
+    except (ValueError, TypeError, LookupError, OSError, ImportError) as error:
+        from lightning_embinit.lightning_cli import debug_requested, print_error
+
+        if debug_requested():
+            raise
+        print_error("embinit inspect", error)
         return 2
     print(json.dumps(result, indent=2, ensure_ascii=False) if args.format == "json" else format_inspection(result))
     return 0

@@ -4,16 +4,23 @@
 arguments, hands a checkpoint's own ones to the datamodule with ``--ckpt_path``, and adds a progress
 bar that knows the step budget. :func:`embinit_cli` builds it over any LightningModule and
 LightningDataModule chosen by ``class_path``, as both commands do.
+
+Errors stay readable: the parser's (``--model.init_args.architecture.d_model abc``) end the command with one line
+(:class:`EmbinitArgumentParser`), and :func:`error_summary` reduces jsonargparse's report of a refused class to its
+reason, with long values (vocabularies, tokenizer configs) summarized by kind, size and first entries.
 """
 
 from __future__ import annotations
 
 import hashlib
 import importlib.util
+import os
+import re
+import sys
 import tempfile
 import warnings
 from pathlib import Path
-from typing import Any, Callable, Mapping
+from typing import Any, Callable, Mapping, NoReturn
 
 import yaml
 from jsonargparse import get_loader, set_loader
@@ -56,6 +63,21 @@ class EmbinitCLI(LightningCLI):
     """
 
     _checkpoint_config_read = False
+    _classes_ready = False
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        """LightningCLI's; an exception raised before the subcommand runs (parsing, the checkpoint's settings,
+        building the classes) carries ``CONFIG_ERROR = True``: the command reports it as bad input (exit 2)."""
+        try:
+            super().__init__(*args, **kwargs)
+        except Exception as error:
+            if not self._classes_ready:
+                mark_config_error(error)
+            raise
+
+    def after_instantiate_classes(self) -> None:
+        self._classes_ready = True
+        super().after_instantiate_classes()
 
     def add_arguments_to_parser(self, parser: Any) -> None:
         for source, target in DATA_TO_MODEL_LINKS:
@@ -92,8 +114,11 @@ class EmbinitCLI(LightningCLI):
         return super().instantiate_trainer(**kwargs)
 
     def init_parser(self, **kwargs: Any) -> LightningArgumentParser:
-        """Every (sub)command's parser reads YAML with :data:`PARSER_MODE`: 0.1 configs' flat model settings load."""
+        """Every (sub)command's parser reads YAML with :data:`PARSER_MODE` (0.1 configs' flat model settings load)
+        and is an :class:`EmbinitArgumentParser` (one-line errors) unless another ``parser_class`` was given."""
         kwargs.setdefault("parser_mode", PARSER_MODE)
+        if getattr(self, "parser_class", None) is LightningArgumentParser:
+            self.parser_class = EmbinitArgumentParser
         return super().init_parser(**kwargs)
 
     def _parse_ckpt_path(self) -> None:
@@ -215,3 +240,147 @@ CHECKPOINT_TO_DATA: dict[str, Callable[[str, str, Any], Any]] = {
 checkpoint is evaluated on new text with its own token ids and labels. Vocabularies and tokenizers
 travel as files (jsonargparse checks a list or dict in a config element by element, which takes
 minutes for a 30k-token vocabulary)."""
+
+
+# Readable errors ------------------------------------------------------------------------------------------------
+
+LONG_VALUE, SHOWN_ENTRIES, ENTRY_WIDTH = 100, 3, 60
+"""A bracketed value longer than LONG_VALUE characters is summarized: its kind, size and first entries (cut at width)."""
+CONFIG_ERROR = "embinit_config_error"
+"""Attribute set (True) on an exception :class:`EmbinitCLI` raised before its subcommand ran: a config problem."""
+DEBUG_VARIABLE = "EMBINIT_DEBUG"
+"""``EMBINIT_DEBUG=1``: the commands re-raise their errors (a traceback) instead of printing one line."""
+
+_CLOSING = {"(": ")", "[": "]", "{": "}"}
+_STRUCTURE = ("Does not validate against any of the Union subtypes", "Subtypes:", "Errors:", "Given value")
+_NONE_ALTERNATIVE = "Expected a <class 'NoneType'>"
+_CONTEXT = re.compile(r"""Parser key "([^"]+)":|Problem with given class_path '([^']+)':""")
+
+
+def mark_config_error(error: BaseException) -> None:
+    """Mark ``error`` as raised while the config was read and the classes built (:data:`CONFIG_ERROR`)."""
+    try:
+        setattr(error, CONFIG_ERROR, True)
+    except AttributeError:  # an exception type that takes no attributes stays unmarked
+        pass
+
+
+def _skip(text: str, start: int) -> int:
+    """The index after the bracketed span or quoted string that starts at ``text[start]``; -1 if it is not closed."""
+    expected: list[str] = []
+    quote, index = None, start
+    while index < len(text):
+        char = text[index]
+        if quote is not None:
+            index += char == "\\"  # an escaped character
+            if char == quote:
+                quote = None
+                if not expected:
+                    return index + 1
+        elif char in "'\"":
+            quote = char
+        elif char in _CLOSING:
+            expected.append(_CLOSING[char])
+        elif char in ")]}":
+            if not expected or char != expected.pop():
+                return -1
+            if not expected:
+                return index + 1
+        index += 1
+    return -1
+
+
+def _entries(inner: str) -> list[str]:
+    """A bracket's content split at its top-level commas."""
+    entries, start, index = [], 0, 0
+    while index < len(inner):
+        if inner[index] in "([{'\"":
+            index = max(_skip(inner, index), index + 1)
+            continue
+        if inner[index] == ",":
+            entries.append(inner[start:index].strip())
+            start = index + 1
+        index += 1
+    return entries + ([inner[start:].strip()] if inner[start:].strip() else [])
+
+
+def _summary(span: str, called: bool) -> str:
+    """A long bracketed value as its kind, size and first entries (``[list of 14,261: '<pad>', '<unk>', …]``)."""
+    entries = _entries(span[1:-1])
+    is_dict = span[0] == "{" and entries and re.match(r"""('[^']*'|"[^"]*"|[\w.]+)\s*:""", entries[0])
+    if called or is_dict:
+        size = f"{len(entries):,} arguments" if called else f"dict of {len(entries):,} keys"
+    else:
+        size = f"{ {'[': 'list', '(': 'tuple'}.get(span[0], 'set')} of {len(entries):,}"
+    shown = [summarize_values(entry) for entry in entries[:SHOWN_ENTRIES]]
+    shown = [entry if len(entry) <= ENTRY_WIDTH else entry[: ENTRY_WIDTH - 1] + "…" for entry in shown]
+    return f"{span[0]}{size}: {', '.join(shown)}{', …' if len(entries) > SHOWN_ENTRIES else ''}{span[-1]}"
+
+
+def summarize_values(text: str, limit: int = LONG_VALUE) -> str:
+    """``text`` with each bracketed value (a list, dict, tuple or ``Namespace(...)`` as Python prints it) longer
+    than ``limit`` characters replaced by its kind, its size and its first entries; shorter ones are kept whole."""
+    out, index = [], 0
+    while index < len(text):
+        end = _skip(text, index) if text[index] in _CLOSING else -1
+        if end < 0:
+            out.append(text[index])
+            index += 1
+            continue
+        called = index > 0 and (text[index - 1].isalnum() or text[index - 1] in "_.")
+        out.append(_summary(text[index:end], called) if end - index > limit else text[index:end])
+        index = end
+    return "".join(out)
+
+
+def _reasons(text: str) -> list[str]:
+    """The reasons in a jsonargparse report, each behind its keys and class paths (``model: <class>: key: reason``);
+    the union's structure, the ``None`` alternative and the refused value itself are left out."""
+    context: list[tuple[int, str]] = []
+    reasons: list[str] = []
+    for line in filter(str.strip, text.splitlines()):
+        indent = len(line) - len(line.lstrip())
+        while context and context[-1][0] >= indent:
+            context.pop()
+        item = line.strip()[2:] if line.strip().startswith("- ") else line.strip()
+        found = _CONTEXT.fullmatch(item)
+        if found:
+            context.append((indent, found.group(1) or found.group(2)))
+        elif not item.startswith(_STRUCTURE) and item != _NONE_ALTERNATIVE:
+            reasons.append(": ".join([*(name for _, name in context), item]))
+    return list(dict.fromkeys(reasons))
+
+
+def error_summary(error: BaseException | str) -> str:
+    """An error on one line: jsonargparse's report of a refused value reduced to its reasons (which key, which class,
+    why), long values summarized (:func:`summarize_values`); any other message with its lines joined."""
+    text = str(error)
+    reasons = _reasons(text)
+    line = re.sub(r'Parser key "([^"]+)":', r"\1:", " ".join(("; ".join(reasons) if reasons else text).split()))
+    refused = re.search(r"^Given value: Namespace\(class_path='([\w.]+)'", text, re.MULTILINE)
+    if reasons and refused and refused.group(1) not in line:
+        line = f"{refused.group(1)}: {line}"
+    return summarize_values(line) or type(error).__name__
+
+
+def print_error(command: str, error: BaseException | str, hint: str = "") -> None:
+    """``<command>: error: <error_summary>`` on one line of stderr (``hint`` appended)."""
+    print(f"{command}: error: {error_summary(error)}{hint}", file=sys.stderr, flush=True)
+
+
+def debug_requested() -> bool:
+    """Whether :data:`DEBUG_VARIABLE` asks for tracebacks."""
+    return os.environ.get(DEBUG_VARIABLE, "").strip().lower() not in ("", "0", "false", "no")
+
+
+class EmbinitArgumentParser(LightningArgumentParser):
+    """LightningCLI's parser, whose refusals end the command with one line of stderr (``embinit fit: error: ...``,
+    :func:`error_summary`) and status 2, not with the usage and the whole refused value. A parser made with
+    ``exit_on_error=False`` raises as jsonargparse's does; ``JSONARGPARSE_DEBUG`` keeps jsonargparse's report."""
+
+    def error(self, message: str, ex: Exception | None = None) -> NoReturn:
+        if not self.exit_on_error or os.environ.get("JSONARGPARSE_DEBUG"):
+            super().error(message, ex)
+        prog = str((getattr(ex, "subcommand_parser", None) or self).prog).replace(" [options]", "")
+        print_error(prog, message, f" (`{prog} --help` lists the options)")
+        sys.exit(2)

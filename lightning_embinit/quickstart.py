@@ -1,6 +1,6 @@
-"""Quick start: the tied-embedding initial loss of SPEC §3, offline, in a couple of minutes on CPU.
+"""Quick start, offline, about two minutes on 2 CPU cores: SPEC §3's tied-embedding initial loss, then the headline.
 
-Trains :class:`~lightning_embinit.models.TiedEmbeddingLM` (d = 256, so √d = 16 ≫ ln n) on the
+Part 1 trains :class:`~lightning_embinit.models.TiedEmbeddingLM` (d = 256, so √d = 16 ≫ ln n) on the
 Lee news corpus that gensim ships, once per setting, each through
 :class:`~lightning_embinit.callbacks.EmbeddingInitCallback` and
 :class:`~lightning_embinit.callbacks.initial_loss.InitialLossMonitor`, and prints one table::
@@ -12,18 +12,27 @@ Settings: ``tied-normal`` (tied head, N(0, 1/d) embeddings), ``tied-log_n_over_d
 σ = ln n / d), ``untied-normal`` and ``half_swap-normal`` (tied, halves swapped, SPEC §3 (d)).
 Columns: the measured initial loss, ln n, SPEC §3's ln(e^{dσ} + n − 1) from the embedding's
 actual σ (tied tables only) and the model's own estimate (:meth:`TiedEmbeddingLM.initial_loss_prediction`).
+
+Part 2 runs the ``smoke`` variant of the headline study (:func:`~lightning_embinit.studies.headline.headline_study`,
+``examples/studies/headline.yaml``): word2vec trained on the corpus, raw vs standardized to Xavier's std vs Xavier,
+2 seeds each, through ``embinit sweep``'s engine into ``--results`` (default ``runs/quickstart-headline``; a rerun
+reuses finished trials). It prints ``embinit report``'s table (mean ± std, differences from Xavier with Welch
+95 % intervals) and ``embinit inspect``'s verdict on each start, with its countermeasures.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import logging
 import math
+import os
 import textwrap
 import time
 import warnings
 from dataclasses import dataclass
-from typing import Sequence
+from pathlib import Path
+from typing import Any, Iterator, Sequence
 
 import lightning as L
 
@@ -145,11 +154,62 @@ def run(
     ]
 
 
-def main(argv: Sequence[str] | None = None) -> list[dict[str, float | str]]:
-    """Console entry point: parse options, run, print the table."""
+def headline_verdict(config: Path) -> str:
+    """``embinit inspect --config <config>``'s verdict on one trial's start, with the countermeasures of each problem."""
+    from lightning_embinit.inspect_cli import build_parser, run_inspection
+
+    result = run_inspection(build_parser().parse_args(["--config", str(config)]))
+    lines = ["sound" if result["verdict"] == "ok" else "fix the start before training"]
+    for row in result["slots"]:
+        lines += [f"  slot {row['name']!r}: {p['problem']}; countermeasures: {p['countermeasures']}" for p in row["problems"]]
+    return "\n".join(lines)
+
+
+def run_headline(results: str | Path, *, variant: str = "smoke", workers: int | None = None,
+                 progress: bool = True) -> dict[str, Any]:
+    """Run the headline study's ``variant`` into ``results`` and report it: ``embinit report``'s result
+    (:func:`~lightning_embinit.studies.report.write_report`) with ``verdicts`` (setting → seed 0's verdict) added."""
+    from lightning_embinit.studies import run_study, write_report
+    from lightning_embinit.studies.headline import HEADLINE_METRICS, headline_study
+    from lightning_embinit.studies.local import available_cores
+    from lightning_embinit.studies.records import run_dir
+    from lightning_embinit.studies.spec import trial_id
+
+    study = headline_study()
+    workers = workers or max(1, min(2, available_cores()))
+    records = run_study(study, results, variant=variant, workers=workers, progress=progress)
+    failed = [r["trial_id"] for r in records if r.get("status") != "done"]
+    if failed:
+        raise RuntimeError(f"headline trials failed: {', '.join(failed)}; their logs are under {Path(results) / 'logs'}")
+    report = write_report(results, metrics=HEADLINE_METRICS)
+    seed = min(study.variant(variant).seeds or study.seeds)
+    report["verdicts"] = {setting: headline_verdict(run_dir(results, trial_id(setting, seed)) / "config.yaml")
+                          for setting in study.setting_names()}
+    return report
+
+
+@contextlib.contextmanager
+def quiet_lightning() -> Iterator[None]:
+    """Lightning's per-fit banners and two harmless warnings off, for the quick start's own output."""
+    loggers = [logging.getLogger(name) for name in ("lightning.pytorch", "lightning.fabric")]
+    levels = [logger.level for logger in loggers]
+    for logger in loggers:
+        logger.setLevel(logging.WARNING)
+    try:
+        with warnings.catch_warnings():
+            warnings.filterwarnings("ignore", message=".*does not have many workers.*")
+            warnings.filterwarnings("ignore", message=".*LeafSpec.*")
+            yield
+    finally:
+        for logger, level in zip(loggers, levels):
+            logger.setLevel(level)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Console entry point: parse options, run both parts, print their tables; 0 on success."""
     parser = argparse.ArgumentParser(prog="python -m lightning_embinit.quickstart", description=__doc__.split("\n\n")[0])
-    parser.add_argument("--settings", default=",".join(SETTINGS), help=f"comma-separated, from: {', '.join(SETTINGS)}")
-    parser.add_argument("--steps", type=int, default=50, help="optimizer steps per setting")
+    parser.add_argument("--settings", default=",".join(SETTINGS), help=f"part 1, comma-separated, from: {', '.join(SETTINGS)}")
+    parser.add_argument("--steps", type=int, default=50, help="part 1: optimizer steps per setting")
     parser.add_argument("--d-model", type=int, default=256)
     parser.add_argument("--layers", type=int, default=2)
     parser.add_argument("--seq-len", type=int, default=64)
@@ -157,28 +217,33 @@ def main(argv: Sequence[str] | None = None) -> list[dict[str, float | str]]:
     parser.add_argument("--max-vocab", type=int, default=None, help="cap the vocabulary (default: all words seen twice)")
     parser.add_argument("--lr", type=float, default=1e-3)
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--results", default=os.path.join("runs", "quickstart-headline"),
+                        help="part 2: the headline study's results directory (default runs/quickstart-headline)")
+    parser.add_argument("--headline-variant", default="smoke", help="part 2: smoke (default), medium or full")
+    parser.add_argument("--skip-headline", action="store_true", help="run part 1 only")
     args = parser.parse_args(argv)
     started = time.perf_counter()
-    lightning_log = logging.getLogger("lightning.pytorch")
-    level = lightning_log.level
-    lightning_log.setLevel(logging.WARNING)  # Lightning's per-fit banners, four times over
-    try:
-        with warnings.catch_warnings():
-            warnings.filterwarnings("ignore", message=".*does not have many workers.*")
-            warnings.filterwarnings("ignore", message=".*LeafSpec.*")
-            rows = run(
-                [s.strip() for s in args.settings.split(",") if s.strip()],
-                steps=args.steps, d_model=args.d_model, num_layers=args.layers, seq_len=args.seq_len,
-                batch_size=args.batch_size, max_vocab=args.max_vocab, lr=args.lr, seed=args.seed,
-            )
-    finally:
-        lightning_log.setLevel(level)
-    print(f"\nTiedEmbeddingLM d={args.d_model}, {args.layers} layers, {args.steps} steps, Lee corpus (gensim test data)")
+    with quiet_lightning():
+        rows = run(
+            [s.strip() for s in args.settings.split(",") if s.strip()],
+            steps=args.steps, d_model=args.d_model, num_layers=args.layers, seq_len=args.seq_len,
+            batch_size=args.batch_size, max_vocab=args.max_vocab, lr=args.lr, seed=args.seed,
+        )
+    print(f"\nPart 1 — TiedEmbeddingLM d={args.d_model}, {args.layers} layers, {args.steps} steps, Lee corpus (gensim test data)")
     print(format_table(rows))
     print(textwrap.fill(LEGEND, width=110))
+    if not args.skip_headline:
+        print(f"\nPart 2 — the headline study ({args.headline_variant}): a pre-trained start raw vs standardized vs Xavier")
+        with quiet_lightning():
+            report = run_headline(args.results, variant=args.headline_variant)
+        print(report["markdown"])
+        print("Verdicts of `embinit inspect` on each start (seed 0's config):")
+        for setting, verdict in report["verdicts"].items():
+            print(f"- {setting}: {verdict}")
+        print(f"Report, CSVs and figures: {report['out_dir']}  (again: embinit report {args.results})")
     print(f"Total {time.perf_counter() - started:.0f}s.")
-    return rows
+    return 0
 
 
 if __name__ == "__main__":
-    main()
+    raise SystemExit(main())

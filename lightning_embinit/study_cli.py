@@ -5,7 +5,9 @@
     embinit report runs/kim-smoke [--out DIR] [--reference xavier] [--metrics test_bleu,best_val_loss]
 
 ``sweep`` exits 0 when every trial of the variant is done, 1 when some failed (each is recorded with its
-error), 2 when the study cannot start (the error names the key, the file or the missing install).
+error), 2 when the study cannot start (the error names the key, the file or the missing install), 130 when
+interrupted; ``report`` exits 0, or 2 when the results cannot be read or the report not written. Either
+prints one line on failure (``embinit sweep: error: ...``).
 """
 
 from __future__ import annotations
@@ -34,6 +36,9 @@ def sweep_parser() -> argparse.ArgumentParser:
     parser.add_argument("--engine", choices=ENGINES, default="local", help="local processes (default) or Ray Tune")
     parser.add_argument("--ray-address", default=None, help="an existing Ray cluster (default: a local instance)")
     parser.add_argument("--gpus-per-trial", type=int, default=0, help="Ray engine: GPUs per trial (default 0)")
+    parser.add_argument("--ddp-workers", type=int, default=1,
+                        help="Ray engine: run each trial as a DDP run of this many Ray Train workers, each with "
+                             "--threads CPUs and --gpus-per-trial GPUs (per worker; default 1: one process per trial)")
     parser.add_argument("--no-progress", dest="progress", action="store_false", help="no progress bar")
     return parser
 
@@ -75,6 +80,9 @@ def sweep_main(argv: Sequence[str] | None = None) -> int:
     from lightning_embinit.studies.spec import Study
 
     try:
+        if args.ddp_workers != 1 and args.engine != "ray":
+            raise StudyError(f"--ddp-workers {args.ddp_workers} needs --engine ray (Ray Train runs each trial on "
+                             "several workers); locally, give the study trainer.devices and trainer.strategy: ddp")
         runner = _ray_runner() if args.engine == "ray" else None
         study = Study.from_yaml(args.study)
         results = Path(args.results or f"runs/{study.name}" + (f"-{args.variant}" if args.variant else ""))
@@ -86,8 +94,9 @@ def sweep_main(argv: Sequence[str] | None = None) -> int:
             records = run_study(study, results, **options)
         else:
             records = _call(runner, study, results, {**options, "address": args.ray_address,
-                                                     "gpus_per_trial": args.gpus_per_trial})
-    except (StudyError, ImportError) as error:
+                                                     "gpus_per_trial": args.gpus_per_trial,
+                                                     "ddp_workers": args.ddp_workers})
+    except (StudyError, ImportError, OSError) as error:  # a study or results directory that cannot be read or written
         return _fail("sweep", str(error))
     except KeyboardInterrupt:
         print("embinit sweep: interrupted; finished trials are recorded, the same command resumes", file=sys.stderr)
@@ -114,7 +123,7 @@ def report_main(argv: Sequence[str] | None = None) -> int:
     metrics = [name.strip() for name in args.metrics.split(",") if name.strip()] if args.metrics else None
     try:
         report = write_report(args.results, args.out, reference=args.reference, metrics=metrics)
-    except StudyError as error:
+    except (StudyError, OSError) as error:
         return _fail("report", str(error))
     if report.get("markdown"):
         print(report["markdown"])

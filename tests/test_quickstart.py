@@ -12,15 +12,16 @@ from lightning.pytorch import LightningDataModule, LightningModule
 from lightning_embinit import cli
 from lightning_embinit.data import LanguageModelDataModule, Vocabulary
 from lightning_embinit.models import TiedEmbeddingLM
-from lightning_embinit.quickstart import main
+from lightning_embinit.quickstart import LEGEND, format_table, main, run
+from lightning_embinit.studies import read_records
 
 CONFIG = Path(__file__).resolve().parent.parent / "examples" / "configs" / "tied_lm.yaml"
 
 
 def test_quickstart_table_shows_the_tied_initial_loss_gap(capsys):
     level = logging.getLogger("lightning.pytorch").level
-    rows = main(["--steps", "2", "--d-model", "128", "--layers", "1", "--seq-len", "32", "--batch-size", "8"])
-    table = capsys.readouterr().out
+    rows = run(steps=2, d_model=128, num_layers=1, seq_len=32, batch_size=8)
+    table = format_table(rows) + LEGEND
     assert [r["setting"] for r in rows] == ["tied-normal", "tied-log_n_over_d", "untied-normal", "half_swap-normal"]
     for row in rows:
         assert row["setting"] in table and row["ln_n"] > math.log(4000)  # the Lee vocabulary, words seen twice
@@ -39,7 +40,37 @@ def test_quickstart_table_shows_the_tied_initial_loss_gap(capsys):
     assert half_swap["init_loss"] < tied["ln_n"] + 1.0
     assert logging.getLogger("lightning.pytorch").level == level  # no leak into the caller's logging
     with pytest.raises(ValueError, match="unknown settings"):
-        main(["--settings", "tied-glove"])
+        run(["tied-glove"])
+
+
+def test_quickstart_headline_part_reports_raw_standardized_and_xavier(tmp_path, capsys):
+    """Part 2: the headline study's smoke, its report and the verdicts; main() returns 0, not data."""
+    level = logging.getLogger("lightning.pytorch").level
+    results = tmp_path / "headline"
+    code = main(["--settings", "tied-normal", "--steps", "2", "--d-model", "64", "--layers", "1", "--seq-len", "32",
+                 "--batch-size", "8", "--results", str(results)])
+    out = capsys.readouterr().out
+    assert code == 0 and logging.getLogger("lightning.pytorch").level == level
+    records = {r["trial_id"]: r for r in read_records(results)}
+    assert sorted(records) == sorted(f"{s}-seed{seed}" for s in ("xavier", "word2vec_raw", "word2vec_xavier") for seed in (0, 1))
+    assert all(r["status"] == "done" and math.isfinite(r["metrics"]["best_val_loss"]) for r in records.values())
+    std = {trial: r["monitors"]["embinit/tokens/std"] for trial, r in records.items()}
+    for seed in (0, 1):  # standardized to Xavier's std (≈ √(2/(n+d))); raw word2vec's spread is several times wider
+        assert std[f"word2vec_xavier-seed{seed}"] == pytest.approx(std[f"xavier-seed{seed}"], rel=0.02)
+        assert std[f"word2vec_raw-seed{seed}"] > 2 * std[f"xavier-seed{seed}"]
+        raw, xavier = records[f"word2vec_raw-seed{seed}"]["monitors"], records[f"xavier-seed{seed}"]["monitors"]
+        assert raw["init_loss"] > xavier["init_loss"] + 5 and xavier["init_loss"] < xavier["ln_vocab"] + 0.5
+    summary = out[out.index("Part 2"):]
+    for setting in ("xavier", "word2vec_raw", "word2vec_xavier"):
+        assert f"| {setting} |" in summary
+    assert "difference from xavier" in summary and "Welch" in summary
+    verdicts = dict(line[2:].split(": ", 1) for line in summary.splitlines() if line.startswith("- ") and ": " in line)
+    # raw word2vec: SPEC §3's formula flags it; standardized, the formula sees Xavier's std, but the rows still share
+    # directions and the model's loss on random tokens (its own forward) flags it too
+    assert verdicts["xavier"] == "sound"
+    assert verdicts["word2vec_raw"] == verdicts["word2vec_xavier"] == "fix the start before training"
+    assert "ln(e^(dσ) + n − 1)" in summary and "loss on random tokens" in summary
+    assert (results / "report" / "summary.md").is_file() and (results / "report" / "curves_val_loss.png").is_file()
 
 
 def test_example_config_runs_through_the_cli_and_the_checkpoint_keeps_the_vocabulary(tmp_path):

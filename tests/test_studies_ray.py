@@ -13,7 +13,7 @@ import pytest
 from lightning_embinit.studies.records import read_records
 from lightning_embinit.studies.report import write_report
 from lightning_embinit.studies.spec import Study
-from tests.study_helpers import tiny_study
+from tests.study_helpers import tiny_study, write_study
 
 if importlib.util.find_spec("ray") is None:
     if os.environ.get("CI", "").lower() == "true":
@@ -40,3 +40,30 @@ def test_two_trials_on_a_local_ray_instance_write_the_records_the_report_reads(t
     assert report["failed"] == 1 and "normal" in report["markdown"]
     again = run_study_on_ray(study, results, threads=1, progress=False)  # resumable: nothing left to run
     assert [record["run_id"] for record in again] == [record["run_id"] for record in records]
+
+
+@pytest.mark.slow
+def test_one_trial_as_a_two_worker_ddp_run_on_ray_train(tmp_path):
+    """`--engine ray --ddp-workers 2`: a Tune trial starts a TorchTrainer of 2 gloo workers (RayDDPStrategy,
+    RayLightningEnvironment, RayTrainReportCallback, prepare_trainer); rank 0's record reaches the results."""
+    from lightning_embinit import cli
+
+    study = write_study(tmp_path / "tiny.yaml", tiny_study(settings={"normal": {}}, seeds=[0]))
+    results = tmp_path / "results"
+    code = cli.main(["sweep", str(study), "--engine", "ray", "--ddp-workers", "2", "--threads", "1",
+                     "--results", str(results), "--no-progress"])
+    [record] = read_records(results)
+    assert code == 0 and record["status"] == "done", record.get("error")
+    assert record["trained"]["world_size"] == 2 and record["trained"]["steps"] == 4
+    assert record["metrics"]["best_val_loss"] > 0 and (results / record["checkpoint"]).is_file()
+    assert (results / "logs" / "normal-seed0.log").stat().st_size > 0
+    assert (results / "logs" / "normal-seed0.rank1.log").is_file()                 # the second worker's own log
+    assert "normal" in write_report(results)["markdown"]
+
+
+def test_ddp_workers_need_the_ray_engine(tmp_path, capsys):
+    from lightning_embinit import cli
+
+    study = write_study(tmp_path / "tiny.yaml", tiny_study(seeds=[0]))
+    assert cli.main(["sweep", str(study), "--ddp-workers", "2", "--results", str(tmp_path / "r")]) == 2
+    assert "--ddp-workers 2 needs --engine ray" in capsys.readouterr().err and not (tmp_path / "r").exists()

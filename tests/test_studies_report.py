@@ -42,6 +42,7 @@ def _record(setting: str, seed: int, loss: float | None, bleu: float | None, sta
         "curves": {"val_loss": [[s, i, 5.0 - i - 0.1 * seed] for i, s in enumerate(steps)],
                    "train_loss": [[s, i, 6.0 - i] for i, s in enumerate(steps)],
                    "val_acc": [[s, i, 0.2 * i + 0.01 * seed] for i, s in enumerate(steps)]},
+        "cost": {"parameters": 1000, "seconds_per_step": 0.5 * (seed + 1)},
         "wall_time_s": 10.0 * (seed + 1), "versions": {"torch": "2.5.1", "lightning": "2.4.0"}, "host": "box (2 cpus)",
     }
     if status == "failed":
@@ -179,6 +180,11 @@ def test_write_report_writes_tables_csvs_and_figures(results):
     assert "- variant: smoke; study hash: f00d" in markdown and "- seeds: 0, 1, 2, 3" in markdown
     assert "- versions: torch 2.5.1, lightning 2.4.0" in markdown and "- host: box (2 cpus)" in markdown
     assert "- wall time: 6 min 40 s in total over 16 trials" in markdown  # failed trials' time counts too
+    cost = markdown[markdown.index("## Cost: mean ± std (n) over seeds"):]
+    assert cost.splitlines()[2] == "| setting | parameters | seconds_per_step | wall_time_s |"
+    assert "| xavier | 1000 ± 0 (4) | 1.25 ± 0.65 (4) | 25 ± 13 (4) |" in cost   # seeds 0-3: 0.5·(1, 2, 3, 4)
+    monitors = markdown[markdown.index("## Monitors: mean ± std"):markdown.index("## Cost")]
+    assert "wall_time_s" not in monitors and "parameters" not in monitors
     summary_csv = pd.read_csv(out / "summary.csv")
     assert list(summary_csv.columns) == ["setting", "metric", "mean", "std", "n"]
     row = summary_csv[(summary_csv.setting == "glove_std") & (summary_csv.metric == "test_bleu")].iloc[0]

@@ -81,6 +81,21 @@ def test_the_config_hash_follows_the_config_seed_and_protocol():
     assert other_protocol[0].config_hash != trials[0].config_hash
 
 
+def test_the_config_hash_follows_what_an_environment_variable_names(monkeypatch, tmp_path):
+    """A variable naming another checkpoint is a new trial, not a silent reuse of the old record."""
+    study = tiny_study()
+    study["settings"]["small"][SOURCE] = "checkpoint:${EMBINIT_TEST_CKPT}"
+    hashes = {}
+    for name in ("a.ckpt", "b.ckpt", "a.ckpt"):
+        monkeypatch.setenv("EMBINIT_TEST_CKPT", str(tmp_path / name))
+        trials = Study.from_dict(study).trials()
+        assert get_key(trials[2].config, SOURCE) == f"checkpoint:{tmp_path / name}"
+        hashes.setdefault(name, []).append([t.config_hash for t in trials])
+    assert hashes["a.ckpt"][0] == hashes["a.ckpt"][1]                          # same value, same trials
+    assert hashes["a.ckpt"][0][:2] == hashes["b.ckpt"][0][:2]                  # settings without it unchanged
+    assert set(hashes["a.ckpt"][0][2:]).isdisjoint(hashes["b.ckpt"][0][2:])
+
+
 def test_variants_layer_their_overrides_and_seeds():
     study = Study.from_dict(tiny_study(variants={"smoke": {"seeds": [5], "trainer.max_steps": 2},
                                                  "long": {"overrides": {"trainer.max_steps": 100}}}))

@@ -106,3 +106,29 @@ class CausalLM(nn.Module):
         rows = self.input.positional.encoding()[: self.config.max_len if length is None else length].double()
         centred = self.config.norm == "layernorm"
         return (rows.var(dim=1, unbiased=False) if centred else rows.square().mean(dim=1)).tolist()
+
+    @torch.no_grad()
+    def initial_loss_probe(self, length: int | None = None, *, batch_size: int = 16, seed: int = 0) -> float:
+        """The model's own next-token loss on uniform random tokens against uniform random targets (eval mode).
+
+        Data-free and assumption-free: where :meth:`initial_loss_prediction` assumes i.i.d. rows (SPEC §3), this
+        runs the forward pass itself, so rows that share directions — pre-trained vectors, even standardized — show
+        their real start. Tokens and targets avoid the special ids; for i.i.d. rows it agrees with the prediction.
+        """
+        check_positive_int("length", length, optional=True)
+        check_positive_int("batch_size", batch_size)
+        length = min(length or self.config.max_len, self.config.max_len)
+        ordinary = torch.tensor(sorted(set(range(self.vocab.size)) - set(self.vocab.special_ids.values())))
+        if len(ordinary) == 0:
+            ordinary = torch.arange(self.vocab.size)
+        generator = torch.Generator().manual_seed(seed)
+        draw = lambda: ordinary[torch.randint(len(ordinary), (batch_size, length), generator=generator)]  # noqa: E731
+        inputs, targets = draw(), draw()
+        device = self.token_embedding.weight.device
+        was_training = self.training
+        self.eval()
+        try:
+            logits = self(inputs.to(device)).float()
+        finally:
+            self.train(was_training)
+        return float(nn.functional.cross_entropy(logits.flatten(0, 1), targets.to(device).flatten()))

@@ -70,7 +70,7 @@ class Seq2SeqArchitecture(nn.Module, abc.ABC):
 
     @abc.abstractmethod
     def head_logits(self, hidden: torch.Tensor) -> torch.Tensor:
-        """Hidden states (…, width) → logits (…, |V_tgt|)."""
+        """Hidden states (…, width) → logits (…, ``|V_tgt|``)."""
 
     @abc.abstractmethod
     def embedding_slots(self) -> dict[str, EmbeddingSlot]:
@@ -78,7 +78,7 @@ class Seq2SeqArchitecture(nn.Module, abc.ABC):
 
     # ----------------------------------------------------------------- shared
     def forward(self, src: torch.Tensor, tgt_in: torch.Tensor) -> torch.Tensor:
-        """(B, S) source ids + (B, T) decoder input ids → (B, T, |V_tgt|) next-token logits."""
+        """(B, S) source ids + (B, T) decoder input ids → (B, T, ``|V_tgt|``) next-token logits."""
         return self.head_logits(self.decode(tgt_in, self.encode(src)))
 
     def new_cache(self) -> DecoderCache | None:

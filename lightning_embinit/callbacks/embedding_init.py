@@ -181,7 +181,7 @@ class EmbeddingInitCallback(Callback):
     def initialize(self, module: torch.nn.Module, datamodule: Any = None) -> dict[str, dict[str, Any]]:
         """The callback's own path without a Trainer: resolve slots and tokens, build, check, write, freeze, report.
 
-        Returns (and keeps in :attr:`reports`) the report rows ``fit`` would produce for the same
+        Returns (and keeps in ``reports``) the report rows ``fit`` would produce for the same
         setting; ``datamodule`` supplies token strings and the training corpus as it does in ``fit``.
         """
         slots, recipes = self._prepare(module, datamodule)

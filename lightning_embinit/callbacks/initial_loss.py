@@ -55,20 +55,20 @@ class InitialLossMonitor(Callback):
     hands those outputs over divided by ``accumulate_grad_batches``; the monitor multiplies that
     back (automatic optimization). Per rank: the mean over those batches; the logged value is the
     mean over ranks (``trainer.strategy.reduce``). The first ``track_steps`` optimizer steps'
-    losses are kept the same way in :attr:`step_losses` (saved in checkpoints) and written to the
+    losses are kept the same way in ``step_losses`` (saved in checkpoints) and written to the
     trainer's loggers at every one of those steps (logger step = optimizer step − 1, as
     ``train_loss``; independent of ``log_every_n_steps``) as ``init_phase_loss``,
     ``loss_over_ln_vocab`` and ``ln_vocab``; the one-off values (``init_loss``, ``init_loss_ratio``,
     the predictions) reach every logger exactly once, at the first step.
 
     n: ``vocab_size`` if given; else the slot named ``slot`` or the tied slot of the module's
-    :meth:`embedding_slots` (or its ``nn.Embedding`` tables); else the ``out_features`` of the
+    :meth:`~lightning_embinit.init.host.EmbeddingHost.embedding_slots` (or its ``nn.Embedding`` tables); else the ``out_features`` of the
     module's last ``nn.Linear`` (its output layer); else a single embedding table.
 
-    Predictions, from the weights at the first batch: ``init_loss_predicted`` (:attr:`predicted`)
+    Predictions, from the weights at the first batch: ``init_loss_predicted`` (``predicted``)
     is SPEC §3's ln(e^{dσ} + n − 1) for a tied slot, σ the table's std over its non-padding
     rows, n and d its shape (None without a tied slot); ``init_loss_predicted_model``
-    (:attr:`predicted_model`) is ``pl_module.initial_loss_prediction()`` when the module has
+    (``predicted_model``) is ``pl_module.initial_loss_prediction()`` when the module has
     one (as :class:`~lightning_embinit.models.TiedEmbeddingLM`), given ``length=`` the first
     batch's sequence length (:func:`sequence_length`) when it takes that argument.
 
@@ -137,7 +137,7 @@ class InitialLossMonitor(Callback):
 
     @torch.no_grad()
     def _predictions(self, pl_module: nn.Module, batch: Any) -> None:
-        """Set σ, :attr:`predicted` (SPEC §3) and :attr:`predicted_model` from the current weights."""
+        """Set σ, ``predicted`` (SPEC §3) and ``predicted_model`` from the current weights."""
         tied = self._tied
         self._tied_sigma = None if tied is None else token_std(tied.weight, tied.padding_idx)
         self.predicted = None if tied is None else tied_initial_loss(tied.num_embeddings, tied.embedding_dim, self._tied_sigma)

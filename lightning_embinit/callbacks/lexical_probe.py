@@ -25,6 +25,7 @@ from lightning_embinit.init.host import EmbeddingSlot, select_slots
 from lightning_embinit.init.tokens import resolve_slot_tokens
 from lightning_embinit.init.transforms import StatisticsTarget
 
+#: The words of the PCA scatter when ``words=`` is not given (those in the vocabulary are drawn).
 DEFAULT_WORDS = (
     "man", "woman", "king", "queen", "boy", "girl", "father", "mother", "france", "paris", "germany", "berlin",
     "italy", "rome", "dog", "cat", "horse", "red", "blue", "green", "walk", "walking", "run", "running",
@@ -47,7 +48,7 @@ class LexicalProbe(Callback):
         similarity: word-similarity files (``word1<TAB>word2<TAB>rating``).
         slot: the slot to probe. Default: the slot with token strings; among several, the one whose
             vocabulary holds the most distinct words of the test sets (the first on a tie), named in
-            the log and in :attr:`probed_slot` — on a de→en translation model, ``tgt``.
+            the log and in ``probed_slot`` — on a de→en translation model, ``tgt``.
         chains: chain names (:data:`~lightning_embinit.diagnostics.lexical.CHAINS`).
         words: the words of the PCA scatter (those in the vocabulary; default :data:`DEFAULT_WORDS`).
         max_analogies: evaluate a seeded sample of this many in-vocabulary questions (None: all).
@@ -59,7 +60,7 @@ class LexicalProbe(Callback):
     ``{prefix}/{slot}/{chain}/analogy`` (``analogy_semantic``, ``analogy_syntactic``) and
     ``{prefix}/{slot}/{chain}/similarity/{name}`` to every logger; the table as text and the
     scatter (raw vectors, and s · x + P as the first layer sees them) to TensorBoard loggers.
-    Results are kept in :attr:`results` (``{"start": ..., "end": ...}``) and in checkpoints; they
+    Results are kept in ``results`` (``{"start": ..., "end": ...}``) and in checkpoints; they
     start empty at every ``fit`` (a monitor reused for a new run measures that run), and a resumed
     run gets them back from its checkpoint, so it keeps the start of the first.
     """
@@ -116,7 +117,7 @@ class LexicalProbe(Callback):
 
     def _slot(self, pl_module: torch.nn.Module, datamodule: Any = None) -> EmbeddingSlot:
         """The probed slot (see ``slot``), its token strings found as EmbeddingInitCallback finds them
-        (host, datamodule, model); sets :attr:`probed_slot` and, for a choice among several, :attr:`slot_coverage`."""
+        (host, datamodule, model); sets ``probed_slot`` and, for a choice among several, ``slot_coverage``."""
         slots = select_slots(pl_module, None if self.slot is None else [self.slot])
         worded = [resolve_slot_tokens(s, datamodule=datamodule, model=pl_module)[0] for s in slots.values()]
         worded = [s for s in worded if s.tokens is not None]

@@ -30,6 +30,7 @@ from lightning.pytorch import Trainer
 FIT_RUN_FRAME = "_run"
 """``Trainer._run(model, ckpt_path=...)``: the frame whose ``ckpt_path`` is the checkpoint this fit restores."""
 
+#: What :func:`running_fit_checkpoint` returns when no ``Trainer._run`` frame of the trainer is on the stack.
 NOT_FOUND = object()
 
 

@@ -47,7 +47,7 @@ class EmbeddingVarianceMonitor(Callback):
     for why the two differ). With ``figures``, a histogram of the scaled token
     values against the positional values goes to TensorBoard loggers at start and end.
 
-    :attr:`start`, :attr:`latest` and the warning start afresh at every ``fit`` (a monitor reused
+    ``start``, ``latest`` and the warning start afresh at every ``fit`` (a monitor reused
     for a new run measures that run); a resumed run gets them back from its checkpoint, so it keeps
     the start of the first.
     """

@@ -3,7 +3,7 @@
 Every reader raises a :class:`ValueError` that names the file (and what was expected) before any
 tokenizing or training: missing files, parallel files of different lengths, empty files, missing
 columns, text that is not in the given ``encoding`` (UTF-8 by default), a ``.gz`` that is not gzip. Files
-may be gzip-compressed (``.gz``); ``\n``, ``\r\n`` and a lone ``\r`` all end a line. Every file is opened
+may be gzip-compressed (``.gz``); ``\\n``, ``\\r\\n`` and a lone ``\\r`` all end a line. Every file is opened
 through :func:`lightning_embinit.text_files.open_text`.
 """
 

@@ -50,6 +50,7 @@ class LabelledTexts:
         return {"a": self.texts, "b": self.pairs, "labels": self.labels}
 
 
+#: One split's content: sentence pairs (translation) or labelled texts (classification).
 Split = TypeVar("Split", TextPairs, LabelledTexts)
 
 

@@ -36,7 +36,9 @@ from lightning_embinit.init.sources.vector_cache import (
     writable_cache_dir,
 )
 
+#: Part of every cache key: a new on-disk layout gets a new version and never reads an old entry.
 CACHE_VERSION = 1
+#: How many tokenized corpora this process keeps in memory (the most recently used).
 MEMORY_ENTRIES = 4
 _META = "__meta__"
 _memory: OrderedDict[str, TokenizedCorpus] = OrderedDict()

@@ -12,7 +12,7 @@
   word starts carry ``▁`` (``"▁mann"``, but ``"shirt"`` after the hyphen of ``"t-shirt"``), so
   decoding gives back the text's own spacing instead of ``"t - shirt ."``.
 - ``pretrained``: any Hugging Face tokenizer (hub id or local directory, ``transformers.AutoTokenizer``);
-  its token strings by id are :attr:`TextTokenizer.tokens`, so ``source="hf:<same>"`` aligns row for row.
+  its token strings by id are ``TextTokenizer.tokens``, so ``source="hf:<same>"`` aligns row for row.
   Roles the tokenizer lacks come from its own tokens (bos → cls, eos → sep); a role with no token
   at all (e.g. GPT-2's pad, T5's bos) gets a new special token appended to the vocabulary.
 
@@ -37,6 +37,7 @@ from lightning_embinit.data.text_tokenizer import TextTokenizer, WordLevelTokeni
 __all__ = ["SPEC_FORMS", "PretrainedTokenizer", "TextTokenizer", "WordLevelTokenizer", "WordPieceTokenizer",
            "build_tokenizer", "check_tokenizer_spec"]
 
+#: The accepted forms of a tokenizer spec, as error messages list them.
 SPEC_FORMS = ("'word'", "'wordpiece'", "'hf:<hub id, local directory or known model name>'", "a local tokenizer directory",
               "a tokenizer config dict (TextTokenizer.to_config())", "the path of a saved config .json")
 TextSource = Sequence[str] | Callable[[], Sequence[str]]

@@ -22,6 +22,7 @@ from lightning_embinit.checks import check_choice
 from lightning_embinit.text_files import open_text
 from lightning_embinit.modules.vocabulary import SPECIAL_TOKENS
 
+#: The ``regex`` word tokenizer: words (with inner apostrophes, dots, colons or hyphens) or one non-space symbol.
 WORD_PATTERN = re.compile(r"\w+(?:['’.:\-]\w+)*|[^\w\s]", re.UNICODE)
 TOKENIZERS = ("regex", "whitespace")
 

@@ -5,12 +5,12 @@ x_i = s · w_i (s the slot's input scale), P_i the positional row of p_i and z_i
 
 - semantic retention = mean_i cos(x_i, z_i): how far the sum still points along the token vector;
 - positional retention = mean_i cos(P_i, z_i): the same for the position vector;
-- neighbour survival = mean_i |N_k(x, i) ∩ N_k(z, i)| / k, N_k(v, i) the k nearest sampled rows
+- neighbour survival = mean_i ``|N_k(x, i) ∩ N_k(z, i)|`` / k, N_k(v, i) the k nearest sampled rows
   of row i by cosine among v_1 … v_K: the share of each token's nearest-neighbour list (among
   the sampled tokens) that survives adding the positions.
 
 For independent directions, cos(x, z) = r / √(1 + r²) and cos(P, z) = 1 / √(1 + r²) with
-r = |x| / |P|: one retention near 0 means that signal is drowned by the other.
+r = ``|x| / |P|``: one retention near 0 means that signal is drowned by the other.
 
 The two directions are judged differently (:func:`drowning`). Token vectors that drown the
 positions (GloVe or T5 at √D, r ≫ 1) are the starts [K] finds harmful: positional retention

@@ -39,13 +39,14 @@ COVERAGE_COUNTERMEASURES = (
     "check that the source matches the tokenization (casing, word vs sub-word); a sub-word model's own tokenizer "
     "gives full coverage"
 )
+#: The fields of each slot in ``embinit inspect --format json`` (schema ``embinit.inspect/1``).
 SLOT_FIELDS = (
     "name", "num_embeddings", "embedding_dim", "source", "transforms", "trainable", "tied", "tied_modules",
     "mean", "std", "min", "max", "input_scale", "scaled_mean", "scaled_std", "scaled_min", "scaled_max",
     "positional_std", "positional_min", "positional_max", "positional_range", "ratio",
     "semantic_retention", "positional_retention", "neighbour_survival",
     "xavier_std", "std_over_xavier", "coverage",
-    "predicted_initial_loss", "predicted_initial_loss_model", "ln_vocab", "verdict", "problems",
+    "predicted_initial_loss", "predicted_initial_loss_model", "probed_initial_loss", "ln_vocab", "verdict", "problems",
 )
 Problem = dict[str, str]
 """A problem found in a slot: ``{"problem": what is wrong, "countermeasures": what to do}``."""
@@ -65,12 +66,17 @@ def diagnose_slot(
     spread_limit: float = 10.0,
     min_coverage: float = 0.5,
     predicted_model: float | None = None,
+    probed: float | None = None,
 ) -> dict[str, Any]:
-    """One slot of the inspection: the report's numbers, absorption, the SPEC §3 prediction and the problems found."""
+    """One slot of the inspection: the report's numbers, absorption, the SPEC §3 prediction and the problems found.
+
+    ``predicted_model``: the model's own SPEC §3 estimate; ``probed``: the model's loss on random tokens (its
+    forward pass, no i.i.d. assumption), which catches a tied table whose correlated rows the formula misses."""
     measured = slot_absorption(slot, sample_rows=sample_rows, neighbours=neighbours, seed=seed, max_position=max_position)
     result = _slot_numbers(slot, report, measured, predicted_model)
+    result["probed_initial_loss"] = probed
     found = (
-        _tied_head_problem(result, loss_margin),
+        _tied_head_problem(result, loss_margin) or _probed_loss_problem(result, loss_margin),
         _drowning_problem(measured, report, positional_threshold, semantic_threshold),
         _spread_problem(measured, report, result["xavier_std"], spread_limit),
         _coverage_problem(report.get("coverage"), min_coverage),
@@ -122,13 +128,33 @@ def _tied_head_problem(numbers: Mapping[str, Any], loss_margin: float) -> Proble
     if predicted is None or not predicted > ln_vocab + loss_margin:
         return None
     n, d, std, xavier_std = numbers["num_embeddings"], numbers["embedding_dim"], numbers["std"], numbers["xavier_std"]
-    advice = TIED_HEAD_COUNTERMEASURES
-    if tied_initial_loss(n, d, xavier_std) <= ln_vocab + loss_margin:
+    advice, probed = TIED_HEAD_COUNTERMEASURES, numbers.get("probed_initial_loss")
+    correlated = probed is not None and probed > predicted + loss_margin
+    if tied_initial_loss(n, d, xavier_std) <= ln_vocab + loss_margin and not correlated:
         advice += f", or standardize='xavier' (σ = {xavier_std:.3g}, predicted {tied_initial_loss(n, d, xavier_std):.2f})"
+    also = (f"; the model's loss on random tokens is higher still, {probed:.2f}: the rows share directions, which "
+            "rescaling does not change") if correlated else ""
     return {
         "problem": f"tied head: predicted initial loss ln(e^(dσ) + n − 1) = {predicted:.2f} is above ln n = "
-                   f"{ln_vocab:.2f} by more than {loss_margin:g} (dσ = {d * std:.2f}, SPEC §3)",
+                   f"{ln_vocab:.2f} by more than {loss_margin:g} (dσ = {d * std:.2f}, SPEC §3){also}",
         "countermeasures": advice,
+    }
+
+
+def _probed_loss_problem(numbers: Mapping[str, Any], loss_margin: float) -> Problem | None:
+    """A tied head whose loss on random tokens is above ln n by more than ``loss_margin`` although the i.i.d.
+    prediction is not: the rows share directions, so many logits are large, not only the token's own (SPEC §3)."""
+    probed, ln_vocab = numbers.get("probed_initial_loss"), numbers["ln_vocab"]
+    if not numbers["tied"] or probed is None or not probed > ln_vocab + loss_margin:
+        return None
+    predicted = numbers["predicted_initial_loss"]
+    iid = "" if predicted is None else f" although SPEC §3's prediction for i.i.d. rows of this std is {predicted:.2f}"
+    return {
+        "problem": f"tied head: the model's loss on random tokens is {probed:.2f}, above ln n = {ln_vocab:.2f} by more "
+                   f"than {loss_margin:g}{iid}; the rows are not i.i.d. (they share directions), so the start is "
+                   "far from uniform",
+        "countermeasures": "untie the output head, or keep the tie with head='tied_orthogonal' or "
+                           "head='tied_half_swap'; watch the first steps with InitialLossMonitor",
     }
 
 
@@ -173,6 +199,7 @@ def inspection(
     reports: Mapping[str, Mapping[str, Any]],
     *,
     predicted_model: Mapping[str, float | None] | None = None,
+    probed: Mapping[str, float | None] | None = None,
     **options: Any,
 ) -> dict[str, Any]:
     """``{"schema", "slots": [...], "verdict"}`` for every slot that has a report (see :func:`diagnose_slot`)."""
@@ -180,7 +207,8 @@ def inspection(
     if missing:
         raise ValueError(f"reports for unknown slots {missing}; slots: {', '.join(slots)}")
     rows = [
-        diagnose_slot(slots[name], report, predicted_model=(predicted_model or {}).get(name), **options)
+        diagnose_slot(slots[name], report, predicted_model=(predicted_model or {}).get(name),
+                      probed=(probed or {}).get(name), **options)
         for name, report in reports.items()
     ]
     return {"schema": SCHEMA, "slots": rows, "verdict": "bad" if any(r["verdict"] == "bad" for r in rows) else "ok"}
@@ -194,12 +222,13 @@ def format_inspection(result: Mapping[str, Any]) -> str:
     """The inspection as text: the init report table, the diagnostics table and the verdict lines."""
     init = format_report({row["name"]: row["init_report"] for row in result["slots"]})
     header = ["slot", "scaled std", "PE std", "ratio", "semantic ret.", "positional ret.", "NN survival",
-              "std/Xavier", "init loss (SPEC §3)", "model estimate", "ln n", "verdict"]
+              "std/Xavier", "init loss (SPEC §3)", "model estimate", "random-token loss", "ln n", "verdict"]
     rows = [[
         row["name"], _number(row["scaled_std"]), _number(row["positional_std"]), _number(row["ratio"]),
         _number(row["semantic_retention"], ".3f"), _number(row["positional_retention"], ".3f"),
         _number(row["neighbour_survival"], ".3f"), _number(row["std_over_xavier"], ".3g"),
         _number(row["predicted_initial_loss"], ".3f"), _number(row["predicted_initial_loss_model"], ".3f"),
+        _number(row.get("probed_initial_loss"), ".3f"),
         _number(row["ln_vocab"], ".3f"), row["verdict"],
     ] for row in result["slots"]]
     widths = [max(len(cell) for cell in column) for column in zip(header, *rows)]

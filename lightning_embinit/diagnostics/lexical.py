@@ -9,19 +9,19 @@ reported. Sections named ``gram…`` are morpho-syntactic, the others semantic (
 Chains (X the table, s the input scale, P a random positional row per word, X* = X standardized
 to the target, σ_p = std(X), σ_x = the target's std, Xavier's √(2/(N+D)) by default):
 
-=========================  =======================  ===========================================
-name                       matrix                   meaning
-=========================  =======================  ===========================================
-``raw``                    X                        the vectors as loaded
-``scaled``                 s · X                    after the input scale (cosine-invariant)
-``raw+pe``                 X + P                    positions added to the raw vectors
-``standardized``           X*                       Pre-trained_Xavier ([K] §3.4)
-``standardized+scaled``    s · X*
-``standardized+pe``        X* + P                   positions added after standardizing
-``raw+pe_scaled``          X + P · σ_p / σ_x        the same balance as ``standardized+pe``, raw vectors
-``scaled+pe``              s · X + P                what the first layer sees (not in [K] Table 4)
-``standardized+scaled+pe`` s · X* + P               the same after standardizing
-=========================  =======================  ===========================================
+===========================  =======================  ===========================================
+name                         matrix                   meaning
+===========================  =======================  ===========================================
+``raw``                      X                        the vectors as loaded
+``scaled``                   s · X                    after the input scale (cosine-invariant)
+``raw+pe``                   X + P                    positions added to the raw vectors
+``standardized``             X*                       Pre-trained_Xavier ([K] §3.4)
+``standardized+scaled``      s · X*
+``standardized+pe``          X* + P                   positions added after standardizing
+``raw+pe_scaled``            X + P · σ_p / σ_x        the same balance as ``standardized+pe``, raw vectors
+``scaled+pe``                s · X + P                what the first layer sees (not in [K] Table 4)
+``standardized+scaled+pe``   s · X* + P               the same after standardizing
+===========================  =======================  ===========================================
 """
 
 from __future__ import annotations
@@ -78,6 +78,7 @@ class ChainInputs:
 
 
 ChainFunction = Callable[[ChainInputs], torch.Tensor]
+#: The chains of modifications by name (see the table above).
 CHAINS: Registry[ChainFunction] = Registry("lexical chain")
 
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Callable, Generic, Iterator, TypeVar
 
+#: The type of the objects a registry holds.
 T = TypeVar("T")
 
 

@@ -119,7 +119,7 @@ _OPERATORS = {ast.Add: operator.add, ast.Sub: operator.sub, ast.Mult: operator.m
 
 
 def shape_expression(text: str) -> Callable[[int, int], float]:
-    """σ as a function of the table's shape: numbers, ``n`` (rows), ``d`` (dimension), + − × / **,
+    """σ as a function of the table's shape: numbers, ``n`` (rows), ``d`` (dimension), ``+ − × / **``,
     ``sqrt``, ``ln`` (= ``log``) and ``exp``; e.g. ``1/sqrt(d)`` or ``ln(n)/d`` (SPEC §3)."""
     try:
         tree = ast.parse(text.strip(), mode="eval")

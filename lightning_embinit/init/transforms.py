@@ -176,6 +176,7 @@ class Transform(ABC):
         """The transformed matrix; may reuse ``matrix.weight``'s storage, which the pipeline owns."""
 
 
+#: The transforms by name (``standardize``, ``match``, ``shuffle``, ``scale``), as ``transforms=[...]`` names them.
 TRANSFORMS: Registry[Transform] = Registry("transform")
 
 

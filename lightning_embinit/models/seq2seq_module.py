@@ -111,7 +111,7 @@ class Seq2SeqModule(EmbinitModule):
 
     # ----------------------------------------------------------------- forward, loss
     def forward(self, src: torch.Tensor, tgt_in: torch.Tensor) -> torch.Tensor:
-        """(B, S) source ids + (B, T) decoder input ids → (B, T, |V_tgt|) next-token logits."""
+        """(B, S) source ids + (B, T) decoder input ids → (B, T, ``|V_tgt|``) next-token logits."""
         return self.model(src, tgt_in)
 
     def teacher_forced_loss(

@@ -95,6 +95,10 @@ class TiedEmbeddingLM(EmbinitModule):
         """SPEC §3's expected initial loss from the current weights (:meth:`CausalLM.initial_loss_prediction`)."""
         return self.model.initial_loss_prediction(length)
 
+    def initial_loss_probe(self, length: int | None = None, **options: int) -> float:
+        """The loss on random tokens, from the model's own forward (:meth:`CausalLM.initial_loss_probe`)."""
+        return self.model.initial_loss_probe(length, **options)
+
     def loss(self, logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
         """Mean next-token cross-entropy over non-padding targets."""
         ignore = -100 if self.model.padding_idx is None else self.model.padding_idx

@@ -39,6 +39,7 @@ ACTIVATION_FUNCTIONS: dict[str, Callable[[torch.Tensor], torch.Tensor]] = {
     "tanh": torch.tanh,
 }
 """Every elementwise activation by name: the FFN's (:data:`ACTIVATIONS`) and the head's."""
+#: The activations a feed-forward block may use.
 ACTIVATIONS = ("relu", "gelu")
 
 

@@ -7,8 +7,8 @@ cache ``tokens`` holds only the newest token of each row and the keys/values of 
 read back; without one it holds the whole prefix, recomputed every step (the naive loop).
 
 Beam search follows fairseq: at each step the 2K best continuations of the K live beams are
-ranked (``pad`` and ``bos`` are never generated); those ending in ``eos`` among the first K are finished with score log p / |y|^α
-(α = ``length_penalty``, |y| counting ``eos``; α = 0 ranks by the raw sum), the K best others
+ranked (``pad`` and ``bos`` are never generated); those ending in ``eos`` among the first K are finished with score log p / ``|y|^α``
+(α = ``length_penalty``, ``|y|`` counting ``eos``; α = 0 ranks by the raw sum), the K best others
 live on, and a sentence is done once K hypotheses finished. At ``max_len`` the live beams are
 finished as they are, so beam size 1 is exactly greedy decoding. Finished rows leave the batch.
 """
@@ -105,7 +105,7 @@ def _finish_eos_candidates(
     finished: Hypotheses, alive: list[int], prefix: torch.Tensor, top_scores: torch.Tensor, parents: torch.Tensor,
     is_eos: torch.Tensor, *, k: int, eos_id: int, length: int, length_penalty: float,
 ) -> None:
-    """Finish the continuations ending in ``eos`` among each row's k best (score log p / |y|^α)."""
+    """Finish the continuations ending in ``eos`` among each row's k best (score log p / ``|y|^α``)."""
     for row, rank in (is_eos[:, :k] & (top_scores[:, :k] > float("-inf"))).nonzero().tolist():
         sentence = alive[row]
         if len(finished[sentence]) < k:

@@ -8,12 +8,14 @@ import os
 import platform
 import re
 import socket
+import time
 from pathlib import Path
 from typing import Any, Mapping
 
 import lightning
 import torch
-from lightning.pytorch import Trainer
+from lightning.pytorch import LightningModule, Trainer
+from lightning.pytorch.callbacks import Callback
 
 from lightning_embinit.callbacks import EmbeddingInitCallback, EmbeddingVarianceMonitor, InitialLossMonitor, LearningSpeedMonitor
 from lightning_embinit.studies.spec import package_version
@@ -142,3 +144,37 @@ def host() -> dict[str, Any]:
     return {"hostname": socket.gethostname(), "platform": platform.platform(), "cpu_count": os.cpu_count(),
             "torch_threads": torch.get_num_threads(), "gpu": gpu,
             "cuda_visible_devices": os.environ.get("CUDA_VISIBLE_DEVICES")}
+
+
+class EpochClock(Callback):
+    """Wall seconds of each training epoch, its end-of-epoch validation included, and whether it ran all its batches."""
+
+    def __init__(self) -> None:
+        self.epochs: list[tuple[float, bool]] = []
+        self._started: float | None = None
+        self._batches = 0
+
+    def on_train_epoch_start(self, trainer: Trainer, pl_module: LightningModule) -> None:
+        self._started, self._batches = time.perf_counter(), 0
+
+    def on_train_batch_end(self, trainer: Trainer, *args: Any) -> None:
+        self._batches += 1
+
+    def on_train_epoch_end(self, trainer: Trainer, pl_module: LightningModule) -> None:
+        if self._started is not None:
+            expected = trainer.num_training_batches
+            whole = not math.isfinite(expected) or self._batches >= expected
+            self.epochs.append((time.perf_counter() - self._started, whole))
+            self._started = None
+
+
+def cost_values(model: torch.nn.Module, clock: EpochClock, fit_seconds: float, steps: int) -> dict[str, Any]:
+    """What the trial cost: ``parameters`` (all, tied tables once), ``trainable_parameters`` (``requires_grad`` at
+    the end of fit), ``fit_s``, ``seconds_per_step``, and ``seconds_per_epoch`` over the epochs that ran all their
+    batches (None when none did: a run shorter than an epoch)."""
+    parameters = list(model.parameters())
+    whole = [seconds for seconds, complete in clock.epochs if complete]
+    return {"parameters": sum(p.numel() for p in parameters),
+            "trainable_parameters": sum(p.numel() for p in parameters if p.requires_grad),
+            "fit_s": round(fit_seconds, 3), "seconds_per_step": fit_seconds / steps if steps else None,
+            "seconds_per_epoch": sum(whole) / len(whole) if whole else None, "whole_epochs": len(whole)}

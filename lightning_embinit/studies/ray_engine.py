@@ -7,12 +7,12 @@ record into ``<results>/trials/`` from what the trials reported, so ``embinit re
 local one even when the trials ran on other nodes (their logs and checkpoints stay where the results directory
 lies on that node: use a shared filesystem to keep them too).
 
-Needs the ``ray`` extra: ``pip install 'lightning_embinit[ray]'``.
+With ``ddp_workers`` > 1 (``--ddp-workers``) each Tune trial runs its trial as a Ray Train DDP run instead
+(:mod:`.ray_train`). Needs the ``ray`` extra: ``pip install 'lightning_embinit[ray]'``.
 """
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import os
 import uuid
@@ -23,6 +23,7 @@ from lightning_embinit.studies.keys import StudyError
 from lightning_embinit.studies.local import available_cores
 from lightning_embinit.studies.plan import prepare_sweep
 from lightning_embinit.studies.progress import SweepProgress
+from lightning_embinit.studies.ray_train import REPORTED_RECORD, ray_train_job, require_ray, run_ray_train_job
 from lightning_embinit.studies.records import now, read_record, record_path, write_json
 from lightning_embinit.studies.spec import Study, Trial
 from lightning_embinit.studies.trial import failed_record, trial_job
@@ -32,37 +33,35 @@ try:
 except ImportError:  # the engine refuses to start (require_ray); the module still imports
     TuneCallback = object
 
-RAY_INSTALL = "pip install 'lightning_embinit[ray]'"
-REPORTED_RECORD = "embinit_record"
-"""The key of the JSON record in the metrics a trial reports to Tune."""
 _PROGRESS_BARS: dict[str, SweepProgress] = {}
 """The driver's progress bars by a callback's token."""
 
 
-def require_ray() -> None:
-    """StudyError naming the install command when Ray Tune is missing (checked before any trial starts)."""
-    if importlib.util.find_spec("ray") is None or importlib.util.find_spec("ray.tune") is None:
-        raise StudyError(f"--engine ray needs Ray Tune, which is not installed: {RAY_INSTALL}")
-
-
 def run_study_on_ray(study: Study | str | Path, results_dir: str | Path, *, variant: str | None = None,
                      workers: int | None = None, threads: int | None = None, gpus_per_trial: int = 0,
-                     address: str | None = None, retry_failed: bool = False,
+                     address: str | None = None, retry_failed: bool = False, ddp_workers: int = 1,
                      progress: bool = True) -> list[dict[str, Any]]:
     """Run every pending trial of ``study``'s ``variant`` as a Ray Tune trial; return the records in trial order.
 
     ``threads``: CPUs per trial (default 1), ``gpus_per_trial``: GPUs per trial, ``workers``: at most this many
     trials at once (default: as many as the cluster's resources fit), ``address``: an existing cluster
-    (``auto``, ``ray://head:10001``; default a local instance of this machine's cores).
+    (``auto``, ``ray://head:10001``; default a local instance of this machine's cores). ``ddp_workers`` > 1: each
+    trial is a DDP run of that many Ray Train workers (:mod:`.ray_train`), each with ``threads`` CPUs and
+    ``gpus_per_trial`` GPUs; the Tune trial that starts it holds no CPU or GPU of its own.
     """
     require_ray()
     cpus = 1 if threads is None else threads
-    if cpus < 1 or gpus_per_trial < 0 or (workers is not None and workers < 1):
-        raise StudyError(f"--threads must be ≥ 1, GPUs per trial ≥ 0 and --workers ≥ 1; got {cpus}, {gpus_per_trial}, "
-                         f"{workers}")
+    if cpus < 1 or gpus_per_trial < 0 or (workers is not None and workers < 1) or ddp_workers < 1:
+        raise StudyError(f"--threads must be ≥ 1, GPUs per trial ≥ 0, --workers ≥ 1 and --ddp-workers ≥ 1; got "
+                         f"{cpus}, {gpus_per_trial}, {workers}, {ddp_workers}")
     plan = prepare_sweep(study, results_dir, variant=variant, retry_failed=retry_failed)
     results_dir = plan.results_dir.resolve()
-    jobs = [trial_job(trial, results_dir, cpus) for trial in plan.to_run]
+    if ddp_workers > 1:
+        jobs = [ray_train_job(trial, results_dir, num_workers=ddp_workers, gpus_per_worker=gpus_per_trial,
+                              cpus_per_worker=cpus) for trial in plan.to_run]
+        cpus, gpus_per_trial = 0, 0   # the Train workers hold the resources, not the Tune trial that waits on them
+    else:
+        jobs = [trial_job(trial, results_dir, cpus) for trial in plan.to_run]
     with SweepProgress(plan.study.name, total=len(plan.trials), skipped=plan.kept, enabled=progress) as bar:
         records = _tune(jobs, results_dir, plan.study.name, variant, cpus=cpus, gpus=gpus_per_trial,
                         workers=workers, address=address, bar=bar) if jobs else {}
@@ -82,9 +81,12 @@ def ray_trial(config: Mapping[str, Any], jobs: Sequence[Mapping[str, Any]]) -> N
     if job.get("cwd") and os.path.isdir(job["cwd"]):
         os.chdir(job["cwd"])  # relative data paths in the study resolve as they do for the local engine
     os.makedirs(os.path.dirname(job["log_file"]), exist_ok=True)
-    redirect_output(job["log_file"])
-    limit_threads(int(job["threads"]))
-    record = run_trial(job["trial"], job["results_dir"], run_id=job["run_id"])
+    if job.get("num_workers"):
+        record = run_ray_train_job(job)
+    else:
+        redirect_output(job["log_file"])
+        limit_threads(int(job["threads"]))
+        record = run_trial(job["trial"], job["results_dir"], run_id=job["run_id"])
     numbers = {name: value for name, value in {**record.get("metrics", {}), **record.get("monitors", {})}.items()
                if isinstance(value, (int, float)) and not isinstance(value, bool)}
     tune.report({**numbers, "status": record["status"], REPORTED_RECORD: json.dumps(record)})
@@ -101,7 +103,9 @@ def _tune(jobs: list[dict[str, Any]], results_dir: Path, name: str, variant: str
         options = {"address": address} if address else {"num_cpus": available_cores(), "include_dashboard": False}
         ray.init(**options, configure_logging=False, log_to_driver=False)
     try:
-        trainable = tune.with_resources(tune.with_parameters(ray_trial, jobs=jobs), {"cpu": cpus, "gpu": gpus})
+        # A Tune trial needs some resource; one that waits on its Ray Train workers holds a byte of memory, no CPU
+        resources = {"cpu": cpus, "gpu": gpus} if cpus or gpus else {"cpu": 0, "memory": 1}
+        trainable = tune.with_resources(tune.with_parameters(ray_trial, jobs=jobs), resources)
         tuner = tune.Tuner(
             trainable,
             param_space={"trial_index": tune.grid_search(list(range(len(jobs))))},

@@ -179,9 +179,11 @@ def _difference_table(differences: pd.DataFrame, names: Sequence[str]) -> list[s
 
 
 def _groups(records: Sequence[Mapping[str, Any]], names: Sequence[str]) -> list[tuple[str, list[str]]]:
-    """The chosen metrics split into the trials' metrics and the monitors (with wall time)."""
-    logged = set(metric_names(records, "metrics"))
-    groups = [("Metrics", [n for n in names if n in logged]), ("Monitors", [n for n in names if n not in logged])]
+    """The chosen metrics split into the trials' metrics, the monitors, and the cost (with wall time)."""
+    logged, cost = set(metric_names(records, "metrics")), {*metric_names(records, "cost"), WALL_TIME}
+    groups = [("Metrics", [n for n in names if n in logged]),
+              ("Monitors", [n for n in names if n not in logged and n not in cost]),
+              ("Cost", [n for n in names if n in cost and n not in logged])]
     return [(title, chosen) for title, chosen in groups if chosen]
 
 

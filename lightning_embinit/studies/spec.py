@@ -24,8 +24,9 @@ name the field). Grid settings are named ``axis=value,axis=value`` (a key axis b
 last part). A trial's config is base → ``overrides`` → the variant's → the setting's → ``seed_everything``
 and ``seed_keys`` = the seed; ``${VAR}`` / ``${VAR:-default}`` in its strings are then read from the
 environment (e.g. ``${EMBINIT_SHARED_DATA:-../shared/data}``). Relative paths in the config resolve from
-the directory the sweep runs in, as with ``embinit fit``. The config hash covers the config before that
-substitution, the seed, the protocol and the package version: a changed setting is a new trial.
+the directory the sweep runs in, as with ``embinit fit``. The config hash covers the config after that
+substitution, the seed, the protocol and the package version: a changed setting, or a variable that now
+names another checkpoint or data directory, is a new trial.
 """
 
 from __future__ import annotations
@@ -336,9 +337,9 @@ class Study:
                 config = copy.deepcopy(template)
                 for key in ("seed_everything", *self.seed_keys):
                     apply_overrides(config, [(key, seed)], where=f"study {self.name!r}, seed_keys")
-                config_hash = digest({"config": config, "seed": seed, "protocol": protocol.to_dict(),
-                                      "version": package_version()})
                 resolved = substitute_environment(config, where=f"study {self.name!r}, setting {setting!r}")
+                config_hash = digest({"config": resolved, "seed": seed, "protocol": protocol.to_dict(),
+                                      "version": package_version()})
                 trials.append(Trial(setting=setting, seed=seed, config=resolved, config_hash=config_hash,
                                     trial_id=trial_id(setting, seed), overrides=copy.deepcopy(overrides),
                                     study=self.name, study_hash=study_hash, variant=variant, protocol=protocol))

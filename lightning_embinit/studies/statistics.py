@@ -1,7 +1,7 @@
 """The statistics of a study's report: mean ± std over seeds, Welch's interval, curves aligned on steps.
 
 Records are the trial dicts a sweep writes (``setting``, ``seed``, ``status``, ``metrics``,
-``monitors``, ``wall_time_s``, ``curves``); a value a trial lacks is missing for that trial alone, so
+``monitors``, ``cost``, ``wall_time_s``, ``curves``); a value a trial lacks is missing for that trial alone, so
 ``n`` counts the trials that have it. NaN and non-numbers count as missing.
 """
 
@@ -18,7 +18,7 @@ from scipy import stats
 
 from lightning_embinit.checks import check_choice, check_known
 
-GROUPS = ("metrics", "monitors")
+GROUPS = ("metrics", "monitors", "cost")
 WALL_TIME = "wall_time_s"
 STATS = ("mean", "std", "n")
 
@@ -72,7 +72,7 @@ def value_of(record: Mapping[str, Any], metric: str) -> float | None:
 def metric_names(records: Iterable[Mapping[str, Any]], group: str | None = None) -> list[str]:
     """Every metric any finished trial has, in first-seen order: ``metrics``, then ``monitors``, then wall time.
 
-    ``group`` (``"metrics"`` or ``"monitors"``) keeps one group only.
+    ``group`` (``"metrics"``, ``"monitors"`` or ``"cost"``) keeps one group only.
     """
     records = done(records)
     names: dict[str, None] = {}

@@ -12,7 +12,8 @@ the config has one), fits, and tests the best checkpoint (or validates it: proto
 (None, or ``type``, ``message``, ``traceback``: its last lines), ``metrics`` (``best_<monitor>``,
 ``best_epoch``, ``best_step``, then the test — or validation — metrics of the best checkpoint: ``test_loss``,
 ``test_bleu``, ``val_acc``, ...), ``final`` (the model's own metrics at the end of fit), ``trained``
-(``steps``, ``epochs``), ``monitors`` (:func:`~.outcome.monitor_values`), ``init_report`` (the
+(``steps``, ``epochs``, ``world_size``), ``cost`` (:func:`~.outcome.cost_values`: parameters, seconds per step and per
+epoch), ``monitors`` (:func:`~.outcome.monitor_values`), ``init_report`` (the
 ``EmbeddingInitCallback`` report per slot), ``curves`` (per logged metric, ``[step, epoch, value]`` rows),
 ``checkpoint`` (the best checkpoint relative to the results directory; None when not kept), ``wall_time_s``,
 ``versions``, ``host``, ``started``/``finished`` (ISO times), ``log`` and ``run_dir`` (relative paths),
@@ -28,8 +29,9 @@ import sys
 import time
 import traceback
 import uuid
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterator, Mapping
+from typing import Any, Callable, Iterator, Mapping
 
 import yaml
 from lightning.pytorch import LightningDataModule, Trainer
@@ -39,7 +41,9 @@ from lightning.pytorch.utilities.model_helpers import is_overridden
 
 from lightning_embinit.lightning_cli import EmbinitCLI, embinit_cli
 from lightning_embinit.studies.outcome import (
+    EpochClock,
     checkpoint_position,
+    cost_values,
     host,
     init_reports,
     is_model_metric,
@@ -58,6 +62,29 @@ TRACEBACK_LINES = 40
 
 class TrialFailure(RuntimeError):
     """A trial that ran but cannot be scored: a non-finite loss or score, or no checkpoint kept."""
+
+
+@dataclass(frozen=True)
+class TrialLaunch:
+    """How one worker of a trial runs, when an engine runs a trial on several workers (Ray Train's DDP); the default
+    is the whole trial in this one process.
+
+    ``rank`` 0 prepares the run directory, writes the config and the record; ``barrier`` waits for every worker;
+    ``trainer_defaults`` go to LightningCLI (a strategy, plugins and callbacks the engine supplies; the config's own
+    values win, so an engine removes ``trainer_keys`` from the config first); ``prepare`` receives the built Trainer
+    and returns the one to use. With several workers an error is recorded (by rank 0) and then raised, so the engine
+    stops every worker rather than leave them waiting in a collective."""
+
+    rank: int = 0
+    world_size: int = 1
+    trainer_defaults: Mapping[str, Any] = field(default_factory=dict)
+    trainer_keys: tuple[str, ...] = ()
+    prepare: Callable[[Trainer], Trainer] | None = None
+    barrier: Callable[[], None] | None = None
+
+    def wait(self) -> None:
+        if self.barrier is not None and self.world_size > 1:
+            self.barrier()
 
 
 def describe(error: BaseException) -> dict[str, str]:
@@ -107,28 +134,35 @@ def trial_job(trial: Trial, results_dir: Path, threads: int, **extra: Any) -> di
             "log_file": str(log_path(results_dir, trial.trial_id)), "threads": threads, "cwd": os.getcwd(), **extra}
 
 
-def run_trial(trial: Trial | Mapping[str, Any], results_dir: str | Path, *, run_id: str | None = None) -> dict[str, Any]:
+def run_trial(trial: Trial | Mapping[str, Any], results_dir: str | Path, *, run_id: str | None = None,
+              launch: TrialLaunch | None = None) -> dict[str, Any]:
     """Run ``trial`` here and now, write its record to ``<results_dir>/trials/<trial_id>.json`` and return it.
 
     Any exception (out of memory included) or a non-finite loss makes the record ``failed`` with the error;
-    only an interrupt (Ctrl-C) passes through, as KeyboardInterrupt, and leaves no new record.
+    only an interrupt (Ctrl-C) passes through, as KeyboardInterrupt, and leaves no new record. ``launch``: this
+    process is one worker of a multi-worker trial (:class:`TrialLaunch`); only its rank 0 writes the record.
     """
     trial = trial if isinstance(trial, Trial) else Trial.from_dict(trial)
+    launch = launch or TrialLaunch()
     results_dir = Path(results_dir)
     record = new_record(trial, results_dir, run_id=run_id)
     start = time.perf_counter()
+    failure: BaseException | None = None
     try:
-        _fit_and_evaluate(trial, results_dir, record)
+        _fit_and_evaluate(trial, results_dir, record, launch)
         record["status"] = "done"
     except (Exception, SystemExit) as error:  # noqa: BLE001 - every failure is recorded, the sweep goes on
         if isinstance(error, SystemExit) and isinstance(error.__context__, KeyboardInterrupt):
             raise KeyboardInterrupt from error  # Lightning turns Ctrl-C into sys.exit(1): interrupted, not failed
-        record["status"], record["error"] = "failed", describe(error)
+        record["status"], record["error"], failure = "failed", describe(error), error
         print(f"trial {trial.trial_id} failed: {type(error).__name__}: {error}", file=sys.stderr, flush=True)
     finally:
         record["wall_time_s"] = round(time.perf_counter() - start, 3)
         record["finished"] = now()
-    write_json(record_path(results_dir, trial.trial_id), record)
+    if launch.rank == 0:
+        write_json(record_path(results_dir, trial.trial_id), record)
+    if failure is not None and launch.world_size > 1:
+        raise failure
     return record
 
 
@@ -143,15 +177,26 @@ def _own_arguments() -> Iterator[None]:
         sys.argv = saved
 
 
-def build_cli(trial: Trial, directory: Path) -> EmbinitCLI:
-    """``embinit``'s LightningCLI on the trial's config (written to ``<directory>/config.yaml``), not run."""
+def write_config(trial: Trial, directory: Path, launch: TrialLaunch | None = None) -> Path:
+    """The trial's config as ``<directory>/config.yaml``, less the trainer keys the engine supplies (``launch``)."""
+    config = trial.config
+    if launch is not None and launch.trainer_keys:
+        config = {**config, "trainer": {key: value for key, value in (config.get("trainer") or {}).items()
+                                        if key not in launch.trainer_keys}}
     config_file = directory / "config.yaml"
-    config_file.write_text(yaml.safe_dump(trial.config, sort_keys=False), encoding="utf-8")
-    args = ["--config", str(config_file), f"--trainer.default_root_dir={directory}"]
+    config_file.write_text(yaml.safe_dump(config, sort_keys=False), encoding="utf-8")
+    return config_file
+
+
+def build_cli(trial: Trial, directory: Path, launch: TrialLaunch | None = None) -> EmbinitCLI:
+    """``embinit``'s LightningCLI on the trial's config (``<directory>/config.yaml``, written by rank 0), not run."""
+    launch = launch or TrialLaunch()
+    args = ["--config", str(directory / "config.yaml"), f"--trainer.default_root_dir={directory}"]
     if (trial.config.get("trainer") or {}).get("enable_progress_bar") is None:
         args.append("--trainer.enable_progress_bar=false")
     with _own_arguments():
-        return embinit_cli(args=args, run=False, save_config_kwargs={"overwrite": True})
+        return embinit_cli(args=args, run=False, save_config_kwargs={"overwrite": True},
+                           trainer_defaults=dict(launch.trainer_defaults))
 
 
 def protocol_checkpoint(trainer: Trainer, protocol: Protocol, directory: Path) -> ModelCheckpoint:
@@ -189,27 +234,35 @@ def has_test_split(datamodule: LightningDataModule | None) -> bool:
     return splits is None or "test" in splits
 
 
-def _fit_and_evaluate(trial: Trial, results_dir: Path, record: dict[str, Any]) -> None:
+def _fit_and_evaluate(trial: Trial, results_dir: Path, record: dict[str, Any], launch: TrialLaunch) -> None:
     directory = run_dir(results_dir, trial.trial_id)
-    shutil.rmtree(directory, ignore_errors=True)
-    directory.mkdir(parents=True)
-    cli = build_cli(trial, directory)
-    trainer = cli.trainer
+    if launch.rank == 0:
+        shutil.rmtree(directory, ignore_errors=True)
+        directory.mkdir(parents=True)
+        write_config(trial, directory, launch)
+    launch.wait()
+    cli = build_cli(trial, directory, launch)
+    trainer = cli.trainer if launch.prepare is None else launch.prepare(cli.trainer)
     checkpoint = protocol_checkpoint(trainer, trial.protocol, directory)
     metrics_file = csv_metrics_file(trainer, directory)
+    clock = EpochClock()
+    trainer.callbacks.append(clock)
+    started = time.perf_counter()
     try:
         trainer.fit(cli.model, datamodule=cli.datamodule)
     finally:
         record["curves"] = read_curves(metrics_file)  # fit's own: the best checkpoint's evaluation goes to metrics
+    fit_seconds = time.perf_counter() - started
     fit_metrics = scalars(trainer.callback_metrics)
     record["final"] = {name: value for name, value in fit_metrics.items() if is_model_metric(name)}
-    record["trained"] = {"steps": trainer.global_step, "epochs": trainer.current_epoch}
+    record["trained"] = {"steps": trainer.global_step, "epochs": trainer.current_epoch, "world_size": trainer.world_size}
+    record["cost"] = cost_values(cli.model, clock, fit_seconds, trainer.global_step)
     record["init_report"] = init_reports(trainer)
     record["monitors"] = monitor_values(trainer, fit_metrics, record["curves"])
     _score_best(trainer, cli, checkpoint, trial.protocol, record)
     if trial.protocol.keep_checkpoint:
         record["checkpoint"] = _relative(Path(checkpoint.best_model_path), results_dir)
-    else:
+    elif launch.rank == 0:
         for path in directory.rglob("*.ckpt"):
             path.unlink(missing_ok=True)
 

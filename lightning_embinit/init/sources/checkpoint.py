@@ -34,6 +34,7 @@ from lightning_embinit.init.tokens import read_token_file
 
 CHECKPOINT_KEY = "embinit"
 CHECKPOINT_OPTIONS = ("slot_map", "parameter", "tokens", "weights_only")
+#: Seconds a memory-mapped checkpoint stays loaded for the next slot that reads the same unchanged file.
 KEEP_LOADED_S = 60.0
 Loaded = tuple[Mapping[str, torch.Tensor], Mapping[str, Any]]
 _kept: dict[tuple[Any, ...], tuple[float, Loaded]] = {}  # at most one memory-mapped checkpoint

@@ -2,17 +2,17 @@
 
 ``hf:<model id or local directory>`` and the names of [K]'s models:
 
-============  =========================================  =====
-name          Hugging Face model                         D
-============  =========================================  =====
-``bert``      ``google-bert/bert-base-uncased``          768
-``mbert``     ``google-bert/bert-base-multilingual-cased`` 768
-``t5``        ``google-t5/t5-small`` ([K]'s D = 512)     512
-``t5-base``   ``google-t5/t5-base``                      768
-``mt5``       ``google/mt5-small``                       512
-``mt5-base``  ``google/mt5-base``                        768
-``minilm``    ``sentence-transformers/all-MiniLM-L6-v2``  384
-============  =========================================  =====
+============  ============================================  =====
+name          Hugging Face model                            D
+============  ============================================  =====
+``bert``      ``google-bert/bert-base-uncased``             768
+``mbert``     ``google-bert/bert-base-multilingual-cased``  768
+``t5``        ``google-t5/t5-small`` ([K]'s D = 512)        512
+``t5-base``   ``google-t5/t5-base``                         768
+``mt5``       ``google/mt5-small``                          512
+``mt5-base``  ``google/mt5-base``                           768
+``minilm``    ``sentence-transformers/all-MiniLM-L6-v2``    384
+============  ============================================  =====
 
 Only the input-embedding tensor is read (:mod:`.hf_weights`); the vocabulary comes from the
 model's own tokenizer (``transformers.AutoTokenizer``), whose token strings are what the slot's
@@ -43,7 +43,7 @@ from lightning_embinit.init.sources.pretrained import PretrainedSource, split_op
 
 HF_OPTIONS = ("path", "revision", "tensor", "tokenizer", "cache_dir", "subfolder")
 SPECIAL_ROLES = ("pad", "unk", "bos", "eos", "cls", "sep", "mask")
-# Files that hold a tokenizer's vocabulary (fast tokenizers, WordPiece, SentencePiece, BPE, tiktoken).
+#: Files that hold a tokenizer's vocabulary (fast tokenizers, WordPiece, SentencePiece, BPE, tiktoken).
 TOKENIZER_FILES = ("tokenizer.json", "vocab.txt", "spiece.model", "sentencepiece.bpe.model", "sentencepiece.model",
                    "tokenizer.model", "vocab.json", "merges.txt", "source.spm", "tiktoken.model")
 

@@ -37,7 +37,7 @@ def hub_offline_reason() -> str | None:
 class HubFiles:
     """``fetch(filename)`` for a hub model: the cached file, else a download while the hub is usable, else None.
 
-    :attr:`offline` says why nothing is downloaded (None while downloads are possible); it is
+    ``offline`` says why nothing is downloaded (None while downloads are possible); it is
     decided at the first file the cache lacks, or by :meth:`offline_reason`.
     """
 

@@ -32,6 +32,7 @@ SAFETENSORS = "model.safetensors"
 BIN_INDEX = "pytorch_model.bin.index.json"
 BIN = "pytorch_model.bin"
 
+#: Key endings of input-embedding tensors, tried in order (a model prefix such as ``bert.`` may precede them).
 EMBEDDING_PATTERNS = (
     "embeddings.word_embeddings.weight",  # BERT, mBERT, RoBERTa, ELECTRA, MiniLM, DistilBERT
     "shared.weight",  # T5, mT5, BART

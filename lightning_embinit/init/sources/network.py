@@ -15,6 +15,7 @@ import urllib.parse
 OFFLINE_FLAGS = ("EMBINIT_OFFLINE", "HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE")
 PROXY_VARIABLES = ("HTTPS_PROXY", "https_proxy", "ALL_PROXY", "all_proxy")
 PROBE_TIMEOUT_S = 3.0
+#: Seconds a network probe's answer is reused.
 PROBE_TTL_S = 30.0
 _probes: dict[tuple[str, int], tuple[float, str | None]] = {}
 

@@ -44,7 +44,9 @@ from lightning_embinit.checks import check_choice
 from lightning_embinit.init.sources.compressed import DECOMPRESSION_ERRORS, open_decompressed
 
 BLOCK_BYTES = 4 << 20
+#: Policies for a bad line of a vector file (``on_bad_line=``).
 ON_BAD_LINE = ("error", "skip", "warn")
+#: Policies for text not in the encoding (``encoding_errors=``), as Python's ``errors=``.
 ENCODING_ERRORS = ("replace", "strict", "ignore", "backslashreplace")
 _BOM = b"\xef\xbb\xbf"
 
@@ -185,7 +187,7 @@ class TextVectorParser:
         self._index: dict[str, int] = {}
 
     def parse(self, sink: Callable[[np.ndarray], None]) -> list[str]:
-        """Parse the whole file; returns the kept tokens (row order) and fills :attr:`report`."""
+        """Parse the whole file; returns the kept tokens (row order) and fills ``report``."""
         from tqdm.auto import tqdm
 
         stream, raw = open_decompressed(self.path)
