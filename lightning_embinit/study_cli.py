@@ -20,8 +20,9 @@ import sys
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
+from lightning_embinit.studies.keys import RAY_INSTALL
+
 ENGINES = ("local", "ray")
-RAY_INSTALL = "pip install 'lightning_embinit[ray]'"
 
 
 def sweep_parser() -> argparse.ArgumentParser:

@@ -16,11 +16,16 @@ import json
 import math
 import os
 import re
+from pathlib import Path
 from typing import Any, Iterable, Mapping
+
+import yaml
 
 _SEGMENT = re.compile(r"\[([^\]]*)\]|([^.\[\]]+)")
 _VARIABLE = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?::-([^}]*))?\}")
 APPEND = "+"
+RAY_INSTALL = "pip install 'lightning_embinit[ray]'"
+"""The install command every missing-Ray message names."""
 
 
 class StudyError(ValueError):
@@ -174,3 +179,18 @@ def canonical(value: Any) -> str:
 def digest(value: Any, length: int = 16) -> str:
     """The first ``length`` hex digits of the SHA-256 of :func:`canonical` ``(value)``."""
     return hashlib.sha256(canonical(value).encode("utf-8")).hexdigest()[:length]
+
+
+def read_yaml_mapping(path: str | Path, what: str) -> dict[str, Any]:
+    """The mapping in the YAML file ``path`` (empty file: {}); a StudyError naming ``what`` when it is missing, not
+    valid YAML or not a mapping."""
+    path = Path(path)
+    if not path.is_file():
+        raise StudyError(f"{what} {path} does not exist")
+    try:
+        data = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
+    except yaml.YAMLError as error:
+        raise StudyError(f"{what} {path} is not valid YAML: {error}") from None
+    if not isinstance(data, Mapping):
+        raise StudyError(f"{what} {path}: expected a mapping, got {type(data).__name__}")
+    return dict(data)

@@ -20,12 +20,11 @@ import os
 from pathlib import Path
 from typing import Any, Mapping
 
-from lightning_embinit.studies.keys import StudyError
+from lightning_embinit.studies.keys import RAY_INSTALL, StudyError
 from lightning_embinit.studies.records import read_record, record_path, write_json
 from lightning_embinit.studies.spec import Trial
 from lightning_embinit.studies.trial import TrialLaunch, failed_record, trial_job
 
-RAY_INSTALL = "pip install 'lightning_embinit[ray]'"
 RAY_TRAINER_KEYS = ("strategy", "plugins", "devices", "num_nodes", "accelerator")
 """Trainer settings Ray Train supplies; a trial's config values for them are set aside."""
 REPORTED_RECORD = "embinit_record"

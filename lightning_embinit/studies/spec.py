@@ -40,10 +40,15 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any, Mapping
 
-import yaml
-
 from lightning_embinit.checks import check_choice, check_known
-from lightning_embinit.studies.keys import StudyError, apply_overrides, digest, split_key, substitute_environment
+from lightning_embinit.studies.keys import (
+    StudyError,
+    apply_overrides,
+    digest,
+    read_yaml_mapping,
+    split_key,
+    substitute_environment,
+)
 
 STUDY_KEYS = ("name", "description", "base", "overrides", "settings", "grid", "seeds", "seed_keys", "reference",
               "protocol", "variants")
@@ -224,15 +229,7 @@ class Study:
     def from_yaml(cls, path: str | Path) -> Study:
         """The study in a YAML file; a relative ``base`` is read from the file's directory."""
         path = Path(path)
-        if not path.is_file():
-            raise StudyError(f"study file {path} does not exist")
-        try:
-            data = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
-        except yaml.YAMLError as error:
-            raise StudyError(f"study file {path} is not valid YAML: {error}") from None
-        if not isinstance(data, Mapping):
-            raise StudyError(f"study file {path}: expected a mapping, got {type(data).__name__}")
-        data = {"name": path.stem, **data}
+        data = {"name": path.stem, **read_yaml_mapping(path, "study file")}
         try:
             return cls.from_dict(data, root=path.parent, path=str(path))
         except (StudyError, ValueError, TypeError) as error:
@@ -305,14 +302,7 @@ class Study:
 
         if isinstance(self.base, Mapping):
             return group_model_settings(copy.deepcopy(dict(self.base)))
-        path = Path(self.base)
-        if not path.is_file():
-            raise StudyError(f"study {self.name!r}: base config {path} does not exist")
-        try:
-            loaded = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
-        except yaml.YAMLError as error:
-            raise StudyError(f"study {self.name!r}: base config {path} is not valid YAML: {error}") from None
-        return group_model_settings(loaded)
+        return group_model_settings(read_yaml_mapping(self.base, f"study {self.name!r}: base config"))
 
     def setting_config(self, setting: str, variant: str | None, base: dict[str, Any] | None = None) -> dict[str, Any]:
         """The config of ``setting`` under ``variant`` before the seed: base and every override layer applied."""
