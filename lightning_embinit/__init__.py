@@ -11,6 +11,7 @@ from typing import Any
 
 from lightning_embinit.init import EmbeddingHost, EmbeddingSlot
 from lightning_embinit.init.pipeline import initialize_embeddings
+from lightning_embinit.init.extension import extend_vocabulary
 from lightning_embinit.init.recipe import InitRecipe
 
 __version__ = "0.1.0.dev0"  # the one place: pyproject.toml reads it ([tool.setuptools.dynamic]), `embinit --version` prints it
@@ -21,6 +22,7 @@ _LAZY = {
     "EmbeddingVarianceMonitor": "lightning_embinit.callbacks",
     "LexicalProbe": "lightning_embinit.callbacks",
     "LearningSpeedMonitor": "lightning_embinit.callbacks",
+    "VocabularyExtensionCallback": "lightning_embinit.callbacks",
     "TiedEmbeddingLM": "lightning_embinit.models",
     "TransformerSeq2Seq": "lightning_embinit.models",
     "ReinforcedTransformerSeq2Seq": "lightning_embinit.models",
@@ -32,6 +34,7 @@ _LAZY = {
 }
 
 __all__ = ["EmbeddingHost", "EmbeddingSlot", "InitRecipe", "initialize_embeddings", *_LAZY]
+__all__ += ["extend_vocabulary"]
 
 
 def __getattr__(name: str) -> Any:

@@ -13,14 +13,11 @@ prints one line on failure (``embinit sweep: error: ...``).
 from __future__ import annotations
 
 import argparse
-import importlib
-import importlib.util
 import inspect
 import sys
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
-from lightning_embinit.studies.keys import RAY_INSTALL
 
 ENGINES = ("local", "ray")
 
@@ -50,17 +47,13 @@ def _fail(command: str, message: str) -> int:
 
 
 def _ray_runner() -> Callable[..., list[dict[str, Any]]]:
-    """The Ray engine's ``run_study_on_ray``; ImportError naming the install command when Ray is missing."""
-    if importlib.util.find_spec("ray") is None:
-        raise ImportError(f"--engine ray needs Ray, which is not installed: {RAY_INSTALL}")
-    try:
-        module = importlib.import_module("lightning_embinit.studies.ray_engine")
-    except ModuleNotFoundError as error:
-        if error.name != "lightning_embinit.studies.ray_engine":
-            raise ImportError(f"--engine ray: {error}; {RAY_INSTALL}") from error
-        raise ImportError("--engine ray: this installation of lightning_embinit has no Ray engine "
-                          "(lightning_embinit.studies.ray_engine)") from error
-    return module.run_study_on_ray
+    """The Ray engine's ``run_study_on_ray``; a StudyError naming the install command when Ray is missing."""
+    from lightning_embinit.studies.ray_train import require_ray
+
+    require_ray()
+    from lightning_embinit.studies.ray_engine import run_study_on_ray
+
+    return run_study_on_ray
 
 
 def _call(runner: Callable[..., Any], study: Any, results: Path, options: dict[str, Any]) -> Any:

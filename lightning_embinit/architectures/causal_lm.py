@@ -13,6 +13,7 @@ gives the estimate for every head. One slot, ``"tokens"``.
 from __future__ import annotations
 
 import math
+from typing import Callable
 
 import torch
 from torch import nn
@@ -69,6 +70,20 @@ class CausalLM(nn.Module):
     def forward(self, input_ids: torch.Tensor) -> torch.Tensor:
         """(B, L) token ids → (B, L, n) next-token logits."""
         return self.head(self.stack(self.input(input_ids)), self.token_embedding.weight)
+
+    def vocabulary_outputs(self) -> dict[str, tuple[str, ...]]:
+        """Slot → the untied output layers whose rows follow its vocabulary (the ``untied`` head's)."""
+        return {} if self.head.is_tied else {"tokens": ("head.proj",)}
+
+    def output_states(self, input_ids: torch.Tensor) -> torch.Tensor:
+        """(B, L) ids → (B, L, D): what meets the output matrix (the head's transform of the final-normed state)."""
+        hidden = self.stack(self.input(input_ids))
+        return hidden if self.head.kind == "untied" else self.head.transform(hidden)
+
+    def remap_vocabulary(self, slot: str, vocab: TokenVocabulary, new_id: Callable[[int | None], int | None]) -> None:
+        """Follow a vocabulary extension of ``slot`` (its tables were rewritten): the vocabulary and padding id."""
+        self.vocab = vocab
+        self.padding_idx = vocab.pad_id
 
     @torch.no_grad()
     def initial_loss_prediction(self, length: int | None = None) -> float | None:

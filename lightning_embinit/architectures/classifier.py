@@ -14,6 +14,8 @@ otherwise the model prepends a learned vector at position 0 (the tokens then tak
 
 from __future__ import annotations
 
+from typing import Callable
+
 import torch
 import torch.nn.functional as F
 from torch import nn
@@ -73,6 +75,16 @@ class EncoderClassifier(nn.Module):
     def embedding_slots(self) -> dict[str, EmbeddingSlot]:
         """One slot, ``"tokens"``: the token table with its strings, pad row, special tokens, input scale and P."""
         return {"tokens": self.token_input.slot("tokens", **self.vocab.slot_options())}
+
+    def vocabulary_outputs(self) -> dict[str, tuple[str, ...]]:
+        """No output layer follows the vocabulary (the head predicts classes)."""
+        return {}
+
+    def remap_vocabulary(self, slot: str, vocab: TokenVocabulary, new_id: Callable[[int | None], int | None]) -> None:
+        """Follow a vocabulary extension (the table was rewritten): the vocabulary, pad id and cls id."""
+        self.vocab = vocab
+        self.pad_id = vocab.pad_id
+        self.cls_id = new_id(self.cls_id)
 
     def forward(self, input_ids: torch.Tensor, token_type_ids: torch.Tensor | None = None) -> torch.Tensor:
         """(B, L) token ids (and segment ids) → (B, C) class logits."""

@@ -12,6 +12,7 @@ three methods decoding needs (``encode``, ``new_cache``, ``next_token_logits``;
 from __future__ import annotations
 
 import abc
+from typing import Callable
 
 import torch
 from torch import nn
@@ -80,6 +81,27 @@ class Seq2SeqArchitecture(nn.Module, abc.ABC):
     def forward(self, src: torch.Tensor, tgt_in: torch.Tensor) -> torch.Tensor:
         """(B, S) source ids + (B, T) decoder input ids → (B, T, ``|V_tgt|``) next-token logits."""
         return self.head_logits(self.decode(tgt_in, self.encode(src)))
+
+    def target_slot(self) -> str:
+        """The slot of the target vocabulary: ``shared`` with ``share_embeddings``, else ``tgt``."""
+        return "shared" if self.config.share_embeddings else "tgt"
+
+    def vocabulary_outputs(self) -> dict[str, tuple[str, ...]]:
+        """Slot → the untied output layers whose rows follow its vocabulary (an untied head's)."""
+        return {} if self.head.is_tied else {self.target_slot(): ("head.proj",)}
+
+    def output_states(self, src: torch.Tensor, tgt_in: torch.Tensor) -> torch.Tensor:
+        """(B, T, width): what meets the output matrix at each decoder position (the head's transform for tied heads)."""
+        hidden = self.decode(tgt_in, self.encode(src))
+        return hidden if self.head.kind == "untied" else self.head.transform(hidden)
+
+    def remap_vocabulary(self, slot: str, vocab: TokenVocabulary, new_id: Callable[[int | None], int | None]) -> None:
+        """Follow a vocabulary extension of ``slot`` (its tables were rewritten): the side's vocabulary and its ids."""
+        if slot in ("src", "shared"):
+            self.src_vocab = vocab
+        if slot in ("tgt", "shared"):
+            self.tgt_vocab = vocab
+            self.pad_id, self.bos_id, self.eos_id = (vocab.id_of(role) for role in ("pad", "bos", "eos"))
 
     def new_cache(self) -> DecoderCache | None:
         """An empty cache for incremental decoding, or None when the model must recompute each step."""

@@ -6,6 +6,12 @@ all ranks hold identical weights, writes them only once all were built and check
 freezing, and reports. It does nothing on validate, test or predict, nothing the second time, and
 nothing when fit resumes from a checkpoint (whose weights and report stand).
 
+When: at ``setup(stage="fit")`` when the selected tables exist then; tables that the module
+creates in ``configure_model`` (or that sit on the meta device until the strategy materializes
+them) are built at ``on_fit_start``, the first callback hook after ``configure_model`` and the
+strategy's setup, before any optimizer step (:mod:`.strategies`). Sharded tables (FSDP2's
+``DTensor``) get each rank's slice of the one matrix (:mod:`lightning_embinit.init.sharding`).
+
 Resume: Lightning restores a checkpoint after ``setup``, so the callback reads the running fit's
 ``ckpt_path`` (:mod:`.lightning_internals`) and confirms it with its own ``on_load_checkpoint``
 during the restore; a disagreement raises at ``on_train_start`` (after every strategy's restore,
@@ -17,7 +23,7 @@ from __future__ import annotations
 import os
 import secrets
 import weakref
-from typing import Any, Mapping, Sequence
+from typing import Any, Callable, Mapping, Sequence
 
 import torch
 import torch.distributed as dist
@@ -26,12 +32,13 @@ from lightning.pytorch.callbacks import Callback
 from lightning.pytorch.utilities import rank_zero_info, rank_zero_warn
 
 from lightning_embinit.callbacks.lightning_internals import LightningInternalsWarning, NOT_FOUND, running_fit_checkpoint
-from lightning_embinit.init.host import EmbeddingSlot, select_slots
-from lightning_embinit.init.freezing import apply_trainability, decays, pin_rows
+from lightning_embinit.callbacks.strategies import check_no_meta, check_strategy, tables_ready, wrapped_for_ddp
+from lightning_embinit.init.distributed import build_on_rank_zero, is_distributed
+from lightning_embinit.init.host import EmbeddingSlot, discover_slots, select_slots
+from lightning_embinit.init.freezing import apply_trainability, check_trainability, decays, pin_rows
 from lightning_embinit.init.pipeline import BuiltSlot, build_slot, recipes_for_slots, slot_report, write_slot
 from lightning_embinit.init.recipe import InitRecipe, Trainable
 from lightning_embinit.init.report import format_report, report_hyperparameters, report_metrics
-from lightning_embinit.init.sources.base import Coverage, SourceMatrix
 from lightning_embinit.init.sources.checkpoint import CHECKPOINT_KEY
 from lightning_embinit.init.tokens import (
     TokenSpec,
@@ -44,7 +51,10 @@ from lightning_embinit.init.transforms import StatisticsTarget
 
 
 class EmbeddingInitCallback(Callback):
-    """Initialize embedding tables at ``setup(stage="fit")`` and record how they were born.
+    """Initialize embedding tables when ``fit`` sets up and record how they were born.
+
+    At ``setup(stage="fit")`` when the tables exist then, else at ``on_fit_start`` (tables created in
+    ``configure_model``, or materialized from the meta device by the strategy).
 
     Args:
         source: a random scheme (``"xavier"``, ``"normal:0.01"``, ...), a pre-trained source name
@@ -121,7 +131,9 @@ class EmbeddingInitCallback(Callback):
         self._pretrained_rows: dict[str, torch.Tensor] = {}
         self._slots: dict[str, EmbeddingSlot] = {}
         self._recipes: dict[str, InitRecipe] = {}
-        self._parameter_names: dict[str, str] = {}
+        self._masks: dict[str, Callable[[], torch.Tensor | None]] = {}
+        self._deferred = False
+        self._built_at_setup: set[int] | None = None
         self._seen_modules: weakref.WeakSet[LightningModule] = weakref.WeakSet()
 
     def __getstate__(self) -> dict[str, Any]:
@@ -140,33 +152,77 @@ class EmbeddingInitCallback(Callback):
     # -- hooks -----------------------------------------------------------------------------
 
     def setup(self, trainer: Trainer, pl_module: LightningModule, stage: str) -> None:
-        if stage != "fit" or pl_module in self._seen_modules:
+        if stage != "fit":
             return
-        slots, recipes = self._prepare(pl_module, getattr(trainer, "datamodule", None))
-        self._seen_modules.add(pl_module)
-        self._restored = False
-        checkpoint = running_fit_checkpoint(trainer)
-        if checkpoint is NOT_FOUND:
-            rank_zero_warn(
-                "EmbeddingInitCallback cannot tell whether this fit resumes from a checkpoint (no Trainer._run frame "
-                "on the stack: setup called outside Trainer.fit, or a Lightning release that renamed it); it builds "
-                "the embeddings now, and a checkpoint restored later replaces them and their report.",
-                category=LightningInternalsWarning,
-            )
-            checkpoint = None
-        self._awaiting_restore = checkpoint
-        self.resumed = checkpoint is not None
-        if self.resumed:
-            rank_zero_info("EmbeddingInitCallback: fit resumes from a checkpoint; its embeddings and report stand.")
-        else:
-            self._write_and_report(slots, recipes, self._build_everywhere(trainer, slots, recipes))
-            self._publish(trainer)
-        self._apply_trainability(slots, recipes)
+        if pl_module in self._seen_modules:  # never a second time
+            self._deferred, self._built_at_setup = False, None
+            return
+        check_strategy(trainer.strategy)
+        self._restored, self._awaiting_restore, self._built_at_setup = False, None, None
+        self._pretrained_rows, self._masks = {}, {}  # new ones: a restore into this fit fills them in place
+        self._deferred = not tables_ready(pl_module, self._names())
+        if not self._deferred:
+            self._start(trainer, pl_module, deferred=False)
+            self._built_at_setup = {id(slot.embedding) for slot in self._slots.values()}
+
+    def on_fit_start(self, trainer: Trainer, pl_module: LightningModule) -> None:
+        """Build the tables that ``configure_model`` created (Lightning calls no callback hook between it and the
+        strategy's setup, which materializes, wraps and creates the optimizers; the writes are in place)."""
+        if self._deferred:
+            self._deferred = False
+            check_strategy(trainer.strategy, deferred=True)
+            check_no_meta(pl_module, self._names(), trainer.strategy)
+            self._start(trainer, pl_module, deferred=True)
+        elif self._built_at_setup is not None:
+            self._check_after_configure_model(pl_module)
 
     def on_load_checkpoint(self, trainer: Trainer, pl_module: LightningModule, checkpoint: dict[str, Any]) -> None:
         """Lightning restores a checkpoint into this fit (after ``setup``): its weights and report stand."""
         self._restored = True
         self.resumed = True
+
+    def _names(self) -> list[str] | None:
+        return list(self.slot_recipes) or None
+
+    def _start(self, trainer: Trainer, pl_module: LightningModule, *, deferred: bool) -> None:
+        """Check, then build and report unless this fit resumes, then freeze (also on resume)."""
+        slots, recipes = self._prepare(pl_module, getattr(trainer, "datamodule", None))
+        self._seen_modules.add(pl_module)
+        checkpoint = running_fit_checkpoint(trainer)
+        if checkpoint is NOT_FOUND:
+            if not self._restored:
+                rank_zero_warn(
+                    "EmbeddingInitCallback cannot tell whether this fit resumes from a checkpoint (no Trainer._run frame "
+                    "on the stack: setup called outside Trainer.fit, or a Lightning release that renamed it); it builds "
+                    "the embeddings now, and a checkpoint restored later replaces them and their report.",
+                    category=LightningInternalsWarning,
+                )
+            checkpoint = None
+        self._awaiting_restore = None if self._restored else checkpoint
+        self.resumed = self._restored or checkpoint is not None
+        if self.resumed:
+            rank_zero_info("EmbeddingInitCallback: fit resumes from a checkpoint; its embeddings and report stand.")
+        else:
+            self._write_and_report(slots, recipes, self._build_everywhere(trainer, slots, recipes))
+            self._publish(trainer)
+        self._apply_trainability(slots, recipes, by_mask=deferred and wrapped_for_ddp(trainer))
+
+    def _check_after_configure_model(self, pl_module: LightningModule) -> None:
+        """Tables built at setup: fail before training when configure_model added tables or sharded a partly frozen one."""
+        for name, slot in self._slots.items():
+            check_trainability(slot, self._recipes[name].trainable)
+        if self.slot_recipes:
+            return  # the tables were named
+        try:
+            late = [name for name, slot in discover_slots(pl_module).items() if id(slot.embedding) not in self._built_at_setup]
+        except ValueError:
+            return
+        if late:
+            raise ValueError(
+                f"EmbeddingInitCallback built {', '.join(self._slots)} at setup, but configure_model created more embedding "
+                f"tables afterwards ({', '.join(late)}), which would train uninitialized: create every table in "
+                "configure_model (all are then built at on_fit_start), or name the tables to build with slots=[...]"
+            )
 
     def _check_restored(self) -> None:
         """After every restore (strategies such as FSDP restore after ``on_fit_start``), before the first step."""
@@ -183,30 +239,33 @@ class EmbeddingInitCallback(Callback):
 
         Returns (and keeps in ``reports``) the report rows ``fit`` would produce for the same
         setting; ``datamodule`` supplies token strings and the training corpus as it does in ``fit``.
+        Under ``torch.distributed`` every rank must call it: rank 0 builds, every rank writes the
+        same matrices (a sharded table, its slice), as in ``fit``.
         """
+        self._pretrained_rows, self._masks = {}, {}
         slots, recipes = self._prepare(module, datamodule)
-        built, summary = self._build_local(slots, recipes, datamodule)
+        built, summary = build_on_rank_zero(slots, lambda: self._build_local(slots, recipes, datamodule))
         self.seed_used = summary["seed"]
         self._write_and_report(slots, recipes, built)
         self._apply_trainability(slots, recipes)
         return self.reports
 
     def on_train_start(self, trainer: Trainer, pl_module: LightningModule) -> None:
-        """Confirm a promised resume happened; pin frozen pre-trained rows for optimizers whose weight decay
-        would move them despite the mask."""
+        """Confirm a promised resume happened; pin frozen rows for optimizers whose weight decay would move them
+        despite the gradient mask."""
         self._check_restored()
-        for name, slot in self._slots.items():
-            if self._recipes[name].trainable != "pretrained_rows":
-                continue
+        for name, rows in self._masks.items():
+            weight = self._slots[name].weight
             for optimizer in trainer.optimizers:
-                if decays(optimizer, slot.weight):
-                    pin_rows(optimizer, slot.weight, lambda name=name, masks=self._pretrained_rows: masks.get(name))
+                if decays(optimizer, weight):
+                    pin_rows(optimizer, weight, rows)
 
     def on_save_checkpoint(self, trainer: Trainer, pl_module: LightningModule, checkpoint: dict[str, Any]) -> None:
+        names = _parameter_names(pl_module, self._slots)
         checkpoint[CHECKPOINT_KEY] = {
             "slots": {
                 name: {
-                    "parameter": self._parameter_names.get(name),
+                    "parameter": names.get(name),
                     "tokens": list(slot.tokens) if slot.tokens is not None else None,
                 }
                 for name, slot in self._slots.items()
@@ -230,7 +289,7 @@ class EmbeddingInitCallback(Callback):
 
     def _prepare(self, module: torch.nn.Module, datamodule: Any) -> tuple[dict[str, EmbeddingSlot], dict[str, InitRecipe]]:
         """The slots with their token strings and recipes, every option checked against every table; no weight touched."""
-        slots = select_slots(module, list(self.slot_recipes) or None)
+        slots = select_slots(module, self._names())
         recipes = {name: self.slot_recipes.get(name, self.recipe) for name in slots}
         self.token_origins = {}
         for name in list(slots):
@@ -241,55 +300,36 @@ class EmbeddingInitCallback(Callback):
             source = recipes[name].validate(slot.num_embeddings, slot.embedding_dim, slot=name)
             if source.is_pretrained and slot.tokens is None:
                 raise missing_tokens_error(name, source.name)
+            check_trainability(slot, recipes[name].trainable)
         self._slots = slots
         self._recipes = recipes
-        self._parameter_names = _parameter_names(module, slots)
-        self._pretrained_rows = {}
         return slots, recipes
 
     def _build_local(
         self, slots: Mapping[str, EmbeddingSlot], recipes: Mapping[str, InitRecipe], datamodule: Any
     ) -> tuple[dict[str, BuiltSlot], dict[str, Any]]:
-        """Every slot's checked matrix and a broadcastable summary (seed, per-slot descriptions)."""
+        """Every slot's checked matrix, and the seed."""
         seed = self.seed if self.seed is not None else secrets.randbelow(2**31)
         generator = torch.Generator().manual_seed(seed)
         built: dict[str, BuiltSlot] = {}
         for name, slot in slots.items():
             built[name] = build_slot(slot, recipes[name], generator=generator, corpus=corpus_for_slot(datamodule, name))
-        return built, {"seed": seed, "slots": {name: _describe(b) for name, b in built.items()}}
+        return built, {"seed": seed}
 
     def _build_everywhere(
         self, trainer: Trainer, slots: Mapping[str, EmbeddingSlot], recipes: Mapping[str, InitRecipe]
     ) -> dict[str, BuiltSlot]:
         """Build on global rank 0, then broadcast matrices, masks and descriptions to every rank."""
-        distributed = trainer.world_size > 1 and dist.is_available() and dist.is_initialized()
-        built: dict[str, BuiltSlot] = {}
-        summary: dict[str, Any]
-        failure: BaseException | None = None
-        if trainer.global_rank == 0:
-            try:
-                built, summary = self._build_local(slots, recipes, getattr(trainer, "datamodule", None))
-            except Exception as error:  # re-raised below on every rank, so no rank waits forever
-                failure = error
-                summary = {"error": f"{type(error).__name__}: {error}"}
+        datamodule = getattr(trainer, "datamodule", None)
+        if trainer.world_size > 1 and is_distributed():
+            device = trainer.strategy.root_device if dist.get_backend() == "nccl" else torch.device("cpu")
+            built, summary = build_on_rank_zero(
+                slots, lambda: self._build_local(slots, recipes, datamodule),
+                broadcast_object=lambda value: trainer.strategy.broadcast(value, src=0), device=device,
+            )
         else:
-            summary = {}
-        if distributed:
-            summary = trainer.strategy.broadcast(summary, src=0)
-        if "error" in summary:
-            if failure is not None:
-                raise failure
-            raise ValueError(f"embedding initialization failed on rank 0: {summary['error']}")
+            built, summary = self._build_local(slots, recipes, datamodule)
         self.seed_used = summary["seed"]
-        if not distributed:
-            return built
-        device = trainer.strategy.root_device if dist.get_backend() == "nccl" else torch.device("cpu")
-        for name, slot in slots.items():
-            dtype = getattr(torch, summary["slots"][name]["dtype"])
-            weight = built[name].matrix.weight if name in built else torch.empty(slot.num_embeddings, slot.embedding_dim, dtype=dtype)
-            rows = built[name].matrix.pretrained_rows if name in built else torch.empty(slot.num_embeddings, dtype=torch.bool)
-            weight, rows = _broadcast(weight, device), _broadcast(rows, device)
-            built[name] = _rebuild(name, weight, rows, summary["slots"][name])
         return built
 
     def _write_and_report(
@@ -302,12 +342,25 @@ class EmbeddingInitCallback(Callback):
         for name, origin in self.token_origins.items():
             self.reports[name]["tokens_from"] = origin
 
-    def _apply_trainability(self, slots: Mapping[str, EmbeddingSlot], recipes: Mapping[str, InitRecipe]) -> None:
+    def _apply_trainability(
+        self, slots: Mapping[str, EmbeddingSlot], recipes: Mapping[str, InitRecipe], *, by_mask: bool = False
+    ) -> None:
+        """Freeze as each recipe says; remember the gradient masks whose rows decaying optimizers must pin."""
         masks = self._pretrained_rows
         for name, slot in slots.items():
-            message = apply_trainability(slot, recipes[name].trainable, lambda name=name: masks.get(name))
+            trainable = recipes[name].trainable
+            message = apply_trainability(slot, trainable, lambda name=name: masks.get(name), by_mask=by_mask)
             if message:
                 rank_zero_warn(f"EmbeddingInitCallback: {message}")
+            if trainable == "pretrained_rows":
+                self._masks[name] = lambda name=name: masks.get(name)
+            elif trainable is False and by_mask:
+                self._masks[name] = lambda rows=torch.ones(slot.num_embeddings, dtype=torch.bool): rows
+                rank_zero_info(
+                    f"EmbeddingInitCallback: slot {name!r} came from configure_model and DDP already counts it as "
+                    "trainable, so it is frozen by a gradient mask (zero gradient, values pinned) instead of "
+                    "requires_grad=False"
+                )
 
     def _publish(self, trainer: Trainer) -> None:
         if self.verbose:
@@ -315,31 +368,6 @@ class EmbeddingInitCallback(Callback):
         for logger in trainer.loggers:
             logger.log_hyperparams(report_hyperparameters(self.reports))
             logger.log_metrics(report_metrics(self.reports), step=0)
-
-
-def _describe(built: BuiltSlot) -> dict[str, Any]:
-    coverage = built.matrix.coverage
-    return {
-        "source": built.source,
-        "dtype": str(built.matrix.weight.dtype).removeprefix("torch."),
-        "transforms": built.transforms,
-        "coverage": coverage.as_dict() if coverage is not None else None,
-    }
-
-
-def _rebuild(name: str, weight: torch.Tensor, rows: torch.Tensor, description: Mapping[str, Any]) -> BuiltSlot:
-    coverage = description["coverage"]
-    if coverage is not None:
-        coverage = Coverage(coverage["found"], coverage["total"], dict(coverage["by_rule"]), list(coverage["missing"]),
-                            coverage.get("extra_rows", 0))
-    matrix = SourceMatrix(weight, rows, description["source"], coverage)
-    return BuiltSlot(name, matrix, description["source"], list(description["transforms"]))
-
-
-def _broadcast(tensor: torch.Tensor, device: torch.device) -> torch.Tensor:
-    on_device = tensor.to(device).contiguous()
-    dist.broadcast(on_device, src=0)
-    return on_device.cpu()
 
 
 def _parameter_names(module: torch.nn.Module, slots: Mapping[str, EmbeddingSlot]) -> dict[str, str]:

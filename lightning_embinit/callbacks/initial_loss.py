@@ -22,6 +22,7 @@ from torch import nn
 from lightning_embinit.callbacks.loggers import log_scalars
 from lightning_embinit.init.host import EmbeddingSlot, discover_slots, select_slots
 from lightning_embinit.init.initial_loss import tied_initial_loss, token_std
+from lightning_embinit.init.sharding import whole_table
 
 COUNTERMEASURES = (
     "initialize the embedding with log_n_over_d (σ = ln n / d, SPEC §3 (a)), untie the output head, "
@@ -139,7 +140,8 @@ class InitialLossMonitor(Callback):
     def _predictions(self, pl_module: nn.Module, batch: Any) -> None:
         """Set σ, ``predicted`` (SPEC §3) and ``predicted_model`` from the current weights."""
         tied = self._tied
-        self._tied_sigma = None if tied is None else token_std(tied.weight, tied.padding_idx)
+        # every rank runs this at the first batch, so gathering a sharded table (a collective) matches
+        self._tied_sigma = None if tied is None else token_std(whole_table(tied.weight), tied.padding_idx)
         self.predicted = None if tied is None else tied_initial_loss(tied.num_embeddings, tied.embedding_dim, self._tied_sigma)
         predict = getattr(pl_module, "initial_loss_prediction", None)
         if not callable(predict):

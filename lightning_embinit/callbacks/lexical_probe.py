@@ -16,12 +16,14 @@ from lightning.pytorch.callbacks import Callback
 from lightning.pytorch.utilities import rank_zero_info
 
 from lightning_embinit.callbacks.loggers import figure_loggers, log_figure, log_scalars
+from lightning_embinit.callbacks.strategies import tables_ready
 from lightning_embinit.text_files import check_encoding
 from lightning_embinit.diagnostics.figures import pca_scatter
 from lightning_embinit.diagnostics.lexical import DEFAULT_CHAINS, check_chains, format_probe, lexical_probe, vocabulary_coverage
 from lightning_embinit.diagnostics.lexical_files import check_probe_inputs, probe_words
 from lightning_embinit.diagnostics.variance import positional_matrix, token_rows
 from lightning_embinit.init.host import EmbeddingSlot, select_slots
+from lightning_embinit.init.sharding import whole_slot
 from lightning_embinit.init.tokens import resolve_slot_tokens
 from lightning_embinit.init.transforms import StatisticsTarget
 
@@ -56,7 +58,8 @@ class LexicalProbe(Callback):
         seed: the seed of the random positional rows and of the question sample.
         encoding: the text encoding of the analogy and similarity files (read, and checked, when the callback is made).
 
-    Logged on global rank zero (the weights are the same on every rank; no collective):
+    Logged on global rank zero (the weights are the same on every rank; a sharded table, FSDP2's DTensor,
+    is first gathered on every rank):
     ``{prefix}/{slot}/{chain}/analogy`` (``analogy_semantic``, ``analogy_syntactic``) and
     ``{prefix}/{slot}/{chain}/similarity/{name}`` to every logger; the table as text and the
     scatter (raw vectors, and s · x + P as the first layer sees them) to TensorBoard loggers.
@@ -103,6 +106,7 @@ class LexicalProbe(Callback):
         self.results: dict[str, dict[str, Any]] = {}
         self.probed_slot: str | None = None
         self.slot_coverage: dict[str, int] = {}
+        self._announced = False
 
     @property
     def test_words(self) -> set[str]:
@@ -140,7 +144,13 @@ class LexicalProbe(Callback):
             return
         # a new fit starts a new record; Lightning restores a resumed run's after setup (load_state_dict)
         self.results = {}
-        slot = self._slot(pl_module, getattr(trainer, "datamodule", None))
+        self._announced = False
+        if tables_ready(pl_module, None if self.slot is None else [self.slot]):  # else: configure_model makes them
+            self._announce(self._slot(pl_module, getattr(trainer, "datamodule", None)))
+
+    def _announce(self, slot: EmbeddingSlot) -> None:
+        """Say which slot is probed when it was chosen among several (once per fit)."""
+        self._announced = True
         if self.slot_coverage:
             covered = ", ".join(f"{name!r} {count}" for name, count in self.slot_coverage.items())
             rank_zero_info(
@@ -149,8 +159,9 @@ class LexicalProbe(Callback):
             )
 
     def probe(self, pl_module: torch.nn.Module, datamodule: Any = None) -> dict[str, dict[str, Any]]:
-        """The probe of the slot's current table (padding row and its token left out)."""
-        return self._probe_slot(self._slot(pl_module, datamodule))
+        """The probe of the slot's current table (padding row and its token left out); every rank must call it
+        when the table is sharded (it is gathered)."""
+        return self._probe_slot(whole_slot(self._slot(pl_module, datamodule)))
 
     @torch.no_grad()
     def _probe_slot(self, slot: EmbeddingSlot) -> dict[str, dict[str, Any]]:
@@ -164,10 +175,14 @@ class LexicalProbe(Callback):
         )
 
     def _record(self, trainer: L.Trainer, pl_module: L.LightningModule, when: str) -> None:
-        if not trainer.is_global_zero or (when == "start" and "start" in self.results):
-            return  # a resumed run keeps the start of the first
-        datamodule = getattr(trainer, "datamodule", None)
-        slot = self._slot(pl_module, datamodule)
+        if when == "start" and "start" in self.results:
+            return  # a resumed run keeps the start of the first (every rank restored the same results)
+        slot = self._slot(pl_module, getattr(trainer, "datamodule", None))
+        if not self._announced:
+            self._announce(slot)
+        slot = whole_slot(slot)  # on every rank: gathering a sharded table is a collective
+        if not trainer.is_global_zero:
+            return
         results = self._probe_slot(slot)
         self.results[when] = results
         step = trainer.global_step

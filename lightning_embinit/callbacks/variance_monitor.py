@@ -17,6 +17,7 @@ from lightning.pytorch.callbacks import Callback
 from lightning.pytorch.utilities import rank_zero_warn
 
 from lightning_embinit.callbacks.loggers import figure_loggers, log_figure, log_scalars
+from lightning_embinit.callbacks.strategies import tables_ready
 from lightning_embinit.diagnostics.absorption import (
     POSITIONAL_THRESHOLD,
     SEMANTIC_THRESHOLD,
@@ -27,6 +28,7 @@ from lightning_embinit.diagnostics.absorption import (
 from lightning_embinit.diagnostics.figures import value_histogram
 from lightning_embinit.diagnostics.variance import positional_matrix, slot_statistics, token_rows
 from lightning_embinit.init.host import EmbeddingSlot, select_slots
+from lightning_embinit.init.sharding import whole_slot
 
 
 class EmbeddingVarianceMonitor(Callback):
@@ -39,7 +41,8 @@ class EmbeddingVarianceMonitor(Callback):
     ``sample_rows`` rows at random positions below ``max_position`` (all rows when None), k =
     ``neighbours`` (see :mod:`lightning_embinit.diagnostics.absorption`).
 
-    Computed on global rank zero only (every rank holds the same weights under DDP; no collective),
+    Computed on global rank zero only (every rank holds the same weights under DDP; a sharded table,
+    FSDP2's DTensor, is first gathered on every rank: the only collective),
     from a private generator seeded with ``seed``, without gradients, never touching the weights,
     the train/eval mode or the global RNG. A warning (once) names the countermeasures when a
     retention falls below its threshold: ``positional_threshold`` (tokens drown positions) or
@@ -98,15 +101,19 @@ class EmbeddingVarianceMonitor(Callback):
 
     def setup(self, trainer: L.Trainer, pl_module: L.LightningModule, stage: str) -> None:
         if stage == "fit":
-            select_slots(pl_module, self.slot_names)  # unknown slot names fail before training
+            tables_ready(pl_module, self.slot_names)  # unknown slot names fail now, or at train start for configure_model's
             # a new fit starts a new record; Lightning restores a resumed run's after setup (load_state_dict)
             self.start, self.latest, self.latest_step, self._warned = None, None, None, False
 
     # ------------------------------------------------------------------ measurement
     @torch.no_grad()
     def measure(self, pl_module: torch.nn.Module) -> dict[str, dict[str, Any]]:
-        """The numbers for every selected slot of ``pl_module`` now."""
-        return {name: self._measure_slot(slot) for name, slot in select_slots(pl_module, self.slot_names).items()}
+        """The numbers for every selected slot of ``pl_module`` now (every rank must call it when a table is sharded)."""
+        return {name: self._measure_slot(slot) for name, slot in self._whole_slots(pl_module).items()}
+
+    def _whole_slots(self, pl_module: torch.nn.Module) -> dict[str, EmbeddingSlot]:
+        """The selected slots, a sharded table gathered whole (a collective: every rank calls this at the same point)."""
+        return {name: whole_slot(slot) for name, slot in select_slots(pl_module, self.slot_names).items()}
 
     def _measure_slot(self, slot: EmbeddingSlot) -> dict[str, Any]:
         positional = positional_matrix(slot)
@@ -133,10 +140,11 @@ class EmbeddingVarianceMonitor(Callback):
         return values
 
     def _record(self, trainer: L.Trainer, pl_module: L.LightningModule, when: str) -> None:
+        slots = self._whole_slots(pl_module)  # on every rank: gathering a sharded table is a collective
         if not trainer.is_global_zero:
             return
         step = trainer.global_step
-        measured = self.measure(pl_module)
+        measured = {name: self._measure_slot(slot) for name, slot in slots.items()}
         self.latest, self.latest_step = measured, step
         if when == "start" and self.start is None:
             self.start = measured
@@ -146,7 +154,7 @@ class EmbeddingVarianceMonitor(Callback):
             if isinstance(value, (int, float)) and not isinstance(value, bool)
         }, step)
         if self.figures and when in ("start", "end") and figure_loggers(trainer):
-            for name, slot in select_slots(pl_module, self.slot_names).items():
+            for name, slot in slots.items():
                 self._log_histogram(trainer, slot, f"{self.prefix}/{name}/histogram_{when}", step)
 
     def _log_histogram(self, trainer: L.Trainer, slot: EmbeddingSlot, tag: str, step: int) -> None:

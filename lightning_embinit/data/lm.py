@@ -51,6 +51,35 @@ def given_vocabulary(vocabulary: Sequence[str] | str | os.PathLike[str]) -> Voca
         raise ValueError(f"vocabulary=: {error}") from None
 
 
+def base_vocabulary_of(spec: Sequence[str] | str | os.PathLike[str]) -> Vocabulary:
+    """The vocabulary a datamodule extends: token strings by id, a one-token-per-line file, or a checkpoint
+    (``.ckpt``) whose ``vocabulary`` hyperparameter is read (a ``TiedEmbeddingLM``'s)."""
+    if isinstance(spec, (str, os.PathLike)) and os.fspath(spec).endswith(".ckpt"):
+        from lightning_embinit.init.sources.checkpoint_file import load_checkpoint_file
+
+        checkpoint = load_checkpoint_file(spec, what="base_vocabulary checkpoint")
+        tokens = (checkpoint.get("hyper_parameters") or {}).get("vocabulary") if isinstance(checkpoint, dict) else None
+        if not tokens:
+            raise ValueError(f"base_vocabulary checkpoint {os.fspath(spec)}: it keeps no `vocabulary` hyperparameter")
+        return given_vocabulary([str(t) for t in tokens])
+    return given_vocabulary(spec)
+
+
+def extended_vocabulary(base: Vocabulary, sentences: Iterable[Sequence[str]], *, min_freq: int,
+                        max_size: int | None) -> Vocabulary:
+    """``base`` with its ids kept, then the words of ``sentences`` seen ≥ ``min_freq`` times that it lacks, most
+    frequent first, up to ``max_size`` tokens in all."""
+    try:
+        learned = Vocabulary.build(sentences, min_freq=min_freq, special_tokens=base.special_tokens).tokens
+    except ValueError:  # no word of the text is frequent enough: nothing to add
+        learned = []
+    known = set(base.tokens)
+    new = [token for token in learned if token not in known]
+    if max_size is not None:
+        new = new[: max(0, max_size - len(base))]
+    return Vocabulary([*base.tokens, *new], base.special_tokens)
+
+
 def _as_list(files: str | Path | Sequence[str]) -> list[str]:
     return [str(files)] if isinstance(files, (str, Path)) else [str(f) for f in files]
 
@@ -78,7 +107,11 @@ class LanguageModelDataModule(L.LightningDataModule):
     every line ends with ``<eos>``. Vocabulary: ``vocabulary`` when given (token strings by id,
     or the path of a one-token-per-line file, e.g. a checkpoint's — ``min_freq``/``max_size``
     are then unused); else built from the training text (``min_freq``, ``max_size``, SPEC §1)
-    with ``<pad>``, ``<unk>``, ``<bos>``, ``<eos>`` at ids 0–3.
+    with ``<pad>``, ``<unk>``, ``<bos>``, ``<eos>`` at ids 0–3. ``base_vocabulary`` (a trained model's: token
+    strings by id, a file, or its ``.ckpt``) is extended instead: its tokens keep their ids and the training
+    text's words it lacks, seen ≥ ``min_freq`` times, are appended — fine-tuning with new tokens
+    (:class:`~lightning_embinit.callbacks.VocabularyExtensionCallback`, docs/vocabulary_extension.md); a
+    ``vocabulary`` given beside it wins (``embinit fit --ckpt_path`` resuming a fine-tune gives its checkpoint's).
 
     Batches: ``(inputs, targets)`` long tensors of shape (``batch_size``, ``seq_len``), targets
     the inputs shifted by one. Distributed: the loaders carry plain samplers (train shuffled),
@@ -113,6 +146,7 @@ class LanguageModelDataModule(L.LightningDataModule):
         val_fraction: float = 0.1,
         num_workers: int = 0,
         vocabulary: list[str] | str | None = None,
+        base_vocabulary: list[str] | str | None = None,
     ) -> None:
         super().__init__()
         for name, value in (("seq_len", seq_len), ("batch_size", batch_size), ("min_freq", min_freq)):
@@ -130,6 +164,8 @@ class LanguageModelDataModule(L.LightningDataModule):
         self.save_hyperparameters()
         self.tokenize = WordTokenizer(tokenizer, lowercase=lowercase)  # validates the tokenizer name
         self._given_vocab = None if vocabulary is None else given_vocabulary(vocabulary)
+        # a given vocabulary wins: `embinit fit --ckpt_path` resuming a fine-tune passes its checkpoint's (extended) one
+        self._base_vocab = None if base_vocabulary is None or vocabulary is not None else base_vocabulary_of(base_vocabulary)
         self._text_loaded = False
         self._train_sentences: list[list[str]] | None = None
         self._val_sentences: list[list[str]] | None = None
@@ -195,7 +231,11 @@ class LanguageModelDataModule(L.LightningDataModule):
                 raise ValueError("the validation text is empty: no tokens after tokenization")
         if self._given_vocab is None:
             hp = self.hparams
-            self._vocab = Vocabulary.build(train_sentences, min_freq=hp.min_freq, max_size=hp.max_size)
+            if self._base_vocab is not None:
+                self._vocab = extended_vocabulary(self._base_vocab, train_sentences or [], min_freq=hp.min_freq,
+                                                  max_size=hp.max_size)
+            else:
+                self._vocab = Vocabulary.build(train_sentences, min_freq=hp.min_freq, max_size=hp.max_size)
         self._train_sentences, self._val_sentences = train_sentences, val_sentences
         self._text_loaded = True
 

@@ -14,6 +14,7 @@ from typing import Any
 import torch
 
 from lightning_embinit.init.host import EmbeddingSlot
+from lightning_embinit.init.sharding import is_sharded
 from lightning_embinit.init.statistics import embedding_statistics, rows_without
 
 
@@ -35,11 +36,16 @@ def positional_matrix(slot: EmbeddingSlot) -> torch.Tensor | None:
 def token_rows(slot: EmbeddingSlot) -> torch.Tensor:
     """The slot's table without its padding row (a detached view when the padding row is first or last)."""
     weight = slot.weight.detach()
+    if is_sharded(weight):
+        raise ValueError(
+            f"slot {slot.name!r}: the table is sharded over ranks (a DTensor); gather it first with "
+            "lightning_embinit.init.sharding.whole_slot(slot), on every rank"
+        )
     if weight.dim() != 2 or tuple(weight.shape) != (slot.num_embeddings, slot.embedding_dim):
         raise ValueError(
             f"slot {slot.name!r}: the weight has shape {tuple(weight.shape)}, not ({slot.num_embeddings}, "
-            f"{slot.embedding_dim}); diagnostics need the whole table on one process (a sharded strategy "
-            "such as FSDP or DeepSpeed stage 3 splits it)"
+            f"{slot.embedding_dim}); diagnostics need the whole table on one process: FSDP1 and DeepSpeed stage 3 "
+            "split it into flat shards (use FSDP2, whose DTensor tables lightning_embinit.init.sharding.whole_slot gathers)"
         )
     return rows_without(weight, slot.padding_idx)
 

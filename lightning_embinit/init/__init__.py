@@ -4,6 +4,8 @@ Nothing in this package imports Lightning; the callbacks in :mod:`lightning_embi
 are thin adapters over it.
 """
 
+from lightning_embinit.init.extension import ExtensionPlan, VocabularyChange, extend_vocabulary, plan_extension
+from lightning_embinit.init.extension_rules import BIAS_RULES, RULES as EXTENSION_RULES
 from lightning_embinit.init.host import EmbeddingHost, EmbeddingSlot, discover_slots, select_slots, slot_from_path
 from lightning_embinit.init.positional import sinusoidal_encoding
 from lightning_embinit.init.registry import Registry
@@ -41,3 +43,4 @@ __all__ = [
     "sinusoidal_encoding",
     "slot_from_path",
 ]
+__all__ += ["BIAS_RULES", "EXTENSION_RULES", "ExtensionPlan", "VocabularyChange", "extend_vocabulary", "plan_extension"]

@@ -15,12 +15,13 @@ from torch.utils.hooks import RemovableHandle
 
 from lightning_embinit.init.host import EmbeddingSlot
 from lightning_embinit.init.recipe import Trainable
+from lightning_embinit.init.sharding import is_sharded
 
 FrozenRows = Callable[[], "torch.Tensor | None"]
 
 
 def freeze_rows(weight: nn.Parameter, frozen_rows: FrozenRows) -> RemovableHandle:
-    """Zero the gradient of the rows where ``frozen_rows()`` is True.
+    """Zero the gradient of the rows where ``frozen_rows()`` is True (the entries, for a 1-D bias).
 
     The mask is read at every backward, so it may be filled after the hook is registered (as when
     a checkpoint restores it). A tied output layer shares the weight, so its rows freeze too.
@@ -30,7 +31,8 @@ def freeze_rows(weight: nn.Parameter, frozen_rows: FrozenRows) -> RemovableHandl
         rows = frozen_rows()
         if rows is None:
             return gradient
-        keep = (~rows).to(device=gradient.device, dtype=gradient.dtype).unsqueeze(1)
+        keep = (~rows).to(device=gradient.device, dtype=gradient.dtype)
+        keep = keep.view(-1, *([1] * (gradient.dim() - 1)))
         return gradient * keep
 
     return weight.register_hook(mask_gradient)
@@ -62,10 +64,33 @@ def pin_rows(optimizer: torch.optim.Optimizer, weight: nn.Parameter, frozen_rows
     return [optimizer.register_step_pre_hook(remember), optimizer.register_step_post_hook(restore)]
 
 
-def apply_trainability(slot: EmbeddingSlot, trainable: Trainable, frozen_rows: FrozenRows) -> str | None:
-    """Freeze ``slot`` as ``trainable`` says; returns a warning to show when a tied head freezes with it."""
-    if trainable is False:
+def check_trainability(slot: EmbeddingSlot, trainable: Trainable) -> None:
+    """Refuse a freezing the table cannot take, before any weight is touched."""
+    if trainable == "pretrained_rows" and is_sharded(slot.weight):
+        raise ValueError(
+            f"slot {slot.name!r}: trainable='pretrained_rows' needs the whole table on every rank, but it is sharded "
+            "(a DTensor, as FSDP2's fully_shard makes it), whose gradient hooks never run; choose trainable=True or "
+            "trainable=False for a sharded table, or train it unsharded (DDP)"
+        )
+
+
+def apply_trainability(
+    slot: EmbeddingSlot, trainable: Trainable, frozen_rows: FrozenRows, *, by_mask: bool = False
+) -> str | None:
+    """Freeze ``slot`` as ``trainable`` says; returns a warning to show when a tied head freezes with it.
+
+    ``by_mask`` freezes a ``trainable=False`` table with a gradient mask over all rows instead of
+    ``requires_grad=False``: for a table that a wrapper (DDP) already registered as trainable, whose
+    reducer fails on a gradient that never comes. Pin its rows (:func:`pin_rows`) for optimizers
+    that decay it.
+    """
+    check_trainability(slot, trainable)
+    if trainable is False and by_mask:
+        every_row = torch.ones(slot.num_embeddings, dtype=torch.bool)
+        freeze_rows(slot.weight, lambda: every_row)
+    elif trainable is False:
         slot.weight.requires_grad_(False)
+    if trainable is False:
         if slot.is_tied:
             return (
                 f"slot {slot.name!r} is frozen, and so is the output layer tied to it "

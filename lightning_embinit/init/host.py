@@ -109,7 +109,8 @@ def discover_slots(root: nn.Module) -> dict[str, EmbeddingSlot]:
     if not slots:
         raise ValueError(
             f"{type(root).__name__} has no embedding tables: it neither implements "
-            "EmbeddingHost.embedding_slots() nor contains an nn.Embedding"
+            "EmbeddingHost.embedding_slots() nor contains an nn.Embedding (tables that a LightningModule creates in "
+            "configure_model() exist only once Lightning has called it)"
         )
     return slots
 

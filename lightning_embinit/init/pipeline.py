@@ -15,9 +15,10 @@ from typing import Any, Callable, Iterable, Mapping, Sequence
 import torch
 from torch import nn
 
-from lightning_embinit.init.freezing import apply_trainability
+from lightning_embinit.init.freezing import apply_trainability, check_trainability
 from lightning_embinit.init.host import EmbeddingSlot, select_slots
 from lightning_embinit.init.recipe import InitRecipe
+from lightning_embinit.init.sharding import is_sharded, whole_table, write_whole
 from lightning_embinit.init.sources.base import SourceMatrix, SourceRequest
 from lightning_embinit.init.sources.vector_cache import cache_directory
 from lightning_embinit.init.transforms import affine
@@ -138,18 +139,26 @@ def _with_padding(full: SourceMatrix, body: SourceMatrix, padding_idx: int | Non
 def write_slot(slot: EmbeddingSlot, weight: torch.Tensor) -> None:
     """Copy ``weight`` into the table (casting to its dtype and device) and zero the padding row.
 
-    A bf16 table receives stochastically rounded values (fixed seed, so every rank writes the same),
-    which keeps a standardized table's std unbiased.
+    A sharded table (``DTensor``) receives its rank's slice of ``weight``, the whole matrix. A bf16
+    table receives stochastically rounded values (fixed seed, so every rank writes the same), which
+    keeps a standardized table's std unbiased.
     """
     if slot.weight.dtype == torch.bfloat16 and weight.dtype != torch.bfloat16:
         weight = affine(weight, 1.0, 0.0, out=torch.empty(weight.shape, dtype=torch.bfloat16))
+    if is_sharded(slot.weight):  # every rank holds the whole matrix and writes its own slice
+        if slot.padding_idx is not None:
+            weight = weight.clone()
+            weight[slot.padding_idx] = 0
+        write_whole(slot.weight, weight)
+        return
     slot.weight.copy_(weight)
     if slot.padding_idx is not None:
         slot.weight[slot.padding_idx].zero_()
 
 
 def slot_report(slot: EmbeddingSlot, built: BuiltSlot | None, recipe: InitRecipe, *, seed: int | None) -> dict[str, Any]:
-    """One row of the init report: how the table was born and its statistics as written."""
+    """One row of the init report: how the table was born and its statistics as written (of the whole table when
+    it is sharded: every rank must call this then)."""
     positional = slot.positional_encoding() if slot.positional_encoding is not None else None
     report: dict[str, Any] = {
         "slot": slot.name,
@@ -161,13 +170,11 @@ def slot_report(slot: EmbeddingSlot, built: BuiltSlot | None, recipe: InitRecipe
         "tied_modules": list(slot.tied_modules),
         "seed": seed,
     }
+    statistics = built.written_statistics(slot) if built and not is_sharded(slot.weight) else None
+    if statistics is None:  # a sharded table is gathered on every rank alike, so the collective matches
+        statistics = matrix_statistics(rows_without(whole_table(slot.weight), slot.padding_idx))
     report.update(
-        embedding_statistics(
-            rows_without(slot.weight.detach(), slot.padding_idx),
-            input_scale=float(slot.input_scale),
-            positional_encoding=positional,
-            statistics=built.written_statistics(slot) if built else None,
-        )
+        embedding_statistics(None, input_scale=float(slot.input_scale), positional_encoding=positional, statistics=statistics)
     )
     coverage = built.matrix.coverage if built else None
     report["coverage"] = coverage.as_dict() if coverage is not None else None
@@ -192,10 +199,16 @@ def initialize_embeddings(
     ``options`` are :class:`InitRecipe` fields (``source="bert"``, ``standardize="xavier"``, ...);
     ``slots`` selects tables and may map a slot to its own overrides. ``corpus(slot)`` returns the
     slot's tokenized training text (for ``word2vec-trainset`` and coverage by frequency).
+
+    Sharded tables (``DTensor``, FSDP2) get their slice on each rank; every rank must call this and
+    builds the matrix itself (the same for the same seed). To read a source on rank 0 only, use
+    ``EmbeddingInitCallback(...).initialize(module)``.
     """
     base = (recipe or InitRecipe()).updated(options, where="options")
     recipes = recipes_for_slots(base, slots)
     selected = select_slots(module, list(recipes) if recipes else None)
+    for name, slot in selected.items():
+        check_trainability(slot, recipes.get(name, base).trainable)
     generator = torch.Generator().manual_seed(seed)
     built = {
         name: build_slot(

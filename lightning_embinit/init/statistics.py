@@ -106,7 +106,7 @@ def matrix_statistics(matrix: torch.Tensor) -> MatrixStats:
 
 
 def embedding_statistics(
-    weight: torch.Tensor,
+    weight: torch.Tensor | None,
     *,
     input_scale: float,
     positional_encoding: torch.Tensor | None = None,
@@ -117,8 +117,10 @@ def embedding_statistics(
     ``scaled_*`` describe ``input_scale · X`` (√D in Vaswani's input, SPEC §1); ``pe_std`` is the
     positional encoding's own std and ``ratio`` = σ(scaled X) / σ(P): far above 1 the tokens drown
     the position signal, far below it the positions drown the word–word structure ("absorption").
-    ``statistics`` may pass the weight's own statistics when they are already known.
+    ``statistics`` may pass the weight's own statistics when they are already known (``weight`` may then be None).
     """
+    if statistics is None and weight is None:
+        raise ValueError("embedding_statistics needs the weight or its statistics")
     raw = statistics or matrix_statistics(weight)
     scaled = raw.scaled(input_scale)
     report: dict[str, float | None] = {

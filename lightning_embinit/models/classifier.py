@@ -9,7 +9,7 @@ Sentence pairs arrive as one sequence: a pretrained tokenizer's own layout (``[C
 
 from __future__ import annotations
 
-from typing import Any, Mapping, Sequence
+from typing import Any, Callable, Mapping, Sequence
 
 import numpy as np
 import torch
@@ -23,9 +23,10 @@ from lightning_embinit.architectures.config import EncoderClassifierConfig
 from lightning_embinit.checks import check_positive_int, check_texts
 from lightning_embinit.data.classification import ClassificationCollator, LabelledDataset
 from lightning_embinit.data.text_cache import Ragged
+from lightning_embinit.data.tokenization import TextTokenizer
 from lightning_embinit.models.module import EmbinitModule
 from lightning_embinit.models.optimization import OptimizerConfig
-from lightning_embinit.models.vocabularies import resolve_tokenizer, tokenizer_vocabulary
+from lightning_embinit.models.vocabularies import followed_tokenizer, resolve_tokenizer, tokenizer_vocabulary
 from lightning_embinit.modules.vocabulary import TokenVocabulary
 
 NO_TOKENIZER_PAD_ID = 0  # the package's special-token order (pad, unk, bos, eos) when no tokenizer is given
@@ -118,6 +119,23 @@ class TransformerClassifier(EmbinitModule):
     def forward(self, input_ids: torch.Tensor, token_type_ids: torch.Tensor | None = None) -> torch.Tensor:
         """(B, L) token ids (and segment ids) → (B, C) class logits."""
         return self.model(input_ids, token_type_ids)
+
+    def _follow_vocabulary(self, change: Any, vocab: TokenVocabulary) -> Callable[[], None]:
+        tokenizer = followed_tokenizer(self.tokenizer, change.tokens, change.tokenizer, option="tokenizer")
+
+        def follow() -> None:
+            self.tokenizer = tokenizer
+            self.hparams["tokenizer"] = None if tokenizer is None else tokenizer.to_config()
+            if self.hparams.get("vocab_size") is not None:
+                self.hparams["vocab_size"] = len(change.tokens)
+
+        return follow
+
+    @classmethod
+    def checkpoint_vocabularies(cls, hparams: Mapping[str, Any]) -> dict[str, tuple[list[str] | None, Any]]:
+        config = hparams.get("tokenizer")
+        tokenizer = None if config is None else TextTokenizer.from_config(config)
+        return {"tokens": (None if tokenizer is None else list(tokenizer.tokens), tokenizer)}
 
     # ----------------------------------------------------------------- Lightning steps
     def _logits(self, batch: Any, what: str) -> tuple[torch.Tensor, torch.Tensor]:

@@ -18,7 +18,7 @@ import importlib
 import inspect
 import os
 from dataclasses import replace
-from typing import Any, ClassVar, Mapping
+from typing import Any, Callable, ClassVar, Mapping
 
 import lightning as L
 import torch
@@ -29,6 +29,7 @@ from lightning_embinit.init.host import EmbeddingSlot
 from lightning_embinit.init.sources.checkpoint_file import CLASS_KEY, UnsafeCheckpointError, load_checkpoint_file, saved_class
 from lightning_embinit.models.optimization import OptimizerConfig, configure_adam
 from lightning_embinit.models.presets import preset_arguments
+from lightning_embinit.modules.vocabulary import TokenVocabulary
 from lightning_embinit.models.settings import field_names, flat_settings, grouped_settings, resolve_groups
 
 CHECKPOINT_LAYOUT_KEY = "embinit_layout"
@@ -159,6 +160,33 @@ class EmbinitModule(L.LightningModule):
             name: replace(slot, tied_modules=tuple(f"model.{module}" for module in slot.tied_modules))
             for name, slot in self.model.embedding_slots().items()
         }
+
+    def vocabulary_outputs(self) -> dict[str, tuple[str, ...]]:
+        """Slot → the untied output layers whose rows follow its vocabulary, by their path in this system."""
+        return {slot: tuple(f"model.{path}" for path in paths) for slot, paths in self.model.vocabulary_outputs().items()}
+
+    def prepare_vocabulary_change(self, change: Any) -> Callable[[], None]:
+        """Check that this system can follow ``change`` (a :class:`~lightning_embinit.init.extension.VocabularyChange`
+        of one slot, whose tables :func:`~lightning_embinit.init.extension.extend_vocabulary` rewrites) and return
+        what to run after the write: the architecture's vocabulary and ids, then ``_follow_vocabulary``'s
+        tokenizers and hyperparameters, so the checkpoint reloads with the new shapes."""
+        vocab = TokenVocabulary.from_tokens(change.tokens, change.special_tokens or None)
+        follow = self._follow_vocabulary(change, vocab)
+
+        def commit() -> None:
+            self.model.remap_vocabulary(change.slot, vocab, change.new_id)
+            follow()
+
+        return commit
+
+    def _follow_vocabulary(self, change: Any, vocab: TokenVocabulary) -> Callable[[], None]:
+        """A system's own part of :meth:`prepare_vocabulary_change` (its tokenizers and hyperparameters)."""
+        return lambda: None
+
+    @classmethod
+    def checkpoint_vocabularies(cls, hparams: Mapping[str, Any]) -> dict[str, tuple[list[str] | None, Any]]:
+        """Slot → (token strings by id, tokenizer or None) of a checkpoint of this system, from its hyperparameters."""
+        return {}
 
     def on_fit_start(self) -> None:
         refresh_metric_states(self)

@@ -10,7 +10,7 @@ decoding (:mod:`~lightning_embinit.modules.decoding`), ``translate``/``predict_s
 
 from __future__ import annotations
 
-from typing import Any, ClassVar, Mapping, Sequence
+from typing import Any, Callable, ClassVar, Mapping, Sequence
 
 import torch
 import torch.nn.functional as F
@@ -24,7 +24,8 @@ from lightning_embinit.checks import (
 from lightning_embinit.modules.decoding import decode
 from lightning_embinit.models.metrics import CorpusBLEU, PerplexityFromLoss
 from lightning_embinit.models.module import EmbinitModule
-from lightning_embinit.models.vocabularies import side_vocabulary
+from lightning_embinit.data.tokenization import TextTokenizer
+from lightning_embinit.models.vocabularies import followed_tokenizer, side_vocabulary
 
 
 BLEU_REFERENCES = ("tokenizer", "raw")
@@ -136,6 +137,37 @@ class Seq2SeqModule(EmbinitModule):
             logits.flatten(0, 1), targets.flatten(), ignore_index=self.model.pad_id,
             label_smoothing=self.hparams.label_smoothing,
         )
+
+    # ----------------------------------------------------------------- vocabulary extension
+    def output_states(self, batch: Any) -> torch.Tensor:
+        """The (K, width) states that meet the output matrix at the batch's non-padding target positions."""
+        src, tgt, _ = split_translation_batch(batch)
+        if tgt is None:
+            raise ValueError("output_states needs a batch with targets ('tgt')")
+        return self.model.output_states(src, tgt[:, :-1])[tgt[:, 1:] != self.model.pad_id]
+
+    def _follow_vocabulary(self, change: Any, vocab: Any) -> Callable[[], None]:
+        sides = {"src": ("src",), "tgt": ("tgt",), "shared": ("src", "tgt")}[change.slot]
+        tokenizers = {side: followed_tokenizer(getattr(self, f"{side}_tokenizer"), change.tokens, change.tokenizer,
+                                               option=f"{side}_tokenizer") for side in sides}
+
+        def follow() -> None:
+            for side, tokenizer in tokenizers.items():
+                setattr(self, f"{side}_tokenizer", tokenizer)
+                self.hparams[f"{side}_tokenizer"] = None if tokenizer is None else tokenizer.to_config()
+                if self.hparams.get(f"{side}_vocab_size") is not None:
+                    self.hparams[f"{side}_vocab_size"] = len(change.tokens)
+
+        return follow
+
+    @classmethod
+    def checkpoint_vocabularies(cls, hparams: Mapping[str, Any]) -> dict[str, tuple[list[str] | None, Any]]:
+        found = {}
+        for side in ("src", "tgt"):
+            config = hparams.get(f"{side}_tokenizer")
+            tokenizer = None if config is None else TextTokenizer.from_config(config)
+            found[side] = (None if tokenizer is None else list(tokenizer.tokens), tokenizer)
+        return {"shared": found["src"]} if hparams.get("share_embeddings") else found
 
     # ----------------------------------------------------------------- Lightning steps
     def training_step(self, batch: Any, batch_idx: int) -> torch.Tensor:

@@ -10,7 +10,7 @@ measured loss).
 
 from __future__ import annotations
 
-from typing import Any, Mapping
+from typing import Any, Callable, Mapping
 
 import torch
 import torch.nn.functional as F
@@ -90,6 +90,26 @@ class TiedEmbeddingLM(EmbinitModule):
     def forward(self, input_ids: torch.Tensor) -> torch.Tensor:
         """(B, L) token ids → (B, L, n) next-token logits."""
         return self.model(input_ids)
+
+    def output_states(self, batch: Any) -> torch.Tensor:
+        """The (K, D) states that meet the output matrix at the batch's non-padding positions."""
+        inputs, _ = split_batch(batch)
+        states = self.model.output_states(inputs)
+        return states[inputs != self.model.padding_idx] if self.model.padding_idx is not None else states.flatten(0, 1)
+
+    def _follow_vocabulary(self, change: Any, vocab: TokenVocabulary) -> Callable[[], None]:
+        def follow() -> None:
+            self.vocabulary = list(change.tokens)
+            self.special_tokens = dict(vocab.special_tokens)
+            self.hparams["vocabulary"] = list(change.tokens)
+            self.hparams["vocab_size"] = len(change.tokens)
+
+        return follow
+
+    @classmethod
+    def checkpoint_vocabularies(cls, hparams: Mapping[str, Any]) -> dict[str, tuple[list[str] | None, Any]]:
+        vocabulary = hparams.get("vocabulary")
+        return {"tokens": (None if vocabulary is None else [str(t) for t in vocabulary], None)}
 
     def initial_loss_prediction(self, length: int | None = None) -> float | None:
         """SPEC §3's expected initial loss from the current weights (:meth:`CausalLM.initial_loss_prediction`)."""

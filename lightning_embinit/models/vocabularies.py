@@ -40,3 +40,21 @@ def side_vocabulary(side: str, tokenizer: Any, vocab_size: int | None) -> tuple[
         min_size=len(SPECIAL_TOKENS) + 1,
     )
     return tokenizer, TokenVocabulary.numbered(size) if tokenizer is None else tokenizer_vocabulary(tokenizer)
+
+
+def followed_tokenizer(current: TextTokenizer | None, tokens: list[str], given: Any, *, option: str) -> TextTokenizer | None:
+    """The tokenizer of a side after its vocabulary became ``tokens``: ``given`` (a ``TextTokenizer`` or its config,
+    whose tokens must be ``tokens``), else a word-level ``current`` rebuilt over ``tokens``; None without a tokenizer.
+    A sub-word tokenizer cannot be rebuilt from a token list: ValueError asks for the new tokenizer."""
+    if given is not None:
+        tokenizer = given if isinstance(given, TextTokenizer) else TextTokenizer.from_config(given)
+        if list(tokenizer.tokens) != list(tokens):
+            raise ValueError(f"{option}: the given tokenizer's {len(tokenizer)} tokens are not the new vocabulary's {len(tokens)}")
+        return tokenizer
+    if current is None:
+        return None
+    if current.kind != "word":
+        raise ValueError(f"{option} is a {current.kind} tokenizer, which a token list cannot rebuild: pass the new tokenizer "
+                         "itself (extend_vocabulary(model, new_tokenizer), or a datamodule that has it)")
+    config = {**current.to_config(), "tokens": list(tokens)}
+    return TextTokenizer.from_config(config)

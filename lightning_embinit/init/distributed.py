@@ -1,0 +1,101 @@
+"""Build every table once, on global rank 0, and give every rank the same matrices (torch.distributed only).
+
+Rank 0 reads the sources and draws the random numbers; the other ranks receive the finished
+matrices, the masks of pre-trained rows and a summary (seed, sources, transforms, coverage), so
+every rank writes identical weights (or, for a sharded table, its slice of the same matrix). An
+error on rank 0 is raised on every rank, so no rank waits forever.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable, Mapping
+
+import torch
+import torch.distributed as dist
+
+from lightning_embinit.init.host import EmbeddingSlot
+from lightning_embinit.init.pipeline import BuiltSlot
+from lightning_embinit.init.sources.base import Coverage, SourceMatrix
+
+def is_distributed() -> bool:
+    """Whether a default process group of more than one rank is running."""
+    return dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1
+
+
+def default_device() -> torch.device:
+    """Where the default group's collectives run: the current CUDA device under NCCL, else the CPU."""
+    if dist.get_backend() == "nccl":
+        return torch.device("cuda", torch.cuda.current_device())
+    return torch.device("cpu")
+
+
+def build_on_rank_zero(
+    slots: Mapping[str, EmbeddingSlot],
+    build: Callable[[], tuple[dict[str, BuiltSlot], dict[str, Any]]],
+    *,
+    broadcast_object: Callable[[Any], Any] | None = None,
+    device: torch.device | None = None,
+) -> tuple[dict[str, BuiltSlot], dict[str, Any]]:
+    """Run ``build`` on global rank 0 only; every rank returns the same matrices, masks and summary.
+
+    ``build`` builds every slot on this process and returns (slot → built matrix, a picklable
+    summary such as ``{"seed": ...}``). Every rank must call this with the same slots.
+    ``broadcast_object`` sends a picklable object from rank 0 (default:
+    ``torch.distributed.broadcast_object_list``); ``device`` is where the tensors travel (default:
+    :func:`default_device`). Without a process group of several ranks this is ``build()``.
+    """
+    if not is_distributed():
+        return build()
+    built: dict[str, BuiltSlot] = {}
+    failure: BaseException | None = None
+    summary: dict[str, Any] = {}
+    if dist.get_rank() == 0:
+        try:
+            built, summary = build()
+            summary = {**summary, "slots": {name: _describe(b) for name, b in built.items()}}
+        except Exception as error:  # re-raised below on every rank
+            failure, summary = error, {"error": f"{type(error).__name__}: {error}"}
+    summary = (broadcast_object or _broadcast_object)(summary)
+    if "error" in summary:
+        if failure is not None:
+            raise failure
+        raise ValueError(f"embedding initialization failed on rank 0: {summary['error']}")
+    device = device or default_device()
+    for name, slot in slots.items():
+        description = summary["slots"][name]
+        mine = built.get(name)
+        weight = mine.matrix.weight if mine else torch.empty(slot.num_embeddings, slot.embedding_dim, dtype=getattr(torch, description["dtype"]))
+        rows = mine.matrix.pretrained_rows if mine else torch.empty(slot.num_embeddings, dtype=torch.bool)
+        built[name] = _rebuild(name, _broadcast(weight, device), _broadcast(rows, device), description)
+    return built, {key: value for key, value in summary.items() if key != "slots"}
+
+
+def _broadcast_object(value: Any) -> Any:
+    holder = [value]
+    dist.broadcast_object_list(holder, src=0)
+    return holder[0]
+
+
+def _describe(built: BuiltSlot) -> dict[str, Any]:
+    coverage = built.matrix.coverage
+    return {
+        "source": built.source,
+        "dtype": str(built.matrix.weight.dtype).removeprefix("torch."),
+        "transforms": built.transforms,
+        "coverage": coverage.as_dict() if coverage is not None else None,
+    }
+
+
+def _rebuild(name: str, weight: torch.Tensor, rows: torch.Tensor, description: Mapping[str, Any]) -> BuiltSlot:
+    coverage = description["coverage"]
+    if coverage is not None:
+        coverage = Coverage(coverage["found"], coverage["total"], dict(coverage["by_rule"]), list(coverage["missing"]),
+                            coverage.get("extra_rows", 0))
+    matrix = SourceMatrix(weight, rows, description["source"], coverage)
+    return BuiltSlot(name, matrix, description["source"], list(description["transforms"]))
+
+
+def _broadcast(tensor: torch.Tensor, device: torch.device) -> torch.Tensor:
+    on_device = tensor.to(device).contiguous()
+    dist.broadcast(on_device, src=0)
+    return on_device.cpu()

@@ -1,0 +1,277 @@
+"""Where the new rows of an extended vocabulary come from (issue 18; :mod:`lightning_embinit.init.extension`).
+
+A rule fills the m rows of the tokens a trained table lacks, from the old rows' statistics or from
+elsewhere; the old rows are never touched. μ and Σ are the mean row and the population covariance
+(divided by M) of the M old non-padding rows:
+
+- ``mean``: every new row is μ. Then a new token's logit h·μ (+ b̄) is the mean of the old logits, so
+  by Jensen exp(h·μ + b̄) ≤ mean_j exp(h·w_j + b_j): no new token outweighs the average old one
+  (J. Hewitt, "Initializing New Word Embeddings for Pretrained Language Models", 2021).
+- ``mean_cov[:s]``: a sample of N(μ, s·Σ); s = 1e-9 by default, as Hugging Face's
+  ``resize_token_embeddings(mean_resizing=True)`` (transformers ≥ 4.46): the mean, with just enough
+  noise to tell the new rows apart. ``mean_cov:1`` draws rows spread like the old ones.
+- ``pieces``: the mean of the old rows of the pieces the **old** tokenizer splits the new token into
+  (the start of FOCUS/WECHSEL-style transfer, as the ``pieces`` alignment rule of the sources); a token
+  with no known piece gets μ, counted apart.
+- a random scheme by name (``normal:0.02``, ``xavier``, ``torch_default`` …), its std taken for the
+  extended table's shape (N′, D);
+- a pre-trained source by name (``glove``, ``file:<path>``, ``hf:<dir>`` …), aligned to the new
+  tokens by string; a token the source lacks gets μ, counted apart.
+
+New bias entries of an untied output layer (:data:`BIAS_RULES`): ``mean`` (the old entries' mean,
+Hugging Face's choice and the default), ``min`` (the lowest old entry: new tokens start below every
+old one), ``zero``, or a number.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any, Callable, Mapping, Protocol, Sequence
+
+import torch
+
+from lightning_embinit.init.registry import Registry
+from lightning_embinit.init.schemes import SCHEMES, RandomScheme, get_scheme
+from lightning_embinit.init.sources.base import SOURCES, EmbeddingSource, SourceRequest, resolve_source
+
+Splitter = Callable[[str], Sequence[int]]
+"""A token string → the old ids of its pieces (the old tokenizer, :func:`splitter_of`)."""
+
+MEAN_COV_SCALE = 1e-9
+"""The covariance scale of ``mean_cov`` without an argument: Hugging Face's ``mean_resizing``."""
+
+TOKEN_MARKERS = ("▁", "Ġ", "##")
+"""Word-start (SentencePiece ``▁``, byte-level BPE ``Ġ``) and continuation (WordPiece ``##``) marks that a
+new token's text for the ``pieces`` rule drops."""
+
+
+@dataclass
+class NewRowsRequest:
+    """What a rule reads: the old table, its non-padding rows' statistics, and the tokens that need rows.
+
+    ``old_table`` is the whole (N, D) old matrix (``pieces`` reads rows by old id); ``old_rows`` its
+    non-padding rows, whose mean and covariance ``mean``/``mean_cov`` use; ``num_embeddings`` is N′, the
+    extended table's size (a shape-dependent scheme's std). ``what`` names the matrix in errors.
+    """
+
+    old_table: torch.Tensor
+    old_rows: torch.Tensor
+    tokens: Sequence[str]
+    num_embeddings: int
+    generator: torch.Generator
+    what: str
+    split: Splitter | None = None
+    _mean: torch.Tensor | None = field(default=None, repr=False)
+
+    @property
+    def dim(self) -> int:
+        return self.old_table.shape[1]
+
+    def mean_row(self) -> torch.Tensor:
+        """μ, in float64."""
+        if self._mean is None:
+            self._mean = self.old_rows.double().mean(dim=0)
+        return self._mean
+
+
+@dataclass
+class NewRows:
+    """A rule's answer: the (m, D) float32 rows, and how many tokens each rule (or fallback) served."""
+
+    rows: torch.Tensor
+    counts: dict[str, int]
+
+
+class ExtensionRule(Protocol):
+    name: str
+    serves_output_layers: bool
+    needs_split: bool
+
+    def __call__(self, request: NewRowsRequest) -> NewRows: ...
+
+
+RULES: Registry[ExtensionRule] = Registry("extension rule")
+"""Extension rules by name: ``mean``, ``mean_cov[:<scale>]``, ``pieces`` (schemes and sources are their own registries)."""
+
+
+@dataclass(frozen=True)
+class _Rule:
+    name: str
+    make: Callable[[NewRowsRequest], NewRows]
+    serves_output_layers: bool = True
+    needs_split: bool = False
+
+    def __call__(self, request: NewRowsRequest) -> NewRows:
+        return self.make(request)
+
+
+@RULES.register("mean", summary="every new row is the old rows' mean μ (Hewitt 2021): no new token outweighs the average")
+def mean_rule() -> ExtensionRule:
+    return _Rule("mean", lambda r: NewRows(r.mean_row().float().expand(len(r.tokens), -1).clone(), {"mean": len(r.tokens)}))
+
+
+def sample_mean_cov(old_rows: torch.Tensor, count: int, scale: float, generator: torch.Generator) -> torch.Tensor:
+    """``count`` rows of N(μ, scale·Σ), Σ = (X − μ)ᵀ(X − μ)/M: μ + z·(V·√λ)ᵀ with Σ = V diag(λ) Vᵀ, z ~ N(0, I)
+    (eigenvalues below 0 from rounding count as 0, so a rank-deficient Σ — fewer rows than columns — still works)."""
+    rows = old_rows.double()
+    mean = rows.mean(dim=0)
+    centred = rows - mean
+    eigenvalues, eigenvectors = torch.linalg.eigh(centred.T @ centred / rows.shape[0])
+    factor = eigenvectors * (eigenvalues.clamp(min=0) * scale).sqrt()
+    noise = torch.randn(count, rows.shape[1], generator=generator, dtype=torch.float64)
+    return (mean + noise @ factor.T).float()
+
+
+@RULES.register("mean_cov", takes_argument=True,
+                summary="N(μ, s·Σ) of the old rows; s = 1e-9 without an argument (Hugging Face's mean_resizing)")
+def mean_cov_rule(scale: str | None = None) -> ExtensionRule:
+    value = MEAN_COV_SCALE if scale in (None, "") else _number(scale, "mean_cov:<scale>")
+    if not math.isfinite(value) or value < 0:
+        raise ValueError(f"extension rule 'mean_cov:{scale}': the covariance scale must be a finite number ≥ 0")
+    name = "mean_cov" if scale in (None, "") else f"mean_cov:{scale}"
+    return _Rule(name, lambda r: NewRows(sample_mean_cov(r.old_rows, len(r.tokens), value, r.generator), {name: len(r.tokens)}))
+
+
+def _pieces(request: NewRowsRequest) -> NewRows:
+    if request.split is None:
+        raise ValueError(f"{request.what}: rule 'pieces' needs the old tokenizer (old_tokenizer=...) to split new tokens")
+    size = request.old_table.shape[0]
+    mean = request.mean_row().float()
+    rows, served = [], 0
+    for token in request.tokens:
+        pieces = [i for i in request.split(token) if 0 <= i < size]
+        rows.append(request.old_table[pieces].double().mean(dim=0).float() if pieces else mean)
+        served += bool(pieces)
+    if request.tokens and not served:
+        raise ValueError(f"{request.what}: the old tokenizer splits none of the {len(request.tokens)} new tokens into known "
+                         f"pieces (first: {list(request.tokens)[:5]}); a word-level tokenizer has no pieces: choose "
+                         f"another rule ({known_rules()})")
+    counts = {"pieces": served, "mean (no known piece)": len(request.tokens) - served}
+    return NewRows(torch.stack(rows) if rows else request.old_table.new_zeros(0, request.dim).float(), counts)
+
+
+@RULES.register("pieces", summary="the mean of the old rows of the pieces the old tokenizer splits the new token into")
+def pieces_rule() -> ExtensionRule:
+    return _Rule("pieces", _pieces, needs_split=True)
+
+
+def scheme_rule(scheme: RandomScheme) -> ExtensionRule:
+    """New rows drawn from ``scheme``, its mean and std those of the extended (N′, D) table."""
+
+    def make(request: NewRowsRequest) -> NewRows:
+        count, std, center = len(request.tokens), scheme.std(request.num_embeddings, request.dim), scheme.mean()
+        rows = torch.empty(count, request.dim)
+        if scheme.distribution == "constant":
+            rows.fill_(center)
+        elif scheme.distribution == "uniform":
+            rows.uniform_(center - std * math.sqrt(3.0), center + std * math.sqrt(3.0), generator=request.generator)
+        else:
+            rows.normal_(center, std, generator=request.generator)
+        return NewRows(rows, {scheme.describe(request.num_embeddings, request.dim): count})
+
+    return _Rule(scheme.name, make)
+
+
+def source_rule(source: EmbeddingSource) -> ExtensionRule:
+    """New rows from a pre-trained source aligned to the new tokens by string; tokens it lacks get μ."""
+
+    def make(request: NewRowsRequest) -> NewRows:
+        built = source.build(SourceRequest(slot_name=request.what, num_embeddings=len(request.tokens),
+                                           embedding_dim=request.dim, tokens=list(request.tokens), generator=request.generator))
+        if tuple(built.weight.shape) != (len(request.tokens), request.dim):
+            raise ValueError(f"{request.what}: source {source.name!r} gives rows of width {built.weight.shape[1]}, the table "
+                             f"has {request.dim} (source_options={{'project': 'pca'}} projects a wider source)")
+        found = built.pretrained_rows
+        rows = torch.where(found.unsqueeze(1), built.weight.float(), request.mean_row().float())
+        return NewRows(rows, {source.name: int(found.sum()), "mean (not in the source)": int((~found).sum())})
+
+    return _Rule(source.name, make, serves_output_layers=False)
+
+
+def known_rules() -> str:
+    return f"{RULES.known()}; a random scheme ({SCHEMES.known()}); or a pre-trained source ({SOURCES.known()})"
+
+
+def resolve_rule(spec: str | ExtensionRule, **source_options: Any) -> ExtensionRule:
+    """The rule for ``spec``: a registered rule, a random scheme, or a pre-trained source (``source_options`` go to it)."""
+    if not isinstance(spec, str):
+        return spec
+    name, colon, _ = spec.partition(":")
+    if name in set(RULES):
+        return RULES.create(name) if not colon else RULES.build(spec)  # mean_cov without a scale: its default
+    if spec in SCHEMES or spec.partition(":")[0] in set(SCHEMES):
+        return scheme_rule(get_scheme(spec))
+    try:
+        source = resolve_source(spec, **source_options)
+    except ValueError as error:
+        if "unknown source" not in str(error):
+            raise
+        raise ValueError(f"unknown extension rule {spec!r}; choose a rule: {known_rules()}") from None
+    return source_rule(source)
+
+
+BiasRule = Callable[[torch.Tensor], float]
+BIAS_RULES: Registry[BiasRule] = Registry("bias rule")
+"""Bias rules by name: ``mean``, ``min``, ``zero`` (each a function of the old entries)."""
+BIAS_RULES.add("mean", lambda: lambda old: float(old.double().mean()), summary="the old entries' mean (Hugging Face's)")
+BIAS_RULES.add("min", lambda: lambda old: float(old.min()), summary="the lowest old entry: new tokens start below every old one")
+BIAS_RULES.add("zero", lambda: lambda old: 0.0, summary="0")
+
+
+def new_bias_value(rule: str | float, old: torch.Tensor) -> float:
+    """The value of every new bias entry: a :data:`BIAS_RULES` name applied to the old entries, or a number."""
+    if isinstance(rule, (int, float)) and not isinstance(rule, bool):
+        if not math.isfinite(rule):
+            raise ValueError(f"bias= must be finite, got {rule}")
+        return float(rule)
+    return BIAS_RULES.build(rule)(old) if rule in BIAS_RULES else _number(rule, "bias=", BIAS_RULES.known())
+
+
+def _number(text: Any, what: str, names: str = "") -> float:
+    try:
+        return float(text)
+    except (TypeError, ValueError):
+        also = f" or one of: {names}" if names else ""
+        raise ValueError(f"{what} takes a number{also}; got {text!r}") from None
+
+
+def token_text(token: str) -> str:
+    """The text a new token stands for, for the old tokenizer to split: its :data:`TOKEN_MARKERS` dropped."""
+    for marker in TOKEN_MARKERS:
+        if token.startswith(marker) and len(token) > len(marker):
+            return token[len(marker):]
+    return token
+
+
+def splitter_of(tokenizer: Any, old_tokens: Sequence[str] | None = None) -> Splitter | None:
+    """A token → old piece ids function from an old tokenizer: a callable (returning ids or token strings), an
+    object with ``encode(text) -> ids`` (the package's ``TextTokenizer``), or a Hugging Face tokenizer.
+
+    The tokenizer's unknown token is dropped from the pieces; a callable's token strings are looked up in
+    ``old_tokens``.
+    """
+    if tokenizer is None:
+        return None
+    index = {token: i for i, token in enumerate(old_tokens or ())}
+    unknown = {getattr(tokenizer, name, None) for name in ("unk_id", "unk_token_id")} - {None}
+    if callable(getattr(tokenizer, "convert_tokens_to_ids", None)) and callable(tokenizer):
+        encode = lambda token: tokenizer(token_text(token), add_special_tokens=False)["input_ids"]  # noqa: E731
+    elif callable(getattr(tokenizer, "encode", None)):
+        encode = lambda token: _ids(tokenizer.encode(token_text(token)))  # noqa: E731
+    elif callable(tokenizer):
+        encode = tokenizer
+    else:
+        raise ValueError(f"old_tokenizer= is a tokenizer (encode(text) → ids), a Hugging Face tokenizer or a callable "
+                         f"token → pieces; got {type(tokenizer).__name__}")
+
+    def split(token: str) -> list[int]:
+        pieces = [index.get(piece, -1) if isinstance(piece, str) else int(piece) for piece in encode(token)]
+        return [i for i in pieces if i >= 0 and i not in unknown]
+
+    return split
+
+
+def _ids(encoded: Any) -> Sequence[int]:
+    """Ids from ``encode``'s answer: a list, or a ``tokenizers.Encoding`` (its ``ids``)."""
+    return getattr(encoded, "ids", encoded)

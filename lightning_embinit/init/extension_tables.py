@@ -1,0 +1,142 @@
+"""The tensors a vocabulary extension reads and writes (issue 18; :mod:`lightning_embinit.init.extension`).
+
+A slot's vocabulary-indexed tensors are its embedding (every module whose ``weight`` *is* it follows: a tied
+head) and, per untied output layer, the ``nn.Linear``'s weight rows and bias entries. The output layers are
+the host's own answer (``vocabulary_outputs()``: slot → dotted paths), the caller's ``outputs=``, or else found
+by shape: an ``nn.Linear`` with one output per row of the table. Writing replaces each tensor by a new
+``nn.Parameter`` of the extended shape (``requires_grad`` kept) in the same modules, so every reference to the
+modules stays valid; an optimizer made before holds the old tensors, so make it after.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Iterable, Sequence
+
+import torch
+from torch import nn
+
+from lightning_embinit.init.host import EmbeddingSlot, tied_modules_of
+
+
+@dataclass
+class SlotTables:
+    """A slot's vocabulary-indexed tensors: the (N, D) embedding, and per untied output layer (dotted path) its
+    (N, D′) weight and its (N,) bias (None when it has none)."""
+
+    embedding: torch.Tensor
+    outputs: dict[str, torch.Tensor] = field(default_factory=dict)
+    biases: dict[str, torch.Tensor | None] = field(default_factory=dict)
+
+
+def output_layers(root: nn.Module, slot: EmbeddingSlot, given: Sequence[str] | None = None) -> tuple[str, ...]:
+    """The untied output layers whose rows follow ``slot``'s vocabulary: ``given``, else the host's
+    ``vocabulary_outputs()[slot]``, else every ``nn.Linear`` with ``slot.num_embeddings`` outputs whose weight is
+    not the table itself. Each must be an ``nn.Linear`` of that many outputs (``ValueError`` otherwise)."""
+    if given is None:
+        declared = getattr(root, "vocabulary_outputs", None)
+        if callable(declared):
+            given = tuple(declared().get(slot.name, ()))
+        else:
+            given = tuple(path for path, module in root.named_modules()
+                          if isinstance(module, nn.Linear) and module.out_features == slot.num_embeddings
+                          and module.weight is not slot.weight)
+    for path in given:
+        try:
+            module = root.get_submodule(path)
+        except AttributeError:
+            raise ValueError(f"slot {slot.name!r}: no output layer at {path!r} in {type(root).__name__}") from None
+        if not isinstance(module, nn.Linear) or module.out_features != slot.num_embeddings:
+            raise ValueError(f"slot {slot.name!r}: output layer {path!r} must be an nn.Linear with one output per row of "
+                             f"the table ({slot.num_embeddings}); got {module}")
+        if module.weight is slot.weight:
+            raise ValueError(f"slot {slot.name!r}: {path!r} is tied to the table (it follows it anyway); name only untied layers")
+    return tuple(given)
+
+
+def read_tables(root: nn.Module, slot: EmbeddingSlot, outputs: Iterable[str]) -> SlotTables:
+    """The slot's current tensors (detached views, not copies)."""
+    layers = {path: root.get_submodule(path) for path in outputs}
+    return SlotTables(
+        slot.weight.detach(),
+        {path: layer.weight.detach() for path, layer in layers.items()},
+        {path: None if layer.bias is None else layer.bias.detach() for path, layer in layers.items()},
+    )
+
+
+def check_unhooked(root: nn.Module, slot: EmbeddingSlot, outputs: Iterable[str]) -> None:
+    """Refuse a table (or output layer) whose weight carries gradient hooks — a frozen-rows mask
+    (``trainable="pretrained_rows"``, :func:`~lightning_embinit.init.freezing.freeze_rows`): the mask has the
+    old row count and would not follow the new tensor."""
+    weights = {f"slot {slot.name!r}": slot.weight}
+    for path in outputs:
+        layer = root.get_submodule(path)
+        weights[f"output layer {path!r}"] = layer.weight
+        if layer.bias is not None:
+            weights[f"output layer {path!r} bias"] = layer.bias
+    for what, weight in weights.items():
+        if getattr(weight, "_backward_hooks", None):
+            raise ValueError(
+                f"{what} has gradient hooks (a frozen pre-trained-rows mask from trainable='pretrained_rows' or "
+                "freeze_rows): extending it would drop the mask silently. Extend the vocabulary before freezing rows, "
+                "or build the model without the mask (trainable=True) and freeze after extending"
+            )
+
+
+def parameter_names(root: nn.Module, parameter: torch.Tensor) -> list[str]:
+    """Every name ``parameter`` has in ``root``'s state dict (a tied weight has several)."""
+    return [name for name, p in root.named_parameters(remove_duplicate=False) if p is parameter]
+
+
+@torch.no_grad()
+def write_tables(root: nn.Module, slot: EmbeddingSlot, tables: SlotTables, padding_idx: int | None) -> None:
+    """Put ``tables`` into the slot's modules as new parameters: the embedding (and every module tied to it),
+    each output layer's weight and bias; sizes and the padding index follow."""
+    old = slot.weight
+    weight = nn.Parameter(tables.embedding, requires_grad=old.requires_grad)
+    for path in tied_modules_of(root, slot.embedding):
+        root.get_submodule(path).weight = weight
+        _set_size(root.get_submodule(path), tables.embedding.shape[0])
+    slot.embedding.weight = weight
+    slot.embedding.num_embeddings = tables.embedding.shape[0]
+    slot.embedding.padding_idx = padding_idx
+    for path, rows in tables.outputs.items():
+        layer = root.get_submodule(path)
+        layer.weight = nn.Parameter(rows, requires_grad=layer.weight.requires_grad)
+        if layer.bias is not None:
+            layer.bias = nn.Parameter(tables.biases[path], requires_grad=layer.bias.requires_grad)
+        layer.out_features = rows.shape[0]
+
+
+def _set_size(module: nn.Module, rows: int) -> None:
+    for attribute in ("out_features", "num_embeddings"):
+        if hasattr(module, attribute):
+            setattr(module, attribute, rows)
+
+
+def trainable_tensors(root: nn.Module, slot: EmbeddingSlot, outputs: Iterable[str]) -> list[nn.Parameter]:
+    """The slot's parameters whose rows follow the vocabulary: the table, each output layer's weight and bias."""
+    tensors: list[nn.Parameter] = [slot.weight]
+    for path in outputs:
+        layer = root.get_submodule(path)
+        tensors += [layer.weight] + ([layer.bias] if layer.bias is not None else [])
+    return tensors
+
+
+@torch.no_grad()
+def new_token_mass(states: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, added: torch.Tensor,
+                   *, chunk: int = 1024) -> float:
+    """Mean over the K states h (rows of ``states``) of Σ_{j new} softmax(h·Wᵀ + b)_j: the probability the new
+    tokens take before any update. h is what meets the output matrix (after the final norm and the head's own
+    transform)."""
+    states = states.reshape(-1, states.shape[-1]).float()
+    matrix, offset = weight.float().to(states.device), None if bias is None else bias.float().to(states.device)
+    mask = added.to(states.device)
+    total = 0.0
+    for start in range(0, states.shape[0], chunk):
+        logits = states[start : start + chunk] @ matrix.T
+        if offset is not None:
+            logits = logits + offset
+        log_p = logits.log_softmax(dim=-1)
+        total += float(log_p[:, mask].logsumexp(dim=-1).exp().sum()) if bool(mask.any()) else 0.0
+    return total / max(states.shape[0], 1)
