@@ -84,24 +84,11 @@ class CountingSource:
         return self.inner.build(request)
 
 
-class RankMarkedScheme:
+class RankMarkedScheme(RankRecordingSource):
     """A random scheme that leaves a file per rank that built it (so a test sees which ranks drew the numbers)."""
 
     is_pretrained = False
 
     def __init__(self, spec: str, directory: str) -> None:
+        super().__init__(spec, directory)
         self.name = spec
-        self.spec = spec
-        self.directory = directory
-
-    def build(self, request: SourceRequest) -> SourceMatrix:
-        import os
-
-        import torch.distributed as dist
-
-        from lightning_embinit.init import SchemeSource, get_scheme
-
-        rank = dist.get_rank() if dist.is_available() and dist.is_initialized() else 0
-        with open(os.path.join(self.directory, f"built-by-rank{rank}"), "a") as marker:
-            marker.write("1")
-        return SchemeSource(get_scheme(self.spec)).build(request)

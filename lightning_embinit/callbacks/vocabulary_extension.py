@@ -36,6 +36,7 @@ from lightning.pytorch.utilities import rank_zero_info, rank_zero_warn
 
 from lightning_embinit.callbacks.lightning_internals import NOT_FOUND, LightningInternalsWarning, running_fit_checkpoint
 from lightning_embinit.checks import check_choice
+from lightning_embinit.init.distributed import run_on_rank_zero
 from lightning_embinit.init.extension import (
     TRAINABLE_EXTENSION, ExtensionPlan, apply_plan, finish_report, freeze_old_rows, pin_old_rows, plan_extension, token_list,
 )
@@ -223,17 +224,9 @@ class VocabularyExtensionCallback(Callback):
     def _plans_everywhere(self, trainer: Trainer, pl_module: LightningModule, jobs: Mapping[str, _Job],
                           state: Mapping[str, torch.Tensor] | None) -> dict[str, ExtensionPlan]:
         """Plans built on global rank 0 and broadcast; a failure there is raised on every rank."""
-        answer: dict[str, Any] = {}
-        if trainer.global_rank == 0:
-            try:
-                answer = {"plans": {name: self._plan(pl_module, job, state) for name, job in jobs.items()}}
-            except Exception as error:  # re-raised below on every rank, so no rank waits forever
-                answer = {"error": error}
-        if trainer.world_size > 1:
-            answer = trainer.strategy.broadcast(answer, src=0)
-        if "error" in answer:
-            raise answer["error"]
-        return answer["plans"]
+        return run_on_rank_zero(lambda: {name: self._plan(pl_module, job, state) for name, job in jobs.items()},
+                                what="vocabulary extension",
+                                broadcast_object=lambda value: trainer.strategy.broadcast(value, src=0))
 
     def _plan(self, pl_module: LightningModule, job: _Job, state: Mapping[str, torch.Tensor] | None) -> ExtensionPlan:
         old = read_tables(pl_module, job.slot, job.outputs) if state is None else _state_tables(state, pl_module, job)

@@ -17,6 +17,7 @@ from lightning_embinit.init.host import EmbeddingSlot
 from lightning_embinit.init.pipeline import BuiltSlot
 from lightning_embinit.init.sources.base import Coverage, SourceMatrix
 
+
 def is_distributed() -> bool:
     """Whether a default process group of more than one rank is running."""
     return dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1
@@ -47,19 +48,13 @@ def build_on_rank_zero(
     if not is_distributed():
         return build()
     built: dict[str, BuiltSlot] = {}
-    failure: BaseException | None = None
-    summary: dict[str, Any] = {}
-    if dist.get_rank() == 0:
-        try:
-            built, summary = build()
-            summary = {**summary, "slots": {name: _describe(b) for name, b in built.items()}}
-        except Exception as error:  # re-raised below on every rank
-            failure, summary = error, {"error": f"{type(error).__name__}: {error}"}
-    summary = (broadcast_object or _broadcast_object)(summary)
-    if "error" in summary:
-        if failure is not None:
-            raise failure
-        raise ValueError(f"embedding initialization failed on rank 0: {summary['error']}")
+
+    def build_and_describe() -> dict[str, Any]:
+        nonlocal built
+        built, summary = build()
+        return {**summary, "slots": {name: _describe(b) for name, b in built.items()}}
+
+    summary = run_on_rank_zero(build_and_describe, what="embedding initialization", broadcast_object=broadcast_object)
     device = device or default_device()
     for name, slot in slots.items():
         description = summary["slots"][name]
@@ -68,6 +63,31 @@ def build_on_rank_zero(
         rows = mine.matrix.pretrained_rows if mine else torch.empty(slot.num_embeddings, dtype=torch.bool)
         built[name] = _rebuild(name, _broadcast(weight, device), _broadcast(rows, device), description)
     return built, {key: value for key, value in summary.items() if key != "slots"}
+
+
+def run_on_rank_zero(compute: Callable[[], Any], *, what: str,
+                     broadcast_object: Callable[[Any], Any] | None = None) -> Any:
+    """``compute()`` on global rank 0 only; every rank returns its (picklable) result.
+
+    An error on rank 0 is raised there as it is and on every other rank as a ``ValueError`` naming ``what``,
+    so no rank waits forever. ``broadcast_object``: as in :func:`build_on_rank_zero`. Without a process group
+    of several ranks this is ``compute()``.
+    """
+    if not is_distributed():
+        return compute()
+    answer: dict[str, Any] = {}
+    failure: BaseException | None = None
+    if dist.get_rank() == 0:
+        try:
+            answer = {"value": compute()}
+        except Exception as error:  # re-raised below on every rank
+            failure, answer = error, {"error": f"{type(error).__name__}: {error}"}
+    answer = (broadcast_object or _broadcast_object)(answer)
+    if "error" in answer:
+        if failure is not None:
+            raise failure
+        raise ValueError(f"{what} failed on rank 0: {answer['error']}")
+    return answer["value"]
 
 
 def _broadcast_object(value: Any) -> Any:
