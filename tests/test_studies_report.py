@@ -12,6 +12,7 @@ import pytest
 from matplotlib import image
 from scipy import stats
 
+from lightning_embinit.studies.figures import curves_figure
 from lightning_embinit.studies.keys import StudyError
 from lightning_embinit.studies.report import ReportError, failure_groups, load_results, write_report
 from lightning_embinit.studies.statistics import aggregate, align_curves, compare, curve_points, welch
@@ -283,3 +284,17 @@ def test_a_grid_studys_settings_come_from_study_json(tmp_path):
             (results / "trials" / f"{setting}-seed{seed}.json").write_text(json.dumps(record))
     report = write_report(results)
     assert report["reference"] == names[0] and list(report["summary"].index) == names
+
+
+@pytest.mark.parametrize("count", [3, 12, 25])
+def test_every_setting_gets_its_own_line_and_many_settings_move_the_legend_aside(count):
+    steps = np.arange(1, 6, dtype=float)
+    series = {f"s{k}": (steps, steps * k, np.full(5, 0.1), 3) for k in range(count)}
+    figure = curves_figure(series, "val_loss")
+    axes = figure.axes[0]
+    styles = [(line.get_color(), line.get_linestyle()) for line in axes.lines]
+    assert len(styles) == count and len(set(styles)) == count  # matplotlib's cycle alone repeats after 10
+    assert [text.get_text() for text in axes.get_legend().get_texts()] == [f"s{k} (n=3)" for k in range(count)]
+    figure.canvas.draw()
+    legend_left = axes.get_legend().get_window_extent().x0
+    assert (legend_left >= axes.get_window_extent().x1) == (count > 6)

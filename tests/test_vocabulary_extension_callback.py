@@ -74,7 +74,7 @@ def test_a_fine_tune_from_a_checkpoint_trains_only_the_new_rows(trained, tmp_pat
     assert TiedEmbeddingLM.load_from_checkpoint(tmp_path / "fine.ckpt").model.head.proj.out_features == n + 3
 
 
-def test_a_resumed_fine_tune_keeps_its_tables_and_an_old_checkpoint_as_ckpt_path_is_refused(trained, tmp_path):
+def test_a_resumed_fine_tune_keeps_its_tables_and_an_old_checkpoint_as_ckpt_path_is_refused(trained, tmp_path, monkeypatch):
     directory, old = trained
     data = new_data(directory)
     first = VocabularyExtensionCallback(from_checkpoint=str(directory / "old.ckpt"), trainable="new_rows", verbose=False)
@@ -88,6 +88,11 @@ def test_a_resumed_fine_tune_keeps_its_tables_and_an_old_checkpoint_as_ckpt_path
     assert resumed.resumed and torch.equal(resumed.added["tokens"], first.added["tokens"])
     n = len(old.vocabulary)
     assert torch.equal(again.model.token_embedding.weight[:n], old.model.token_embedding.weight)
+    with monkeypatch.context() as patch:  # a Lightning that restored without telling the callbacks: fail, never train
+        patch.setattr("lightning.pytorch.trainer.call._call_callbacks_on_load_checkpoint", lambda *args: None)
+        with pytest.raises(RuntimeError, match=r"to resume from .*fine\.ckpt.*restored no checkpoint"):
+            trainer(tmp_path, [VocabularyExtensionCallback(verbose=False)], max_steps=4).fit(
+                TiedEmbeddingLM(vocabulary=data.vocabulary, **SIZES), data, ckpt_path=tmp_path / "fine.ckpt")
     with pytest.raises(ValueError, match=r"resumes a run, with its own shapes.*from_checkpoint"):
         trainer(tmp_path, [VocabularyExtensionCallback(verbose=False)]).fit(
             TiedEmbeddingLM(vocabulary=data.vocabulary, **SIZES), data, ckpt_path=directory / "old.ckpt")

@@ -101,6 +101,8 @@ class VocabularyExtensionCallback(Callback):
         self.reports: dict[str, dict[str, Any]] = {}
         self.added: dict[str, torch.Tensor] = {}
         self.resumed = False
+        self._restored = False
+        self._awaiting_restore: str | None = None
         self._frozen: dict[str, list[torch.nn.Parameter]] = {}
         self._seen: weakref.WeakSet[LightningModule] = weakref.WeakSet()
 
@@ -122,8 +124,10 @@ class VocabularyExtensionCallback(Callback):
                            "stack); it extends the vocabulary now.", category=LightningInternalsWarning)
             resume = None
         self.resumed = resume is not None
+        self._restored, self._awaiting_restore = False, None
         if self.resumed:
-            self._resume(pl_module, os.fspath(resume))
+            self._awaiting_restore = os.fspath(resume)
+            self._resume(pl_module, self._awaiting_restore)
         else:
             self._extend(trainer, pl_module)
         if self.trainable == "new_rows":
@@ -133,8 +137,20 @@ class VocabularyExtensionCallback(Callback):
                                  "nothing would train (use trainable=True)")
             self._frozen = freeze_old_rows(pl_module, {name: (lambda name=name: _frozen_rows(masks, name)) for name in masks})
 
+    def on_load_checkpoint(self, trainer: Trainer, pl_module: LightningModule, checkpoint: dict[str, Any]) -> None:
+        """Lightning restores the checkpoint this fit resumes (after ``setup``): its tables stand."""
+        self._restored = True
+
     def on_train_start(self, trainer: Trainer, pl_module: LightningModule) -> None:
-        """Pin the old rows for optimizers whose weight decay would move them despite the gradient mask."""
+        """Confirm a promised resume happened; pin the old rows for optimizers whose weight decay would move them
+        despite the gradient mask."""
+        if self._awaiting_restore is not None and not self._restored:
+            raise RuntimeError(
+                f"VocabularyExtensionCallback skipped the extension because this fit was to resume from "
+                f"{self._awaiting_restore}, but Lightning restored no checkpoint: the tables hold the model's "
+                "constructor weights. This Lightning release changed how fit resumes; please report it (lightning_embinit)."
+            )
+        self._awaiting_restore = None
         for name, tensors in self._frozen.items():
             for optimizer in trainer.optimizers:
                 pin_old_rows(optimizer, tensors, lambda name=name: _frozen_rows(self.added, name))

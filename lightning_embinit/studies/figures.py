@@ -21,6 +21,9 @@ from lightning_embinit.studies.statistics import align_curves, curve_points, don
 
 LEARNING_SPEED_SUFFIX = "examples_to_threshold"
 DPI = 100
+COLORS = 10  # matplotlib's default cycle, C0 … C9
+LINE_STYLES = ("-", "--", ":", "-.")
+LEGEND_INSIDE_MAX = 6  # more settings than this: the legend goes beside the axes, not over the curves
 
 
 def new_figure(width: float, height: float) -> Figure:
@@ -59,20 +62,30 @@ def curve_series(
 def curves_figure(series: Mapping[str, tuple[np.ndarray, np.ndarray, np.ndarray, int]], metric: str,
                   *, title: str = "") -> Figure:
     """One line per setting (mean over seeds) with a shaded ±std band where there are two seeds or more."""
-    figure = new_figure(6.4, 4.0)
+    outside = len(series) > LEGEND_INSIDE_MAX
+    figure = new_figure(8.6 if outside else 6.4, 4.0)
     axes = figure.add_subplot()
-    colors = [f"C{index % 10}" for index in range(len(series))]
-    for color, (setting, (steps, mean, std, n)) in zip(colors, series.items()):
+    for index, (setting, (steps, mean, std, n)) in enumerate(series.items()):
+        color, dashes = line_style(index)
         marker = "o" if len(steps) < 30 else None
-        axes.plot(steps, mean, color=color, marker=marker, markersize=3, label=f"{setting} (n={n})")
+        axes.plot(steps, mean, color=color, linestyle=dashes, marker=marker, markersize=3, label=f"{setting} (n={n})")
         if n > 1:
             axes.fill_between(steps, mean - std, mean + std, color=color, alpha=0.2, linewidth=0)
     axes.set_xlabel("step")
     axes.set_ylabel(metric)
     axes.set_title(title or f"{metric}: mean ± std over seeds", fontsize=10)
     axes.grid(alpha=0.3)
-    axes.legend(fontsize=8)
+    if outside:
+        axes.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0.0)
+    else:
+        axes.legend(fontsize=8)
     return figure
+
+
+def line_style(index: int) -> tuple[str, str]:
+    """The ``index``-th setting's (color, line style): matplotlib's ten colors, then the same colors dashed,
+    dotted and dash-dotted, so no two of up to 40 settings look alike."""
+    return f"C{index % COLORS}", LINE_STYLES[(index // COLORS) % len(LINE_STYLES)]
 
 
 def learning_speed_figure(summary: pd.DataFrame, metrics: Sequence[str]) -> Figure:
@@ -83,7 +96,7 @@ def learning_speed_figure(summary: pd.DataFrame, metrics: Sequence[str]) -> Figu
         axes = figure.add_subplot(len(metrics), 1, row)
         means = summary[(metric, "mean")].to_numpy(dtype=float)
         stds = np.nan_to_num(summary[(metric, "std")].to_numpy(dtype=float))
-        colors = [f"C{index % 10}" for index in positions]
+        colors = [line_style(index)[0] for index in positions]
         axes.bar(positions, np.nan_to_num(means), yerr=stds, capsize=4, color=colors, alpha=0.8)
         for position, top, n in zip(positions, np.nan_to_num(means) + stds, summary[(metric, "n")]):
             axes.annotate(f"n={n}", (position, top), ha="center", va="bottom", fontsize=7, xytext=(0, 2),
