@@ -31,7 +31,12 @@ from lightning.pytorch import LightningModule, Trainer
 from lightning.pytorch.callbacks import Callback
 from lightning.pytorch.utilities import rank_zero_info, rank_zero_warn
 
-from lightning_embinit.callbacks.lightning_internals import LightningInternalsWarning, NOT_FOUND, running_fit_checkpoint
+from lightning_embinit.callbacks.lightning_internals import (
+    NOT_FOUND,
+    LightningInternalsWarning,
+    check_resume_restored,
+    running_fit_checkpoint,
+)
 from lightning_embinit.callbacks.strategies import check_no_meta, check_strategy, tables_ready, wrapped_for_ddp
 from lightning_embinit.init.distributed import build_on_rank_zero, is_distributed
 from lightning_embinit.init.host import EmbeddingSlot, discover_slots, select_slots
@@ -226,12 +231,8 @@ class EmbeddingInitCallback(Callback):
 
     def _check_restored(self) -> None:
         """After every restore (strategies such as FSDP restore after ``on_fit_start``), before the first step."""
-        if self._awaiting_restore is not None and not self._restored:
-            raise RuntimeError(
-                f"EmbeddingInitCallback skipped building the embeddings because this fit was to resume from "
-                f"{self._awaiting_restore}, but Lightning restored no checkpoint: the embeddings are not initialized. "
-                "This Lightning release changed how fit resumes; please report it (lightning_embinit)."
-            )
+        check_resume_restored("EmbeddingInitCallback", "building the embeddings", self._awaiting_restore, self._restored,
+                              "the embeddings are not initialized")
         self._awaiting_restore = None
 
     def initialize(self, module: torch.nn.Module, datamodule: Any = None) -> dict[str, dict[str, Any]]:

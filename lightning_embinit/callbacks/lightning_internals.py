@@ -10,8 +10,9 @@ takes the safe path; it never skips work silently.
 The details, each covered by tests that ``make test-lightning-latest`` runs against the newest
 Lightning on the package index:
 
-1. the ``Trainer._run`` frame's ``ckpt_path`` (:func:`running_fit_checkpoint`), confirmed by the
-   callback's own ``on_load_checkpoint`` (``callbacks/embedding_init.py``);
+1. the ``Trainer._run`` frame's ``ckpt_path`` (:func:`running_fit_checkpoint`), confirmed by each
+   callback's own ``on_load_checkpoint`` (:func:`check_resume_restored`; ``callbacks/embedding_init.py``,
+   ``callbacks/vocabulary_extension.py``);
 2. ``LightningCLI._parse_ckpt_path``, overridden by ``EmbinitCLI`` (``lightning_cli.py``), whose call is
    checked in ``before_instantiate_classes``;
 3. how Lightning re-creates a ``BatchSampler`` subclass around its ``DistributedSampler`` and calls
@@ -51,3 +52,14 @@ def running_fit_checkpoint(trainer: Trainer) -> Any:
         return NOT_FOUND
     finally:
         del frame
+
+
+def check_resume_restored(owner: str, skipped: str, awaiting: Any, restored: bool, consequence: str) -> None:
+    """Fail before the first step when ``owner`` skipped work because :func:`running_fit_checkpoint` promised a
+    resume from ``awaiting`` but Lightning called no ``on_load_checkpoint`` (``restored`` is False)."""
+    if awaiting is not None and not restored:
+        raise RuntimeError(
+            f"{owner} skipped {skipped} because this fit was to resume from {awaiting}, but Lightning restored no "
+            f"checkpoint: {consequence}. This Lightning release changed how fit resumes; please report it "
+            "(lightning_embinit)."
+        )

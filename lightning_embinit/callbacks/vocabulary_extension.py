@@ -34,7 +34,12 @@ from lightning.pytorch import LightningModule, Trainer
 from lightning.pytorch.callbacks import Callback
 from lightning.pytorch.utilities import rank_zero_info, rank_zero_warn
 
-from lightning_embinit.callbacks.lightning_internals import NOT_FOUND, LightningInternalsWarning, running_fit_checkpoint
+from lightning_embinit.callbacks.lightning_internals import (
+    NOT_FOUND,
+    LightningInternalsWarning,
+    check_resume_restored,
+    running_fit_checkpoint,
+)
 from lightning_embinit.checks import check_choice
 from lightning_embinit.init.distributed import run_on_rank_zero
 from lightning_embinit.init.extension import (
@@ -144,12 +149,8 @@ class VocabularyExtensionCallback(Callback):
     def on_train_start(self, trainer: Trainer, pl_module: LightningModule) -> None:
         """Confirm a promised resume happened; pin the old rows for optimizers whose weight decay would move them
         despite the gradient mask."""
-        if self._awaiting_restore is not None and not self._restored:
-            raise RuntimeError(
-                f"VocabularyExtensionCallback skipped the extension because this fit was to resume from "
-                f"{self._awaiting_restore}, but Lightning restored no checkpoint: the tables hold the model's "
-                "constructor weights. This Lightning release changed how fit resumes; please report it (lightning_embinit)."
-            )
+        check_resume_restored("VocabularyExtensionCallback", "the extension", self._awaiting_restore, self._restored,
+                              "the tables hold the model's constructor weights")
         self._awaiting_restore = None
         for name, tensors in self._frozen.items():
             for optimizer in trainer.optimizers:
