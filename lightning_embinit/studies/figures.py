@@ -21,7 +21,7 @@ from lightning_embinit.studies.statistics import align_curves, curve_points, don
 
 LEARNING_SPEED_SUFFIX = "examples_to_threshold"
 DPI = 100
-COLORS = 10  # matplotlib's default cycle, C0 … C9
+COLOR_COUNT = 10  # colors in matplotlib's default cycle, C0 … C9
 LINE_STYLES = ("-", "--", ":", "-.")
 LEGEND_INSIDE_MAX = 6  # more settings than this: the legend goes beside the axes, not over the curves
 
@@ -85,7 +85,7 @@ def curves_figure(series: Mapping[str, tuple[np.ndarray, np.ndarray, np.ndarray,
 def line_style(index: int) -> tuple[str, str]:
     """The ``index``-th setting's (color, line style): matplotlib's ten colors, then the same colors dashed,
     dotted and dash-dotted, so no two of up to 40 settings look alike."""
-    return f"C{index % COLORS}", LINE_STYLES[(index // COLORS) % len(LINE_STYLES)]
+    return f"C{index % COLOR_COUNT}", LINE_STYLES[(index // COLOR_COUNT) % len(LINE_STYLES)]
 
 
 def learning_speed_figure(summary: pd.DataFrame, metrics: Sequence[str]) -> Figure:
