@@ -7,7 +7,7 @@ PYTEST_ARGS ?=
 LATEST_VENV ?= .venv-lightning-latest
 DIST_VENV ?= .venv-dist
 
-.PHONY: install test test-fast test-lightning-latest quickstart bench dist wheel-check docs clean
+.PHONY: install lint format test test-fast test-lightning-latest quickstart bench dist wheel-check docs clean
 
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -26,6 +26,16 @@ $(VENV)/.installed-docs: $(VENV)/.installed pyproject.toml
 ## notebooks of examples/notebooks executed at EMBINIT_NOTEBOOK_SCALE=ci (cached); every warning is an error
 docs: $(VENV)/.installed-docs
 	EMBINIT_NOTEBOOK_SCALE=ci $(PY) -m sphinx -b html -n -W --keep-going docs docs/_build/html
+
+## ruff: the linter and the formatter's check over the repository (configured in pyproject.toml)
+lint: install
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/ruff format --check .
+
+## ruff: format the repository and apply the linter's safe fixes
+format: install
+	$(VENV)/bin/ruff format .
+	$(VENV)/bin/ruff check --fix .
 
 ## the whole test suite (the README's test command; .ci/run runs it)
 test: install

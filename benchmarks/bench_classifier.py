@@ -25,17 +25,17 @@ import gzip
 import os
 from contextlib import nullcontext
 
+import bench_seq2seq
 import torch
 import torch.nn.functional as F
-from torch import nn
-
-import bench_seq2seq
 from bench_seq2seq import DTYPES
 from flops import gemm_ceiling, measure_training_flops, print_utilization
+from timing import alternate, print_throughput
+from torch import nn
+
 from lightning_embinit.data.tokenization import TextTokenizer
 from lightning_embinit.models import TransformerClassifier
 from lightning_embinit.modules.inputs import EmbeddingInput
-from timing import alternate, print_throughput
 
 SIZES = {
     "k": {"d_model": 512, "num_heads": 8, "num_layers": 3, "ffn_dim": 2048},
@@ -47,12 +47,23 @@ DATA = os.environ.get("EMBINIT_SHARED_DATA", os.path.join(os.path.dirname(__file
 class ReferenceClassifier(nn.Module):
     """``nn.TransformerEncoder`` with the same input, pooling and head as TransformerClassifier."""
 
-    def __init__(self, vocab: int, pad_id: int, d_model: int, num_heads: int, num_layers: int, ffn_dim: int,
-                 dropout: float, classes: int) -> None:
+    def __init__(
+        self,
+        vocab: int,
+        pad_id: int,
+        d_model: int,
+        num_heads: int,
+        num_layers: int,
+        ffn_dim: int,
+        dropout: float,
+        classes: int,
+    ) -> None:
         super().__init__()
         self.pad_id = pad_id
         self.token_input = EmbeddingInput(nn.Embedding(vocab, d_model, padding_idx=pad_id), dropout=dropout)
-        layer = nn.TransformerEncoderLayer(d_model, num_heads, ffn_dim, dropout=dropout, batch_first=True, norm_first=False)
+        layer = nn.TransformerEncoderLayer(
+            d_model, num_heads, ffn_dim, dropout=dropout, batch_first=True, norm_first=False
+        )
         self.encoder = nn.TransformerEncoder(layer, num_layers, enable_nested_tensor=False)
         self.head_dropout = nn.Dropout(dropout)
         self.head = nn.Linear(d_model, classes)
@@ -73,9 +84,13 @@ class Runner(bench_seq2seq.Runner):
 
 def sst2_batch(batch: int, device: torch.device) -> tuple[TextTokenizer, torch.Tensor, torch.Tensor]:
     """A word tokenizer of SST-2 train and ``batch`` dev sentences around the median length, ``<cls>`` first."""
+
     def rows(name: str) -> list[tuple[str, int]]:
         with gzip.open(os.path.join(DATA, "sst2", name), "rt", encoding="utf-8") as handle:
-            return [(text, int(label)) for text, label in list(csv.reader(handle, delimiter="\t", quoting=csv.QUOTE_NONE))[1:]]
+            return [
+                (text, int(label))
+                for text, label in list(csv.reader(handle, delimiter="\t", quoting=csv.QUOTE_NONE))[1:]
+            ]
 
     tokenizer = TextTokenizer.word([text for text, _ in rows("train.tsv.gz")], min_freq=2, roles=("cls", "sep"))
     dev = rows("dev.tsv.gz")
@@ -83,8 +98,9 @@ def sst2_batch(batch: int, device: torch.device) -> tuple[TextTokenizer, torch.T
     order = sorted(range(len(dev)), key=lambda i: len(encoded[i]))
     start = max(0, len(order) // 2 - batch // 2)
     chosen = order[start : start + batch]
-    ids = nn.utils.rnn.pad_sequence([torch.tensor(encoded[i]) for i in chosen], batch_first=True,
-                                    padding_value=tokenizer.pad_id)
+    ids = nn.utils.rnn.pad_sequence(
+        [torch.tensor(encoded[i]) for i in chosen], batch_first=True, padding_value=tokenizer.pad_id
+    )
     labels = torch.tensor([dev[i][1] for i in chosen])
     return tokenizer, ids.to(device), labels.to(device)
 
@@ -105,9 +121,19 @@ def main() -> None:
     tokenizer, ids, labels = sst2_batch(args.batch, device)
     tokens = int((ids != tokenizer.pad_id).sum())
     torch.manual_seed(0)
-    ours = TransformerClassifier(tokenizer=tokenizer.to_config(), num_classes=2, dropout=args.dropout, max_len=128, **size)
-    reference = ReferenceClassifier(len(tokenizer), tokenizer.pad_id, size["d_model"], size["num_heads"], size["num_layers"],
-                                    size["ffn_dim"], args.dropout, 2)
+    ours = TransformerClassifier(
+        tokenizer=tokenizer.to_config(), num_classes=2, dropout=args.dropout, max_len=128, **size
+    )
+    reference = ReferenceClassifier(
+        len(tokenizer),
+        tokenizer.pad_id,
+        size["d_model"],
+        size["num_heads"],
+        size["num_layers"],
+        size["ffn_dim"],
+        args.dropout,
+        2,
+    )
     runners = {
         "TransformerClassifier": Runner(ours.to(device), (ids, labels), autocast, tokens),
         "nn.TransformerEncoder": Runner(reference.to(device), (ids, labels), autocast, tokens),
@@ -115,7 +141,8 @@ def main() -> None:
     results = alternate(runners, args.repeats, args.steps, args.warmup)
     print(
         f"training tokens/s, size {args.size}: {size['num_layers']} post-LN layers, d={size['d_model']}, "
-        f"{size['num_heads']} heads, FFN {size['ffn_dim']}, vocabulary {len(tokenizer)}, batch {ids.shape[0]}×{ids.shape[1]} "
+        f"{size['num_heads']} heads, FFN {size['ffn_dim']}, vocabulary {len(tokenizer)}, "
+        f"batch {ids.shape[0]}×{ids.shape[1]} "
         f"({tokens} non-padding tokens of SST-2 dev), dropout {args.dropout}, {args.device} {args.dtype}, "
         f"{torch.get_num_threads()} threads, {args.repeats} alternating runs × {args.steps} steps (target ratio ≥ 1.0)"
     )
@@ -123,6 +150,7 @@ def main() -> None:
     records = {name: measure_training_flops(runner.forward_backward) for name, runner in runners.items()}
     ceiling = gemm_ceiling(records["TransformerClassifier"], device=device, dtype=dtype)
     print_utilization(records, dict.fromkeys(runners, tokens), medians, ceiling)
+
 
 if __name__ == "__main__":
     main()

@@ -71,10 +71,15 @@ def main() -> None:
         for route in routes:
             output = subprocess.run(
                 [sys.executable, __file__, "--route", route, "--rows", str(args.rows), "--dim", str(args.dim)],
-                check=True, capture_output=True, text=True,
+                check=True,
+                capture_output=True,
+                text=True,
             ).stdout
             results[route].append(json.loads(output.strip().splitlines()[-1]))
-    print(f"table {args.rows}×{args.dim} float32 = {table_mib:.0f} MiB; {args.repeats} alternating runs, best time, worst peak")
+    print(
+        f"table {args.rows}×{args.dim} float32 = {table_mib:.0f} MiB; "
+        f"{args.repeats} alternating runs, best time, worst peak"
+    )
     print(f"{'route':<45} {'seconds':>8} {'extra peak MiB':>15} {'× table':>8} {'std':>10}")
     for route, runs in results.items():
         best = min(run["seconds"] for run in runs)

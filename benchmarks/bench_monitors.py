@@ -25,7 +25,8 @@ import statistics
 import time
 import warnings
 from collections import defaultdict
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import lightning as L
 import torch
@@ -48,7 +49,9 @@ class StepClock(Callback):
         self.times: list[float] = []
         self._last: float | None = None
 
-    def on_train_batch_start(self, trainer: L.Trainer, pl_module: L.LightningModule, batch: Any, batch_idx: int) -> None:
+    def on_train_batch_start(
+        self, trainer: L.Trainer, pl_module: L.LightningModule, batch: Any, batch_idx: int
+    ) -> None:
         now = time.perf_counter()
         if self._last is not None:
             self.times.append(now - self._last)
@@ -85,14 +88,22 @@ def seq2seq() -> tuple[Callable[[], L.LightningModule], Callable[[], Any], bool]
     ids = torch.randint(4, vocab, (32 * 8, 33), generator=torch.Generator().manual_seed(0))
     loader = DataLoader(TensorDataset(ids[:, :32], ids[:, 1:]), batch_size=32, shuffle=True)
     make = lambda: TransformerSeq2Seq(  # noqa: E731
-        src_vocab_size=vocab, tgt_vocab_size=vocab, d_model=256, num_heads=4, num_encoder_layers=3,
-        num_decoder_layers=3, ffn_dim=1024, bleu_every_n_validations=0,
+        src_vocab_size=vocab,
+        tgt_vocab_size=vocab,
+        d_model=256,
+        num_heads=4,
+        num_encoder_layers=3,
+        num_decoder_layers=3,
+        ffn_dim=1024,
+        bleu_every_n_validations=0,
     )
     return make, lambda: loader, False
 
 
-MODELS = {"tied_lm": ("TiedEmbeddingLM d=256, 2 layers, n=4165, 32×64 tokens", tied_lm),
-          "seq2seq": ("TransformerSeq2Seq d=256, 3+3 layers, 8k+8k vocab, 32×32 tokens", seq2seq)}
+MODELS = {
+    "tied_lm": ("TiedEmbeddingLM d=256, 2 layers, n=4165, 32×64 tokens", tied_lm),
+    "seq2seq": ("TransformerSeq2Seq d=256, 3+3 layers, 8k+8k vocab, 32×32 tokens", seq2seq),
+}
 
 
 def monitors(words: bool) -> dict[str, Callback]:
@@ -108,8 +119,14 @@ def monitors(words: bool) -> dict[str, Callback]:
 def fit(make: Callable[[], L.LightningModule], data: Any, steps: int, callbacks: list[Callback]) -> list[float]:
     clock = StepClock()
     trainer = L.Trainer(
-        accelerator="cpu", max_steps=steps, logger=False, enable_checkpointing=False, enable_progress_bar=False,
-        enable_model_summary=False, limit_val_batches=0, callbacks=[*callbacks, clock],
+        accelerator="cpu",
+        max_steps=steps,
+        logger=False,
+        enable_checkpointing=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        limit_val_batches=0,
+        callbacks=[*callbacks, clock],
     )
     torch.manual_seed(0)
     model = make()
@@ -130,7 +147,10 @@ def main() -> None:
     torch.set_num_threads(args.threads)
     warnings.filterwarnings("ignore")
     logging.getLogger("lightning.pytorch").setLevel(logging.WARNING)
-    print(f"torch {torch.__version__}, {torch.get_num_threads()} threads, {args.steps} steps × {args.repeats} repeats, alternating\n")
+    print(
+        f"torch {torch.__version__}, {torch.get_num_threads()} threads, "
+        f"{args.steps} steps × {args.repeats} repeats, alternating\n"
+    )
     rows = []
     for key in args.models.split(","):
         title, build = MODELS[key]
@@ -159,18 +179,32 @@ def main() -> None:
         speed = spent["LearningSpeedMonitor"]
         speed_per_step = sum(sum(v) for v in speed.values()) / steps_with_monitors
         lexical = spent.get("LexicalProbe", {})
-        rows.append((title, step, statistics.median(monitored_steps), one_measurement, speed_per_step,
-                     statistics.median(lexical["on_train_start"]) if lexical else None,
-                     statistics.median(lexical["on_train_end"]) if lexical else None))
-    print("| model | step (ms), no monitors | step (ms), all monitors | EmbeddingVarianceMonitor: one measurement (ms) "
-          f"| per step at every_n_steps={DEFAULT_VARIANCE_INTERVAL} | LearningSpeedMonitor per step | LexicalProbe start / end (s) |")
+        rows.append(
+            (
+                title,
+                step,
+                statistics.median(monitored_steps),
+                one_measurement,
+                speed_per_step,
+                statistics.median(lexical["on_train_start"]) if lexical else None,
+                statistics.median(lexical["on_train_end"]) if lexical else None,
+            )
+        )
+    print(
+        "| model | step (ms), no monitors | step (ms), all monitors | EmbeddingVarianceMonitor: one measurement (ms) "
+        f"| per step at every_n_steps={DEFAULT_VARIANCE_INTERVAL} | LearningSpeedMonitor per step "
+        "| LexicalProbe start / end (s) |"
+    )
     print("| --- | ---: | ---: | ---: | ---: | ---: | ---: |")
     for title, step, monitored, measurement, speed, lexical_start, lexical_end in rows:
         per_step = measurement / DEFAULT_VARIANCE_INTERVAL
         lexical = "—" if lexical_start is None else f"{lexical_start:.2f} / {lexical_end:.2f}"
-        print(f"| {title} | {1e3 * step:.1f} | {1e3 * monitored:.1f} | {1e3 * measurement:.1f} "
-              f"| {1e3 * per_step:.3f} ms ({100 * per_step / step:.3f} %) | {1e3 * speed:.3f} ms ({100 * speed / step:.3f} %) "
-              f"| {lexical} |")
+        print(
+            f"| {title} | {1e3 * step:.1f} | {1e3 * monitored:.1f} | {1e3 * measurement:.1f} "
+            f"| {1e3 * per_step:.3f} ms ({100 * per_step / step:.3f} %) "
+            f"| {1e3 * speed:.3f} ms ({100 * speed / step:.3f} %) "
+            f"| {lexical} |"
+        )
 
 
 if __name__ == "__main__":

@@ -33,12 +33,12 @@ from contextlib import nullcontext
 
 import torch
 import torch.nn.functional as F
+from flops import gemm_ceiling, measure_training_flops, print_utilization
+from timing import alternate, print_throughput
 from torch import nn
 
-from flops import gemm_ceiling, measure_training_flops, print_utilization
 from lightning_embinit.models import ReinforcedTransformerSeq2Seq, TransformerSeq2Seq
 from lightning_embinit.modules.inputs import EmbeddingInput
-from timing import alternate, print_throughput
 
 SIZES = {
     "k": {"d_model": 512, "num_heads": 8, "layers": 3, "ffn_dim": 2048, "batch": 64, "length": 24},
@@ -66,8 +66,13 @@ class ReferenceSeq2Seq(nn.Module):
         mask = nn.Transformer.generate_square_subsequent_mask(tgt_in.shape[1], device=src.device)
         src_pad, tgt_pad = src == PAD, tgt_in == PAD
         hidden = self.transformer(
-            self.src_input(src), self.tgt_input(tgt_in), tgt_mask=mask, tgt_is_causal=True,
-            src_key_padding_mask=src_pad, tgt_key_padding_mask=tgt_pad, memory_key_padding_mask=src_pad,
+            self.src_input(src),
+            self.tgt_input(tgt_in),
+            tgt_mask=mask,
+            tgt_is_causal=True,
+            src_key_padding_mask=src_pad,
+            tgt_key_padding_mask=tgt_pad,
+            memory_key_padding_mask=src_pad,
         )
         return F.cross_entropy(self.head(hidden).flatten(0, 1), targets.flatten(), ignore_index=PAD)
 
@@ -117,9 +122,15 @@ def train(args: argparse.Namespace) -> None:
     src = torch.randint(4, SRC_VOCAB, (batch, length), device=device)
     tgt = torch.randint(4, TGT_VOCAB, (batch, length + 1), device=device)
     options = {
-        "src_vocab_size": SRC_VOCAB, "tgt_vocab_size": TGT_VOCAB, "d_model": size["d_model"],
-        "num_heads": size["num_heads"], "num_encoder_layers": size["layers"], "num_decoder_layers": size["layers"],
-        "ffn_dim": size["ffn_dim"], "dropout": args.dropout, "max_len": 64,
+        "src_vocab_size": SRC_VOCAB,
+        "tgt_vocab_size": TGT_VOCAB,
+        "d_model": size["d_model"],
+        "num_heads": size["num_heads"],
+        "num_encoder_layers": size["layers"],
+        "num_decoder_layers": size["layers"],
+        "ffn_dim": size["ffn_dim"],
+        "dropout": args.dropout,
+        "max_len": 64,
     }
     models = {"TransformerSeq2Seq": TransformerSeq2Seq(**options).to(device)}
     if args.compile:
@@ -143,8 +154,9 @@ def train(args: argparse.Namespace) -> None:
     records = {name: record for name in models}  # a compiled model does the same matrix products
     records["nn.Transformer"] = measure_training_flops(runners["nn.Transformer"].forward_backward)
     ceiling = gemm_ceiling(record, device=device, dtype=dtype)
-    print_utilization(records, {name: runner.tokens for name, runner in runners.items()}, medians, ceiling,
-                      per="target token")
+    print_utilization(
+        records, {name: runner.tokens for name, runner in runners.items()}, medians, ceiling, per="target token"
+    )
 
 
 def multi30k(split: str, lang: str, count: int | None = None) -> list[str]:
@@ -162,10 +174,12 @@ def _batches(src_tok, tgt_tok, de: list[str], en: list[str], batch_size: int, ma
     batches = []
     for start in range(0, len(order), batch_size):
         chunk = order[start : start + batch_size]
-        batches.append((
-            pad([torch.tensor(src[i]) for i in chunk], batch_first=True, padding_value=src_tok.pad_id),
-            pad([torch.tensor(tgt[i]) for i in chunk], batch_first=True, padding_value=tgt_tok.pad_id),
-        ))
+        batches.append(
+            (
+                pad([torch.tensor(src[i]) for i in chunk], batch_first=True, padding_value=src_tok.pad_id),
+                pad([torch.tensor(tgt[i]) for i in chunk], batch_first=True, padding_value=tgt_tok.pad_id),
+            )
+        )
     generator = torch.Generator().manual_seed(0)
     return [batches[i] for i in torch.randperm(len(batches), generator=generator).tolist()]
 
@@ -217,9 +231,11 @@ def epoch(args: argparse.Namespace) -> None:
         sum(p.numel() for p in ReinforcedTransformerSeq2Seq.from_preset("reinforced_proposed", **sizes).parameters()),
         sum(p.numel() for p in TransformerSeq2Seq.from_preset("reinforced_baseline", **sizes).parameters()),
     ]
-    print(f"time ratio proposed / baseline: {ratio:.3f} (SPEC §2: ≈ 0.31); parameter ratio baseline / proposed: "
-          f"{params[1] / params[0]:.2f} here, {full[1] / full[0]:.2f} with {args.vocab_size}-token vocabularies on both "
-          f"sides ({full[0]:,} / {full[1]:,}; SPEC §2: ≈ 3.6)")
+    print(
+        f"time ratio proposed / baseline: {ratio:.3f} (SPEC §2: ≈ 0.31); parameter ratio baseline / proposed: "
+        f"{params[1] / params[0]:.2f} here, {full[1] / full[0]:.2f} with {args.vocab_size}-token vocabularies on both "
+        f"sides ({full[0]:,} / {full[1]:,}; SPEC §2: ≈ 3.6)"
+    )
 
 
 @torch.no_grad()
@@ -245,8 +261,12 @@ def decoding(args: argparse.Namespace) -> None:
         de, en = multi30k("train", "de"), multi30k("train", "en")
         tokenizers = {"src_tokenizer": TextTokenizer.word(de), "tgt_tokenizer": TextTokenizer.word(en)}
         torch.manual_seed(0)
-        model = TransformerSeq2Seq(**tokenizers, **{k: v for k, v in SIZES[args.size].items() if k not in ("batch", "length", "layers")},
-                                   num_encoder_layers=SIZES[args.size]["layers"], num_decoder_layers=SIZES[args.size]["layers"])
+        model = TransformerSeq2Seq(
+            **tokenizers,
+            **{k: v for k, v in SIZES[args.size].items() if k not in ("batch", "length", "layers")},
+            num_encoder_layers=SIZES[args.size]["layers"],
+            num_decoder_layers=SIZES[args.size]["layers"],
+        )
     model.eval()
     sentences = multi30k("test_2016_flickr", model.hparams.get("src_lang", "de"))[: args.sentences]
     source = model.src_tokenizer
@@ -269,20 +289,27 @@ def decoding(args: argparse.Namespace) -> None:
     naive = [naive_greedy(model, torch.tensor([ids]), max_len) for ids in encoded[:naive_count]]
     elapsed = time.perf_counter() - started
     same = sum(model.tgt_tokenizer.decode(ids) == rows[0][2][i] for i, ids in enumerate(naive))
-    print(f"decoding the Multi30k test set ({len(sentences)} sentences; uncached routes on the first {naive_count}), "
-          f"max {max_len} tokens, greedy outputs {statistics.mean(lengths):.1f} tokens on average, "
-          f"{torch.get_num_threads()} threads, {'checkpoint ' + args.checkpoint if args.checkpoint else 'untrained model'}")
+    print(
+        f"decoding the Multi30k test set ({len(sentences)} sentences; uncached routes on the first {naive_count}), "
+        f"max {max_len} tokens, greedy outputs {statistics.mean(lengths):.1f} tokens on average, "
+        f"{torch.get_num_threads()} threads, "
+        f"{'checkpoint ' + args.checkpoint if args.checkpoint else 'untrained model'}"
+    )
     print(f"{'route':<32} {'sentences/s':>12}")
     for name, rate, _ in rows:
         print(f"{name:<32} {rate:>12.1f}")
     print(f"{'naive: one sentence, no cache':<32} {naive_count / elapsed:>12.1f}")
-    print(f"speed-up of batched cached greedy over the naive loop: {rows[0][1] / (naive_count / elapsed):.1f}×; "
-          f"the naive loop's output equals it on {same}/{naive_count} sentences")
+    print(
+        f"speed-up of batched cached greedy over the naive loop: {rows[0][1] / (naive_count / elapsed):.1f}×; "
+        f"the naive loop's output equals it on {same}/{naive_count} sentences"
+    )
 
 
 def _load_checkpoint(path: str):
     checkpoint = torch.load(path, map_location="cpu", weights_only=True)
-    cls = ReinforcedTransformerSeq2Seq if "target_normalization" in checkpoint["hyper_parameters"] else TransformerSeq2Seq
+    cls = (
+        ReinforcedTransformerSeq2Seq if "target_normalization" in checkpoint["hyper_parameters"] else TransformerSeq2Seq
+    )
     return cls.load_from_checkpoint(path, map_location="cpu")
 
 
@@ -296,7 +323,12 @@ def main() -> None:
     p.add_argument("--repeats", type=int, default=6, help="runs per model, alternating")
     p.add_argument("--dropout", type=float, default=0.1)
     p.add_argument("--compile", action="store_true", help="also time the training loss under torch.compile")
-    p.add_argument("--fused-adam", action="store_true", help="Adam(fused=True) for both models, as EmbinitModule.configure_optimizers uses (default: torch's unfused Adam)")
+    p.add_argument(
+        "--fused-adam",
+        action="store_true",
+        help="Adam(fused=True) for both models, as EmbinitModule.configure_optimizers uses "
+        "(default: torch's unfused Adam)",
+    )
     p.add_argument("--device", default="cpu")
     p.add_argument("--dtype", choices=DTYPES, default="fp32")
     p = commands.add_parser("epoch")

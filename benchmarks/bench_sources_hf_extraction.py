@@ -43,8 +43,13 @@ def build_checkpoint(directory: str, vocab: int, hidden: int, layers: int, shard
     with open(vocab_file, "w", encoding="utf-8") as handle:
         handle.write("\n".join(words) + "\n")
     torch.manual_seed(0)
-    config = BertConfig(vocab_size=vocab, hidden_size=hidden, num_hidden_layers=layers,
-                        num_attention_heads=max(1, hidden // 64), intermediate_size=4 * hidden)
+    config = BertConfig(
+        vocab_size=vocab,
+        hidden_size=hidden,
+        num_hidden_layers=layers,
+        num_attention_heads=max(1, hidden // 64),
+        intermediate_size=4 * hidden,
+    )
     model = BertModel(config)
     model.save_pretrained(directory, max_shard_size=shard)
     BertTokenizerFast(vocab=vocab_file).save_pretrained(directory)
@@ -67,8 +72,9 @@ def worker(route: str, directory: str, slot_rows: int) -> dict[str, float]:
             config = json.load(handle)
         words = config["vocab_size"] - 5  # tokens w0 … w{words-1}; a prime stride scatters the slot over the table
         tokens = ["[PAD]", "[UNK]"] + [f"w{(i * 7919) % words}" for i in range(slot_rows - 2)]
-        request = SourceRequest("slot", len(tokens), config["hidden_size"], tokens=tokens,
-                                generator=torch.Generator().manual_seed(0))
+        request = SourceRequest(
+            "slot", len(tokens), config["hidden_size"], tokens=tokens, generator=torch.Generator().manual_seed(0)
+        )
         weight = resolve_source(f"hf:{directory}").build(request).weight
     else:
         from transformers import AutoModel
@@ -80,8 +86,13 @@ def worker(route: str, directory: str, slot_rows: int) -> dict[str, float]:
                 sum(float(parameter.sum()) for parameter in model.parameters())
     checksum = float(weight[:5].double().sum())
     elapsed = time.perf_counter() - start
-    return {"seconds": elapsed, "extra_peak_mib": peak_rss_mib() - baseline, "rows": weight.shape[0],
-            "dim": weight.shape[1], "checksum": checksum}
+    return {
+        "seconds": elapsed,
+        "extra_peak_mib": peak_rss_mib() - baseline,
+        "rows": weight.shape[0],
+        "dim": weight.shape[1],
+        "checksum": checksum,
+    }
 
 
 def main() -> None:
@@ -104,31 +115,63 @@ def main() -> None:
         directory = args.dir or os.path.join(scratch, "checkpoint")
         if not os.path.exists(os.path.join(directory, "config.json")):
             start = time.perf_counter()  # in a subprocess: this process stays small, and children inherit its peak RSS
-            subprocess.run([sys.executable, __file__, "--worker", "build", "--dir", directory, "--vocab", str(args.vocab),
-                            "--hidden", str(args.hidden), "--layers", str(args.layers), "--shard", args.shard],
-                           check=True, capture_output=True)
+            subprocess.run(
+                [
+                    sys.executable,
+                    __file__,
+                    "--worker",
+                    "build",
+                    "--dir",
+                    directory,
+                    "--vocab",
+                    str(args.vocab),
+                    "--hidden",
+                    str(args.hidden),
+                    "--layers",
+                    str(args.layers),
+                    "--shard",
+                    args.shard,
+                ],
+                check=True,
+                capture_output=True,
+            )
             print(f"built checkpoint in {time.perf_counter() - start:.1f} s")
         files = sorted(f for f in os.listdir(directory) if f.endswith(".safetensors"))
         total = sum(os.path.getsize(os.path.join(directory, f)) for f in files)
         embedding_mib = args.vocab * args.hidden * 4 / 2**20
-        print(f"checkpoint: {total / 2**30:.2f} GiB in {len(files)} shards; embedding {args.vocab}×{args.hidden} "
-              f"float32 = {embedding_mib:.0f} MiB; slot for the source build: {args.slot_rows} rows")
+        print(
+            f"checkpoint: {total / 2**30:.2f} GiB in {len(files)} shards; embedding {args.vocab}×{args.hidden} "
+            f"float32 = {embedding_mib:.0f} MiB; slot for the source build: {args.slot_rows} rows"
+        )
         results = {}
         routes = ("ours: read embedding", "ours: hf source build", "AutoModel → clone", "AutoModel, weights resident")
         for route in routes:
-            command = [sys.executable, __file__, "--worker", route, "--dir", directory, "--slot-rows", str(args.slot_rows)]
+            command = [
+                sys.executable,
+                __file__,
+                "--worker",
+                route,
+                "--dir",
+                directory,
+                "--slot-rows",
+                str(args.slot_rows),
+            ]
             output = subprocess.run(command, check=True, capture_output=True, text=True).stdout
             results[route] = json.loads(output.strip().splitlines()[-1])
         auto = results["AutoModel, weights resident"]["extra_peak_mib"]
         print(f"\n{'route':<28} {'seconds':>8} {'extra peak MiB':>15} {'× embedding':>12} {'resident ÷ this':>16}")
         for route, result in results.items():
             peak = result["extra_peak_mib"]
-            print(f"{route:<28} {result['seconds']:>8.2f} {peak:>15.0f} {peak / embedding_mib:>12.2f} "
-                  f"{auto / max(peak, 1e-9):>16.1f}")
+            print(
+                f"{route:<28} {result['seconds']:>8.2f} {peak:>15.0f} {peak / embedding_mib:>12.2f} "
+                f"{auto / max(peak, 1e-9):>16.1f}"
+            )
         ours = results["ours: read embedding"]["extra_peak_mib"]
         same = abs(results["ours: read embedding"]["checksum"] - results["AutoModel → clone"]["checksum"]) < 1e-9
-        print(f"\nsame rows as AutoModel: {same}; target ≤ 1.5× embedding: {ours <= 1.5 * embedding_mib}; "
-              f"target ≥ 5× below the full model resident: {auto >= 5 * ours}")
+        print(
+            f"\nsame rows as AutoModel: {same}; target ≤ 1.5× embedding: {ours <= 1.5 * embedding_mib}; "
+            f"target ≥ 5× below the full model resident: {auto >= 5 * ours}"
+        )
 
 
 if __name__ == "__main__":

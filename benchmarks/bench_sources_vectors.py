@@ -102,11 +102,14 @@ def main() -> None:
         path = os.path.join(scratch, "vectors.txt")
         start = time.perf_counter()
         write_vectors(path, args.rows, args.dim)
-        print(f"wrote {args.rows}×{args.dim} text vectors, {os.path.getsize(path) / 2**30:.2f} GiB, "
-              f"in {time.perf_counter() - start:.1f} s; float32 matrix = {args.rows * args.dim * 4 / 2**20:.0f} MiB")
+        print(
+            f"wrote {args.rows}×{args.dim} text vectors, {os.path.getsize(path) / 2**30:.2f} GiB, "
+            f"in {time.perf_counter() - start:.1f} s; float32 matrix = {args.rows * args.dim * 4 / 2**20:.0f} MiB"
+        )
         sizes = [int(size) for size in args.gather.split(",")]
-        routes = ["first parse"] + [f"{kind} {size}" for kind in ("cached reload + gather", "cached source build")
-                                    for size in sizes]
+        routes = ["first parse"] + [
+            f"{kind} {size}" for kind in ("cached reload + gather", "cached source build") for size in sizes
+        ]
         routes += ["first parse, numpy only"] if args.numpy_parse else []
         routes += [] if args.skip_gensim else ["gensim load_word2vec_format"]
         results = {}
@@ -114,8 +117,18 @@ def main() -> None:
             cache = os.path.join(scratch, "cache-numpy" if "numpy" in route else "cache")
             env = {**os.environ, "EMBINIT_CACHE_DIR": cache}
             size = route.rsplit(" ", 1)[-1] if route.startswith("cached") else "0"
-            command = [sys.executable, __file__, "--worker", route, "--path", path, "--gather", size,
-                       "--rows", str(args.rows)]
+            command = [
+                sys.executable,
+                __file__,
+                "--worker",
+                route,
+                "--path",
+                path,
+                "--gather",
+                size,
+                "--rows",
+                str(args.rows),
+            ]
             output = subprocess.run(command, check=True, capture_output=True, text=True, env=env).stdout
             results[route] = json.loads(output.strip().splitlines()[-1])
         print(f"\n{'route':<34} {'seconds':>8} {'extra peak MiB':>15} {'rows':>8}")

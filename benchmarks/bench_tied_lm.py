@@ -20,12 +20,12 @@ import time
 
 import torch
 import torch.nn.functional as F
+from flops import gemm_ceiling, measure_training_flops, print_utilization
+from timing import alternate, print_throughput
 from torch import nn
 
-from flops import gemm_ceiling, measure_training_flops, print_utilization
 from lightning_embinit.init.positional import sinusoidal_encoding
 from lightning_embinit.models import TiedEmbeddingLM
-from timing import alternate, print_throughput
 
 
 class ReferenceLM(nn.Module):
@@ -91,8 +91,15 @@ def main() -> None:
     ffn = args.ffn or 4 * args.d_model
     torch.manual_seed(0)
     ours = TiedEmbeddingLM(
-        vocab_size=args.vocab, d_model=args.d_model, num_heads=args.heads, num_layers=args.layers, ffn_dim=ffn,
-        max_len=args.seq_len, positional="sinusoidal", head="tied", dropout=0.0,
+        vocab_size=args.vocab,
+        d_model=args.d_model,
+        num_heads=args.heads,
+        num_layers=args.layers,
+        ffn_dim=ffn,
+        max_len=args.seq_len,
+        positional="sinusoidal",
+        head="tied",
+        dropout=0.0,
     )
     reference = ReferenceLM(args.vocab, args.d_model, args.heads, args.layers, ffn, args.seq_len)
     batch = torch.randint(0, args.vocab, (args.batch_size, args.seq_len + 1))
@@ -100,13 +107,16 @@ def main() -> None:
     results = alternate(runners, args.repeats, args.steps, args.warmup)
     print(
         f"training tokens/s, d={args.d_model}, heads={args.heads}, layers={args.layers}, ffn={ffn}, n={args.vocab}, "
-        f"batch {args.batch_size}×{args.seq_len}, {torch.get_num_threads()} threads, {args.repeats} alternating runs × {args.steps} steps"
+        f"batch {args.batch_size}×{args.seq_len}, {torch.get_num_threads()} threads, "
+        f"{args.repeats} alternating runs × {args.steps} steps"
     )
     medians = print_throughput(results, runners, reference="nn.TransformerEncoder")
     records = {name: measure_training_flops(runner.forward_backward) for name, runner in runners.items()}
     ceiling = gemm_ceiling(records["TiedEmbeddingLM"])
-    print_utilization(records, {name: runner.inputs.numel() for name, runner in runners.items()}, medians, ceiling,
-                      dtype="fp32")
+    print_utilization(
+        records, {name: runner.inputs.numel() for name, runner in runners.items()}, medians, ceiling, dtype="fp32"
+    )
+
 
 if __name__ == "__main__":
     main()

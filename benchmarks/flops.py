@@ -20,8 +20,8 @@ from __future__ import annotations
 
 import time
 from collections import defaultdict
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Callable
 
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
@@ -29,8 +29,13 @@ from torch.utils.flop_counter import sdpa_backward_flop_count, sdpa_flop_count
 
 aten = torch.ops.aten
 _ATTENTION_FORWARD = {
-    name for name in ("_scaled_dot_product_flash_attention_for_cpu", "_scaled_dot_product_flash_attention",
-                      "_scaled_dot_product_efficient_attention", "_scaled_dot_product_cudnn_attention")
+    name
+    for name in (
+        "_scaled_dot_product_flash_attention_for_cpu",
+        "_scaled_dot_product_flash_attention",
+        "_scaled_dot_product_efficient_attention",
+        "_scaled_dot_product_cudnn_attention",
+    )
 }
 _ATTENTION_BACKWARD = {f"{name}_backward" for name in _ATTENTION_FORWARD}
 
@@ -149,21 +154,25 @@ def format_utilization(
     )
 
 
-UTILIZATION_HEADER = (
-    f"{'model':<26} {'MFLOP/token':>12} {'GFLOP/s':>12} {'ceiling':>12} {'util.':>9}"
-)
+UTILIZATION_HEADER = f"{'model':<26} {'MFLOP/token':>12} {'GFLOP/s':>12} {'ceiling':>12} {'util.':>9}"
 
 
 def print_utilization(
-    records: dict[str, MatmulRecord], tokens_per_step: dict[str, int], tokens_per_second: dict[str, float],
-    ceiling: Ceiling, *, per: str = "token", dtype: str = "",
+    records: dict[str, MatmulRecord],
+    tokens_per_step: dict[str, int],
+    tokens_per_second: dict[str, float],
+    ceiling: Ceiling,
+    *,
+    per: str = "token",
+    dtype: str = "",
 ) -> None:
     """The utilization block every training benchmark prints: the ceiling, then one row per model."""
     shapes = len(next(iter(records.values())).flops)
-    print(f"\nmodel FLOPs per {per} (forward + backward matrix products) and utilization; {dtype + ' ' if dtype else ''}"
-          f"GEMM ceiling {ceiling.rate / 1e9:.1f} GFLOP/s at the model's {shapes} shapes "
-          f"(best single shape {ceiling.best_shape_rate / 1e9:.1f})")
+    print(
+        f"\nmodel FLOPs per {per} (forward + backward matrix products) and utilization; {dtype + ' ' if dtype else ''}"
+        f"GEMM ceiling {ceiling.rate / 1e9:.1f} GFLOP/s at the model's {shapes} shapes "
+        f"(best single shape {ceiling.best_shape_rate / 1e9:.1f})"
+    )
     print(UTILIZATION_HEADER)
     for name, record in records.items():
         print(format_utilization(name, record, tokens_per_step[name], tokens_per_second[name], ceiling))
-

@@ -28,7 +28,9 @@ def alternate(runners: dict[str, TimedRunner], repeats: int, steps: int, warmup:
     return results
 
 
-def print_throughput(results: dict[str, list[float]], runners: dict[str, TimedRunner], reference: str) -> dict[str, float]:
+def print_throughput(
+    results: dict[str, list[float]], runners: dict[str, TimedRunner], reference: str
+) -> dict[str, float]:
     """Prints median, best and worst tokens/s and the parameters of each model, then each model's
     median and best ratio to ``reference``; returns the medians."""
     medians = {name: statistics.median(values) for name, values in results.items()}

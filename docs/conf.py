@@ -68,9 +68,12 @@ _THIRD_PARTY = (
 )
 nitpick_ignore_regex = [
     (r"py:.*", _THIRD_PARTY),
-    (r"py:.*", r"(Tensor|Module|LightningModule|LightningDataModule|Trainer|Callback|DataLoader|Dataset|Sampler"
-               r"|BatchSampler|Path|PathLike|Namespace|ArgumentParser|DataFrame|ndarray|Figure|Axes|dtype|device"
-               r"|Generator|Iterator|Iterable|Mapping|MutableMapping|Sequence|Callable|Any|Literal|Self|TypeAlias)"),
+    (
+        r"py:.*",
+        r"(Tensor|Module|LightningModule|LightningDataModule|Trainer|Callback|DataLoader|Dataset|Sampler"
+        r"|BatchSampler|Path|PathLike|Namespace|ArgumentParser|DataFrame|ndarray|Figure|Axes|dtype|device"
+        r"|Generator|Iterator|Iterable|Mapping|MutableMapping|Sequence|Callable|Any|Literal|Self|TypeAlias)",
+    ),
     (r"py:.*", r"(optional|callable|iterable|sequence|mapping|array-like|tensor|module)"),
     (r"py:.*", r"(nn|F|L|pl|dist)\..+"),  # torch.nn, torch.nn.functional, lightning as imported
     (r"py:.*", r"(Rich|TQDM)ProgressBar"),
@@ -97,9 +100,12 @@ autosummary_ignore_module_all = True  # a package's page lists what it defines; 
 autosummary_imported_members = False  # where they are defined
 # a package that re-exports a function named like one of its modules (diagnostics.absorption) shadows the
 # module for autosummary; the templates document such a name as the module (_templates/autosummary/function.rst)
-autosummary_context = {"embinit_modules": sorted(
-    info.name for info in pkgutil.walk_packages(importlib.import_module("lightning_embinit").__path__,
-                                                "lightning_embinit."))}
+autosummary_context = {
+    "embinit_modules": sorted(
+        info.name
+        for info in pkgutil.walk_packages(importlib.import_module("lightning_embinit").__path__, "lightning_embinit.")
+    )
+}
 autodoc_default_options = {
     "members": True,
     "undoc-members": True,
@@ -175,15 +181,19 @@ def _resolve_short_name(app, env, node, contnode):
         candidates = inherited[:1]
     for scope in (node.get("py:class"), node.get("py:module")):
         if len(candidates) > 1 and scope:
-            narrowed = [name for name in candidates if name.startswith(f"{node.get('py:module')}.{scope}.")
-                        or name.startswith(f"{scope}.")]
+            narrowed = [
+                name
+                for name in candidates
+                if name.startswith(f"{node.get('py:module')}.{scope}.") or name.startswith(f"{scope}.")
+            ]
             candidates = narrowed or candidates
     if len(candidates) != 1:
         return None
     node = node.deepcopy()
     node["reftarget"] = candidates[0]
-    return env.get_domain("py").resolve_xref(env, node["refdoc"], app.builder, node["reftype"], candidates[0],
-                                             node, contnode)
+    return env.get_domain("py").resolve_xref(
+        env, node["refdoc"], app.builder, node["reftype"], candidates[0], node, contnode
+    )
 
 
 def _inherited_paths(node, target: str) -> list[str]:
@@ -222,8 +232,9 @@ def _resolve_reexport(app, env, node, contnode):
         return None
     node = node.deepcopy()
     node["reftarget"] = f"{module}.{qualname}"
-    return env.get_domain("py").resolve_xref(env, node["refdoc"], app.builder, node["reftype"], node["reftarget"],
-                                          node, contnode)
+    return env.get_domain("py").resolve_xref(
+        env, node["refdoc"], app.builder, node["reftype"], node["reftarget"], node, contnode
+    )
 
 
 def _resolve_member(app, env, node, contnode, target):
@@ -239,8 +250,9 @@ def _resolve_member(app, env, node, contnode, target):
         return None
     node = node.deepcopy()
     node["reftarget"] = f"{module}.{cls.__qualname__}.{member}"
-    return env.get_domain("py").resolve_xref(env, node["refdoc"], app.builder, node["reftype"], node["reftarget"],
-                                          node, contnode)
+    return env.get_domain("py").resolve_xref(
+        env, node["refdoc"], app.builder, node["reftype"], node["reftarget"], node, contnode
+    )
 
 
 _PROSE_DOCSTRINGS: dict[tuple[str, str], list[str]] = {}
@@ -263,7 +275,8 @@ def _drop_dataclass_signature_doc(app, what, name, obj, options, lines):
 
 
 def _factory_defaults(app, what, name, obj, options, signature, return_annotation):
-    """A dataclass field with ``default_factory`` shows as ``=<factory>``, which no signature parser reads: ``= ...``."""
+    """A dataclass field with ``default_factory`` shows as ``=<factory>``, which no signature parser reads:
+    ``= ...``."""
     if signature and "<factory>" in signature:
         return signature.replace("=<factory>", "=...").replace("<factory>", "..."), return_annotation
     return None

@@ -31,8 +31,28 @@ from lightning_embinit.diagnostics.variance import positional_matrix, token_rows
 from lightning_embinit.models import TiedEmbeddingLM
 
 ROOT = Path(__file__).resolve().parent.parent
-WORDS = ["man", "woman", "boy", "girl", "dog", "cat", "horse", "red", "blue", "green", "white", "black",
-         "walking", "running", "sitting", "standing", "street", "beach", "water", "snow"]
+WORDS = [
+    "man",
+    "woman",
+    "boy",
+    "girl",
+    "dog",
+    "cat",
+    "horse",
+    "red",
+    "blue",
+    "green",
+    "white",
+    "black",
+    "walking",
+    "running",
+    "sitting",
+    "standing",
+    "street",
+    "beach",
+    "water",
+    "snow",
+]
 STARTS = {  # name → EmbeddingInitCallback options
     "xavier": {"source": "xavier"},
     "glove": {"source": "glove"},
@@ -51,8 +71,18 @@ def save(figure, path: Path) -> None:
 
 
 def model_for(data: LanguageModelDataModule) -> TiedEmbeddingLM:
-    return TiedEmbeddingLM(vocabulary=data.vocabulary, d_model=50, num_heads=2, num_layers=2, ffn_dim=200, max_len=64,
-                           positional="sinusoidal", head="untied", dropout=0.1, lr=2e-3)
+    return TiedEmbeddingLM(
+        vocabulary=data.vocabulary,
+        d_model=50,
+        num_heads=2,
+        num_layers=2,
+        ffn_dim=200,
+        max_len=64,
+        positional="sinusoidal",
+        head="untied",
+        dropout=0.1,
+        lr=2e-3,
+    )
 
 
 def initialized(data: LanguageModelDataModule, options: dict, glove: str) -> TiedEmbeddingLM:
@@ -71,13 +101,19 @@ def absorption_figures(data: LanguageModelDataModule, glove: str, out: Path) -> 
         model = initialized(data, STARTS[name], glove)
         slot = model.embedding_slots()["tokens"]
         numbers = monitor.measure(model)["tokens"]
-        print(f"{name:<20}  {numbers['std']:.4f}  {numbers['scaled_std']:.4f}      {numbers['pe_std']:.3f}   "
-              f"{numbers['ratio']:6.3f}  {numbers['semantic_retention']:.3f}          {numbers['positional_retention']:.3f}"
-              f"            {numbers['neighbour_survival']:.3f}")
+        print(
+            f"{name:<20}  {numbers['std']:.4f}  {numbers['scaled_std']:.4f}      {numbers['pe_std']:.3f}   "
+            f"{numbers['ratio']:6.3f}  {numbers['semantic_retention']:.3f}          "
+            f"{numbers['positional_retention']:.3f}"
+            f"            {numbers['neighbour_survival']:.3f}"
+        )
         if name != "xavier":
             scaled = token_rows(slot) * float(slot.input_scale)
             title = f"Multi30k words, {name}: s·X (s = √50) against sinusoidal P"
-            save(value_histogram(scaled, positional_matrix(slot), title=title), out / f"histogram_{name.replace(' ', '_')}.png")
+            save(
+                value_histogram(scaled, positional_matrix(slot), title=title),
+                out / f"histogram_{name.replace(' ', '_')}.png",
+            )
         index = {token: row for row, token in enumerate(slot.tokens)}
         rows = torch.tensor([index[w] for w in WORDS])
         positions = torch.randint(0, 64, (len(WORDS),), generator=torch.Generator().manual_seed(0))
@@ -86,7 +122,10 @@ def absorption_figures(data: LanguageModelDataModule, glove: str, out: Path) -> 
             panels["GloVe x"] = vectors
         if name != "xavier":
             panels[f"{name}: √50·x + P"] = vectors * float(slot.input_scale) + positional_matrix(slot)[positions]
-    save(pca_scatter(panels, WORDS, title="2-D PCA of 20 Multi30k words (P at random positions < 64)"), out / "pca_glove.png")
+    save(
+        pca_scatter(panels, WORDS, title="2-D PCA of 20 Multi30k words (P at random positions < 64)"),
+        out / "pca_glove.png",
+    )
 
 
 def probe_table(glove: str) -> None:
@@ -95,38 +134,65 @@ def probe_table(glove: str) -> None:
     lexical = shared_data() / "lexical"
     vectors = KeyedVectors.load_word2vec_format(glove, binary=False)
     results = lexical_probe(
-        torch.from_numpy(vectors.vectors), vectors.index_to_key, analogies=str(lexical / "questions-words.txt"),
+        torch.from_numpy(vectors.vectors),
+        vectors.index_to_key,
+        analogies=str(lexical / "questions-words.txt"),
         similarity=[str(lexical / "wordsim353.tsv"), str(lexical / "simlex999.txt")],
-        chains=["raw", "scaled", "raw+pe", "standardized", "standardized+scaled", "standardized+pe", "raw+pe_scaled", "scaled+pe"],
+        chains=[
+            "raw",
+            "scaled",
+            "raw+pe",
+            "standardized",
+            "standardized+scaled",
+            "standardized+pe",
+            "raw+pe_scaled",
+            "scaled+pe",
+        ],
     )
     print("\nlexical_probe, GloVe 6B 50d Multi30k subset (11,067 words), all 19,544 questions:")
     print(format_probe(results))
 
 
+class Record(L.Callback):
+    def __init__(self, speed: LearningSpeedMonitor, points: list[tuple[int, float]]) -> None:
+        self.speed, self.points = speed, points
+
+    def on_validation_end(self, trainer, pl_module):
+        if not trainer.sanity_checking:
+            self.points.append((self.speed.examples_seen, float(trainer.callback_metrics["val_loss"])))
+
+
 def learning_speed(data: LanguageModelDataModule, glove: str, out: Path, steps: int, threshold: float) -> None:
     curves, crossings = {}, {}
-    print(f"\nexamples until the smoothed val_loss ≤ {threshold} (TiedEmbeddingLM d=50, untied head, Multi30k English):")
+    print(
+        f"\nexamples until the smoothed val_loss ≤ {threshold} (TiedEmbeddingLM d=50, untied head, Multi30k English):"
+    )
     for name, options in STARTS.items():
         model = initialized(data, options, glove)
         speed = LearningSpeedMonitor("val_loss", threshold, mode="min")
         points: list[tuple[int, float]] = []
-
-        class Record(L.Callback):
-            def on_validation_end(self, trainer, pl_module):
-                if not trainer.sanity_checking:
-                    points.append((speed.examples_seen, float(trainer.callback_metrics["val_loss"])))
-
-        trainer = L.Trainer(max_steps=steps, val_check_interval=25, check_val_every_n_epoch=None, limit_val_batches=10,
-                            num_sanity_val_steps=0, logger=False, enable_checkpointing=False, enable_progress_bar=False,
-                            enable_model_summary=False, callbacks=[speed, Record()])
+        trainer = L.Trainer(
+            max_steps=steps,
+            val_check_interval=25,
+            check_val_every_n_epoch=None,
+            limit_val_batches=10,
+            num_sanity_val_steps=0,
+            logger=False,
+            enable_checkpointing=False,
+            enable_progress_bar=False,
+            enable_model_summary=False,
+            callbacks=[speed, Record(speed, points)],
+        )
         torch.manual_seed(0)
         trainer.fit(model, datamodule=data)
         examples = [e for e, _ in points]
         losses = [v for _, v in points]
         curves[name] = (examples, losses, tensorboard_smooth(losses))
         crossings[name] = speed.crossed_at_examples
-        print(f"  {name:<20} {speed.crossed_at_examples if speed.crossed_at_examples else 'not reached':>12}   "
-              f"final val_loss {losses[-1]:.3f}")
+        print(
+            f"  {name:<20} {speed.crossed_at_examples if speed.crossed_at_examples else 'not reached':>12}   "
+            f"final val_loss {losses[-1]:.3f}"
+        )
     figure = learning_curves(curves, threshold=threshold, metric="val_loss", crossings=crossings)
     figure.axes[0].set_title("LM (d = 50, untied head) on Multi30k English: validation loss, smoothed 0.6", fontsize=10)
     save(figure, out / "learning_speed_multi30k.png")
@@ -143,8 +209,13 @@ def main() -> None:
     out.mkdir(parents=True, exist_ok=True)
     glove = str(shared_data() / "glove" / "glove.6B.50d.multi30k_subset.txt.gz")
     multi30k = shared_data() / "multi30k"
-    data = LanguageModelDataModule(train_files=str(multi30k / "train.en.gz"), val_files=str(multi30k / "val.en.gz"),
-                                   seq_len=32, batch_size=32, min_freq=2)
+    data = LanguageModelDataModule(
+        train_files=str(multi30k / "train.en.gz"),
+        val_files=str(multi30k / "val.en.gz"),
+        seq_len=32,
+        batch_size=32,
+        min_freq=2,
+    )
     print(f"Multi30k English vocabulary: {len(data.vocabulary)} words (min_freq 2)")
     absorption_figures(data, glove, out)
     probe_table(glove)

@@ -11,8 +11,9 @@
 
 Printed per rule: the validation loss before any update (over all targets, the old tokens' and the new tokens'),
 the probability the new tokens take on the validation positions before any update (the report's
-``new_token_mass``; uniform would give m/N′), the validation loss after ``--steps`` steps, as mean ± std over ``--seeds`` seeds (the rule's draw and the batch order; the old model is
-the same). Offline; a few minutes on two busy CPU cores.
+``new_token_mass``; uniform would give m/N′), the validation loss after ``--steps`` steps, as mean ± std over
+``--seeds`` seeds (the rule's draw and the batch order; the old model is the same). Offline; a few
+minutes on two busy CPU cores.
 
     python examples/vocabulary_extension.py                       # the table in docs/vocabulary_extension.md
     python examples/vocabulary_extension.py --steps 20 --seeds 1  # a quick look
@@ -103,13 +104,21 @@ def train(model: TiedEmbeddingLM, data: torch.Tensor, steps: int, batch: int, lr
 def evaluate(model: TiedEmbeddingLM, data: torch.Tensor, first_new: int) -> tuple[float, float, float]:
     """Mean next-token loss over all targets, over the old tokens' and over the new tokens' (ids ≥ ``first_new``)."""
     model.eval()
-    losses = torch.cat([torch.nn.functional.cross_entropy(model(rows[:, :-1]).flatten(0, 1), rows[:, 1:].flatten(),
-                                                          reduction="none") for rows in data.split(32)])
+    losses = torch.cat(
+        [
+            torch.nn.functional.cross_entropy(
+                model(rows[:, :-1]).flatten(0, 1), rows[:, 1:].flatten(), reduction="none"
+            )
+            for rows in data.split(32)
+        ]
+    )
     new = data[:, 1:].flatten() >= first_new
     return float(losses.mean()), float(losses[~new].mean()), float(losses[new].mean())
 
 
-def new_words(tokenizer: TextTokenizer, encoder: ExtendedEncoder, texts: list[str], count: int, min_count: int) -> list[str]:
+def new_words(
+    tokenizer: TextTokenizer, encoder: ExtendedEncoder, texts: list[str], count: int, min_count: int
+) -> list[str]:
     """The ``count`` most frequent words of ``texts`` (▁-marked, as the pre-tokenizer yields them) that the
     old vocabulary splits into ≥ 2 pieces."""
     counts = Counter(word for text in texts for word in encoder.words(text))
@@ -122,16 +131,37 @@ def old_model(args: argparse.Namespace) -> tuple[TiedEmbeddingLM, TextTokenizer]
     tokenizer = TextTokenizer.wordpiece(lee, vocab_size=args.vocab_size, min_frequency=2)
     data = windows(tokenizer.encode, lee, tokenizer.eos_id, args.seq_len)
     torch.manual_seed(0)
-    model = TiedEmbeddingLM(vocabulary=tokenizer.tokens, d_model=args.d_model, num_heads=4, num_layers=2,
-                            ffn_dim=2 * args.d_model, max_len=args.seq_len, embedding_init="normal:1/sqrt(d)")
+    model = TiedEmbeddingLM(
+        vocabulary=tokenizer.tokens,
+        d_model=args.d_model,
+        num_heads=4,
+        num_layers=2,
+        ffn_dim=2 * args.d_model,
+        max_len=args.seq_len,
+        embedding_init="normal:1/sqrt(d)",
+    )
     train(model, data, args.pretrain_steps, args.batch_size, 1e-3, seed=0)
     return model, tokenizer
 
 
-def run_rule(rule: str, seed: int, state: dict, tokenizer: TextTokenizer, encoder: ExtendedEncoder,
-             train_data: torch.Tensor, val_data: torch.Tensor, args: argparse.Namespace) -> tuple[float, ...]:
-    model = TiedEmbeddingLM(vocabulary=tokenizer.tokens, d_model=args.d_model, num_heads=4, num_layers=2,
-                            ffn_dim=2 * args.d_model, max_len=args.seq_len)
+def run_rule(
+    rule: str,
+    seed: int,
+    state: dict,
+    tokenizer: TextTokenizer,
+    encoder: ExtendedEncoder,
+    train_data: torch.Tensor,
+    val_data: torch.Tensor,
+    args: argparse.Namespace,
+) -> tuple[float, ...]:
+    model = TiedEmbeddingLM(
+        vocabulary=tokenizer.tokens,
+        d_model=args.d_model,
+        num_heads=4,
+        num_layers=2,
+        ffn_dim=2 * args.d_model,
+        max_len=args.seq_len,
+    )
     model.load_state_dict(state)
     model.eval()
     probe = lambda m: m.output_states((val_data[:, :-1], None))  # noqa: E731
@@ -175,20 +205,32 @@ def main() -> None:
     train_data = windows(encoder.encode, texts, tokenizer.eos_id, args.seq_len)
     val_data = windows(encoder.encode, captions("val"), tokenizer.eos_id, args.seq_len)
     share = float((val_data[:, 1:] >= len(tokenizer.tokens)).float().mean())
-    print(f"old vocabulary {len(tokenizer.tokens)} (WordPiece on Lee), +{len(added)} Multi30k words "
-          f"(first: {', '.join(w.lstrip('▁') for w in added[:8])}); {100 * share:.1f} % of the validation targets are new "
-          f"tokens; d = {args.d_model}; {args.pretrain_steps} pre-training steps on Lee, {args.steps} fine-tuning steps, "
-          f"batch {args.batch_size} × {args.seq_len}, {args.seeds} seed(s); {cpu_name()}, "
-          f"{torch.get_num_threads()} threads")
-    print("| rule | val loss before fine-tuning | … on old-token targets | … on new-token targets | new-token mass "
-          f"before any update | val loss after {args.steps} steps |\n| --- | ---: | ---: | ---: | ---: | ---: |")
+    print(
+        f"old vocabulary {len(tokenizer.tokens)} (WordPiece on Lee), +{len(added)} Multi30k words "
+        f"(first: {', '.join(w.lstrip('▁') for w in added[:8])}); "
+        f"{100 * share:.1f} % of the validation targets are new tokens; d = {args.d_model}; "
+        f"{args.pretrain_steps} pre-training steps on Lee, {args.steps} fine-tuning steps, "
+        f"batch {args.batch_size} × {args.seq_len}, {args.seeds} seed(s); {cpu_name()}, "
+        f"{torch.get_num_threads()} threads"
+    )
+    print(
+        "| rule | val loss before fine-tuning | … on old-token targets | … on new-token targets | new-token mass "
+        f"before any update | val loss after {args.steps} steps |\n| --- | ---: | ---: | ---: | ---: | ---: |"
+    )
     for rule in args.rules:
-        results = [run_rule(rule, seed, state, tokenizer, encoder, train_data, val_data, args) for seed in range(args.seeds)]
+        results = [
+            run_rule(rule, seed, state, tokenizer, encoder, train_data, val_data, args) for seed in range(args.seeds)
+        ]
         before, old, new, mass, after = zip(*results)
-        print(f"| `{LABELS.get(rule, rule)}` | {cell(before)} | {cell(old)} | {cell(new)} | {cell(mass, 2, percent=True)} "
-              f"| {cell(after)} |", flush=True)
-    print(f"uniform share of the new tokens: {100 * len(added) / len(encoder.tokens):.1f} %; "
-          f"{time.perf_counter() - started:.0f} s in all")
+        print(
+            f"| `{LABELS.get(rule, rule)}` | {cell(before)} | {cell(old)} | {cell(new)} "
+            f"| {cell(mass, 2, percent=True)} | {cell(after)} |",
+            flush=True,
+        )
+    print(
+        f"uniform share of the new tokens: {100 * len(added) / len(encoder.tokens):.1f} %; "
+        f"{time.perf_counter() - started:.0f} s in all"
+    )
 
 
 if __name__ == "__main__":

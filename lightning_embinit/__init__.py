@@ -10,11 +10,13 @@ import importlib
 from typing import Any
 
 from lightning_embinit.init import EmbeddingHost, EmbeddingSlot
-from lightning_embinit.init.pipeline import initialize_embeddings
 from lightning_embinit.init.extension import extend_vocabulary
+from lightning_embinit.init.pipeline import initialize_embeddings
 from lightning_embinit.init.recipe import InitRecipe
 
-__version__ = "0.1.0.dev0"  # the one place: pyproject.toml reads it ([tool.setuptools.dynamic]), `embinit --version` prints it
+__version__ = (
+    "0.1.0.dev0"  # the one place: pyproject.toml reads it ([tool.setuptools.dynamic]), `embinit --version` prints it
+)
 
 _LAZY = {
     "EmbeddingInitCallback": "lightning_embinit.callbacks",

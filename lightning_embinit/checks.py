@@ -9,7 +9,8 @@ from __future__ import annotations
 
 import math
 import numbers
-from typing import Any, Collection, Iterable, Sequence, TypeVar
+from collections.abc import Collection, Iterable, Sequence
+from typing import Any, TypeVar
 
 #: The type of a value checked against its choices.
 Choice = TypeVar("Choice")
@@ -19,7 +20,8 @@ LOCAL_FILE_SUFFIXES = (".txt", ".vec", ".bin", ".gz", ".bz2", ".xz", ".zip", ".n
 
 
 def check_choice(kind: str, value: Choice, choices: Iterable[Any], *, hint: str = "") -> Choice:
-    """``value`` if it is one of ``choices``, else a ValueError naming them: ``unknown <kind> 'x'; choose one of: a, b``.
+    """``value`` if it is one of ``choices``, else a ValueError naming them:
+    ``unknown <kind> 'x'; choose one of: a, b``.
 
     A ``kind`` naming a keyword option ends in ``=`` and reads ``unknown <kind>='x'``; a ``hint``
     is added in parentheses (:func:`choice_error`).
@@ -64,8 +66,9 @@ def _is_real(value: Any) -> bool:
     return isinstance(value, numbers.Real) and not isinstance(value, bool)
 
 
-def check_int(name: str, value: Any, *, minimum: int | None = None, maximum: int | None = None,
-              optional: bool = False) -> Any:
+def check_int(
+    name: str, value: Any, *, minimum: int | None = None, maximum: int | None = None, optional: bool = False
+) -> Any:
     """``value`` if it is an integer in [``minimum``, ``maximum``] (either bound may be absent), else a ValueError:
     ``max_len must be ≥ 1, got 0``, ``max_len must be an integer ≥ 1, got 2.5``. ``optional``: None is accepted
     (and returned)."""
@@ -100,8 +103,16 @@ def check_finite(name: str, value: Any, *, optional: bool = False) -> Any:
     return float(value)
 
 
-def check_range(name: str, value: Any, low: float | None = None, high: float | None = None, *,
-                low_open: bool = False, high_open: bool = False, optional: bool = False) -> Any:
+def check_range(
+    name: str,
+    value: Any,
+    low: float | None = None,
+    high: float | None = None,
+    *,
+    low_open: bool = False,
+    high_open: bool = False,
+    optional: bool = False,
+) -> Any:
     """``value`` as a float if it is a finite number in the interval from ``low`` to ``high`` (closed ends unless
     ``low_open``/``high_open``; an absent bound is unbounded), else a ValueError naming the interval:
     ``dropout must be in [0, 1), got 1.0``."""
@@ -115,7 +126,9 @@ def check_range(name: str, value: Any, low: float | None = None, high: float | N
     if not inside:
         left = "−∞" if low is None else f"{low:g}"
         right = "∞" if high is None else f"{high:g}"
-        interval = f"{'(' if low_open or low is None else '['}{left}, {right}{')' if high_open or high is None else ']'}"
+        interval = (
+            f"{'(' if low_open or low is None else '['}{left}, {right}{')' if high_open or high is None else ']'}"
+        )
         raise ValueError(f"{name} must be in {interval}{' or None' if optional else ''}, got {value!r}")
     return float(value)
 
@@ -135,8 +148,10 @@ def check_texts(texts: Any, what: str = "texts") -> list[str]:
     """``texts`` as a list of strings. A bare string is a TypeError (it is not a list of sentences: pass
     ``[text]``), and so is an item that is not a string (the error names its index and type)."""
     if isinstance(texts, (str, bytes)):
-        raise TypeError(f"{what} must be a list of strings, got a single {type(texts).__name__} "
-                        f"({texts[:40]!r}); pass [text] for one sentence")
+        raise TypeError(
+            f"{what} must be a list of strings, got a single {type(texts).__name__} "
+            f"({texts[:40]!r}); pass [text] for one sentence"
+        )
     try:
         texts = list(texts)
     except TypeError:

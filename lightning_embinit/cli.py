@@ -17,19 +17,23 @@ re-raises it with its traceback).
 from __future__ import annotations
 
 import sys
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 from lightning_embinit import __version__
 
-__all__ = ["CHECKPOINT_TO_DATA", "DATA_TO_MODEL_LINKS", "EmbinitCLI", "embinit_cli", "main"]
-
 _FROM_LIGHTNING_CLI = ("CHECKPOINT_TO_DATA", "DATA_TO_MODEL_LINKS", "EmbinitCLI", "embinit_cli")
-MORE_COMMANDS = ("embinit also has: inspect (check an embedding start without training), sweep (run a study's "
-                 "trials), report (a study's tables and figures); `embinit COMMAND --help` for each.")
+
+__all__ = [*_FROM_LIGHTNING_CLI, "main"]
+MORE_COMMANDS = (
+    "embinit also has: inspect (check an embedding start without training), sweep (run a study's "
+    "trials), report (a study's tables and figures); `embinit COMMAND --help` for each."
+)
 
 
 def __getattr__(name: str) -> Any:
-    """The LightningCLI names, imported on first use (``embinit sweep`` starts its trial server before Lightning loads)."""
+    """The LightningCLI names, imported on first use (``embinit sweep`` starts its trial server before
+    Lightning loads)."""
     if name in _FROM_LIGHTNING_CLI:
         from lightning_embinit import lightning_cli
 
@@ -46,8 +50,11 @@ def main(args: Any = None) -> int:
     """
     argv = sys.argv[1:] if args is None else list(args)
     if not argv:
-        print("embinit: error: name a command: fit, validate, test, predict, inspect, sweep or report "
-              "(`embinit --help` lists them)", file=sys.stderr)
+        print(
+            "embinit: error: name a command: fit, validate, test, predict, inspect, sweep or report "
+            "(`embinit --help` lists them)",
+            file=sys.stderr,
+        )
         return 2
     if argv[:1] in (["--version"], ["-V"]):
         print(f"embinit (lightning_embinit) {__version__}")

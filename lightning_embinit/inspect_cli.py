@@ -1,6 +1,7 @@
 """``embinit inspect``: check an embedding start before paying for a run (SPEC §1, §3).
 
-    embinit inspect --config cfg.yaml [--model.init_args.architecture.d_model 512 ...] [--source glove --standardize xavier]
+    embinit inspect --config cfg.yaml [--model.init_args.architecture.d_model 512 ...]
+        [--source glove --standardize xavier]
     embinit inspect --vocab-size 30000 --dim 512 --tied --source normal:0.0625 [--format json]
 
 For a model config (parsed by the same LightningCLI parser ``embinit fit`` uses: model,
@@ -22,7 +23,8 @@ import inspect as pyinspect
 import json
 import sys
 import warnings
-from typing import Any, Callable, Sequence
+from collections.abc import Callable, Sequence
+from typing import Any
 
 import torch
 from torch import nn
@@ -60,7 +62,9 @@ class ShapeModel(nn.Module):
         if vocab_size < 2 or dim < 1:
             raise ValueError(f"a table needs --vocab-size ≥ 2 and --dim ≥ 1, got {vocab_size} × {dim}")
         if padding_idx is not None and not 0 <= padding_idx < vocab_size:
-            raise ValueError(f"--padding-idx {padding_idx} is not a row of the table's {vocab_size} rows (0 … {vocab_size - 1})")
+            raise ValueError(
+                f"--padding-idx {padding_idx} is not a row of the table's {vocab_size} rows (0 … {vocab_size - 1})"
+            )
         check_choice("--positional", positional, POSITIONALS, hint="a learned table is inspected through --config")
         self.token_embedding = nn.Embedding(vocab_size, dim, padding_idx=padding_idx)
         self.input_scale = input_scale
@@ -74,7 +78,9 @@ class ShapeModel(nn.Module):
     def embedding_slots(self) -> dict[str, EmbeddingSlot]:
         return {
             "tokens": EmbeddingSlot(
-                "tokens", self.token_embedding, input_scale=self.input_scale,
+                "tokens",
+                self.token_embedding,
+                input_scale=self.input_scale,
                 positional_encoding=None if self.positional is None else (lambda: self.positional),
                 tied_modules=("head",) if self.tied else (),
             )
@@ -91,6 +97,7 @@ def _scalar(text: str) -> Any:
 
 def _integer(minimum: int) -> Callable[[str], int]:
     """An argparse type: an integer ≥ ``minimum`` (argparse names the option in its error)."""
+
     def parse(text: str) -> int:
         try:
             return check_int("value", int(text), minimum=minimum)
@@ -121,14 +128,17 @@ def build_parser() -> argparse.ArgumentParser:
         prog="embinit inspect",
         allow_abbrev=False,
         description="Check an embedding start before training: init report, absorption, SPEC §3 initial loss, verdict. "
-                    "Arguments not listed here are passed to the config's LightningCLI parser (e.g. --model.init_args.architecture.d_model 64).",
+        "Arguments not listed here are passed to the config's LightningCLI parser "
+        "(e.g. --model.init_args.architecture.d_model 64).",
     )
     model = parser.add_argument_group("model: a config as `embinit fit` takes it, or a bare shape")
     model.add_argument("--config", help="a LightningCLI config (model, data, trainer.callbacks)")
     model.add_argument("--vocab-size", type=_integer(2), help="bare shape: rows N")
     model.add_argument("--dim", type=_integer(1), help="bare shape: dimension D")
     model.add_argument("--tied", action="store_true", help="bare shape: the output layer reuses the table")
-    model.add_argument("--input-scale", default="sqrt_d", help="bare shape: sqrt_d (default), inv_sqrt_d, none, or a number")
+    model.add_argument(
+        "--input-scale", default="sqrt_d", help="bare shape: sqrt_d (default), inv_sqrt_d, none, or a number"
+    )
     model.add_argument("--positional", default="sinusoidal", choices=POSITIONALS, help="bare shape: the added encoding")
     model.add_argument("--positional-layout", default="interleaved", choices=LAYOUTS)
     model.add_argument("--max-len", type=_integer(1), default=512, help="bare shape: positions in the encoding")
@@ -141,17 +151,33 @@ def build_parser() -> argparse.ArgumentParser:
     init.add_argument("--scale", type=_finite)
     init.add_argument("--trainable", type=_trainable, help="true, false or pretrained_rows")
     init.add_argument("--seed", type=int, help="default: the config's, else 0")
-    init.add_argument("--tokens", help="token strings for the table: a file (one per line) or a tokenizer name/directory")
-    init.add_argument("--source-option", action="append", default=[], metavar="KEY=VALUE", help="a source option (repeatable)")
+    init.add_argument(
+        "--tokens", help="token strings for the table: a file (one per line) or a tokenizer name/directory"
+    )
+    init.add_argument(
+        "--source-option", action="append", default=[], metavar="KEY=VALUE", help="a source option (repeatable)"
+    )
     diagnostics = parser.add_argument_group("diagnostics")
     diagnostics.add_argument("--sample-rows", type=_integer(1), default=1024, help="rows sampled for absorption")
     diagnostics.add_argument("--neighbours", type=_integer(1), default=5, help="k of the nearest-neighbour survival")
-    diagnostics.add_argument("--max-position", type=_integer(1), help="sample positions below this (default: all rows of P)")
-    diagnostics.add_argument("--positional-threshold", type=_finite, default=POSITIONAL_THRESHOLD,
-                             help="a positional retention below this: the tokens drown the positions")
-    diagnostics.add_argument("--semantic-threshold", type=_finite, default=SEMANTIC_THRESHOLD,
-                             help="a semantic retention below this: the positions drown the tokens")
-    diagnostics.add_argument("--margin", type=_finite, default=1.0, help="tied head: predicted loss above ln n + margin is a problem")
+    diagnostics.add_argument(
+        "--max-position", type=_integer(1), help="sample positions below this (default: all rows of P)"
+    )
+    diagnostics.add_argument(
+        "--positional-threshold",
+        type=_finite,
+        default=POSITIONAL_THRESHOLD,
+        help="a positional retention below this: the tokens drown the positions",
+    )
+    diagnostics.add_argument(
+        "--semantic-threshold",
+        type=_finite,
+        default=SEMANTIC_THRESHOLD,
+        help="a semantic retention below this: the positions drown the tokens",
+    )
+    diagnostics.add_argument(
+        "--margin", type=_finite, default=1.0, help="tied head: predicted loss above ln n + margin is a problem"
+    )
     parser.add_argument("--format", choices=("table", "json"), default="table")
     return parser
 
@@ -181,7 +207,9 @@ def _config_callback(cli: Any) -> tuple[Any, dict[str, Any]] | None:
             found.append(dict(entry.init_args.as_dict()) if entry.get("init_args") is not None else {})
     instances = [c for c in cli.trainer.callbacks if isinstance(c, EmbeddingInitCallback)]
     if len(instances) > 1:
-        raise ValueError(f"the config has {len(instances)} EmbeddingInitCallbacks; inspect takes one (merge them with slots=)")
+        raise ValueError(
+            f"the config has {len(instances)} EmbeddingInitCallbacks; inspect takes one (merge them with slots=)"
+        )
     return (instances[0], found[0] if found else {}) if instances else None
 
 
@@ -192,8 +220,12 @@ def _from_config(args: argparse.Namespace, extra: Sequence[str]) -> tuple[nn.Mod
 
     with warnings.catch_warnings():  # `embinit inspect` hands LightningCLI its own args, not sys.argv
         warnings.filterwarnings("ignore", message="LightningCLI's args parameter")
-        cli = embinit_cli(["--config", args.config, *extra], run=False, save_config_callback=None,
-                          parser_kwargs={"prog": "embinit inspect"})
+        cli = embinit_cli(
+            ["--config", args.config, *extra],
+            run=False,
+            save_config_callback=None,
+            parser_kwargs={"prog": "embinit inspect"},
+        )
     overrides = _callback_overrides(args)
     configured = _config_callback(cli)
     if configured is None:
@@ -218,8 +250,14 @@ def _from_shape(args: argparse.Namespace) -> tuple[nn.Module, Any, Any]:
         raise ValueError("give --config, or a bare shape with --vocab-size (or --tokens) and --dim")
     input_scale = resolve_scale(args.input_scale, args.dim, option="--input-scale")
     model = ShapeModel(
-        vocab_size, args.dim, tied=args.tied, input_scale=input_scale,
-        positional=args.positional, layout=args.positional_layout, max_len=args.max_len, padding_idx=args.padding_idx,
+        vocab_size,
+        args.dim,
+        tied=args.tied,
+        input_scale=input_scale,
+        positional=args.positional,
+        layout=args.positional_layout,
+        max_len=args.max_len,
+        padding_idx=args.padding_idx,
     )
     return model, None, EmbeddingInitCallback(**{"seed": 0, **_callback_overrides(args), "verbose": False})
 
@@ -234,7 +272,8 @@ def _own_reports(model: nn.Module) -> dict[str, dict[str, Any]]:
 
 
 def _model_estimate(model: nn.Module, datamodule: Any) -> float | None:
-    """The module's own ``initial_loss_prediction`` (TiedEmbeddingLM), at the datamodule's ``seq_len`` when it has one."""
+    """The module's own ``initial_loss_prediction`` (TiedEmbeddingLM), at the datamodule's ``seq_len`` when it
+    has one."""
     predict = getattr(model, "initial_loss_prediction", None)
     if not callable(predict):
         return None
@@ -265,11 +304,16 @@ def run_inspection(args: argparse.Namespace, extra: Sequence[str] = ()) -> dict[
     tied = [name for name in reports if slots[name].is_tied]
     probe = _model_probe(model, datamodule) if len(tied) == 1 else None
     return inspection(
-        slots, reports,
+        slots,
+        reports,
         predicted_model={tied[0]: estimate} if len(tied) == 1 and estimate is not None else None,
         probed={tied[0]: probe} if probe is not None else None,
-        sample_rows=args.sample_rows, neighbours=args.neighbours, max_position=args.max_position,
-        positional_threshold=args.positional_threshold, semantic_threshold=args.semantic_threshold, loss_margin=args.margin,
+        sample_rows=args.sample_rows,
+        neighbours=args.neighbours,
+        max_position=args.max_position,
+        positional_threshold=args.positional_threshold,
+        semantic_threshold=args.semantic_threshold,
+        loss_margin=args.margin,
     )
 
 

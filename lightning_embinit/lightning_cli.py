@@ -19,8 +19,9 @@ import re
 import sys
 import tempfile
 import warnings
+from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import Any, Callable, Mapping, NoReturn
+from typing import Any, NoReturn
 
 import yaml
 from jsonargparse import get_loader, set_loader
@@ -34,7 +35,6 @@ from lightning_embinit.data.vocabulary import Vocabulary
 from lightning_embinit.init.sources.checkpoint_file import load_checkpoint_file
 from lightning_embinit.init.sources.vector_cache import CacheUnavailable, warn_cache_unavailable, writable_cache_dir
 from lightning_embinit.models.module import EmbinitModule, class_from_path
-
 
 DATA_TO_MODEL_LINKS = (
     ("vocabulary", "vocabulary"),
@@ -107,8 +107,10 @@ class EmbinitCLI(LightningCLI):
         trainer_config = config.get("trainer") or {}
         callbacks = kwargs.get("callbacks", trainer_config.get("callbacks"))
         callbacks = list(callbacks or []) if isinstance(callbacks, (list, tuple, type(None))) else [callbacks]
-        if trainer_config.get("enable_progress_bar", True) is not False and importlib.util.find_spec("rich") is not None and not any(
-            isinstance(callback, ProgressBar) for callback in callbacks
+        if (
+            trainer_config.get("enable_progress_bar", True) is not False
+            and importlib.util.find_spec("rich") is not None
+            and not any(isinstance(callback, ProgressBar) for callback in callbacks)
         ):
             kwargs["callbacks"] = [*callbacks, StepBudgetProgressBar()]
         return super().instantiate_trainer(**kwargs)
@@ -141,7 +143,9 @@ class EmbinitCLI(LightningCLI):
                 continue  # a vocabulary given on purpose stands
             data_arguments[name] = write(ckpt_path, name, value)
         if hparams:
-            self.config = self.parser.parse_object({subcommand: {"model": self._model_arguments(subcommand, hparams)}}, self.config)
+            self.config = self.parser.parse_object(
+                {subcommand: {"model": self._model_arguments(subcommand, hparams)}}, self.config
+            )
 
     def _model_arguments(self, subcommand: str, hparams: dict[str, Any]) -> dict[str, Any]:
         """The checkpoint's hyperparameters as the model's config: a package system's flat settings back in their
@@ -169,7 +173,11 @@ def group_model_settings(value: Any) -> Any:
     if not isinstance(value, dict):
         return value
     for model in (value.get("model"), value):
-        if isinstance(model, dict) and isinstance(model.get("class_path"), str) and isinstance(model.get("init_args"), dict):
+        if (
+            isinstance(model, dict)
+            and isinstance(model.get("class_path"), str)
+            and isinstance(model.get("init_args"), dict)
+        ):
             system = package_system(model["class_path"])
             if system is not None:
                 model["init_args"] = system.grouped_hyperparameters(model["init_args"])
@@ -245,7 +253,8 @@ minutes for a 30k-token vocabulary)."""
 # Readable errors ------------------------------------------------------------------------------------------------
 
 LONG_VALUE, SHOWN_ENTRIES, ENTRY_WIDTH = 100, 3, 60
-"""A bracketed value longer than LONG_VALUE characters is summarized: its kind, size and first entries (cut at width)."""
+"""A bracketed value longer than LONG_VALUE characters is summarized: its kind, size and first entries
+(cut at width)."""
 CONFIG_ERROR = "embinit_config_error"
 """Attribute set (True) on an exception :class:`EmbinitCLI` raised before its subcommand ran: a config problem."""
 DEBUG_VARIABLE = "EMBINIT_DEBUG"
@@ -311,7 +320,7 @@ def _summary(span: str, called: bool) -> str:
     if called or is_dict:
         size = f"{len(entries):,} arguments" if called else f"dict of {len(entries):,} keys"
     else:
-        size = f"{ {'[': 'list', '(': 'tuple'}.get(span[0], 'set')} of {len(entries):,}"
+        size = f"{ {'[': 'list', '(': 'tuple'}.get(span[0], 'set') } of {len(entries):,}"
     shown = [summarize_values(entry) for entry in entries[:SHOWN_ENTRIES]]
     shown = [entry if len(entry) <= ENTRY_WIDTH else entry[: ENTRY_WIDTH - 1] + "…" for entry in shown]
     return f"{span[0]}{size}: {', '.join(shown)}{', …' if len(entries) > SHOWN_ENTRIES else ''}{span[-1]}"

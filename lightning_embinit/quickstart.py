@@ -30,9 +30,10 @@ import os
 import textwrap
 import time
 import warnings
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterator, Sequence
+from typing import Any
 
 import lightning as L
 
@@ -73,13 +74,26 @@ def run_setting(
     L.seed_everything(seed, verbose=False)
     seq_len = data.hparams.seq_len
     model = TiedEmbeddingLM(
-        vocabulary=data.vocabulary, d_model=d_model, num_heads=4, num_layers=num_layers, ffn_dim=2 * d_model,
-        max_len=seq_len, positional="learned", head=setting.head, lr=lr,
+        vocabulary=data.vocabulary,
+        d_model=d_model,
+        num_heads=4,
+        num_layers=num_layers,
+        ffn_dim=2 * d_model,
+        max_len=seq_len,
+        positional="learned",
+        head=setting.head,
+        lr=lr,
     )
     monitor = InitialLossMonitor(track_steps=steps, warn=False)
     trainer = L.Trainer(
-        max_steps=steps, val_check_interval=steps, check_val_every_n_epoch=None, num_sanity_val_steps=0,
-        logger=False, enable_checkpointing=False, enable_progress_bar=False, enable_model_summary=False,
+        max_steps=steps,
+        val_check_interval=steps,
+        check_val_every_n_epoch=None,
+        num_sanity_val_steps=0,
+        logger=False,
+        enable_checkpointing=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
         callbacks=[EmbeddingInitCallback(source=setting.source, seed=seed, verbose=False), monitor],
         **trainer_options,
     )
@@ -149,24 +163,30 @@ def run(
         raise ValueError(f"unknown settings {unknown}; choose from: {', '.join(SETTINGS)}")
     data = LanguageModelDataModule(seq_len=seq_len, batch_size=batch_size, max_size=max_vocab)
     return [
-        run_setting(name, data, steps=steps, d_model=d_model, num_layers=num_layers, lr=lr, seed=seed, **trainer_options)
+        run_setting(
+            name, data, steps=steps, d_model=d_model, num_layers=num_layers, lr=lr, seed=seed, **trainer_options
+        )
         for name in settings
     ]
 
 
 def headline_verdict(config: Path) -> str:
-    """``embinit inspect --config <config>``'s verdict on one trial's start, with the countermeasures of each problem."""
+    """``embinit inspect --config <config>``'s verdict on one trial's start, with the countermeasures of
+    each problem."""
     from lightning_embinit.inspect_cli import build_parser, run_inspection
 
     result = run_inspection(build_parser().parse_args(["--config", str(config)]))
     lines = ["sound" if result["verdict"] == "ok" else "fix the start before training"]
     for row in result["slots"]:
-        lines += [f"  slot {row['name']!r}: {p['problem']}; countermeasures: {p['countermeasures']}" for p in row["problems"]]
+        lines += [
+            f"  slot {row['name']!r}: {p['problem']}; countermeasures: {p['countermeasures']}" for p in row["problems"]
+        ]
     return "\n".join(lines)
 
 
-def run_headline(results: str | Path, *, variant: str = "smoke", workers: int | None = None,
-                 progress: bool = True) -> dict[str, Any]:
+def run_headline(
+    results: str | Path, *, variant: str = "smoke", workers: int | None = None, progress: bool = True
+) -> dict[str, Any]:
     """Run the headline study's ``variant`` into ``results`` and report it: ``embinit report``'s result
     (:func:`~lightning_embinit.studies.report.write_report`) with ``verdicts`` (setting → seed 0's verdict) added."""
     from lightning_embinit.studies import run_study, write_report
@@ -180,11 +200,15 @@ def run_headline(results: str | Path, *, variant: str = "smoke", workers: int | 
     records = run_study(study, results, variant=variant, workers=workers, progress=progress)
     failed = [r["trial_id"] for r in records if r.get("status") != "done"]
     if failed:
-        raise RuntimeError(f"headline trials failed: {', '.join(failed)}; their logs are under {Path(results) / 'logs'}")
+        raise RuntimeError(
+            f"headline trials failed: {', '.join(failed)}; their logs are under {Path(results) / 'logs'}"
+        )
     report = write_report(results, metrics=HEADLINE_METRICS)
     seed = min(study.variant(variant).seeds or study.seeds)
-    report["verdicts"] = {setting: headline_verdict(run_dir(results, trial_id(setting, seed)) / "config.yaml")
-                          for setting in study.setting_names()}
+    report["verdicts"] = {
+        setting: headline_verdict(run_dir(results, trial_id(setting, seed)) / "config.yaml")
+        for setting in study.setting_names()
+    }
     return report
 
 
@@ -207,18 +231,27 @@ def quiet_lightning() -> Iterator[None]:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Console entry point: parse options, run both parts, print their tables; 0 on success."""
-    parser = argparse.ArgumentParser(prog="python -m lightning_embinit.quickstart", description=__doc__.split("\n\n")[0])
-    parser.add_argument("--settings", default=",".join(SETTINGS), help=f"part 1, comma-separated, from: {', '.join(SETTINGS)}")
+    parser = argparse.ArgumentParser(
+        prog="python -m lightning_embinit.quickstart", description=__doc__.split("\n\n")[0]
+    )
+    parser.add_argument(
+        "--settings", default=",".join(SETTINGS), help=f"part 1, comma-separated, from: {', '.join(SETTINGS)}"
+    )
     parser.add_argument("--steps", type=int, default=50, help="part 1: optimizer steps per setting")
     parser.add_argument("--d-model", type=int, default=256)
     parser.add_argument("--layers", type=int, default=2)
     parser.add_argument("--seq-len", type=int, default=64)
     parser.add_argument("--batch-size", type=int, default=32)
-    parser.add_argument("--max-vocab", type=int, default=None, help="cap the vocabulary (default: all words seen twice)")
+    parser.add_argument(
+        "--max-vocab", type=int, default=None, help="cap the vocabulary (default: all words seen twice)"
+    )
     parser.add_argument("--lr", type=float, default=1e-3)
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--results", default=os.path.join("runs", "quickstart-headline"),
-                        help="part 2: the headline study's results directory (default runs/quickstart-headline)")
+    parser.add_argument(
+        "--results",
+        default=os.path.join("runs", "quickstart-headline"),
+        help="part 2: the headline study's results directory (default runs/quickstart-headline)",
+    )
     parser.add_argument("--headline-variant", default="smoke", help="part 2: smoke (default), medium or full")
     parser.add_argument("--skip-headline", action="store_true", help="run part 1 only")
     args = parser.parse_args(argv)
@@ -226,14 +259,26 @@ def main(argv: Sequence[str] | None = None) -> int:
     with quiet_lightning():
         rows = run(
             [s.strip() for s in args.settings.split(",") if s.strip()],
-            steps=args.steps, d_model=args.d_model, num_layers=args.layers, seq_len=args.seq_len,
-            batch_size=args.batch_size, max_vocab=args.max_vocab, lr=args.lr, seed=args.seed,
+            steps=args.steps,
+            d_model=args.d_model,
+            num_layers=args.layers,
+            seq_len=args.seq_len,
+            batch_size=args.batch_size,
+            max_vocab=args.max_vocab,
+            lr=args.lr,
+            seed=args.seed,
         )
-    print(f"\nPart 1 — TiedEmbeddingLM d={args.d_model}, {args.layers} layers, {args.steps} steps, Lee corpus (gensim test data)")
+    print(
+        f"\nPart 1 — TiedEmbeddingLM d={args.d_model}, {args.layers} layers, {args.steps} steps, "
+        "Lee corpus (gensim test data)"
+    )
     print(format_table(rows))
     print(textwrap.fill(LEGEND, width=110))
     if not args.skip_headline:
-        print(f"\nPart 2 — the headline study ({args.headline_variant}): a pre-trained start raw vs standardized vs Xavier")
+        print(
+            f"\nPart 2 — the headline study ({args.headline_variant}): "
+            "a pre-trained start raw vs standardized vs Xavier"
+        )
         with quiet_lightning():
             report = run_headline(args.results, variant=args.headline_variant)
         print(report["markdown"])

@@ -15,16 +15,18 @@ from __future__ import annotations
 import argparse
 import inspect
 import sys
+from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any, Callable, Sequence
-
+from typing import Any
 
 ENGINES = ("local", "ray")
 
 
 def sweep_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="embinit sweep", description="Run a study's trials (setting × seed); "
-                                     "finished trials in the results directory are skipped.")
+    parser = argparse.ArgumentParser(
+        prog="embinit sweep",
+        description="Run a study's trials (setting × seed); finished trials in the results directory are skipped.",
+    )
     parser.add_argument("study", help="the study's YAML file (examples/studies/*.yaml)")
     parser.add_argument("--variant", default=None, help="smoke, medium, full, ... (default: the study as written)")
     parser.add_argument("--results", default=None, help="results directory (default: runs/<study>-<variant>)")
@@ -34,9 +36,13 @@ def sweep_parser() -> argparse.ArgumentParser:
     parser.add_argument("--engine", choices=ENGINES, default="local", help="local processes (default) or Ray Tune")
     parser.add_argument("--ray-address", default=None, help="an existing Ray cluster (default: a local instance)")
     parser.add_argument("--gpus-per-trial", type=int, default=0, help="Ray engine: GPUs per trial (default 0)")
-    parser.add_argument("--ddp-workers", type=int, default=1,
-                        help="Ray engine: run each trial as a DDP run of this many Ray Train workers, each with "
-                             "--threads CPUs and --gpus-per-trial GPUs (per worker; default 1: one process per trial)")
+    parser.add_argument(
+        "--ddp-workers",
+        type=int,
+        default=1,
+        help="Ray engine: run each trial as a DDP run of this many Ray Train workers, each with "
+        "--threads CPUs and --gpus-per-trial GPUs (per worker; default 1: one process per trial)",
+    )
     parser.add_argument("--no-progress", dest="progress", action="store_false", help="no progress bar")
     return parser
 
@@ -75,21 +81,36 @@ def sweep_main(argv: Sequence[str] | None = None) -> int:
 
     try:
         if args.ddp_workers != 1 and args.engine != "ray":
-            raise StudyError(f"--ddp-workers {args.ddp_workers} needs --engine ray (Ray Train runs each trial on "
-                             "several workers); locally, give the study trainer.devices and trainer.strategy: ddp")
+            raise StudyError(
+                f"--ddp-workers {args.ddp_workers} needs --engine ray (Ray Train runs each trial on "
+                "several workers); locally, give the study trainer.devices and trainer.strategy: ddp"
+            )
         runner = _ray_runner() if args.engine == "ray" else None
         study = Study.from_yaml(args.study)
         results = Path(args.results or f"runs/{study.name}" + (f"-{args.variant}" if args.variant else ""))
-        options = {"variant": args.variant, "workers": args.workers, "threads": args.threads,
-                   "retry_failed": args.retry_failed, "progress": args.progress}
+        options = {
+            "variant": args.variant,
+            "workers": args.workers,
+            "threads": args.threads,
+            "retry_failed": args.retry_failed,
+            "progress": args.progress,
+        }
         if runner is None:
             from lightning_embinit.studies.local import run_study
 
             records = run_study(study, results, **options)
         else:
-            records = _call(runner, study, results, {**options, "address": args.ray_address,
-                                                     "gpus_per_trial": args.gpus_per_trial,
-                                                     "ddp_workers": args.ddp_workers})
+            records = _call(
+                runner,
+                study,
+                results,
+                {
+                    **options,
+                    "address": args.ray_address,
+                    "gpus_per_trial": args.gpus_per_trial,
+                    "ddp_workers": args.ddp_workers,
+                },
+            )
     except (StudyError, ImportError, OSError) as error:  # a study or results directory that cannot be read or written
         return _fail("sweep", str(error))
     except KeyboardInterrupt:
@@ -99,8 +120,11 @@ def sweep_main(argv: Sequence[str] | None = None) -> int:
 
 
 def report_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="embinit report", description="Tables (Markdown, CSV) and figures of a "
-                                     "sweep's results: mean ± std per setting, differences from the reference.")
+    parser = argparse.ArgumentParser(
+        prog="embinit report",
+        description="Tables (Markdown, CSV) and figures of a "
+        "sweep's results: mean ± std per setting, differences from the reference.",
+    )
     parser.add_argument("results", help="a results directory written by embinit sweep")
     parser.add_argument("--out", default=None, help="where the report goes (default: <results>/report)")
     parser.add_argument("--reference", default=None, help="the setting differences are measured against")

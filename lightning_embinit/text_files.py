@@ -1,13 +1,15 @@
-"""The one opener of the package's text files (plain or ``.gz``): any decode or format error becomes a ValueError
-naming the file and, for text, ``encoding=``. Like :mod:`lightning_embinit.checks`, it imports nothing from the package."""
+"""The one opener of the package's text files (plain or ``.gz``): any decode or format error becomes a
+ValueError naming the file and, for text, ``encoding=``. Like :mod:`lightning_embinit.checks`, it imports
+nothing from the package."""
 
 from __future__ import annotations
 
 import codecs
 import gzip
 import zlib
+from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import IO, Iterator
+from typing import IO
 
 
 def check_encoding(encoding: str, option: str = "encoding") -> str:
@@ -15,7 +17,9 @@ def check_encoding(encoding: str, option: str = "encoding") -> str:
     try:
         codecs.lookup(encoding)
     except (LookupError, TypeError):
-        raise ValueError(f"{option}={encoding!r} is not a text encoding Python knows (e.g. 'utf-8', 'latin-1')") from None
+        raise ValueError(
+            f"{option}={encoding!r} is not a text encoding Python knows (e.g. 'utf-8', 'latin-1')"
+        ) from None
     return encoding
 
 
@@ -37,8 +41,10 @@ def open_text(path: str, what: str, *, encoding: str = "utf-8", newline: str | N
             f"encoding with encoding= (e.g. encoding='latin-1') or convert the file to {encoding}"
         ) from None
     except (gzip.BadGzipFile, EOFError, zlib.error) as error:
-        raise ValueError(f"{what} file {path} is not a complete gzip file ({type(error).__name__}: {error}); "
-                         "a name ending in .gz means gzip-compressed: compress it again or rename it") from None
+        raise ValueError(
+            f"{what} file {path} is not a complete gzip file ({type(error).__name__}: {error}); "
+            "a name ending in .gz means gzip-compressed: compress it again or rename it"
+        ) from None
 
 
 def read_text_lines(path: str, what: str, *, encoding: str = "utf-8") -> list[str]:

@@ -1,4 +1,5 @@
-"""Test-only LightningModules that create their tables in ``configure_model``, as Lightning's large-model guide advises."""
+"""Test-only LightningModules that create their tables in ``configure_model``, as Lightning's large-model guide
+advises."""
 
 from __future__ import annotations
 
@@ -21,8 +22,15 @@ class LazyLM(LightningModule):
     FSDP2's ``fully_shard`` over the strategy's data-parallel mesh; ``extra``: a second table, ``frozen``.
     """
 
-    def __init__(self, dim: int = 16, lr: float = 0.1, weight_decay: float = 0.0, meta: bool = False,
-                 shard: bool = False, extra: bool = False) -> None:
+    def __init__(
+        self,
+        dim: int = 16,
+        lr: float = 0.1,
+        weight_decay: float = 0.0,
+        meta: bool = False,
+        shard: bool = False,
+        extra: bool = False,
+    ) -> None:
         super().__init__()
         self.save_hyperparameters()
         self.vocabulary = list(VOCABULARY)  # token strings, found by the callbacks as the model's `vocabulary`
@@ -65,7 +73,9 @@ def fully_shard(module: nn.Module, mesh) -> nn.Module:
 
 def lm_loader(batches: int = 4, seed: int = 0) -> DataLoader:
     generator = torch.Generator().manual_seed(seed)
-    return DataLoader(TensorDataset(torch.randint(1, len(VOCABULARY), (8 * batches, 6), generator=generator)), batch_size=8)
+    return DataLoader(
+        TensorDataset(torch.randint(1, len(VOCABULARY), (8 * batches, 6), generator=generator)), batch_size=8
+    )
 
 
 def reference_tables(names=("embed",), **options) -> dict[str, torch.Tensor]:

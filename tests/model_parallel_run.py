@@ -27,26 +27,44 @@ if __name__ == "__main__":
     def trainer(name: str, callbacks: list, max_steps: int) -> L.Trainer:
         (directory / name).mkdir(exist_ok=True)
         return L.Trainer(
-            accelerator=accelerator, devices=devices, max_steps=max_steps, logger=False, enable_checkpointing=False,
-            enable_progress_bar=False, enable_model_summary=False, default_root_dir=directory,
+            accelerator=accelerator,
+            devices=devices,
+            max_steps=max_steps,
+            logger=False,
+            enable_checkpointing=False,
+            enable_progress_bar=False,
+            enable_model_summary=False,
+            default_root_dir=directory,
             strategy=ModelParallelStrategy(data_parallel_size=devices, tensor_parallel_size=1),
             callbacks=[*callbacks, TablesAtTrainStart(directory / name, names=("embed", "frozen"))],
         )
 
     source = RankMarkedScheme("normal:0.5", str(directory))
-    init = EmbeddingInitCallback(source=source, standardize="xavier", seed=5, slots={"embed": None, "frozen": {"trainable": False}},
-                                 verbose=False)
+    init = EmbeddingInitCallback(
+        source=source,
+        standardize="xavier",
+        seed=5,
+        slots={"embed": None, "frozen": {"trainable": False}},
+        verbose=False,
+    )
     variance, initial = EmbeddingVarianceMonitor(every_n_steps=None, figures=False), InitialLossMonitor()
     first = trainer("first", [init, variance, initial], max_steps=2)
     first.fit(LazyLM(meta=True, shard=True, extra=True, weight_decay=0.1), lm_loader())
     first.save_checkpoint(directory / "run.ckpt")  # a distributed checkpoint: a directory with every rank's shards
     if first.global_rank == 0:
-        record = {"reports": init.reports, "variance": variance.start, "init_loss": initial.init_loss,
-                  "predicted": initial.predicted, "requires_grad": first.lightning_module.frozen.weight.requires_grad}
+        record = {
+            "reports": init.reports,
+            "variance": variance.start,
+            "init_loss": initial.init_loss,
+            "predicted": initial.predicted,
+            "requires_grad": first.lightning_module.frozen.weight.requires_grad,
+        }
         (directory / "first.json").write_text(json.dumps(record, default=str))
 
     again = EmbeddingInitCallback(source="ones", slots={"embed": None, "frozen": {"trainable": False}}, verbose=False)
     second = trainer("second", [again], max_steps=3)
     second.fit(LazyLM(meta=True, shard=True, extra=True), lm_loader(), ckpt_path=directory / "run.ckpt")
     if second.global_rank == 0:
-        (directory / "second.json").write_text(json.dumps({"resumed": again.resumed, "reports": again.reports}, default=str))
+        (directory / "second.json").write_text(
+            json.dumps({"resumed": again.resumed, "reports": again.reports}, default=str)
+        )

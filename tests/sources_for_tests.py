@@ -18,7 +18,9 @@ class EvenRowsSource:
         found = rows % 2 == 0
         weight = torch.randn(request.num_embeddings, request.embedding_dim, generator=request.generator) * 0.01
         weight[found] = 0.5 + rows[found].unsqueeze(1).float() / 100
-        return SourceMatrix(weight, found, self.name, Coverage(int(found.sum()), request.num_embeddings, {"exact": int(found.sum())}))
+        return SourceMatrix(
+            weight, found, self.name, Coverage(int(found.sum()), request.num_embeddings, {"exact": int(found.sum())})
+        )
 
 
 class BrokenSource:

@@ -30,14 +30,21 @@ TINY = {
 }
 
 
-def tiny_study(name: str = "tiny", settings: dict[str, Any] | None = None, seeds: list[int] | None = None,
-               **extra: Any) -> dict[str, Any]:
+def tiny_study(
+    name: str = "tiny", settings: dict[str, Any] | None = None, seeds: list[int] | None = None, **extra: Any
+) -> dict[str, Any]:
     """The mapping of a tiny study over examples/configs/tied_lm.yaml."""
-    return {"name": name, "base": str(TIED_LM), "overrides": dict(TINY),
-            "settings": settings if settings is not None else {"normal": {}, "small": {
-                "trainer.callbacks[EmbeddingInitCallback].init_args.source": "normal:0.02"}},
-            "seeds": seeds if seeds is not None else [0, 1],
-            "seed_keys": ["trainer.callbacks[EmbeddingInitCallback].init_args.seed"], **extra}
+    return {
+        "name": name,
+        "base": str(TIED_LM),
+        "overrides": dict(TINY),
+        "settings": settings
+        if settings is not None
+        else {"normal": {}, "small": {"trainer.callbacks[EmbeddingInitCallback].init_args.source": "normal:0.02"}},
+        "seeds": seeds if seeds is not None else [0, 1],
+        "seed_keys": ["trainer.callbacks[EmbeddingInitCallback].init_args.seed"],
+        **extra,
+    }
 
 
 def write_study(path: Path, study: dict[str, Any]) -> Path:

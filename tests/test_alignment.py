@@ -26,13 +26,22 @@ def make_table(tokens, dim=4, special=None, seed=0):
 
 
 def make_request(tokens, dim=4, seed=0, corpus=None, specials=SPECIALS):
-    return SourceRequest("enc", len(tokens), dim, tokens=list(tokens), special_tokens=dict(specials),
-                         generator=torch.Generator().manual_seed(seed), corpus=corpus)
+    return SourceRequest(
+        "enc",
+        len(tokens),
+        dim,
+        tokens=list(tokens),
+        special_tokens=dict(specials),
+        generator=torch.Generator().manual_seed(seed),
+        corpus=corpus,
+    )
 
 
 def align(table, tokens, dim=4, seed=0, corpus=None, **options):
     options.setdefault("min_coverage", 0.0)
-    return align_to_slot(make_request(tokens, dim, seed, corpus), table, AlignmentOptions(**options), source_name="test")
+    return align_to_slot(
+        make_request(tokens, dim, seed, corpus), table, AlignmentOptions(**options), source_name="test"
+    )
 
 
 @pytest.fixture(scope="module")
@@ -62,15 +71,24 @@ def test_exact_rows_are_copied_and_provenance_recorded(glove_table):
 
 
 def test_fallback_rules_in_order():
-    table = make_table(["paris", "ing", "##ed", "▁dog", "cat", "[PAD]", "[UNK]", "[CLS]", "[SEP]", "Apple"],
-                       special={"pad": "[PAD]"})
+    table = make_table(
+        ["paris", "ing", "##ed", "▁dog", "cat", "[PAD]", "[UNK]", "[CLS]", "[SEP]", "Apple"], special={"pad": "[PAD]"}
+    )
     tokens = ["<pad>", "<unk>", "<bos>", "<eos>", "Paris", "##ing", "ed", "dog", "▁cat", "apple", "APPLE", "zzz"]
     match = match_tokens(tokens, table, slot_special=SPECIALS, options=AlignmentOptions())
     lookup = table.lookup()
     expected = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "paris", "ing", "##ed", "▁dog", "cat", "Apple", "Apple", None]
     assert [lookup.get(e, -1) if e else -1 for e in expected] == match.rows
-    assert match.rules == ["special"] * 4 + ["lower", "wordpiece", "wordpiece", "sentencepiece", "sentencepiece",
-                                             "lower", "lower", None]
+    assert match.rules == ["special"] * 4 + [
+        "lower",
+        "wordpiece",
+        "wordpiece",
+        "sentencepiece",
+        "sentencepiece",
+        "lower",
+        "lower",
+        None,
+    ]
 
 
 def test_fallbacks_are_configurable_and_special_map_wins():

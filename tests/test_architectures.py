@@ -62,13 +62,22 @@ def lm_loss(model, generator):
 
 
 ARCHITECTURES = {
-    "encoder_decoder": (lambda: EncoderDecoder(EncoderDecoderConfig(**SMALL, num_encoder_layers=1, num_decoder_layers=1),
-                                               VOCAB, VOCAB), seq2seq_loss),
-    "reinforced": (lambda: ReinforcedEncoderDecoder(ReinforcedEncoderDecoderConfig(**{**SMALL, "d_model": 16},
-                                                                                   num_encoder_layers=1, num_decoder_layers=1),
-                                                    VOCAB, VOCAB), seq2seq_loss),
-    "classifier": (lambda: EncoderClassifier(EncoderClassifierConfig(**SMALL, num_layers=1, pooling="mean"), VOCAB, 2),
-                   classifier_loss),
+    "encoder_decoder": (
+        lambda: EncoderDecoder(EncoderDecoderConfig(**SMALL, num_encoder_layers=1, num_decoder_layers=1), VOCAB, VOCAB),
+        seq2seq_loss,
+    ),
+    "reinforced": (
+        lambda: ReinforcedEncoderDecoder(
+            ReinforcedEncoderDecoderConfig(**{**SMALL, "d_model": 16}, num_encoder_layers=1, num_decoder_layers=1),
+            VOCAB,
+            VOCAB,
+        ),
+        seq2seq_loss,
+    ),
+    "classifier": (
+        lambda: EncoderClassifier(EncoderClassifierConfig(**SMALL, num_layers=1, pooling="mean"), VOCAB, 2),
+        classifier_loss,
+    ),
     "causal_lm": (lambda: CausalLM(CausalLMConfig(**SMALL, num_layers=1), VOCAB), lm_loss),
 }
 
@@ -125,10 +134,13 @@ def test_flat_settings_and_groups_build_the_same_system(system):
     torch.manual_seed(3)
     defaults = inspect.signature(system).parameters  # a group given as a mapping applies to the system's default
     config = replace(defaults["architecture"].default, d_model=16, num_heads=2, dropout=0.0)
-    grouped = system(**own, architecture=config, optimizer=replace(defaults["optimizer"].default, lr=5e-4, warmup_steps=100))
+    grouped = system(
+        **own, architecture=config, optimizer=replace(defaults["optimizer"].default, lr=5e-4, warmup_steps=100)
+    )
     torch.manual_seed(3)
-    mapping = system(**own, architecture={"d_model": 16, "num_heads": 2, "dropout": 0.0},
-                     optimizer={"lr": 5e-4, "warmup_steps": 100})
+    mapping = system(
+        **own, architecture={"d_model": 16, "num_heads": 2, "dropout": 0.0}, optimizer={"lr": 5e-4, "warmup_steps": 100}
+    )
     for other in (grouped, mapping):
         assert dict(other.hparams) == dict(flat.hparams)
         assert other.model.config == flat.model.config and other.optimizer_config == flat.optimizer_config
@@ -153,16 +165,22 @@ def test_no_setting_name_belongs_to_two_places(system):
     """A flat name must route to exactly one place: the architecture group, the optimizer group or the system."""
     architecture = {f.name for f in fields(system.architecture_config)}
     optimizer = {f.name for f in fields(OptimizerConfig)}
-    own = {name for cls in system.__mro__ if cls.__module__.startswith("lightning_embinit.models")
-           for name, parameter in inspect.signature(cls.__init__).parameters.items()
-           if parameter.kind not in (parameter.VAR_KEYWORD, parameter.VAR_POSITIONAL) and name != "self"}
+    own = {
+        name
+        for cls in system.__mro__
+        if cls.__module__.startswith("lightning_embinit.models")
+        for name, parameter in inspect.signature(cls.__init__).parameters.items()
+        if parameter.kind not in (parameter.VAR_KEYWORD, parameter.VAR_POSITIONAL) and name != "self"
+    }
     assert set(SYSTEMS[system]) <= own and {"architecture", "optimizer"} <= own
     assert not architecture & optimizer and not (architecture | optimizer) & own
 
 
 def test_a_decoder_side_without_its_special_ids_is_refused_with_the_missing_roles():
     config = EncoderDecoderConfig(**SMALL)
-    with pytest.raises(ValueError, match=r"EncoderDecoder's target side needs the special-token ids \['pad', 'bos', 'eos'\]"):
+    with pytest.raises(
+        ValueError, match=r"EncoderDecoder's target side needs the special-token ids \['pad', 'bos', 'eos'\]"
+    ):
         EncoderDecoder(config, VOCAB, TokenVocabulary(VOCAB))
     tokens = ["<pad>", "<unk>", "<bos>", "<eos>", *(f"w{i}" for i in range(VOCAB - 4))]
     model = EncoderDecoder(config, TokenVocabulary.from_tokens(tokens), TokenVocabulary.from_tokens(tokens))

@@ -29,13 +29,30 @@ def jsonl(rows) -> str:
 
 
 # ---------------------------------------------------------------------------------------------- labels
-@pytest.mark.parametrize("name, text, lines", ids=["empty-tsv", "nan-csv", "absent-jsonl"], argvalues=[
-    ("empty.tsv", tsv([0, 1, 0, "", 1, ""]), r"lines \[5, 7\]"),
-    ("nan.csv", "sentence,label\n" + "".join(f"s {k},{v}\n" for k, v in enumerate([0, 1, "NaN", 1]))
-     + 'x,"  "\n', r"lines \[4, 6\]"),
-    ("absent.jsonl", jsonl([{"sentence": "a", "label": 0}, {"sentence": "b", "label": 1}, {"sentence": "c"},
-                            {"sentence": "d", "label": None}]), r"lines \[3, 4\]"),
-])
+@pytest.mark.parametrize(
+    "name, text, lines",
+    ids=["empty-tsv", "nan-csv", "absent-jsonl"],
+    argvalues=[
+        ("empty.tsv", tsv([0, 1, 0, "", 1, ""]), r"lines \[5, 7\]"),
+        (
+            "nan.csv",
+            "sentence,label\n" + "".join(f"s {k},{v}\n" for k, v in enumerate([0, 1, "NaN", 1])) + 'x,"  "\n',
+            r"lines \[4, 6\]",
+        ),
+        (
+            "absent.jsonl",
+            jsonl(
+                [
+                    {"sentence": "a", "label": 0},
+                    {"sentence": "b", "label": 1},
+                    {"sentence": "c"},
+                    {"sentence": "d", "label": None},
+                ]
+            ),
+            r"lines \[3, 4\]",
+        ),
+    ],
+)
 def test_missing_labels_are_an_error_naming_the_file_and_the_lines(tmp_path, name, text, lines):
     with pytest.raises(ValueError, match=rf"train \(.*{name}\), column 'label': 2 of \d rows have no label .*{lines}"):
         classification(tmp_path, name, text).label_names
@@ -54,7 +71,9 @@ def test_given_label_names_are_the_only_source_of_truth(tmp_path):
     assert data.label_names == ["neg", "pos"] and data.split_texts("train")[2].tolist() == [1, 0, 1, 0]
     stars = classification(tmp_path, "stars.tsv", tsv(["1", "2.0", "2"]), label_names=["1", "2"])
     assert stars.split_texts("train")[2].tolist() == [0, 1, 1]  # names that are numbers match as numbers
-    with pytest.raises(ValueError, match=r"unknown label values \['0'\]; known labels: \['1', '2'\] \(a label is one of these names\)"):
+    with pytest.raises(
+        ValueError, match=r"unknown label values \['0'\]; known labels: \['1', '2'\] \(a label is one of these names\)"
+    ):
         classification(tmp_path, "zero.tsv", tsv(["1", "0"]), label_names=["1", "2"]).label_names  # not index 0
 
 
@@ -142,8 +161,12 @@ def test_zero_is_a_value_not_unset(tmp_path):
 def test_a_wordpiece_size_that_cannot_be_met_is_an_error(tmp_path):
     (tmp_path / "u.de").write_text("ein hund\nein hund\nzwei\n", encoding="utf-8")
     (tmp_path / "u.en").write_text("a dog\na dog\ntwo\n", encoding="utf-8")
-    data = TranslationDataModule(train_files=[str(tmp_path / "u.de"), str(tmp_path / "u.en")], src_tokenizer="wordpiece",
-                                 vocab_size=3, cache=False)
+    data = TranslationDataModule(
+        train_files=[str(tmp_path / "u.de"), str(tmp_path / "u.en")],
+        src_tokenizer="wordpiece",
+        vocab_size=3,
+        cache=False,
+    )
     with pytest.raises(ValueError, match=r"vocab_size=3 cannot be met: .* \d+ tokens here; ask for vocab_size ≥ \d+"):
         data.src_tokenizer
 
@@ -164,7 +187,10 @@ def test_the_checks_name_the_argument_the_value_and_the_range():
 # ---------------------------------------------------------------------------------------------- tokenizers
 @pytest.fixture(scope="module")
 def tokenizers():
-    return {"word": TextTokenizer.word(SENTENCES, min_freq=1), "wordpiece": TextTokenizer.wordpiece(SENTENCES * 5, vocab_size=60)}
+    return {
+        "word": TextTokenizer.word(SENTENCES, min_freq=1),
+        "wordpiece": TextTokenizer.wordpiece(SENTENCES * 5, vocab_size=60),
+    }
 
 
 @pytest.mark.parametrize("kind", ["word", "wordpiece"])
@@ -172,8 +198,11 @@ def test_decode_refuses_ids_out_of_range(tokenizers, kind):
     tokenizer = tokenizers[kind]
     dog = tokenizer.encode("dog")
     for bad in (-1, len(tokenizer)):
-        with pytest.raises(ValueError, match=rf"token ids \[{bad}\] are out of range for this {kind} tokenizer's "
-                                             rf"{len(tokenizer)} tokens \(ids 0 … {len(tokenizer) - 1}\)"):
+        with pytest.raises(
+            ValueError,
+            match=rf"token ids \[{bad}\] are out of range for this {kind} tokenizer's "
+            rf"{len(tokenizer)} tokens \(ids 0 … {len(tokenizer) - 1}\)",
+        ):
             tokenizer.decode([*dog, bad])
     assert tokenizer.decode(dog) == "dog"
 
@@ -181,7 +210,9 @@ def test_decode_refuses_ids_out_of_range(tokenizers, kind):
 @pytest.mark.parametrize("kind", ["word", "wordpiece"])
 def test_a_bare_string_or_a_non_string_is_a_type_error(tokenizers, kind):
     tokenizer = tokenizers[kind]
-    with pytest.raises(TypeError, match=r"encode_batch\(\) texts must be a list of strings, got a single str .*pass \[text\]"):
+    with pytest.raises(
+        TypeError, match=r"encode_batch\(\) texts must be a list of strings, got a single str .*pass \[text\]"
+    ):
         tokenizer.encode_batch("a dog runs")
     for item, type_name in ((None, "NoneType"), (5, "int")):
         with pytest.raises(TypeError, match=rf"encode_batch\(\) texts\[1\] must be a string, got {type_name}"):
@@ -197,7 +228,9 @@ def test_an_incomplete_tokenizer_config_names_the_missing_key_and_the_file(token
         TextTokenizer.from_config(config)
     path = tmp_path / "tokenizer.json"
     path.write_text(json.dumps(config), encoding="utf-8")
-    with pytest.raises(ValueError, match=rf"tokenizer config file {path}: incomplete {kind} tokenizer config: no \['{key}'\]"):
+    with pytest.raises(
+        ValueError, match=rf"tokenizer config file {path}: incomplete {kind} tokenizer config: no \['{key}'\]"
+    ):
         build_tokenizer(str(path))
     with pytest.raises(ValueError, match=rf"src_tokenizer: incomplete {kind} tokenizer config"):
         TranslationDataModule(train_files=["a", "b"], src_tokenizer=config)

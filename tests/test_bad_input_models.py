@@ -15,7 +15,12 @@ from lightning_embinit.data.tokenization import TextTokenizer
 from lightning_embinit.diagnostics import lexical_probe
 from lightning_embinit.init.sources import SourceRequest, resolve_source
 from lightning_embinit.inspect_cli import main as inspect_main
-from lightning_embinit.models import ReinforcedTransformerSeq2Seq, TiedEmbeddingLM, TransformerClassifier, TransformerSeq2Seq
+from lightning_embinit.models import (
+    ReinforcedTransformerSeq2Seq,
+    TiedEmbeddingLM,
+    TransformerClassifier,
+    TransformerSeq2Seq,
+)
 from lightning_embinit.models.optimization import OptimizerConfig
 
 SENTENCES = ["a dog runs .", "the cat sleeps .", "a dog sleeps .", "the cat runs ."]
@@ -33,30 +38,41 @@ def seq2seq(tokenizer):
 
 
 # ---------------------------------------------------------------------------------------------- construction
-@pytest.mark.parametrize("option, value, message", [
-    ("dropout", 1.0, r"dropout must be in \[0, 1\), got 1.0"),
-    ("attention_dropout", 2, r"attention_dropout must be in \[0, 1\) or None, got 2"),
-    ("activation_dropout", -0.1, r"activation_dropout must be in \[0, 1\) or None, got -0.1"),
-    ("ffn_dim", 0, r"ffn_dim must be ≥ 1 or None, got 0"),
-    ("qk_head_dim", 0, r"qk_head_dim must be ≥ 1 or None, got 0"),
-    ("num_encoder_layers", 0, r"num_encoder_layers must be ≥ 1, got 0"),
-    ("label_smoothing", 1.0, r"label_smoothing must be in \[0, 1\), got 1.0"),
-    ("lr", -1e-3, r"lr must be in \[0, ∞\) or None, got -0.001"),
-])
+@pytest.mark.parametrize(
+    "option, value, message",
+    [
+        ("dropout", 1.0, r"dropout must be in \[0, 1\), got 1.0"),
+        ("attention_dropout", 2, r"attention_dropout must be in \[0, 1\) or None, got 2"),
+        ("activation_dropout", -0.1, r"activation_dropout must be in \[0, 1\) or None, got -0.1"),
+        ("ffn_dim", 0, r"ffn_dim must be ≥ 1 or None, got 0"),
+        ("qk_head_dim", 0, r"qk_head_dim must be ≥ 1 or None, got 0"),
+        ("num_encoder_layers", 0, r"num_encoder_layers must be ≥ 1, got 0"),
+        ("label_smoothing", 1.0, r"label_smoothing must be in \[0, 1\), got 1.0"),
+        ("lr", -1e-3, r"lr must be in \[0, ∞\) or None, got -0.001"),
+    ],
+)
 def test_probabilities_and_sizes_are_checked_at_construction(option, value, message):
     with pytest.raises(ValueError, match=message):
         TransformerSeq2Seq(src_vocab_size=12, tgt_vocab_size=12, **{**SMALL, option: value})
 
 
 def test_shape_errors_name_what_the_user_typed():
-    with pytest.raises(ValueError, match=r"the layer width 2 · d_model = 20 \(d_model=10\) is not divisible by num_heads=3: "
-                                         r"change d_model or num_heads, or give qk_head_dim and v_head_dim"):
-        ReinforcedTransformerSeq2Seq(src_vocab_size=12, tgt_vocab_size=12, d_model=10, num_heads=3, qk_head_dim=None,
-                                     v_head_dim=None)
+    with pytest.raises(
+        ValueError,
+        match=r"the layer width 2 · d_model = 20 \(d_model=10\) is not divisible by num_heads=3: "
+        r"change d_model or num_heads, or give qk_head_dim and v_head_dim",
+    ):
+        ReinforcedTransformerSeq2Seq(
+            src_vocab_size=12, tgt_vocab_size=12, d_model=10, num_heads=3, qk_head_dim=None, v_head_dim=None
+        )
     with pytest.raises(ValueError, match=r"^d_model=10 is not divisible by num_heads=3: change d_model or num_heads$"):
         EncoderClassifierConfig(d_model=10, num_heads=3)
-    for option, message in (("d_model", r"d_model must be ≥ 1, got 0"), ("max_len", r"max_len must be ≥ 1, got 0"),
-                            ("num_heads", r"num_heads must be ≥ 1, got 0"), ("tn_eps", r"tn_eps must be in \(0, ∞\), got 0")):
+    for option, message in (
+        ("d_model", r"d_model must be ≥ 1, got 0"),
+        ("max_len", r"max_len must be ≥ 1, got 0"),
+        ("num_heads", r"num_heads must be ≥ 1, got 0"),
+        ("tn_eps", r"tn_eps must be in \(0, ∞\), got 0"),
+    ):
         with pytest.raises(ValueError, match=message):
             ReinforcedEncoderDecoderConfig(**{option: 0})
     with pytest.raises(ValueError, match=r"betas\[1\] must be in \[0, 1\), got 1.5"):
@@ -67,11 +83,14 @@ def test_shape_errors_name_what_the_user_typed():
         TransformerClassifier.from_preset("kim_sst2", vocab_size=12, num_classes=2, num_heads=0)
 
 
-@pytest.mark.parametrize("option, value, message", [
-    ("beam_size", 0, r"beam_size must be ≥ 1, got 0"),
-    ("length_penalty", float("nan"), r"length_penalty must be a finite number, got nan"),
-    ("max_decode_len", 0, r"max_decode_len must be ≥ 1 or None, got 0"),
-])
+@pytest.mark.parametrize(
+    "option, value, message",
+    [
+        ("beam_size", 0, r"beam_size must be ≥ 1, got 0"),
+        ("length_penalty", float("nan"), r"length_penalty must be a finite number, got nan"),
+        ("max_decode_len", 0, r"max_decode_len must be ≥ 1 or None, got 0"),
+    ],
+)
 def test_decoding_options_are_checked_at_construction(option, value, message):
     with pytest.raises(ValueError, match=message):
         TransformerSeq2Seq(src_vocab_size=12, tgt_vocab_size=12, **{**SMALL, option: value})
@@ -93,13 +112,16 @@ def test_decoding_options_are_checked_where_they_are_given(seq2seq):
 
 
 def test_a_bare_string_is_no_list_of_sentences(seq2seq, tokenizer):
-    with pytest.raises(TypeError, match=r"translate\(\) texts must be a list of strings, got a single str .*pass \[text\]"):
+    with pytest.raises(
+        TypeError, match=r"translate\(\) texts must be a list of strings, got a single str .*pass \[text\]"
+    ):
         seq2seq.translate("a dog runs .")
     for item, type_name in ((None, "NoneType"), (5, "int")):
         with pytest.raises(TypeError, match=rf"translate\(\) texts\[1\] must be a string, got {type_name}"):
             seq2seq.translate(["a dog", item])
-    classifier = TransformerClassifier(tokenizer=tokenizer, num_classes=2, d_model=8, num_heads=2, num_layers=1, ffn_dim=8,
-                                       max_len=16)
+    classifier = TransformerClassifier(
+        tokenizer=tokenizer, num_classes=2, d_model=8, num_heads=2, num_layers=1, ffn_dim=8, max_len=16
+    )
     with pytest.raises(TypeError, match=r"classify\(\) texts must be a list of strings, got a single str"):
         classifier.classify("a dog runs .")
     with pytest.raises(TypeError, match=r"classify\(\) pairs\[0\] must be a string, got NoneType"):
@@ -112,8 +134,11 @@ def test_source_and_target_batches_of_different_sizes(model_class):
     model = model_class(src_vocab_size=12, tgt_vocab_size=12, **SMALL)
     src = torch.tensor([[4, 5, 3], [6, 7, 3]])
     for rows in (1, 3):
-        with pytest.raises(ValueError, match=rf"the target batch \({rows}, 3\) must be \(B, T\) with one row per source row; "
-                                             r"the source batch has B = 2 rows"):
+        with pytest.raises(
+            ValueError,
+            match=rf"the target batch \({rows}, 3\) must be \(B, T\) with one row per source row; "
+            r"the source batch has B = 2 rows",
+        ):
             model(src, torch.full((rows, 3), 4))
     assert model(src, torch.full((2, 3), 4)).shape == (2, 3, 12)
 
@@ -139,8 +164,13 @@ def flip_a_tensor_byte(path) -> None:
 @pytest.fixture(scope="module")
 def checkpoints(tmp_path_factory, seq2seq):
     directory = tmp_path_factory.mktemp("checkpoints")
-    classifier = TransformerClassifier(vocab_size=12, num_classes=2, d_model=8, num_heads=2, num_layers=1, ffn_dim=8, max_len=16)
-    return {"seq2seq": save(seq2seq, directory / "seq2seq.ckpt"), "classifier": save(classifier, directory / "classifier.ckpt")}
+    classifier = TransformerClassifier(
+        vocab_size=12, num_classes=2, d_model=8, num_heads=2, num_layers=1, ffn_dim=8, max_len=16
+    )
+    return {
+        "seq2seq": save(seq2seq, directory / "seq2seq.ckpt"),
+        "classifier": save(classifier, directory / "classifier.ckpt"),
+    }
 
 
 def test_a_checkpoint_with_flipped_bytes_is_refused(checkpoints, tmp_path):
@@ -151,9 +181,11 @@ def test_a_checkpoint_with_flipped_bytes_is_refused(checkpoints, tmp_path):
     with pytest.raises(ValueError, match=message):
         TransformerSeq2Seq.load_from_checkpoint(damaged)
     with pytest.raises(ValueError, match=message):
-        resolve_source(f"checkpoint:{damaged}", parameter="model.src_input.embedding.weight",
-                       tokens=[f"t{k}" for k in range(12)]).build(
-            SourceRequest("src", 12, 8, tokens=[f"t{k}" for k in range(12)], generator=torch.Generator().manual_seed(0)))
+        resolve_source(
+            f"checkpoint:{damaged}", parameter="model.src_input.embedding.weight", tokens=[f"t{k}" for k in range(12)]
+        ).build(
+            SourceRequest("src", 12, 8, tokens=[f"t{k}" for k in range(12)], generator=torch.Generator().manual_seed(0))
+        )
     from lightning_embinit.lightning_cli import EmbinitCLI
 
     cli = EmbinitCLI.__new__(EmbinitCLI)
@@ -168,7 +200,9 @@ def test_truncated_and_foreign_files_are_named(checkpoints, tmp_path):
     with pytest.raises(ValueError, match=rf"checkpoint {tmp_path / 'truncated.ckpt'} is truncated or damaged"):
         TransformerSeq2Seq.load_from_checkpoint(tmp_path / "truncated.ckpt")
     (tmp_path / "notes.ckpt").write_text("hello\n", encoding="utf-8")
-    with pytest.raises(ValueError, match=rf"checkpoint {tmp_path / 'notes.ckpt'} cannot be loaded: .* is it a checkpoint at all\?"):
+    with pytest.raises(
+        ValueError, match=rf"checkpoint {tmp_path / 'notes.ckpt'} cannot be loaded: .* is it a checkpoint at all\?"
+    ):
         TransformerSeq2Seq.load_from_checkpoint(tmp_path / "notes.ckpt")
     (tmp_path / "empty.ckpt").write_bytes(b"")
     with pytest.raises(ValueError, match=r"empty.ckpt is empty \(0 bytes\)"):
@@ -176,8 +210,11 @@ def test_truncated_and_foreign_files_are_named(checkpoints, tmp_path):
 
 
 def test_a_checkpoint_loaded_as_another_class_names_the_class_that_saved_it(checkpoints):
-    with pytest.raises(ValueError, match=r"was saved by TransformerClassifier, not by TransformerSeq2Seq: load it with "
-                                         r"TransformerClassifier.load_from_checkpoint"):
+    with pytest.raises(
+        ValueError,
+        match=r"was saved by TransformerClassifier, not by TransformerSeq2Seq: load it with "
+        r"TransformerClassifier.load_from_checkpoint",
+    ):
         TransformerSeq2Seq.load_from_checkpoint(checkpoints["classifier"])
     with pytest.raises(ValueError, match=r"was saved by TransformerSeq2Seq, not by ReinforcedTransformerSeq2Seq"):
         ReinforcedTransformerSeq2Seq.load_from_checkpoint(checkpoints["seq2seq"])
@@ -208,7 +245,9 @@ def test_lexical_probe_refuses_non_finite_rows(tmp_path):
 def test_a_malformed_analogy_file_is_an_error_with_or_without_sampling(tmp_path, max_analogies):
     headless = tmp_path / "headless.txt"
     headless.write_text("man woman king queen\nboy girl man woman\n", encoding="utf-8")
-    with pytest.raises(ValueError, match=rf"analogy file {headless}, line 1: 'man woman king queen' comes before any ': <section>'"):
+    with pytest.raises(
+        ValueError, match=rf"analogy file {headless}, line 1: 'man woman king queen' comes before any ': <section>'"
+    ):
         lexical_probe(torch.randn(6, 4), TOKENS, analogies=headless, chains=["raw"], max_analogies=max_analogies)
     empty = tmp_path / "empty.txt"
     empty.write_text(": family\n\n", encoding="utf-8")
@@ -221,7 +260,12 @@ def test_question_and_similarity_files_that_cannot_be_read_are_named(tmp_path):
     latin.write_bytes(": family\nman woman king queen\nboy girl man woman\ngarçon fille man woman\n".encode("latin-1"))
     with pytest.raises(ValueError, match=rf"analogy file {latin} is not valid utf-8 text .*encoding="):
         lexical_probe(torch.randn(6, 4), TOKENS, analogies=latin, chains=["raw"])
-    assert lexical_probe(torch.randn(6, 4), TOKENS, analogies=latin, chains=["raw"], encoding="latin-1")["raw"]["analogy_count"] == 2
+    assert (
+        lexical_probe(torch.randn(6, 4), TOKENS, analogies=latin, chains=["raw"], encoding="latin-1")["raw"][
+            "analogy_count"
+        ]
+        == 2
+    )
     fake_gz = tmp_path / "questions.txt.gz"
     fake_gz.write_bytes(latin.read_bytes())
     with pytest.raises(ValueError, match=rf"analogy file {fake_gz} is not a complete gzip file"):
@@ -232,7 +276,9 @@ def test_question_and_similarity_files_that_cannot_be_read_are_named(tmp_path):
         lexical_probe(torch.randn(6, 4), TOKENS, similarity=[commas], chains=["raw"])
     mac = tmp_path / "mac.tsv"
     mac.write_bytes(b"man\twoman\t5.0\rking\tqueen\t6.0\rboy\tgirl\t4.0\r")
-    assert lexical_probe(torch.randn(6, 4), TOKENS, similarity=[mac], chains=["raw"])["raw"]["similarity_count"] == {"mac": 3}
+    assert lexical_probe(torch.randn(6, 4), TOKENS, similarity=[mac], chains=["raw"])["raw"]["similarity_count"] == {
+        "mac": 3
+    }
 
 
 # ---------------------------------------------------------------------------------------------- embinit inspect

@@ -54,7 +54,9 @@ def test_a_resume_that_lightning_never_restores_fails_before_training(tmp_path, 
     monkeypatch.setattr(embedding_init, "running_fit_checkpoint", lambda trainer: "/claimed/by/a/changed/frame.ckpt")
     model = TwoSlotHost(lr=0.5)
     before = model.encoder_embedding.weight.detach().clone()
-    with pytest.raises(RuntimeError, match="was to resume from /claimed/by/a/changed/frame.ckpt, but Lightning restored"):
+    with pytest.raises(
+        RuntimeError, match="was to resume from /claimed/by/a/changed/frame.ckpt, but Lightning restored"
+    ):
         make_trainer(tmp_path, [EmbeddingInitCallback(source="ones", verbose=False)]).fit(model, token_loader())
     assert torch.equal(model.encoder_embedding.weight, before)
 

@@ -76,8 +76,9 @@ def test_words_the_source_lacks_get_the_mean_of_their_pieces(minilm):
         assert len(pieces) > 1, word
         torch.testing.assert_close(weight[row], matrix[pieces].mean(0), rtol=0, atol=1e-6)
     off = PlainLM(len(words))
-    reports = EmbeddingInitCallback(source="minilm", tokens=words, source_options={"pieces": False},
-                                    seed=0, verbose=False).initialize(off)
+    reports = EmbeddingInitCallback(
+        source="minilm", tokens=words, source_options={"pieces": False}, seed=0, verbose=False
+    ).initialize(off)
     assert reports["embed"]["coverage"]["found"] == 1 and "pieces" not in reports["embed"]["coverage"]["by_rule"]
     assert sorted(reports["embed"]["coverage"]["missing"]) == sorted(words[1:])
 
@@ -107,7 +108,10 @@ class TwoTables(LightningModule):
 
 
 class TwoVocabularies:
-    vocabularies = {"source_embed": ["<pad>", "ein", "hund", "läuft"], "target_embed": ["<pad>", "a", "dog", "runs", "."]}
+    vocabularies = {
+        "source_embed": ["<pad>", "ein", "hund", "läuft"],
+        "target_embed": ["<pad>", "a", "dog", "runs", "."],
+    }
 
     def vocabulary_for(self, slot: str) -> list[str]:
         if slot not in self.vocabularies:
@@ -117,10 +121,13 @@ class TwoVocabularies:
 
 def test_vocabulary_for_serves_each_slot(tmp_path):
     vectors = tmp_path / "vectors.txt"
-    vectors.write_text("2 8\ndog " + " ".join(["0.5"] * 8) + "\nhund " + " ".join(["0.25"] * 8) + "\n", encoding="utf-8")
+    vectors.write_text(
+        "2 8\ndog " + " ".join(["0.5"] * 8) + "\nhund " + " ".join(["0.25"] * 8) + "\n", encoding="utf-8"
+    )
     model = TwoTables()
-    callback = EmbeddingInitCallback(source=f"file:{vectors}", seed=0, verbose=False,
-                                     source_options={"min_coverage": 0.0})
+    callback = EmbeddingInitCallback(
+        source=f"file:{vectors}", seed=0, verbose=False, source_options={"min_coverage": 0.0}
+    )
     reports = callback.initialize(model, datamodule=TwoVocabularies())
     assert torch.all(model.source_embed.weight[2] == 0.25) and torch.all(model.target_embed.weight[2] == 0.5)
     assert reports["target_embed"]["tokens_from"] == "TwoVocabularies.vocabulary_for('target_embed')"
@@ -162,11 +169,15 @@ def test_match_with_a_wider_pretrained_source_takes_its_own_options(minilm):
 
     words = ["<pad>", "the", "dog", "runs", "in", "a", "park", "with", "ball", "red"]
     model = PlainLM(len(words), dim=64)
-    with pytest.raises(ValueError, match=r"D_s=384 but slot 'embed' has embedding_dim D=64; pass source_options project"):
-        EmbeddingInitCallback(source="xavier", match=f"hf:{MINILM_DIR}", tokens=words, seed=0,
-                              verbose=False).initialize(model)
-    callback = EmbeddingInitCallback(source="xavier", match=f"hf:{MINILM_DIR}", match_options={"project": "pca"},
-                                     tokens=words, seed=0, verbose=False)
+    with pytest.raises(
+        ValueError, match=r"D_s=384 but slot 'embed' has embedding_dim D=64; pass source_options project"
+    ):
+        EmbeddingInitCallback(
+            source="xavier", match=f"hf:{MINILM_DIR}", tokens=words, seed=0, verbose=False
+        ).initialize(model)
+    callback = EmbeddingInitCallback(
+        source="xavier", match=f"hf:{MINILM_DIR}", match_options={"project": "pca"}, tokens=words, seed=0, verbose=False
+    )
     reports = callback.initialize(model)
     request = SourceRequest("embed", len(words), 64, tokens=words, generator=torch.Generator().manual_seed(0))
     reference = resolve_source(f"hf:{MINILM_DIR}", project="pca").build(request)
@@ -184,10 +195,17 @@ def test_standardize_onto_a_source_and_every_cache_write_in_the_configured_direc
     chosen = tmp_path / "chosen"
     for options in ({"cache_dir": str(chosen)}, {"source_options": {"cache_dir": str(chosen / "own")}}):
         model = PlainLM(2, dim=4)
-        reports = EmbeddingInitCallback(source=f"file:{main}", standardize=f"file:{reference}", tokens=["the", "dog"],
-                                        seed=0, verbose=False, **options).initialize(model)
-        assert reports["embed"]["std"] == pytest.approx(float(torch.tensor([10, 0, 0, 0, 0, 0, 0, 30.]).std(unbiased=False)),
-                                                        rel=1e-5)
+        reports = EmbeddingInitCallback(
+            source=f"file:{main}",
+            standardize=f"file:{reference}",
+            tokens=["the", "dog"],
+            seed=0,
+            verbose=False,
+            **options,
+        ).initialize(model)
+        assert reports["embed"]["std"] == pytest.approx(
+            float(torch.tensor([10, 0, 0, 0, 0, 0, 0, 30.0]).std(unbiased=False)), rel=1e-5
+        )
         root = chosen if "cache_dir" in options else chosen / "own"
         assert len(list((root / "vectors").glob("*/meta.json"))) == 2
     assert not (tmp_path / "env-cache").exists()
@@ -198,9 +216,15 @@ def test_the_callbacks_cache_dir_wins_over_a_sources_own(tmp_path, monkeypatch):
     main, reference = tmp_path / "main.txt", tmp_path / "reference.txt"
     main.write_text("2 4\nthe 1 2 3 4\ndog 4 3 2 1\n", encoding="utf-8")
     reference.write_text("2 4\nthe 10 0 0 0\ndog 0 0 0 30\n", encoding="utf-8")
-    EmbeddingInitCallback(source=f"file:{main}", standardize=f"file:{reference}", tokens=["the", "dog"], seed=0,
-                          verbose=False, cache_dir=str(tmp_path / "run"),
-                          source_options={"cache_dir": str(tmp_path / "own")}).initialize(PlainLM(2, dim=4))
+    EmbeddingInitCallback(
+        source=f"file:{main}",
+        standardize=f"file:{reference}",
+        tokens=["the", "dog"],
+        seed=0,
+        verbose=False,
+        cache_dir=str(tmp_path / "run"),
+        source_options={"cache_dir": str(tmp_path / "own")},
+    ).initialize(PlainLM(2, dim=4))
     assert len(list((tmp_path / "run" / "vectors").glob("*/meta.json"))) == 2
     assert not (tmp_path / "own").exists() and not (tmp_path / "env").exists()
 
@@ -226,11 +250,15 @@ def test_plain_model_with_the_translation_datamodule_and_tokens(tmp_path, shared
     data = TranslationDataModule(data_dir=str(shared_data / "multi30k"), max_examples=300, batch_size=16)
     words = data.vocabulary_for("tgt")
     model = PlainLM(len(words), dim=384)
-    with pytest.raises(ValueError, match=r"TranslationDataModule.vocabulary_for\('embed'\) failed: unknown slot 'embed'.*"
-                                         r"tokens=\{slot: \.\.\.\}"):
+    with pytest.raises(
+        ValueError,
+        match=r"TranslationDataModule.vocabulary_for\('embed'\) failed: unknown slot 'embed'.*"
+        r"tokens=\{slot: \.\.\.\}",
+    ):
         EmbeddingInitCallback(source="minilm", verbose=False).initialize(model, datamodule=data)
-    reports = EmbeddingInitCallback(source="minilm", tokens=words, seed=0, source_options={"pieces": False},
-                                    verbose=False).initialize(model, datamodule=data)
+    reports = EmbeddingInitCallback(
+        source="minilm", tokens=words, seed=0, source_options={"pieces": False}, verbose=False
+    ).initialize(model, datamodule=data)
     assert reports["embed"]["tokens_from"] == "a token list" and reports["embed"]["coverage"]["missing"]
 
 
@@ -266,8 +294,9 @@ def test_tokens_may_name_a_hub_tokenizer(monkeypatch):
         return original(MINILM_DIR)
 
     monkeypatch.setattr(transformers.AutoTokenizer, "from_pretrained", staticmethod(from_pretrained))
-    callback = EmbeddingInitCallback(source="xavier", tokens="sentence-transformers/all-MiniLM-L6-v2", seed=0,
-                                     verbose=False)
+    callback = EmbeddingInitCallback(
+        source="xavier", tokens="sentence-transformers/all-MiniLM-L6-v2", seed=0, verbose=False
+    )
     callback.initialize(PlainLM(30522))
     assert loaded[0] == ("sentence-transformers/all-MiniLM-L6-v2", {"local_files_only": False})
     assert callback._slots["embed"].tokens[:3] == ["[PAD]", "[unused0]", "[unused1]"]

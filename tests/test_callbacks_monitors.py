@@ -35,7 +35,9 @@ def words(glove_path):
 
 @pytest.fixture(scope="module")
 def lexical():
-    return str(require_shared_data("lexical", "questions-words.txt")), str(require_shared_data("lexical", "wordsim353.tsv"))
+    return str(require_shared_data("lexical", "questions-words.txt")), str(
+        require_shared_data("lexical", "wordsim353.tsv")
+    )
 
 
 def lm_data(vocab_size, count=48, length=17, seed=0):
@@ -44,8 +46,16 @@ def lm_data(vocab_size, count=48, length=17, seed=0):
 
 
 def quiet_trainer(tmp_path, callbacks, **options):
-    settings = dict(accelerator="cpu", logger=False, enable_checkpointing=False, enable_progress_bar=False,
-                    enable_model_summary=False, default_root_dir=tmp_path, limit_val_batches=0, callbacks=callbacks)
+    settings = dict(
+        accelerator="cpu",
+        logger=False,
+        enable_checkpointing=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        default_root_dir=tmp_path,
+        limit_val_batches=0,
+        callbacks=callbacks,
+    )
     return L.Trainer(**{**settings, **options})
 
 
@@ -60,6 +70,7 @@ def all_monitors(lexical):
 
 def test_monitors_do_not_change_training(tmp_path, words, lexical):
     """Dropout draws from the global RNG at every step: any draw or write by a monitor would change the weights."""
+
     def fit(monitors):
         L.seed_everything(0, verbose=False)
         model = TiedEmbeddingLM(vocabulary=words, d_model=32, num_heads=2, num_layers=1, max_len=16, dropout=0.1)
@@ -94,8 +105,11 @@ def test_variance_monitor_logs_the_report_numbers_at_its_steps(tmp_path, words):
     rows = [r for r in read_csv(logger) if r.get("embvar/tokens/std")]
     assert sorted({int(r["step"]) for r in rows}) == [0, 2, 4, 5]  # start, every 2 steps, end
     assert float(rows[0]["embvar/tokens/ratio"]) == pytest.approx(start["ratio"])
-    assert monitor.latest_step == 5 and monitor.latest["tokens"] == slot_statistics(model.embedding_slots()["tokens"]) | {
-        key: monitor.latest["tokens"][key] for key in ("semantic_retention", "positional_retention", "neighbour_survival")
+    assert monitor.latest_step == 5 and monitor.latest["tokens"] == slot_statistics(
+        model.embedding_slots()["tokens"]
+    ) | {
+        key: monitor.latest["tokens"][key]
+        for key in ("semantic_retention", "positional_retention", "neighbour_survival")
     }
     state = monitor.state_dict()
     resumed = EmbeddingVarianceMonitor()
@@ -109,7 +123,9 @@ def test_variance_monitor_warns_once_when_tokens_drown_positions(tmp_path, words
         init = EmbeddingInitCallback(source=f"file:{glove_path}", seed=0, verbose=False, **init_options)
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always")
-            quiet_trainer(tmp_path, [init, EmbeddingVarianceMonitor(every_n_steps=1)], max_steps=3).fit(model, lm_data(len(words)))
+            quiet_trainer(tmp_path, [init, EmbeddingVarianceMonitor(every_n_steps=1)], max_steps=3).fit(
+                model, lm_data(len(words))
+            )
         return [str(w.message) for w in caught if "EmbeddingVarianceMonitor" in str(w.message)]
 
     raw = fit()  # GloVe's std ≈ 0.7 times √50 against sinusoids of std ≈ 0.6
@@ -129,22 +145,36 @@ def test_figures_and_text_go_to_tensorboard(tmp_path, words, lexical, glove_path
     events = EventAccumulator(logger.log_dir, size_guidance={"images": 0, "tensors": 0, "scalars": 0})
     events.Reload()
     tags = events.Tags()
-    assert {"embvar/tokens/histogram_start", "embvar/tokens/histogram_end",
-            "lexical/tokens/pca_start", "lexical/tokens/pca_end"} <= set(tags["images"])
+    assert {
+        "embvar/tokens/histogram_start",
+        "embvar/tokens/histogram_end",
+        "lexical/tokens/pca_start",
+        "lexical/tokens/pca_end",
+    } <= set(tags["images"])
     assert "lexical/tokens/start/text_summary" in tags["tensors"]
-    assert {"embvar/tokens/ratio", "lexical/tokens/raw/analogy", "learning_speed/train_loss_smoothed"} <= set(tags["scalars"])
+    assert {"embvar/tokens/ratio", "lexical/tokens/raw/analogy", "learning_speed/train_loss_smoothed"} <= set(
+        tags["scalars"]
+    )
 
 
 def test_lexical_probe_reports_the_slot_rows(tmp_path, words, lexical, glove_path):
     analogies, wordsim = lexical
     model = TiedEmbeddingLM(vocabulary=words, d_model=50, num_heads=2, num_layers=1, max_len=16)
     init = EmbeddingInitCallback(source=f"file:{glove_path}", seed=0, verbose=False)
-    probe = LexicalProbe(analogies=analogies, similarity=[wordsim], chains=["raw", "raw+pe"], max_analogies=200, verbose=False)
+    probe = LexicalProbe(
+        analogies=analogies, similarity=[wordsim], chains=["raw", "raw+pe"], max_analogies=200, verbose=False
+    )
     logger = CSVLogger(tmp_path, name="csv")
     quiet_trainer(tmp_path, [init, probe], max_steps=1, logger=logger).fit(model, lm_data(len(words)))
     # the start probe is the function on the initialized table, padding row left out, the slot's own P and scale
-    expected = lexical_probe(init_table(glove_path, words), words[1:], analogies=analogies, similarity=[wordsim],
-                             chains=["raw"], max_analogies=200)
+    expected = lexical_probe(
+        init_table(glove_path, words),
+        words[1:],
+        analogies=analogies,
+        similarity=[wordsim],
+        chains=["raw"],
+        max_analogies=200,
+    )
     assert probe.results["start"]["raw"] == expected["raw"]
     assert probe.results["start"]["raw"]["analogy_count"] > 50 and probe.results["start"]["raw"]["analogy"] > 0.3
     assert set(probe.results) == {"start", "end"}
@@ -161,8 +191,10 @@ def small_lm(words, **options):
 
 
 def start_monitors(wordsim):
-    return (EmbeddingVarianceMonitor(every_n_steps=None, sample_rows=128, figures=False, warn=False),
-            LexicalProbe(similarity=[wordsim], chains=["raw", "raw+pe"], figures=False, verbose=False))
+    return (
+        EmbeddingVarianceMonitor(every_n_steps=None, sample_rows=128, figures=False, warn=False),
+        LexicalProbe(similarity=[wordsim], chains=["raw", "raw+pe"], figures=False, verbose=False),
+    )
 
 
 def test_start_monitors_reused_for_a_new_fit_measure_that_fit(tmp_path, words, lexical):
@@ -186,12 +218,19 @@ def test_start_monitors_keep_the_first_start_across_a_resume(tmp_path, words, le
     trainer.fit(small_lm(words, lr=0.05), lm_data(len(words)))
     path = tmp_path / "step2.ckpt"
     trainer.save_checkpoint(path)
-    assert first[0].latest["tokens"]["std"] != pytest.approx(first[0].start["tokens"]["std"], rel=1e-3)  # training moved the table
+    assert first[0].latest["tokens"]["std"] != pytest.approx(
+        first[0].start["tokens"]["std"], rel=1e-3
+    )  # training moved the table
     resumed = start_monitors(lexical[1])
     init = EmbeddingInitCallback(source="normal:0.05", seed=0, verbose=False)
-    quiet_trainer(tmp_path, [init, *resumed], max_steps=4).fit(small_lm(words, lr=0.05), lm_data(len(words)), ckpt_path=path)
+    quiet_trainer(tmp_path, [init, *resumed], max_steps=4).fit(
+        small_lm(words, lr=0.05), lm_data(len(words)), ckpt_path=path
+    )
     assert resumed[0].start == first[0].start and resumed[0].latest_step == 4
-    assert resumed[1].results["start"] == first[1].results["start"] and resumed[1].results["end"] != first[1].results["end"]
+    assert (
+        resumed[1].results["start"] == first[1].results["start"]
+        and resumed[1].results["end"] != first[1].results["end"]
+    )
 
 
 def test_lexical_probe_picks_the_slot_whose_vocabulary_the_test_sets_cover(tmp_path, lexical, monkeypatch):
@@ -202,11 +241,20 @@ def test_lexical_probe_picks_the_slot_whose_vocabulary_the_test_sets_cover(tmp_p
 
     analogies, wordsim = lexical
     data = TranslationDataModule(data_dir=str(require_shared_data("multi30k")), max_examples=1000, batch_size=16)
-    model = TransformerSeq2Seq(src_tokenizer=data.src_tokenizer_config, tgt_tokenizer=data.tgt_tokenizer_config, d_model=16,
-                               num_heads=2, num_encoder_layers=1, num_decoder_layers=1, ffn_dim=32)
+    model = TransformerSeq2Seq(
+        src_tokenizer=data.src_tokenizer_config,
+        tgt_tokenizer=data.tgt_tokenizer_config,
+        d_model=16,
+        num_heads=2,
+        num_encoder_layers=1,
+        num_decoder_layers=1,
+        ffn_dim=32,
+    )
     logged = []
     monkeypatch.setattr(module, "rank_zero_info", logged.append)
-    probe = LexicalProbe(analogies=analogies, similarity=[wordsim], chains=["raw"], max_analogies=50, figures=False, verbose=False)
+    probe = LexicalProbe(
+        analogies=analogies, similarity=[wordsim], chains=["raw"], max_analogies=50, figures=False, verbose=False
+    )
     quiet_trainer(tmp_path, [probe], max_steps=1).fit(model, data)
     english, german = (set(map(str.upper, data.vocabulary_for(side))) for side in ("tgt", "src"))
     assert probe.probed_slot == "tgt" and list(probe.slot_coverage) == ["src", "tgt"]
@@ -215,9 +263,14 @@ def test_lexical_probe_picks_the_slot_whose_vocabulary_the_test_sets_cover(tmp_p
     assert any("probing slot 'tgt'" in message and "'src'" in message for message in logged)
     start = probe.results["start"]["raw"]
     assert start["similarity_count"]["wordsim353"] >= 10 and start["analogy_count"] == 50
-    pinned = LexicalProbe(analogies=analogies, similarity=[wordsim], slot="src", chains=["raw"], max_analogies=50, verbose=False)
+    pinned = LexicalProbe(
+        analogies=analogies, similarity=[wordsim], slot="src", chains=["raw"], max_analogies=50, verbose=False
+    )
     german_scores = pinned.probe(model, data)["raw"]  # what the first slot gave: German against English test sets
-    assert pinned.probed_slot == "src" and german_scores["similarity_count"]["wordsim353"] == german_scores["analogy_count"] == 0
+    assert (
+        pinned.probed_slot == "src"
+        and german_scores["similarity_count"]["wordsim353"] == german_scores["analogy_count"] == 0
+    )
 
 
 def init_table(glove_path, words):
@@ -254,7 +307,9 @@ SCORES = [0.1, 0.2, 0.3, 0.5, 0.7, 0.9, 0.95]
 
 
 def speed_fit(tmp_path, monitor, max_epochs, ckpt_path=None, scores=SCORES, **options):
-    trainer = quiet_trainer(tmp_path, [monitor], max_epochs=max_epochs, limit_val_batches=1, num_sanity_val_steps=1, **options)
+    trainer = quiet_trainer(
+        tmp_path, [monitor], max_epochs=max_epochs, limit_val_batches=1, num_sanity_val_steps=1, **options
+    )
     trainer.fit(ScriptedScore(scores), score_data(), score_data(), ckpt_path=ckpt_path)
     return trainer
 
@@ -269,11 +324,16 @@ def test_learning_speed_counts_examples_to_the_smoothed_crossing(tmp_path):
 
     steps = LearningSpeedMonitor("train_score", 0.5, check_on="train_step", every_n_steps=1)
     speed_fit(tmp_path, steps, max_epochs=1, limit_train_batches=5)  # points after steps 1 … 5 read scores[0 … 4]
-    assert steps.crossed_at_step == first_crossing(SCORES[:5], 0.5) + 1 and steps.crossed_at_examples == 8 * steps.crossed_at_step
+    assert (
+        steps.crossed_at_step == first_crossing(SCORES[:5], 0.5) + 1
+        and steps.crossed_at_examples == 8 * steps.crossed_at_step
+    )
 
     lower = LearningSpeedMonitor("val_score", 0.12, mode="min", debias=False)  # lower is better: 0.1 is already below
     speed_fit(tmp_path, lower, max_epochs=3)
-    assert lower.crossed_at_examples == 40 and lower.tracker.last_smoothed == pytest.approx(0.6 * (0.6 * 0.1 + 0.4 * 0.2) + 0.4 * 0.3)
+    assert lower.crossed_at_examples == 40 and lower.tracker.last_smoothed == pytest.approx(
+        0.6 * (0.6 * 0.1 + 0.4 * 0.2) + 0.4 * 0.3
+    )
 
 
 def test_learning_speed_continues_counting_across_a_resume(tmp_path):
@@ -323,25 +383,55 @@ def test_monitors_configured_from_lightningcli_yaml(tmp_path, glove_path, lexica
     multi30k = require_shared_data("multi30k")
     config = {
         "seed_everything": 0,
-        "model": {"class_path": "lightning_embinit.models.TiedEmbeddingLM",
-                  "init_args": {"d_model": 50, "num_heads": 2, "num_layers": 1, "max_len": 16}},
-        "data": {"class_path": "lightning_embinit.data.LanguageModelDataModule",
-                 "init_args": {"train_files": str(multi30k / "val.en.gz"), "val_files": str(multi30k / "test_2016_flickr.en.gz"),
-                               "seq_len": 16, "batch_size": 16}},
+        "model": {
+            "class_path": "lightning_embinit.models.TiedEmbeddingLM",
+            "init_args": {"d_model": 50, "num_heads": 2, "num_layers": 1, "max_len": 16},
+        },
+        "data": {
+            "class_path": "lightning_embinit.data.LanguageModelDataModule",
+            "init_args": {
+                "train_files": str(multi30k / "val.en.gz"),
+                "val_files": str(multi30k / "test_2016_flickr.en.gz"),
+                "seq_len": 16,
+                "batch_size": 16,
+            },
+        },
         "trainer": {
-            "max_steps": 4, "val_check_interval": 2, "check_val_every_n_epoch": None, "limit_val_batches": 2,
-            "enable_progress_bar": False, "enable_model_summary": False, "enable_checkpointing": False,
+            "max_steps": 4,
+            "val_check_interval": 2,
+            "check_val_every_n_epoch": None,
+            "limit_val_batches": 2,
+            "enable_progress_bar": False,
+            "enable_model_summary": False,
+            "enable_checkpointing": False,
             "default_root_dir": str(tmp_path),
-            "logger": {"class_path": "lightning.pytorch.loggers.CSVLogger", "init_args": {"save_dir": str(tmp_path), "name": "csv"}},
+            "logger": {
+                "class_path": "lightning.pytorch.loggers.CSVLogger",
+                "init_args": {"save_dir": str(tmp_path), "name": "csv"},
+            },
             "callbacks": [
-                {"class_path": "lightning_embinit.EmbeddingInitCallback",
-                 "init_args": {"source": f"file:{glove_path}", "standardize": "xavier", "seed": 0, "verbose": False}},
-                {"class_path": "lightning_embinit.EmbeddingVarianceMonitor", "init_args": {"every_n_steps": 2, "sample_rows": 256}},
-                {"class_path": "lightning_embinit.LexicalProbe",
-                 "init_args": {"analogies": analogies, "similarity": [wordsim], "max_analogies": 100,
-                               "chains": ["raw", "standardized+pe"], "verbose": False}},
-                {"class_path": "lightning_embinit.LearningSpeedMonitor",
-                 "init_args": {"monitor": "val_loss", "threshold": 100.0, "mode": "min"}},
+                {
+                    "class_path": "lightning_embinit.EmbeddingInitCallback",
+                    "init_args": {"source": f"file:{glove_path}", "standardize": "xavier", "seed": 0, "verbose": False},
+                },
+                {
+                    "class_path": "lightning_embinit.EmbeddingVarianceMonitor",
+                    "init_args": {"every_n_steps": 2, "sample_rows": 256},
+                },
+                {
+                    "class_path": "lightning_embinit.LexicalProbe",
+                    "init_args": {
+                        "analogies": analogies,
+                        "similarity": [wordsim],
+                        "max_analogies": 100,
+                        "chains": ["raw", "standardized+pe"],
+                        "verbose": False,
+                    },
+                },
+                {
+                    "class_path": "lightning_embinit.LearningSpeedMonitor",
+                    "init_args": {"monitor": "val_loss", "threshold": 100.0, "mode": "min"},
+                },
             ],
         },
     }
@@ -363,7 +453,9 @@ class WordsData(L.LightningDataModule):
     vocabulary = ["<pad>", "cat", "dog", "tiger", "car", "train", "king", "queen", "man", "woman", "sun", "moon"]
 
     def train_dataloader(self):
-        return DataLoader(TensorDataset(torch.randint(0, 12, (8, 3), generator=torch.Generator().manual_seed(0))), batch_size=4)
+        return DataLoader(
+            TensorDataset(torch.randint(0, 12, (8, 3), generator=torch.Generator().manual_seed(0))), batch_size=4
+        )
 
 
 def test_lexical_probe_finds_tokens_as_the_init_callback_does(tmp_path):
@@ -376,6 +468,7 @@ def test_lexical_probe_finds_tokens_as_the_init_callback_does(tmp_path):
     assert probe.results["start"]["raw"]["similarity_count"] == {"pairs": 5}  # rows named by the datamodule
     with pytest.raises(ValueError, match="LexicalProbe needs a slot with token strings"):
         quiet_trainer(tmp_path, [LexicalProbe(similarity=[str(pairs)])], max_steps=1).fit(
-            PlainEmbeddingModel(), WordsData().train_dataloader())
+            PlainEmbeddingModel(), WordsData().train_dataloader()
+        )
     default = LexicalProbe()
     assert default.analogies.endswith("questions-words.txt") and default.similarity[0].endswith("wordsim353.tsv")

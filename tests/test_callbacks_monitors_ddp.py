@@ -44,9 +44,18 @@ def test_monitors_under_ddp(tmp_path):
         checkpoint,
     ]
     trainer = L.Trainer(
-        accelerator="cpu", devices=2, strategy="ddp_spawn", use_distributed_sampler=False, max_epochs=3,
-        logger=CSVLogger(tmp_path, name="csv"), log_every_n_steps=1, enable_progress_bar=False,
-        enable_model_summary=False, num_sanity_val_steps=0, default_root_dir=tmp_path, callbacks=callbacks,
+        accelerator="cpu",
+        devices=2,
+        strategy="ddp_spawn",
+        use_distributed_sampler=False,
+        max_epochs=3,
+        logger=CSVLogger(tmp_path, name="csv"),
+        log_every_n_steps=1,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        num_sanity_val_steps=0,
+        default_root_dir=tmp_path,
+        callbacks=callbacks,
     )
     trainer.fit(TwoSlotHost(), UnevenRanks())
     state = torch.load(tmp_path / "ckpt" / "last.ckpt", weights_only=False)["callbacks"]  # written by rank zero
@@ -62,5 +71,9 @@ def test_monitors_under_ddp(tmp_path):
         rows = list(csv.DictReader(handle))
     steps = [int(r["step"]) for r in rows if r.get("embvar/encoder/std")]
     assert steps == [0, 2, 4, 6, 8, 9]  # rank zero alone logs: start, every 2 steps and the end
-    assert [float(r["learning_speed/examples_seen"]) for r in rows if r.get("learning_speed/examples_seen")] == [11, 22, 33]
+    assert [float(r["learning_speed/examples_seen"]) for r in rows if r.get("learning_speed/examples_seen")] == [
+        11,
+        22,
+        33,
+    ]
     assert len([r for r in rows if r.get("lexical/encoder/raw/similarity/pairs")]) == 2  # start and end, once each

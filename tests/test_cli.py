@@ -15,12 +15,23 @@ from lightning_embinit.callbacks.progress import StepBudgetProgressBar
 from tests.host_models import TwoSlotHost, make_trainer, token_loader
 
 CONFIG = Path(__file__).resolve().parent.parent / "examples" / "configs" / "tied_lm.yaml"
-SMALL = ["--model.init_args.architecture.d_model=32", "--model.init_args.architecture.num_layers=1", "--data.init_args.batch_size=4"]
+SMALL = [
+    "--model.init_args.architecture.d_model=32",
+    "--model.init_args.architecture.num_layers=1",
+    "--data.init_args.batch_size=4",
+]
 
 
 def parse_only(*args: str) -> cli.EmbinitCLI:
-    return cli.EmbinitCLI(LightningModule, LightningDataModule, subclass_mode_model=True, subclass_mode_data=True,
-                          run=False, args=["--config", str(CONFIG), *SMALL, *args], auto_configure_optimizers=False)
+    return cli.EmbinitCLI(
+        LightningModule,
+        LightningDataModule,
+        subclass_mode_model=True,
+        subclass_mode_data=True,
+        run=False,
+        args=["--config", str(CONFIG), *SMALL, *args],
+        auto_configure_optimizers=False,
+    )
 
 
 def test_a_max_steps_run_counts_steps_not_epoch_minus_two(tmp_path):
@@ -45,8 +56,9 @@ def test_a_max_steps_run_counts_steps_not_epoch_minus_two(tmp_path):
 
 
 def test_a_configured_progress_bar_is_kept(tmp_path):
-    run = parse_only(f"--trainer.default_root_dir={tmp_path}",
-                     "--trainer.callbacks+=lightning.pytorch.callbacks.TQDMProgressBar")
+    run = parse_only(
+        f"--trainer.default_root_dir={tmp_path}", "--trainer.callbacks+=lightning.pytorch.callbacks.TQDMProgressBar"
+    )
     assert any(isinstance(c, TQDMProgressBar) for c in run.trainer.callbacks)
     assert not any(isinstance(c, StepBudgetProgressBar) for c in run.trainer.callbacks)
 
@@ -60,16 +72,43 @@ def test_a_skipped_checkpoint_hook_warns_instead_of_silently_using_new_text(tmp_
     checkpoint.write_bytes(b"not read")
     monkeypatch.setattr(cli.EmbinitCLI, "_parse_ckpt_path", lambda self: None)  # as if LightningCLI stopped calling it
     with pytest.raises(LightningInternalsWarning, match="checkpoint's vocabulary was not passed to the datamodule"):
-        cli.EmbinitCLI(LightningModule, LightningDataModule, subclass_mode_model=True, subclass_mode_data=True,
-                       args=["validate", "--config", str(CONFIG), *SMALL, f"--ckpt_path={checkpoint}",
-                             f"--trainer.default_root_dir={tmp_path}"], auto_configure_optimizers=False)
+        cli.EmbinitCLI(
+            LightningModule,
+            LightningDataModule,
+            subclass_mode_model=True,
+            subclass_mode_data=True,
+            args=[
+                "validate",
+                "--config",
+                str(CONFIG),
+                *SMALL,
+                f"--ckpt_path={checkpoint}",
+                f"--trainer.default_root_dir={tmp_path}",
+            ],
+            auto_configure_optimizers=False,
+        )
 
 
 def test_embinit_inspect_is_routed_to_the_inspector(capsys):
     import json
 
-    assert cli.main(["inspect", "--vocab-size", "500", "--dim", "64", "--tied", "--source", "normal:1/sqrt(d)",
-                     "--format", "json"]) == 0
+    assert (
+        cli.main(
+            [
+                "inspect",
+                "--vocab-size",
+                "500",
+                "--dim",
+                "64",
+                "--tied",
+                "--source",
+                "normal:1/sqrt(d)",
+                "--format",
+                "json",
+            ]
+        )
+        == 0
+    )
     slot = json.loads(capsys.readouterr().out)["slots"][0]
     assert slot["num_embeddings"] == 500 and slot["embedding_dim"] == 64
     assert slot["predicted_initial_loss"] > slot["ln_vocab"] + 1  # ln(e^{dσ} + n − 1) with dσ = 8
@@ -112,7 +151,12 @@ def test_group_model_settings_leaves_other_models_and_values_alone():
     mine = {"model": {"class_path": "my.Model", "init_args": {"d_model": 3}}}
     assert group_model_settings(mine) == {"model": {"class_path": "my.Model", "init_args": {"d_model": 3}}}
     assert group_model_settings("32") == "32" and group_model_settings([1]) == [1]
-    ours = {"class_path": "TiedEmbeddingLM", "init_args": {"d_model": 3, "lr": 0.1, "vocab_size": 9,
-                                                          "architecture": {"num_layers": 2}}}
-    assert group_model_settings(ours)["init_args"] == {"vocab_size": 9, "architecture": {"num_layers": 2, "d_model": 3},
-                                                       "optimizer": {"lr": 0.1}}
+    ours = {
+        "class_path": "TiedEmbeddingLM",
+        "init_args": {"d_model": 3, "lr": 0.1, "vocab_size": 9, "architecture": {"num_layers": 2}},
+    }
+    assert group_model_settings(ours)["init_args"] == {
+        "vocab_size": 9,
+        "architecture": {"num_layers": 2, "d_model": 3},
+        "optimizer": {"lr": 0.1},
+    }

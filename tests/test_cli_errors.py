@@ -20,8 +20,13 @@ from lightning_embinit.lightning_cli import error_summary, summarize_values
 from lightning_embinit.models import TiedEmbeddingLM
 
 CONFIG = Path(__file__).resolve().parent.parent / "examples" / "configs" / "tied_lm.yaml"
-SMALL = ["--model.init_args.architecture.d_model=32", "--model.init_args.architecture.num_layers=1",
-         "--data.init_args.batch_size=4", "--data.init_args.max_size=200", "--trainer.enable_progress_bar=false"]
+SMALL = [
+    "--model.init_args.architecture.d_model=32",
+    "--model.init_args.architecture.num_layers=1",
+    "--data.init_args.batch_size=4",
+    "--data.init_args.max_size=200",
+    "--trainer.enable_progress_bar=false",
+]
 VOCABULARY = ["<pad>", "(", "[", "{", "'", '"', "\\", "it's", "a, b", *(f"word{i}" for i in range(3000))]
 
 
@@ -45,7 +50,10 @@ def test_nested_long_values_are_summarized_inside_a_namespace():
     summary = summarize_values(text)
     assert summary.startswith("Namespace(2 arguments: class_path='x.Model', init_args=Namespace(2 arguments: ")
     assert "word1" not in summary and len(summary) < 300
-    assert summarize_values(repr(config)) == "{dict of 4 keys: 'kind': 'word', 'version': 1, 'tokens': [list of 3,009: '<pad>', '(', '[', …], …}"
+    assert (
+        summarize_values(repr(config))
+        == "{dict of 4 keys: 'kind': 'word', 'version': 1, 'tokens': [list of 3,009: '<pad>', '(', '[', …], …}"
+    )
 
 
 def test_short_values_and_prose_are_kept_whole():
@@ -64,7 +72,10 @@ def test_a_jsonargparse_union_report_is_reduced_to_its_reason():
         "Given value type: <class 'jsonargparse._namespace.Namespace'>\n"
         f"Given value: Namespace(class_path='pkg.Classifier', init_args=Namespace(vocabulary={VOCABULARY!r}))"
     )
-    assert error_summary(ValueError(report)) == "pkg.Classifier: d_model=50 is not divisible by num_heads=8: change d_model or num_heads"
+    assert (
+        error_summary(ValueError(report))
+        == "pkg.Classifier: d_model=50 is not divisible by num_heads=8: change d_model or num_heads"
+    )
 
 
 def test_the_issues_d_model_error_is_one_line_from_the_console_script(tmp_path):
@@ -72,14 +83,27 @@ def test_the_issues_d_model_error_is_one_line_from_the_console_script(tmp_path):
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
     env.pop("EMBINIT_DEBUG", None)
     result = subprocess.run(
-        [console_script("embinit"), "fit", "--config", str(CONFIG), "--model.init_args.architecture.d_model", "50",
-         f"--trainer.default_root_dir={tmp_path}"],
-        capture_output=True, text=True, cwd=tmp_path, env=env, timeout=300,
+        [
+            console_script("embinit"),
+            "fit",
+            "--config",
+            str(CONFIG),
+            "--model.init_args.architecture.d_model",
+            "50",
+            f"--trainer.default_root_dir={tmp_path}",
+        ],
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+        env=env,
+        timeout=300,
     )
     assert result.returncode == 2, result.stderr[-3000:]
     errors = [line for line in result.stderr.splitlines() if "error" in line.lower()]
-    assert errors == ["embinit fit: error: lightning_embinit.models.TiedEmbeddingLM: d_model=50 is not divisible by "
-                      "num_heads=4: change d_model or num_heads"]
+    assert errors == [
+        "embinit fit: error: lightning_embinit.models.TiedEmbeddingLM: d_model=50 is not divisible by "
+        "num_heads=4: change d_model or num_heads"
+    ]
     assert "Traceback" not in result.stderr and "'<pad>'" not in result.stderr and len(result.stderr) < 1000
 
 
@@ -95,8 +119,20 @@ def test_a_refused_argument_is_one_line_naming_the_key(capsys):
 
 
 def test_inspect_reports_a_refused_config_on_one_line(capsys):
-    assert cli.main(["inspect", "--config", str(CONFIG), "--model.init_args.architecture.d_model", "50",
-                     "--data.init_args.max_size", "200"]) == 2
+    assert (
+        cli.main(
+            [
+                "inspect",
+                "--config",
+                str(CONFIG),
+                "--model.init_args.architecture.d_model",
+                "50",
+                "--data.init_args.max_size",
+                "200",
+            ]
+        )
+        == 2
+    )
     err = capsys.readouterr().err
     assert [line for line in err.splitlines() if "error" in line] == [
         "embinit inspect: error: lightning_embinit.models.TiedEmbeddingLM: d_model=50 is not divisible by num_heads=4: "

@@ -29,8 +29,16 @@ REPO = Path(__file__).resolve().parent.parent
 CONFIGS = sorted((REPO / "examples" / "configs").glob("*.yaml"))
 DOCS = [REPO / "README.md", *sorted((REPO / "docs").glob("*.md"))]
 QUICK = ("--trainer.max_steps", "--trainer.max_epochs", "--data.init_args.max_examples")
-TINY = {"d_model": 16, "num_heads": 2, "ffn_dim": 32, "num_layers": 1, "num_encoder_layers": 1,
-        "num_decoder_layers": 1, "qk_head_dim": 8, "v_head_dim": 8}
+TINY = {
+    "d_model": 16,
+    "num_heads": 2,
+    "ffn_dim": 32,
+    "num_layers": 1,
+    "num_encoder_layers": 1,
+    "num_decoder_layers": 1,
+    "qk_head_dim": 8,
+    "v_head_dim": 8,
+}
 """Architecture sizes of the runs here (only the keys a config sets are overridden)."""
 SHARED = "../shared/data/"
 _COMMAND = re.compile(r"^(?:\S*/)?(embinit (?:fit|validate|test|predict)\b.*)$")
@@ -40,7 +48,11 @@ def suggested_commands(text: str, *, comments: bool) -> list[list[str]]:
     """The ``embinit fit|validate|test|predict`` commands in ``text`` (a config's comment lines, or the lines of a
     Markdown file), as argument lists without ``embinit``; a line ending in a backslash continues on the next."""
     lines = text.splitlines()
-    lines = [line.lstrip("#").strip() for line in lines if line.startswith("#")] if comments else [line.strip() for line in lines]
+    lines = (
+        [line.lstrip("#").strip() for line in lines if line.startswith("#")]
+        if comments
+        else [line.strip() for line in lines]
+    )
     commands, current = [], None
     for line in lines:
         if current is None:
@@ -84,8 +96,12 @@ def _all_commands() -> dict[tuple[str, ...], str]:
 def _is_quick(command: tuple[str, ...]) -> bool:
     """A fit of an example config that the text shortens (a full run is the config's own schedule)."""
     config = REPO / (option(list(command), "--config") or "-")
-    return (command[:1] == ("fit",) and "--print_config" not in command and config.is_file()
-            and any(option(list(command), name) for name in QUICK))
+    return (
+        command[:1] == ("fit",)
+        and "--print_config" not in command
+        and config.is_file()
+        and any(option(list(command), name) for name in QUICK)
+    )
 
 
 COMMANDS = _all_commands()
@@ -95,9 +111,15 @@ QUICK_FITS = {command: where for command, where in COMMANDS.items() if _is_quick
 def _follow_ups(fit: tuple[str, ...]) -> list[list[str]]:
     """Suggested ``validate``/``test`` commands of the same config on a checkpoint the fit writes: one named under
     its ``lightning_logs/version_N/checkpoints/`` (not a ``<placeholder>`` or ``path/to.ckpt``)."""
-    return [list(command) for command in COMMANDS if command[0] in ("validate", "test")
-            and option(list(command), "--config") == option(list(fit), "--config")
-            and re.search(r"lightning_logs/version_\d+/checkpoints/[^<>]+\.ckpt$", option(list(command), "--ckpt_path") or "")]
+    return [
+        list(command)
+        for command in COMMANDS
+        if command[0] in ("validate", "test")
+        and option(list(command), "--config") == option(list(fit), "--config")
+        and re.search(
+            r"lightning_logs/version_\d+/checkpoints/[^<>]+\.ckpt$", option(list(command), "--ckpt_path") or ""
+        )
+    ]
 
 
 def _run(args: list[str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> tuple[Any, list[str]]:
@@ -108,13 +130,15 @@ def _run(args: list[str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> tu
     extra = [f"--model.init_args.architecture.{key}={value}" for key, value in TINY.items() if key in architecture]
     data_dir = (loaded["data"].get("init_args") or {}).get("data_dir")
     if isinstance(data_dir, str) and data_dir.startswith(SHARED):
-        extra.append(f"--data.init_args.data_dir={require_shared_data(data_dir[len(SHARED):])}")
+        extra.append(f"--data.init_args.data_dir={require_shared_data(data_dir[len(SHARED) :])}")
     args = [str(config) if arg == option(args, "--config") else arg for arg in args]
     monkeypatch.chdir(tmp_path)
     monkeypatch.setattr(sys, "argv", ["embinit"])
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        cli = embinit_cli([*args, *extra, "--trainer.enable_progress_bar=false"], save_config_kwargs={"overwrite": True})
+        cli = embinit_cli(
+            [*args, *extra, "--trainer.enable_progress_bar=false"], save_config_kwargs={"overwrite": True}
+        )
     return cli, [str(warning.message) for warning in caught]
 
 

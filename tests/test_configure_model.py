@@ -1,4 +1,5 @@
-"""Issue 19 §1: tables created in ``configure_model`` (or on the meta device), and the strategies refused, in one process."""
+"""Issue 19 §1: tables created in ``configure_model`` (or on the meta device), and the strategies refused, in one
+process."""
 
 from __future__ import annotations
 
@@ -30,7 +31,9 @@ def test_tables_made_in_configure_model_are_built_before_training(tmp_path):
     """The issue's example: Trainer(max_steps=2) with source="normal:0.5" on a model that builds in configure_model."""
     callback = EmbeddingInitCallback(source="normal:0.5", seed=3, verbose=False)
     checkpoint = ModelCheckpoint(dirpath=tmp_path / "ckpt", save_last=True)
-    trainer = make_trainer(tmp_path, [callback, TablesAtTrainStart(tmp_path), checkpoint], max_steps=2, enable_checkpointing=True)
+    trainer = make_trainer(
+        tmp_path, [callback, TablesAtTrainStart(tmp_path), checkpoint], max_steps=2, enable_checkpointing=True
+    )
     trainer.fit(LazyLM(), lm_loader())
     start = torch.load(tmp_path / "start-rank0.pt")["embed"]
     expected = reference_tables(source="normal:0.5", seed=3)["embed"]
@@ -50,7 +53,9 @@ def test_a_resumed_configure_model_fit_keeps_the_checkpoints_weights_and_report(
     saved = torch.load(path, weights_only=False)["state_dict"]["embed.weight"]
 
     callback = EmbeddingInitCallback(source="ones", verbose=False)
-    make_trainer(tmp_path, [callback, TablesAtTrainStart(tmp_path)], max_steps=3).fit(LazyLM(), lm_loader(), ckpt_path=path)
+    make_trainer(tmp_path, [callback, TablesAtTrainStart(tmp_path)], max_steps=3).fit(
+        LazyLM(), lm_loader(), ckpt_path=path
+    )
     assert callback.resumed
     assert torch.equal(torch.load(tmp_path / "start-rank0.pt")["embed"], saved)  # never re-initialized
     assert callback.reports["embed"]["source"] == "normal:0.5"
@@ -59,7 +64,9 @@ def test_a_resumed_configure_model_fit_keeps_the_checkpoints_weights_and_report(
 def test_an_embedding_host_may_name_tables_that_configure_model_makes(tmp_path):
     class HostLM(LazyLM):
         def embedding_slots(self):
-            return {"words": EmbeddingSlot("words", self.words, tokens=self.vocabulary)}  # no `words` before configure_model
+            return {
+                "words": EmbeddingSlot("words", self.words, tokens=self.vocabulary)
+            }  # no `words` before configure_model
 
         def configure_model(self):
             super().configure_model()
@@ -67,8 +74,13 @@ def test_an_embedding_host_may_name_tables_that_configure_model_makes(tmp_path):
 
     callback = EmbeddingInitCallback(source="normal:0.5", seed=3, verbose=False)
     make_trainer(tmp_path, [callback, TablesAtTrainStart(tmp_path)]).fit(HostLM(), lm_loader())
-    assert torch.equal(torch.load(tmp_path / "start-rank0.pt")["embed"], reference_tables(source="normal:0.5", seed=3)["embed"])
-    assert list(callback.reports) == ["words"] and callback.reports["words"]["tokens_from"] == "the model's embedding_slots()"
+    assert torch.equal(
+        torch.load(tmp_path / "start-rank0.pt")["embed"], reference_tables(source="normal:0.5", seed=3)["embed"]
+    )
+    assert (
+        list(callback.reports) == ["words"]
+        and callback.reports["words"]["tokens_from"] == "the model's embedding_slots()"
+    )
 
 
 def test_monitors_find_tables_made_in_configure_model(tmp_path):
@@ -102,11 +114,15 @@ def test_tables_of_an_empty_init_module_are_written(tmp_path):
             super().__init__()
             self.configure_model()
 
-    trainer = make_trainer(tmp_path, [EmbeddingInitCallback(source="normal:0.5", seed=3, verbose=False), TablesAtTrainStart(tmp_path)])
+    trainer = make_trainer(
+        tmp_path, [EmbeddingInitCallback(source="normal:0.5", seed=3, verbose=False), TablesAtTrainStart(tmp_path)]
+    )
     with trainer.init_module(empty_init=True):
         model = Eager()
     trainer.fit(model, lm_loader())
-    assert torch.equal(torch.load(tmp_path / "start-rank0.pt")["embed"], reference_tables(source="normal:0.5", seed=3)["embed"])
+    assert torch.equal(
+        torch.load(tmp_path / "start-rank0.pt")["embed"], reference_tables(source="normal:0.5", seed=3)["embed"]
+    )
 
 
 class NoTables(LightningModule):
@@ -115,8 +131,14 @@ class NoTables(LightningModule):
 
 
 def fake_trainer(strategy=None):
-    return SimpleNamespace(strategy=strategy or SingleDeviceStrategy(torch.device("cpu")), datamodule=None, world_size=1,
-                           global_rank=0, loggers=[], optimizers=[])
+    return SimpleNamespace(
+        strategy=strategy or SingleDeviceStrategy(torch.device("cpu")),
+        datamodule=None,
+        world_size=1,
+        global_rank=0,
+        loggers=[],
+        optimizers=[],
+    )
 
 
 def test_a_model_without_tables_after_configure_model_is_told_why():
@@ -134,7 +156,10 @@ def test_a_table_that_configure_model_adds_after_a_setup_build_stops_the_fit(tmp
             super().__init__(lr=0.0)
             self.early = nn.Embedding(51, 16)
 
-    with pytest.raises(ValueError, match=r"built early at setup, but configure_model created more embedding tables afterwards \(embed\)"):
+    with pytest.raises(
+        ValueError,
+        match=r"built early at setup, but configure_model created more embedding tables afterwards \(embed\)",
+    ):
         make_trainer(tmp_path, [EmbeddingInitCallback(verbose=False)]).fit(Mixed(), lm_loader())
     chosen = make_trainer(tmp_path, [EmbeddingInitCallback(slots=["early", "embed"], source="ones", verbose=False)])
     model = Mixed()
@@ -150,7 +175,9 @@ def test_meta_tables_wait_for_the_strategy_and_fail_if_none_materializes_them():
     trainer = fake_trainer()
     callback.setup(trainer, model, "fit")
     assert callback._deferred  # nothing to write into yet
-    with pytest.raises(ValueError, match=r"embed are still on the meta device after SingleDeviceStrategy set the model up"):
+    with pytest.raises(
+        ValueError, match=r"embed are still on the meta device after SingleDeviceStrategy set the model up"
+    ):
         callback.on_fit_start(trainer, model)
 
 

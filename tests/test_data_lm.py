@@ -23,7 +23,18 @@ def write(path, lines):
 def test_tokenizers():
     regex = WordTokenizer("regex")
     assert regex("A well-known cat didn't meet the U.S. dog at 4:00pm!") == [
-        "a", "well-known", "cat", "didn't", "meet", "the", "u.s", ".", "dog", "at", "4:00pm", "!",
+        "a",
+        "well-known",
+        "cat",
+        "didn't",
+        "meet",
+        "the",
+        "u.s",
+        ".",
+        "dog",
+        "at",
+        "4:00pm",
+        "!",
     ]
     assert WordTokenizer("whitespace", lowercase=False)("The cat, sat") == ["The", "cat,", "sat"]
     with pytest.raises(ValueError, match="tokenizer"):
@@ -196,4 +207,6 @@ def test_dataset_is_downloaded_in_prepare_data_and_read_in_setup(tmp_path, monke
     built = LanguageModelDataModule(dataset=str(directory), seq_len=4, min_freq=1)
     assert "cat" in built.vocabulary and len(calls) == 3  # a vocabulary built from the text reads it at once
     with pytest.raises(ValueError, match="not both"):
-        LanguageModelDataModule(dataset=str(directory), val_files=str(directory / "validation.txt"), vocabulary=vocabulary)
+        LanguageModelDataModule(
+            dataset=str(directory), val_files=str(directory / "validation.txt"), vocabulary=vocabulary
+        )

@@ -33,8 +33,16 @@ def test_ranks_read_disjoint_shares_that_cover_the_training_windows(tmp_path):
     text.write_text("\n".join(" ".join(f"w{i}x{j}" for j in range(5)) for i in range(200)) + "\n")  # all distinct
     data = LanguageModelDataModule(train_files=str(text), val_files=str(text), seq_len=8, batch_size=4, min_freq=1)
     trainer = L.Trainer(
-        accelerator="cpu", devices=2, strategy="ddp_spawn", max_epochs=1, limit_val_batches=0, logger=False,
-        enable_checkpointing=False, enable_progress_bar=False, enable_model_summary=False, default_root_dir=tmp_path,
+        accelerator="cpu",
+        devices=2,
+        strategy="ddp_spawn",
+        max_epochs=1,
+        limit_val_batches=0,
+        logger=False,
+        enable_checkpointing=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        default_root_dir=tmp_path,
     )
     trainer.fit(Recorder(str(tmp_path)), data)
     data.setup("fit")

@@ -34,8 +34,9 @@ class Recorder(L.LightningModule):
     def on_fit_end(self):
         datamodule = self.trainer.datamodule
         self.seen["sampler"] = type(self.trainer.train_dataloader.batch_sampler.sampler).__name__
-        self.seen["fingerprints"] = {name: datamodule.corpus.tokenizer(name).fingerprint()
-                                     for name in sorted(datamodule.corpus.tokenizers)}
+        self.seen["fingerprints"] = {
+            name: datamodule.corpus.tokenizer(name).fingerprint() for name in sorted(datamodule.corpus.tokenizers)
+        }
         with open(f"{self.out_dir}/rank{self.global_rank}.json", "w") as handle:
             json.dump(self.seen, handle)
 
@@ -44,9 +45,19 @@ class Recorder(L.LightningModule):
 
 
 def fit(tmp_path, model, data, epochs, use_distributed_sampler=True):
-    trainer = L.Trainer(accelerator="cpu", devices=2, strategy="ddp_spawn", max_epochs=epochs, logger=False,
-                        enable_checkpointing=False, enable_progress_bar=False, enable_model_summary=False,
-                        num_sanity_val_steps=0, default_root_dir=tmp_path, use_distributed_sampler=use_distributed_sampler)
+    trainer = L.Trainer(
+        accelerator="cpu",
+        devices=2,
+        strategy="ddp_spawn",
+        max_epochs=epochs,
+        logger=False,
+        enable_checkpointing=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        num_sanity_val_steps=0,
+        default_root_dir=tmp_path,
+        use_distributed_sampler=use_distributed_sampler,
+    )
     trainer.fit(model, data)
     return [json.loads((tmp_path / f"rank{k}.json").read_text()) for k in (0, 1)]
 
@@ -55,11 +66,20 @@ def fit(tmp_path, model, data, epochs, use_distributed_sampler=True):
 def test_translation_shares_are_disjoint_complete_and_reshuffled(tmp_path):
     folder = str(require_shared_data("multi30k"))
     # WordPiece training differs from process to process: the ranks must still share one tokenizer (the cache)
-    data = TranslationDataModule(data_dir=folder, max_examples=600, batch_size=16, src_tokenizer="wordpiece",
-                                 vocab_size=1234, val_stem="test_2016_flickr", test_stem=None)
+    data = TranslationDataModule(
+        data_dir=folder,
+        max_examples=600,
+        batch_size=16,
+        src_tokenizer="wordpiece",
+        vocab_size=1234,
+        val_stem="test_2016_flickr",
+        test_stem=None,
+    )
     ranks = fit(tmp_path, Recorder(str(tmp_path), "src"), data, epochs=2)
     assert ranks[0]["fingerprints"] == ranks[1]["fingerprints"]
-    assert ranks[0]["sampler"] == "DistributedSampler"  # Lightning injected it; the bucketing read rank and world from it
+    assert (
+        ranks[0]["sampler"] == "DistributedSampler"
+    )  # Lightning injected it; the bucketing read rank and world from it
     for epoch in ("0", "1"):
         shares = [set(r["train"][epoch]) for r in ranks]
         assert not shares[0] & shares[1] and shares[0] | shares[1] == set(range(600))
@@ -72,9 +92,13 @@ def test_translation_shares_are_disjoint_complete_and_reshuffled(tmp_path):
 @pytest.mark.ddp
 def test_classification_two_validation_sets_without_lightning_sampler(tmp_path):
     folder = require_shared_data("sst2")
-    data = ClassificationDataModule(train_file=str(folder / "dev.tsv.gz"),
-                                    val_files={"first": str(folder / "dev.tsv.gz"), "second": str(folder / "dev.tsv.gz")},
-                                    max_examples=301, batch_size=32, eval_batch_size=1)
+    data = ClassificationDataModule(
+        train_file=str(folder / "dev.tsv.gz"),
+        val_files={"first": str(folder / "dev.tsv.gz"), "second": str(folder / "dev.tsv.gz")},
+        max_examples=301,
+        batch_size=32,
+        eval_batch_size=1,
+    )
     ranks = fit(tmp_path, Recorder(str(tmp_path), "input_ids"), data, epochs=1, use_distributed_sampler=False)
     assert ranks[0]["sampler"] == "EpochSampler"  # no sampler from Lightning: the world comes from torch.distributed
     shares = [set(r["train"]["0"]) for r in ranks]
@@ -88,8 +112,12 @@ def test_classification_two_validation_sets_without_lightning_sampler(tmp_path):
 def shares(size, world, batch_size, shuffle):
     """Every rank's batches of one epoch (lengths vary, so the bucketing sorts)."""
     lengths = (np.arange(size) * 7) % 13
-    return [list(BucketBatchSampler(EpochSampler(size), lengths, batch_size, shuffle=shuffle, num_replicas=world, rank=rank))
-            for rank in range(world)]
+    return [
+        list(
+            BucketBatchSampler(EpochSampler(size), lengths, batch_size, shuffle=shuffle, num_replicas=world, rank=rank)
+        )
+        for rank in range(world)
+    ]
 
 
 def test_evaluation_batches_repeat_no_example_unless_there_are_fewer_than_ranks():
@@ -102,4 +130,6 @@ def test_evaluation_batches_repeat_no_example_unless_there_are_fewer_than_ranks(
     few = shares(3, 4, 1, shuffle=False)  # fewer examples than ranks: every rank still gets one, so one repeats
     assert [len(batches) for batches in few] == [1] * 4 and sorted({b[0] for (b,) in few}) == [0, 1, 2]
     training = shares(1014, 4, 1, shuffle=True)  # training keeps batch_size: two examples come twice
-    assert [len(batches) for batches in training] == [254] * 4 and {len(b) for batches in training for b in batches} == {1}
+    assert [len(batches) for batches in training] == [254] * 4 and {
+        len(b) for batches in training for b in batches
+    } == {1}

@@ -56,7 +56,10 @@ def test_word_level_vocabulary_ids_and_text(german):
     text = "Zwei Männer stehen vor einer blauen Wand, xyzzyq!"
     ids = tokenizer.encode(text)
     assert ids[-2] == tokenizer.unk_id and tokenizer.tokens[ids[0]] == "zwei"
-    assert tokenizer.decode([tokenizer.bos_id, *ids, tokenizer.eos_id, 7, 8]) == "zwei männer stehen vor einer blauen wand , !"
+    assert (
+        tokenizer.decode([tokenizer.bos_id, *ids, tokenizer.eos_id, 7, 8])
+        == "zwei männer stehen vor einer blauen wand , !"
+    )
     assert tokenizer.reference(text) == "zwei männer stehen vor einer blauen wand , xyzzyq !"  # no unk loss
     assert tokenizer.encode_batch(val[:3]) == [tokenizer.encode(t) for t in val[:3]]
     assert tokenizer.tokenize(text)[-2] == "xyzzyq"  # training corpora keep rare words
@@ -71,7 +74,9 @@ def test_wordpiece_round_trips_german(german):
     train, val = german
     tokenizer = TextTokenizer.wordpiece(train, vocab_size=3000)
     assert tokenizer.kind == "wordpiece" and len(tokenizer) == 3000
-    assert tokenizer.tokens[:4] == ["[PAD]", "[UNK]", "[START]", "[END]"] and tokenizer.special_tokens["bos"] == "[START]"
+    assert (
+        tokenizer.tokens[:4] == ["[PAD]", "[UNK]", "[START]", "[END]"] and tokenizer.special_tokens["bos"] == "[START]"
+    )
     text = "Ein Mädchen läuft über die Straße zum großen Fluß."
     ids = tokenizer.encode(text)
     assert tokenizer.unk_id not in ids and any(t.startswith("##") for t in tokenizer.tokenize(text))
@@ -83,7 +88,9 @@ def test_wordpiece_round_trips_german(german):
     assert tokenizer.reference("Ein Mann, (der läuft) im T-Shirt.") == "ein mann, (der läuft) im t-shirt."
     with_unknown = "Ein Hund 🐕 springt."
     assert tokenizer.unk_id in tokenizer.encode(with_unknown)
-    assert tokenizer.reference(with_unknown) == "ein hund 🐕 springt."  # the reference keeps what the model cannot spell
+    assert (
+        tokenizer.reference(with_unknown) == "ein hund 🐕 springt."
+    )  # the reference keeps what the model cannot spell
     assert tokenizer.decode(tokenizer.encode(with_unknown)) == "ein hund springt."
     again = round_trip(tokenizer)
     assert again.encode_batch(val[:50]) == tokenizer.encode_batch(val[:50])
@@ -96,10 +103,21 @@ def test_wordpiece_round_trips_german(german):
 def test_pretrained_minilm_matches_hugging_face(minilm, hf_minilm, german):
     assert minilm.kind == "pretrained" and len(minilm) == 30522 == len(hf_minilm)
     assert minilm.tokens == hf_minilm.convert_ids_to_tokens(list(range(30522)))  # rows align with source="hf:<dir>"
-    assert minilm.special_tokens == {"pad": "[PAD]", "unk": "[UNK]", "bos": "[CLS]", "eos": "[SEP]",
-                                     "cls": "[CLS]", "sep": "[SEP]", "mask": "[MASK]"}
+    assert minilm.special_tokens == {
+        "pad": "[PAD]",
+        "unk": "[UNK]",
+        "bos": "[CLS]",
+        "eos": "[SEP]",
+        "cls": "[CLS]",
+        "sep": "[SEP]",
+        "mask": "[MASK]",
+    }
     assert (minilm.pad_id, minilm.unk_id, minilm.bos_id, minilm.eos_id) == (0, 100, 101, 102)
-    texts = ["A man in a blue shirt is standing on a ladder.", "Don't stop — it's 4:00pm, Straße über!", *german[1][:20]]
+    texts = [
+        "A man in a blue shirt is standing on a ladder.",
+        "Don't stop — it's 4:00pm, Straße über!",
+        *german[1][:20],
+    ]
     for text in texts:
         ids = minilm.encode(text)
         assert ids == hf_minilm(text, add_special_tokens=False)["input_ids"]
@@ -107,7 +125,10 @@ def test_pretrained_minilm_matches_hugging_face(minilm, hf_minilm, german):
         assert minilm.decode([minilm.bos_id, *ids, minilm.eos_id, minilm.pad_id]) == expected
         assert minilm.reference(text) == expected
     assert minilm.encode_batch(texts) == [minilm.encode(t) for t in texts]
-    assert minilm.reference("the dog 🐕 runs") == "the dog 🐕 runs" and minilm.decode(minilm.encode("the dog 🐕 runs")) == "the dog runs"
+    assert (
+        minilm.reference("the dog 🐕 runs") == "the dog 🐕 runs"
+        and minilm.decode(minilm.encode("the dog 🐕 runs")) == "the dog runs"
+    )
     assert minilm.input_template(pair=True) == [(101, 0), ("a", 0), (102, 0), ("b", 1), (102, 1)]
     assert minilm.input_template(pair=False) == [(101, 0), ("a", 0), (102, 0)]
     again = round_trip(minilm)
@@ -122,11 +143,16 @@ def test_pretrained_roles_missing_get_tokens(tmp_path):
     backend = Tokenizer(models.BPE())
     backend.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
     backend.decoder = decoders.ByteLevel()
-    trainer = trainers.BpeTrainer(vocab_size=300, special_tokens=["<|endoftext|>"], show_progress=False,
-                                  initial_alphabet=pre_tokenizers.ByteLevel.alphabet())
+    trainer = trainers.BpeTrainer(
+        vocab_size=300,
+        special_tokens=["<|endoftext|>"],
+        show_progress=False,
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+    )
     backend.train_from_iterator(["the cat sat on the mat", "a dog ran to the cat"] * 5, trainer)
-    hf = PreTrainedTokenizerFast(tokenizer_object=backend, eos_token="<|endoftext|>", bos_token="<|endoftext|>",
-                                 unk_token="<|endoftext|>")
+    hf = PreTrainedTokenizerFast(
+        tokenizer_object=backend, eos_token="<|endoftext|>", bos_token="<|endoftext|>", unk_token="<|endoftext|>"
+    )
     hf.save_pretrained(tmp_path)
     tokenizer = build_tokenizer(str(tmp_path))
     size = backend.get_vocab_size()
@@ -141,8 +167,10 @@ def test_pretrained_roles_missing_get_tokens(tmp_path):
 def test_build_tokenizer_specs(tmp_path, german, minilm):
     train = german[0][:500]
     assert build_tokenizer("word", train, min_freq=1).kind == "word"
-    assert build_tokenizer("word", lambda: train, min_freq=3, word_tokenizer="whitespace").tokens == \
-        TextTokenizer.word(train, min_freq=3, tokenizer="whitespace").tokens
+    assert (
+        build_tokenizer("word", lambda: train, min_freq=3, word_tokenizer="whitespace").tokens
+        == TextTokenizer.word(train, min_freq=3, tokenizer="whitespace").tokens
+    )
     assert len(build_tokenizer("wordpiece", train, vocab_size=500, min_freq=1)) == 500
     assert build_tokenizer("hf:minilm").tokens == minilm.tokens  # the package copy of all-MiniLM-L6-v2
     word = TextTokenizer.word(train)
@@ -172,7 +200,9 @@ def test_pretrained_restricted_to_the_training_vocabulary(minilm, hf_minilm):
     restricted = minilm.restricted(english, min_freq=2)
     counts = Counter(i for text in english for i in minilm.encode(text))
     assert restricted.tokens[:5] == ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
-    assert set(restricted.tokens[5:]) == {minilm.tokens[i] for i, c in counts.items() if c >= 2} - set(restricted.tokens[:5])
+    assert set(restricted.tokens[5:]) == {minilm.tokens[i] for i, c in counts.items() if c >= 2} - set(
+        restricted.tokens[:5]
+    )
     assert (restricted.pad_id, restricted.unk_id, restricted.bos_id, restricted.eos_id) == (0, 1, 2, 3)
     text = "A man in a blue shirt juggles zygomorphic xylophones."
     ids = restricted.encode(text)

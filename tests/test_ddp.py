@@ -3,7 +3,6 @@
 import json
 
 import pytest
-import torch
 from lightning.pytorch import Callback
 
 from lightning_embinit import EmbeddingInitCallback
@@ -27,7 +26,9 @@ class WriteChecksums(Callback):
             "decoder": float(pl_module.decoder_embedding.weight.double().sum()),
             "seed": init.seed_used,
             "report_std": init.reports["encoder"]["std"],
-            "pretrained_rows": {name: rows.nonzero().flatten().tolist() for name, rows in init._pretrained_rows.items()},
+            "pretrained_rows": {
+                name: rows.nonzero().flatten().tolist() for name, rows in init._pretrained_rows.items()
+            },
         }
         (self.directory / f"rank{trainer.global_rank}.json").write_text(json.dumps(record))
 
@@ -37,7 +38,9 @@ def ddp_trainer(tmp_path, callbacks):
 
 
 def test_every_rank_gets_identical_weights_without_a_seed(tmp_path):
-    callback = EmbeddingInitCallback(source="xavier", slots={"encoder": None, "decoder": {"source": "normal:0.3"}}, verbose=False)
+    callback = EmbeddingInitCallback(
+        source="xavier", slots={"encoder": None, "decoder": {"source": "normal:0.3"}}, verbose=False
+    )
     ddp_trainer(tmp_path, [callback, WriteChecksums(tmp_path)]).fit(TwoSlotHost(lr=0.0), token_loader(batches=4))
     rank0 = json.loads((tmp_path / "rank0.json").read_text())
     rank1 = json.loads((tmp_path / "rank1.json").read_text())
@@ -57,11 +60,17 @@ def test_a_pretrained_source_is_read_on_rank_zero_only_and_broadcast(tmp_path):
 
     glove = require_shared_data("glove", "glove.6B.50d.multi30k_subset.txt.gz")
     source = RankRecordingSource(f"file:{glove}", str(tmp_path))
-    callback = EmbeddingInitCallback(source=source, standardize="xavier", trainable="pretrained_rows", seed=0, verbose=False)
-    ddp_trainer(tmp_path, [callback, WriteChecksums(tmp_path)]).fit(TwoSlotHost(dim=50, lr=0.0), token_loader(batches=4))
+    callback = EmbeddingInitCallback(
+        source=source, standardize="xavier", trainable="pretrained_rows", seed=0, verbose=False
+    )
+    ddp_trainer(tmp_path, [callback, WriteChecksums(tmp_path)]).fit(
+        TwoSlotHost(dim=50, lr=0.0), token_loader(batches=4)
+    )
     assert sorted(p.name for p in tmp_path.glob("built-by-rank*")) == ["built-by-rank0"]
     assert (tmp_path / "built-by-rank0").read_text() == "11"  # one read per slot, encoder and decoder
     rank0 = json.loads((tmp_path / "rank0.json").read_text())
     rank1 = json.loads((tmp_path / "rank1.json").read_text())
     assert rank0 == rank1 and rank0["encoder_abs"] > 0
-    assert rank0["pretrained_rows"]["encoder"] == list(range(2, 10))  # the 8 words are in GloVe; <pad> and <unk> are not
+    assert rank0["pretrained_rows"]["encoder"] == list(
+        range(2, 10)
+    )  # the 8 words are in GloVe; <pad> and <unk> are not

@@ -6,13 +6,21 @@ import pytest
 import sacrebleu
 import torch
 
-from lightning_embinit.models import CorpusBLEU, ReinforcedTransformerSeq2Seq, TransformerSeq2Seq, beam_search, greedy_decode
+from lightning_embinit.models import (
+    CorpusBLEU,
+    ReinforcedTransformerSeq2Seq,
+    TransformerSeq2Seq,
+    beam_search,
+    greedy_decode,
+)
 from tests.translation_helpers import TINY, TINY_REINFORCED, multi30k_lines
 
 MODELS = {
     "baseline": lambda **o: TransformerSeq2Seq(**{**TINY, **o}),
     "reinforced-causal": lambda **o: ReinforcedTransformerSeq2Seq(**{**TINY_REINFORCED, **o}),
-    "reinforced-sequence": lambda **o: ReinforcedTransformerSeq2Seq(**{**TINY_REINFORCED, "target_normalization": "sequence", **o}),
+    "reinforced-sequence": lambda **o: ReinforcedTransformerSeq2Seq(
+        **{**TINY_REINFORCED, "target_normalization": "sequence", **o}
+    ),
 }
 
 
@@ -43,13 +51,18 @@ def test_beam_one_is_greedy_and_the_cache_changes_nothing(name):
     assert torch.equal(beam_search(model.model, src, beam_size=1, max_len=12), greedy)
     assert torch.equal(greedy_decode(model.model, src, max_len=12, use_cache=False), greedy)
     beam = beam_search(model.model, src, beam_size=4, max_len=12, length_penalty=0.6)
-    assert torch.equal(beam_search(model.model, src, beam_size=4, max_len=12, length_penalty=0.6, use_cache=False), beam)
+    assert torch.equal(
+        beam_search(model.model, src, beam_size=4, max_len=12, length_penalty=0.6, use_cache=False), beam
+    )
     eos_rows = (greedy == model.model.eos_id).any(1)
     assert 0 < eos_rows.sum() < len(greedy)  # some rows stop early, others run to max_len
     for row in greedy.tolist():  # eos ends a row, pad fills the rest; pad and bos are never generated
         if model.model.eos_id in row:
             assert set(row[row.index(model.model.eos_id) + 1 :]) <= {model.model.pad_id}
-        assert model.model.bos_id not in row and model.model.pad_id not in row[: row.index(model.model.eos_id) if model.model.eos_id in row else None]
+        assert (
+            model.model.bos_id not in row
+            and model.model.pad_id not in row[: row.index(model.model.eos_id) if model.model.eos_id in row else None]
+        )
 
 
 @pytest.mark.parametrize("name", ["baseline", "reinforced-causal"])
@@ -61,7 +74,9 @@ def test_cached_steps_attend_without_a_padding_mask(name):
             lambda module, args, kwargs: masks.append(kwargs["key_padding_mask"]), with_kwargs=True
         )
     cached = greedy_decode(model.model, src, max_len=6)
-    assert len(masks) == 6 * len(model.model.decoder.layers) and all(mask is None for mask in masks)  # SDPA's unmasked path
+    assert len(masks) == 6 * len(model.model.decoder.layers) and all(
+        mask is None for mask in masks
+    )  # SDPA's unmasked path
     masks.clear()
     assert torch.equal(greedy_decode(model.model, src, max_len=6, use_cache=False), cached)
     assert masks and all(mask is not None for mask in masks)  # the whole prefix, recomputed: its padding masked
@@ -91,7 +106,9 @@ def test_a_wide_beam_finds_the_exhaustive_best(name, penalty):
     outputs = [1, 3, 4, 5]  # unk, eos and two words; pad and bos are never generated
     max_len = 3
     candidates = [list(p) for n in range(1, max_len + 1) for p in itertools.product(outputs, repeat=n)]
-    candidates = [c for c in candidates if model.model.eos_id not in c[:-1] and (c[-1] == model.model.eos_id or len(c) == max_len)]
+    candidates = [
+        c for c in candidates if model.model.eos_id not in c[:-1] and (c[-1] == model.model.eos_id or len(c) == max_len)
+    ]
     found = beam_search(model.model, src, beam_size=64, max_len=max_len, length_penalty=penalty)
     for row in range(src.shape[0]):
         scores = _sequence_scores(model, src[row : row + 1], candidates, penalty)

@@ -27,18 +27,23 @@ from lightning_embinit.init import EmbeddingSlot
 
 def test_diagnostics_import_without_lightning():
     code = (
-        "import sys, lightning_embinit.diagnostics, lightning_embinit.diagnostics.figures, lightning_embinit.diagnostics.inspect; "
+        "import sys, lightning_embinit.diagnostics, lightning_embinit.diagnostics.figures, "
+        "lightning_embinit.diagnostics.inspect; "
         "print(any(m.split('.')[0] in ('lightning', 'pytorch_lightning') for m in sys.modules))"
     )
-    assert subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.strip() == "False"
+    assert (
+        subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.strip()
+        == "False"
+    )
 
 
 def small_slot(weight, *, scale=2.0, positional=None, padding_idx=None):
     embedding = nn.Embedding(*weight.shape, padding_idx=padding_idx)
     with torch.no_grad():
         embedding.weight.copy_(weight)
-    return EmbeddingSlot("words", embedding, input_scale=scale,
-                         positional_encoding=None if positional is None else (lambda: positional))
+    return EmbeddingSlot(
+        "words", embedding, input_scale=scale, positional_encoding=None if positional is None else (lambda: positional)
+    )
 
 
 def test_slot_statistics_by_hand():
@@ -106,7 +111,9 @@ def test_slot_absorption_samples_privately_and_skips_slots_without_positions():
     state = torch.get_rng_state()
     first = slot_absorption(slot, sample_rows=64, seed=5)
     assert torch.equal(torch.get_rng_state(), state)  # the global RNG is untouched
-    assert first == slot_absorption(slot, sample_rows=64, seed=5) and first != slot_absorption(slot, sample_rows=64, seed=6)
+    assert first == slot_absorption(slot, sample_rows=64, seed=5) and first != slot_absorption(
+        slot, sample_rows=64, seed=6
+    )
     assert first.sampled_rows == 64
     # the same rows and positions by hand: padding row 0 left out, positions below max_position
     sample = torch.Generator().manual_seed(5)
@@ -119,11 +126,19 @@ def test_slot_absorption_samples_privately_and_skips_slots_without_positions():
 
 def test_drowning_names_the_direction_and_the_countermeasures():
     tokens_win = drowning(Absorption(0.99, 0.1, 0.9, 10, 5))
-    assert "drown the position signal" in tokens_win[0] and "standardize" in tokens_win[1] and "input scale" in tokens_win[1]
+    assert (
+        "drown the position signal" in tokens_win[0]
+        and "standardize" in tokens_win[1]
+        and "input scale" in tokens_win[1]
+    )
     positions_win = drowning(Absorption(0.04, 0.99, 0.1, 10, 5))
     assert "drowns the token vectors" in positions_win[0] and "raise the input scale" in positions_win[1]
     for _, countermeasures in (tokens_win, positions_win):  # the option's name in each model
-        assert "input_scale=" in countermeasures and "embedding_scale=" in countermeasures and "TiedEmbeddingLM" in countermeasures
+        assert (
+            "input_scale=" in countermeasures
+            and "embedding_scale=" in countermeasures
+            and "TiedEmbeddingLM" in countermeasures
+        )
     assert drowning(Absorption(0.7, 0.7, 0.5, 10, 5)) is None
     # a large-vocabulary Xavier start (semantic retention ≈ 0.15) is [K]'s recommended regime, not a problem
     assert drowning(Absorption(0.15, 0.98, 0.02, 10, 5)) is None
@@ -147,7 +162,9 @@ def test_first_crossing_on_the_smoothed_curve():
     expected = next(i for i, s in enumerate(smoothed) if s >= 0.5)
     assert first_crossing(scores, 0.5) == expected > 1
     losses = [5.0, 4.0, 3.5, 2.0, 1.0]
-    assert first_crossing(losses, 3.0, mode="min") == next(i for i, s in enumerate(tensorboard_smooth(losses)) if s <= 3.0)
+    assert first_crossing(losses, 3.0, mode="min") == next(
+        i for i, s in enumerate(tensorboard_smooth(losses)) if s <= 3.0
+    )
     assert first_crossing(scores, 2.0) is None
     with pytest.raises(ValueError, match="higher is better"):
         first_crossing(scores, 0.5, mode="up")
@@ -179,16 +196,27 @@ def test_pca_recovers_the_leading_axes():
     assert points.shape == (50, 2)
     assert points[:, 0].var() > points[:, 1].var()
     # the projection is the data up to a rotation/reflection per axis: pairwise distances are kept
-    assert torch.allclose(torch.cdist(points, points), torch.cdist(coefficients.double(), coefficients.double()), atol=1e-6)
+    assert torch.allclose(
+        torch.cdist(points, points), torch.cdist(coefficients.double(), coefficients.double()), atol=1e-6
+    )
 
 
 def test_figures_render_to_png():
     generator = torch.Generator().manual_seed(0)
-    histogram = value_histogram(torch.randn(100, 8, generator=generator) * 4, torch.rand(20, 8, generator=generator), title="t")
-    scatter = pca_scatter({"a": torch.randn(6, 8, generator=generator), "b": torch.randn(6, 8, generator=generator)},
-                          [f"w{i}" for i in range(6)], title="s")
-    curves = learning_curves({"x": ([1, 2, 3], [0.1, 0.5, 0.9], tensorboard_smooth([0.1, 0.5, 0.9]))}, threshold=0.5,
-                             metric="acc", crossings={"x": 3})
+    histogram = value_histogram(
+        torch.randn(100, 8, generator=generator) * 4, torch.rand(20, 8, generator=generator), title="t"
+    )
+    scatter = pca_scatter(
+        {"a": torch.randn(6, 8, generator=generator), "b": torch.randn(6, 8, generator=generator)},
+        [f"w{i}" for i in range(6)],
+        title="s",
+    )
+    curves = learning_curves(
+        {"x": ([1, 2, 3], [0.1, 0.5, 0.9], tensorboard_smooth([0.1, 0.5, 0.9]))},
+        threshold=0.5,
+        metric="acc",
+        crossings={"x": 3},
+    )
     for figure in (histogram, scatter, curves):
         assert isinstance(figure, Figure)
         buffer = io.BytesIO()

@@ -18,13 +18,19 @@ def glove():
 
 @pytest.fixture(scope="module")
 def lexical():
-    return {name: str(require_shared_data("lexical", name)) for name in ("questions-words.txt", "wordsim353.tsv", "simlex999.txt")}
+    return {
+        name: str(require_shared_data("lexical", name))
+        for name in ("questions-words.txt", "wordsim353.tsv", "simlex999.txt")
+    }
 
 
 def test_raw_chain_reproduces_gensim_exactly(glove, lexical):
     results = lexical_probe(
-        torch.from_numpy(glove.vectors), glove.index_to_key, analogies=lexical["questions-words.txt"],
-        similarity=[lexical["wordsim353.tsv"], lexical["simlex999.txt"]], chains=["raw"],
+        torch.from_numpy(glove.vectors),
+        glove.index_to_key,
+        analogies=lexical["questions-words.txt"],
+        similarity=[lexical["wordsim353.tsv"], lexical["simlex999.txt"]],
+        chains=["raw"],
     )
     raw = results["raw"]
     with single_threaded_blas():  # gensim's own run, only faster
@@ -45,10 +51,22 @@ def test_raw_chain_reproduces_gensim_exactly(glove, lexical):
 def test_positions_hurt_standardized_vectors_more_than_raw_ones(glove, lexical):
     """The direction of [K] Table 4: standardized + PE scores below raw + PE; scaling changes no cosine."""
     results = lexical_probe(
-        torch.from_numpy(glove.vectors), glove.index_to_key, analogies=lexical["questions-words.txt"],
-        similarity=[lexical["wordsim353.tsv"]], max_analogies=1500, seed=0,
+        torch.from_numpy(glove.vectors),
+        glove.index_to_key,
+        analogies=lexical["questions-words.txt"],
+        similarity=[lexical["wordsim353.tsv"]],
+        max_analogies=1500,
+        seed=0,
     )
-    assert set(results) == {"raw", "scaled", "raw+pe", "standardized", "standardized+scaled", "standardized+pe", "raw+pe_scaled"}
+    assert set(results) == {
+        "raw",
+        "scaled",
+        "raw+pe",
+        "standardized",
+        "standardized+scaled",
+        "standardized+pe",
+        "raw+pe_scaled",
+    }
     assert all(result["analogy_count"] == 1500 for result in results.values())
     assert results["scaled"]["analogy"] == results["raw"]["analogy"] > 0.4
     assert results["standardized+pe"]["analogy"] < results["raw+pe"]["analogy"] < results["raw"]["analogy"]
@@ -70,12 +88,19 @@ def test_random_positions_come_from_the_seed(glove, lexical):
 
 
 def test_a_vocabulary_without_any_question_scores_none(lexical):
-    """A sampled analogy file (max_analogies) with no in-vocabulary question: None and 0, not gensim's ZeroDivisionError."""
+    """A sampled analogy file (max_analogies) with no in-vocabulary question: None and 0, not gensim's
+    ZeroDivisionError."""
     tokens = ["der", "die", "das", "hund", "katze", "mann", "frau", "king", "queen"]  # mostly German: no whole question
     matrix = torch.randn(len(tokens), 8, generator=torch.Generator().manual_seed(0))
     for limit in (50, None):
-        result = lexical_probe(matrix, tokens, analogies=lexical["questions-words.txt"], similarity=[lexical["wordsim353.tsv"]],
-                               chains=["raw"], max_analogies=limit)["raw"]
+        result = lexical_probe(
+            matrix,
+            tokens,
+            analogies=lexical["questions-words.txt"],
+            similarity=[lexical["wordsim353.tsv"]],
+            chains=["raw"],
+            max_analogies=limit,
+        )["raw"]
         assert (result["analogy"], result["analogy_count"], result["analogy_semantic"]) == (None, 0, None)
         assert result["similarity_count"]["wordsim353"] == 1  # king–queen
 
@@ -86,7 +111,9 @@ def test_padding_like_rows_and_repeated_tokens(lexical):
     matrix = torch.randn(6, 8, generator=generator)
     matrix[0] = 0  # no direction: left out instead of breaking gensim's cosine
     result = lexical_probe(matrix, tokens, similarity=[lexical["wordsim353.tsv"]], chains=["raw"])["raw"]
-    assert result["similarity_count"]["wordsim353"] == 2  # king–queen and man–woman; the repeated "king" keeps its first row
+    assert (
+        result["similarity_count"]["wordsim353"] == 2
+    )  # king–queen and man–woman; the repeated "king" keeps its first row
     assert result["similarity"]["wordsim353"] is not None
 
 

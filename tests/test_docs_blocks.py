@@ -47,7 +47,8 @@ ROOT = Path(__file__).resolve().parent.parent
 DOCS = ROOT / "docs"
 GENERATED = ("_build", "api/generated", "notebooks")  # written by `make docs`, not sources
 PAGES = sorted(
-    path for path in DOCS.rglob("*.md")
+    path
+    for path in DOCS.rglob("*.md")
     if not any(path.relative_to(DOCS).as_posix().startswith(prefix + "/") for prefix in GENERATED)
 ) + [ROOT / "README.md"]
 
@@ -81,7 +82,9 @@ def parse_directive(arguments: str) -> tuple[str, list[str]]:
         return action, rest
     if action == "slow" and not rest:
         return action, rest
-    raise ValueError(f"bad docs-test marker {arguments!r}: use 'env NAME=VALUE ...', 'replace \"OLD\" \"NEW\"' or 'slow'")
+    raise ValueError(
+        f"bad docs-test marker {arguments!r}: use 'env NAME=VALUE ...', 'replace \"OLD\" \"NEW\"' or 'slow'"
+    )
 
 
 def apply_directive(example: Example) -> None:
@@ -160,8 +163,12 @@ def run_bash(example: Example) -> None:
     environment = dict(os.environ, **env)
     environment["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{environment.get('PATH', '')}"
     done = subprocess.run(
-        ["bash", "-e", "-o", "pipefail", "-c", source], cwd=example.namespace[SANDBOX], env=environment,
-        capture_output=True, text=True, timeout=BASH_TIMEOUT_S,
+        ["bash", "-e", "-o", "pipefail", "-c", source],
+        cwd=example.namespace[SANDBOX],
+        env=environment,
+        capture_output=True,
+        text=True,
+        timeout=BASH_TIMEOUT_S,
     )
     if done.returncode:
         output = (done.stdout + done.stderr)[-4000:]
@@ -270,8 +277,11 @@ def test_docs_block_runs(examples: list[Example], tmp_path_factory, monkeypatch)
 def test_every_fenced_block_is_run_or_known_not_to_be_code() -> None:
     unknown = [
         f"{page.relative_to(ROOT)}:{example.line} ```{example.parsed}"
-        for page in PAGES for example in parse(page).examples()
-        if example.region.evaluator is not_code and example.parsed not in NOT_CODE and not example.parsed.startswith("{")
+        for page in PAGES
+        for example in parse(page).examples()
+        if example.region.evaluator is not_code
+        and example.parsed not in NOT_CODE
+        and not example.parsed.startswith("{")
     ]
     assert not unknown, f"fenced blocks in a language the docs tests neither run nor know as output: {unknown}"
 
@@ -279,7 +289,8 @@ def test_every_fenced_block_is_run_or_known_not_to_be_code() -> None:
 def test_every_skip_says_why() -> None:
     silent = [
         f"{page.relative_to(ROOT)}:{example.line}"
-        for page in PAGES for example in parse(page).examples()
+        for page in PAGES
+        for example in parse(page).examples()
         if isinstance(example.parsed, tuple) and example.parsed[0] in ("next", "start") and not example.parsed[1]
     ]
     assert not silent, f'skip markers without a reason (write <!-- skip: next "why" -->): {silent}'
@@ -305,11 +316,12 @@ def test_the_collector_finds_the_blocks_and_a_failing_block_fails(tmp_path, tmp_
     """The machinery itself: markers apply to the next block only, replace must match, a failure is reported."""
     page = tmp_path / "page.md"
     page.write_text(
-        "# t\n\n<!-- docs-test: env EMBINIT_DOCS_PROBE=1 -->\n```python\nimport os\nprobe = os.environ['EMBINIT_DOCS_PROBE']\n```\n\n"
+        "# t\n\n<!-- docs-test: env EMBINIT_DOCS_PROBE=1 -->\n"
+        "```python\nimport os\nprobe = os.environ['EMBINIT_DOCS_PROBE']\n```\n\n"
         "```python\nimport os\nassert 'EMBINIT_DOCS_PROBE' not in os.environ\n```\n\n"
         '<!-- docs-test: replace "exit 3" "true" -->\n```bash\nexit 3\n```\n\n'
         '<!-- docs-test: replace "absent" "x" -->\n```bash\ntrue\n```\n\n'
-        "```bash\nfalse\n```\n\n<!-- skip: next \"an illustration\" -->\n```python\nraise SystemExit\n```\n\n"
+        '```bash\nfalse\n```\n\n<!-- skip: next "an illustration" -->\n```python\nraise SystemExit\n```\n\n'
         "```yaml\na: [1, 2\n```\n\n```bash\nembinit sweep s.yaml --variant medium\n```\n",
         encoding="utf-8",
     )

@@ -14,8 +14,7 @@ from lightning_embinit import EmbeddingInitCallback, LanguageModelDataModule, Ti
 from lightning_embinit.callbacks.learning_speed import LearningSpeedMonitor
 from lightning_embinit.init.projection import fit_projection
 from lightning_embinit.init.recipe import InitRecipe
-from lightning_embinit.init.sources import SourceRequest, resolve_source
-from lightning_embinit.init.sources import vector_cache
+from lightning_embinit.init.sources import SourceRequest, resolve_source, vector_cache
 from lightning_embinit.init.sources.static import normalize_format
 from lightning_embinit.init.sources.vector_file import check_policies
 from lightning_embinit.inspect_cli import ShapeModel
@@ -26,8 +25,14 @@ SPECIALS = {"pad": "<pad>", "unk": "<unk>"}
 
 
 def request_for(tokens, dim):
-    return SourceRequest("src", len(tokens), dim, tokens=list(tokens), special_tokens=SPECIALS,
-                         generator=torch.Generator().manual_seed(0))
+    return SourceRequest(
+        "src",
+        len(tokens),
+        dim,
+        tokens=list(tokens),
+        special_tokens=SPECIALS,
+        generator=torch.Generator().manual_seed(0),
+    )
 
 
 @pytest.fixture(autouse=True)
@@ -40,8 +45,11 @@ def own_cache(tmp_path, monkeypatch):
 def test_word2vec_binary_header_with_an_absurd_count(tmp_path):
     path = tmp_path / "huge.bin"
     path.write_bytes(b"1000000000000 8\n" + b"the " + np.ones(8, np.float32).tobytes())
-    with pytest.raises(ValueError, match=r"huge.bin: the header announces 1000000000000 vectors of dimension 8 .* but "
-                                         r"the file has 52 bytes: the header is wrong or the file is truncated"):
+    with pytest.raises(
+        ValueError,
+        match=r"huge.bin: the header announces 1000000000000 vectors of dimension 8 .* but "
+        r"the file has 52 bytes: the header is wrong or the file is truncated",
+    ):
         resolve_source(f"file:{path}", format="word2vec_binary").build(request_for(["the"], 8))
 
 
@@ -55,7 +63,9 @@ def test_truncated_fasttext_bin(tmp_path):
     save_facebook_model(model, str(path))
     data = path.read_bytes()
     path.write_bytes(data[: len(data) // 2])
-    with pytest.raises(ValueError, match=r"model.bin: not a readable fastText .bin model \(.*\); the file is truncated"):
+    with pytest.raises(
+        ValueError, match=r"model.bin: not a readable fastText .bin model \(.*\); the file is truncated"
+    ):
         resolve_source(f"file:{path}").build(request_for(["the"], 8))
 
 
@@ -88,8 +98,11 @@ def test_pickle_payload_in_pytorch_model_bin_is_refused_with_a_way_out(bert_dir)
     state = {"embeddings.word_embeddings.weight": torch.zeros(64, 16), "payload": Payload()}
     (bert_dir / "model.safetensors").unlink()
     torch.save(state, bert_dir / "pytorch_model.bin", pickle_protocol=pickle.HIGHEST_PROTOCOL)
-    with pytest.raises(ValueError, match=r"pytorch_model.bin: refused: the file holds Python objects beyond tensors.*"
-                                         r"save_pretrained\(\.\.\., safe_serialization=True\)") as error:
+    with pytest.raises(
+        ValueError,
+        match=r"pytorch_model.bin: refused: the file holds Python objects beyond tensors.*"
+        r"save_pretrained\(\.\.\., safe_serialization=True\)",
+    ) as error:
         resolve_source(f"hf:{bert_dir}").build(request_for(["the"], 16))
     assert "weights_only=False" not in str(error.value)
 
@@ -101,8 +114,11 @@ def test_a_missing_model_directory_fails_when_the_callback_is_created(spec):
 
 
 def test_paths_that_are_directories_or_missing_say_so(tmp_path):
-    with pytest.raises(ValueError, match=rf"{tmp_path} is a directory, not a vector file \(for a Hugging Face model "
-                                         rf"directory use source='hf:{tmp_path}'\)"):
+    with pytest.raises(
+        ValueError,
+        match=rf"{tmp_path} is a directory, not a vector file \(for a Hugging Face model "
+        rf"directory use source='hf:{tmp_path}'\)",
+    ):
         EmbeddingInitCallback(source=f"file:{tmp_path}")
     with pytest.raises(ValueError, match=r"source '/no/such/x.vec': no such file or directory") as error:
         EmbeddingInitCallback(source="/no/such/x.vec")
@@ -121,8 +137,11 @@ def test_training_text_that_is_not_utf8_names_the_file_and_the_option(tmp_path):
 def test_a_token_id_outside_the_vocabulary_is_named():
     model = TiedEmbeddingLM(vocab_size=50, d_model=16, num_heads=2, num_layers=1, max_len=8)
     ids = torch.tensor([[1, 2, 3, 57]])
-    with pytest.raises(ValueError, match=r"token id 57 is outside the embedding's vocabulary of 50 tokens "
-                                         r"\(valid ids: 0 … 49\); 1 id\(s\) out of range"):
+    with pytest.raises(
+        ValueError,
+        match=r"token id 57 is outside the embedding's vocabulary of 50 tokens "
+        r"\(valid ids: 0 … 49\); 1 id\(s\) out of range",
+    ):
         model(ids)
 
 
@@ -150,8 +169,11 @@ def test_a_cache_directory_that_cannot_be_created_warns_once_and_works_without_i
 def check_works_without_cache(tmp_path, directory):
     vectors = tmp_path / "v.txt"
     vectors.write_text("2 3\nthe 1 2 3\ncat 4 5 6\n", encoding="utf-8")
-    with pytest.warns(UserWarning, match=rf"cache directory {directory} \(from the environment variable "
-                                         r"EMBINIT_CACHE_DIR\) cannot be used: .*without the cache \(warned once\)"):
+    with pytest.warns(
+        UserWarning,
+        match=rf"cache directory {directory} \(from the environment variable "
+        r"EMBINIT_CACHE_DIR\) cannot be used: .*without the cache \(warned once\)",
+    ):
         built = resolve_source(f"file:{vectors}").build(request_for(["the", "cat"], 3))
     assert built.weight.tolist() == [[1, 2, 3], [4, 5, 6]]
     import warnings
@@ -162,21 +184,36 @@ def check_works_without_cache(tmp_path, directory):
     assert again.weight.tolist() == [[4, 5, 6]]
 
 
-
 @pytest.mark.parametrize(
     ("make", "message"),
     [
-        (lambda: fit_projection("lda", torch.zeros(3, 3), 2), "unknown projection 'lda'; choose one of: pca, random_orthogonal"),
+        (
+            lambda: fit_projection("lda", torch.zeros(3, 3), 2),
+            "unknown projection 'lda'; choose one of: pca, random_orthogonal",
+        ),
         (lambda: normalize_format("csv"), "unknown format='csv'; choose one of: auto, "),
         (lambda: check_policies("drop", "replace"), "unknown on_bad_line='drop'; choose one of: error, skip, warn"),
-        (lambda: check_policies("skip", "loose"),
-         "unknown encoding_errors='loose'; choose one of: replace, strict, ignore, backslashreplace"),
-        (lambda: LearningSpeedMonitor("x", 1.0, check_on="epoch"), "unknown check_on 'epoch'; choose one of: validation, train_step"),
-        (lambda: LearningSpeedMonitor("x", 1.0, mode="up"),
-         "unknown mode 'up'; choose one of: max, min (max: higher is better; min: lower is better)"),
-        (lambda: InitRecipe(trainable=1).check(slot="enc"), "slot 'enc': unknown trainable=1; choose one of: True, False, pretrained_rows"),
-        (lambda: ShapeModel(10, 4, positional="learned"),
-         "unknown --positional 'learned'; choose one of: sinusoidal, none (a learned table is inspected through --config)"),
+        (
+            lambda: check_policies("skip", "loose"),
+            "unknown encoding_errors='loose'; choose one of: replace, strict, ignore, backslashreplace",
+        ),
+        (
+            lambda: LearningSpeedMonitor("x", 1.0, check_on="epoch"),
+            "unknown check_on 'epoch'; choose one of: validation, train_step",
+        ),
+        (
+            lambda: LearningSpeedMonitor("x", 1.0, mode="up"),
+            "unknown mode 'up'; choose one of: max, min (max: higher is better; min: lower is better)",
+        ),
+        (
+            lambda: InitRecipe(trainable=1).check(slot="enc"),
+            "slot 'enc': unknown trainable=1; choose one of: True, False, pretrained_rows",
+        ),
+        (
+            lambda: ShapeModel(10, 4, positional="learned"),
+            "unknown --positional 'learned'; choose one of: sinusoidal, none "
+            "(a learned table is inspected through --config)",
+        ),
     ],
 )
 def test_a_bad_choice_names_the_value_and_every_valid_choice(make, message):
@@ -188,4 +225,7 @@ def test_a_bad_choice_names_the_value_and_every_valid_choice(make, message):
 def test_inspect_names_a_bad_trainable_value_and_the_choices(capsys):
     with pytest.raises(SystemExit):
         inspect_main(["--vocab-size", "10", "--dim", "4", "--trainable", "sometimes"])
-    assert "argument --trainable: unknown value 'sometimes'; choose one of: true, false, pretrained_rows" in capsys.readouterr().err
+    assert (
+        "argument --trainable: unknown value 'sometimes'; choose one of: true, false, pretrained_rows"
+        in capsys.readouterr().err
+    )

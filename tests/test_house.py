@@ -21,8 +21,19 @@ NAME = PACKAGE.name
 
 FLOORS: list[tuple[str, tuple[str, ...]]] = [
     ("argument checks, text files", ("checks", "text_files")),
-    ("init core", ("init.registry", "init.statistics", "init.schemes", "init.positional", "init.host",
-                   "init.projection", "init.initial_loss", "init.tokens")),
+    (
+        "init core",
+        (
+            "init.registry",
+            "init.statistics",
+            "init.schemes",
+            "init.positional",
+            "init.host",
+            "init.projection",
+            "init.initial_loss",
+            "init.tokens",
+        ),
+    ),
     ("init sources", ("init.sources",)),
     ("init pipeline", ("init",)),
     ("diagnostics", ("diagnostics",)),
@@ -174,10 +185,19 @@ def test_no_function_over_60_lines_and_no_module_over_400():
     assert long_functions == [] and long_modules == []
 
 
-@pytest.mark.parametrize("module", ["lightning_embinit.modules", "lightning_embinit.architectures", "lightning_embinit.init",
-                                    "lightning_embinit.diagnostics"])
+@pytest.mark.parametrize(
+    "module",
+    [
+        "lightning_embinit.modules",
+        "lightning_embinit.architectures",
+        "lightning_embinit.init",
+        "lightning_embinit.diagnostics",
+    ],
+)
 def test_the_torch_only_layers_import_no_lightning(module):
-    code = (f"import sys, importlib; importlib.import_module({module!r}); "
-            "bad = sorted(m for m in ('lightning', 'pytorch_lightning', 'torchmetrics') if m in sys.modules); print(bad)")
+    code = (
+        f"import sys, importlib; importlib.import_module({module!r}); "
+        "bad = sorted(m for m in ('lightning', 'pytorch_lightning', 'torchmetrics') if m in sys.modules); print(bad)"
+    )
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert result.stdout.strip() == "[]"

@@ -9,10 +9,9 @@ import lightning as L
 import pytest
 import torch
 import torch.nn.functional as F
+from lightning.pytorch.loggers import CSVLogger
 from torch import nn
 from torch.utils.data import DataLoader, TensorDataset
-
-from lightning.pytorch.loggers import CSVLogger
 
 from lightning_embinit.callbacks.initial_loss import InitialLossMonitor, sequence_length
 from lightning_embinit.init.initial_loss import token_std
@@ -26,8 +25,16 @@ def windows(n_vocab, count=16, length=17, seed=0):
 
 
 def trainer(tmp_path, monitor, **options):
-    options = {"max_steps": 3, "logger": False, "enable_checkpointing": False, "enable_progress_bar": False,
-               "enable_model_summary": False, "limit_val_batches": 0, "default_root_dir": tmp_path, **options}
+    options = {
+        "max_steps": 3,
+        "logger": False,
+        "enable_checkpointing": False,
+        "enable_progress_bar": False,
+        "enable_model_summary": False,
+        "limit_val_batches": 0,
+        "default_root_dir": tmp_path,
+        **options,
+    }
     return L.Trainer(callbacks=[monitor], **options)
 
 
@@ -145,7 +152,9 @@ def test_each_tracked_step_logs_its_loss_next_to_ln_vocab(tmp_path):
     train_loss = next(float(r["train_loss"]) for r in logged if r.get("train_loss") and r["step"] == "1")
     assert train_loss == pytest.approx(monitor.step_losses[1], rel=1e-6)  # same step axis as train_loss
     assert all(float(r["ln_vocab"]) == pytest.approx(math.log(300)) for r in rows)
-    assert [float(r["loss_over_ln_vocab"]) for r in rows] == pytest.approx([v / math.log(300) for v in monitor.step_losses])
+    assert [float(r["loss_over_ln_vocab"]) for r in rows] == pytest.approx(
+        [v / math.log(300) for v in monitor.step_losses]
+    )
     assert "local_init_loss" not in monitor.state_dict()
 
 
@@ -162,7 +171,9 @@ def test_one_off_values_reach_the_logger_once_whatever_the_logging_interval(tmp_
     for name in ("init_loss", "init_loss_ratio", "init_loss_predicted", "init_loss_predicted_model"):
         rows = [r for r in logged if r.get(name)]
         assert [int(r["step"]) for r in rows] == [0], name
-    assert float(next(r for r in logged if r.get("init_loss"))["init_loss"]) == pytest.approx(monitor.init_loss, rel=1e-6)
+    assert float(next(r for r in logged if r.get("init_loss"))["init_loss"]) == pytest.approx(
+        monitor.init_loss, rel=1e-6
+    )
 
 
 def test_no_warning_when_start_is_near_ln_n(tmp_path):
@@ -181,7 +192,9 @@ def test_gradient_accumulation_averages_the_pre_step_batches(tmp_path):
     data = windows(300)
     model = TiedEmbeddingLM(vocab_size=300, d_model=32, num_layers=1, max_len=16, embedding_init="normal:0.2")
     with torch.no_grad():
-        per_batch = [model.loss(model(data.tensors[0][i : i + 4]), data.tensors[1][i : i + 4]).item() for i in (0, 4, 8)]
+        per_batch = [
+            model.loss(model(data.tensors[0][i : i + 4]), data.tensors[1][i : i + 4]).item() for i in (0, 4, 8)
+        ]
     monitor = InitialLossMonitor(track_steps=5)
     trainer(tmp_path, monitor, max_steps=2, accumulate_grad_batches=3).fit(model, DataLoader(data, batch_size=4))
     # the first optimizer step follows three batches, all computed with the initial weights
@@ -215,7 +228,9 @@ def test_state_survives_checkpoint_and_resume(tmp_path):
 def test_resume_without_monitor_state_does_not_remeasure(tmp_path):
     model = TiedEmbeddingLM(vocab_size=300, d_model=32, num_layers=1, max_len=16)
     loader = DataLoader(windows(300), batch_size=4)
-    run = L.Trainer(max_steps=2, logger=False, enable_progress_bar=False, enable_model_summary=False, default_root_dir=tmp_path)
+    run = L.Trainer(
+        max_steps=2, logger=False, enable_progress_bar=False, enable_model_summary=False, default_root_dir=tmp_path
+    )
     run.fit(model, loader)
     path = tmp_path / "plain.ckpt"
     run.save_checkpoint(path)

@@ -31,14 +31,24 @@ class RankData(L.LightningDataModule):
 @pytest.mark.ddp
 def test_monitor_reports_the_mean_of_per_rank_initial_losses(tmp_path):
     torch.manual_seed(0)
-    model = TiedEmbeddingLM(vocab_size=VOCAB, d_model=64, num_heads=4, num_layers=1, max_len=16, embedding_init="normal:0.125")
+    model = TiedEmbeddingLM(
+        vocab_size=VOCAB, d_model=64, num_heads=4, num_layers=1, max_len=16, embedding_init="normal:0.125"
+    )
     data = rank_data()
     with torch.no_grad():  # rank r's first batch: windows r and r + 2
         per_rank = [model.loss(model(data.tensors[0][[r, r + 2]]), data.tensors[1][[r, r + 2]]).item() for r in (0, 1)]
     assert abs(per_rank[0] - per_rank[1]) > 1.0  # the average is not trivially either rank's value
     trainer = L.Trainer(
-        accelerator="cpu", devices=2, strategy="ddp_spawn", use_distributed_sampler=False, max_steps=2, logger=False, enable_checkpointing=False,
-        enable_progress_bar=False, enable_model_summary=False, default_root_dir=tmp_path,
+        accelerator="cpu",
+        devices=2,
+        strategy="ddp_spawn",
+        use_distributed_sampler=False,
+        max_steps=2,
+        logger=False,
+        enable_checkpointing=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        default_root_dir=tmp_path,
         callbacks=[InitialLossMonitor(track_steps=2)],
     )
     trainer.fit(model, RankData())

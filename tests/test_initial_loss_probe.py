@@ -66,8 +66,19 @@ def test_rows_sharing_a_direction_fool_the_formula_not_the_probe(seed):
     assert model.initial_loss_prediction() == pytest.approx(tied_initial_loss(N, D, 1 / math.sqrt(D)), rel=0.03)
     assert probe > math.log(N) + 5
     slots = model.embedding_slots()
-    report = {"tokens": {"std": 1 / math.sqrt(D), "mean": 0.0, "min": -1.0, "max": 1.0, "input_scale": math.sqrt(D),
-                         "scaled_mean": 0.0, "scaled_std": 1.0, "scaled_min": -8.0, "scaled_max": 8.0}}
+    report = {
+        "tokens": {
+            "std": 1 / math.sqrt(D),
+            "mean": 0.0,
+            "min": -1.0,
+            "max": 1.0,
+            "input_scale": math.sqrt(D),
+            "scaled_mean": 0.0,
+            "scaled_std": 1.0,
+            "scaled_min": -8.0,
+            "scaled_max": 8.0,
+        }
+    }
     flagged = inspection(slots, report, probed={"tokens": probe})
     [row] = flagged["slots"]
     assert flagged["verdict"] == "bad" and row["probed_initial_loss"] == probe

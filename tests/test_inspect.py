@@ -12,7 +12,16 @@ from lightning_embinit.init.initial_loss import tied_initial_loss
 from lightning_embinit.inspect_cli import main
 from tests.shared_data import require_shared_data
 
-REQUIRED = ("name", "num_embeddings", "embedding_dim", "std", "scaled_std", "positional_std", "predicted_initial_loss", "ln_vocab")
+REQUIRED = (
+    "name",
+    "num_embeddings",
+    "embedding_dim",
+    "std",
+    "scaled_std",
+    "positional_std",
+    "predicted_initial_loss",
+    "ln_vocab",
+)
 
 
 def inspect_json(capsys, *argv):
@@ -36,11 +45,15 @@ def test_bare_shape_tied_start_is_judged_by_spec_3(capsys):
 
     good = inspect_json(capsys, "--vocab-size", "500", "--dim", "64", "--tied", "--source", "log_n_over_d")
     assert good["verdict"] == "ok" and good["slots"][0]["predicted_initial_loss"] < math.log(500) + 1
-    untied = inspect_json(capsys, "--vocab-size", "500", "--dim", "64", "--source", "normal:0.125", "--positional", "none")
+    untied = inspect_json(
+        capsys, "--vocab-size", "500", "--dim", "64", "--source", "normal:0.125", "--positional", "none"
+    )
     assert untied["slots"][0]["predicted_initial_loss"] is None and untied["slots"][0]["positional_std"] is None
     assert untied["slots"][0]["semantic_retention"] is None and untied["verdict"] == "ok"
     # --input-scale takes every value the models' input scale takes (resolve_scale)
-    inverse = inspect_json(capsys, "--vocab-size", "500", "--dim", "64", "--source", "normal:0.125", "--input-scale", "inv_sqrt_d")
+    inverse = inspect_json(
+        capsys, "--vocab-size", "500", "--dim", "64", "--source", "normal:0.125", "--input-scale", "inv_sqrt_d"
+    )
     assert inverse["slots"][0]["input_scale"] == pytest.approx(1 / 8)
     assert inverse["slots"][0]["scaled_std"] == pytest.approx(inverse["slots"][0]["std"] / 8)
 
@@ -57,14 +70,29 @@ def lm_config(tmp_path, callbacks, **model):
     multi30k = require_shared_data("multi30k")
     config = {
         "seed_everything": 0,
-        "model": {"class_path": "lightning_embinit.models.TiedEmbeddingLM",
-                  "init_args": {"d_model": 50, "num_heads": 2, "num_layers": 1, "max_len": 16, **model}},
-        "data": {"class_path": "lightning_embinit.data.LanguageModelDataModule",
-                 "init_args": {"train_files": str(multi30k / "val.en.gz"), "val_files": str(multi30k / "test_2016_flickr.en.gz"),
-                               "seq_len": 16, "batch_size": 16}},
-        "trainer": {"max_steps": 1, "limit_val_batches": 0, "logger": False, "enable_checkpointing": False,
-                    "enable_progress_bar": False, "enable_model_summary": False, "default_root_dir": str(tmp_path),
-                    "callbacks": callbacks},
+        "model": {
+            "class_path": "lightning_embinit.models.TiedEmbeddingLM",
+            "init_args": {"d_model": 50, "num_heads": 2, "num_layers": 1, "max_len": 16, **model},
+        },
+        "data": {
+            "class_path": "lightning_embinit.data.LanguageModelDataModule",
+            "init_args": {
+                "train_files": str(multi30k / "val.en.gz"),
+                "val_files": str(multi30k / "test_2016_flickr.en.gz"),
+                "seq_len": 16,
+                "batch_size": 16,
+            },
+        },
+        "trainer": {
+            "max_steps": 1,
+            "limit_val_batches": 0,
+            "logger": False,
+            "enable_checkpointing": False,
+            "enable_progress_bar": False,
+            "enable_model_summary": False,
+            "default_root_dir": str(tmp_path),
+            "callbacks": callbacks,
+        },
     }
     path = tmp_path / "config.yaml"
     path.write_text(yaml.safe_dump(config))
@@ -79,11 +107,20 @@ def test_inspect_equals_the_callbacks_own_report(tmp_path, capsys):
     from lightning_embinit.cli import EmbinitCLI
 
     glove = require_shared_data("glove", "glove.6B.50d.multi30k_subset.txt.gz")
-    init = {"class_path": "lightning_embinit.EmbeddingInitCallback",
-            "init_args": {"source": f"file:{glove}", "standardize": "xavier", "seed": 3, "verbose": False}}
+    init = {
+        "class_path": "lightning_embinit.EmbeddingInitCallback",
+        "init_args": {"source": f"file:{glove}", "standardize": "xavier", "seed": 3, "verbose": False},
+    }
     config = lm_config(tmp_path, [init])
-    cli = EmbinitCLI(LightningModule, LightningDataModule, subclass_mode_model=True, subclass_mode_data=True,
-                     args=["fit", "--config", config], auto_configure_optimizers=False, save_config_callback=None)
+    cli = EmbinitCLI(
+        LightningModule,
+        LightningDataModule,
+        subclass_mode_model=True,
+        subclass_mode_data=True,
+        args=["fit", "--config", config],
+        auto_configure_optimizers=False,
+        save_config_callback=None,
+    )
     callback = next(c for c in cli.trainer.callbacks if isinstance(c, EmbeddingInitCallback))
     fitted = json.loads(json.dumps(callback.reports))
 
@@ -91,7 +128,8 @@ def test_inspect_equals_the_callbacks_own_report(tmp_path, capsys):
     (slot,) = result["slots"]
     assert slot["init_report"] == fitted["tokens"]
     assert (slot["std"], slot["scaled_std"], slot["positional_std"], slot["ratio"]) == tuple(
-        fitted["tokens"][key] for key in ("std", "scaled_std", "pe_std", "ratio"))
+        fitted["tokens"][key] for key in ("std", "scaled_std", "pe_std", "ratio")
+    )
     assert slot["coverage"]["fraction"] > 0.95 and slot["source"].startswith(f"file:{glove}")
     assert slot["predicted_initial_loss"] == pytest.approx(tied_initial_loss(slot["num_embeddings"], 50, slot["std"]))
     assert slot["predicted_initial_loss_model"] is not None  # TiedEmbeddingLM's own estimate at seq_len 16
@@ -102,7 +140,9 @@ def test_inspect_equals_the_callbacks_own_report(tmp_path, capsys):
     assert main(["--config", config, "--match", "xavier"]) == 2  # with the config's standardize
     assert "'standardize' and 'match'" in capsys.readouterr().err
     # extra arguments go to the config's parser
-    wider = inspect_json(capsys, "--config", config, "--source", "xavier", "--model.init_args.architecture.d_model", "64")
+    wider = inspect_json(
+        capsys, "--config", config, "--source", "xavier", "--model.init_args.architecture.d_model", "64"
+    )
     assert wider["slots"][0]["embedding_dim"] == 64 and wider["slots"][0]["source"] == "xavier"
 
 
@@ -139,16 +179,30 @@ def test_two_slots_with_per_slot_settings_from_the_config(tmp_path, capsys):
     config = {
         "model": {"class_path": "tests.host_models.TwoSlotHost", "init_args": {"dim": 16}},
         "data": {"class_path": "lightning.pytorch.demos.boring_classes.BoringDataModule"},
-        "trainer": {"logger": False, "callbacks": [{
-            "class_path": "lightning_embinit.EmbeddingInitCallback",
-            "init_args": {"source": "xavier", "seed": 1, "slots": {"encoder": {"source": "normal:0.5"}, "decoder": None}},
-        }]},
+        "trainer": {
+            "logger": False,
+            "callbacks": [
+                {
+                    "class_path": "lightning_embinit.EmbeddingInitCallback",
+                    "init_args": {
+                        "source": "xavier",
+                        "seed": 1,
+                        "slots": {"encoder": {"source": "normal:0.5"}, "decoder": None},
+                    },
+                }
+            ],
+        },
     }
     path = tmp_path / "two.yaml"
     path.write_text(yaml.safe_dump(config))
     slots = {slot["name"]: slot for slot in inspect_json(capsys, "--config", str(path))["slots"]}
     encoder, decoder = slots["encoder"], slots["decoder"]
-    assert (encoder["name"], encoder["source"], decoder["name"], decoder["source"]) == ("encoder", "normal:0.5", "decoder", "xavier")
+    assert (encoder["name"], encoder["source"], decoder["name"], decoder["source"]) == (
+        "encoder",
+        "normal:0.5",
+        "decoder",
+        "xavier",
+    )
     assert encoder["positional_std"] > 0 and encoder["predicted_initial_loss"] is None  # positions, no tied head
     assert decoder["positional_std"] is None and decoder["semantic_retention"] is None
     assert decoder["tied_modules"] == ["head"]

@@ -167,7 +167,9 @@ def test_one_vocabulary_resolver_names_each_models_arguments():
     resolved, size = resolve_tokenizer(tokenizer.to_config(), None)
     assert resolved.tokens == tokenizer.tokens and size == len(tokenizer)
     assert resolve_tokenizer(None, 9) == (None, 9)
-    with pytest.raises(ValueError, match=f"^tgt_vocab_size=3 disagrees with the tgt_tokenizer's {len(tokenizer)} tokens$"):
+    with pytest.raises(
+        ValueError, match=f"^tgt_vocab_size=3 disagrees with the tgt_tokenizer's {len(tokenizer)} tokens$"
+    ):
         resolve_tokenizer(tokenizer, 3, option="tgt_tokenizer", size_option="tgt_vocab_size")
     with pytest.raises(ValueError, match="give src_tokenizer .* or src_vocab_size ≥ 5; got src_vocab_size=4"):
         resolve_tokenizer(None, 4, option="src_tokenizer", size_option="src_vocab_size", min_size=5)

@@ -46,15 +46,26 @@ def word_tokenizer(texts) -> TextTokenizer:
 
 
 def trainer(tmp_path, **options) -> L.Trainer:
-    options = {"accelerator": "cpu", "devices": 1, "max_steps": 3, "logger": False, "enable_checkpointing": False,
-               "enable_progress_bar": False, "enable_model_summary": False, "default_root_dir": tmp_path,
-               "num_sanity_val_steps": 0, **options}
+    options = {
+        "accelerator": "cpu",
+        "devices": 1,
+        "max_steps": 3,
+        "logger": False,
+        "enable_checkpointing": False,
+        "enable_progress_bar": False,
+        "enable_model_summary": False,
+        "default_root_dir": tmp_path,
+        "num_sanity_val_steps": 0,
+        **options,
+    }
     return L.Trainer(**options)
 
 
 def sst2_data(count: int = 24, **options) -> ClassificationDataModule:
     options = {"min_freq": 1, "batch_size": 8, "seed": 0, **options}
-    return ClassificationDataModule(dataset="sst2", data_dir=str(require_shared_data("sst2")), max_examples=count, **options)
+    return ClassificationDataModule(
+        dataset="sst2", data_dir=str(require_shared_data("sst2")), max_examples=count, **options
+    )
 
 
 def write_pairs(path: Path, rows) -> str:
@@ -65,14 +76,20 @@ def write_pairs(path: Path, rows) -> str:
 def encoded(tokenizer: TextTokenizer, texts: list[str]) -> torch.Tensor:
     """[cls] + ids, right-padded."""
     rows = [[tokenizer.role_ids["cls"], *ids] for ids in tokenizer.encode_batch(texts)]
-    return torch.nn.utils.rnn.pad_sequence([torch.tensor(r) for r in rows], batch_first=True, padding_value=tokenizer.pad_id)
+    return torch.nn.utils.rnn.pad_sequence(
+        [torch.tensor(r) for r in rows], batch_first=True, padding_value=tokenizer.pad_id
+    )
 
 
 def test_shapes_slot_and_the_cls_vector():
     texts = [t for t, _ in sst2_rows(20)]
     tokenizer = word_tokenizer(texts)
     model = TransformerClassifier(tokenizer=tokenizer.to_config(), label_names=["negative", "positive"], **TINY)
-    assert isinstance(model, EmbeddingHost) and model.model.cls_id == tokenizer.role_ids["cls"] and model.model.cls_vector is None
+    assert (
+        isinstance(model, EmbeddingHost)
+        and model.model.cls_id == tokenizer.role_ids["cls"]
+        and model.model.cls_vector is None
+    )
     ids = encoded(tokenizer, texts[:5])
     assert model(ids).shape == (5, 2)
     hidden, padding = model.model.encode(ids)
@@ -100,7 +117,9 @@ def test_a_table_of_several_blocks_fills_on_two_threads():
     threads = torch.get_num_threads()
     torch.set_num_threads(2)
     try:
-        model = TransformerClassifier(vocab_size=9000, num_classes=2, d_model=1024, num_heads=8, num_layers=1, ffn_dim=8)
+        model = TransformerClassifier(
+            vocab_size=9000, num_classes=2, d_model=1024, num_heads=8, num_layers=1, ffn_dim=8
+        )
     finally:
         torch.set_num_threads(threads)
     weight = model.model.token_input.embedding.weight
@@ -108,16 +127,29 @@ def test_a_table_of_several_blocks_fills_on_two_threads():
     assert weight[1:].std().item() == pytest.approx((2 / (9000 + 1024)) ** 0.5, rel=0.01)  # Xavier's std
 
 
-@pytest.mark.parametrize("pooling,cls_source,pre_norm", [
-    ("cls", "tokenizer", False), ("cls", "learned", False), ("mean", "auto", False), ("mean", "auto", True),
-    ("cls", "learned", True),
-])
+@pytest.mark.parametrize(
+    "pooling,cls_source,pre_norm",
+    [
+        ("cls", "tokenizer", False),
+        ("cls", "learned", False),
+        ("mean", "auto", False),
+        ("mean", "auto", True),
+        ("cls", "learned", True),
+    ],
+)
 def test_adding_padding_changes_no_logit(pooling, cls_source, pre_norm):
     texts = [t for t, _ in sst2_rows(12)]
     tokenizer = word_tokenizer(texts)
     torch.manual_seed(0)
-    model = TransformerClassifier(tokenizer=tokenizer.to_config(), num_classes=3, pooling=pooling, cls_source=cls_source,
-                                  pre_norm=pre_norm, num_segments=2, **TINY).eval()
+    model = TransformerClassifier(
+        tokenizer=tokenizer.to_config(),
+        num_classes=3,
+        pooling=pooling,
+        cls_source=cls_source,
+        pre_norm=pre_norm,
+        num_segments=2,
+        **TINY,
+    ).eval()
     ids = encoded(tokenizer, texts)
     types = torch.randint(0, 2, ids.shape)
     logits = model(ids, types)
@@ -169,7 +201,9 @@ def test_accuracy_and_f1_equal_a_hand_count_on_real_sst2_rows(tmp_path):
     model = TransformerClassifier(tokenizer=data.tokenizer_config, label_names=data.label_names, lr=3e-3, **TINY)
     optimizer = model.configure_optimizers()
     for _ in range(12):  # fit the first half of the rows: right on those, a mix on the rest
-        loss = torch.nn.functional.cross_entropy(model(encoded(data.tokenizer, texts[:12])), torch.as_tensor(labels[:12]))
+        loss = torch.nn.functional.cross_entropy(
+            model(encoded(data.tokenizer, texts[:12])), torch.as_tensor(labels[:12])
+        )
         optimizer.zero_grad()
         loss.backward()
         optimizer.step()
@@ -182,9 +216,16 @@ def test_accuracy_and_f1_equal_a_hand_count_on_real_sst2_rows(tmp_path):
     by_batch = trainer(tmp_path).predict(model, datamodule=data)  # its predict loader: the validation set here
     rows = [k for batch in data.predict_dataloader() for k in batch["index"].tolist()]
     assert [predicted[k] for k in rows] == [name for names in by_batch for name in names]
-    tested = trainer(tmp_path).test(model, DataLoader(TensorDataset(encoded(data.tokenizer, texts),
-                                                                    torch.as_tensor(labels)), batch_size=7), verbose=False)[0]
-    assert tested["test_acc"] == pytest.approx(accuracy, abs=1e-6) and set(tested) == {"test_loss", "test_acc", "test_f1"}
+    tested = trainer(tmp_path).test(
+        model,
+        DataLoader(TensorDataset(encoded(data.tokenizer, texts), torch.as_tensor(labels)), batch_size=7),
+        verbose=False,
+    )[0]
+    assert tested["test_acc"] == pytest.approx(accuracy, abs=1e-6) and set(tested) == {
+        "test_loss",
+        "test_acc",
+        "test_f1",
+    }
 
 
 def test_label_names_and_tokenizer_survive_a_checkpoint(tmp_path):
@@ -206,18 +247,36 @@ def test_label_names_and_tokenizer_survive_a_checkpoint(tmp_path):
 def test_word_level_pairs_with_two_named_validation_sets(tmp_path):
     train = write_pairs(tmp_path / "train.jsonl", PAIRS * 4)
     matched, mismatched = write_pairs(tmp_path / "m.jsonl", PAIRS[:4]), write_pairs(tmp_path / "mm.jsonl", PAIRS[2:])
-    data = ClassificationDataModule(train_file=train, val_files={"matched": matched, "mismatched": mismatched},
-                                    text_column="premise", text_pair_column="hypothesis", label_names=MNLI_LABELS,
-                                    min_freq=1, batch_size=4, seed=0)
+    data = ClassificationDataModule(
+        train_file=train,
+        val_files={"matched": matched, "mismatched": mismatched},
+        text_column="premise",
+        text_pair_column="hypothesis",
+        label_names=MNLI_LABELS,
+        min_freq=1,
+        batch_size=4,
+        seed=0,
+    )
     L.seed_everything(0)
-    model = TransformerClassifier.from_preset("kim_mnli", tokenizer=data.tokenizer_config, label_names=data.label_names,
-                                              **{k: v for k, v in TINY.items() if k != "num_heads"}, lr=3e-3)
+    model = TransformerClassifier.from_preset(
+        "kim_mnli",
+        tokenizer=data.tokenizer_config,
+        label_names=data.label_names,
+        **{k: v for k, v in TINY.items() if k != "num_heads"},
+        lr=3e-3,
+    )
     assert model.hparams.num_heads == 8 and model.model.segment_embedding.num_embeddings == 2
     run = trainer(tmp_path, max_steps=4)
     run.fit(model, data)
     scores = {k: v for results in run.validate(model, data, verbose=False) for k, v in results.items()}  # one per set
-    assert {"val_matched_acc", "val_matched_f1", "val_matched_loss", "val_mismatched_acc", "val_mismatched_f1",
-            "val_mismatched_loss"} <= set(scores)
+    assert {
+        "val_matched_acc",
+        "val_matched_f1",
+        "val_matched_loss",
+        "val_mismatched_acc",
+        "val_mismatched_f1",
+        "val_mismatched_loss",
+    } <= set(scores)
     for name, rows in (("matched", PAIRS[:4]), ("mismatched", PAIRS[2:])):
         predicted = model.classify([a for a, _, _ in rows], [b for _, b, _ in rows])
         accuracy, f1 = hand_scores(predicted, [c for _, _, c in rows], MNLI_LABELS)
@@ -225,10 +284,15 @@ def test_word_level_pairs_with_two_named_validation_sets(tmp_path):
         assert scores[f"val_{name}_f1"] == pytest.approx(f1, abs=1e-6)
     batch = next(iter(data.val_dataloader()[0]))
     swapped = {**batch, "token_type_ids": 1 - batch["token_type_ids"]}  # the segment vectors are read
-    assert not torch.allclose(model.eval()(batch["input_ids"], batch["token_type_ids"]),
-                              model(swapped["input_ids"], swapped["token_type_ids"]))
+    assert not torch.allclose(
+        model.eval()(batch["input_ids"], batch["token_type_ids"]),
+        model(swapped["input_ids"], swapped["token_type_ids"]),
+    )
     unnamed = trainer(tmp_path).validate(model, [data.val_dataloader()[0]] * 2, verbose=False)
-    assert set(unnamed[0]) == {"val_0_acc", "val_0_f1", "val_0_loss"} and unnamed[0]["val_0_acc"] == unnamed[1]["val_1_acc"]
+    assert (
+        set(unnamed[0]) == {"val_0_acc", "val_0_f1", "val_0_loss"}
+        and unnamed[0]["val_0_acc"] == unnamed[1]["val_1_acc"]
+    )
 
 
 def test_pairs_with_the_minilm_tokenizer_read_its_cls_and_segments(tmp_path):
@@ -236,8 +300,14 @@ def test_pairs_with_the_minilm_tokenizer_read_its_cls_and_segments(tmp_path):
 
     hf = AutoTokenizer.from_pretrained(MINILM)
     train = write_pairs(tmp_path / "train.jsonl", PAIRS)
-    data = ClassificationDataModule(train_file=train, val_files=train, text_column="premise", text_pair_column="hypothesis",
-                                    tokenizer=MINILM, batch_size=3)
+    data = ClassificationDataModule(
+        train_file=train,
+        val_files=train,
+        text_column="premise",
+        text_pair_column="hypothesis",
+        tokenizer=MINILM,
+        batch_size=3,
+    )
     model = TransformerClassifier(tokenizer=data.tokenizer_config, label_names=data.label_names, num_segments=2, **TINY)
     assert model.model.cls_id == hf.cls_token_id and model.model.cls_vector is None
     assert model.model.token_input.embedding.num_embeddings == 30522 == len(model.embedding_slots()["tokens"].tokens)
@@ -298,7 +368,9 @@ def test_bad_settings_and_inputs_fail_with_the_choices(tmp_path):
     with pytest.raises(ValueError, match="kim_sst2: d_model=36 is divisible by neither 8 nor 10 heads"):
         TransformerClassifier.from_preset("kim_sst2", vocab_size=20, num_classes=2, d_model=36)
     model = TransformerClassifier(**tiny, num_segments=2)
-    with pytest.raises(ValueError, match=r"token_type_ids must be in 0 … 1 \(num_segments=2\); got the values \[0, 3\]"):
+    with pytest.raises(
+        ValueError, match=r"token_type_ids must be in 0 … 1 \(num_segments=2\); got the values \[0, 3\]"
+    ):
         model(torch.tensor([[3, 4, 5]]), torch.tensor([[0, 0, 3]]))
     with pytest.raises(ValueError, match="token id 20 is outside"):
         model(torch.tensor([[3, 20]]))
@@ -310,7 +382,9 @@ def test_bad_settings_and_inputs_fail_with_the_choices(tmp_path):
     gpt_like = TransformerClassifier(tokenizer=data.tokenizer_config, label_names=data.label_names, **TINY)
     with pytest.raises(ValueError, match="cls pooling reads the tokenizer's first token '<cls>' .*add_cls=True"):
         trainer(tmp_path, max_steps=1).fit(gpt_like, data)
-    learned = TransformerClassifier(tokenizer=data.tokenizer_config, label_names=data.label_names, cls_source="learned", **TINY)
+    learned = TransformerClassifier(
+        tokenizer=data.tokenizer_config, label_names=data.label_names, cls_source="learned", **TINY
+    )
     trainer(tmp_path, max_steps=1, limit_val_batches=1).fit(learned, data)  # a learned CLS vector needs no cls token
 
 
@@ -319,16 +393,25 @@ def test_presets_follow_spec_and_match_the_example_configs():
     hp = sst2.hparams
     assert (hp.num_layers, hp.d_model, hp.ffn_dim, hp.num_heads, hp.dropout) == (3, 512, 2048, 8, 0.1)
     assert (hp.lr, tuple(hp.betas), hp.eps, hp.pre_norm, hp.init_scheme) == (1e-4, (0.9, 0.98), 1e-9, False, "xavier")
-    assert sst2.model.encoder.final_norm is None and len(sst2.model.encoder.layers) == 3 and sst2.model.segment_embedding is None
+    assert (
+        sst2.model.encoder.final_norm is None
+        and len(sst2.model.encoder.layers) == 3
+        and sst2.model.segment_embedding is None
+    )
     glove = TransformerClassifier.from_preset("kim_sst2", vocab_size=100, num_classes=2, d_model=300)
     assert (glove.hparams.num_heads, glove.hparams.ffn_dim) == (10, 1200)
     for name, data_options in (("kim_sst2", {"dataset": "sst2"}), ("kim_mnli", {"dataset": "mnli"})):
         config = yaml.safe_load((REPO / "examples" / "configs" / f"{name}.yaml").read_text())
         cls, arguments = preset_arguments(name)
-        assert cls is TransformerClassifier and config["model"]["class_path"] == "lightning_embinit.models.TransformerClassifier"
+        assert (
+            cls is TransformerClassifier
+            and config["model"]["class_path"] == "lightning_embinit.models.TransformerClassifier"
+        )
         given = flat_init_args(config["model"]["init_args"])
         for key, value in arguments.items():
-            assert given.get(key) == pytest.approx(list(value) if isinstance(value, tuple) else value), f"{name}.yaml: {key}"
+            assert given.get(key) == pytest.approx(list(value) if isinstance(value, tuple) else value), (
+                f"{name}.yaml: {key}"
+            )
         assert config["data"]["class_path"] == "lightning_embinit.data.ClassificationDataModule"
         assert data_options.items() <= config["data"]["init_args"].items()
 
@@ -347,5 +430,7 @@ def test_one_preset_registry_for_every_model():
 
     mine = MyClassifier.from_preset("kim_sst2", vocab_size=10, num_classes=2, d_model=16, num_heads=2)
     assert type(mine) is MyClassifier and mine.hparams.num_layers == 3
-    assert isinstance(TransformerSeq2Seq.from_preset("kim_multi30k", src_vocab_size=10, tgt_vocab_size=10, d_model=16,
-                                                     num_heads=2), TransformerSeq2Seq)
+    assert isinstance(
+        TransformerSeq2Seq.from_preset("kim_multi30k", src_vocab_size=10, tgt_vocab_size=10, d_model=16, num_heads=2),
+        TransformerSeq2Seq,
+    )

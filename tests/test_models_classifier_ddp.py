@@ -16,7 +16,8 @@ pytestmark = [pytest.mark.ddp, pytest.mark.timeout(300)]
 
 
 class RecordRanks(Callback):
-    """The token table right after EmbeddingInitCallback's setup (before DDP could broadcast rank 0's), and at the end."""
+    """The token table right after EmbeddingInitCallback's setup (before DDP could broadcast rank 0's), and at the
+    end."""
 
     def __init__(self, directory):
         self.directory = directory
@@ -30,23 +31,43 @@ class RecordRanks(Callback):
         self.record["batches"].append(batch["index"].tolist())
 
     def on_fit_end(self, trainer, pl_module):
-        self.record["final"] = {name: float(p.detach().double().abs().sum()) for name, p in pl_module.state_dict().items()}
+        self.record["final"] = {
+            name: float(p.detach().double().abs().sum()) for name, p in pl_module.state_dict().items()
+        }
         self.record["val"] = {k: float(v) for k, v in trainer.callback_metrics.items() if k.startswith("val_")}
         (self.directory / f"rank{trainer.global_rank}.json").write_text(json.dumps(self.record))
 
 
 def test_two_process_fit_on_sst2_with_glove_keeps_ranks_identical(tmp_path):
     glove = require_shared_data("glove", "glove.6B.50d.sst2_subset.txt.gz")
-    data = ClassificationDataModule(dataset="sst2", data_dir=str(require_shared_data("sst2")), max_examples=96,
-                                    batch_size=8, min_freq=1, seed=0)
+    data = ClassificationDataModule(
+        dataset="sst2", data_dir=str(require_shared_data("sst2")), max_examples=96, batch_size=8, min_freq=1, seed=0
+    )
     L.seed_everything(0)
-    model = TransformerClassifier(tokenizer=data.tokenizer_config, label_names=data.label_names, d_model=50, num_heads=5,
-                                  num_layers=1, ffn_dim=64, lr=1e-3)
+    model = TransformerClassifier(
+        tokenizer=data.tokenizer_config,
+        label_names=data.label_names,
+        d_model=50,
+        num_heads=5,
+        num_layers=1,
+        ffn_dim=64,
+        lr=1e-3,
+    )
     callback = EmbeddingInitCallback(source=f"file:{glove}", standardize="xavier", verbose=False)  # no seed
     trainer = L.Trainer(
-        accelerator="cpu", devices=2, strategy="ddp_spawn", max_steps=3, limit_val_batches=2, val_check_interval=3,
-        num_sanity_val_steps=0, logger=False, enable_checkpointing=False, enable_progress_bar=False,
-        enable_model_summary=False, default_root_dir=tmp_path, callbacks=[callback, RecordRanks(tmp_path)],
+        accelerator="cpu",
+        devices=2,
+        strategy="ddp_spawn",
+        max_steps=3,
+        limit_val_batches=2,
+        val_check_interval=3,
+        num_sanity_val_steps=0,
+        logger=False,
+        enable_checkpointing=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        default_root_dir=tmp_path,
+        callbacks=[callback, RecordRanks(tmp_path)],
     )
     trainer.fit(model, data)
     rank0, rank1 = (json.loads((tmp_path / f"rank{r}.json").read_text()) for r in (0, 1))

@@ -6,8 +6,8 @@ import torch
 from lightning_embinit.data.tokenization import TextTokenizer
 from lightning_embinit.init.positional import sinusoidal_encoding
 from lightning_embinit.models import ReinforcedTransformerSeq2Seq, token_normalize
-from lightning_embinit.modules.token_normalization import causal_token_normalize
 from lightning_embinit.models.optimization import noam_peak_lr
+from lightning_embinit.modules.token_normalization import causal_token_normalize
 from tests.translation_helpers import TINY_REINFORCED, multi30k_data, multi30k_lines, tokenizer_configs, trainer
 
 PAD = torch.tensor([[False] * 6, [False] * 4 + [True] * 2, [False] + [True] * 5])
@@ -40,7 +40,10 @@ def test_token_normalization_against_a_naive_loop_over_non_pad_positions(causal)
     if not causal:  # every column of each sequence: mean 0, variance 1 over its real positions
         real = x[0]
         torch.testing.assert_close(got[0].mean(0), torch.zeros(5), atol=1e-5, rtol=0)
-        torch.testing.assert_close(got[0].var(0, unbiased=False), torch.ones(5) * real.var(0, unbiased=False) / (real.var(0, unbiased=False) + 1e-5))
+        torch.testing.assert_close(
+            got[0].var(0, unbiased=False),
+            torch.ones(5) * real.var(0, unbiased=False) / (real.var(0, unbiased=False) + 1e-5),
+        )
     else:  # running sums carry over: two chunks equal one pass
         first, running = causal_token_normalize(x[:, :2], PAD[:, :2])
         second, _ = causal_token_normalize(x[:, 2:], PAD[:, 2:], running=running)
@@ -55,12 +58,20 @@ def test_widths_follow_spec_2():
     assert block.self_attn.k_proj.weight.shape == (4 * 64, width)
     assert block.self_attn.v_proj.weight.shape == (4 * 64, m)  # W^V: m → p·q
     assert block.self_attn.out_proj.weight.shape == (width, 4 * 64)  # W^O: q·p → 2m
-    assert block.cross_attn.k_proj.weight.shape == (4 * 64, width) and block.cross_attn.v_proj.weight.shape == (4 * 64, m)
+    assert block.cross_attn.k_proj.weight.shape == (4 * 64, width) and block.cross_attn.v_proj.weight.shape == (
+        4 * 64,
+        m,
+    )
     assert block.ffn.fc1.weight.shape == (256, width) and block.norm2.normalized_shape == (width,)
     assert model.model.head.proj.weight.shape == (120, width) and model.model.head.proj.bias is not None
-    assert len(model.model.encoder.layers) == len(model.model.decoder.layers) == 2 and model.model.encoder.final_norm is None
+    assert (
+        len(model.model.encoder.layers) == len(model.model.decoder.layers) == 2
+        and model.model.encoder.final_norm is None
+    )
     slots = model.embedding_slots()
-    assert slots["src"].embedding_dim == m and slots["tgt"].input_scale == 1.0 and slots["src"].positional_encoding is None
+    assert (
+        slots["src"].embedding_dim == m and slots["tgt"].input_scale == 1.0 and slots["src"].positional_encoding is None
+    )
 
 
 def test_the_default_lr_is_the_noam_peak_of_the_models_own_width_and_warmup():
@@ -203,7 +214,10 @@ def test_adding_padding_changes_no_non_padding_logit(mode):
     src = torch.tensor([[5, 6, 7, 3, 0], [8, 9, 3, 0, 0]])
     tgt = torch.tensor([[2, 11, 12, 13, 3], [2, 14, 3, 0, 0]])
     logits = model(src, tgt)
-    wider = model(torch.cat((src, torch.zeros(2, 3, dtype=torch.long)), 1), torch.cat((tgt, torch.zeros(2, 2, dtype=torch.long)), 1))
+    wider = model(
+        torch.cat((src, torch.zeros(2, 3, dtype=torch.long)), 1),
+        torch.cat((tgt, torch.zeros(2, 2, dtype=torch.long)), 1),
+    )
     real = tgt != 0
     torch.testing.assert_close(wider[:, :5][real], logits[real], rtol=1e-5, atol=1e-5)
 

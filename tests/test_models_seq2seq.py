@@ -43,7 +43,9 @@ def test_shapes_and_the_causal_decoder():
     assert not torch.allclose(model(src, changed)[:, 5], logits[:, 5])
     changed_src = src.clone()
     changed_src[:, -1] = (changed_src[:, -1] + 3) % 26 + 4
-    assert not torch.allclose(model(changed_src, tgt)[:, 0], logits[:, 0])  # every target position sees the whole source
+    assert not torch.allclose(
+        model(changed_src, tgt)[:, 0], logits[:, 0]
+    )  # every target position sees the whole source
 
 
 @pytest.mark.parametrize("pre_norm", [False, True])
@@ -175,14 +177,18 @@ def test_embedding_init_callback_fills_src_and_tgt_from_their_own_files_with_no_
     data = multi30k_data(examples=200)
     model = TransformerSeq2Seq(**tokenizer_configs(data), **{**TINY, "d_model": 50, "num_heads": 5, "lr": 0.0})
     callback = EmbeddingInitCallback(
-        slots={"src": {"source": f"file:{vectors}"}, "tgt": {"source": f"file:{glove}"}}, standardize="xavier",
-        seed=0, verbose=False,
+        slots={"src": {"source": f"file:{vectors}"}, "tgt": {"source": f"file:{glove}"}},
+        standardize="xavier",
+        seed=0,
+        verbose=False,
     )
     trainer(tmp_path, max_steps=1, callbacks=[callback], limit_val_batches=0).fit(model, data)
     src_ids = {w: data.src_tokenizer.tokens.index(w) for w in german}
     table = model.model.src_input.embedding.weight.detach()
     ratios = (table[src_ids["ein"]] - table[src_ids["mann"]]) / (rows["ein"] - rows["mann"])
-    torch.testing.assert_close(ratios, ratios.mean().expand(50), rtol=1e-3, atol=1e-4)  # an affine map of the file's rows
+    torch.testing.assert_close(
+        ratios, ratios.mean().expand(50), rtol=1e-3, atol=1e-4
+    )  # an affine map of the file's rows
     import gzip
 
     with gzip.open(glove, "rt") as handle:
@@ -201,10 +207,13 @@ def test_validate_fit_validate_test_with_bleu_equal_to_sacrebleu(tmp_path, name)
     torch.manual_seed(0)
     data = multi30k_data(examples=48)
     cls, options = (TransformerSeq2Seq, TINY) if name == "baseline" else (ReinforcedTransformerSeq2Seq, TINY_REINFORCED)
-    model = cls(**tokenizer_configs(data), **{**options, "lr": 3e-3, "lr_schedule": "constant"}, bleu_every_n_validations=2)
+    model = cls(
+        **tokenizer_configs(data), **{**options, "lr": 3e-3, "lr_schedule": "constant"}, bleu_every_n_validations=2
+    )
     logger = CSVLogger(tmp_path)  # a logger merges the model's and the datamodule's hyperparameters
-    run = trainer(tmp_path, max_steps=4, val_check_interval=1, check_val_every_n_epoch=None, limit_val_batches=1,
-                  logger=logger)
+    run = trainer(
+        tmp_path, max_steps=4, val_check_interval=1, check_val_every_n_epoch=None, limit_val_batches=1, logger=logger
+    )
     first = run.validate(model, data, verbose=False)[0]
     assert {"val_loss", "val_ppl", "val_bleu"} <= set(first)
     run.fit(model, data)
@@ -236,10 +245,14 @@ def test_every_run_logs_the_bleu_signature_and_raw_references_are_the_data_text(
     model.val_bleu.update = lambda hypotheses, references: (scored.extend(references), update(hypotheses, references))
     loggers = [CSVLogger(tmp_path, name=name) for name in ("validate", "fit")]
     trainer(tmp_path, logger=loggers[0]).validate(model, data, verbose=False)
-    trainer(tmp_path, max_steps=1, val_check_interval=1, check_val_every_n_epoch=None, logger=loggers[1]).fit(model, data)
+    trainer(tmp_path, max_steps=1, val_check_interval=1, check_val_every_n_epoch=None, logger=loggers[1]).fit(
+        model, data
+    )
     for logger in loggers:  # one model, two runs with their own loggers: each gets the signature
         logged = yaml.unsafe_load(Path(logger.log_dir, "hparams.yaml").read_text())
-        assert logged["bleu_signature"].startswith("nrefs:1|case:mixed") and logged["bleu_references"] == "raw target text"
+        assert (
+            logged["bleu_signature"].startswith("nrefs:1|case:mixed") and logged["bleu_references"] == "raw target text"
+        )
     raw = data.split_texts("val")[1]
     assert len(scored) == 2 * len(raw) and set(scored) == set(raw)  # the data's text, not the tokenizer's round trip
     assert set(scored).isdisjoint(data.reference_texts("val"))  # (which lowercases: "A man" → "a man")
@@ -289,7 +302,9 @@ def test_overfits_a_tiny_batch_of_real_sentences():
     de, en = multi30k_lines("train", "de", 4), multi30k_lines("train", "en", 4)
     src_tok, tgt_tok = TextTokenizer.word(de, min_freq=1), TextTokenizer.word(en, min_freq=1)
     model = TransformerSeq2Seq(src_tokenizer=src_tok, tgt_tokenizer=tgt_tok, **TINY)
-    src = torch.nn.utils.rnn.pad_sequence([torch.tensor(ids + [src_tok.eos_id]) for ids in src_tok.encode_batch(de)], True)
+    src = torch.nn.utils.rnn.pad_sequence(
+        [torch.tensor(ids + [src_tok.eos_id]) for ids in src_tok.encode_batch(de)], True
+    )
     tgt = torch.nn.utils.rnn.pad_sequence(
         [torch.tensor([tgt_tok.bos_id] + ids + [tgt_tok.eos_id]) for ids in tgt_tok.encode_batch(en)], True
     )

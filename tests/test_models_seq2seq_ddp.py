@@ -15,7 +15,9 @@ pytestmark = [pytest.mark.ddp, pytest.mark.timeout(300)]
 
 
 def _checksum(module: torch.nn.Module) -> dict[str, float]:
-    return {name: float(p.detach().double().abs().sum()) for name, p in module.state_dict().items() if p.is_floating_point()}
+    return {
+        name: float(p.detach().double().abs().sum()) for name, p in module.state_dict().items() if p.is_floating_point()
+    }
 
 
 class RecordRanks(Callback):
@@ -28,7 +30,9 @@ class RecordRanks(Callback):
     def setup(self, trainer, pl_module, stage):
         slots = pl_module.embedding_slots()
         self.record["after_init"] = {name: float(slot.weight.detach().double().sum()) for name, slot in slots.items()}
-        self.record["after_init_abs"] = {name: float(slot.weight.detach().double().abs().sum()) for name, slot in slots.items()}
+        self.record["after_init_abs"] = {
+            name: float(slot.weight.detach().double().abs().sum()) for name, slot in slots.items()
+        }
 
     def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx):
         self.record.setdefault("batches", []).append(batch["index"].tolist())
@@ -53,7 +57,12 @@ def test_two_process_fit_on_multi30k_keeps_ranks_identical(tmp_path, name):
         slots = {"src": None, "tgt": {"source": f"file:{glove}"}}
     callback = EmbeddingInitCallback(source="xavier", slots=slots, standardize="xavier", verbose=False)  # no seed
     run = trainer(
-        tmp_path, devices=2, strategy="ddp_spawn", max_steps=3, limit_val_batches=2, val_check_interval=3,
+        tmp_path,
+        devices=2,
+        strategy="ddp_spawn",
+        max_steps=3,
+        limit_val_batches=2,
+        val_check_interval=3,
         callbacks=[callback, RecordRanks(tmp_path)],
     )
     run.fit(model, data)

@@ -23,7 +23,9 @@ def lm_case():
 def classifier_case():
     generator = torch.Generator().manual_seed(0)
     ids, labels = torch.randint(1, 40, (16, 9), generator=generator), torch.randint(0, 3, (16,), generator=generator)
-    model = TransformerClassifier(vocab_size=40, num_classes=3, d_model=16, num_heads=2, num_layers=1, ffn_dim=32, max_len=16)
+    model = TransformerClassifier(
+        vocab_size=40, num_classes=3, d_model=16, num_heads=2, num_layers=1, ffn_dim=32, max_len=16
+    )
     return model, DataLoader(TensorDataset(ids, labels), batch_size=4)
 
 
@@ -31,8 +33,16 @@ CASES = {"TiedEmbeddingLM": lm_case, "TransformerClassifier": classifier_case}
 
 
 def trainer(tmp_path, **options) -> L.Trainer:
-    return L.Trainer(accelerator="cpu", max_steps=2, logger=False, enable_checkpointing=False, enable_progress_bar=False,
-                     enable_model_summary=False, default_root_dir=tmp_path, **options)
+    return L.Trainer(
+        accelerator="cpu",
+        max_steps=2,
+        logger=False,
+        enable_checkpointing=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        default_root_dir=tmp_path,
+        **options,
+    )
 
 
 @pytest.mark.parametrize("case", sorted(CASES))

@@ -75,7 +75,7 @@ def test_tied_initial_loss_matches_spec_formula(d, sigma_kind):
 def test_untied_and_decorrelated_heads_start_near_ln_n(head):
     n, d = 3000, 256
     torch.manual_seed(0)
-    model = TiedEmbeddingLM(vocab_size=n, d_model=d, num_layers=2, head=head, embedding_init=f"normal:{d ** -0.5}")
+    model = TiedEmbeddingLM(vocab_size=n, d_model=d, num_layers=2, head=head, embedding_init=f"normal:{d**-0.5}")
     measured = _initial_loss(model, n)
     assert math.log(n) - 0.1 < measured < math.log(n) + 0.6
     assert abs(measured - model.initial_loss_prediction()) / measured < 0.03
@@ -84,7 +84,7 @@ def test_untied_and_decorrelated_heads_start_near_ln_n(head):
 def test_prediction_accounts_for_positional_encoding():
     n, d = 3000, 256
     torch.manual_seed(0)
-    model = TiedEmbeddingLM(vocab_size=n, d_model=d, max_len=128, embedding_init=f"normal:{d ** -0.5}")
+    model = TiedEmbeddingLM(vocab_size=n, d_model=d, max_len=128, embedding_init=f"normal:{d**-0.5}")
     measured = _initial_loss(model, n)
     assert abs(measured - model.initial_loss_prediction(length=128)) / measured < 0.03
     assert TiedEmbeddingLM(vocab_size=n, zero_init_residual=False).initial_loss_prediction() is None
@@ -105,7 +105,9 @@ def test_bf16_autocast_training_step_on_cpu(head):
     loss.backward()
     assert torch.isfinite(loss) and all(torch.isfinite(p.grad).all() for p in model.parameters() if p.grad is not None)
     optimizer.step()
-    assert model.model.token_embedding.weight.dtype == torch.float32 and not torch.equal(model.model.token_embedding.weight, before)
+    assert model.model.token_embedding.weight.dtype == torch.float32 and not torch.equal(
+        model.model.token_embedding.weight, before
+    )
 
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
@@ -127,8 +129,13 @@ def test_fits_under_bf16_mixed_precision(tmp_path):
     ids = torch.randint(0, 23, (8, 9))
     loader = torch.utils.data.DataLoader(torch.utils.data.TensorDataset(ids[:, :-1], ids[:, 1:]), batch_size=4)
     trainer = L.Trainer(
-        precision="bf16-mixed", max_steps=2, logger=False, enable_checkpointing=False, enable_progress_bar=False,
-        enable_model_summary=False, default_root_dir=tmp_path,
+        precision="bf16-mixed",
+        max_steps=2,
+        logger=False,
+        enable_checkpointing=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        default_root_dir=tmp_path,
     )
     trainer.fit(tiny(), loader, loader)
     metrics = trainer.callback_metrics
@@ -144,7 +151,9 @@ def test_embedding_slot_and_vocabulary():
     assert slot.tied_modules == ("model.head",) and slot.special_tokens["eos"] == "<eos>"
     assert slot.positional_encoding().shape == (16, 32)
     assert model.model.token_embedding.weight[0].abs().max() == 0
-    untied = TiedEmbeddingLM(vocabulary=vocab, d_model=32, num_heads=4, head="untied", positional="none", embedding_scale=1.0)
+    untied = TiedEmbeddingLM(
+        vocabulary=vocab, d_model=32, num_heads=4, head="untied", positional="none", embedding_scale=1.0
+    )
     slot = untied.embedding_slots()["tokens"]
     assert slot.tied_modules == () and slot.positional_encoding is None and slot.input_scale == 1.0
     with pytest.raises(ValueError, match="disagrees"):
@@ -180,7 +189,9 @@ def test_checkpoint_reloads_with_vocabulary_and_same_validation_loss(tmp_path):
     text.write_text("\n".join(" ".join(WORDS[i:] + WORDS[:i]) for i in range(len(WORDS))) + "\n")
     L.seed_everything(0)
     data = LanguageModelDataModule(train_files=str(text), seq_len=8, batch_size=4, min_freq=1, val_fraction=0.2)
-    model = TiedEmbeddingLM(vocabulary=data.vocabulary, d_model=32, num_heads=4, num_layers=1, max_len=8, head="tied_orthogonal")
+    model = TiedEmbeddingLM(
+        vocabulary=data.vocabulary, d_model=32, num_heads=4, num_layers=1, max_len=8, head="tied_orthogonal"
+    )
     trainer = L.Trainer(
         max_steps=5, default_root_dir=tmp_path, logger=False, enable_progress_bar=False, enable_model_summary=False
     )

@@ -20,7 +20,7 @@ try:
     import ipykernel  # noqa: F401  (the python3 kernel the notebooks run in)
     import nbclient
     import nbformat
-except ImportError as error:   # the test extra installs nbclient, nbformat and ipykernel; under CI a missing one fails
+except ImportError as error:  # the test extra installs nbclient, nbformat and ipykernel; under CI a missing one fails
     if os.environ.get("CI", "").lower() == "true":
         raise
     pytest.skip(f"the notebook tests need nbclient, nbformat and ipykernel ({error})", allow_module_level=True)
@@ -52,9 +52,14 @@ def test_notebook_is_stored_stripped_with_a_parameter_cell(name):
     nbformat.validate(notebook)
     assert notebook.metadata["kernelspec"]["name"] == "python3"
     code = [cell for cell in notebook.cells if cell.cell_type == "code"]
-    with_outputs = [index for index, cell in enumerate(notebook.cells)
-                    if cell.cell_type == "code" and (cell.outputs or cell.execution_count is not None)]
-    assert not with_outputs, f"{name}.ipynb is stored with outputs in cells {with_outputs}: strip them before committing"
+    with_outputs = [
+        index
+        for index, cell in enumerate(notebook.cells)
+        if cell.cell_type == "code" and (cell.outputs or cell.execution_count is not None)
+    ]
+    assert not with_outputs, (
+        f"{name}.ipynb is stored with outputs in cells {with_outputs}: strip them before committing"
+    )
     timed = [index for index, cell in enumerate(notebook.cells) if "execution" in cell.metadata]
     assert not timed, f"{name}.ipynb keeps execution timings in the metadata of cells {timed}: strip them"
     first = code[0]
@@ -73,11 +78,17 @@ def test_notebook_runs_at_ci_scale(name, tmp_path, monkeypatch):
     monkeypatch.setenv("EMBINIT_NOTEBOOK_OUT", str(tmp_path / "out"))
     before = files_beside_the_notebooks()
     notebook = read(name)
-    client = nbclient.NotebookClient(notebook, timeout=CELL_TIMEOUT_S, kernel_name="python3",
-                                     resources={"metadata": {"path": str(NOTEBOOKS_DIR)}})
-    client.execute()   # a cell that raises fails the test with nbclient's CellExecutionError (cell source and traceback)
-    errors = [output for cell in notebook.cells if cell.cell_type == "code" for output in cell.outputs
-              if output.output_type == "error"]
+    client = nbclient.NotebookClient(
+        notebook, timeout=CELL_TIMEOUT_S, kernel_name="python3", resources={"metadata": {"path": str(NOTEBOOKS_DIR)}}
+    )
+    client.execute()  # a cell that raises fails the test with nbclient's CellExecutionError (cell source and traceback)
+    errors = [
+        output
+        for cell in notebook.cells
+        if cell.cell_type == "code"
+        for output in cell.outputs
+        if output.output_type == "error"
+    ]
     assert not errors
     assert files_beside_the_notebooks() == before, "the notebook wrote files next to itself instead of under OUT"
     assert any((tmp_path / "out").rglob("*")) or name == "03_kim_lexical"

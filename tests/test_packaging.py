@@ -46,9 +46,13 @@ def built(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     for directory in (PACKAGE, REPO / "tests"):
         shutil.copytree(directory, source / directory.name, ignore=shutil.ignore_patterns(*CACHES))
     out = tmp_path_factory.mktemp("dist")
-    code = ("import sys, setuptools.build_meta as b; out = sys.argv[1]; sdist = b.build_sdist(out); "  # setuptools
-            "wheel = b.build_wheel(out); print(sdist, wheel)")  # rewrites sys.argv while it builds
-    result = subprocess.run([sys.executable, "-c", code, str(out)], cwd=source, capture_output=True, text=True, timeout=300)
+    code = (
+        "import sys, setuptools.build_meta as b; out = sys.argv[1]; sdist = b.build_sdist(out); "  # setuptools
+        "wheel = b.build_wheel(out); print(sdist, wheel)"
+    )  # rewrites sys.argv while it builds
+    result = subprocess.run(
+        [sys.executable, "-c", code, str(out)], cwd=source, capture_output=True, text=True, timeout=300
+    )
     assert result.returncode == 0, result.stderr[-3000:]
     sdist, wheel = result.stdout.split()[-2:]
     return {"sdist": out / sdist, "wheel": out / wheel}
@@ -93,8 +97,11 @@ def test_the_wheel_ships_every_file_of_the_package(built):
     """Data files the code reads at run time (presets, configs, corpora) must be declared, or the wheel lacks them."""
     with zipfile.ZipFile(built["wheel"]) as wheel:
         names = set(wheel.namelist())
-    files = {path.relative_to(REPO).as_posix() for path in PACKAGE.rglob("*")
-             if path.is_file() and "__pycache__" not in path.parts and path.suffix not in (".pyc", ".pyo")}
+    files = {
+        path.relative_to(REPO).as_posix()
+        for path in PACKAGE.rglob("*")
+        if path.is_file() and "__pycache__" not in path.parts and path.suffix not in (".pyc", ".pyo")
+    }
     assert sorted(files - names) == []
 
 
@@ -114,10 +121,28 @@ def test_the_installed_wheel_runs_outside_the_repository(built, tmp_path):
     venv = tmp_path / "venv"
     subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True, timeout=120)
     python = venv / "bin" / "python"
-    subprocess.run([sys.executable, "-m", "pip", "--python", str(python), "install", "--quiet", "--no-deps", "--no-index",
-                    str(built["wheel"])], check=True, timeout=300)
-    site = subprocess.run([str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
-                          capture_output=True, text=True, check=True).stdout.strip()
+    subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "--python",
+            str(python),
+            "install",
+            "--quiet",
+            "--no-deps",
+            "--no-index",
+            str(built["wheel"]),
+        ],
+        check=True,
+        timeout=300,
+    )
+    site = subprocess.run(
+        [str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.strip()
     Path(site, "borrowed_dependencies.pth").write_text(sysconfig.get_paths()["purelib"] + "\n")
     work = tmp_path / "elsewhere"
     work.mkdir()
@@ -129,13 +154,17 @@ def test_the_installed_wheel_runs_outside_the_repository(built, tmp_path):
         assert result.returncode == 0, f"{command}: {result.stderr[-3000:]}"
         return result
 
-    probe = ("import importlib.metadata as m, importlib.resources as r, lightning_embinit as p; "
-             "print(p.__file__); print(p.__version__ == m.version('lightning_embinit')); "
-             "print(r.files('lightning_embinit').joinpath('py.typed').is_file())")
+    probe = (
+        "import importlib.metadata as m, importlib.resources as r, lightning_embinit as p; "
+        "print(p.__file__); print(p.__version__ == m.version('lightning_embinit')); "
+        "print(r.files('lightning_embinit').joinpath('py.typed').is_file())"
+    )
     location, same_version, typed = run(str(python), "-c", probe).stdout.split()
     assert Path(location).is_relative_to(venv) and same_version == "True" and typed == "True"
     bin_dir = venv / "bin"
     assert run(str(bin_dir / "embinit"), "--version").stdout.strip().endswith(lightning_embinit.__version__)
     run(str(bin_dir / "embinit-quickstart"), "--help")
-    inspected = run(str(bin_dir / "embinit"), "inspect", "--vocab-size", "300", "--dim", "16", "--tied", "--source", "xavier")
+    inspected = run(
+        str(bin_dir / "embinit"), "inspect", "--vocab-size", "300", "--dim", "16", "--tied", "--source", "xavier"
+    )
     assert "verdict" in inspected.stdout.lower()

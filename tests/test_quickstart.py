@@ -4,9 +4,8 @@ import logging
 import math
 from pathlib import Path
 
-import pytest
-
 import lightning as L
+import pytest
 from lightning.pytorch import LightningDataModule, LightningModule
 
 from lightning_embinit import cli
@@ -47,12 +46,30 @@ def test_quickstart_headline_part_reports_raw_standardized_and_xavier(tmp_path, 
     """Part 2: the headline study's smoke, its report and the verdicts; main() returns 0, not data."""
     level = logging.getLogger("lightning.pytorch").level
     results = tmp_path / "headline"
-    code = main(["--settings", "tied-normal", "--steps", "2", "--d-model", "64", "--layers", "1", "--seq-len", "32",
-                 "--batch-size", "8", "--results", str(results)])
+    code = main(
+        [
+            "--settings",
+            "tied-normal",
+            "--steps",
+            "2",
+            "--d-model",
+            "64",
+            "--layers",
+            "1",
+            "--seq-len",
+            "32",
+            "--batch-size",
+            "8",
+            "--results",
+            str(results),
+        ]
+    )
     out = capsys.readouterr().out
     assert code == 0 and logging.getLogger("lightning.pytorch").level == level
     records = {r["trial_id"]: r for r in read_records(results)}
-    assert sorted(records) == sorted(f"{s}-seed{seed}" for s in ("xavier", "word2vec_raw", "word2vec_xavier") for seed in (0, 1))
+    assert sorted(records) == sorted(
+        f"{s}-seed{seed}" for s in ("xavier", "word2vec_raw", "word2vec_xavier") for seed in (0, 1)
+    )
     assert all(r["status"] == "done" and math.isfinite(r["metrics"]["best_val_loss"]) for r in records.values())
     std = {trial: r["monitors"]["embinit/tokens/std"] for trial, r in records.items()}
     for seed in (0, 1):  # standardized to Xavier's std (≈ √(2/(n+d))); raw word2vec's spread is several times wider
@@ -60,7 +77,7 @@ def test_quickstart_headline_part_reports_raw_standardized_and_xavier(tmp_path, 
         assert std[f"word2vec_raw-seed{seed}"] > 2 * std[f"xavier-seed{seed}"]
         raw, xavier = records[f"word2vec_raw-seed{seed}"]["monitors"], records[f"xavier-seed{seed}"]["monitors"]
         assert raw["init_loss"] > xavier["init_loss"] + 5 and xavier["init_loss"] < xavier["ln_vocab"] + 0.5
-    summary = out[out.index("Part 2"):]
+    summary = out[out.index("Part 2") :]
     for setting in ("xavier", "word2vec_raw", "word2vec_xavier"):
         assert f"| {setting} |" in summary
     assert "difference from xavier" in summary and "Welch" in summary
@@ -76,9 +93,16 @@ def test_quickstart_headline_part_reports_raw_standardized_and_xavier(tmp_path, 
 def test_example_config_runs_through_the_cli_and_the_checkpoint_keeps_the_vocabulary(tmp_path):
     cli.main(
         [
-            "fit", "--config", str(CONFIG), f"--trainer.default_root_dir={tmp_path}", "--trainer.max_steps=2",
-            "--trainer.val_check_interval=2", "--trainer.enable_progress_bar=false", "--model.init_args.architecture.d_model=64",
-            "--model.init_args.architecture.num_layers=1", "--data.init_args.batch_size=4",
+            "fit",
+            "--config",
+            str(CONFIG),
+            f"--trainer.default_root_dir={tmp_path}",
+            "--trainer.max_steps=2",
+            "--trainer.val_check_interval=2",
+            "--trainer.enable_progress_bar=false",
+            "--model.init_args.architecture.d_model=64",
+            "--model.init_args.architecture.num_layers=1",
+            "--data.init_args.batch_size=4",
         ]
     )
     checkpoint = next(tmp_path.rglob("*.ckpt"))
@@ -90,10 +114,25 @@ def test_example_config_runs_through_the_cli_and_the_checkpoint_keeps_the_vocabu
 def test_validate_a_checkpoint_on_new_text_with_the_checkpoints_vocabulary(tmp_path):
     """The datamodule takes the checkpoint's vocabulary (a file), so the CLI link hands the model the
     same token ids, not a vocabulary built from the new text (docs/tied_lm.md)."""
-    small = ["--model.init_args.architecture.d_model=32", "--model.init_args.architecture.num_layers=1", "--data.init_args.batch_size=4"]
+    small = [
+        "--model.init_args.architecture.d_model=32",
+        "--model.init_args.architecture.num_layers=1",
+        "--data.init_args.batch_size=4",
+    ]
     root = f"--trainer.default_root_dir={tmp_path}"
-    cli.main(["fit", "--config", str(CONFIG), root, "--trainer.max_steps=2", "--trainer.val_check_interval=2",
-              "--trainer.enable_progress_bar=false", "--data.init_args.max_size=200", *small])
+    cli.main(
+        [
+            "fit",
+            "--config",
+            str(CONFIG),
+            root,
+            "--trainer.max_steps=2",
+            "--trainer.val_check_interval=2",
+            "--trainer.enable_progress_bar=false",
+            "--data.init_args.max_size=200",
+            *small,
+        ]
+    )
     checkpoint = next(tmp_path.rglob("*.ckpt"))
     model = TiedEmbeddingLM.load_from_checkpoint(checkpoint)
     vocab_file = tmp_path / "vocab.txt"
@@ -101,12 +140,24 @@ def test_validate_a_checkpoint_on_new_text_with_the_checkpoints_vocabulary(tmp_p
     new_text = tmp_path / "new.txt"
     new_text.write_text("the fire crews said on tuesday that the bushfire near sydney was under control .\n" * 30)
     args = [
-        "validate", "--config", str(CONFIG), f"--ckpt_path={checkpoint}", root, "--trainer.enable_progress_bar=false",
-        f"--data.init_args.val_files={new_text}", f"--data.init_args.vocabulary={vocab_file}", *small,
+        "validate",
+        "--config",
+        str(CONFIG),
+        f"--ckpt_path={checkpoint}",
+        root,
+        "--trainer.enable_progress_bar=false",
+        f"--data.init_args.val_files={new_text}",
+        f"--data.init_args.vocabulary={vocab_file}",
+        *small,
     ]
     run = cli.EmbinitCLI(
-        LightningModule, LightningDataModule, subclass_mode_model=True, subclass_mode_data=True,
-        save_config_kwargs={"overwrite": True}, args=args, auto_configure_optimizers=False,
+        LightningModule,
+        LightningDataModule,
+        subclass_mode_model=True,
+        subclass_mode_data=True,
+        save_config_kwargs={"overwrite": True},
+        args=args,
+        auto_configure_optimizers=False,
     )
     assert run.model.vocabulary == model.vocabulary and len(model.vocabulary) == 200
     data = LanguageModelDataModule(val_files=str(new_text), vocabulary=model.vocabulary, seq_len=64, batch_size=4)
@@ -116,19 +167,45 @@ def test_validate_a_checkpoint_on_new_text_with_the_checkpoints_vocabulary(tmp_p
 
 def test_validate_takes_the_vocabulary_from_the_checkpoint(tmp_path):
     """With --ckpt_path and no vocabulary given, the datamodule gets the checkpoint's (full Lee) vocabulary."""
-    small = ["--model.init_args.architecture.d_model=32", "--model.init_args.architecture.num_layers=1", "--data.init_args.batch_size=4"]
+    small = [
+        "--model.init_args.architecture.d_model=32",
+        "--model.init_args.architecture.num_layers=1",
+        "--data.init_args.batch_size=4",
+    ]
     root = f"--trainer.default_root_dir={tmp_path}"
-    cli.main(["fit", "--config", str(CONFIG), root, "--trainer.max_steps=1", "--trainer.val_check_interval=1",
-              "--trainer.enable_progress_bar=false", *small])
+    cli.main(
+        [
+            "fit",
+            "--config",
+            str(CONFIG),
+            root,
+            "--trainer.max_steps=1",
+            "--trainer.val_check_interval=1",
+            "--trainer.enable_progress_bar=false",
+            *small,
+        ]
+    )
     checkpoint = next(tmp_path.rglob("*.ckpt"))
     saved = TiedEmbeddingLM.load_from_checkpoint(checkpoint).vocabulary
     new_text = tmp_path / "new.txt"
     new_text.write_text("a completely different text about zebras and quantum mechanics .\n" * 40)
     run = cli.EmbinitCLI(
-        LightningModule, LightningDataModule, subclass_mode_model=True, subclass_mode_data=True,
-        save_config_kwargs={"overwrite": True}, auto_configure_optimizers=False,
-        args=["validate", "--config", str(CONFIG), f"--ckpt_path={checkpoint}", root, "--trainer.enable_progress_bar=false",
-              f"--data.init_args.val_files={new_text}", *small],
+        LightningModule,
+        LightningDataModule,
+        subclass_mode_model=True,
+        subclass_mode_data=True,
+        save_config_kwargs={"overwrite": True},
+        auto_configure_optimizers=False,
+        args=[
+            "validate",
+            "--config",
+            str(CONFIG),
+            f"--ckpt_path={checkpoint}",
+            root,
+            "--trainer.enable_progress_bar=false",
+            f"--data.init_args.val_files={new_text}",
+            *small,
+        ],
     )
     assert len(saved) > 4000 and run.datamodule.vocabulary == saved and run.model.vocabulary == saved
     assert math.isfinite(float(run.trainer.callback_metrics["val_loss"]))

@@ -89,8 +89,12 @@ def test_bad_scheme_specs_raise(spec, message):
 
 @pytest.mark.parametrize(
     ("spec", "n", "d", "std"),
-    [("normal:1/sqrt(d)", 4000, 256, 1 / 16), ("normal:ln(n)/d", 4000, 256, math.log(4000) / 256),
-     ("normal:0.5*d**-0.5", 10, 64, 0.0625), ("normal:exp(-ln(d))", 10, 50, 0.02)],
+    [
+        ("normal:1/sqrt(d)", 4000, 256, 1 / 16),
+        ("normal:ln(n)/d", 4000, 256, math.log(4000) / 256),
+        ("normal:0.5*d**-0.5", 10, 64, 0.0625),
+        ("normal:exp(-ln(d))", 10, 50, 0.02),
+    ],
 )
 def test_normal_std_may_refer_to_the_tables_shape(spec, n, d, std):
     scheme = get_scheme(spec)
@@ -102,8 +106,12 @@ def test_normal_std_may_refer_to_the_tables_shape(spec, n, d, std):
 
 @pytest.mark.parametrize(
     ("spec", "message"),
-    [("normal:foo(d)", "only numbers, n, d"), ("normal:1/(d-d)", "for a 1024×64 table: float division by zero"),
-     ("normal:-1/d", "std must be a finite number ≥ 0"), ("normal:__import__('os')", "only numbers, n, d")],
+    [
+        ("normal:foo(d)", "only numbers, n, d"),
+        ("normal:1/(d-d)", "for a 1024×64 table: float division by zero"),
+        ("normal:-1/d", "std must be a finite number ≥ 0"),
+        ("normal:__import__('os')", "only numbers, n, d"),
+    ],
 )
 def test_bad_shape_expressions_fail_when_named(spec, message):
     with pytest.raises(ValueError, match=re.escape(message)):

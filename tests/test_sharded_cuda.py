@@ -14,7 +14,9 @@ from tests.lazy_models import LazyLM, lm_loader
 from tests.test_sharded_tables import check_model_parallel_run, run_model_parallel
 
 pytestmark = [
-    pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU: Lightning's FSDP strategies refuse the CPU"),
+    pytest.mark.skipif(
+        not torch.cuda.is_available(), reason="needs a CUDA GPU: Lightning's FSDP strategies refuse the CPU"
+    ),
     pytest.mark.timeout(300),
 ]
 
@@ -26,7 +28,8 @@ def test_model_parallel_strategy_on_cuda(tmp_path):
 
 
 def test_fsdp1_is_refused_naming_what_works(tmp_path):
-    trainer = make_trainer(tmp_path, [EmbeddingInitCallback(source="ones", verbose=False)], accelerator="cuda", devices=1,
-                           strategy="fsdp")
+    trainer = make_trainer(
+        tmp_path, [EmbeddingInitCallback(source="ones", verbose=False)], accelerator="cuda", devices=1, strategy="fsdp"
+    )
     with pytest.raises(ValueError, match=r"does not support FSDPStrategy \(FSDP1\).*Use ModelParallelStrategy"):
         trainer.fit(LazyLM(), lm_loader())

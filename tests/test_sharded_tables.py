@@ -36,9 +36,15 @@ def tables(directory: Path, when: str) -> list[dict[str, torch.Tensor]]:
 
 def test_tables_made_in_configure_model_under_ddp(tmp_path):
     """Built at on_fit_start on rank 0 only, the same on both ranks; a frozen table stays put under weight decay."""
-    init = EmbeddingInitCallback(source=RankMarkedScheme("normal:0.5", str(tmp_path)), seed=5, slots=SLOTS, verbose=False)
-    callbacks = [init, EmbeddingVarianceMonitor(every_n_steps=None, figures=False),
-                 TablesAtTrainStart(tmp_path, names=("embed", "frozen")), ModelCheckpoint(dirpath=tmp_path / "ckpt", save_last=True)]
+    init = EmbeddingInitCallback(
+        source=RankMarkedScheme("normal:0.5", str(tmp_path)), seed=5, slots=SLOTS, verbose=False
+    )
+    callbacks = [
+        init,
+        EmbeddingVarianceMonitor(every_n_steps=None, figures=False),
+        TablesAtTrainStart(tmp_path, names=("embed", "frozen")),
+        ModelCheckpoint(dirpath=tmp_path / "ckpt", save_last=True),
+    ]
     trainer = make_trainer(tmp_path, callbacks, max_steps=3, devices=2, strategy="ddp_spawn", enable_checkpointing=True)
     trainer.fit(LazyLM(extra=True, weight_decay=0.1), lm_loader())
 
@@ -53,7 +59,9 @@ def test_tables_made_in_configure_model_under_ddp(tmp_path):
     state = torch.load(tmp_path / "ckpt" / "last.ckpt", weights_only=False)["callbacks"]
     assert state[init.state_key]["reports"]["frozen"]["trainable"] is False
     variance = next(v for k, v in state.items() if k.startswith("EmbeddingVarianceMonitor"))
-    assert variance["start"]["embed"]["std"] == pytest.approx(expected["embed"][1:].double().std(unbiased=False).item(), rel=1e-6)
+    assert variance["start"]["embed"]["std"] == pytest.approx(
+        expected["embed"][1:].double().std(unbiased=False).item(), rel=1e-6
+    )
 
 
 def _fully_shard_worker(rank: int, directory: str, port: int) -> None:
@@ -74,12 +82,20 @@ def _fully_shard_worker(rank: int, directory: str, port: int) -> None:
         except ValueError as error:
             refused = str(error)
         untouched = torch.equal(before, whole(model.embed.weight))
-        init = EmbeddingInitCallback(source=RankMarkedScheme("normal:0.5", directory), standardize="xavier", seed=7, verbose=False)
+        init = EmbeddingInitCallback(
+            source=RankMarkedScheme("normal:0.5", directory), standardize="xavier", seed=7, verbose=False
+        )
         reports = init.initialize(model)
         record = {
-            "refused": refused, "untouched": untouched, "reports": reports, "table": whole(model.embed.weight),
-            "local": list(model.embed.weight.to_local().shape), "variance": EmbeddingVarianceMonitor(figures=False).measure(model),
-            "probe": LexicalProbe(similarity=[os.path.join(directory, "pairs.tsv")], chains=["raw"], verbose=False).probe(model),
+            "refused": refused,
+            "untouched": untouched,
+            "reports": reports,
+            "table": whole(model.embed.weight),
+            "local": list(model.embed.weight.to_local().shape),
+            "variance": EmbeddingVarianceMonitor(figures=False).measure(model),
+            "probe": LexicalProbe(
+                similarity=[os.path.join(directory, "pairs.tsv")], chains=["raw"], verbose=False
+            ).probe(model),
         }
         loss = model.training_step((next(iter(lm_loader()))[0],), 0)
         loss.backward()
@@ -108,23 +124,37 @@ def test_fully_shard_tables_match_the_single_process_build(tmp_path):
     for rank, record in enumerate(records):
         assert torch.equal(record["table"], reference.embed.weight.detach())  # bit for bit
         assert record["local"] == [26 - rank, 16] and record["grad"] == [26 - rank, 16]  # 51 rows: uneven shards
-        assert {k: record["reports"]["embed"][k] for k in ("mean", "std", "min", "max")} == {k: expected[k] for k in ("mean", "std", "min", "max")}
+        assert {k: record["reports"]["embed"][k] for k in ("mean", "std", "min", "max")} == {
+            k: expected[k] for k in ("mean", "std", "min", "max")
+        }
         assert record["variance"] == variance and record["probe"] == probe  # the monitors gather the whole table
-        assert "sharded" in record["refused"] and "trainable=True or trainable=False" in record["refused"] and record["untouched"]
+        assert (
+            "sharded" in record["refused"]
+            and "trainable=True or trainable=False" in record["refused"]
+            and record["untouched"]
+        )
     assert sorted(p.name for p in tmp_path.glob("built-by-rank*")) == ["built-by-rank0"]
 
 
 def run_model_parallel(directory: Path, devices: int, accelerator: str) -> None:
     """Lightning's ModelParallelStrategy launches its ranks by re-running a script: tests/model_parallel_run.py."""
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    done = subprocess.run([sys.executable, str(ROOT / "tests" / "model_parallel_run.py"), str(directory), str(devices), accelerator],
-                          cwd=directory, env=env, capture_output=True, text=True, timeout=280)
+    done = subprocess.run(
+        [sys.executable, str(ROOT / "tests" / "model_parallel_run.py"), str(directory), str(devices), accelerator],
+        cwd=directory,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=280,
+    )
     assert done.returncode == 0, done.stderr[-4000:]
 
 
 def check_model_parallel_run(directory: Path, ranks: int) -> None:
     """Meta-device tables materialized by Lightning, sharded by fully_shard, written and resumed as the issue asks."""
-    expected = reference_tables(names=("embed", "frozen"), source="normal:0.5", standardize="xavier", seed=5, slots=SLOTS)
+    expected = reference_tables(
+        names=("embed", "frozen"), source="normal:0.5", standardize="xavier", seed=5, slots=SLOTS
+    )
     first = [torch.load(directory / "first" / f"start-rank{rank}.pt") for rank in range(ranks)]
     ends = [torch.load(directory / "first" / f"end-rank{rank}.pt") for rank in range(ranks)]
     resumed = [torch.load(directory / "second" / f"start-rank{rank}.pt") for rank in range(ranks)]
@@ -136,7 +166,9 @@ def check_model_parallel_run(directory: Path, ranks: int) -> None:
     assert sum(shape[0] for shape in local) == 51 and all(shape[1] == 16 for shape in local)
     assert (directory / "built-by-rank0").read_text() == "11" and not (directory / "built-by-rank1").exists()
     record, second = (json.loads((directory / name).read_text()) for name in ("first.json", "second.json"))
-    assert record["reports"]["embed"]["std"] == pytest.approx(expected["embed"][1:].double().std(unbiased=False).item(), rel=1e-6)
+    assert record["reports"]["embed"]["std"] == pytest.approx(
+        expected["embed"][1:].double().std(unbiased=False).item(), rel=1e-6
+    )
     assert record["variance"]["embed"]["std"] == record["reports"]["embed"]["std"]
     assert record["init_loss"] is not None and record["requires_grad"] is False
     assert second["resumed"] and second["reports"]["embed"]["source"] == "normal:0.5"

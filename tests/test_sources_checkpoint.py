@@ -19,8 +19,14 @@ class NotAllowlisted:
 
 
 def request_for(tokens, dim=4, slot="encoder", seed=0):
-    return SourceRequest(slot, len(tokens), dim, tokens=list(tokens), special_tokens=SPECIALS,
-                         generator=torch.Generator().manual_seed(seed))
+    return SourceRequest(
+        slot,
+        len(tokens),
+        dim,
+        tokens=list(tokens),
+        special_tokens=SPECIALS,
+        generator=torch.Generator().manual_seed(seed),
+    )
 
 
 @pytest.fixture
@@ -31,11 +37,14 @@ def old_weight():
 @pytest.fixture
 def lightning_style(tmp_path, old_weight):
     path = tmp_path / "epoch=3.ckpt"
-    torch.save({
-        "epoch": 3,
-        "state_dict": {"model.embed.weight": old_weight, "model.head.bias": torch.zeros(7)},
-        "embinit": {"slots": {"encoder": {"parameter": "model.embed.weight", "tokens": OLD_TOKENS}}},
-    }, path)
+    torch.save(
+        {
+            "epoch": 3,
+            "state_dict": {"model.embed.weight": old_weight, "model.head.bias": torch.zeros(7)},
+            "embinit": {"slots": {"encoder": {"parameter": "model.embed.weight", "tokens": OLD_TOKENS}}},
+        },
+        path,
+    )
     return path
 
 
@@ -51,7 +60,8 @@ def test_rows_are_taken_by_token_string(lightning_style, old_weight):
 
 def test_slot_map_and_errors_naming_recorded_slots(lightning_style, old_weight):
     built = resolve_source(f"checkpoint:{lightning_style}", slot_map={"source_side": "encoder"}).build(
-        request_for(["cat"], slot="source_side"))
+        request_for(["cat"], slot="source_side")
+    )
     assert torch.equal(built.weight[0], old_weight[3])
     with pytest.raises(ValueError, match=r"no embinit record for slot 'decoder' \(recorded slots: \['encoder'\]\)"):
         resolve_source(f"checkpoint:{lightning_style}").build(request_for(["cat"], slot="decoder"))
@@ -63,7 +73,9 @@ def test_plain_state_dict_with_parameter_and_tokens(tmp_path, old_weight):
     vocab_file = tmp_path / "vocab.txt"
     vocab_file.write_text("\n".join(OLD_TOKENS) + "\n", encoding="utf-8")
     for tokens in (OLD_TOKENS, str(vocab_file)):
-        built = resolve_source(f"checkpoint:{path}", parameter="embed.weight", tokens=tokens).build(request_for(["sat", "on"]))
+        built = resolve_source(f"checkpoint:{path}", parameter="embed.weight", tokens=tokens).build(
+            request_for(["sat", "on"])
+        )
         assert torch.equal(built.weight, old_weight[[4, 5]])
     with pytest.raises(ValueError, match=r"parameter='<state dict key>'.*'embed.weight', 'proj.weight'"):
         resolve_source(f"checkpoint:{path}").build(request_for(["sat"]))
@@ -76,14 +88,22 @@ def test_plain_state_dict_with_parameter_and_tokens(tmp_path, old_weight):
 def test_dimension_change_needs_a_projection(lightning_style):
     with pytest.raises(ValueError, match="D_s=4 but slot 'encoder' has embedding_dim D=6"):
         resolve_source(f"checkpoint:{lightning_style}").build(request_for(["cat"], dim=6))
-    built = resolve_source(f"checkpoint:{lightning_style}", project="random_orthogonal").build(request_for(["cat", "mat"], dim=6))
+    built = resolve_source(f"checkpoint:{lightning_style}", project="random_orthogonal").build(
+        request_for(["cat", "mat"], dim=6)
+    )
     assert built.weight.shape == (2, 6)
 
 
 def test_untrusted_objects_need_weights_only_false(tmp_path, old_weight):
     path = tmp_path / "custom.ckpt"
-    torch.save({"state_dict": {"e.weight": old_weight}, "hyper_parameters": {"thing": NotAllowlisted(1)},
-                "embinit": {"slots": {"encoder": {"parameter": "e.weight", "tokens": OLD_TOKENS}}}}, path)
+    torch.save(
+        {
+            "state_dict": {"e.weight": old_weight},
+            "hyper_parameters": {"thing": NotAllowlisted(1)},
+            "embinit": {"slots": {"encoder": {"parameter": "e.weight", "tokens": OLD_TOKENS}}},
+        },
+        path,
+    )
     with pytest.raises(ValueError, match="weights_only=False"):
         resolve_source(f"checkpoint:{path}").build(request_for(["cat"]))
     built = resolve_source(f"checkpoint:{path}", weights_only=False).build(request_for(["cat"]))
@@ -124,12 +144,17 @@ def test_one_build_round_loads_the_checkpoint_once(lightning_style, old_weight, 
 
     for slot in ("encoder", "decoder"):  # two sources (slots with their own options), one load
         built = resolve_source(f"checkpoint:{lightning_style}", slot_map={"decoder": "encoder"}).build(
-            request_for(["cat"], slot=slot))
+            request_for(["cat"], slot=slot)
+        )
         assert torch.equal(built.weight[0], old_weight[3])
     assert len(torch_loads) == 1
-    torch.save({"state_dict": {"model.embed.weight": old_weight + 1},
-                "embinit": {"slots": {"encoder": {"parameter": "model.embed.weight", "tokens": OLD_TOKENS}}}},
-               lightning_style)
+    torch.save(
+        {
+            "state_dict": {"model.embed.weight": old_weight + 1},
+            "embinit": {"slots": {"encoder": {"parameter": "model.embed.weight", "tokens": OLD_TOKENS}}},
+        },
+        lightning_style,
+    )
     os.utime(lightning_style, ns=(0, os.stat(lightning_style).st_mtime_ns + 10**9))
     built = resolve_source(f"checkpoint:{lightning_style}").build(request_for(["cat"]))
     assert torch.equal(built.weight[0], old_weight[3] + 1) and len(torch_loads) == 2
@@ -142,7 +167,9 @@ def test_a_legacy_checkpoint_that_cannot_be_mapped_is_not_kept(tmp_path, old_wei
     path = tmp_path / "legacy.pt"
     torch.save({"embed.weight": old_weight}, path, _use_new_zipfile_serialization=False)
     for _ in range(2):
-        built = resolve_source(f"checkpoint:{path}", parameter="embed.weight", tokens=OLD_TOKENS).build(request_for(["on"]))
+        built = resolve_source(f"checkpoint:{path}", parameter="embed.weight", tokens=OLD_TOKENS).build(
+            request_for(["on"])
+        )
         assert torch.equal(built.weight[0], old_weight[5])
     assert len(torch_loads) == 2  # one plain load per build (not a zip archive: no memory-mapped attempt), none kept
 
@@ -154,9 +181,16 @@ def test_round_trip_through_a_lightning_checkpoint_written_by_the_callback(tmp_p
     from tests.host_models import VOCAB, TwoSlotHost, token_loader
 
     model = TwoSlotHost()
-    trainer = Trainer(max_steps=2, logger=False, enable_checkpointing=False, enable_progress_bar=False,
-                      enable_model_summary=False, accelerator="cpu", default_root_dir=tmp_path,
-                      callbacks=[EmbeddingInitCallback(source="xavier", seed=0, verbose=False)])
+    trainer = Trainer(
+        max_steps=2,
+        logger=False,
+        enable_checkpointing=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        accelerator="cpu",
+        default_root_dir=tmp_path,
+        callbacks=[EmbeddingInitCallback(source="xavier", seed=0, verbose=False)],
+    )
     trainer.fit(model, token_loader())
     path = tmp_path / "trained.ckpt"
     trainer.save_checkpoint(path)

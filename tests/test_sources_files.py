@@ -33,8 +33,11 @@ def parse(path, **options):
 def test_a_spaced_token_ending_in_a_number_is_a_bad_line_unless_allowed(tmp_path):
     path = tmp_path / "ragged.txt"
     path.write_text("the 1 2 3\nnew york 9 1 2 3\ncat 4 5 6\n")
-    with pytest.raises(ValueError, match=r"ragged.txt: line 2: more than 3 values — or the token 'new york 9' has "
-                                         r"spaces and ends in a number \(pass source_options allow_numeric_token_words=True"):
+    with pytest.raises(
+        ValueError,
+        match=r"ragged.txt: line 2: more than 3 values — or the token 'new york 9' has "
+        r"spaces and ends in a number \(pass source_options allow_numeric_token_words=True",
+    ):
         parse(path)
     with pytest.raises(ValueError, match="line 2"):
         resolve_source(f"file:{path}").build(request_for(["the"], 3))
@@ -100,8 +103,11 @@ def test_truncated_gzip_raises_value_error_naming_the_file(tmp_path):
 def test_well_known_name_checks_the_published_width(tmp_path):
     path = tmp_path / "v.txt"
     path.write_text("the 1 2 3\ncat 4 5 6\n")
-    with pytest.raises(ValueError, match=r"'glove-6B-100' names 100-dimensional vectors, but .*v.txt has dimension 3; "
-                                         r"pass source='file:"):
+    with pytest.raises(
+        ValueError,
+        match=r"'glove-6B-100' names 100-dimensional vectors, but .*v.txt has dimension 3; "
+        r"pass source='file:",
+    ):
         resolve_source("glove-6B-100", path=str(path)).build(request_for(["the"], 3))
     with pytest.raises(ValueError, match="names 50-dimensional vectors"):
         resolve_source("glove-twitter-50", path=str(path)).build(request_for(["the"], 3))
@@ -131,6 +137,9 @@ def test_gensim_downloader_is_used_when_a_network_exists(tmp_path, monkeypatch):
         raise ConnectionError("server said no")
 
     monkeypatch.setattr(gensim.downloader, "load", failing)
-    with pytest.raises(RuntimeError, match=r"downloading gensim-data 'word2vec-google-news-300' failed: server said no.*"
-                                           r"source='file:"):
+    with pytest.raises(
+        RuntimeError,
+        match=r"downloading gensim-data 'word2vec-google-news-300' failed: server said no.*"
+        r"source='file:",
+    ):
         resolve_source("word2vec").build(request_for(["the"], 300))

@@ -36,8 +36,15 @@ def offline(monkeypatch):
 
 
 def request_for(tokens, dim, specials=SLOT_SPECIALS, seed=0, corpus=None):
-    return SourceRequest("src", len(tokens), dim, tokens=list(tokens), special_tokens=dict(specials),
-                         generator=torch.Generator().manual_seed(seed), corpus=corpus)
+    return SourceRequest(
+        "src",
+        len(tokens),
+        dim,
+        tokens=list(tokens),
+        special_tokens=dict(specials),
+        generator=torch.Generator().manual_seed(seed),
+        corpus=corpus,
+    )
 
 
 def vocabulary_from(tokenizer, sentences, specials=SLOT_SPECIALS, min_freq=1):
@@ -68,8 +75,14 @@ def save_bert(directory, *, vocab_size=64, hidden=16, model_class="BertModel", *
     os.makedirs(directory, exist_ok=True)
     tokenizer = bert_tokenizer(directory)
     torch.manual_seed(0)
-    config = transformers.BertConfig(vocab_size=vocab_size, hidden_size=hidden, num_hidden_layers=1,
-                                     num_attention_heads=2, intermediate_size=2 * hidden, max_position_embeddings=32)
+    config = transformers.BertConfig(
+        vocab_size=vocab_size,
+        hidden_size=hidden,
+        num_hidden_layers=1,
+        num_attention_heads=2,
+        intermediate_size=2 * hidden,
+        max_position_embeddings=32,
+    )
     model = getattr(transformers, model_class)(config)
     model.save_pretrained(directory, **save_kwargs)
     tokenizer.save_pretrained(directory)
@@ -92,8 +105,9 @@ def tiny_t5(tmp_path_factory):
     pieces += [("s", -20.0), ("ing", -21.0), ("▁", -22.0)] + [(c, -30.0) for c in "abcdefghijklmnopqrstuvwxyz"]
     tokenizer = T5Tokenizer(vocab=pieces, extra_ids=4)
     torch.manual_seed(0)
-    config = T5Config(vocab_size=len(tokenizer) + 6, d_model=16, d_ff=32, num_layers=1, num_decoder_layers=1,
-                      num_heads=2, d_kv=8)
+    config = T5Config(
+        vocab_size=len(tokenizer) + 6, d_model=16, d_ff=32, num_layers=1, num_decoder_layers=1, num_heads=2, d_kv=8
+    )
     T5Model(config).save_pretrained(directory)
     tokenizer.save_pretrained(directory)
     return directory, tokenizer
@@ -151,8 +165,12 @@ def test_tiny_bert_extraction_equals_automodel(tiny_bert):
     built = resolve_source(f"hf:{directory}").build(request_for(tokens, 16))
     reference = reference_embedding(directory)
     vocab = tokenizer.get_vocab()
-    expected = torch.stack([reference[vocab[{"<pad>": "[PAD]", "<unk>": "[UNK]", "<bos>": "[CLS]", "<eos>": "[SEP]"}
-                                             .get(t, t)]] for t in tokens])
+    expected = torch.stack(
+        [
+            reference[vocab[{"<pad>": "[PAD]", "<unk>": "[UNK]", "<bos>": "[CLS]", "<eos>": "[SEP]"}.get(t, t)]]
+            for t in tokens
+        ]
+    )
     assert torch.equal(built.weight, expected)
     table = open_hf_table("hf", directory, (directory,), HFOptions())
     assert torch.equal(table.tensor.read(), reference)
@@ -192,7 +210,9 @@ def test_pytorch_model_bin_fallback_with_prefixed_keys(tmp_path, tiny_bert):
     assert torch.equal(table.tensor.read([7, 3, 7]), model.bert.embeddings.word_embeddings.weight.detach()[[7, 3, 7]])
     built = resolve_source(f"hf:{directory}").build(request_for(["the", "dog"], 16))
     vocab = tokenizer.get_vocab()
-    assert torch.equal(built.weight, model.bert.embeddings.word_embeddings.weight.detach()[[vocab["the"], vocab["dog"]]])
+    assert torch.equal(
+        built.weight, model.bert.embeddings.word_embeddings.weight.detach()[[vocab["the"], vocab["dog"]]]
+    )
 
 
 def test_tiny_t5_shared_embedding_and_sentencepiece_fallback(tiny_t5):
@@ -249,7 +269,9 @@ def closed_hub(monkeypatch):
 def test_cached_hub_model_works_without_network_or_offline_flag(tmp_path, tiny_bert, closed_hub):
     directory, tokenizer = tiny_bert
     hub_cache_copy(directory, tmp_path / "hub")
-    built = resolve_source("hf:tiny-org/tiny-bert", cache_dir=str(tmp_path / "hub")).build(request_for(["the", "dog"], 16))
+    built = resolve_source("hf:tiny-org/tiny-bert", cache_dir=str(tmp_path / "hub")).build(
+        request_for(["the", "dog"], 16)
+    )
     vocab = tokenizer.get_vocab()
     assert torch.equal(built.weight, reference_embedding(directory)[[vocab["the"], vocab["dog"]]])
 
@@ -283,8 +305,11 @@ def test_model_directory_without_tokenizer_files_is_refused(tmp_path, tiny_bert)
     bare.mkdir()
     for name in ("config.json", "model.safetensors"):
         shutil.copy(os.path.join(directory, name), bare / name)
-    with pytest.raises(RuntimeError, match=r"no tokenizer files \(none of tokenizer.json, vocab.txt.*only \d+ tokens "
-                                           r"for an embedding of 64 rows.*tokenizer='<dir or id>'"):
+    with pytest.raises(
+        RuntimeError,
+        match=r"no tokenizer files \(none of tokenizer.json, vocab.txt.*only \d+ tokens "
+        r"for an embedding of 64 rows.*tokenizer='<dir or id>'",
+    ):
         resolve_source(f"hf:{bare}").build(request_for(["the"], 16))
     built = resolve_source(f"hf:{bare}", tokenizer=directory).build(request_for(["the"], 16))
     assert torch.equal(built.weight[0], reference_embedding(directory)[tokenizer.get_vocab()["the"]])
@@ -352,10 +377,17 @@ def test_embedding_key_patterns():
         "cls.predictions.decoder.weight": (100, 8),
     }
     assert find_embedding_key(shapes, shapes=shapes) == "bert.embeddings.word_embeddings.weight"
-    assert find_embedding_key(["shared.weight", "encoder.embed_tokens.weight", "decoder.embed_tokens.weight"]) == "shared.weight"
+    assert (
+        find_embedding_key(["shared.weight", "encoder.embed_tokens.weight", "decoder.embed_tokens.weight"])
+        == "shared.weight"
+    )
     assert find_embedding_key(["model.decoder.embed_tokens.weight", "model.encoder.embed_tokens.weight"]) == (
-        "model.encoder.embed_tokens.weight")
-    assert find_embedding_key(["transformer.wte.weight", "transformer.wpe.weight", "lm_head.weight"]) == "transformer.wte.weight"
+        "model.encoder.embed_tokens.weight"
+    )
+    assert (
+        find_embedding_key(["transformer.wte.weight", "transformer.wpe.weight", "lm_head.weight"])
+        == "transformer.wte.weight"
+    )
     assert find_embedding_key(["model.embed_tokens.weight", "lm_head.weight"]) == "model.embed_tokens.weight"
     assert find_embedding_key(["gpt_neox.embed_in.weight", "embed_out.weight"]) == "gpt_neox.embed_in.weight"
     with pytest.raises(ValueError, match="no input-embedding tensor.*tensor='<name>'"):

@@ -26,8 +26,15 @@ def multi30k():
 
 
 def request_for(tokens, sentences, dim=32, seed=0):
-    return SourceRequest("src", len(tokens), dim, tokens=tokens, special_tokens=SPECIALS,
-                         generator=torch.Generator().manual_seed(seed), corpus=lambda: iter(sentences))
+    return SourceRequest(
+        "src",
+        len(tokens),
+        dim,
+        tokens=tokens,
+        special_tokens=SPECIALS,
+        generator=torch.Generator().manual_seed(seed),
+        corpus=lambda: iter(sentences),
+    )
 
 
 def test_word2vec_on_the_trainset_is_deterministic_and_covers_the_vocabulary(multi30k):
@@ -39,7 +46,12 @@ def test_word2vec_on_the_trainset_is_deterministic_and_covers_the_vocabulary(mul
     assert torch.equal(first.weight, again.weight)
     assert not torch.equal(first.weight, other.weight)
     assert first.weight.shape == (len(tokens), 32)
-    assert first.coverage.found == len(tokens) - 4 and first.coverage.missing[:4] == ["<pad>", "<unk>", "<bos>", "<eos>"]
+    assert first.coverage.found == len(tokens) - 4 and first.coverage.missing[:4] == [
+        "<pad>",
+        "<unk>",
+        "<bos>",
+        "<eos>",
+    ]
     assert first.pretrained_rows[4:].all() and not first.pretrained_rows[:4].any()
     assert "Word2Vec" in first.description and "seed=" in first.description
 

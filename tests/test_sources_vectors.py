@@ -14,8 +14,7 @@ import numpy as np
 import pytest
 import torch
 
-from lightning_embinit.init.sources import SourceRequest, resolve_source
-from lightning_embinit.init.sources import static, vector_cache, vector_file
+from lightning_embinit.init.sources import SourceRequest, resolve_source, static, vector_cache, vector_file
 from lightning_embinit.init.sources.vector_file import TextVectorParser
 from tests.shared_data import require_shared_data
 
@@ -35,8 +34,15 @@ def glove_path():
 
 
 def request_for(tokens, dim, seed=0, corpus=None):
-    return SourceRequest("src", len(tokens), dim, tokens=list(tokens), special_tokens=SPECIALS,
-                         generator=torch.Generator().manual_seed(seed), corpus=corpus)
+    return SourceRequest(
+        "src",
+        len(tokens),
+        dim,
+        tokens=list(tokens),
+        special_tokens=SPECIALS,
+        generator=torch.Generator().manual_seed(seed),
+        corpus=corpus,
+    )
 
 
 def parse(path, **options):
@@ -221,7 +227,12 @@ def test_bad_lines_raise_with_file_and_line_or_are_skipped(tmp_path, bad_line, r
         parse(path, on_bad_line="warn")
     with pytest.raises(ValueError, match="line 3"):
         resolve_source(f"file:{path}").build(request_for(["the"], 3))
-    built = resolve_source(f"file:{path}", on_bad_line="skip").build(request_for(["the", "dog", "cat"], 3, ))
+    built = resolve_source(f"file:{path}", on_bad_line="skip").build(
+        request_for(
+            ["the", "dog", "cat"],
+            3,
+        )
+    )
     assert built.pretrained_rows.tolist() == [True, False, True]
 
 

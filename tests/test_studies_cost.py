@@ -29,20 +29,27 @@ class SleepyRegression(L.LightningModule):
         return torch.optim.SGD(self.layer.parameters(), lr=0.1)
 
     def train_dataloader(self):
-        return DataLoader(TensorDataset(torch.randn(8, 3), torch.randn(8, 1)), batch_size=2)   # 4 batches an epoch
+        return DataLoader(TensorDataset(torch.randn(8, 3), torch.randn(8, 1)), batch_size=2)  # 4 batches an epoch
 
 
 @pytest.mark.parametrize("max_steps, whole", [(12, 3), (10, 2)])
 def test_the_epoch_clock_times_whole_epochs_and_leaves_a_cut_one_out(max_steps, whole):
     model, clock = SleepyRegression(pause=0.02), EpochClock()
-    trainer = L.Trainer(max_steps=max_steps, max_epochs=-1, callbacks=[clock], logger=False, enable_checkpointing=False,
-                        enable_progress_bar=False, enable_model_summary=False)
+    trainer = L.Trainer(
+        max_steps=max_steps,
+        max_epochs=-1,
+        callbacks=[clock],
+        logger=False,
+        enable_checkpointing=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+    )
     started = time.perf_counter()
     trainer.fit(model)
     fit_seconds = time.perf_counter() - started
     assert [complete for _, complete in clock.epochs] == [True] * whole + [False] * (len(clock.epochs) - whole)
-    assert all(seconds >= 4 * 0.02 for seconds, complete in clock.epochs if complete)   # 4 steps of ≥ 20 ms each
+    assert all(seconds >= 4 * 0.02 for seconds, complete in clock.epochs if complete)  # 4 steps of ≥ 20 ms each
     cost = cost_values(model, clock, fit_seconds, trainer.global_step)
     assert cost["whole_epochs"] == whole and cost["seconds_per_step"] == pytest.approx(fit_seconds / max_steps)
     assert cost["seconds_per_epoch"] == pytest.approx(sum(s for s, c in clock.epochs if c) / whole)
-    assert cost["parameters"] == 3 + 1 + 6 + 2 and cost["trainable_parameters"] == 4   # the frozen layer not trainable
+    assert cost["parameters"] == 3 + 1 + 6 + 2 and cost["trainable_parameters"] == 4  # the frozen layer not trainable

@@ -65,7 +65,7 @@ def _by_setting(records: dict[str, dict[str, Any]], seed: int = 0) -> dict[str, 
 
 @pytest.mark.parametrize("name", NAMES)
 def test_every_variant_of_every_study_validates(name, monkeypatch):
-    monkeypatch.setenv(SELF_PRETRAIN, "/nowhere/best.ckpt")   # kocmi_bojar_self_pretrain's step-1 checkpoint
+    monkeypatch.setenv(SELF_PRETRAIN, "/nowhere/best.ckpt")  # kocmi_bojar_self_pretrain's step-1 checkpoint
     study = Study.from_yaml(STUDIES / f"{name}.yaml")
     assert study.name == name and study.description
     assert {"smoke", "medium", "full"} <= set(study.variants)
@@ -76,8 +76,16 @@ def test_every_variant_of_every_study_validates(name, monkeypatch):
 
 
 def test_the_study_list_and_the_self_pretrain_step_needs_its_checkpoint(monkeypatch):
-    assert NAMES == ["headline", "kim_classification", "kim_positional", "kim_translation", "kocmi_bojar",
-                     "kocmi_bojar_self_pretrain", "reinforced", "su_tied"]
+    assert NAMES == [
+        "headline",
+        "kim_classification",
+        "kim_positional",
+        "kim_translation",
+        "kocmi_bojar",
+        "kocmi_bojar_self_pretrain",
+        "reinforced",
+        "su_tied",
+    ]
     monkeypatch.delenv(SELF_PRETRAIN, raising=False)
     study = Study.from_yaml(STUDIES / "kocmi_bojar_self_pretrain.yaml")
     with pytest.raises(StudyError, match=SELF_PRETRAIN):
@@ -89,18 +97,19 @@ def test_the_settings_say_what_the_papers_vary(monkeypatch):
     kim = Study.from_yaml(STUDIES / "kim_translation.yaml")
     configs = {trial.setting: trial.config for trial in kim.trials("full") if trial.seed == 0}
     arch = "model.init_args.architecture.d_model"
-    assert {s: get_key(c, arch) for s, c in configs.items() if "minilm" in s or s.endswith("d384")} == \
-        dict.fromkeys(["xavier_d384", "minilm_raw", "minilm_xavier", "minilm_shuffled", "xavier_matched_to_minilm"], 384)
+    assert {s: get_key(c, arch) for s, c in configs.items() if "minilm" in s or s.endswith("d384")} == dict.fromkeys(
+        ["xavier_d384", "minilm_raw", "minilm_xavier", "minilm_shuffled", "xavier_matched_to_minilm"], 384
+    )
     assert get_key(configs["glove_raw"], arch) == 50
     assert get_key(configs["standin_t5_raw"], f"{SOURCE}.slots.tgt.scale") > 1
     reinforced = Study.from_yaml(STUDIES / "reinforced.yaml")
-    pairs = {"full": 51785, "full_multi30k": 29000}                   # [R]'s TED pt→en; all of Multi30k
+    pairs = {"full": 51785, "full_multi30k": 29000}  # [R]'s TED pt→en; all of Multi30k
     for variant in ("medium", "full", "full_multi30k"):
         for trial in reinforced.trials(variant):
             optimizer, trainer = trial.config["model"]["init_args"]["optimizer"], trial.config["trainer"]
             examples = pairs.get(variant) or get_key(trial.config, "data.init_args.max_examples")
             steps = trainer["max_epochs"] * math.ceil(examples / get_key(trial.config, "data.init_args.batch_size"))
-            assert 0.45 < optimizer["warmup_steps"] / steps < 0.55, (variant, trial.setting)   # [R]: 4000 of ~8,100
+            assert 0.45 < optimizer["warmup_steps"] / steps < 0.55, (variant, trial.setting)  # [R]: 4000 of ~8,100
             assert optimizer["lr"] in (None, 0.001) and trainer["max_epochs"] == 10
     su = Study.from_yaml(STUDIES / "su_tied.yaml")
     heads = {get_key(t.config, "model.init_args.architecture.head") for t in su.trials("smoke")}
@@ -118,11 +127,25 @@ def test_kocmi_bojar_smoke_then_self_pretraining_from_its_checkpoint(monkeypatch
         assert {"test_bleu", "test_loss"} <= set(record["metrics"]), setting
         assert "learning_speed/val_loss/examples_to_threshold" in record["monitors"], setting
         assert record["monitors"]["learning_speed/examples_seen"] > 0
-    assert first["normal_10"]["monitors"]["embinit/tgt/std"] > 5 > 0.05 > first["normal_0.01"]["monitors"]["embinit/tgt/std"]
+    assert (
+        first["normal_10"]["monitors"]["embinit/tgt/std"]
+        > 5
+        > 0.05
+        > first["normal_0.01"]["monitors"]["embinit/tgt/std"]
+    )
     assert first["word2vec_trainset"]["init_report"]["src"]["source"].startswith("word2vec-trainset")
     assert first["word2vec_trainset_frozen"]["init_report"]["tgt"]["trainable"] is False
-    assert cli.main(["report", str(tmp_path / "kocmi_bojar"),
-                     "--metrics", "best_val_loss,learning_speed/val_loss/examples_to_threshold"]) == 0
+    assert (
+        cli.main(
+            [
+                "report",
+                str(tmp_path / "kocmi_bojar"),
+                "--metrics",
+                "best_val_loss,learning_speed/val_loss/examples_to_threshold",
+            ]
+        )
+        == 0
+    )
 
     checkpoint = tmp_path / "kocmi_bojar" / first["xavier"]["checkpoint"]
     monkeypatch.setenv(SELF_PRETRAIN, str(checkpoint))
@@ -141,7 +164,8 @@ def test_reinforced_smoke(monkeypatch, tmp_path):
         assert record["trained"]["epochs"] == 2 and [row[1] for row in record["curves"]["val_loss"]] == [0, 1]
         proposed = setting.startswith("proposed")
         assert record["config"]["model"]["class_path"].endswith(
-            "ReinforcedTransformerSeq2Seq" if proposed else "TransformerSeq2Seq")
+            "ReinforcedTransformerSeq2Seq" if proposed else "TransformerSeq2Seq"
+        )
         if proposed:
             mode = record["config"]["model"]["init_args"]["architecture"]["target_normalization"]
             assert mode == setting.split("_")[1]
@@ -160,7 +184,8 @@ def test_kim_smokes_translation_positional_classification(monkeypatch, tmp_path)
     translation = _by_setting(run_smoke("kim_translation", tmp_path))
     tgt = {setting: record["init_report"]["tgt"] for setting, record in translation.items()}
     assert 13 < tgt["standin_t5_raw"]["std"] < 18 and tgt["standin_t5_xavier"]["std"] == pytest.approx(
-        tgt["glove_xavier"]["std"], rel=1e-4)
+        tgt["glove_xavier"]["std"], rel=1e-4
+    )
     assert tgt["minilm_raw"]["embedding_dim"] == 384 and tgt["minilm_raw"]["coverage"]["fraction"] == 1.0
     assert all("test_bleu" in record["metrics"] for record in translation.values())
 
@@ -180,12 +205,18 @@ def test_kim_smokes_translation_positional_classification(monkeypatch, tmp_path)
 def test_su_tied_smoke(tmp_path):
     su = _by_setting(run_smoke("su_tied", tmp_path))
     problem = su["sigma=inv_sqrt_d,head=tied"]["monitors"]
-    assert problem["init_loss"] > 1.5 * problem["ln_vocab"]                   # ≈ √d = 16 ≫ ln n ([S])
+    assert problem["init_loss"] > 1.5 * problem["ln_vocab"]  # ≈ √d = 16 ≫ ln n ([S])
     assert problem["init_loss"] == pytest.approx(problem["init_loss_predicted"], rel=0.1)
-    for setting in ("sigma=ln_n_over_d,head=tied", "sigma=inv_sqrt_d,head=untied", "sigma=inv_sqrt_d,head=tied_half_swap"):
+    for setting in (
+        "sigma=ln_n_over_d,head=tied",
+        "sigma=inv_sqrt_d,head=untied",
+        "sigma=inv_sqrt_d,head=tied_half_swap",
+    ):
         assert su[setting]["monitors"]["init_loss_ratio"] < 1.2, setting
-    vocab = {s: su[s]["monitors"]["ln_vocab"] for s in ("sigma=0.02,head=tied,min_freq=1", "sigma=0.02,head=tied",
-                                                         "sigma=0.02,head=tied,min_freq=5")}
+    vocab = {
+        s: su[s]["monitors"]["ln_vocab"]
+        for s in ("sigma=0.02,head=tied,min_freq=1", "sigma=0.02,head=tied", "sigma=0.02,head=tied,min_freq=5")
+    }
     assert list(vocab.values()) == sorted(vocab.values(), reverse=True)
 
 
@@ -197,5 +228,6 @@ def test_the_headline_study_object_is_the_yaml(monkeypatch):
     written, built = Study.from_yaml(STUDIES / "headline.yaml"), headline_study()
     assert built.setting_names() == written.setting_names() and built.reference_setting == written.reference_setting
     for variant in (None, *written.variants):
-        assert [(t.trial_id, t.config, t.config_hash) for t in built.trials(variant)] == \
-            [(t.trial_id, t.config, t.config_hash) for t in written.trials(variant)], variant
+        assert [(t.trial_id, t.config, t.config_hash) for t in built.trials(variant)] == [
+            (t.trial_id, t.config, t.config_hash) for t in written.trials(variant)
+        ], variant

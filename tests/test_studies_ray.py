@@ -24,8 +24,9 @@ if importlib.util.find_spec("ray") is None:
 def test_two_trials_on_a_local_ray_instance_write_the_records_the_report_reads(tmp_path):
     from lightning_embinit.studies.ray_engine import run_study_on_ray
 
-    study = Study.from_dict(tiny_study(settings={"normal": {}, "broken": {"model.init_args.optimizer.lr": 1e30}},
-                                       seeds=[0]))
+    study = Study.from_dict(
+        tiny_study(settings={"normal": {}, "broken": {"model.init_args.optimizer.lr": 1e30}}, seeds=[0])
+    )
     results = tmp_path / "results"
     records = run_study_on_ray(study, results, threads=1, progress=False)
     by_setting = {record["setting"]: record for record in records}
@@ -50,14 +51,27 @@ def test_one_trial_as_a_two_worker_ddp_run_on_ray_train(tmp_path):
 
     study = write_study(tmp_path / "tiny.yaml", tiny_study(settings={"normal": {}}, seeds=[0]))
     results = tmp_path / "results"
-    code = cli.main(["sweep", str(study), "--engine", "ray", "--ddp-workers", "2", "--threads", "1",
-                     "--results", str(results), "--no-progress"])
+    code = cli.main(
+        [
+            "sweep",
+            str(study),
+            "--engine",
+            "ray",
+            "--ddp-workers",
+            "2",
+            "--threads",
+            "1",
+            "--results",
+            str(results),
+            "--no-progress",
+        ]
+    )
     [record] = read_records(results)
     assert code == 0 and record["status"] == "done", record.get("error")
     assert record["trained"]["world_size"] == 2 and record["trained"]["steps"] == 4
     assert record["metrics"]["best_val_loss"] > 0 and (results / record["checkpoint"]).is_file()
     assert (results / "logs" / "normal-seed0.log").stat().st_size > 0
-    assert (results / "logs" / "normal-seed0.rank1.log").is_file()                 # the second worker's own log
+    assert (results / "logs" / "normal-seed0.rank1.log").is_file()  # the second worker's own log
     assert "normal" in write_report(results)["markdown"]
 
 

@@ -25,8 +25,10 @@ TABLE = {
     "glove_std": [(0.5, 30.0, "done"), (1.0, 31.0, "done"), (1.5, 32.0, "done"), (2.0, None, "done")],
     "ones": [(9.0, 0.5, "done"), (None, None, "failed"), (None, None, "failed"), (None, None, "failed")],
 }
-ERRORS = {"glove": "RuntimeError: CUDA out of memory\nTraceback (most recent call last):\n  ...",
-          "ones": "FloatingPointError: the loss is NaN at step 12\nTraceback (most recent call last):\n  ..."}
+ERRORS = {
+    "glove": "RuntimeError: CUDA out of memory\nTraceback (most recent call last):\n  ...",
+    "ones": "FloatingPointError: the loss is NaN at step 12\nTraceback (most recent call last):\n  ...",
+}
 
 
 def _record(setting: str, seed: int, loss: float | None, bleu: float | None, status: str) -> dict:
@@ -35,16 +37,29 @@ def _record(setting: str, seed: int, loss: float | None, bleu: float | None, sta
         metrics["test_bleu"] = bleu
     steps = [0, 10, 20] if setting != "glove" else [0, 5, 15, 20]
     record = {
-        "study": "toy", "setting": setting, "seed": seed, "trial_id": f"{setting}-s{seed}", "config_hash": "abc",
-        "status": status, "error": ERRORS[setting] if status == "failed" else None, "metrics": metrics,
-        "monitors": {"init_loss": 7.0, "ln_vocab": 6.9,
-                     "learning_speed/val_acc/examples_to_threshold": 1000.0 * (seed + 1)},
+        "study": "toy",
+        "setting": setting,
+        "seed": seed,
+        "trial_id": f"{setting}-s{seed}",
+        "config_hash": "abc",
+        "status": status,
+        "error": ERRORS[setting] if status == "failed" else None,
+        "metrics": metrics,
+        "monitors": {
+            "init_loss": 7.0,
+            "ln_vocab": 6.9,
+            "learning_speed/val_acc/examples_to_threshold": 1000.0 * (seed + 1),
+        },
         "init_report": {"tgt": {"std": 0.1}},
-        "curves": {"val_loss": [[s, i, 5.0 - i - 0.1 * seed] for i, s in enumerate(steps)],
-                   "train_loss": [[s, i, 6.0 - i] for i, s in enumerate(steps)],
-                   "val_acc": [[s, i, 0.2 * i + 0.01 * seed] for i, s in enumerate(steps)]},
+        "curves": {
+            "val_loss": [[s, i, 5.0 - i - 0.1 * seed] for i, s in enumerate(steps)],
+            "train_loss": [[s, i, 6.0 - i] for i, s in enumerate(steps)],
+            "val_acc": [[s, i, 0.2 * i + 0.01 * seed] for i, s in enumerate(steps)],
+        },
         "cost": {"parameters": 1000, "seconds_per_step": 0.5 * (seed + 1)},
-        "wall_time_s": 10.0 * (seed + 1), "versions": {"torch": "2.5.1", "lightning": "2.4.0"}, "host": "box (2 cpus)",
+        "wall_time_s": 10.0 * (seed + 1),
+        "versions": {"torch": "2.5.1", "lightning": "2.4.0"},
+        "host": "box (2 cpus)",
     }
     if status == "failed":
         record.pop("curves")
@@ -60,10 +75,15 @@ def _records() -> list[dict]:
 def results(tmp_path):
     directory = tmp_path / "results"
     (directory / "trials").mkdir(parents=True)
-    study = {"name": "toy", "reference": "xavier", "seeds": SEEDS,
-             "settings": [{"name": name, "overrides": {}} for name in TABLE]}
-    (directory / "study.json").write_text(json.dumps({"name": "toy", "hash": "f00d", "variant": "smoke",
-                                                      "study": study}))
+    study = {
+        "name": "toy",
+        "reference": "xavier",
+        "seeds": SEEDS,
+        "settings": [{"name": name, "overrides": {}} for name in TABLE],
+    }
+    (directory / "study.json").write_text(
+        json.dumps({"name": "toy", "hash": "f00d", "variant": "smoke", "study": study})
+    )
     for record in _records():
         (directory / "trials" / f"{record['trial_id']}.json").write_text(json.dumps(record))
     return directory
@@ -83,7 +103,8 @@ def test_aggregate_gives_mean_sample_std_and_n_per_setting_in_order():
     assert summary["test_bleu"].loc["glove_std"].tolist() == pytest.approx([31.0, 1.0, 3])
     assert summary[("wall_time_s", "mean")].loc["xavier"] == pytest.approx(25.0)
     assert {"init_loss", "learning_speed/val_acc/examples_to_threshold", "wall_time_s"} <= set(
-        summary.columns.get_level_values(0))
+        summary.columns.get_level_values(0)
+    )
 
 
 def test_aggregate_metrics_option_and_unknown_metric():
@@ -147,8 +168,12 @@ def test_curves_align_on_shared_steps_and_interpolate_otherwise():
     assert same[0].tolist() == [0, 10] and same[1].tolist() == [4.0, 1.0] and same[3] == 2
     # A: steps 0, 10, 20 → 3, 2, 1; B: steps 0, 5, 15 → 4, 3, 1; shared range 0..15, grid 0, 5, 10, 15
     # A at the grid: 3, 2.5, 2, 1.5; B: 4, 3, 2, 1 → mean 3.5, 2.75, 2, 1.25; std |A − B|/√2
-    grid, mean, std, n = align_curves([(np.array([0.0, 10.0, 20.0]), np.array([3.0, 2.0, 1.0])),
-                                       (np.array([0.0, 5.0, 15.0]), np.array([4.0, 3.0, 1.0]))])
+    grid, mean, std, n = align_curves(
+        [
+            (np.array([0.0, 10.0, 20.0]), np.array([3.0, 2.0, 1.0])),
+            (np.array([0.0, 5.0, 15.0]), np.array([4.0, 3.0, 1.0])),
+        ]
+    )
     assert grid.tolist() == [0, 5, 10, 15] and mean.tolist() == pytest.approx([3.5, 2.75, 2.0, 1.25])
     assert std.tolist() == pytest.approx(np.array([1.0, 0.5, 0.0, 0.5]) / math.sqrt(2)) and n == 2
     assert math.isnan(align_curves([(np.array([0.0]), np.array([1.0]))])[2][0])
@@ -156,8 +181,10 @@ def test_curves_align_on_shared_steps_and_interpolate_otherwise():
 
 def test_failures_are_grouped_by_the_first_line_of_their_error():
     groups = failure_groups(_records())
-    assert groups == [("FloatingPointError: the loss is NaN at step 12", ["ones-s1", "ones-s2", "ones-s3"]),
-                      ("RuntimeError: CUDA out of memory", ["glove-s3"])]
+    assert groups == [
+        ("FloatingPointError: the loss is NaN at step 12", ["ones-s1", "ones-s2", "ones-s3"]),
+        ("RuntimeError: CUDA out of memory", ["glove-s3"]),
+    ]
 
 
 def test_write_report_writes_tables_csvs_and_figures(results):
@@ -165,8 +192,14 @@ def test_write_report_writes_tables_csvs_and_figures(results):
     out = results / "report"
     assert report["out_dir"] == out and report["reference"] == "xavier" and report["failed"] == 4
     names = sorted(path.name for path in report["paths"])
-    assert names == ["curves_val_acc.png", "curves_val_loss.png", "differences.csv", "learning_speed.png",
-                     "summary.csv", "summary.md"]
+    assert names == [
+        "curves_val_acc.png",
+        "curves_val_loss.png",
+        "differences.csv",
+        "learning_speed.png",
+        "summary.csv",
+        "summary.md",
+    ]
     for path in report["paths"]:
         assert path.is_file()
         if path.suffix == ".png":
@@ -181,10 +214,10 @@ def test_write_report_writes_tables_csvs_and_figures(results):
     assert "- variant: smoke; study hash: f00d" in markdown and "- seeds: 0, 1, 2, 3" in markdown
     assert "- versions: torch 2.5.1, lightning 2.4.0" in markdown and "- host: box (2 cpus)" in markdown
     assert "- wall time: 6 min 40 s in total over 16 trials" in markdown  # failed trials' time counts too
-    cost = markdown[markdown.index("## Cost: mean ± std (n) over seeds"):]
+    cost = markdown[markdown.index("## Cost: mean ± std (n) over seeds") :]
     assert cost.splitlines()[2] == "| setting | parameters | seconds_per_step | wall_time_s |"
-    assert "| xavier | 1000 ± 0 (4) | 1.25 ± 0.65 (4) | 25 ± 13 (4) |" in cost   # seeds 0-3: 0.5·(1, 2, 3, 4)
-    monitors = markdown[markdown.index("## Monitors: mean ± std"):markdown.index("## Cost")]
+    assert "| xavier | 1000 ± 0 (4) | 1.25 ± 0.65 (4) | 25 ± 13 (4) |" in cost  # seeds 0-3: 0.5·(1, 2, 3, 4)
+    monitors = markdown[markdown.index("## Monitors: mean ± std") : markdown.index("## Cost")]
     assert "wall_time_s" not in monitors and "parameters" not in monitors
     summary_csv = pd.read_csv(out / "summary.csv")
     assert list(summary_csv.columns) == ["setting", "metric", "mean", "std", "n"]
@@ -274,13 +307,27 @@ def test_a_grid_studys_settings_come_from_study_json(tmp_path):
     results = tmp_path / "grid"
     (results / "trials").mkdir(parents=True)
     names = ["init=xavier,trainable=true", "init=glove,trainable=true"]
-    header = {"name": "g", "hash": "h", "variant": None, "settings": names,
-              "study": {"name": "g", "grid": {"init": {"xavier": {}, "glove": {}}}}}
+    header = {
+        "name": "g",
+        "hash": "h",
+        "variant": None,
+        "settings": names,
+        "study": {"name": "g", "grid": {"init": {"xavier": {}, "glove": {}}}},
+    }
     (results / "study.json").write_text(json.dumps(header))
     for setting, values in zip(names, ([1.0, 2.0], [3.0, 5.0])):
         for seed, value in enumerate(values):
-            record = {"study": "g", "setting": setting, "seed": seed, "trial_id": f"{setting}-seed{seed}",
-                      "status": "done", "error": None, "metrics": {"best_val_loss": value}, "monitors": {}, "curves": {}}
+            record = {
+                "study": "g",
+                "setting": setting,
+                "seed": seed,
+                "trial_id": f"{setting}-seed{seed}",
+                "status": "done",
+                "error": None,
+                "metrics": {"best_val_loss": value},
+                "monitors": {},
+                "curves": {},
+            }
             (results / "trials" / f"{setting}-seed{seed}.json").write_text(json.dumps(record))
     report = write_report(results)
     assert report["reference"] == names[0] and list(report["summary"].index) == names

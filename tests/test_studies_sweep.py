@@ -24,7 +24,9 @@ LR = "model.init_args.optimizer.lr"
 
 def _files(results: Path) -> dict[str, tuple[int, bytes]]:
     """Each record file: (mtime_ns, contents)."""
-    return {path.name: (path.stat().st_mtime_ns, path.read_bytes()) for path in sorted((results / "trials").glob("*.json"))}
+    return {
+        path.name: (path.stat().st_mtime_ns, path.read_bytes()) for path in sorted((results / "trials").glob("*.json"))
+    }
 
 
 def _strict_json(path: Path) -> dict:
@@ -35,8 +37,11 @@ def _strict_json(path: Path) -> dict:
 
 
 def test_failed_trials_are_recorded_the_sweep_goes_on_and_only_retry_or_a_changed_setting_reruns(tmp_path):
-    settings = {"ok": {}, "nan": {LR: 1.0e30},
-                "killed": {"trainer.callbacks[+]": {"class_path": "tests.study_helpers.KillProcess"}}}
+    settings = {
+        "ok": {},
+        "nan": {LR: 1.0e30},
+        "killed": {"trainer.callbacks[+]": {"class_path": "tests.study_helpers.KillProcess"}},
+    }
     results = tmp_path / "results"
     records = run_study(Study.from_dict(tiny_study(settings=settings, seeds=[0])), results, workers=2, progress=False)
     by_id = {record["trial_id"]: record for record in records}
@@ -45,17 +50,22 @@ def test_failed_trials_are_recorded_the_sweep_goes_on_and_only_retry_or_a_change
     ok = _strict_json(results / "trials" / "ok-seed0.json")
     assert ok == by_id["ok-seed0"] and ok["error"] is None and ok["study"] == "tiny" and ok["setting"] == "ok"
     assert {"best_val_loss", "best_epoch", "best_step", "val_loss", "val_ppl"} <= set(ok["metrics"])
-    assert ok["metrics"]["best_val_loss"] == ok["metrics"]["val_loss"]          # the best checkpoint, validated again
+    assert ok["metrics"]["best_val_loss"] == ok["metrics"]["val_loss"]  # the best checkpoint, validated again
     assert {"init_loss", "ln_vocab", "init_loss_predicted", "embinit/tokens/std"} <= set(ok["monitors"])
     assert {"train_loss", "val_loss", "init_loss"} <= set(ok["curves"]) and len(ok["curves"]["val_loss"]) == 2
-    assert ok["init_report"]["tokens"]["source"].startswith("normal:1/sqrt(d)") and ok["init_report"]["tokens"]["seed"] == 0
+    assert (
+        ok["init_report"]["tokens"]["source"].startswith("normal:1/sqrt(d)")
+        and ok["init_report"]["tokens"]["seed"] == 0
+    )
     assert set(ok["versions"]) == {"lightning_embinit", "torch", "lightning", "python"} and ok["host"]["cpu_count"]
     assert (results / ok["log"]).read_text() and (results / ok["checkpoint"]).is_file() and ok["wall_time_s"] > 0
     weights = torch.load(results / ok["checkpoint"], map_location="cpu", weights_only=True)["state_dict"]
     unique = {tensor.untyped_storage().data_ptr(): tensor.numel() for tensor in weights.values()}  # tied table once
     assert ok["cost"]["parameters"] == ok["cost"]["trainable_parameters"] == sum(unique.values())
-    assert 0 < ok["cost"]["fit_s"] < ok["wall_time_s"] and ok["cost"]["seconds_per_step"] == pytest.approx(ok["cost"]["fit_s"] / 4, rel=0.01)
-    assert ok["cost"]["seconds_per_epoch"] is None and ok["cost"]["whole_epochs"] == 0   # 4 steps: no whole epoch
+    assert 0 < ok["cost"]["fit_s"] < ok["wall_time_s"] and ok["cost"]["seconds_per_step"] == pytest.approx(
+        ok["cost"]["fit_s"] / 4, rel=0.01
+    )
+    assert ok["cost"]["seconds_per_epoch"] is None and ok["cost"]["whole_epochs"] == 0  # 4 steps: no whole epoch
     assert by_id["nan-seed0"]["error"]["type"] == "TrialFailure"
     assert "non-finite metrics at the end of fit: train_loss = nan" in by_id["nan-seed0"]["error"]["message"]
     killed = by_id["killed-seed0"]["error"]
@@ -68,8 +78,9 @@ def test_failed_trials_are_recorded_the_sweep_goes_on_and_only_retry_or_a_change
     again = run_study(Study.from_dict(tiny_study(settings=settings, seeds=[0])), results, workers=2, progress=False)
     assert _files(results) == before and [r["status"] for r in again] == ["done", "failed", "failed"]
 
-    retried = run_study(Study.from_dict(tiny_study(settings=settings, seeds=[0])), results, workers=2,
-                        retry_failed=True, progress=False)
+    retried = run_study(
+        Study.from_dict(tiny_study(settings=settings, seeds=[0])), results, workers=2, retry_failed=True, progress=False
+    )
     after_retry = _files(results)
     assert after_retry["ok-seed0.json"] == before["ok-seed0.json"]
     assert [r["run_id"] != by_id[r["trial_id"]]["run_id"] for r in retried] == [False, True, True]
@@ -78,15 +89,28 @@ def test_failed_trials_are_recorded_the_sweep_goes_on_and_only_retry_or_a_change
     rerun = run_study(Study.from_dict(tiny_study(settings=changed, seeds=[0])), results, workers=2, progress=False)
     assert rerun[0]["status"] == "done" and rerun[0]["config_hash"] != ok["config_hash"]
     assert rerun[0]["config"]["model"]["init_args"]["optimizer"]["lr"] == 0.002
-    assert {k: v for k, v in _files(results).items() if k != "ok-seed0.json"} == \
-        {k: v for k, v in after_retry.items() if k != "ok-seed0.json"}        # failed ones not retried
+    assert {k: v for k, v in _files(results).items() if k != "ok-seed0.json"} == {
+        k: v for k, v in after_retry.items() if k != "ok-seed0.json"
+    }  # failed ones not retried
 
 
 def test_a_killed_sweep_resumes_skipping_its_finished_trials(tmp_path, capsys):
     study = write_study(tmp_path / "tiny.yaml", tiny_study())
     results = tmp_path / "results"
-    command = [sys.executable, "-m", "lightning_embinit", "sweep", str(study), "--results", str(results),
-               "--workers", "1", "--threads", "1", "--no-progress"]
+    command = [
+        sys.executable,
+        "-m",
+        "lightning_embinit",
+        "sweep",
+        str(study),
+        "--results",
+        str(results),
+        "--workers",
+        "1",
+        "--threads",
+        "1",
+        "--no-progress",
+    ]
     with open(tmp_path / "first.log", "wb") as log:
         sweep = subprocess.Popen(command, cwd=REPO, stdout=log, stderr=subprocess.STDOUT)
         deadline = time.monotonic() + 240
@@ -94,11 +118,11 @@ def test_a_killed_sweep_resumes_skipping_its_finished_trials(tmp_path, capsys):
             time.sleep(0.05)
         sweep.send_signal(signal.SIGKILL)
         sweep.wait()
-    time.sleep(2.5)                                     # a trial left running would end within a second
+    time.sleep(2.5)  # a trial left running would end within a second
     finished = _files(results)
     assert 1 <= len(finished) < 4, (tmp_path / "first.log").read_text()
     time.sleep(1.0)
-    assert _files(results) == finished                  # nothing outlived the sweep
+    assert _files(results) == finished  # nothing outlived the sweep
 
     assert cli.main(["sweep", str(study), "--results", str(results), "--workers", "2", "--no-progress"]) == 0
     assert f"{len(finished)} of 4 trials finished earlier, skipped" in capsys.readouterr().err
@@ -106,17 +130,38 @@ def test_a_killed_sweep_resumes_skipping_its_finished_trials(tmp_path, capsys):
     assert {name: resumed[name] for name in finished} == finished
     records = [_strict_json(results / "trials" / name) for name in resumed]
     assert len(records) == 4 and all(record["status"] == "done" for record in records)
-    assert sorted(record["trial_id"] for record in records) == ["normal-seed0", "normal-seed1", "small-seed0", "small-seed1"]
+    assert sorted(record["trial_id"] for record in records) == [
+        "normal-seed0",
+        "normal-seed1",
+        "small-seed0",
+        "small-seed1",
+    ]
 
 
 def test_the_kim_translation_smoke_study_runs_end_to_end(shared_data, monkeypatch, tmp_path):
     monkeypatch.setenv("EMBINIT_SHARED_DATA", str(shared_data))
     results = tmp_path / "kim"
-    assert cli.main(["sweep", str(KIM), "--variant", "smoke", "--results", str(results), "--workers", "2",
-                     "--no-progress"]) == 0
+    assert (
+        cli.main(
+            ["sweep", str(KIM), "--variant", "smoke", "--results", str(results), "--workers", "2", "--no-progress"]
+        )
+        == 0
+    )
     records = {path.stem: _strict_json(path) for path in (results / "trials").glob("*.json")}
-    settings = ["xavier", "glove_raw", "glove_xavier", "glove_shuffled", "xavier_matched_to_glove", "standin_t5_raw",
-                 "standin_t5_xavier", "xavier_d384", "minilm_raw", "minilm_xavier", "minilm_shuffled", "xavier_matched_to_minilm"]
+    settings = [
+        "xavier",
+        "glove_raw",
+        "glove_xavier",
+        "glove_shuffled",
+        "xavier_matched_to_glove",
+        "standin_t5_raw",
+        "standin_t5_xavier",
+        "xavier_d384",
+        "minilm_raw",
+        "minilm_xavier",
+        "minilm_shuffled",
+        "xavier_matched_to_minilm",
+    ]
     assert sorted(records) == sorted(f"{s}-seed{seed}" for s in settings for seed in (0, 1))
     for record in records.values():
         assert record["status"] == "done" and record["variant"] == "smoke"
@@ -126,7 +171,11 @@ def test_the_kim_translation_smoke_study_runs_end_to_end(shared_data, monkeypatc
     assert tgt["xavier"]["source"] == "xavier" and tgt["xavier"]["coverage"] is None
     assert "glove.6B.50d.multi30k_subset" in tgt["glove_raw"]["source"] and tgt["glove_raw"]["coverage"]["found"] > 0
     assert tgt["glove_xavier"]["transforms"] == ["standardize(xavier)"]
-    assert abs(tgt["glove_xavier"]["std"] / tgt["xavier"]["std"] - 1) < 0.1 < abs(tgt["glove_raw"]["std"] / tgt["xavier"]["std"] - 1)
+    assert (
+        abs(tgt["glove_xavier"]["std"] / tgt["xavier"]["std"] - 1)
+        < 0.1
+        < abs(tgt["glove_raw"]["std"] / tgt["xavier"]["std"] - 1)
+    )
     assert any("shuffle" in step for step in tgt["glove_shuffled"]["transforms"])
     assert any("match" in step for step in tgt["xavier_matched_to_glove"]["transforms"])
     assert records["xavier-seed0"]["config"]["data"]["init_args"]["data_dir"] == f"{shared_data}/multi30k"

@@ -90,7 +90,9 @@ def test_statistics_are_exact_with_a_large_mean():
 def test_match_follows_xavier_pretrained_formula():
     random = get_scheme("xavier").sample(2000, 300, generator=torch.Generator().manual_seed(0)).double()
     pretrained = pretrained_like(mean=0.2, std=23.0).double()
-    expected = (random - random.mean()) * pretrained.std(unbiased=False) / random.std(unbiased=False) + pretrained.mean()
+    expected = (random - random.mean()) * pretrained.std(unbiased=False) / random.std(
+        unbiased=False
+    ) + pretrained.mean()
     got = match(random, pretrained)
     assert torch.allclose(got, expected, rtol=1e-9, atol=1e-9)
 
@@ -140,7 +142,10 @@ def test_match_step_builds_a_reference_source_for_the_slot():
         (lambda: standardize(torch.randn(4, 4), "zeros"), "finite std > 0"),
         (lambda: standardize(torch.randn(4, 4), "nope"), "unknown scheme 'nope'"),
         (lambda: standardize(torch.randn(4, 4), {"a": 1}), "a standardization target is"),
-        (lambda: build_transform("rotate"), r"unknown transform 'rotate'; known transforms: match:<arg>, scale:<arg>, shuffle, standardize:<arg>"),
+        (
+            lambda: build_transform("rotate"),
+            r"unknown transform 'rotate'; known transforms: match:<arg>, scale:<arg>, shuffle, standardize:<arg>",
+        ),
         (lambda: build_transform("shuffle", 3), "takes no argument"),
     ],
 )

@@ -19,8 +19,9 @@ NEW_WORDS = ["cats", "catdog", "bird"]
 
 def lm(head: str = "tied", seed: int = 0, **options) -> TiedEmbeddingLM:
     torch.manual_seed(seed)
-    model = TiedEmbeddingLM(vocabulary=OLD, d_model=16, num_heads=2, num_layers=1, head=head, head_bias=head == "untied",
-                            **options)
+    model = TiedEmbeddingLM(
+        vocabulary=OLD, d_model=16, num_heads=2, num_layers=1, head=head, head_bias=head == "untied", **options
+    )
     with torch.no_grad():  # a "trained" model: rows and biases that are not the defaults
         model.model.token_embedding.weight.normal_(0.3, 1.5)
         model.model.token_embedding.weight[0] = 0
@@ -66,10 +67,16 @@ def test_old_rows_are_kept_bit_for_bit_and_the_model_follows(head):
         proj = model.model.head.proj
         assert torch.equal(proj.weight[moved], weight) and torch.equal(proj.bias[moved], bias)
         added = torch.tensor([new.index(t) for t in NEW_WORDS])
-        assert torch.allclose(proj.bias[added], bias[1:].double().mean().float().expand(3))  # mean without the pad entry
+        assert torch.allclose(
+            proj.bias[added], bias[1:].double().mean().float().expand(3)
+        )  # mean without the pad entry
         assert proj.out_features == len(new)
     assert model(torch.tensor([[4, 6, len(new) - 1]])).shape == (1, 3, len(new))
-    assert report["added_rows"] == 3 and report["kept_rows"] == len(OLD) and report["added_tokens"] == ["cats", "catdog", "bird"]
+    assert (
+        report["added_rows"] == 3
+        and report["kept_rows"] == len(OLD)
+        and report["added_tokens"] == ["cats", "catdog", "bird"]
+    )
 
 
 @pytest.mark.parametrize("seed", [0, 1, 2])
@@ -106,7 +113,7 @@ def test_rule_mean_is_the_old_rows_mean():
 
 def test_rule_pieces_is_the_mean_of_the_old_pieces_rows():
     index = {t: i for i, t in enumerate(PLAIN_TOKENS)}
-    split = lambda token: [index[token[k:k + 2]] for k in range(0, len(token), 2) if token[k:k + 2] in index]  # noqa: E731
+    split = lambda token: [index[token[k : k + 2]] for k in range(0, len(token), 2) if token[k : k + 2] in index]  # noqa: E731
     model, old, report = _plain_plan("pieces", old_tokenizer=split)
     np.testing.assert_allclose(model.embed.weight[6].detach().numpy(), (old[4] + old[5]) / 2, rtol=1e-6)  # ab + cd
     np.testing.assert_allclose(model.embed.weight[7].detach().numpy(), old.mean(axis=0), rtol=1e-6)  # zz: no piece → μ
@@ -121,8 +128,9 @@ def test_rule_pieces_with_a_package_wordpiece_tokenizer_splits_the_token_text():
     table = model.model.token_embedding.weight.detach().double()
     pieces = tokenizer.encode("skateboard")
     extend_vocabulary(model, tokenizer.tokens + ["▁skateboard"], rule="pieces", old_tokenizer=tokenizer)
-    np.testing.assert_allclose(model.model.token_embedding.weight[-1].detach().numpy(),
-                               table[pieces].mean(dim=0).numpy(), rtol=1e-6)
+    np.testing.assert_allclose(
+        model.model.token_embedding.weight[-1].detach().numpy(), table[pieces].mean(dim=0).numpy(), rtol=1e-6
+    )
 
 
 @pytest.mark.parametrize("seed", [0, 1, 2])
@@ -131,7 +139,9 @@ def test_rule_mean_cov_samples_the_old_mean_and_covariance(seed):
     model = nn.Module()
     model.embed = nn.Embedding(40, 3)
     with torch.no_grad():
-        model.embed.weight.copy_(torch.randn(40, 3, generator=generator) @ torch.tensor([[2.0, 0, 0], [1, 1, 0], [0, 0.5, 0.3]]) + 4)
+        model.embed.weight.copy_(
+            torch.randn(40, 3, generator=generator) @ torch.tensor([[2.0, 0, 0], [1, 1, 0], [0, 0.5, 0.3]]) + 4
+        )
     old = model.embed.weight.detach().double().numpy()
     mean, covariance = old.mean(axis=0), np.cov(old, rowvar=False, bias=True)
     new = [f"t{k}" for k in range(40)] + [f"n{k}" for k in range(20000)]
@@ -166,8 +176,10 @@ def test_a_pretrained_source_fills_the_tokens_it_has_and_the_old_mean_the_others
     assert report["outputs"]["out"]["rule"] == "mean"  # a source has no output rows: the head's new rows take the mean
 
 
-@pytest.mark.parametrize(("bias", "expected"), [("mean", lambda b: b.mean()), ("min", lambda b: b.min()),
-                                                ("zero", lambda b: 0.0), (-3.5, lambda b: -3.5)])
+@pytest.mark.parametrize(
+    ("bias", "expected"),
+    [("mean", lambda b: b.mean()), ("min", lambda b: b.min()), ("zero", lambda b: 0.0), (-3.5, lambda b: -3.5)],
+)
 def test_bias_rules(bias, expected):
     old_bias = Plain().out.bias.detach().double().numpy()
     model, _, report = _plain_plan("mean", bias=bias)
@@ -213,11 +225,21 @@ def test_a_word_level_translation_model_extends_its_tokenizer_and_reloads(tmp_pa
 
     texts = ["a man rides a horse", "a woman reads a book", "two dogs run"] * 3
     src, tgt = TextTokenizer.word(texts, min_freq=1), TextTokenizer.word(texts, min_freq=1)
-    model = TransformerSeq2Seq(src_tokenizer=src.to_config(), tgt_tokenizer=tgt.to_config(), d_model=16, num_heads=2,
-                               num_encoder_layers=1, num_decoder_layers=1, head="untied")
+    model = TransformerSeq2Seq(
+        src_tokenizer=src.to_config(),
+        tgt_tokenizer=tgt.to_config(),
+        d_model=16,
+        num_heads=2,
+        num_encoder_layers=1,
+        num_decoder_layers=1,
+        head="untied",
+    )
     new = list(tgt.tokens) + ["skateboard", "bike"]
     extend_vocabulary(model, new, slot="tgt", rule="mean")
-    assert model.tgt_tokenizer.tokens == new and model.tgt_tokenizer.encode("a skateboard") == [new.index("a"), len(new) - 2]
+    assert model.tgt_tokenizer.tokens == new and model.tgt_tokenizer.encode("a skateboard") == [
+        new.index("a"),
+        len(new) - 2,
+    ]
     trainer = Trainer(logger=False, enable_checkpointing=False, enable_progress_bar=False, enable_model_summary=False)
     trainer.strategy.connect(model)
     trainer.save_checkpoint(tmp_path / "extended.ckpt")
@@ -255,7 +277,9 @@ def _unchanged(model: nn.Module, call) -> str:
 
 def test_a_new_vocabulary_that_drops_old_tokens_is_refused_unless_allowed():
     model = lm("untied")
-    message = _unchanged(model, lambda: extend_vocabulary(model, [t for t in OLD if t not in ("cat", "mat")] + NEW_WORDS))
+    message = _unchanged(
+        model, lambda: extend_vocabulary(model, [t for t in OLD if t not in ("cat", "mat")] + NEW_WORDS)
+    )
     assert "drops 2 of the slot's 12 old tokens" in message and "'cat'" in message and "allow_dropping=True" in message
     table = model.model.token_embedding.weight.detach().clone()
     kept = [t for t in OLD if t not in ("cat", "mat")] + NEW_WORDS
@@ -274,9 +298,13 @@ def test_special_tokens_are_never_dropped_and_duplicates_are_refused():
 
 def test_a_rule_the_slot_cannot_serve_is_refused():
     model = lm()
-    assert "needs the old tokenizer" in _unchanged(model, lambda: extend_vocabulary(model, OLD + NEW_WORDS, rule="pieces"))
+    assert "needs the old tokenizer" in _unchanged(
+        model, lambda: extend_vocabulary(model, OLD + NEW_WORDS, rule="pieces")
+    )
     word_level = TextTokenizer.word(["the cat sat"], min_freq=1)
-    message = _unchanged(model, lambda: extend_vocabulary(model, OLD + NEW_WORDS, rule="pieces", old_tokenizer=word_level))
+    message = _unchanged(
+        model, lambda: extend_vocabulary(model, OLD + NEW_WORDS, rule="pieces", old_tokenizer=word_level)
+    )
     assert "splits none of the 3 new tokens" in message
     message = _unchanged(model, lambda: extend_vocabulary(model, OLD + NEW_WORDS, rule="nonsense"))
     assert "unknown extension rule 'nonsense'" in message and "mean_cov" in message and "xavier" in message
@@ -308,8 +336,12 @@ def test_a_host_slot_with_a_tied_linear_head_follows():
             self.head.weight = self.embed.weight
 
         def embedding_slots(self):
-            return {"tokens": EmbeddingSlot("tokens", self.embed, tokens=["<pad>", "x", "y", "z"], tied_modules=("head",))}
+            return {
+                "tokens": EmbeddingSlot("tokens", self.embed, tokens=["<pad>", "x", "y", "z"], tied_modules=("head",))
+            }
 
     host = Host()
     extend_vocabulary(host, ["<pad>", "x", "y", "z", "w"], rule="mean")
-    assert host.head.weight is host.embed.weight and host.head.out_features == 5 and host.head(torch.ones(3)).shape == (5,)
+    assert (
+        host.head.weight is host.embed.weight and host.head.out_features == 5 and host.head(torch.ones(3)).shape == (5,)
+    )

@@ -17,9 +17,17 @@ SIZES = {"d_model": 16, "num_heads": 2, "num_layers": 1, "head": "untied", "head
 
 
 def trainer(tmp_path, callbacks=(), max_steps=3, **options) -> Trainer:
-    settings = dict(accelerator="cpu", logger=False, enable_progress_bar=False, enable_model_summary=False,
-                    limit_val_batches=0, default_root_dir=tmp_path, enable_checkpointing=False, max_steps=max_steps,
-                    callbacks=list(callbacks))
+    settings = dict(
+        accelerator="cpu",
+        logger=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        limit_val_batches=0,
+        default_root_dir=tmp_path,
+        enable_checkpointing=False,
+        max_steps=max_steps,
+        callbacks=list(callbacks),
+    )
     return Trainer(**{**settings, **options})
 
 
@@ -29,8 +37,9 @@ def trained(tmp_path_factory):
     directory = tmp_path_factory.mktemp("extension")
     (directory / "old.txt").write_text(OLD_TEXT)
     (directory / "new.txt").write_text(NEW_TEXT)
-    old_data = LanguageModelDataModule(train_files=str(directory / "old.txt"), val_files=str(directory / "old.txt"),
-                                       seq_len=8, batch_size=4)
+    old_data = LanguageModelDataModule(
+        train_files=str(directory / "old.txt"), val_files=str(directory / "old.txt"), seq_len=8, batch_size=4
+    )
     torch.manual_seed(0)
     model = TiedEmbeddingLM(vocabulary=old_data.vocabulary, **SIZES)
     run = trainer(directory, max_steps=3)
@@ -40,16 +49,25 @@ def trained(tmp_path_factory):
 
 
 def new_data(directory) -> LanguageModelDataModule:
-    return LanguageModelDataModule(train_files=str(directory / "new.txt"), val_files=str(directory / "new.txt"),
-                                   seq_len=8, batch_size=4, base_vocabulary=str(directory / "old.ckpt"))
+    return LanguageModelDataModule(
+        train_files=str(directory / "new.txt"),
+        val_files=str(directory / "new.txt"),
+        seq_len=8,
+        batch_size=4,
+        base_vocabulary=str(directory / "old.ckpt"),
+    )
 
 
 def test_base_vocabulary_keeps_the_old_ids_and_a_given_vocabulary_wins(trained):
     directory, old = trained
     data = new_data(directory)
     assert data.vocabulary == old.vocabulary + ["a", "bird", "saw"]  # new words by frequency, then by string
-    given = LanguageModelDataModule(train_files=str(directory / "new.txt"), val_files=str(directory / "new.txt"),
-                                    vocabulary=old.vocabulary, base_vocabulary=str(directory / "old.ckpt"))
+    given = LanguageModelDataModule(
+        train_files=str(directory / "new.txt"),
+        val_files=str(directory / "new.txt"),
+        vocabulary=old.vocabulary,
+        base_vocabulary=str(directory / "old.ckpt"),
+    )
     assert given.vocabulary == old.vocabulary  # `embinit fit --ckpt_path` hands a resumed fine-tune its own
 
 
@@ -57,8 +75,9 @@ def test_a_fine_tune_from_a_checkpoint_trains_only_the_new_rows(trained, tmp_pat
     directory, old = trained
     data = new_data(directory)
     model = TiedEmbeddingLM(vocabulary=data.vocabulary, weight_decay=0.1, **SIZES)  # as `embinit fit` builds it
-    callback = VocabularyExtensionCallback(from_checkpoint=str(directory / "old.ckpt"), rule="mean", trainable="new_rows",
-                                           verbose=False)
+    callback = VocabularyExtensionCallback(
+        from_checkpoint=str(directory / "old.ckpt"), rule="mean", trainable="new_rows", verbose=False
+    )
     run = trainer(tmp_path, [callback], max_steps=4)
     run.fit(model, data)
     n, new = len(old.vocabulary), model.state_dict()
@@ -74,15 +93,21 @@ def test_a_fine_tune_from_a_checkpoint_trains_only_the_new_rows(trained, tmp_pat
     assert TiedEmbeddingLM.load_from_checkpoint(tmp_path / "fine.ckpt").model.head.proj.out_features == n + 3
 
 
-def test_a_resumed_fine_tune_keeps_its_tables_and_an_old_checkpoint_as_ckpt_path_is_refused(trained, tmp_path, monkeypatch):
+def test_a_resumed_fine_tune_keeps_its_tables_and_an_old_checkpoint_as_ckpt_path_is_refused(
+    trained, tmp_path, monkeypatch
+):
     directory, old = trained
     data = new_data(directory)
-    first = VocabularyExtensionCallback(from_checkpoint=str(directory / "old.ckpt"), trainable="new_rows", verbose=False)
+    first = VocabularyExtensionCallback(
+        from_checkpoint=str(directory / "old.ckpt"), trainable="new_rows", verbose=False
+    )
     run = trainer(tmp_path, [first], max_steps=2)
     model = TiedEmbeddingLM(vocabulary=data.vocabulary, weight_decay=0.1, **SIZES)
     run.fit(model, data)
     run.save_checkpoint(tmp_path / "fine.ckpt")
-    resumed = VocabularyExtensionCallback(from_checkpoint=str(directory / "old.ckpt"), trainable="new_rows", verbose=False)
+    resumed = VocabularyExtensionCallback(
+        from_checkpoint=str(directory / "old.ckpt"), trainable="new_rows", verbose=False
+    )
     again = TiedEmbeddingLM(vocabulary=data.vocabulary, weight_decay=0.1, **SIZES)
     trainer(tmp_path, [resumed], max_steps=4).fit(again, data, ckpt_path=tmp_path / "fine.ckpt")
     assert resumed.resumed and torch.equal(resumed.added["tokens"], first.added["tokens"])
@@ -92,10 +117,12 @@ def test_a_resumed_fine_tune_keeps_its_tables_and_an_old_checkpoint_as_ckpt_path
         patch.setattr("lightning.pytorch.trainer.call._call_callbacks_on_load_checkpoint", lambda *args: None)
         with pytest.raises(RuntimeError, match=r"to resume from .*fine\.ckpt.*restored no checkpoint"):
             trainer(tmp_path, [VocabularyExtensionCallback(verbose=False)], max_steps=4).fit(
-                TiedEmbeddingLM(vocabulary=data.vocabulary, **SIZES), data, ckpt_path=tmp_path / "fine.ckpt")
+                TiedEmbeddingLM(vocabulary=data.vocabulary, **SIZES), data, ckpt_path=tmp_path / "fine.ckpt"
+            )
     with pytest.raises(ValueError, match=r"resumes a run, with its own shapes.*from_checkpoint"):
         trainer(tmp_path, [VocabularyExtensionCallback(verbose=False)]).fit(
-            TiedEmbeddingLM(vocabulary=data.vocabulary, **SIZES), data, ckpt_path=directory / "old.ckpt")
+            TiedEmbeddingLM(vocabulary=data.vocabulary, **SIZES), data, ckpt_path=directory / "old.ckpt"
+        )
 
 
 def test_without_a_checkpoint_the_models_own_weights_are_extended_in_place(trained, tmp_path):
@@ -124,8 +151,9 @@ def test_a_translation_fine_tune_takes_the_old_vocabulary_from_the_checkpoints_t
     new_tgt = TextTokenizer.from_config({**old_tgt.to_config(), "tokens": ["skateboard", *old_tgt.tokens[::-1]]})
     model = TransformerSeq2Seq(src_tokenizer=src.to_config(), tgt_tokenizer=new_tgt.to_config(), **sizes)
     batch = {"src": torch.tensor([[4, 5, 3]]), "tgt": torch.tensor([[new_tgt.bos_id, 0, new_tgt.eos_id]])}
-    callback = VocabularyExtensionCallback(from_checkpoint=str(tmp_path / "old.ckpt"), rule="mean", trainable="new_rows",
-                                           verbose=False)
+    callback = VocabularyExtensionCallback(
+        from_checkpoint=str(tmp_path / "old.ckpt"), rule="mean", trainable="new_rows", verbose=False
+    )
     trainer(tmp_path, [callback], max_steps=1).fit(model, DataLoader([batch], batch_size=None))
     assert callback.reports["tgt"]["added_tokens"] == ["skateboard"] and callback.reports["src"]["added_rows"] == 0
     state = torch.load(tmp_path / "old.ckpt", weights_only=False)["state_dict"]
@@ -155,8 +183,12 @@ class WriteTables(Callback):
 
     def setup(self, trainer, pl_module, stage):
         weight = pl_module.decoder_embedding.weight.detach().double()
-        record = {"rows": weight.shape[0], "sum": float(weight.sum()), "abs": float(weight.abs().sum()),
-                  "new": weight[-2:].tolist()}
+        record = {
+            "rows": weight.shape[0],
+            "sum": float(weight.sum()),
+            "abs": float(weight.abs().sum()),
+            "new": weight[-2:].tolist(),
+        }
         (self.directory / f"rank{trainer.global_rank}.json").write_text(json.dumps(record))
 
 
@@ -167,10 +199,12 @@ def test_every_rank_holds_identical_extended_tables(tmp_path):
     saver = make_trainer(tmp_path, [])
     saver.strategy.connect(old)
     saver.save_checkpoint(tmp_path / "old.ckpt")
-    callback = VocabularyExtensionCallback(from_checkpoint=str(tmp_path / "old.ckpt"), old_tokens=VOCAB, rule="mean_cov:1",
-                                           seed=None, verbose=False)
+    callback = VocabularyExtensionCallback(
+        from_checkpoint=str(tmp_path / "old.ckpt"), old_tokens=VOCAB, rule="mean_cov:1", seed=None, verbose=False
+    )
     make_trainer(tmp_path, [callback, WriteTables(tmp_path)], devices=2, strategy="ddp_spawn").fit(
-        TwoSlotHost(vocab_size=len(VOCAB) + 2, lr=0.0), token_loader(batches=4))
+        TwoSlotHost(vocab_size=len(VOCAB) + 2, lr=0.0), token_loader(batches=4)
+    )
     rank0 = json.loads((tmp_path / "rank0.json").read_text())
     rank1 = json.loads((tmp_path / "rank1.json").read_text())
     assert rank0 == rank1 and rank0["rows"] == len(VOCAB) + 2  # seed=None: drawn on rank 0, its rows broadcast

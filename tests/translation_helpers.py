@@ -10,8 +10,14 @@ from lightning_embinit.data.translation import TranslationDataModule
 from tests.shared_data import require_shared_data
 
 TINY = {
-    "d_model": 32, "num_heads": 4, "num_encoder_layers": 2, "num_decoder_layers": 2, "ffn_dim": 64,
-    "dropout": 0.0, "max_len": 64, "max_decode_len": 24,
+    "d_model": 32,
+    "num_heads": 4,
+    "num_encoder_layers": 2,
+    "num_decoder_layers": 2,
+    "ffn_dim": 64,
+    "dropout": 0.0,
+    "max_len": 64,
+    "max_decode_len": 24,
 }
 TINY_REINFORCED = {**TINY, "d_model": 16, "qk_head_dim": 8, "v_head_dim": 8, "lr_schedule": "constant", "lr": 1e-3}
 
@@ -38,8 +44,15 @@ def tokenizer_configs(data: TranslationDataModule) -> dict:
 
 def trainer(tmp_path, **options) -> L.Trainer:
     options = {
-        "accelerator": "cpu", "devices": 1, "max_steps": 3, "logger": False, "enable_checkpointing": False,
-        "enable_progress_bar": False, "enable_model_summary": False, "default_root_dir": tmp_path,
-        "num_sanity_val_steps": 0, **options,
+        "accelerator": "cpu",
+        "devices": 1,
+        "max_steps": 3,
+        "logger": False,
+        "enable_checkpointing": False,
+        "enable_progress_bar": False,
+        "enable_model_summary": False,
+        "default_root_dir": tmp_path,
+        "num_sanity_val_steps": 0,
+        **options,
     }
     return L.Trainer(**options)

@@ -13,7 +13,7 @@ gives the estimate for every head. One slot, ``"tokens"``.
 from __future__ import annotations
 
 import math
-from typing import Callable
+from collections.abc import Callable
 
 import torch
 from torch import nn
@@ -40,14 +40,32 @@ class CausalLM(nn.Module):
         self.padding_idx = self.vocab.pad_id
         d = config.d_model
         self.input = EmbeddingInput(
-            nn.Embedding(self.vocab.size, d, padding_idx=self.padding_idx), scale=config.embedding_scale,
-            positional=config.positional, layout=config.positional_layout, max_len=config.max_len,
-            dropout=config.dropout, scale_option="embedding_scale",
+            nn.Embedding(self.vocab.size, d, padding_idx=self.padding_idx),
+            scale=config.embedding_scale,
+            positional=config.positional,
+            layout=config.positional_layout,
+            max_len=config.max_len,
+            dropout=config.dropout,
+            scale_option="embedding_scale",
         )
-        self.stack = TransformerStack(config.num_layers, d, config.num_heads, config.hidden_dim, causal=True,
-                                      pre_norm=True, bias=config.bias, **config.block_options())
-        self.head = OutputHead(config.head, d, self.vocab.size, bias=config.head_bias,
-                               activation=config.head_activation, shuffle_groups=config.shuffle_groups)
+        self.stack = TransformerStack(
+            config.num_layers,
+            d,
+            config.num_heads,
+            config.hidden_dim,
+            causal=True,
+            pre_norm=True,
+            bias=config.bias,
+            **config.block_options(),
+        )
+        self.head = OutputHead(
+            config.head,
+            d,
+            self.vocab.size,
+            bias=config.head_bias,
+            activation=config.head_activation,
+            shuffle_groups=config.shuffle_groups,
+        )
         self.reset_parameters()
 
     @property
@@ -64,8 +82,11 @@ class CausalLM(nn.Module):
 
     def embedding_slots(self) -> dict[str, EmbeddingSlot]:
         """One slot, ``"tokens"``: the input table, shared with the head unless ``head="untied"``."""
-        return {"tokens": self.input.slot("tokens", **self.vocab.slot_options(),
-                                          tied_modules=("head",) if self.head.is_tied else ())}
+        return {
+            "tokens": self.input.slot(
+                "tokens", **self.vocab.slot_options(), tied_modules=("head",) if self.head.is_tied else ()
+            )
+        }
 
     def forward(self, input_ids: torch.Tensor) -> torch.Tensor:
         """(B, L) token ids → (B, L, n) next-token logits."""
@@ -115,7 +136,8 @@ class CausalLM(nn.Module):
         return sum(losses) / len(losses)
 
     def _positional_power(self, length: int | None) -> list[float]:
-        """π_p² of the first ``length`` rows of P: their variance (LayerNorm) or mean square (RMSNorm); [0] without P."""
+        """π_p² of the first ``length`` rows of P: their variance (LayerNorm) or mean square (RMSNorm);
+        [0] without P."""
         if self.input.positional is None:
             return [0.0]
         rows = self.input.positional.encoding()[: self.config.max_len if length is None else length].double()

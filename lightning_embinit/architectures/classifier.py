@@ -14,7 +14,7 @@ otherwise the model prepends a learned vector at position 0 (the tokens then tak
 
 from __future__ import annotations
 
-from typing import Callable
+from collections.abc import Callable
 
 import torch
 import torch.nn.functional as F
@@ -38,14 +38,21 @@ class EncoderClassifier(nn.Module):
     """
 
     def __init__(
-        self, config: EncoderClassifierConfig, vocab: VocabularyLike, num_classes: int, *, first_token_id: int | None = None
+        self,
+        config: EncoderClassifierConfig,
+        vocab: VocabularyLike,
+        num_classes: int,
+        *,
+        first_token_id: int | None = None,
     ) -> None:
         super().__init__()
         if num_classes < 2:
             raise ValueError(f"num_classes must be ≥ 2, got {num_classes}")
         if config.cls_source == "tokenizer" and first_token_id is None:
-            raise ValueError("cls_source='tokenizer' needs first_token_id (the id every input starts with): "
-                             "use cls_source='learned' or 'auto'")
+            raise ValueError(
+                "cls_source='tokenizer' needs first_token_id (the id every input starts with): "
+                "use cls_source='learned' or 'auto'"
+            )
         self.config = config
         self.vocab = TokenVocabulary.of(vocab)
         self.pad_id = self.vocab.pad_id
@@ -53,12 +60,24 @@ class EncoderClassifier(nn.Module):
         self._first_token_checked = False
         d = config.d_model
         table = nn.Embedding(self.vocab.size, d, padding_idx=self.pad_id)
-        self.token_input = EmbeddingInput(table, scale=config.input_scale, positional=config.positional,
-                                          max_len=config.max_len, dropout=config.dropout, scale_option="input_scale")
+        self.token_input = EmbeddingInput(
+            table,
+            scale=config.input_scale,
+            positional=config.positional,
+            max_len=config.max_len,
+            dropout=config.dropout,
+            scale_option="input_scale",
+        )
         self.cls_vector = nn.Parameter(torch.empty(d)) if config.pooling == "cls" and self.cls_id is None else None
         self.segment_embedding = nn.Embedding(config.num_segments, d) if config.num_segments else None
-        self.encoder = TransformerStack(config.num_layers, d, config.num_heads, config.hidden_dim,
-                                        pre_norm=config.pre_norm, **config.block_options())
+        self.encoder = TransformerStack(
+            config.num_layers,
+            d,
+            config.num_heads,
+            config.hidden_dim,
+            pre_norm=config.pre_norm,
+            **config.block_options(),
+        )
         self.head_dropout = nn.Dropout(config.dropout)
         self.head = nn.Linear(d, num_classes)
         self.reset_parameters()
@@ -90,7 +109,9 @@ class EncoderClassifier(nn.Module):
         """(B, L) token ids (and segment ids) → (B, C) class logits."""
         return self.head(self.head_dropout(self.pool(*self.encode(input_ids, token_type_ids))))
 
-    def encode(self, input_ids: torch.Tensor, token_type_ids: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+    def encode(
+        self, input_ids: torch.Tensor, token_type_ids: torch.Tensor | None = None
+    ) -> tuple[torch.Tensor, torch.Tensor]:
         """(B, L) ids → the encoder's (B, L′, D) output and its (B, L′) padding mask (True at padding);
         L′ = L + 1 when a learned CLS vector is prepended."""
         padding = input_ids == self.pad_id if self.pad_id is not None else torch.zeros_like(input_ids, dtype=torch.bool)
@@ -106,7 +127,9 @@ class EncoderClassifier(nn.Module):
             padding = F.pad(padding, (1, 0), value=False)
             token_type_ids = None if token_type_ids is None else F.pad(token_type_ids, (1, 0), value=0)
         if self.segment_embedding is not None:
-            x = x + self._segments(torch.zeros_like(padding, dtype=torch.long) if token_type_ids is None else token_type_ids)
+            x = x + self._segments(
+                torch.zeros_like(padding, dtype=torch.long) if token_type_ids is None else token_type_ids
+            )
         return self.encoder(x, padding_mask=padding), padding
 
     def pool(self, hidden: torch.Tensor, padding: torch.Tensor) -> torch.Tensor:
@@ -132,8 +155,9 @@ class EncoderClassifier(nn.Module):
             if bool(wrong.any()):
                 token = self.vocab.tokens[self.cls_id] if self.vocab.tokens is not None else f"<id {self.cls_id}>"
                 raise ValueError(
-                    f"cls pooling reads the tokenizer's first token {token!r} (id {self.cls_id}), but {int(wrong.sum())} "
-                    f"of {input_ids.shape[0]} inputs start with another id (e.g. {int(input_ids[wrong][0, 0])}): build the "
+                    f"cls pooling reads the tokenizer's first token {token!r} (id {self.cls_id}), "
+                    f"but {int(wrong.sum())} of {input_ids.shape[0]} inputs start with another id "
+                    f"(e.g. {int(input_ids[wrong][0, 0])}): build the "
                     "inputs with ClassificationDataModule(add_cls=True) (its default), or the model with "
                     "cls_source='learned' (a CLS vector the model prepends)"
                 )

@@ -12,7 +12,13 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
-from lightning_embinit.checks import check_choice, check_non_negative_int, check_positive, check_positive_int, check_probability
+from lightning_embinit.checks import (
+    check_choice,
+    check_non_negative_int,
+    check_positive,
+    check_positive_int,
+    check_probability,
+)
 from lightning_embinit.init.schemes import get_scheme
 from lightning_embinit.modules.blocks import ACTIVATIONS, NORMS
 from lightning_embinit.modules.heads import HEAD_ACTIVATIONS, HEADS
@@ -84,8 +90,11 @@ class TransformerConfig:
             return
         width = self.width_factor * self.d_model
         if width % self.num_heads:
-            what = (f"d_model={self.d_model}" if self.width_factor == 1
-                    else f"the layer width {self.width_factor} · d_model = {width} (d_model={self.d_model})")
+            what = (
+                f"d_model={self.d_model}"
+                if self.width_factor == 1
+                else f"the layer width {self.width_factor} · d_model = {width} (d_model={self.d_model})"
+            )
             fix = f", or give {' and '.join(self.head_dims)}" if self.head_dims else ""
             raise ValueError(f"{what} is not divisible by num_heads={self.num_heads}: change d_model or num_heads{fix}")
 
@@ -96,8 +105,13 @@ class TransformerConfig:
 
     def block_options(self) -> dict[str, Any]:
         """The :class:`~lightning_embinit.modules.blocks.TransformerStack` options every architecture passes alike."""
-        return {"norm": self.norm, "activation": self.activation, "dropout": self.dropout,
-                "attention_dropout": self.attention_dropout, "activation_dropout": self.activation_dropout}
+        return {
+            "norm": self.norm,
+            "activation": self.activation,
+            "dropout": self.dropout,
+            "attention_dropout": self.attention_dropout,
+            "activation_dropout": self.activation_dropout,
+        }
 
 
 @dataclass(frozen=True)
@@ -184,7 +198,6 @@ class ReinforcedEncoderDecoderConfig(Seq2SeqConfig):
         check_choice("target_normalization", self.target_normalization, TARGET_NORMALIZATIONS)
         super().__post_init__()
         check_positive("tn_eps", self.tn_eps)
-
 
 
 POOLINGS = ("cls", "mean")

@@ -12,7 +12,7 @@ three methods decoding needs (``encode``, ``new_cache``, ``next_token_logits``;
 from __future__ import annotations
 
 import abc
-from typing import Callable
+from collections.abc import Callable
 
 import torch
 from torch import nn
@@ -52,7 +52,11 @@ class Seq2SeqArchitecture(nn.Module, abc.ABC):
     def _token_tables(self, dim: int) -> tuple[nn.Embedding, nn.Embedding]:
         """The source and target tables (one table when ``share_embeddings``), pad rows per each vocabulary."""
         src = nn.Embedding(self.src_vocab.size, dim, padding_idx=self.src_vocab.pad_id)
-        tgt = src if self.config.share_embeddings else nn.Embedding(self.tgt_vocab.size, dim, padding_idx=self.tgt_vocab.pad_id)
+        tgt = (
+            src
+            if self.config.share_embeddings
+            else nn.Embedding(self.tgt_vocab.size, dim, padding_idx=self.tgt_vocab.pad_id)
+        )
         return src, tgt
 
     def _reset_token_tables(self, *tables: nn.Embedding) -> None:
@@ -91,7 +95,8 @@ class Seq2SeqArchitecture(nn.Module, abc.ABC):
         return {} if self.head.is_tied else {self.target_slot(): ("head.proj",)}
 
     def output_states(self, src: torch.Tensor, tgt_in: torch.Tensor) -> torch.Tensor:
-        """(B, T, width): what meets the output matrix at each decoder position (the head's transform for tied heads)."""
+        """(B, T, width): what meets the output matrix at each decoder position
+        (the head's transform for tied heads)."""
         hidden = self.decode(tgt_in, self.encode(src))
         return hidden if self.head.kind == "untied" else self.head.transform(hidden)
 
@@ -115,8 +120,10 @@ class Seq2SeqArchitecture(nn.Module, abc.ABC):
     def check_batch(tgt_in: torch.Tensor, state: EncoderState) -> None:
         """Raise ValueError unless the decoder input has one row per source row."""
         if tgt_in.dim() != 2 or tgt_in.shape[0] != state.memory.shape[0]:
-            raise ValueError(f"the target batch {tuple(tgt_in.shape)} must be (B, T) with one row per source row; the "
-                             f"source batch has B = {state.memory.shape[0]} rows")
+            raise ValueError(
+                f"the target batch {tuple(tgt_in.shape)} must be (B, T) with one row per source row; the "
+                f"source batch has B = {state.memory.shape[0]} rows"
+            )
 
     def target_padding(self, tgt_in: torch.Tensor, cache: DecoderCache | None) -> torch.Tensor | None:
         """The decoder self-attention's key padding mask: True at pad. None with a cache: decoding never
@@ -134,14 +141,28 @@ class EncoderDecoder(Seq2SeqArchitecture):
     def __init__(self, config: EncoderDecoderConfig, src_vocab: VocabularyLike, tgt_vocab: VocabularyLike) -> None:
         super().__init__(config, src_vocab, tgt_vocab)
         src_table, tgt_table = self._token_tables(config.d_model)
-        inputs = {"scale": config.input_scale, "positional": config.positional, "max_len": config.max_len,
-                  "dropout": config.dropout, "scale_option": "input_scale"}
+        inputs = {
+            "scale": config.input_scale,
+            "positional": config.positional,
+            "max_len": config.max_len,
+            "dropout": config.dropout,
+            "scale_option": "input_scale",
+        }
         self.src_input = EmbeddingInput(src_table, **inputs)
         self.tgt_input = EmbeddingInput(tgt_table, **inputs)
         stack = {"pre_norm": config.pre_norm, **config.block_options()}
-        self.encoder = TransformerStack(config.num_encoder_layers, config.d_model, config.num_heads, config.hidden_dim, **stack)
-        self.decoder = TransformerStack(config.num_decoder_layers, config.d_model, config.num_heads, config.hidden_dim,
-                                        causal=True, cross_attention=True, **stack)
+        self.encoder = TransformerStack(
+            config.num_encoder_layers, config.d_model, config.num_heads, config.hidden_dim, **stack
+        )
+        self.decoder = TransformerStack(
+            config.num_decoder_layers,
+            config.d_model,
+            config.num_heads,
+            config.hidden_dim,
+            causal=True,
+            cross_attention=True,
+            **stack,
+        )
         self.head = OutputHead(config.head, config.d_model, self.tgt_vocab.size, bias=config.head_bias)
         self.reset_parameters()
 
@@ -169,8 +190,11 @@ class EncoderDecoder(Seq2SeqArchitecture):
         self.check_batch(tgt_in, state)
         offset = 0 if cache is None else cache.length
         return self.decoder(
-            self.tgt_input(tgt_in, offset), state.memory, padding_mask=self.target_padding(tgt_in, cache),
-            memory_padding_mask=state.padding_mask, cache=cache,
+            self.tgt_input(tgt_in, offset),
+            state.memory,
+            padding_mask=self.target_padding(tgt_in, cache),
+            memory_padding_mask=state.padding_mask,
+            cache=cache,
         )
 
     def head_logits(self, hidden: torch.Tensor) -> torch.Tensor:

@@ -3,7 +3,8 @@
 Three changes to the baseline (:class:`~lightning_embinit.architectures.EncoderDecoder`):
 
 1. Token normalization: TN(X_e) standardizes each feature column of a sequence's n×m token
-   embeddings over its non-pad positions: (x − mean) / √(var + ε) (:mod:`lightning_embinit.modules.token_normalization`).
+   embeddings over its non-pad positions: (x − mean) / √(var + ε)
+   (:mod:`lightning_embinit.modules.token_normalization`).
 2. Concatenation: the first block's input is [TN(X_e) ‖ P], width 2m.
 3. Values without concatenation: every attention takes queries and keys from its 2m-wide layer
    input, but values from the model input's normalized token embeddings — TN(X_e) of the source
@@ -43,7 +44,9 @@ class ReinforcedEncoderDecoder(Seq2SeqArchitecture):
     not added (no absorption of one signal by the other).
     """
 
-    def __init__(self, config: ReinforcedEncoderDecoderConfig, src_vocab: VocabularyLike, tgt_vocab: VocabularyLike) -> None:
+    def __init__(
+        self, config: ReinforcedEncoderDecoderConfig, src_vocab: VocabularyLike, tgt_vocab: VocabularyLike
+    ) -> None:
         super().__init__(config, src_vocab, tgt_vocab)
         d, width = config.d_model, 2 * config.d_model
         self.src_embedding, self.tgt_embedding = self._token_tables(d)
@@ -52,8 +55,15 @@ class ReinforcedEncoderDecoder(Seq2SeqArchitecture):
         stack = {"pre_norm": False, **config.block_options(), "value_dim": d}
         self.encoder = TransformerStack(config.num_encoder_layers, width, config.num_heads, config.hidden_dim, **stack)
         self.decoder = TransformerStack(
-            config.num_decoder_layers, width, config.num_heads, config.hidden_dim, causal=True, cross_attention=True,
-            memory_dim=width, memory_value_dim=d, **stack,
+            config.num_decoder_layers,
+            width,
+            config.num_heads,
+            config.hidden_dim,
+            causal=True,
+            cross_attention=True,
+            memory_dim=width,
+            memory_value_dim=d,
+            **stack,
         )
         self.head = OutputHead("untied", width, self.tgt_vocab.size, bias=True)
         self.reset_parameters()
@@ -92,7 +102,9 @@ class ReinforcedEncoderDecoder(Seq2SeqArchitecture):
         eps = self.config.tn_eps
         if self.config.target_normalization == "sequence":
             if cache is not None:
-                raise ValueError("target_normalization='sequence' cannot decode incrementally: each step renormalizes the prefix")
+                raise ValueError(
+                    "target_normalization='sequence' cannot decode incrementally: each step renormalizes the prefix"
+                )
             return token_normalize(embedded, padding, eps=eps)
         running = None
         if cache is not None and "tn_sum" in cache.state:
@@ -107,8 +119,13 @@ class ReinforcedEncoderDecoder(Seq2SeqArchitecture):
         offset = 0 if cache is None else cache.length
         values = self.normalize_target(tgt_in, cache)
         return self.decoder(
-            self._concatenate(values, offset), state.memory, padding_mask=self.target_padding(tgt_in, cache),
-            memory_padding_mask=state.padding_mask, values=values, memory_values=state.values, cache=cache,
+            self._concatenate(values, offset),
+            state.memory,
+            padding_mask=self.target_padding(tgt_in, cache),
+            memory_padding_mask=state.padding_mask,
+            values=values,
+            memory_values=state.values,
+            cache=cache,
         )
 
     def head_logits(self, hidden: torch.Tensor) -> torch.Tensor:

@@ -7,5 +7,11 @@ from lightning_embinit.callbacks.lexical_probe import LexicalProbe
 from lightning_embinit.callbacks.variance_monitor import EmbeddingVarianceMonitor
 from lightning_embinit.callbacks.vocabulary_extension import VocabularyExtensionCallback
 
-__all__ = ["EmbeddingInitCallback", "EmbeddingVarianceMonitor", "InitialLossMonitor", "LearningSpeedMonitor", "LexicalProbe"]
+__all__ = [
+    "EmbeddingInitCallback",
+    "EmbeddingVarianceMonitor",
+    "InitialLossMonitor",
+    "LearningSpeedMonitor",
+    "LexicalProbe",
+]
 __all__ += ["VocabularyExtensionCallback"]

@@ -23,7 +23,8 @@ from __future__ import annotations
 import os
 import secrets
 import weakref
-from typing import Any, Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
 
 import torch
 import torch.distributed as dist
@@ -39,8 +40,8 @@ from lightning_embinit.callbacks.lightning_internals import (
 )
 from lightning_embinit.callbacks.strategies import check_no_meta, check_strategy, tables_ready, wrapped_for_ddp
 from lightning_embinit.init.distributed import build_on_rank_zero, is_distributed
-from lightning_embinit.init.host import EmbeddingSlot, discover_slots, select_slots
 from lightning_embinit.init.freezing import apply_trainability, check_trainability, decays, pin_rows
+from lightning_embinit.init.host import EmbeddingSlot, discover_slots, select_slots
 from lightning_embinit.init.pipeline import BuiltSlot, build_slot, recipes_for_slots, slot_report, write_slot
 from lightning_embinit.init.recipe import InitRecipe, Trainable
 from lightning_embinit.init.report import format_report, report_hyperparameters, report_metrics
@@ -197,8 +198,9 @@ class EmbeddingInitCallback(Callback):
         if checkpoint is NOT_FOUND:
             if not self._restored:
                 rank_zero_warn(
-                    "EmbeddingInitCallback cannot tell whether this fit resumes from a checkpoint (no Trainer._run frame "
-                    "on the stack: setup called outside Trainer.fit, or a Lightning release that renamed it); it builds "
+                    "EmbeddingInitCallback cannot tell whether this fit resumes from a checkpoint "
+                    "(no Trainer._run frame on the stack: setup called outside Trainer.fit, "
+                    "or a Lightning release that renamed it); it builds "
                     "the embeddings now, and a checkpoint restored later replaces them and their report.",
                     category=LightningInternalsWarning,
                 )
@@ -213,26 +215,37 @@ class EmbeddingInitCallback(Callback):
         self._apply_trainability(slots, recipes, by_mask=deferred and wrapped_for_ddp(trainer))
 
     def _check_after_configure_model(self, pl_module: LightningModule) -> None:
-        """Tables built at setup: fail before training when configure_model added tables or sharded a partly frozen one."""
+        """Tables built at setup: fail before training when configure_model added tables or sharded a partly
+        frozen one."""
         for name, slot in self._slots.items():
             check_trainability(slot, self._recipes[name].trainable)
         if self.slot_recipes:
             return  # the tables were named
         try:
-            late = [name for name, slot in discover_slots(pl_module).items() if id(slot.embedding) not in self._built_at_setup]
+            late = [
+                name
+                for name, slot in discover_slots(pl_module).items()
+                if id(slot.embedding) not in self._built_at_setup
+            ]
         except ValueError:
             return
         if late:
             raise ValueError(
-                f"EmbeddingInitCallback built {', '.join(self._slots)} at setup, but configure_model created more embedding "
-                f"tables afterwards ({', '.join(late)}), which would train uninitialized: create every table in "
+                f"EmbeddingInitCallback built {', '.join(self._slots)} at setup, "
+                f"but configure_model created more embedding tables afterwards ({', '.join(late)}), "
+                "which would train uninitialized: create every table in "
                 "configure_model (all are then built at on_fit_start), or name the tables to build with slots=[...]"
             )
 
     def _check_restored(self) -> None:
         """After every restore (strategies such as FSDP restore after ``on_fit_start``), before the first step."""
-        check_resume_restored("EmbeddingInitCallback", "building the embeddings", self._awaiting_restore, self._restored,
-                              "the embeddings are not initialized")
+        check_resume_restored(
+            "EmbeddingInitCallback",
+            "building the embeddings",
+            self._awaiting_restore,
+            self._restored,
+            "the embeddings are not initialized",
+        )
         self._awaiting_restore = None
 
     def initialize(self, module: torch.nn.Module, datamodule: Any = None) -> dict[str, dict[str, Any]]:
@@ -288,8 +301,11 @@ class EmbeddingInitCallback(Callback):
 
     # -- steps -----------------------------------------------------------------------------
 
-    def _prepare(self, module: torch.nn.Module, datamodule: Any) -> tuple[dict[str, EmbeddingSlot], dict[str, InitRecipe]]:
-        """The slots with their token strings and recipes, every option checked against every table; no weight touched."""
+    def _prepare(
+        self, module: torch.nn.Module, datamodule: Any
+    ) -> tuple[dict[str, EmbeddingSlot], dict[str, InitRecipe]]:
+        """The slots with their token strings and recipes, every option checked against every table;
+        no weight touched."""
         slots = select_slots(module, self._names())
         recipes = {name: self.slot_recipes.get(name, self.recipe) for name in slots}
         self.token_origins = {}
@@ -325,8 +341,10 @@ class EmbeddingInitCallback(Callback):
         if trainer.world_size > 1 and is_distributed():
             device = trainer.strategy.root_device if dist.get_backend() == "nccl" else torch.device("cpu")
             built, summary = build_on_rank_zero(
-                slots, lambda: self._build_local(slots, recipes, datamodule),
-                broadcast_object=lambda value: trainer.strategy.broadcast(value, src=0), device=device,
+                slots,
+                lambda: self._build_local(slots, recipes, datamodule),
+                broadcast_object=lambda value: trainer.strategy.broadcast(value, src=0),
+                device=device,
             )
         else:
             built, summary = self._build_local(slots, recipes, datamodule)
@@ -339,7 +357,9 @@ class EmbeddingInitCallback(Callback):
         for name, slot in slots.items():
             write_slot(slot, built[name].matrix.weight)
             self._pretrained_rows[name] = built[name].matrix.pretrained_rows.clone()
-        self.reports = {name: slot_report(slot, built[name], recipes[name], seed=self.seed_used) for name, slot in slots.items()}
+        self.reports = {
+            name: slot_report(slot, built[name], recipes[name], seed=self.seed_used) for name, slot in slots.items()
+        }
         for name, origin in self.token_origins.items():
             self.reports[name]["tokens_from"] = origin
 
@@ -356,7 +376,8 @@ class EmbeddingInitCallback(Callback):
             if trainable == "pretrained_rows":
                 self._masks[name] = lambda name=name: masks.get(name)
             elif trainable is False and by_mask:
-                self._masks[name] = lambda rows=torch.ones(slot.num_embeddings, dtype=torch.bool): rows
+                frozen = torch.ones(slot.num_embeddings, dtype=torch.bool)
+                self._masks[name] = lambda rows=frozen: rows
                 rank_zero_info(
                     f"EmbeddingInitCallback: slot {name!r} came from configure_model and DDP already counts it as "
                     "trainable, so it is frozen by a gradient mask (zero gradient, values pinned) instead of "

@@ -11,7 +11,8 @@ from __future__ import annotations
 
 import inspect
 import math
-from typing import Any, Mapping, Sequence
+from collections.abc import Mapping, Sequence
+from typing import Any
 
 import lightning as L
 import torch
@@ -63,8 +64,9 @@ class InitialLossMonitor(Callback):
     the predictions) reach every logger exactly once, at the first step.
 
     n: ``vocab_size`` if given; else the slot named ``slot`` or the tied slot of the module's
-    :meth:`~lightning_embinit.init.host.EmbeddingHost.embedding_slots` (or its ``nn.Embedding`` tables); else the ``out_features`` of the
-    module's last ``nn.Linear`` (its output layer); else a single embedding table.
+    :meth:`~lightning_embinit.init.host.EmbeddingHost.embedding_slots` (or its ``nn.Embedding`` tables);
+    else the ``out_features`` of the module's last ``nn.Linear`` (its output layer); else a single
+    embedding table.
 
     Predictions, from the weights at the first batch: ``init_loss_predicted`` (``predicted``)
     is SPEC §3's ln(e^{dσ} + n − 1) for a tied slot, σ the table's std over its non-padding
@@ -142,7 +144,9 @@ class InitialLossMonitor(Callback):
         tied = self._tied
         # every rank runs this at the first batch, so gathering a sharded table (a collective) matches
         self._tied_sigma = None if tied is None else token_std(whole_table(tied.weight), tied.padding_idx)
-        self.predicted = None if tied is None else tied_initial_loss(tied.num_embeddings, tied.embedding_dim, self._tied_sigma)
+        self.predicted = (
+            None if tied is None else tied_initial_loss(tied.num_embeddings, tied.embedding_dim, self._tied_sigma)
+        )
         predict = getattr(pl_module, "initial_loss_prediction", None)
         if not callable(predict):
             self.predicted_model = None
@@ -164,7 +168,9 @@ class InitialLossMonitor(Callback):
         self._resolve(pl_module)
         self._predict = self.init_loss is None
 
-    def on_train_batch_start(self, trainer: L.Trainer, pl_module: L.LightningModule, batch: Any, batch_idx: int) -> None:
+    def on_train_batch_start(
+        self, trainer: L.Trainer, pl_module: L.LightningModule, batch: Any, batch_idx: int
+    ) -> None:
         self._step_at_start = trainer.global_step
         if self._predict:  # the first batch: the weights are still the initial ones
             self._predict = False
@@ -206,7 +212,11 @@ class InitialLossMonitor(Callback):
     def _log_initial(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         """The one-off values: to every logger once, at the first step (whatever ``log_every_n_steps``), and to
         ``trainer.callback_metrics`` (``logger=False``: ``self.log`` would write them again at every logging step)."""
-        values = {"init_loss": self.init_loss, "ln_vocab": self.ln_vocab, "init_loss_ratio": self.init_loss / self.ln_vocab}
+        values = {
+            "init_loss": self.init_loss,
+            "ln_vocab": self.ln_vocab,
+            "init_loss_ratio": self.init_loss / self.ln_vocab,
+        }
         if self.predicted is not None:
             values["init_loss_predicted"] = self.predicted
         if self.predicted_model is not None:

@@ -84,11 +84,15 @@ class LearningSpeedMonitor(Callback):
         return self.tracker.crossed_at_step
 
     # ------------------------------------------------------------------ counting
-    def _sum_over_ranks(self, trainer: L.Trainer, pl_module: L.LightningModule, value: float | None) -> tuple[int, float | None]:
+    def _sum_over_ranks(
+        self, trainer: L.Trainer, pl_module: L.LightningModule, value: float | None
+    ) -> tuple[int, float | None]:
         """(examples since the last sync, summed over ranks; rank zero's metric value). Every rank must call this."""
         present = value is not None and trainer.is_global_zero
         local = [float(self._pending), value if present else 0.0, 1.0 if present else 0.0]
-        totals = trainer.strategy.reduce(torch.tensor(local, dtype=torch.float64, device=pl_module.device), reduce_op="sum")
+        totals = trainer.strategy.reduce(
+            torch.tensor(local, dtype=torch.float64, device=pl_module.device), reduce_op="sum"
+        )
         self._pending = 0
         examples, total, count = (float(v) for v in totals.tolist())
         return int(round(examples)), (total if count > 0 else None)
@@ -107,7 +111,10 @@ class LearningSpeedMonitor(Callback):
         step = trainer.global_step
         self._last_step = step
         crossed = self.tracker.update(value, self.examples_seen, step)
-        scalars = {f"{self.prefix}/{self.monitor}_smoothed": self.tracker.last_smoothed, f"{self.prefix}/examples_seen": self.examples_seen}
+        scalars = {
+            f"{self.prefix}/{self.monitor}_smoothed": self.tracker.last_smoothed,
+            f"{self.prefix}/examples_seen": self.examples_seen,
+        }
         if crossed:
             scalars[f"{self.prefix}/{self.monitor}/examples_to_threshold"] = self.examples_seen
             scalars[f"{self.prefix}/{self.monitor}/steps_to_threshold"] = step

@@ -8,7 +8,8 @@ positional encoding, logs the numbers and a table, and a 2-D PCA scatter of chos
 
 from __future__ import annotations
 
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 import lightning as L
 import torch
@@ -17,20 +18,48 @@ from lightning.pytorch.utilities import rank_zero_info
 
 from lightning_embinit.callbacks.loggers import figure_loggers, log_figure, log_scalars
 from lightning_embinit.callbacks.strategies import tables_ready
-from lightning_embinit.text_files import check_encoding
 from lightning_embinit.diagnostics.figures import pca_scatter
-from lightning_embinit.diagnostics.lexical import DEFAULT_CHAINS, check_chains, format_probe, lexical_probe, vocabulary_coverage
+from lightning_embinit.diagnostics.lexical import (
+    DEFAULT_CHAINS,
+    check_chains,
+    format_probe,
+    lexical_probe,
+    vocabulary_coverage,
+)
 from lightning_embinit.diagnostics.lexical_files import check_probe_inputs, probe_words
 from lightning_embinit.diagnostics.variance import positional_matrix, token_rows
 from lightning_embinit.init.host import EmbeddingSlot, select_slots
 from lightning_embinit.init.sharding import whole_slot
 from lightning_embinit.init.tokens import resolve_slot_tokens
 from lightning_embinit.init.transforms import StatisticsTarget
+from lightning_embinit.text_files import check_encoding
 
 #: The words of the PCA scatter when ``words=`` is not given (those in the vocabulary are drawn).
 DEFAULT_WORDS = (
-    "man", "woman", "king", "queen", "boy", "girl", "father", "mother", "france", "paris", "germany", "berlin",
-    "italy", "rome", "dog", "cat", "horse", "red", "blue", "green", "walk", "walking", "run", "running",
+    "man",
+    "woman",
+    "king",
+    "queen",
+    "boy",
+    "girl",
+    "father",
+    "mother",
+    "france",
+    "paris",
+    "germany",
+    "berlin",
+    "italy",
+    "rome",
+    "dog",
+    "cat",
+    "horse",
+    "red",
+    "blue",
+    "green",
+    "walk",
+    "walking",
+    "run",
+    "running",
 )
 
 
@@ -169,9 +198,17 @@ class LexicalProbe(Callback):
         rows = [row for row in range(len(slot.tokens)) if row != slot.padding_idx]  # rows past the tokens have no word
         matrix = slot.weight.detach()[torch.tensor(rows, device=slot.weight.device)]
         return lexical_probe(
-            matrix, [slot.tokens[row] for row in rows], analogies=self.analogies, similarity=self.similarity, chains=self.chains,
-            input_scale=float(slot.input_scale), positional=positional_matrix(slot), standardize_to=self.standardize_to,
-            seed=self.seed, max_analogies=self.max_analogies, encoding=self.encoding,
+            matrix,
+            [slot.tokens[row] for row in rows],
+            analogies=self.analogies,
+            similarity=self.similarity,
+            chains=self.chains,
+            input_scale=float(slot.input_scale),
+            positional=positional_matrix(slot),
+            standardize_to=self.standardize_to,
+            seed=self.seed,
+            max_analogies=self.max_analogies,
+            encoding=self.encoding,
         )
 
     def _record(self, trainer: L.Trainer, pl_module: L.LightningModule, when: str) -> None:
@@ -198,7 +235,9 @@ class LexicalProbe(Callback):
         if self.verbose:
             rank_zero_info(f"LexicalProbe, slot {slot.name!r}, train {when} (step {step}):\n{table}")
         for logger in figure_loggers(trainer):
-            logger.experiment.add_text(f"{self.prefix}/{slot.name}/{when}", "    " + table.replace("\n", "\n    "), step)
+            logger.experiment.add_text(
+                f"{self.prefix}/{slot.name}/{when}", "    " + table.replace("\n", "\n    "), step
+            )
         if self.figures and figure_loggers(trainer):
             self._log_scatter(trainer, slot, when, step)
 
@@ -214,7 +253,9 @@ class LexicalProbe(Callback):
         if positional is not None:
             generator = torch.Generator().manual_seed(self.seed)
             positions = torch.randint(0, positional.shape[0], (len(words),), generator=generator)
-            panels["s·x + P (first-layer input)"] = vectors * float(slot.input_scale) + positional.to("cpu", torch.float32)[positions]
+            panels["s·x + P (first-layer input)"] = (
+                vectors * float(slot.input_scale) + positional.to("cpu", torch.float32)[positions]
+            )
         figure = pca_scatter(panels, words, title=f"slot {slot.name!r}, train {when} (step {step})")
         log_figure(trainer, f"{self.prefix}/{slot.name}/pca_{when}", figure, step)
 

@@ -11,7 +11,7 @@ their references) and, under a DDP wrapper, frozen by a gradient mask rather tha
 
 from __future__ import annotations
 
-from typing import Sequence
+from collections.abc import Sequence
 
 from lightning.pytorch import LightningModule, Trainer
 from lightning.pytorch.strategies import DeepSpeedStrategy, FSDPStrategy, Strategy
@@ -71,9 +71,13 @@ def check_strategy(strategy: Strategy, *, deferred: bool = False) -> None:
             f"in configure_model (FSDP2: each table a DTensor, written shard by shard), or DDP. Supported: {SUPPORTED}."
         )
     if isinstance(strategy, DeepSpeedStrategy) and (deferred or strategy.zero_stage_3):
-        why = "ZeRO stage 3 partitions every table" if strategy.zero_stage_3 else (
-            "the tables were created in configure_model, and DeepSpeed copies them into its fp32 master weights "
-            "before any callback hook runs, so a later write would be undone by the first step"
+        why = (
+            "ZeRO stage 3 partitions every table"
+            if strategy.zero_stage_3
+            else (
+                "the tables were created in configure_model, and DeepSpeed copies them into its fp32 master weights "
+                "before any callback hook runs, so a later write would be undone by the first step"
+            )
         )
         raise ValueError(
             f"EmbeddingInitCallback does not support DeepSpeedStrategy here: {why}. Use ModelParallelStrategy "
@@ -86,4 +90,3 @@ def wrapped_for_ddp(trainer: Trainer) -> bool:
     """Whether the strategy wrapped the model in ``DistributedDataParallel`` (whose reducer already counts every
     trainable parameter, so a table frozen later must keep ``requires_grad``)."""
     return isinstance(getattr(trainer.strategy, "model", None), DistributedDataParallel)
-

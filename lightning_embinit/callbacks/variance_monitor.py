@@ -9,7 +9,8 @@ when one signal drowns the other, and logs a histogram figure where the logger t
 
 from __future__ import annotations
 
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 import lightning as L
 import torch
@@ -101,26 +102,34 @@ class EmbeddingVarianceMonitor(Callback):
 
     def setup(self, trainer: L.Trainer, pl_module: L.LightningModule, stage: str) -> None:
         if stage == "fit":
-            tables_ready(pl_module, self.slot_names)  # unknown slot names fail now, or at train start for configure_model's
+            tables_ready(
+                pl_module, self.slot_names
+            )  # unknown slot names fail now, or at train start for configure_model's
             # a new fit starts a new record; Lightning restores a resumed run's after setup (load_state_dict)
             self.start, self.latest, self.latest_step, self._warned = None, None, None, False
 
     # ------------------------------------------------------------------ measurement
     @torch.no_grad()
     def measure(self, pl_module: torch.nn.Module) -> dict[str, dict[str, Any]]:
-        """The numbers for every selected slot of ``pl_module`` now (every rank must call it when a table is sharded)."""
+        """The numbers for every selected slot of ``pl_module`` now (every rank must call it when a table
+        is sharded)."""
         return {name: self._measure_slot(slot) for name, slot in self._whole_slots(pl_module).items()}
 
     def _whole_slots(self, pl_module: torch.nn.Module) -> dict[str, EmbeddingSlot]:
-        """The selected slots, a sharded table gathered whole (a collective: every rank calls this at the same point)."""
+        """The selected slots, a sharded table gathered whole (a collective: every rank calls this at the
+        same point)."""
         return {name: whole_slot(slot) for name, slot in select_slots(pl_module, self.slot_names).items()}
 
     def _measure_slot(self, slot: EmbeddingSlot) -> dict[str, Any]:
         positional = positional_matrix(slot)
         values = slot_statistics(slot, positional)
         measured = slot_absorption(
-            slot, sample_rows=self.sample_rows, neighbours=self.neighbours, seed=self.seed,
-            max_position=self.max_position, positional=positional,
+            slot,
+            sample_rows=self.sample_rows,
+            neighbours=self.neighbours,
+            seed=self.seed,
+            max_position=self.max_position,
+            positional=positional,
         )
         values.update(
             semantic_retention=None if measured is None else measured.semantic_retention,
@@ -128,8 +137,9 @@ class EmbeddingVarianceMonitor(Callback):
             neighbour_survival=None if measured is None else measured.neighbour_survival,
         )
         if self.warn and not self._warned and measured is not None:
-            found = drowning(measured, positional_threshold=self.positional_threshold,
-                             semantic_threshold=self.semantic_threshold)
+            found = drowning(
+                measured, positional_threshold=self.positional_threshold, semantic_threshold=self.semantic_threshold
+            )
             if found is not None:
                 self._warned = True
                 rank_zero_warn(
@@ -148,11 +158,16 @@ class EmbeddingVarianceMonitor(Callback):
         self.latest, self.latest_step = measured, step
         if when == "start" and self.start is None:
             self.start = measured
-        log_scalars(trainer, {
-            f"{self.prefix}/{slot}/{key}": float(value)
-            for slot, values in measured.items() for key, value in values.items()
-            if isinstance(value, (int, float)) and not isinstance(value, bool)
-        }, step)
+        log_scalars(
+            trainer,
+            {
+                f"{self.prefix}/{slot}/{key}": float(value)
+                for slot, values in measured.items()
+                for key, value in values.items()
+                if isinstance(value, (int, float)) and not isinstance(value, bool)
+            },
+            step,
+        )
         if self.figures and when in ("start", "end") and figure_loggers(trainer):
             for name, slot in slots.items():
                 self._log_histogram(trainer, slot, f"{self.prefix}/{name}/histogram_{when}", step)

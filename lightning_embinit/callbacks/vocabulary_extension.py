@@ -26,8 +26,9 @@ from __future__ import annotations
 import os
 import secrets
 import weakref
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Mapping, Sequence
+from typing import Any
 
 import torch
 from lightning.pytorch import LightningModule, Trainer
@@ -43,7 +44,14 @@ from lightning_embinit.callbacks.lightning_internals import (
 from lightning_embinit.checks import check_choice
 from lightning_embinit.init.distributed import run_on_rank_zero
 from lightning_embinit.init.extension import (
-    TRAINABLE_EXTENSION, ExtensionPlan, apply_plan, finish_report, freeze_old_rows, pin_old_rows, plan_extension, token_list,
+    TRAINABLE_EXTENSION,
+    ExtensionPlan,
+    apply_plan,
+    finish_report,
+    freeze_old_rows,
+    pin_old_rows,
+    plan_extension,
+    token_list,
 )
 from lightning_embinit.init.extension_report import extension_metrics, format_extension_report
 from lightning_embinit.init.extension_rules import new_bias_value, resolve_rule, splitter_of
@@ -86,11 +94,24 @@ class VocabularyExtensionCallback(Callback):
         verbose: print the report on global rank 0.
     """
 
-    def __init__(self, from_checkpoint: str | None = None, rule: str = "mean_cov", head_rule: str | None = None,
-                 bias: str | float = "mean", standardize: bool | str | float | None = None,
-                 slots: Sequence[str] | None = None, tokens: Any = None, old_tokens: Any = None, old_tokenizer: Any = None,
-                 trainable: bool | str = True, allow_dropping: bool = False, source_options: Mapping[str, Any] | None = None,
-                 seed: int | None = 0, probe: bool = True, verbose: bool = True) -> None:
+    def __init__(
+        self,
+        from_checkpoint: str | None = None,
+        rule: str = "mean_cov",
+        head_rule: str | None = None,
+        bias: str | float = "mean",
+        standardize: bool | str | float | None = None,
+        slots: Sequence[str] | None = None,
+        tokens: Any = None,
+        old_tokens: Any = None,
+        old_tokenizer: Any = None,
+        trainable: bool | str = True,
+        allow_dropping: bool = False,
+        source_options: Mapping[str, Any] | None = None,
+        seed: int | None = 0,
+        probe: bool = True,
+        verbose: bool = True,
+    ) -> None:
         check_choice("trainable=", trainable, TRAINABLE_EXTENSION)
         resolve_rule(rule, **dict(source_options or {}))
         if head_rule is not None:
@@ -99,8 +120,15 @@ class VocabularyExtensionCallback(Callback):
         if from_checkpoint is not None and not os.path.isfile(os.path.expanduser(os.fspath(from_checkpoint))):
             raise ValueError(f"from_checkpoint={os.fspath(from_checkpoint)!r}: no such file")
         self.from_checkpoint = None if from_checkpoint is None else os.path.expanduser(os.fspath(from_checkpoint))
-        self.options = {"rule": rule, "head_rule": head_rule, "bias": bias, "standardize": standardize,
-                        "source_options": dict(source_options or {}), "allow_dropping": allow_dropping, "seed": seed}
+        self.options = {
+            "rule": rule,
+            "head_rule": head_rule,
+            "bias": bias,
+            "standardize": standardize,
+            "source_options": dict(source_options or {}),
+            "allow_dropping": allow_dropping,
+            "seed": seed,
+        }
         self.slots, self.tokens, self.old_tokens, self.old_tokenizer = slots, tokens, old_tokens, old_tokenizer
         self.trainable, self.probe, self.verbose = trainable, probe, verbose
         self.reports: dict[str, dict[str, Any]] = {}
@@ -125,8 +153,11 @@ class VocabularyExtensionCallback(Callback):
         self._seen.add(pl_module)
         resume = running_fit_checkpoint(trainer)
         if resume is NOT_FOUND:
-            rank_zero_warn("VocabularyExtensionCallback cannot tell whether this fit resumes (no Trainer._run frame on the "
-                           "stack); it extends the vocabulary now.", category=LightningInternalsWarning)
+            rank_zero_warn(
+                "VocabularyExtensionCallback cannot tell whether this fit resumes (no Trainer._run frame on the "
+                "stack); it extends the vocabulary now.",
+                category=LightningInternalsWarning,
+            )
             resume = None
         self.resumed = resume is not None
         self._restored, self._awaiting_restore = False, None
@@ -138,9 +169,13 @@ class VocabularyExtensionCallback(Callback):
         if self.trainable == "new_rows":
             masks = self.added
             if not masks or not any(bool(mask.any()) for mask in masks.values()):
-                raise ValueError("trainable='new_rows' trains only the new rows, but the new vocabulary adds none: "
-                                 "nothing would train (use trainable=True)")
-            self._frozen = freeze_old_rows(pl_module, {name: (lambda name=name: _frozen_rows(masks, name)) for name in masks})
+                raise ValueError(
+                    "trainable='new_rows' trains only the new rows, but the new vocabulary adds none: "
+                    "nothing would train (use trainable=True)"
+                )
+            self._frozen = freeze_old_rows(
+                pl_module, {name: (lambda name=name: _frozen_rows(masks, name)) for name in masks}
+            )
 
     def on_load_checkpoint(self, trainer: Trainer, pl_module: LightningModule, checkpoint: dict[str, Any]) -> None:
         """Lightning restores the checkpoint this fit resumes (after ``setup``): its tables stand."""
@@ -149,8 +184,13 @@ class VocabularyExtensionCallback(Callback):
     def on_train_start(self, trainer: Trainer, pl_module: LightningModule) -> None:
         """Confirm a promised resume happened; pin the old rows for optimizers whose weight decay would move them
         despite the gradient mask."""
-        check_resume_restored("VocabularyExtensionCallback", "the extension", self._awaiting_restore, self._restored,
-                              "the tables hold the model's constructor weights")
+        check_resume_restored(
+            "VocabularyExtensionCallback",
+            "the extension",
+            self._awaiting_restore,
+            self._restored,
+            "the tables hold the model's constructor weights",
+        )
         self._awaiting_restore = None
         for name, tensors in self._frozen.items():
             for optimizer in trainer.optimizers:
@@ -184,7 +224,8 @@ class VocabularyExtensionCallback(Callback):
                     f"loops after setup, strictly): its slot {name!r} has {saved.shape[0]} rows, this model "
                     f"{slot.num_embeddings}. "
                     "To fine-tune a trained model with new tokens, drop --ckpt_path and pass "
-                    "VocabularyExtensionCallback(from_checkpoint=<the trained model's checkpoint>)")
+                    "VocabularyExtensionCallback(from_checkpoint=<the trained model's checkpoint>)"
+                )
         own = checkpoint.get("callbacks", {}).get(self.state_key)
         if own is not None:
             self.load_state_dict(own)
@@ -226,40 +267,69 @@ class VocabularyExtensionCallback(Callback):
             old_tokens, old_tokenizer = _old_vocabulary(name, slot, self.old_tokens, recorded, checkpoint is not None)
             into_state = checkpoint is not None and slot.num_embeddings != len(old_tokens)
             if into_state and slot.num_embeddings != len(new_tokens):
-                raise ValueError(f"slot {name!r}: the model's table has {slot.num_embeddings} rows, the checkpoint's "
-                                 f"vocabulary {len(old_tokens)} tokens and the new one {len(new_tokens)}: build the model "
-                                 "over the old or the new vocabulary")
+                raise ValueError(
+                    f"slot {name!r}: the model's table has {slot.num_embeddings} rows, the checkpoint's "
+                    f"vocabulary {len(old_tokens)} tokens and the new one {len(new_tokens)}: build the model "
+                    "over the old or the new vocabulary"
+                )
             old_padding = slot.padding_idx
             if into_state and slot.padding_idx is not None:
                 old_padding = _index(old_tokens, new_tokens[slot.padding_idx], name, "padding token")
             given_splitter = _tokenizer_object(self.old_tokenizer)
-            jobs[name] = _Job(slot, old_tokens, new_tokens, tokenizer or _datamodule_tokenizer(datamodule, name, new_tokens),
-                              old_tokenizer if given_splitter is None else given_splitter,
-                              output_layers(pl_module, slot), into_state, old_padding)
+            jobs[name] = _Job(
+                slot,
+                old_tokens,
+                new_tokens,
+                tokenizer or _datamodule_tokenizer(datamodule, name, new_tokens),
+                old_tokenizer if given_splitter is None else given_splitter,
+                output_layers(pl_module, slot),
+                into_state,
+                old_padding,
+            )
         return jobs
 
-    def _plans_everywhere(self, trainer: Trainer, pl_module: LightningModule, jobs: Mapping[str, _Job],
-                          state: Mapping[str, torch.Tensor] | None) -> dict[str, ExtensionPlan]:
+    def _plans_everywhere(
+        self,
+        trainer: Trainer,
+        pl_module: LightningModule,
+        jobs: Mapping[str, _Job],
+        state: Mapping[str, torch.Tensor] | None,
+    ) -> dict[str, ExtensionPlan]:
         """Plans built on global rank 0 and broadcast; a failure there is raised on every rank."""
-        return run_on_rank_zero(lambda: {name: self._plan(pl_module, job, state) for name, job in jobs.items()},
-                                what="vocabulary extension",
-                                broadcast_object=lambda value: trainer.strategy.broadcast(value, src=0))
+        return run_on_rank_zero(
+            lambda: {name: self._plan(pl_module, job, state) for name, job in jobs.items()},
+            what="vocabulary extension",
+            broadcast_object=lambda value: trainer.strategy.broadcast(value, src=0),
+        )
 
     def _plan(self, pl_module: LightningModule, job: _Job, state: Mapping[str, torch.Tensor] | None) -> ExtensionPlan:
         old = read_tables(pl_module, job.slot, job.outputs) if state is None else _state_tables(state, pl_module, job)
         options = dict(self.options)
         if options["seed"] is None:
             options["seed"] = secrets.randbelow(2**31)
-        plan = plan_extension(old, slot=job.slot.name, old_tokens=job.old_tokens, new_tokens=job.new_tokens,
-                              padding_idx=job.old_padding, special_tokens=dict(job.slot.special_tokens),
-                              split=splitter_of(job.old_tokenizer, job.old_tokens), **options)
+        plan = plan_extension(
+            old,
+            slot=job.slot.name,
+            old_tokens=job.old_tokens,
+            new_tokens=job.new_tokens,
+            padding_idx=job.old_padding,
+            special_tokens=dict(job.slot.special_tokens),
+            split=splitter_of(job.old_tokenizer, job.old_tokens),
+            **options,
+        )
         plan.report["seed"] = options["seed"]
         return plan
 
-    def _report(self, trainer: Trainer, pl_module: LightningModule, datamodule: Any, plan: ExtensionPlan) -> dict[str, Any]:
+    def _report(
+        self, trainer: Trainer, pl_module: LightningModule, datamodule: Any, plan: ExtensionPlan
+    ) -> dict[str, Any]:
         probe = None
-        if self.probe and trainer.global_rank == 0 and callable(getattr(pl_module, "output_states", None)) \
-                and callable(getattr(datamodule, "train_dataloader", None)):
+        if (
+            self.probe
+            and trainer.global_rank == 0
+            and callable(getattr(pl_module, "output_states", None))
+            and callable(getattr(datamodule, "train_dataloader", None))
+        ):
             batch = next(iter(datamodule.train_dataloader()))
             probe = lambda module: module.output_states(batch)  # noqa: E731
         was_training = pl_module.training
@@ -307,7 +377,9 @@ def _datamodule_tokenizer(datamodule: Any, slot: str, tokens: Sequence[str]) -> 
     return None
 
 
-def _recorded_vocabularies(pl_module: LightningModule, checkpoint: Mapping[str, Any] | None) -> dict[str, tuple[Any, Any]]:
+def _recorded_vocabularies(
+    pl_module: LightningModule, checkpoint: Mapping[str, Any] | None
+) -> dict[str, tuple[Any, Any]]:
     """Slot → (old tokens, old tokenizer) that a checkpoint records: the ``embinit`` key, then the system's hparams."""
     if checkpoint is None:
         return {}
@@ -321,16 +393,19 @@ def _recorded_vocabularies(pl_module: LightningModule, checkpoint: Mapping[str, 
     return found
 
 
-def _old_vocabulary(name: str, slot: EmbeddingSlot, given: Any, recorded: Mapping[str, tuple[Any, Any]],
-                    from_checkpoint: bool) -> tuple[list[str], Any]:
+def _old_vocabulary(
+    name: str, slot: EmbeddingSlot, given: Any, recorded: Mapping[str, tuple[Any, Any]], from_checkpoint: bool
+) -> tuple[list[str], Any]:
     spec = given.get(name) if isinstance(given, Mapping) else given
     if spec is not None:
         return token_list(spec)[0], None
     if from_checkpoint:
         tokens, tokenizer = recorded.get(name, (None, None))
         if tokens is None:
-            raise ValueError(f"slot {name!r}: the checkpoint records no token strings for it (no `embinit` record and no "
-                             "vocabulary hyperparameter): pass old_tokens=")
+            raise ValueError(
+                f"slot {name!r}: the checkpoint records no token strings for it (no `embinit` record and no "
+                "vocabulary hyperparameter): pass old_tokens="
+            )
         return list(tokens), tokenizer
     if slot.tokens is None:
         raise ValueError(f"slot {name!r} names no tokens: pass old_tokens= (its token strings by id)")
@@ -357,14 +432,20 @@ def _new_vocabulary(name: str, slot: EmbeddingSlot, given: Any, datamodule: Any)
 def _state_tables(state: Mapping[str, torch.Tensor], pl_module: LightningModule, job: _Job) -> SlotTables:
     key = next((k for k in parameter_names(pl_module, job.slot.weight) if k in state), None)
     if key is None:
-        raise ValueError(f"slot {job.slot.name!r}: the checkpoint has no tensor for its table "
-                         f"({parameter_names(pl_module, job.slot.weight)})")
-    return SlotTables(state[key], {path: state[f"{path}.weight"] for path in job.outputs},
-                      {path: state.get(f"{path}.bias") for path in job.outputs})
+        raise ValueError(
+            f"slot {job.slot.name!r}: the checkpoint has no tensor for its table "
+            f"({parameter_names(pl_module, job.slot.weight)})"
+        )
+    return SlotTables(
+        state[key],
+        {path: state[f"{path}.weight"] for path in job.outputs},
+        {path: state.get(f"{path}.bias") for path in job.outputs},
+    )
 
 
 def _extend_state(state: dict[str, torch.Tensor], pl_module: LightningModule, job: _Job, plan: ExtensionPlan) -> None:
-    """The checkpoint's tensors of ``job``'s slot replaced by the extended ones (under every name the model gives them)."""
+    """The checkpoint's tensors of ``job``'s slot replaced by the extended ones (under every name the model
+    gives them)."""
     tables = plan.assemble(_state_tables(state, pl_module, job))
     for key in parameter_names(pl_module, job.slot.weight):
         state[key] = tables.embedding
@@ -378,5 +459,7 @@ def _load_state(pl_module: LightningModule, state: Mapping[str, torch.Tensor], p
     try:
         pl_module.load_state_dict(state, strict=True)
     except RuntimeError as error:
-        raise ValueError(f"from_checkpoint {path} does not fit {type(pl_module).__name__} beyond its vocabulary (other "
-                         f"sizes?): {' '.join(str(error).split())[:400]}") from None
+        raise ValueError(
+            f"from_checkpoint {path} does not fit {type(pl_module).__name__} beyond its vocabulary (other "
+            f"sizes?): {' '.join(str(error).split())[:400]}"
+        ) from None

@@ -7,6 +7,17 @@ from lightning_embinit.data.tokenization import TextTokenizer, build_tokenizer
 from lightning_embinit.data.translation import TRANSLATION_DATASETS, TranslationDataModule
 from lightning_embinit.data.vocabulary import SPECIAL_TOKENS, Vocabulary, WordTokenizer
 
-__all__ = ["SPECIAL_TOKENS", "LanguageModelDataModule", "RawSplits", "Vocabulary", "WordTokenizer", "lee_corpus_paths",
-           "CLASSIFICATION_DATASETS", "ClassificationDataModule", "TRANSLATION_DATASETS", "TextTokenizer",
-           "TranslationDataModule", "build_tokenizer"]
+__all__ = [
+    "SPECIAL_TOKENS",
+    "LanguageModelDataModule",
+    "RawSplits",
+    "Vocabulary",
+    "WordTokenizer",
+    "lee_corpus_paths",
+    "CLASSIFICATION_DATASETS",
+    "ClassificationDataModule",
+    "TRANSLATION_DATASETS",
+    "TextTokenizer",
+    "TranslationDataModule",
+    "build_tokenizer",
+]

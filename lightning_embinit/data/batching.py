@@ -64,7 +64,7 @@ class EpochSampler(Sampler[int]):
 def near_equal_chunks(order: np.ndarray, count: int) -> list[np.ndarray]:
     """``order`` cut into ``count`` consecutive chunks whose sizes differ by at most one."""
     bounds = (np.arange(count + 1) * len(order)) // count
-    return [order[bounds[k]: bounds[k + 1]] for k in range(count)]
+    return [order[bounds[k] : bounds[k + 1]] for k in range(count)]
 
 
 class BucketBatchSampler(BatchSampler):
@@ -92,7 +92,9 @@ class BucketBatchSampler(BatchSampler):
         if lengths is None:
             lengths = getattr(dataset, "lengths", None)
             if lengths is None:
-                raise TypeError("BucketBatchSampler needs lengths= (or a sampler over a dataset with a `lengths` attribute)")
+                raise TypeError(
+                    "BucketBatchSampler needs lengths= (or a sampler over a dataset with a `lengths` attribute)"
+                )
         shuffle = options.get("shuffle", True) if shuffle is None else shuffle
         seed = options.get("seed", 0) if seed is None else seed
         pool_batches = options.get("pool_batches", 50) if pool_batches is None else pool_batches
@@ -103,7 +105,9 @@ class BucketBatchSampler(BatchSampler):
         if pool_batches < 1:
             raise ValueError(f"pool_batches must be ≥ 1, got {pool_batches}")
         if (num_replicas is None) != (rank is None) or (num_replicas is not None and not 0 <= rank < num_replicas):
-            raise ValueError(f"give num_replicas and rank together with 0 ≤ rank < num_replicas; got {num_replicas}, {rank}")
+            raise ValueError(
+                f"give num_replicas and rank together with 0 ≤ rank < num_replicas; got {num_replicas}, {rank}"
+            )
         self.shuffle, self.seed, self.pool_batches = shuffle, seed, pool_batches
         self.num_replicas, self.rank = num_replicas, rank
 
@@ -153,9 +157,12 @@ class BucketBatchSampler(BatchSampler):
             pool = self.batch_size * self.pool_batches
             pools = np.split(order, range(pool, size, pool))
             # pools sorted longest-first and shortest-first in turn, so a batch that spans two pools joins like lengths
-            order = np.concatenate([
-                chunk[np.argsort(self.lengths[chunk] * (1 if k % 2 else -1), kind="stable")] for k, chunk in enumerate(pools)
-            ])
+            order = np.concatenate(
+                [
+                    chunk[np.argsort(self.lengths[chunk] * (1 if k % 2 else -1), kind="stable")]
+                    for k, chunk in enumerate(pools)
+                ]
+            )
         else:
             generator = None
             order = np.argsort(-self.lengths, kind="stable")

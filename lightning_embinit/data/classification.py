@@ -49,12 +49,27 @@ class ClassificationTask:
 
 
 CLASSIFICATION_DATASETS: dict[str, ClassificationTask] = {
-    "sst2": ClassificationTask("nyu-mll/glue", "sst2", ("sentence", None, "label"), ("sentence", None, "label"),
-                               ("negative", "positive"), ("train", "train.tsv"), {"validation": ("validation", "dev.tsv")}),
-    "mnli": ClassificationTask("nyu-mll/glue", "mnli", ("premise", "hypothesis", "label"),
-                               ("sentence1", "sentence2", "gold_label"), ("entailment", "neutral", "contradiction"),
-                               ("train", "train.tsv"), {"matched": ("validation_matched", "dev_matched.tsv"),
-                                                        "mismatched": ("validation_mismatched", "dev_mismatched.tsv")}),
+    "sst2": ClassificationTask(
+        "nyu-mll/glue",
+        "sst2",
+        ("sentence", None, "label"),
+        ("sentence", None, "label"),
+        ("negative", "positive"),
+        ("train", "train.tsv"),
+        {"validation": ("validation", "dev.tsv")},
+    ),
+    "mnli": ClassificationTask(
+        "nyu-mll/glue",
+        "mnli",
+        ("premise", "hypothesis", "label"),
+        ("sentence1", "sentence2", "gold_label"),
+        ("entailment", "neutral", "contradiction"),
+        ("train", "train.tsv"),
+        {
+            "matched": ("validation_matched", "dev_matched.tsv"),
+            "mismatched": ("validation_mismatched", "dev_mismatched.tsv"),
+        },
+    ),
 }
 """``dataset=`` names: GLUE SST-2 (binary sentiment) and MNLI (entailment; two validation sets). The GLUE
 test splits carry no labels and are not read."""
@@ -114,8 +129,10 @@ def label_ids(values: Sequence[Any], names: Sequence[str], where: str) -> np.nda
             unknown.add(str(value).strip())
     if unknown:
         index = " or its index" if by_index else ""
-        raise ValueError(f"{where}: unknown label values {sorted(unknown)[:10]}; known labels: {list(names)} "
-                         f"(a label is one of these names{index})")
+        raise ValueError(
+            f"{where}: unknown label values {sorted(unknown)[:10]}; known labels: {list(names)} "
+            f"(a label is one of these names{index})"
+        )
     return ids
 
 
@@ -123,8 +140,10 @@ def check_labels_present(values: Sequence[Any], table: Table, rows: Sequence[int
     """Raise ValueError naming the first lines (rows) of ``rows`` whose label is missing (:func:`label_key`)."""
     missing = [row for row, value in zip(rows, values) if label_key(value) is None]
     if missing:
-        raise ValueError(f"{where}: {len(missing)} of {len(rows)} rows have no label (empty, NaN, null or absent), "
-                         f"{table.where(missing[:10])}; fill them in or remove those rows")
+        raise ValueError(
+            f"{where}: {len(missing)} of {len(rows)} rows have no label (empty, NaN, null or absent), "
+            f"{table.where(missing[:10])}; fill them in or remove those rows"
+        )
 
 
 def display(key: str) -> str:
@@ -146,14 +165,33 @@ def longest_first(len_a: np.ndarray, len_b: np.ndarray, budget: int) -> tuple[np
 class LabelledDataset(Dataset):
     """Assembled model inputs of one split (template parts filled with the kept ids of a and b)."""
 
-    def __init__(self, a: Ragged, b: Ragged | None, labels: np.ndarray, texts: Sequence[str],
-                 pairs: Sequence[str] | None, template: list[tuple[str | int, int]], max_length: int, rows: np.ndarray) -> None:
-        self.a, self.b, self.labels, self.texts, self.pairs, self.template, self.rows = a, b, labels, texts, pairs, template, rows
+    def __init__(
+        self,
+        a: Ragged,
+        b: Ragged | None,
+        labels: np.ndarray,
+        texts: Sequence[str],
+        pairs: Sequence[str] | None,
+        template: list[tuple[str | int, int]],
+        max_length: int,
+        rows: np.ndarray,
+    ) -> None:
+        self.a, self.b, self.labels, self.texts, self.pairs, self.template, self.rows = (
+            a,
+            b,
+            labels,
+            texts,
+            pairs,
+            template,
+            rows,
+        )
         specials = sum(isinstance(part, int) for part, _ in template)
         budget = max_length - specials
         len_a = a.lengths[rows]
         len_b = b.lengths[rows] if b is not None else np.zeros_like(len_a)
-        self.keep_a, self.keep_b = longest_first(len_a, len_b, budget) if b is not None else (np.minimum(len_a, budget), len_b)
+        self.keep_a, self.keep_b = (
+            longest_first(len_a, len_b, budget) if b is not None else (np.minimum(len_a, budget), len_b)
+        )
         self.lengths = self.keep_a + self.keep_b + specials
 
     def __len__(self) -> int:
@@ -161,14 +199,22 @@ class LabelledDataset(Dataset):
 
     def __getitem__(self, i: int) -> dict[str, Any]:
         row = int(self.rows[i])
-        pieces = {"a": self.a[row][: self.keep_a[i]], "b": self.b[row][: self.keep_b[i]] if self.b is not None else None}
+        pieces = {
+            "a": self.a[row][: self.keep_a[i]],
+            "b": self.b[row][: self.keep_b[i]] if self.b is not None else None,
+        }
         ids, types = [], []
         for part, type_id in self.template:
             chunk = pieces[part] if isinstance(part, str) else np.array([part])
             ids.append(chunk)
             types.append(np.full(len(chunk), type_id))
-        example = {"input_ids": np.concatenate(ids), "token_type_ids": np.concatenate(types),
-                   "label": int(self.labels[row]), "index": row, "text": self.texts[row]}
+        example = {
+            "input_ids": np.concatenate(ids),
+            "token_type_ids": np.concatenate(types),
+            "label": int(self.labels[row]),
+            "index": row,
+            "text": self.texts[row],
+        }
         if self.pairs is not None:
             example["text_pair"] = self.pairs[row]
         return example
@@ -182,10 +228,12 @@ class ClassificationCollator:
     pair: bool
 
     def __call__(self, examples: list[dict[str, Any]]) -> dict[str, Any]:
-        batch = {"input_ids": pad_sequences([e["input_ids"] for e in examples], self.pad_id),
-                 "labels": torch.tensor([e["label"] for e in examples], dtype=torch.long),
-                 "index": torch.tensor([e["index"] for e in examples], dtype=torch.long),
-                 "text": [e["text"] for e in examples]}
+        batch = {
+            "input_ids": pad_sequences([e["input_ids"] for e in examples], self.pad_id),
+            "labels": torch.tensor([e["label"] for e in examples], dtype=torch.long),
+            "index": torch.tensor([e["index"] for e in examples], dtype=torch.long),
+            "text": [e["text"] for e in examples],
+        }
         if self.pair:
             batch["token_type_ids"] = pad_sequences([e["token_type_ids"] for e in examples], 0)
             batch["text_pair"] = [e["text_pair"] for e in examples]
@@ -198,9 +246,9 @@ class ClassificationDataModule(TokenizedTextDataModule):
     ``tokenizer``: ``"word"`` (``min_freq`` — default 2 —, ``max_size``, ``word_tokenizer``),
     ``"wordpiece"`` (``vocab_size``), ``"hf:<hub id, directory or known model>"`` or a directory
     (``restrict_vocabulary=True``: only the tokens the training text uses ≥ ``min_freq`` times,
-    default 1), or a config dict / saved ``.json``; word level and WordPiece get ``cls`` and ``sep`` tokens. ``label_names``:
-    given, the dataset's, or inferred from the training labels (integers 0…k, else the sorted
-    strings); a label outside them is an error. Validation sets: one, or several by name
+    default 1), or a config dict / saved ``.json``; word level and WordPiece get ``cls`` and ``sep``
+    tokens. ``label_names``: given, the dataset's, or inferred from the training labels (integers
+    0…k, else the sorted strings); a label outside them is an error. Validation sets: one, or several by name
     (``val_files`` as a dict; MNLI's ``matched`` and ``mismatched``), each its own dataloader in
     :attr:`val_dataloader_names` order. ``batch_size`` 32; the other ``settings`` (lengths, bucketing,
     caching) are :class:`~lightning_embinit.data.text_module.TokenizedTextDataModule`'s.
@@ -232,14 +280,21 @@ class ClassificationDataModule(TokenizedTextDataModule):
             if dataset not in CLASSIFICATION_DATASETS:
                 raise ValueError(f"unknown dataset {dataset!r}; datasets: {', '.join(CLASSIFICATION_DATASETS)}")
             if files_given:
-                raise ValueError("give dataset (with data_dir for GLUE-format local files) or train_file/val_files/"
-                                 "test_file, not both")
+                raise ValueError(
+                    "give dataset (with data_dir for GLUE-format local files) or train_file/val_files/"
+                    "test_file, not both"
+                )
         elif data_dir is not None:
-            raise ValueError(f"data_dir reads a GLUE task's files; name it with dataset= (one of: "
-                             f"{', '.join(CLASSIFICATION_DATASETS)}), or give train_file/val_files")
+            raise ValueError(
+                f"data_dir reads a GLUE task's files; name it with dataset= (one of: "
+                f"{', '.join(CLASSIFICATION_DATASETS)}), or give train_file/val_files"
+            )
         elif not files_given:
-            raise ValueError("no text: give dataset (one of: " + ", ".join(CLASSIFICATION_DATASETS)
-                             + ") or train_file/val_files/test_file")
+            raise ValueError(
+                "no text: give dataset (one of: "
+                + ", ".join(CLASSIFICATION_DATASETS)
+                + ") or train_file/val_files/test_file"
+            )
         if label_names is not None and (len(label_names) < 2 or len(set(label_names)) != len(label_names)):
             raise ValueError(f"label_names must be ≥ 2 distinct names, got {label_names}")
         self._specs = {"tokens": tokenizer}
@@ -261,19 +316,29 @@ class ClassificationDataModule(TokenizedTextDataModule):
             task = CLASSIFICATION_DATASETS[hp.dataset]
             named = {"train": task.train, **{f"val:{name}": where for name, where in task.validation.items()}}
             if hp.data_dir is not None:
-                return {key: (path, read_table(path, display(key), "tsv", hp.encoding))
-                        for key, (_, file) in named.items()
-                        for path in [find_file(hp.data_dir, file, f"{hp.dataset} {display(key)}")]}
+                return {
+                    key: (path, read_table(path, display(key), "tsv", hp.encoding))
+                    for key, (_, file) in named.items()
+                    for path in [find_file(hp.data_dir, file, f"{hp.dataset} {display(key)}")]
+                }
             loaded = self._hub()
             if missing := [split for split, _ in named.values() if split not in loaded]:
                 raise ValueError(f"dataset {hp.dataset!r} has no split {missing}; splits: {list(loaded)}")
-            return {key: (f"{task.hub_id}/{task.config} {split}", Table(loaded[split].to_dict()))
-                    for key, (split, _) in named.items()}
+            return {
+                key: (f"{task.hub_id}/{task.config} {split}", Table(loaded[split].to_dict()))
+                for key, (split, _) in named.items()
+            }
         val = hp.val_files
-        named_files = {"train": hp.train_file, "test": hp.test_file,
-                       **({"val:validation": val} if isinstance(val, str) else {f"val:{k}": v for k, v in (val or {}).items()})}
-        return {key: (str(path), read_table(str(path), display(key), hp.file_format, hp.encoding))
-                for key, path in named_files.items() if path is not None}
+        named_files = {
+            "train": hp.train_file,
+            "test": hp.test_file,
+            **({"val:validation": val} if isinstance(val, str) else {f"val:{k}": v for k, v in (val or {}).items()}),
+        }
+        return {
+            key: (str(path), read_table(str(path), display(key), hp.file_format, hp.encoding))
+            for key, path in named_files.items()
+            if path is not None
+        }
 
     def _columns(self) -> tuple[str, str | None, str]:
         hp = self.hparams
@@ -294,17 +359,24 @@ class ClassificationDataModule(TokenizedTextDataModule):
             pairs = [str(t or "").strip() for t in table.columns[pair_col]] if pair_col else None
             kept = [k for k in range(len(texts)) if texts[k] and (pairs is None or pairs[k])]
             if not kept:
-                raise ValueError(f"{where}: no row has text in column {text_col!r}" + (f" and {pair_col!r}" if pair_col else ""))
+                raise ValueError(
+                    f"{where}: no row has text in column {text_col!r}" + (f" and {pair_col!r}" if pair_col else "")
+                )
             labels = [table.columns[label_col][k] for k in kept]
             check_labels_present(labels, table, kept, f"{where}, column {label_col!r}")
             rows[key] = (texts, pairs, kept, labels)
-        names = list(hp.label_names or (CLASSIFICATION_DATASETS[hp.dataset].label_names if hp.dataset else [])
-                     or infer_label_names(next(iter(rows.values()))[3]))
+        names = list(
+            hp.label_names
+            or (CLASSIFICATION_DATASETS[hp.dataset].label_names if hp.dataset else [])
+            or infer_label_names(next(iter(rows.values()))[3])
+        )
         splits: dict[str, LabelledTexts] = {}
         for key, (texts, pairs, kept, labels) in rows.items():
             count = len(kept[: hp.max_examples])
             ids = label_ids(labels[:count], names, f"{display(key)} ({tables[key][0]}), column {label_col!r}")
-            splits[key] = LabelledTexts([texts[k] for k in kept[:count]], [pairs[k] for k in kept[:count]] if pairs else None, ids)
+            splits[key] = LabelledTexts(
+                [texts[k] for k in kept[:count]], [pairs[k] for k in kept[:count]] if pairs else None, ids
+            )
         blank = {key: len(texts) - len(kept) for key, (texts, _, kept, _) in rows.items()}
         return RawSplits(splits, blank, tuple(names))
 

@@ -10,8 +10,9 @@ similarity study, ≈4k words, Latin-1) validates.
 from __future__ import annotations
 
 import os
+from collections.abc import Iterable, Sequence
 from pathlib import Path
-from typing import Any, Iterable, Sequence
+from typing import Any
 
 import lightning as L
 import torch
@@ -65,8 +66,9 @@ def base_vocabulary_of(spec: Sequence[str] | str | os.PathLike[str]) -> Vocabula
     return given_vocabulary(spec)
 
 
-def extended_vocabulary(base: Vocabulary, sentences: Iterable[Sequence[str]], *, min_freq: int,
-                        max_size: int | None) -> Vocabulary:
+def extended_vocabulary(
+    base: Vocabulary, sentences: Iterable[Sequence[str]], *, min_freq: int, max_size: int | None
+) -> Vocabulary:
     """``base`` with its ids kept, then the words of ``sentences`` seen ≥ ``min_freq`` times that it lacks, most
     frequent first, up to ``max_size`` tokens in all."""
     try:
@@ -91,7 +93,9 @@ def pack(ids: Sequence[int], seq_len: int) -> torch.Tensor:
     """
     stream = torch.tensor(ids, dtype=torch.long)
     count = (len(stream) - 1) // seq_len
-    return stream[: count * seq_len + 1].unfold(0, seq_len + 1, seq_len) if count > 0 else stream.new_empty(0, seq_len + 1)
+    return (
+        stream[: count * seq_len + 1].unfold(0, seq_len + 1, seq_len) if count > 0 else stream.new_empty(0, seq_len + 1)
+    )
 
 
 class LanguageModelDataModule(L.LightningDataModule):
@@ -165,7 +169,9 @@ class LanguageModelDataModule(L.LightningDataModule):
         self.tokenize = WordTokenizer(tokenizer, lowercase=lowercase)  # validates the tokenizer name
         self._given_vocab = None if vocabulary is None else given_vocabulary(vocabulary)
         # a given vocabulary wins: `embinit fit --ckpt_path` resuming a fine-tune passes its checkpoint's (extended) one
-        self._base_vocab = None if base_vocabulary is None or vocabulary is not None else base_vocabulary_of(base_vocabulary)
+        self._base_vocab = (
+            None if base_vocabulary is None or vocabulary is not None else base_vocabulary_of(base_vocabulary)
+        )
         self._text_loaded = False
         self._train_sentences: list[list[str]] | None = None
         self._val_sentences: list[list[str]] | None = None
@@ -193,8 +199,16 @@ class LanguageModelDataModule(L.LightningDataModule):
         if hp.train_files is None and hp.val_files is None:
             train, val = lee_corpus_paths()
             return read_lines([train], what="training"), read_lines([val], encoding="latin-1", what="validation")
-        train = None if hp.train_files is None else read_lines(_as_list(hp.train_files), encoding=hp.encoding, what="training")
-        val = None if hp.val_files is None else read_lines(_as_list(hp.val_files), encoding=hp.encoding, what="validation")
+        train = (
+            None
+            if hp.train_files is None
+            else read_lines(_as_list(hp.train_files), encoding=hp.encoding, what="training")
+        )
+        val = (
+            None
+            if hp.val_files is None
+            else read_lines(_as_list(hp.val_files), encoding=hp.encoding, what="validation")
+        )
         return train, val
 
     def _read_dataset(self) -> tuple[list[str], list[str] | None]:
@@ -232,8 +246,9 @@ class LanguageModelDataModule(L.LightningDataModule):
         if self._given_vocab is None:
             hp = self.hparams
             if self._base_vocab is not None:
-                self._vocab = extended_vocabulary(self._base_vocab, train_sentences or [], min_freq=hp.min_freq,
-                                                  max_size=hp.max_size)
+                self._vocab = extended_vocabulary(
+                    self._base_vocab, train_sentences or [], min_freq=hp.min_freq, max_size=hp.max_size
+                )
             else:
                 self._vocab = Vocabulary.build(train_sentences, min_freq=hp.min_freq, max_size=hp.max_size)
         self._train_sentences, self._val_sentences = train_sentences, val_sentences
@@ -265,7 +280,9 @@ class LanguageModelDataModule(L.LightningDataModule):
         self._load()
         sentences = self._train_sentences if what == "training" else self._val_sentences
         if sentences is None:
-            raise ValueError("this datamodule has validation text only (val_files without train_files): no training text")
+            raise ValueError(
+                "this datamodule has validation text only (val_files without train_files): no training text"
+            )
         return sentences
 
     # ------------------------------------------------------------------ datasets and loaders
@@ -292,7 +309,10 @@ class LanguageModelDataModule(L.LightningDataModule):
     def train_dataloader(self) -> DataLoader:
         self.setup("fit")
         return DataLoader(
-            self.train_set, batch_size=self.hparams.batch_size, shuffle=True, num_workers=self.hparams.num_workers,
+            self.train_set,
+            batch_size=self.hparams.batch_size,
+            shuffle=True,
+            num_workers=self.hparams.num_workers,
             drop_last=len(self.train_set) > self.hparams.batch_size,
         )
 

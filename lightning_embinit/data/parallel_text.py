@@ -71,7 +71,9 @@ def table_format(path: str, file_format: str | None) -> str:
     for fmt, endings in (("tsv", (".tsv", ".tab")), ("csv", (".csv",)), ("jsonl", (".jsonl", ".json", ".ndjson"))):
         if name.endswith(endings):
             return fmt
-    raise ValueError(f"cannot tell the format of {path} from its name; pass file_format= one of {', '.join(TABLE_FORMATS)}")
+    raise ValueError(
+        f"cannot tell the format of {path} from its name; pass file_format= one of {', '.join(TABLE_FORMATS)}"
+    )
 
 
 @dataclass(frozen=True)

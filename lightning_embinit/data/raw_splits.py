@@ -65,7 +65,9 @@ class RawSplits(Generic[Split]):
 
     def texts(self) -> dict[str, list[str]]:
         """``"<split>/<field>"`` → texts: what the corpus encodes and its cache key digests."""
-        return {f"{name}/{field}": texts for name, split in self.splits.items() for field, texts in split.fields().items()}
+        return {
+            f"{name}/{field}": texts for name, split in self.splits.items() for field, texts in split.fields().items()
+        }
 
     def view(self) -> Mapping[str, Any]:
         """A read-only dict of the 0.1.0.dev0 ``raw_text`` shape: ``splits`` (field dicts), ``blank_pairs`` or

@@ -18,12 +18,19 @@ import numpy as np
 from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers, trainers
 
 from lightning_embinit.data.text_tokenizer import (
-    ADDED_TOKENS, CONFIG_VERSION, EXTRA_ROLES, REQUIRED_ROLES, ROLE_FALLBACKS, WORDPIECE_TOKENS, TextTokenizer,
+    ADDED_TOKENS,
+    CONFIG_VERSION,
+    EXTRA_ROLES,
+    REQUIRED_ROLES,
+    ROLE_FALLBACKS,
+    WORDPIECE_TOKENS,
+    TextTokenizer,
 )
 
 
-def train_wordpiece(texts: Sequence[str], *, vocab_size: int, min_frequency: int, lowercase: bool,
-                    roles: Sequence[str]) -> WordPieceTokenizer:
+def train_wordpiece(
+    texts: Sequence[str], *, vocab_size: int, min_frequency: int, lowercase: bool, roles: Sequence[str]
+) -> WordPieceTokenizer:
     """A WordPiece vocabulary of ≤ ``vocab_size`` pieces seen ≥ ``min_frequency`` times in ``texts``."""
     if vocab_size < 1 or min_frequency < 1:
         raise ValueError(f"vocab_size and min_frequency must be ≥ 1, got {vocab_size} and {min_frequency}")
@@ -31,27 +38,43 @@ def train_wordpiece(texts: Sequence[str], *, vocab_size: int, min_frequency: int
     if not any(text.strip() for text in texts):
         raise ValueError("cannot train a WordPiece vocabulary on empty text")
     backend = Tokenizer(models.WordPiece(unk_token=specials["unk"], continuing_subword_prefix="##"))
-    backend.normalizer = normalizers.Sequence([
-        normalizers.NFC(),
-        normalizers.BertNormalizer(clean_text=True, handle_chinese_chars=True, strip_accents=False, lowercase=lowercase),
-    ])
+    backend.normalizer = normalizers.Sequence(
+        [
+            normalizers.NFC(),
+            normalizers.BertNormalizer(
+                clean_text=True, handle_chinese_chars=True, strip_accents=False, lowercase=lowercase
+            ),
+        ]
+    )
     # spaces become "▁" word starts and punctuation is split off; the decoder drops the spaces WordPiece
     # puts between pieces and turns "▁" back into spaces, so decoding restores the text's own spacing
-    backend.pre_tokenizer = pre_tokenizers.Sequence([
-        pre_tokenizers.Metaspace(replacement="▁", prepend_scheme="always", split=True),
-        pre_tokenizers.Punctuation(behavior="isolated"),
-    ])
-    backend.decoder = decoders.Sequence([
-        decoders.WordPiece(prefix="##", cleanup=False), decoders.Replace(" ", ""),
-        decoders.Metaspace(replacement="▁", prepend_scheme="always"),
-    ])
-    trainer = trainers.WordPieceTrainer(vocab_size=vocab_size, min_frequency=min_frequency, show_progress=False,
-                                        special_tokens=list(specials.values()), continuing_subword_prefix="##")
+    backend.pre_tokenizer = pre_tokenizers.Sequence(
+        [
+            pre_tokenizers.Metaspace(replacement="▁", prepend_scheme="always", split=True),
+            pre_tokenizers.Punctuation(behavior="isolated"),
+        ]
+    )
+    backend.decoder = decoders.Sequence(
+        [
+            decoders.WordPiece(prefix="##", cleanup=False),
+            decoders.Replace(" ", ""),
+            decoders.Metaspace(replacement="▁", prepend_scheme="always"),
+        ]
+    )
+    trainer = trainers.WordPieceTrainer(
+        vocab_size=vocab_size,
+        min_frequency=min_frequency,
+        show_progress=False,
+        special_tokens=list(specials.values()),
+        continuing_subword_prefix="##",
+    )
     backend.train_from_iterator(texts, trainer, length=len(texts))
     if (size := backend.get_vocab_size(with_added_tokens=True)) > vocab_size:
-        raise ValueError(f"vocab_size={vocab_size} cannot be met: a WordPiece vocabulary holds its {len(specials)} special "
-                         f"tokens and every character of the training text, {size} tokens here; ask for "
-                         f"vocab_size ≥ {size} (well above it to learn whole words)")
+        raise ValueError(
+            f"vocab_size={vocab_size} cannot be met: a WordPiece vocabulary holds its {len(specials)} special "
+            f"tokens and every character of the training text, {size} tokens here; ask for "
+            f"vocab_size ≥ {size} (well above it to learn whole words)"
+        )
     return WordPieceTokenizer(backend, specials)
 
 
@@ -122,7 +145,9 @@ class _BackendTokenizer(TextTokenizer):
         for i, own, token, (start, end) in zip(ids, encoding.ids, encoding.tokens, encoding.offsets):
             if own == backend_unk:  # the original text the model cannot spell, normalized and pre-tokenized
                 span = normalizer.normalize_str(text[start:end]) if normalizer is not None else text[start:end]
-                pieces.append("".join(piece for piece, _ in pre_tokenizer.pre_tokenize_str(span)) if pre_tokenizer else span)
+                pieces.append(
+                    "".join(piece for piece, _ in pre_tokenizer.pre_tokenize_str(span)) if pre_tokenizer else span
+                )
             elif i == self.unk_id or i not in self.special_ids:  # (a token left out of a restricted vocabulary)
                 pieces.append(token)
         decoder = self.backend.decoder
@@ -137,8 +162,12 @@ class WordPieceTokenizer(_BackendTokenizer):
     train = staticmethod(train_wordpiece)
 
     def to_config(self) -> dict[str, Any]:
-        return {"kind": self.kind, "version": CONFIG_VERSION, "tokenizer_json": self.backend.to_str(),
-                "special_tokens": dict(self.special_tokens)}
+        return {
+            "kind": self.kind,
+            "version": CONFIG_VERSION,
+            "tokenizer_json": self.backend.to_str(),
+            "special_tokens": dict(self.special_tokens),
+        }
 
     @classmethod
     def _from_config(cls, config: dict[str, Any]) -> TextTokenizer:
@@ -167,7 +196,9 @@ class PretrainedTokenizer(_BackendTokenizer):
         counts = Counter(i for ids in self.encode_batch(list(texts)) for i in ids)
         specials = [self.role_ids[role] for role in self.special_tokens] + sorted(self.special_ids)
         kept = list(dict.fromkeys(specials))
-        kept += sorted((i for i, c in counts.items() if c >= min_freq and i not in self.special_ids), key=lambda i: (-counts[i], i))
+        kept += sorted(
+            (i for i, c in counts.items() if c >= min_freq and i not in self.special_ids), key=lambda i: (-counts[i], i)
+        )
         if len(kept) == len(dict.fromkeys(specials)):
             raise ValueError(f"no token of the training text occurs ≥ min_freq={min_freq} times")
         return PretrainedTokenizer(self.hf, self.special_tokens, {**self._config, "subset": kept})
@@ -176,8 +207,9 @@ class PretrainedTokenizer(_BackendTokenizer):
     def from_hf(cls, hf: Any, name: str) -> PretrainedTokenizer:
         """Wrap a transformers fast tokenizer: fill the required roles, snapshot its files as the config."""
         if getattr(hf, "backend_tokenizer", None) is None:
-            raise ValueError(f"tokenizer {name!r} has no fast (Rust) backend; a tokenizer.json or a convertible "
-                             "vocabulary is needed")
+            raise ValueError(
+                f"tokenizer {name!r} has no fast (Rust) backend; a tokenizer.json or a convertible vocabulary is needed"
+            )
         vocab = hf.get_vocab()
         special: dict[str, str] = {}
         for role in (*REQUIRED_ROLES, *EXTRA_ROLES):

@@ -68,7 +68,7 @@ class Ragged:
         return len(self.offsets) - 1
 
     def __getitem__(self, i: int) -> np.ndarray:
-        return self.flat[self.offsets[i]: self.offsets[i + 1]]
+        return self.flat[self.offsets[i] : self.offsets[i + 1]]
 
 
 @dataclass
@@ -172,4 +172,3 @@ def load_or_build(key: str, build: Callable[[], TokenizedCorpus], *, disk: bool 
 def clear_memory_cache() -> None:
     """Forget this process's in-memory entries (the disk cache stays)."""
     _memory.clear()
-

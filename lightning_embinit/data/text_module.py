@@ -44,7 +44,8 @@ class TokenizedTextDataModule(L.LightningDataModule, abc.ABC):
 
     Args:
         restrict_vocabulary: a pretrained tokenizer keeps only the tokens the training text uses ≥ min_freq times
-        min_freq: the fewest occurrences of a kept token, ≥ 1 (word level, WordPiece, restricted; None: the kind's default)
+        min_freq: the fewest occurrences of a kept token, ≥ 1 (word level, WordPiece, restricted;
+            None: the kind's default)
         max_size: the most rows of a word-level vocabulary
         vocab_size: the size of a trained WordPiece vocabulary
         lowercase: lowercase before word-level and WordPiece tokenization
@@ -64,17 +65,36 @@ class TokenizedTextDataModule(L.LightningDataModule, abc.ABC):
     training_text_hint: ClassVar[str] = "training text"
     _specs: dict[str, TokenizerSpec]
 
-    def __init__(self, *, tokenizer_specs: Mapping[str, TokenizerSpec | None], restrict_vocabulary: bool = False,
-                 min_freq: int | None = None, max_size: int | None = None, vocab_size: int = 8000,
-                 lowercase: bool = True, word_tokenizer: str = "regex", max_length: int = 128,
-                 too_long: str = "truncate", max_examples: int | None = None, encoding: str = "utf-8",
-                 batch_size: int = 64, eval_batch_size: int | None = None, pool_batches: int = 50,
-                 num_workers: int = 0, seed: int | None = None, cache: bool = True) -> None:
+    def __init__(
+        self,
+        *,
+        tokenizer_specs: Mapping[str, TokenizerSpec | None],
+        restrict_vocabulary: bool = False,
+        min_freq: int | None = None,
+        max_size: int | None = None,
+        vocab_size: int = 8000,
+        lowercase: bool = True,
+        word_tokenizer: str = "regex",
+        max_length: int = 128,
+        too_long: str = "truncate",
+        max_examples: int | None = None,
+        encoding: str = "utf-8",
+        batch_size: int = 64,
+        eval_batch_size: int | None = None,
+        pool_batches: int = 50,
+        num_workers: int = 0,
+        seed: int | None = None,
+        cache: bool = True,
+    ) -> None:
         super().__init__()
         for name, value in (("batch_size", batch_size), ("pool_batches", pool_batches), ("vocab_size", vocab_size)):
             check_positive_int(name, value)
-        for name, value in (("eval_batch_size", eval_batch_size), ("min_freq", min_freq), ("max_size", max_size),
-                            ("max_examples", max_examples)):
+        for name, value in (
+            ("eval_batch_size", eval_batch_size),
+            ("min_freq", min_freq),
+            ("max_size", max_size),
+            ("max_examples", max_examples),
+        ):
             check_positive_int(name, value, optional=True)
         check_int("max_length (it counts the special tokens)", max_length, minimum=4)
         check_non_negative_int("num_workers", num_workers)
@@ -144,23 +164,37 @@ class TokenizedTextDataModule(L.LightningDataModule, abc.ABC):
         """The tokenized corpus: from this object, the process's memory, the disk cache, or built now."""
         if self._corpus is None:
             raw = self.raw_splits
-            tokenizers = {name: plan if isinstance(plan, str) else plan_key(name, plan, self._ready)
-                          for name, plan in self._tokenizer_plans().items()}
+            tokenizers = {
+                name: plan if isinstance(plan, str) else plan_key(name, plan, self._ready)
+                for name, plan in self._tokenizer_plans().items()
+            }
             key = cache_key(text=text_digest(raw.texts()), tokenizers=tokenizers, module=type(self).__name__)
             self._corpus, self.cache_origin = load_or_build(key, lambda: self._tokenize(raw), disk=self.hparams.cache)
         return self._corpus
 
-    def _tokenizer_options(self, spec: TokenizerSpec, *, default_min_freq: int, roles: list[str] | None = None) -> dict[str, Any]:
-        """The ``build_tokenizer`` options of ``spec`` from this module's hyperparameters (``roles``: trained kinds only)."""
+    def _tokenizer_options(
+        self, spec: TokenizerSpec, *, default_min_freq: int, roles: list[str] | None = None
+    ) -> dict[str, Any]:
+        """The ``build_tokenizer`` options of ``spec`` from this module's hyperparameters
+        (``roles``: trained kinds only)."""
         hp = self.hparams
         extra = {"roles": roles} if roles else {}
         min_freq = default_min_freq if hp.min_freq is None else hp.min_freq
         if spec == "word":
-            return {"min_freq": min_freq, "max_size": hp.max_size, "lowercase": hp.lowercase,
-                    "word_tokenizer": hp.word_tokenizer, **extra}
+            return {
+                "min_freq": min_freq,
+                "max_size": hp.max_size,
+                "lowercase": hp.lowercase,
+                "word_tokenizer": hp.word_tokenizer,
+                **extra,
+            }
         if spec == "wordpiece":
             return {"vocab_size": hp.vocab_size, "min_freq": min_freq, "lowercase": hp.lowercase, **extra}
-        return {"restrict_vocabulary": True, "min_freq": 1 if hp.min_freq is None else hp.min_freq} if hp.restrict_vocabulary else {}
+        return (
+            {"restrict_vocabulary": True, "min_freq": 1 if hp.min_freq is None else hp.min_freq}
+            if hp.restrict_vocabulary
+            else {}
+        )
 
     def _tokenize(self, raw: RawSplits) -> TokenizedCorpus:
         plans = self._tokenizer_plans()
@@ -171,8 +205,11 @@ class TokenizedTextDataModule(L.LightningDataModule, abc.ABC):
         for name, plan in plans.items():
             if isinstance(plan, str):
                 tokenizers[name] = tokenizers[plan]
-        sequences = {f"{name}/{field}": Ragged.from_lists(tokenizers[self._tokenizer_name(field)].encode_batch(texts))
-                     for name, split in raw.splits.items() for field, texts in split.fields().items()}
+        sequences = {
+            f"{name}/{field}": Ragged.from_lists(tokenizers[self._tokenizer_name(field)].encode_batch(texts))
+            for name, split in raw.splits.items()
+            for field, texts in split.fields().items()
+        }
         return TokenizedCorpus({name: t.to_config() for name, t in tokenizers.items()}, sequences, built=tokenizers)
 
     def _training_text(self, fields: Sequence[str]) -> list[str]:
@@ -180,8 +217,10 @@ class TokenizedTextDataModule(L.LightningDataModule, abc.ABC):
         train = self.raw_splits.splits.get("train")
         if train is None:
             spec = self._specs[self._tokenizer_name(fields[0])]
-            raise ValueError(f"tokenizer {spec!r} learns its vocabulary from the training split, which is missing; "
-                             f"give {self.training_text_hint} or a saved tokenizer config (dict or .json)")
+            raise ValueError(
+                f"tokenizer {spec!r} learns its vocabulary from the training split, which is missing; "
+                f"give {self.training_text_hint} or a saved tokenizer config (dict or .json)"
+            )
         texts = train.fields()
         return [text for field in fields if field in texts for text in texts[field]]
 
@@ -218,8 +257,11 @@ class TokenizedTextDataModule(L.LightningDataModule, abc.ABC):
         fields = self._slot_fields(slot)
         if fields not in self._token_corpora:
             self._token_corpora[fields] = [
-                tokens for field in fields
-                for tokens in self.corpus.tokenizer(self._tokenizer_name(field)).tokenize_batch(self._training_text((field,)))
+                tokens
+                for field in fields
+                for tokens in self.corpus.tokenizer(self._tokenizer_name(field)).tokenize_batch(
+                    self._training_text((field,))
+                )
             ]
         return self._token_corpora[fields]
 
@@ -235,7 +277,9 @@ class TokenizedTextDataModule(L.LightningDataModule, abc.ABC):
         """The splits ``setup(stage)`` prepares (every split without a stage)."""
         present = list(self.raw_splits.splits)
         val = self._val_splits()
-        wanted = {"fit": ["train", *val], "validate": val, "test": ["test"], "predict": ["test"]}.get(stage or "", present)
+        wanted = {"fit": ["train", *val], "validate": val, "test": ["test"], "predict": ["test"]}.get(
+            stage or "", present
+        )
         return [split for split in wanted if split in present]
 
     def _split_data(self, split: str) -> tuple[Dataset, Collate]:
@@ -257,13 +301,20 @@ class TokenizedTextDataModule(L.LightningDataModule, abc.ABC):
         :attr:`length_report` and are logged once."""
         over = lengths > limit
         drop = self.hparams.too_long == "drop" and split == "train"
-        report = {"examples": int(len(lengths)), "too_long": int(over.sum()), "max_length": self.hparams.max_length,
-                  "truncated": 0 if drop else int(over.sum()), "dropped": int(over.sum()) if drop else 0}
+        report = {
+            "examples": int(len(lengths)),
+            "too_long": int(over.sum()),
+            "max_length": self.hparams.max_length,
+            "truncated": 0 if drop else int(over.sum()),
+            "dropped": int(over.sum()) if drop else 0,
+        }
         self.length_report[split] = report
         if report["too_long"]:
             action = "dropped" if drop else "truncated"
-            rank_zero_info(f"{type(self).__name__}: {report['too_long']} of {report['examples']} {split} examples are "
-                           f"longer than max_length={self.hparams.max_length} tokens; {action}")
+            rank_zero_info(
+                f"{type(self).__name__}: {report['too_long']} of {report['examples']} {split} examples are "
+                f"longer than max_length={self.hparams.max_length} tokens; {action}"
+            )
         return np.flatnonzero(~over) if drop else np.arange(len(lengths))
 
     # ------------------------------------------------------------------ loaders
@@ -307,5 +358,10 @@ class TokenizedTextDataModule(L.LightningDataModule, abc.ABC):
         options = {"shuffle": train, "seed": self._seed(), "pool_batches": self.hparams.pool_batches}
         data.bucket_options = options  # what a batch sampler Lightning re-creates from the dataset alone needs
         sampler = BucketBatchSampler(EpochSampler(len(data)), data.lengths, batch_size, **options)
-        return DataLoader(data, batch_sampler=sampler, collate_fn=collate, num_workers=self.hparams.num_workers,
-                          persistent_workers=self.hparams.num_workers > 0)
+        return DataLoader(
+            data,
+            batch_sampler=sampler,
+            collate_fn=collate,
+            num_workers=self.hparams.num_workers,
+            persistent_workers=self.hparams.num_workers > 0,
+        )

@@ -21,8 +21,15 @@ from lightning_embinit.data.vocabulary import SPECIAL_TOKENS, TOKENIZERS, Vocabu
 REQUIRED_ROLES = ("pad", "unk", "bos", "eos")
 EXTRA_ROLES = ("cls", "sep", "mask")
 WORD_EXTRA_TOKENS = {"cls": "<cls>", "sep": "<sep>", "mask": "<mask>"}
-WORDPIECE_TOKENS = {"pad": "[PAD]", "unk": "[UNK]", "bos": "[START]", "eos": "[END]",
-                    "cls": "[CLS]", "sep": "[SEP]", "mask": "[MASK]"}
+WORDPIECE_TOKENS = {
+    "pad": "[PAD]",
+    "unk": "[UNK]",
+    "bos": "[START]",
+    "eos": "[END]",
+    "cls": "[CLS]",
+    "sep": "[SEP]",
+    "mask": "[MASK]",
+}
 ADDED_TOKENS = SPECIAL_TOKENS  # what a pretrained tokenizer lacking a required role gets: the word-level tokens
 ROLE_FALLBACKS = {"bos": ("bos", "cls"), "eos": ("eos", "sep"), "pad": ("pad",), "unk": ("unk",)}
 CONFIG_VERSION = 1
@@ -36,8 +43,10 @@ def _check_roles(roles: Sequence[str]) -> tuple[str, ...]:
 
 def _one_text(text: Any, what: str) -> list[str]:
     if not isinstance(text, str):
-        raise TypeError(f"{what} takes one string, got {type(text).__name__} ({text!r:.60}); "
-                        "a list of texts goes to the *_batch method")
+        raise TypeError(
+            f"{what} takes one string, got {type(text).__name__} ({text!r:.60}); "
+            "a list of texts goes to the *_batch method"
+        )
     return [text]
 
 
@@ -98,8 +107,10 @@ class TextTokenizer(abc.ABC):
         0 … len − 1 is a ValueError (a negative id would otherwise index from the end)."""
         ids = [int(i) for i in ids]
         if bad := [i for i in ids if not 0 <= i < len(self.tokens)]:
-            raise ValueError(f"token ids {bad[:5]} are out of range for this {self.kind} tokenizer's {len(self.tokens)} "
-                             f"tokens (ids 0 … {len(self.tokens) - 1}); were the ids made with another vocabulary?")
+            raise ValueError(
+                f"token ids {bad[:5]} are out of range for this {self.kind} tokenizer's {len(self.tokens)} "
+                f"tokens (ids 0 … {len(self.tokens) - 1}); were the ids made with another vocabulary?"
+            )
         if ids and ids[0] == self.bos_id:
             ids = ids[1:]
         if self.eos_id in ids:
@@ -134,8 +145,10 @@ class TextTokenizer(abc.ABC):
 
     def _role_id(self, role: str, why: str) -> int:
         if role not in self.role_ids:
-            raise ValueError(f"{why} needs a {role} token, but this {self.kind} tokenizer has none "
-                             f"(roles: {sorted(self.role_ids)}); build it with roles=('cls', 'sep')")
+            raise ValueError(
+                f"{why} needs a {role} token, but this {self.kind} tokenizer has none "
+                f"(roles: {sorted(self.role_ids)}); build it with roles=('cls', 'sep')"
+            )
         return self.role_ids[role]
 
     # ------------------------------------------------------------------ configuration
@@ -144,7 +157,8 @@ class TextTokenizer(abc.ABC):
         """Complete JSON-serializable description; :meth:`from_config` rebuilds the same tokenizer."""
 
     def save(self, path: str | os.PathLike[str]) -> None:
-        """Write :meth:`to_config` as JSON; ``build_tokenizer(path)`` (or a datamodule's tokenizer spec) reads it back."""
+        """Write :meth:`to_config` as JSON; ``build_tokenizer(path)`` (or a datamodule's tokenizer spec)
+        reads it back."""
         with open(os.path.expanduser(os.fspath(path)), "w", encoding="utf-8") as handle:
             json.dump(self.to_config(), handle, ensure_ascii=False)
 
@@ -163,8 +177,10 @@ class TextTokenizer(abc.ABC):
             raise ValueError(f"not a tokenizer config (kind {kind!r}); kinds: {', '.join(TextTokenizer._kinds)}")
         kind = TextTokenizer._kinds[config["kind"]]
         if missing := [key for key in kind.config_keys if key not in config]:
-            raise ValueError(f"incomplete {kind.kind} tokenizer config: no {missing} (keys: {sorted(config)}); "
-                             "a complete one comes from TextTokenizer.to_config() or .save()")
+            raise ValueError(
+                f"incomplete {kind.kind} tokenizer config: no {missing} (keys: {sorted(config)}); "
+                "a complete one comes from TextTokenizer.to_config() or .save()"
+            )
         return kind
 
     @classmethod
@@ -186,8 +202,16 @@ class TextTokenizer(abc.ABC):
 
     # ------------------------------------------------------------------ constructors
     @classmethod
-    def word(cls, texts: Sequence[str], *, min_freq: int = 2, max_size: int | None = None, lowercase: bool = True,
-             tokenizer: str = "regex", roles: Sequence[str] = ()) -> TextTokenizer:
+    def word(
+        cls,
+        texts: Sequence[str],
+        *,
+        min_freq: int = 2,
+        max_size: int | None = None,
+        lowercase: bool = True,
+        tokenizer: str = "regex",
+        roles: Sequence[str] = (),
+    ) -> TextTokenizer:
         """Word level, vocabulary from ``texts`` (tokens seen ≥ ``min_freq`` times, SPEC §1)."""
         split = WordTokenizer(tokenizer, lowercase=lowercase)
         specials = {**SPECIAL_TOKENS, **{r: WORD_EXTRA_TOKENS[r] for r in _check_roles(roles)}}
@@ -195,14 +219,24 @@ class TextTokenizer(abc.ABC):
         return WordLevelTokenizer(vocabulary.tokens, specials, lowercase=lowercase, split=tokenizer)
 
     @classmethod
-    def wordpiece(cls, texts: Sequence[str], *, vocab_size: int = 8000, min_frequency: int = 2, lowercase: bool = True,
-                  roles: Sequence[str] = ()) -> TextTokenizer:
+    def wordpiece(
+        cls,
+        texts: Sequence[str],
+        *,
+        vocab_size: int = 8000,
+        min_frequency: int = 2,
+        lowercase: bool = True,
+        roles: Sequence[str] = (),
+    ) -> TextTokenizer:
         """WordPiece trained on ``texts`` with the ``tokenizers`` library ([R]'s tutorial; see :mod:`.tokenization`)."""
-        return cls._kind("wordpiece").train(texts, vocab_size=vocab_size, min_frequency=min_frequency,
-                                            lowercase=lowercase, roles=_check_roles(roles))
+        return cls._kind("wordpiece").train(
+            texts, vocab_size=vocab_size, min_frequency=min_frequency, lowercase=lowercase, roles=_check_roles(roles)
+        )
 
     @classmethod
-    def pretrained(cls, name_or_path: str, *, restrict_to: Sequence[str] | None = None, min_freq: int = 1) -> TextTokenizer:
+    def pretrained(
+        cls, name_or_path: str, *, restrict_to: Sequence[str] | None = None, min_freq: int = 1
+    ) -> TextTokenizer:
         """A Hugging Face tokenizer by hub id or local directory (``transformers.AutoTokenizer``, fast).
 
         With ``restrict_to`` (training text), only the tokens it uses ≥ ``min_freq`` times are kept
@@ -219,8 +253,9 @@ class WordLevelTokenizer(TextTokenizer):
     kind = "word"
     config_keys = ("tokens", "special_tokens")
 
-    def __init__(self, tokens: Sequence[str], special_tokens: Mapping[str, str], *, lowercase: bool = True,
-                 split: str = "regex") -> None:
+    def __init__(
+        self, tokens: Sequence[str], special_tokens: Mapping[str, str], *, lowercase: bool = True, split: str = "regex"
+    ) -> None:
         self.vocabulary = Vocabulary(tokens, special_tokens)
         super().__init__(self.vocabulary.tokens, special_tokens)
         self.lowercase, self.split_kind = lowercase, split
@@ -244,11 +279,21 @@ class WordLevelTokenizer(TextTokenizer):
         return " ".join(self.split(text))
 
     def to_config(self) -> dict[str, Any]:
-        return {"kind": self.kind, "version": CONFIG_VERSION, "tokens": list(self.tokens),
-                "special_tokens": dict(self.special_tokens), "lowercase": self.lowercase, "tokenizer": self.split_kind}
+        return {
+            "kind": self.kind,
+            "version": CONFIG_VERSION,
+            "tokens": list(self.tokens),
+            "special_tokens": dict(self.special_tokens),
+            "lowercase": self.lowercase,
+            "tokenizer": self.split_kind,
+        }
 
     @classmethod
     def _from_config(cls, config: dict[str, Any]) -> TextTokenizer:
         check_choice("tokenizer", config.get("tokenizer", "regex"), TOKENIZERS, hint="word tokenizer config")
-        return cls(config["tokens"], config["special_tokens"], lowercase=bool(config.get("lowercase", True)),
-                   split=config.get("tokenizer", "regex"))
+        return cls(
+            config["tokens"],
+            config["special_tokens"],
+            lowercase=bool(config.get("lowercase", True)),
+            split=config.get("tokenizer", "regex"),
+        )

@@ -34,12 +34,25 @@ from typing import Any
 from lightning_embinit.data.subword import PretrainedTokenizer, WordPieceTokenizer
 from lightning_embinit.data.text_tokenizer import TextTokenizer, WordLevelTokenizer
 
-__all__ = ["SPEC_FORMS", "PretrainedTokenizer", "TextTokenizer", "WordLevelTokenizer", "WordPieceTokenizer",
-           "build_tokenizer", "check_tokenizer_spec"]
+__all__ = [
+    "SPEC_FORMS",
+    "PretrainedTokenizer",
+    "TextTokenizer",
+    "WordLevelTokenizer",
+    "WordPieceTokenizer",
+    "build_tokenizer",
+    "check_tokenizer_spec",
+]
 
 #: The accepted forms of a tokenizer spec, as error messages list them.
-SPEC_FORMS = ("'word'", "'wordpiece'", "'hf:<hub id, local directory or known model name>'", "a local tokenizer directory",
-              "a tokenizer config dict (TextTokenizer.to_config())", "the path of a saved config .json")
+SPEC_FORMS = (
+    "'word'",
+    "'wordpiece'",
+    "'hf:<hub id, local directory or known model name>'",
+    "a local tokenizer directory",
+    "a tokenizer config dict (TextTokenizer.to_config())",
+    "the path of a saved config .json",
+)
 TextSource = Sequence[str] | Callable[[], Sequence[str]]
 
 
@@ -75,7 +88,9 @@ def check_tokenizer_spec(spec: Any, what: str = "tokenizer") -> None:
         raise ValueError(f"{what}: unknown tokenizer spec {spec!r}; valid forms: {', '.join(SPEC_FORMS)}")
 
 
-def build_tokenizer(spec: str | Mapping[str, Any] | TextTokenizer, texts: TextSource = (), **options: Any) -> TextTokenizer:
+def build_tokenizer(
+    spec: str | Mapping[str, Any] | TextTokenizer, texts: TextSource = (), **options: Any
+) -> TextTokenizer:
     """A :class:`TextTokenizer` from a spec (see :data:`SPEC_FORMS`); ``texts`` train ``word``/``wordpiece``.
 
     ``options`` (each kind takes what applies to it; pretrained and saved tokenizers take none):
@@ -100,11 +115,17 @@ def build_tokenizer(spec: str | Mapping[str, Any] | TextTokenizer, texts: TextSo
 
     if spec == "word":
         return TextTokenizer.word(
-            training_text(), **{("tokenizer" if k == "word_tokenizer" else k): v for k, v in given.items() if k in WORD_OPTIONS})
+            training_text(),
+            **{("tokenizer" if k == "word_tokenizer" else k): v for k, v in given.items() if k in WORD_OPTIONS},
+        )
     if spec == "wordpiece":
         kwargs = {("min_frequency" if k == "min_freq" else k): v for k, v in given.items() if k in WORDPIECE_OPTIONS}
         return TextTokenizer.wordpiece(training_text(), **kwargs)
-    restrict = {"restrict_to": training_text(), "min_freq": given.get("min_freq", 1)} if given.get("restrict_vocabulary") else {}
+    restrict = (
+        {"restrict_to": training_text(), "min_freq": given.get("min_freq", 1)}
+        if given.get("restrict_vocabulary")
+        else {}
+    )
     if spec.startswith("hf:"):
         return TextTokenizer.pretrained(_known_model_location(spec[3:]), **restrict)
     path = os.path.expanduser(spec)

@@ -46,8 +46,10 @@ class ReadyTokenizers:
         if not plan.options.get("restrict_vocabulary"):
             return ready
         if not isinstance(ready, PretrainedTokenizer) or ready.subset is not None:
-            raise ValueError(f"restrict_vocabulary=True applies to a full pretrained tokenizer; {name!r} is a "
-                             f"{ready.kind} tokenizer{' already restricted' if ready.kind == 'pretrained' else ''}")
+            raise ValueError(
+                f"restrict_vocabulary=True applies to a full pretrained tokenizer; {name!r} is a "
+                f"{ready.kind} tokenizer{' already restricted' if ready.kind == 'pretrained' else ''}"
+            )
         return ready.restricted(plan.training_text(), min_freq=plan.options.get("min_freq") or 1)
 
 

@@ -55,13 +55,29 @@ class TranslationDataset:
         return config, keys.get(src, src), keys.get(tgt, tgt)
 
 
-TED_HRLR_PAIRS = ("az_en", "aztr_en", "be_en", "beru_en", "es_pt", "fr_pt", "gl_en", "glpt_en", "he_pt", "it_pt",
-                  "pt_en", "ru_en", "ru_pt", "tr_en")
+TED_HRLR_PAIRS = (
+    "az_en",
+    "aztr_en",
+    "be_en",
+    "beru_en",
+    "es_pt",
+    "fr_pt",
+    "gl_en",
+    "glpt_en",
+    "he_pt",
+    "it_pt",
+    "pt_en",
+    "ru_en",
+    "ru_pt",
+    "tr_en",
+)
 TRANSLATION_DATASETS: dict[str, TranslationDataset] = {
     "multi30k": TranslationDataset("bentrevett/multi30k", {("de", "en"): None}, "columns"),
     "iwslt2017": TranslationDataset("IWSLT/iwslt2017", {("de", "en"): "iwslt2017-de-en"}, "translation", min_freq=5),
     "ted_hrlr": TranslationDataset(
-        "neulab/ted_hrlr", {tuple(p.split("_")): p.replace("_", "_to_") for p in TED_HRLR_PAIRS}, "translation",
+        "neulab/ted_hrlr",
+        {tuple(p.split("_")): p.replace("_", "_to_") for p in TED_HRLR_PAIRS},
+        "translation",
         keys=(("aztr", "az_tr"), ("beru", "be_ru"), ("glpt", "gl_pt")),
     ),
 }
@@ -73,8 +89,15 @@ of the reverse direction is used as is, with the columns swapped."""
 class ParallelDataset(Dataset):
     """Token ids and raw text of one split's pairs (``rows`` kept under the length policy)."""
 
-    def __init__(self, src: Ragged, tgt: Ragged, src_texts: Sequence[str], tgt_texts: Sequence[str], rows: np.ndarray,
-                 max_length: int) -> None:
+    def __init__(
+        self,
+        src: Ragged,
+        tgt: Ragged,
+        src_texts: Sequence[str],
+        tgt_texts: Sequence[str],
+        rows: np.ndarray,
+        max_length: int,
+    ) -> None:
         self.src, self.tgt, self.src_texts, self.tgt_texts, self.rows = src, tgt, src_texts, tgt_texts, rows
         self.src_cap, self.tgt_cap = max_length - 1, max_length - 2  # room for eos; for bos and eos
         src_len = np.minimum(src.lengths[rows] + 1, max_length)
@@ -86,8 +109,13 @@ class ParallelDataset(Dataset):
 
     def __getitem__(self, i: int) -> dict[str, Any]:
         row = int(self.rows[i])
-        return {"src": self.src[row][: self.src_cap], "tgt": self.tgt[row][: self.tgt_cap],
-                "src_text": self.src_texts[row], "tgt_text": self.tgt_texts[row], "index": row}
+        return {
+            "src": self.src[row][: self.src_cap],
+            "tgt": self.tgt[row][: self.tgt_cap],
+            "src_text": self.src_texts[row],
+            "tgt_text": self.tgt_texts[row],
+            "index": row,
+        }
 
 
 @dataclass(frozen=True)
@@ -103,9 +131,13 @@ class TranslationCollator:
     def __call__(self, examples: list[dict[str, Any]]) -> dict[str, Any]:
         src = [np.append(e["src"], self.src_eos) for e in examples]
         tgt = [np.concatenate(([self.tgt_bos], e["tgt"], [self.tgt_eos])) for e in examples]
-        return {"src": pad_sequences(src, self.src_pad), "tgt": pad_sequences(tgt, self.tgt_pad),
-                "src_text": [e["src_text"] for e in examples], "tgt_text": [e["tgt_text"] for e in examples],
-                "index": torch.tensor([e["index"] for e in examples], dtype=torch.long)}
+        return {
+            "src": pad_sequences(src, self.src_pad),
+            "tgt": pad_sequences(tgt, self.tgt_pad),
+            "src_text": [e["src_text"] for e in examples],
+            "tgt_text": [e["tgt_text"] for e in examples],
+            "index": torch.tensor([e["index"] for e in examples], dtype=torch.long),
+        }
 
 
 class TranslationDataModule(TokenizedTextDataModule):
@@ -158,8 +190,10 @@ class TranslationDataModule(TokenizedTextDataModule):
                 raise ValueError("give data_dir (local files) or dataset (Hugging Face), not both")
             TRANSLATION_DATASETS[dataset].resolve(dataset, src_lang, tgt_lang)
         elif data_dir is None and train_files is None and val_files is None and test_files is None:
-            raise ValueError("no text: give data_dir (with <stem>.<lang> files), train_files/val_files/test_files, "
-                             f"or dataset (one of: {', '.join(TRANSLATION_DATASETS)})")
+            raise ValueError(
+                "no text: give data_dir (with <stem>.<lang> files), train_files/val_files/test_files, "
+                f"or dataset (one of: {', '.join(TRANSLATION_DATASETS)})"
+            )
         tgt_spec = src_tokenizer if tgt_tokenizer is None else tgt_tokenizer
         if shared_vocabulary and tgt_spec != src_tokenizer:
             raise ValueError("shared_vocabulary=True uses one tokenizer for both sides; give src_tokenizer only")
@@ -181,7 +215,7 @@ class TranslationDataModule(TokenizedTextDataModule):
         hp = self.hparams
         splits: dict[str, TextPairs] = {}
         blank: dict[str, int] = {}
-        for split, read in (self._read_hub() if hp.dataset is not None else self._read_files()):
+        for split, read in self._read_hub() if hp.dataset is not None else self._read_files():
             src, tgt, blank[split] = read
             splits[split] = TextPairs(src[: hp.max_examples], tgt[: hp.max_examples])
         if not splits:
@@ -199,15 +233,20 @@ class TranslationDataModule(TokenizedTextDataModule):
             table = loaded[hub_split]
             wanted = [src_key, tgt_key] if layout == "columns" else ["translation"]
             if missing := [c for c in wanted if c not in table.column_names]:
-                raise ValueError(f"dataset {name!r} split {hub_split!r}: no column {missing}; "
-                                 f"columns found: {table.column_names}")
+                raise ValueError(
+                    f"dataset {name!r} split {hub_split!r}: no column {missing}; columns found: {table.column_names}"
+                )
             if layout == "columns":
                 src, tgt = table[src_key], table[tgt_key]
             else:
                 pairs = table["translation"]
                 src, tgt = [p.get(src_key) or "" for p in pairs], [p.get(tgt_key) or "" for p in pairs]
-            yield split, keep_complete_pairs([(s or "").strip() for s in src], [(t or "").strip() for t in tgt],
-                                             f"{name} {split}")
+            yield (
+                split,
+                keep_complete_pairs(
+                    [(s or "").strip() for s in src], [(t or "").strip() for t in tgt], f"{name} {split}"
+                ),
+            )
 
     def _read_files(self) -> Iterator[tuple[str, tuple[list[str], list[str], int]]]:
         for split in SPLITS:
@@ -223,8 +262,10 @@ class TranslationDataModule(TokenizedTextDataModule):
         stem = {"train": hp.train_stem, "val": hp.val_stem, "test": hp.test_stem}[split]
         if hp.data_dir is None or stem is None:
             return None
-        return tuple(find_file(hp.data_dir, f"{stem}.{lang}", f"{split} {side}")  # type: ignore[return-value]
-                     for side, lang in (("source", hp.src_lang), ("target", hp.tgt_lang)))
+        return tuple(
+            find_file(hp.data_dir, f"{stem}.{lang}", f"{split} {side}")  # type: ignore[return-value]
+            for side, lang in (("source", hp.src_lang), ("target", hp.tgt_lang))
+        )
 
     def split_texts(self, split: str) -> tuple[list[str], list[str]]:
         """(source texts, target texts) of ``split`` (``train``, ``val``, ``test``), in ``index`` order."""
@@ -273,8 +314,10 @@ class TranslationDataModule(TokenizedTextDataModule):
             return (slot,)
         if slot == "shared":
             if self.src_tokenizer.fingerprint() != self.tgt_tokenizer.fingerprint():
-                raise ValueError("slot 'shared' needs one tokenizer for both sides (shared_vocabulary=True); "
-                                 "this datamodule has separate 'src' and 'tgt' vocabularies")
+                raise ValueError(
+                    "slot 'shared' needs one tokenizer for both sides (shared_vocabulary=True); "
+                    "this datamodule has separate 'src' and 'tgt' vocabularies"
+                )
             return SIDES
         raise ValueError(f"unknown slot {slot!r}; slots: src, tgt (and shared with shared_vocabulary=True)")
 

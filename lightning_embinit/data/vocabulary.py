@@ -16,11 +16,11 @@ from __future__ import annotations
 import os
 import re
 from collections import Counter
-from typing import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 
 from lightning_embinit.checks import check_choice
-from lightning_embinit.text_files import open_text
 from lightning_embinit.modules.vocabulary import SPECIAL_TOKENS
+from lightning_embinit.text_files import open_text
 
 #: The ``regex`` word tokenizer: words (with inner apostrophes, dots, colons or hyphens) or one non-space symbol.
 WORD_PATTERN = re.compile(r"\w+(?:['’.:\-]\w+)*|[^\w\s]", re.UNICODE)

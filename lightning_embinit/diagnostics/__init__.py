@@ -12,7 +12,12 @@ The Lightning callbacks in :mod:`lightning_embinit.callbacks` are thin adapters 
 
 from lightning_embinit.diagnostics.absorption import Absorption, absorption, drowning, slot_absorption
 from lightning_embinit.diagnostics.inspect import diagnose_slot, format_inspection, inspection
-from lightning_embinit.diagnostics.learning_speed import CrossingTracker, ExponentialSmoothing, first_crossing, tensorboard_smooth
+from lightning_embinit.diagnostics.learning_speed import (
+    CrossingTracker,
+    ExponentialSmoothing,
+    first_crossing,
+    tensorboard_smooth,
+)
 from lightning_embinit.diagnostics.lexical import CHAINS, DEFAULT_CHAINS, format_probe, lexical_probe
 from lightning_embinit.diagnostics.variance import positional_matrix, slot_statistics
 

@@ -65,7 +65,9 @@ def _nearest(vectors: torch.Tensor, k: int) -> torch.Tensor:
 def absorption(tokens: torch.Tensor, positions: torch.Tensor, *, neighbours: int = 5) -> Absorption:
     """Retention and neighbour survival for scaled token vectors ``tokens`` (K, D) and their positional rows (K, D)."""
     if tokens.shape != positions.shape or tokens.dim() != 2:
-        raise ValueError(f"tokens and positions must be (K, D) of one shape, got {tuple(tokens.shape)} and {tuple(positions.shape)}")
+        raise ValueError(
+            f"tokens and positions must be (K, D) of one shape, got {tuple(tokens.shape)} and {tuple(positions.shape)}"
+        )
     count = tokens.shape[0]
     if count < 2:
         raise ValueError(f"absorption needs at least 2 sampled rows, got {count}")
@@ -133,7 +135,10 @@ def check_threshold(name: str, value: float) -> float:
 
 
 def drowning(
-    result: Absorption, *, positional_threshold: float = POSITIONAL_THRESHOLD, semantic_threshold: float = SEMANTIC_THRESHOLD
+    result: Absorption,
+    *,
+    positional_threshold: float = POSITIONAL_THRESHOLD,
+    semantic_threshold: float = SEMANTIC_THRESHOLD,
 ) -> tuple[str, str] | None:
     """(what drowns what, countermeasures) when a retention is below its threshold, else None (see the module doc)."""
     if result.positional_retention < positional_threshold:

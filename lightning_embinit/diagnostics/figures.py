@@ -7,7 +7,7 @@ same under any backend the user has selected and never open a window; :func:`clo
 
 from __future__ import annotations
 
-from typing import Mapping, Sequence
+from collections.abc import Mapping, Sequence
 
 import torch
 from matplotlib.backends.backend_agg import FigureCanvasAgg
@@ -50,8 +50,14 @@ def value_histogram(
     high = max(float(values.max()) for _, values, _ in series)
     edges = torch.linspace(low, high if high > low else low + 1.0, bins + 1).numpy()
     for label, values, color in series:
-        axes.hist(values.numpy(), bins=edges, density=True, alpha=0.55, color=color,
-                  label=f"{label} (std {float(values.std(unbiased=False)):.3g})")
+        axes.hist(
+            values.numpy(),
+            bins=edges,
+            density=True,
+            alpha=0.55,
+            color=color,
+            label=f"{label} (std {float(values.std(unbiased=False)):.3g})",
+        )
     axes.set_yscale("log")
     axes.set_xlabel("value")
     axes.set_ylabel("density")
@@ -93,7 +99,8 @@ def learning_curves(
     metric: str,
     crossings: Mapping[str, float | None] | None = None,
 ) -> Figure:
-    """Raw (faint) and smoothed curves against training examples, the threshold, and each first crossing ([KB] Table 2)."""
+    """Raw (faint) and smoothed curves against training examples, the threshold, and each first crossing
+    ([KB] Table 2)."""
     figure = new_figure(6.4, 3.8)
     axes = figure.add_subplot()
     colors = ["tab:blue", "tab:orange", "tab:green", "tab:red", "tab:purple", "tab:brown"]

@@ -15,7 +15,8 @@ and the fields of :data:`SLOT_FIELDS`, plus ``init_report`` (the callback's row 
 from __future__ import annotations
 
 import math
-from typing import Any, Mapping
+from collections.abc import Mapping
+from typing import Any
 
 from lightning_embinit.diagnostics.absorption import (
     POSITIONAL_THRESHOLD,
@@ -41,12 +42,40 @@ COVERAGE_COUNTERMEASURES = (
 )
 #: The fields of each slot in ``embinit inspect --format json`` (schema ``embinit.inspect/1``).
 SLOT_FIELDS = (
-    "name", "num_embeddings", "embedding_dim", "source", "transforms", "trainable", "tied", "tied_modules",
-    "mean", "std", "min", "max", "input_scale", "scaled_mean", "scaled_std", "scaled_min", "scaled_max",
-    "positional_std", "positional_min", "positional_max", "positional_range", "ratio",
-    "semantic_retention", "positional_retention", "neighbour_survival",
-    "xavier_std", "std_over_xavier", "coverage",
-    "predicted_initial_loss", "predicted_initial_loss_model", "probed_initial_loss", "ln_vocab", "verdict", "problems",
+    "name",
+    "num_embeddings",
+    "embedding_dim",
+    "source",
+    "transforms",
+    "trainable",
+    "tied",
+    "tied_modules",
+    "mean",
+    "std",
+    "min",
+    "max",
+    "input_scale",
+    "scaled_mean",
+    "scaled_std",
+    "scaled_min",
+    "scaled_max",
+    "positional_std",
+    "positional_min",
+    "positional_max",
+    "positional_range",
+    "ratio",
+    "semantic_retention",
+    "positional_retention",
+    "neighbour_survival",
+    "xavier_std",
+    "std_over_xavier",
+    "coverage",
+    "predicted_initial_loss",
+    "predicted_initial_loss_model",
+    "probed_initial_loss",
+    "ln_vocab",
+    "verdict",
+    "problems",
 )
 Problem = dict[str, str]
 """A problem found in a slot: ``{"problem": what is wrong, "countermeasures": what to do}``."""
@@ -72,7 +101,9 @@ def diagnose_slot(
 
     ``predicted_model``: the model's own SPEC §3 estimate; ``probed``: the model's loss on random tokens (its
     forward pass, no i.i.d. assumption), which catches a tied table whose correlated rows the formula misses."""
-    measured = slot_absorption(slot, sample_rows=sample_rows, neighbours=neighbours, seed=seed, max_position=max_position)
+    measured = slot_absorption(
+        slot, sample_rows=sample_rows, neighbours=neighbours, seed=seed, max_position=max_position
+    )
     result = _slot_numbers(slot, report, measured, predicted_model)
     result["probed_initial_loss"] = probed
     found = (
@@ -131,12 +162,20 @@ def _tied_head_problem(numbers: Mapping[str, Any], loss_margin: float) -> Proble
     advice, probed = TIED_HEAD_COUNTERMEASURES, numbers.get("probed_initial_loss")
     correlated = probed is not None and probed > predicted + loss_margin
     if tied_initial_loss(n, d, xavier_std) <= ln_vocab + loss_margin and not correlated:
-        advice += f", or standardize='xavier' (σ = {xavier_std:.3g}, predicted {tied_initial_loss(n, d, xavier_std):.2f})"
-    also = (f"; the model's loss on random tokens is higher still, {probed:.2f}: the rows share directions, which "
-            "rescaling does not change") if correlated else ""
+        advice += (
+            f", or standardize='xavier' (σ = {xavier_std:.3g}, predicted {tied_initial_loss(n, d, xavier_std):.2f})"
+        )
+    also = (
+        (
+            f"; the model's loss on random tokens is higher still, {probed:.2f}: the rows share directions, which "
+            "rescaling does not change"
+        )
+        if correlated
+        else ""
+    )
     return {
         "problem": f"tied head: predicted initial loss ln(e^(dσ) + n − 1) = {predicted:.2f} is above ln n = "
-                   f"{ln_vocab:.2f} by more than {loss_margin:g} (dσ = {d * std:.2f}, SPEC §3){also}",
+        f"{ln_vocab:.2f} by more than {loss_margin:g} (dσ = {d * std:.2f}, SPEC §3){also}",
         "countermeasures": advice,
     }
 
@@ -151,19 +190,22 @@ def _probed_loss_problem(numbers: Mapping[str, Any], loss_margin: float) -> Prob
     iid = "" if predicted is None else f" although SPEC §3's prediction for i.i.d. rows of this std is {predicted:.2f}"
     return {
         "problem": f"tied head: the model's loss on random tokens is {probed:.2f}, above ln n = {ln_vocab:.2f} by more "
-                   f"than {loss_margin:g}{iid}; the rows are not i.i.d. (they share directions), so the start is "
-                   "far from uniform",
+        f"than {loss_margin:g}{iid}; the rows are not i.i.d. (they share directions), so the start is "
+        "far from uniform",
         "countermeasures": "untie the output head, or keep the tie with head='tied_orthogonal' or "
-                           "head='tied_half_swap'; watch the first steps with InitialLossMonitor",
+        "head='tied_half_swap'; watch the first steps with InitialLossMonitor",
     }
 
 
 def _drowning_problem(
     measured: Absorption | None, report: Mapping[str, Any], positional_threshold: float, semantic_threshold: float
 ) -> Problem | None:
-    """Positional encodings drowning the token rows, or the reverse (:func:`~lightning_embinit.diagnostics.absorption.drowning`)."""
-    drowned = None if measured is None else drowning(
-        measured, positional_threshold=positional_threshold, semantic_threshold=semantic_threshold
+    """Positional encodings drowning the token rows, or the reverse
+    (:func:`~lightning_embinit.diagnostics.absorption.drowning`)."""
+    drowned = (
+        None
+        if measured is None
+        else drowning(measured, positional_threshold=positional_threshold, semantic_threshold=semantic_threshold)
     )
     if drowned is None:
         return None
@@ -178,7 +220,7 @@ def _spread_problem(
         return None
     return {
         "problem": f"std {report['std']:.3g} is {report['std'] / xavier_std:.0f}× Xavier's {xavier_std:.3g} "
-                   "(sources spread far above Xavier train worse unless standardized, SPEC §1 [K])",
+        "(sources spread far above Xavier train worse unless standardized, SPEC §1 [K])",
         "countermeasures": SPREAD_COUNTERMEASURES,
     }
 
@@ -189,7 +231,7 @@ def _coverage_problem(coverage: Mapping[str, Any] | None, min_coverage: float) -
         return None
     return {
         "problem": f"the source covers only {coverage['found']}/{coverage['total']} tokens "
-                   f"({100 * coverage['fraction']:.1f}%); most frequent missing: {', '.join(coverage['missing'][:10])}",
+        f"({100 * coverage['fraction']:.1f}%); most frequent missing: {', '.join(coverage['missing'][:10])}",
         "countermeasures": COVERAGE_COUNTERMEASURES,
     }
 
@@ -207,8 +249,13 @@ def inspection(
     if missing:
         raise ValueError(f"reports for unknown slots {missing}; slots: {', '.join(slots)}")
     rows = [
-        diagnose_slot(slots[name], report, predicted_model=(predicted_model or {}).get(name),
-                      probed=(probed or {}).get(name), **options)
+        diagnose_slot(
+            slots[name],
+            report,
+            predicted_model=(predicted_model or {}).get(name),
+            probed=(probed or {}).get(name),
+            **options,
+        )
         for name, report in reports.items()
     ]
     return {"schema": SCHEMA, "slots": rows, "verdict": "bad" if any(r["verdict"] == "bad" for r in rows) else "ok"}
@@ -221,21 +268,48 @@ def _number(value: Any, digits: str = ".4g") -> str:
 def format_inspection(result: Mapping[str, Any]) -> str:
     """The inspection as text: the init report table, the diagnostics table and the verdict lines."""
     init = format_report({row["name"]: row["init_report"] for row in result["slots"]})
-    header = ["slot", "scaled std", "PE std", "ratio", "semantic ret.", "positional ret.", "NN survival",
-              "std/Xavier", "init loss (SPEC §3)", "model estimate", "random-token loss", "ln n", "verdict"]
-    rows = [[
-        row["name"], _number(row["scaled_std"]), _number(row["positional_std"]), _number(row["ratio"]),
-        _number(row["semantic_retention"], ".3f"), _number(row["positional_retention"], ".3f"),
-        _number(row["neighbour_survival"], ".3f"), _number(row["std_over_xavier"], ".3g"),
-        _number(row["predicted_initial_loss"], ".3f"), _number(row["predicted_initial_loss_model"], ".3f"),
-        _number(row.get("probed_initial_loss"), ".3f"),
-        _number(row["ln_vocab"], ".3f"), row["verdict"],
-    ] for row in result["slots"]]
+    header = [
+        "slot",
+        "scaled std",
+        "PE std",
+        "ratio",
+        "semantic ret.",
+        "positional ret.",
+        "NN survival",
+        "std/Xavier",
+        "init loss (SPEC §3)",
+        "model estimate",
+        "random-token loss",
+        "ln n",
+        "verdict",
+    ]
+    rows = [
+        [
+            row["name"],
+            _number(row["scaled_std"]),
+            _number(row["positional_std"]),
+            _number(row["ratio"]),
+            _number(row["semantic_retention"], ".3f"),
+            _number(row["positional_retention"], ".3f"),
+            _number(row["neighbour_survival"], ".3f"),
+            _number(row["std_over_xavier"], ".3g"),
+            _number(row["predicted_initial_loss"], ".3f"),
+            _number(row["predicted_initial_loss_model"], ".3f"),
+            _number(row.get("probed_initial_loss"), ".3f"),
+            _number(row["ln_vocab"], ".3f"),
+            row["verdict"],
+        ]
+        for row in result["slots"]
+    ]
     widths = [max(len(cell) for cell in column) for column in zip(header, *rows)]
     lines = ["  ".join(cell.ljust(width) for cell, width in zip(line, widths)).rstrip() for line in [header, *rows]]
     lines.insert(1, "  ".join("-" * width for width in widths))
-    verdict = ["Verdict: the start looks sound." if result["verdict"] == "ok" else "Verdict: fix the start before training."]
+    verdict = [
+        "Verdict: the start looks sound." if result["verdict"] == "ok" else "Verdict: fix the start before training."
+    ]
     for row in result["slots"]:
         for problem in row["problems"]:
-            verdict.append(f"  slot {row['name']!r}: {problem['problem']}.\n    Countermeasures: {problem['countermeasures']}.")
+            verdict.append(
+                f"  slot {row['name']!r}: {problem['problem']}.\n    Countermeasures: {problem['countermeasures']}."
+            )
     return "\n".join([init, "", "Diagnostics (SPEC §1 absorption, SPEC §3 initial loss)", *lines, "", *verdict])

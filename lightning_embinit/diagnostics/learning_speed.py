@@ -11,8 +11,9 @@ one [KB] looked at), which starts the average at the first value: s_1 = v_1, s_t
 from __future__ import annotations
 
 import math
+from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass, field
-from typing import Any, Iterable, Sequence
+from typing import Any
 
 from lightning_embinit.checks import check_choice
 

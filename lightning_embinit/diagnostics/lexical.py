@@ -30,15 +30,15 @@ import contextlib
 import math
 import os
 import tempfile
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
-from typing import Any, Callable, Sequence
+from typing import Any
 
 import numpy as np
 import torch
 
-from lightning_embinit.text_files import check_encoding
 from lightning_embinit.diagnostics.lexical_files import (
     check_probe_inputs,
     count_pairs,
@@ -50,6 +50,7 @@ from lightning_embinit.init.positional import sinusoidal_encoding
 from lightning_embinit.init.registry import Registry
 from lightning_embinit.init.statistics import MatrixStats, matrix_statistics
 from lightning_embinit.init.transforms import StatisticsTarget, resolve_target, standardize
+from lightning_embinit.text_files import check_encoding
 
 DEFAULT_CHAINS = ("raw", "scaled", "raw+pe", "standardized", "standardized+scaled", "standardized+pe", "raw+pe_scaled")
 DEFAULT_POSITIONS = 512
@@ -114,7 +115,8 @@ def is_syntactic(section: str) -> bool:
 
 
 def vocabulary_coverage(tokens: Sequence[str], words: set[str], *, case_insensitive: bool = True) -> int:
-    """How many of ``words`` (folded by :func:`~lightning_embinit.diagnostics.lexical_files.probe_words`) are among ``tokens``."""
+    """How many of ``words`` (folded by :func:`~lightning_embinit.diagnostics.lexical_files.probe_words`)
+    are among ``tokens``."""
     return len(words & {fold(str(token), case_insensitive) for token in tokens})
 
 
@@ -155,9 +157,14 @@ def evaluate(
 ) -> dict[str, Any]:
     """Analogy accuracy (all, semantic, syntactic, counts) and Spearman's ρ per similarity file, by gensim."""
     result: dict[str, Any] = {
-        "analogy": None, "analogy_semantic": None, "analogy_syntactic": None,
-        "analogy_count": 0, "analogy_semantic_count": 0, "analogy_syntactic_count": 0,
-        "similarity": {}, "similarity_count": {},
+        "analogy": None,
+        "analogy_semantic": None,
+        "analogy_syntactic": None,
+        "analogy_count": 0,
+        "analogy_semantic_count": 0,
+        "analogy_syntactic_count": 0,
+        "similarity": {},
+        "similarity_count": {},
     }
     restrict = len(vectors)
     vocabulary = {fold(word, case_insensitive) for word in vectors.index_to_key}
@@ -171,9 +178,12 @@ def evaluate(
         semantic, semantic_count = _accuracy([s for s in parts if not is_syntactic(s["section"])])
         syntactic, syntactic_count = _accuracy([s for s in parts if is_syntactic(s["section"])])
         result.update(
-            analogy=float(score) if count else None, analogy_count=count,
-            analogy_semantic=semantic, analogy_semantic_count=semantic_count,
-            analogy_syntactic=syntactic, analogy_syntactic_count=syntactic_count,
+            analogy=float(score) if count else None,
+            analogy_count=count,
+            analogy_semantic=semantic,
+            analogy_semantic_count=semantic_count,
+            analogy_syntactic=syntactic,
+            analogy_syntactic_count=syntactic_count,
         )
     for path in similarity:
         name = Path(path).stem
@@ -232,15 +242,23 @@ def lexical_probe(
     generator = torch.Generator().manual_seed(seed)
     rows = torch.randint(0, positional.shape[0], (values.shape[0],), generator=generator)
     inputs = ChainInputs(
-        values, math.sqrt(dim) if input_scale is None else float(input_scale),
-        positional.detach().to("cpu", torch.float32)[rows], standardize_to,
+        values,
+        math.sqrt(dim) if input_scale is None else float(input_scale),
+        positional.detach().to("cpu", torch.float32)[rows],
+        standardize_to,
     )
     tokens = [str(token) for token in tokens]
     results: dict[str, dict[str, Any]] = {}
     with tempfile.TemporaryDirectory(prefix="embinit-lexical-") as directory, single_threaded_blas():
         analogy_path, similarity_paths = prepare_probe_files(
-            analogy_path, similarity_paths, directory, encoding=encoding, max_analogies=max_analogies, seed=seed,
-            vocabulary={fold(t, case_insensitive) for t in tokens}, case_insensitive=case_insensitive,
+            analogy_path,
+            similarity_paths,
+            directory,
+            encoding=encoding,
+            max_analogies=max_analogies,
+            seed=seed,
+            vocabulary={fold(t, case_insensitive) for t in tokens},
+            case_insensitive=case_insensitive,
         )
         for name in chains:
             vectors = keyed_vectors(CHAINS.build(name)(inputs), tokens)
@@ -254,8 +272,10 @@ def check_finite_rows(matrix: torch.Tensor, tokens: Sequence[Any]) -> None:
     if not bool(finite.all()):
         bad = (~finite).nonzero().flatten().tolist()
         first = ", ".join(f"row {row} ({str(tokens[row])!r})" for row in bad[:5])
-        raise ValueError(f"the table has {len(bad)} of {len(finite)} rows with NaN or infinite values ({first}); "
-                         "a diverged run? the lexical probes need finite vectors")
+        raise ValueError(
+            f"the table has {len(bad)} of {len(finite)} rows with NaN or infinite values ({first}); "
+            "a diverged run? the lexical probes need finite vectors"
+        )
 
 
 def format_probe(results: dict[str, dict[str, Any]]) -> str:
@@ -265,12 +285,15 @@ def format_probe(results: dict[str, dict[str, Any]]) -> str:
     rows = []
     for chain, result in results.items():
         cells = [result["analogy"], result["analogy_semantic"], result["analogy_syntactic"]]
-        rows.append([
-            chain, *("-" if v is None else f"{v:.4f}" for v in cells), str(result["analogy_count"]),
-            *("-" if result["similarity"].get(n) is None else f"{result['similarity'][n]:.4f}" for n in names),
-        ])
+        rows.append(
+            [
+                chain,
+                *("-" if v is None else f"{v:.4f}" for v in cells),
+                str(result["analogy_count"]),
+                *("-" if result["similarity"].get(n) is None else f"{result['similarity'][n]:.4f}" for n in names),
+            ]
+        )
     widths = [max(len(cell) for cell in column) for column in zip(header, *rows)]
     lines = ["  ".join(cell.ljust(width) for cell, width in zip(line, widths)).rstrip() for line in [header, *rows]]
     lines.insert(1, "  ".join("-" * width for width in widths))
     return "\n".join(lines)
-

@@ -11,8 +11,8 @@ the lines checked here (:func:`prepare_probe_files`).
 from __future__ import annotations
 
 import os
+from collections.abc import Iterator, Sequence
 from pathlib import Path
-from typing import Iterator, Sequence
 
 import torch
 
@@ -60,8 +60,10 @@ def analogy_lines(path: str, encoding: str = "utf-8", *, require_question: bool 
             in_section = True
         elif line.strip():
             if not in_section:
-                raise ValueError(f"analogy file {path}, line {number}: {line[:60]!r} comes before any ': <section>' "
-                                 "header; an analogy file is a ': <section>' line, then one 'a b c d' question per line")
+                raise ValueError(
+                    f"analogy file {path}, line {number}: {line[:60]!r} comes before any ': <section>' "
+                    "header; an analogy file is a ': <section>' line, then one 'a b c d' question per line"
+                )
             entries.append((None, line))
     if require_question and not any(header is None and len(line.split()) == 4 for header, line in entries):
         raise ValueError(f"analogy file {path} has no question (a line of four words after a ': <section>' header)")
@@ -86,13 +88,21 @@ def similarity_lines(path: str, encoding: str = "utf-8") -> list[str]:
     """Every line of a word-similarity file; a file without one ``word1<TAB>word2<TAB>rating`` line raises."""
     lines = read_text_lines(path, "word-similarity", encoding=encoding)
     if not any(_similarity_pair(line) for line in lines):
-        raise ValueError(f"word-similarity file {path} has no 'word1<TAB>word2<TAB>rating' line "
-                         f"({len(lines)} lines; the first: {lines[0][:60] if lines else ''!r})")
+        raise ValueError(
+            f"word-similarity file {path} has no 'word1<TAB>word2<TAB>rating' line "
+            f"({len(lines)} lines; the first: {lines[0][:60] if lines else ''!r})"
+        )
     return lines
 
 
-def sample_analogies(entries: Sequence[tuple[str | None, str]], vocabulary: set[str], limit: int, seed: int, *,
-                     case_insensitive: bool = True) -> list[str]:
+def sample_analogies(
+    entries: Sequence[tuple[str | None, str]],
+    vocabulary: set[str],
+    limit: int,
+    seed: int,
+    *,
+    case_insensitive: bool = True,
+) -> list[str]:
     """The lines of an analogy file with at most ``limit`` in-vocabulary questions (a seeded sample; every section
     header kept)."""
     sections: list[tuple[str, list[str]]] = []
@@ -121,26 +131,40 @@ def _write(lines: Sequence[str], path: str) -> str:
 
 
 def prepare_probe_files(
-    analogies: str | None, similarity: Sequence[str], directory: str, *, encoding: str = "utf-8",
-    vocabulary: set[str] | None = None, max_analogies: int | None = None, seed: int = 0, case_insensitive: bool = True,
+    analogies: str | None,
+    similarity: Sequence[str],
+    directory: str,
+    *,
+    encoding: str = "utf-8",
+    vocabulary: set[str] | None = None,
+    max_analogies: int | None = None,
+    seed: int = 0,
+    case_insensitive: bool = True,
 ) -> tuple[str | None, list[str]]:
     """UTF-8 copies in ``directory`` of the checked files, for gensim: the analogy file (a seeded sample of
     ``max_analogies`` questions in ``vocabulary`` when given) and each similarity file (whose stem names its result)."""
     analogy_copy = None
     if analogies is not None:
         entries = analogy_lines(analogies, encoding)
-        lines = ([line for _, line in entries] if max_analogies is None or vocabulary is None
-                 else sample_analogies(entries, vocabulary, max_analogies, seed, case_insensitive=case_insensitive))
+        lines = (
+            [line for _, line in entries]
+            if max_analogies is None or vocabulary is None
+            else sample_analogies(entries, vocabulary, max_analogies, seed, case_insensitive=case_insensitive)
+        )
         analogy_copy = _write(lines, os.path.join(directory, "analogies.txt"))
-    copies = [_write(similarity_lines(path, encoding), os.path.join(directory, f"similarity{k}", f"{Path(path).stem}.txt"))
-              for k, path in enumerate(similarity)]
+    copies = [
+        _write(similarity_lines(path, encoding), os.path.join(directory, f"similarity{k}", f"{Path(path).stem}.txt"))
+        for k, path in enumerate(similarity)
+    ]
     return analogy_copy, copies
 
 
 def count_questions(path: str, vocabulary: set[str], *, case_insensitive: bool = True, encoding: str = "utf-8") -> int:
     """How many questions of an analogy file gensim evaluates (all four words in the vocabulary)."""
     return sum(
-        header is None and len(words := line.split()) == 4 and all(fold(w, case_insensitive) in vocabulary for w in words)
+        header is None
+        and len(words := line.split()) == 4
+        and all(fold(w, case_insensitive) in vocabulary for w in words)
         for header, line in analogy_lines(path, encoding, require_question=False)
     )
 
@@ -158,10 +182,14 @@ def count_pairs(path: str, vocabulary: set[str], *, case_insensitive: bool = Tru
 
 
 def probe_words(
-    analogies: str | os.PathLike[str] | None, similarity: Sequence[str | os.PathLike[str]] = (), *,
-    case_insensitive: bool = True, encoding: str = "utf-8",
+    analogies: str | os.PathLike[str] | None,
+    similarity: Sequence[str | os.PathLike[str]] = (),
+    *,
+    case_insensitive: bool = True,
+    encoding: str = "utf-8",
 ) -> set[str]:
-    """The distinct words of an analogy file's questions and of the similarity files' pairs, folded as gensim folds them."""
+    """The distinct words of an analogy file's questions and of the similarity files' pairs, folded as
+    gensim folds them."""
     words: set[str] = set()
     if analogies is not None:
         for header, line in analogy_lines(check_file(analogies, "analogy"), encoding):

@@ -45,7 +45,8 @@ def token_rows(slot: EmbeddingSlot) -> torch.Tensor:
         raise ValueError(
             f"slot {slot.name!r}: the weight has shape {tuple(weight.shape)}, not ({slot.num_embeddings}, "
             f"{slot.embedding_dim}); diagnostics need the whole table on one process: FSDP1 and DeepSpeed stage 3 "
-            "split it into flat shards (use FSDP2, whose DTensor tables lightning_embinit.init.sharding.whole_slot gathers)"
+            "split it into flat shards (use FSDP2, whose DTensor tables "
+            "lightning_embinit.init.sharding.whole_slot gathers)"
         )
     return rows_without(weight, slot.padding_idx)
 

@@ -1,4 +1,5 @@
-"""The former home of vocabulary alignment, kept so that ``from lightning_embinit.init.alignment import ...`` still works.
+"""The former home of vocabulary alignment, kept so that ``from lightning_embinit.init.alignment import ...``
+still works.
 
 Alignment lives in :mod:`lightning_embinit.init.sources.alignment` (options, gathering, OOV fill,
 coverage) and :mod:`lightning_embinit.init.sources.matching` (the matching rules);

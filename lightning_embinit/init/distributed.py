@@ -8,7 +8,8 @@ error on rank 0 is raised on every rank, so no rank waits forever.
 
 from __future__ import annotations
 
-from typing import Any, Callable, Mapping
+from collections.abc import Callable, Mapping
+from typing import Any
 
 import torch
 import torch.distributed as dist
@@ -59,14 +60,19 @@ def build_on_rank_zero(
     for name, slot in slots.items():
         description = summary["slots"][name]
         mine = built.get(name)
-        weight = mine.matrix.weight if mine else torch.empty(slot.num_embeddings, slot.embedding_dim, dtype=getattr(torch, description["dtype"]))
+        weight = (
+            mine.matrix.weight
+            if mine
+            else torch.empty(slot.num_embeddings, slot.embedding_dim, dtype=getattr(torch, description["dtype"]))
+        )
         rows = mine.matrix.pretrained_rows if mine else torch.empty(slot.num_embeddings, dtype=torch.bool)
         built[name] = _rebuild(name, _broadcast(weight, device), _broadcast(rows, device), description)
     return built, {key: value for key, value in summary.items() if key != "slots"}
 
 
-def run_on_rank_zero(compute: Callable[[], Any], *, what: str,
-                     broadcast_object: Callable[[Any], Any] | None = None) -> Any:
+def run_on_rank_zero(
+    compute: Callable[[], Any], *, what: str, broadcast_object: Callable[[Any], Any] | None = None
+) -> Any:
     """``compute()`` on global rank 0 only; every rank returns its (picklable) result.
 
     An error on rank 0 is raised there as it is and on every other rank as a ``ValueError`` naming ``what``,
@@ -109,8 +115,13 @@ def _describe(built: BuiltSlot) -> dict[str, Any]:
 def _rebuild(name: str, weight: torch.Tensor, rows: torch.Tensor, description: Mapping[str, Any]) -> BuiltSlot:
     coverage = description["coverage"]
     if coverage is not None:
-        coverage = Coverage(coverage["found"], coverage["total"], dict(coverage["by_rule"]), list(coverage["missing"]),
-                            coverage.get("extra_rows", 0))
+        coverage = Coverage(
+            coverage["found"],
+            coverage["total"],
+            dict(coverage["by_rule"]),
+            list(coverage["missing"]),
+            coverage.get("extra_rows", 0),
+        )
     matrix = SourceMatrix(weight, rows, description["source"], coverage)
     return BuiltSlot(name, matrix, description["source"], list(description["transforms"]))
 

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from typing import Any, Mapping
+from collections.abc import Mapping
+from typing import Any
 
 _COLUMNS = (
     ("slot", lambda r: r["slot"]),
@@ -11,8 +12,14 @@ _COLUMNS = (
     ("by rule", lambda r: ", ".join(f"{rule} {count}" for rule, count in r["by_rule"].items() if count) or "-"),
     ("std old/new", lambda r: _pair(r["old_std"], r["new_std"])),
     ("row norm old/new", lambda r: _pair(r["old_row_norm"], r["new_row_norm"])),
-    ("new-token mass", lambda r: "-" if r.get("new_token_mass") is None
-     else f"{100 * r['new_token_mass']:.2f}% (uniform {100 * r['uniform_mass']:.1f}%)"),
+    (
+        "new-token mass",
+        lambda r: (
+            "-"
+            if r.get("new_token_mass") is None
+            else f"{100 * r['new_token_mass']:.2f}% (uniform {100 * r['uniform_mass']:.1f}%)"
+        ),
+    ),
 )
 
 
@@ -32,18 +39,39 @@ def format_extension_report(reports: Mapping[str, Mapping[str, Any]]) -> str:
         if report.get("standardize"):
             notes.append(f"slot {name!r}: new rows standardized to {report['standardize']}")
         for path, output in report.get("outputs", {}).items():
-            bias = (f"; bias: {output['bias_rule']} → {output['new_bias']:.4g} (old mean {output['old_bias_mean']:.4g})"
-                    if "bias_rule" in output else "")
-            notes.append(f"slot {name!r}: output layer {path} rows by {output['rule']}, std old/new "
-                         f"{_pair(output['old_std'], output['new_std'])}{bias}")
+            bias = (
+                f"; bias: {output['bias_rule']} → {output['new_bias']:.4g} (old mean {output['old_bias_mean']:.4g})"
+                if "bias_rule" in output
+                else ""
+            )
+            notes.append(
+                f"slot {name!r}: output layer {path} rows by {output['rule']}, std old/new "
+                f"{_pair(output['old_std'], output['new_std'])}{bias}"
+            )
         if report.get("added_tokens"):
-            notes.append(f"slot {name!r}: new tokens (first {len(report['added_tokens'])}): {', '.join(report['added_tokens'])}")
+            notes.append(
+                f"slot {name!r}: new tokens (first {len(report['added_tokens'])}): {', '.join(report['added_tokens'])}"
+            )
     return "\n".join(["Vocabulary extension", *lines, *notes])
 
 
 def extension_metrics(reports: Mapping[str, Mapping[str, Any]], prefix: str = "vocab_ext") -> dict[str, float]:
     """``<prefix>/<slot>/<key>`` → value for the report's numbers (row counts, statistics, the new-token mass)."""
-    keys = ("old_rows", "num_embeddings", "added_rows", "dropped_rows", "old_std", "new_std", "old_row_norm",
-            "new_row_norm", "new_token_mass", "uniform_mass")
-    return {f"{prefix}/{slot}/{key}": float(report[key]) for slot, report in reports.items()
-            for key in keys if report.get(key) is not None}
+    keys = (
+        "old_rows",
+        "num_embeddings",
+        "added_rows",
+        "dropped_rows",
+        "old_std",
+        "new_std",
+        "old_row_norm",
+        "new_row_norm",
+        "new_token_mass",
+        "uniform_mass",
+    )
+    return {
+        f"{prefix}/{slot}/{key}": float(report[key])
+        for slot, report in reports.items()
+        for key in keys
+        if report.get(key) is not None
+    }

@@ -26,8 +26,9 @@ old one), ``zero``, or a number.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Callable, Mapping, Protocol, Sequence
+from typing import Any, Protocol
 
 import torch
 
@@ -92,7 +93,8 @@ class ExtensionRule(Protocol):
 
 
 RULES: Registry[ExtensionRule] = Registry("extension rule")
-"""Extension rules by name: ``mean``, ``mean_cov[:<scale>]``, ``pieces`` (schemes and sources are their own registries)."""
+"""Extension rules by name: ``mean``, ``mean_cov[:<scale>]``, ``pieces`` (schemes and sources are their own
+registries)."""
 
 
 @dataclass(frozen=True)
@@ -106,9 +108,13 @@ class _Rule:
         return self.make(request)
 
 
-@RULES.register("mean", summary="every new row is the old rows' mean μ (Hewitt 2021): no new token outweighs the average")
+@RULES.register(
+    "mean", summary="every new row is the old rows' mean μ (Hewitt 2021): no new token outweighs the average"
+)
 def mean_rule() -> ExtensionRule:
-    return _Rule("mean", lambda r: NewRows(r.mean_row().float().expand(len(r.tokens), -1).clone(), {"mean": len(r.tokens)}))
+    return _Rule(
+        "mean", lambda r: NewRows(r.mean_row().float().expand(len(r.tokens), -1).clone(), {"mean": len(r.tokens)})
+    )
 
 
 def sample_mean_cov(old_rows: torch.Tensor, count: int, scale: float, generator: torch.Generator) -> torch.Tensor:
@@ -123,19 +129,26 @@ def sample_mean_cov(old_rows: torch.Tensor, count: int, scale: float, generator:
     return (mean + noise @ factor.T).float()
 
 
-@RULES.register("mean_cov", takes_argument=True,
-                summary="N(μ, s·Σ) of the old rows; s = 1e-9 without an argument (Hugging Face's mean_resizing)")
+@RULES.register(
+    "mean_cov",
+    takes_argument=True,
+    summary="N(μ, s·Σ) of the old rows; s = 1e-9 without an argument (Hugging Face's mean_resizing)",
+)
 def mean_cov_rule(scale: str | None = None) -> ExtensionRule:
     value = MEAN_COV_SCALE if scale in (None, "") else _number(scale, "mean_cov:<scale>")
     if not math.isfinite(value) or value < 0:
         raise ValueError(f"extension rule 'mean_cov:{scale}': the covariance scale must be a finite number ≥ 0")
     name = "mean_cov" if scale in (None, "") else f"mean_cov:{scale}"
-    return _Rule(name, lambda r: NewRows(sample_mean_cov(r.old_rows, len(r.tokens), value, r.generator), {name: len(r.tokens)}))
+    return _Rule(
+        name, lambda r: NewRows(sample_mean_cov(r.old_rows, len(r.tokens), value, r.generator), {name: len(r.tokens)})
+    )
 
 
 def _pieces(request: NewRowsRequest) -> NewRows:
     if request.split is None:
-        raise ValueError(f"{request.what}: rule 'pieces' needs the old tokenizer (old_tokenizer=...) to split new tokens")
+        raise ValueError(
+            f"{request.what}: rule 'pieces' needs the old tokenizer (old_tokenizer=...) to split new tokens"
+        )
     size = request.old_table.shape[0]
     mean = request.mean_row().float()
     rows, served = [], 0
@@ -144,9 +157,11 @@ def _pieces(request: NewRowsRequest) -> NewRows:
         rows.append(request.old_table[pieces].double().mean(dim=0).float() if pieces else mean)
         served += bool(pieces)
     if request.tokens and not served:
-        raise ValueError(f"{request.what}: the old tokenizer splits none of the {len(request.tokens)} new tokens into known "
-                         f"pieces (first: {list(request.tokens)[:5]}); a word-level tokenizer has no pieces: choose "
-                         f"another rule ({known_rules()})")
+        raise ValueError(
+            f"{request.what}: the old tokenizer splits none of the {len(request.tokens)} new tokens into known "
+            f"pieces (first: {list(request.tokens)[:5]}); a word-level tokenizer has no pieces: choose "
+            f"another rule ({known_rules()})"
+        )
     counts = {"pieces": served, "mean (no known piece)": len(request.tokens) - served}
     return NewRows(torch.stack(rows) if rows else request.old_table.new_zeros(0, request.dim).float(), counts)
 
@@ -177,11 +192,20 @@ def source_rule(source: EmbeddingSource) -> ExtensionRule:
     """New rows from a pre-trained source aligned to the new tokens by string; tokens it lacks get μ."""
 
     def make(request: NewRowsRequest) -> NewRows:
-        built = source.build(SourceRequest(slot_name=request.what, num_embeddings=len(request.tokens),
-                                           embedding_dim=request.dim, tokens=list(request.tokens), generator=request.generator))
+        built = source.build(
+            SourceRequest(
+                slot_name=request.what,
+                num_embeddings=len(request.tokens),
+                embedding_dim=request.dim,
+                tokens=list(request.tokens),
+                generator=request.generator,
+            )
+        )
         if tuple(built.weight.shape) != (len(request.tokens), request.dim):
-            raise ValueError(f"{request.what}: source {source.name!r} gives rows of width {built.weight.shape[1]}, the table "
-                             f"has {request.dim} (source_options={{'project': 'pca'}} projects a wider source)")
+            raise ValueError(
+                f"{request.what}: source {source.name!r} gives rows of width {built.weight.shape[1]}, the table "
+                f"has {request.dim} (source_options={{'project': 'pca'}} projects a wider source)"
+            )
         found = built.pretrained_rows
         rows = torch.where(found.unsqueeze(1), built.weight.float(), request.mean_row().float())
         return NewRows(rows, {source.name: int(found.sum()), "mean (not in the source)": int((~found).sum())})
@@ -194,7 +218,8 @@ def known_rules() -> str:
 
 
 def resolve_rule(spec: str | ExtensionRule, **source_options: Any) -> ExtensionRule:
-    """The rule for ``spec``: a registered rule, a random scheme, or a pre-trained source (``source_options`` go to it)."""
+    """The rule for ``spec``: a registered rule, a random scheme, or a pre-trained source
+    (``source_options`` go to it)."""
     if not isinstance(spec, str):
         return spec
     name, colon, _ = spec.partition(":")
@@ -215,7 +240,9 @@ BiasRule = Callable[[torch.Tensor], float]
 BIAS_RULES: Registry[BiasRule] = Registry("bias rule")
 """Bias rules by name: ``mean``, ``min``, ``zero`` (each a function of the old entries)."""
 BIAS_RULES.add("mean", lambda: lambda old: float(old.double().mean()), summary="the old entries' mean (Hugging Face's)")
-BIAS_RULES.add("min", lambda: lambda old: float(old.min()), summary="the lowest old entry: new tokens start below every old one")
+BIAS_RULES.add(
+    "min", lambda: lambda old: float(old.min()), summary="the lowest old entry: new tokens start below every old one"
+)
 BIAS_RULES.add("zero", lambda: lambda old: 0.0, summary="0")
 
 
@@ -240,7 +267,7 @@ def token_text(token: str) -> str:
     """The text a new token stands for, for the old tokenizer to split: its :data:`TOKEN_MARKERS` dropped."""
     for marker in TOKEN_MARKERS:
         if token.startswith(marker) and len(token) > len(marker):
-            return token[len(marker):]
+            return token[len(marker) :]
     return token
 
 
@@ -262,8 +289,10 @@ def splitter_of(tokenizer: Any, old_tokens: Sequence[str] | None = None) -> Spli
     elif callable(tokenizer):
         encode = tokenizer
     else:
-        raise ValueError(f"old_tokenizer= is a tokenizer (encode(text) → ids), a Hugging Face tokenizer or a callable "
-                         f"token → pieces; got {type(tokenizer).__name__}")
+        raise ValueError(
+            f"old_tokenizer= is a tokenizer (encode(text) → ids), a Hugging Face tokenizer or a callable "
+            f"token → pieces; got {type(tokenizer).__name__}"
+        )
 
     def split(token: str) -> list[int]:
         pieces = [index.get(piece, -1) if isinstance(piece, str) else int(piece) for piece in encode(token)]

@@ -10,8 +10,8 @@ modules stays valid; an optimizer made before holds the old tensors, so make it 
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import Iterable, Sequence
 
 import torch
 from torch import nn
@@ -38,19 +38,27 @@ def output_layers(root: nn.Module, slot: EmbeddingSlot, given: Sequence[str] | N
         if callable(declared):
             given = tuple(declared().get(slot.name, ()))
         else:
-            given = tuple(path for path, module in root.named_modules()
-                          if isinstance(module, nn.Linear) and module.out_features == slot.num_embeddings
-                          and module.weight is not slot.weight)
+            given = tuple(
+                path
+                for path, module in root.named_modules()
+                if isinstance(module, nn.Linear)
+                and module.out_features == slot.num_embeddings
+                and module.weight is not slot.weight
+            )
     for path in given:
         try:
             module = root.get_submodule(path)
         except AttributeError:
             raise ValueError(f"slot {slot.name!r}: no output layer at {path!r} in {type(root).__name__}") from None
         if not isinstance(module, nn.Linear) or module.out_features != slot.num_embeddings:
-            raise ValueError(f"slot {slot.name!r}: output layer {path!r} must be an nn.Linear with one output per row of "
-                             f"the table ({slot.num_embeddings}); got {module}")
+            raise ValueError(
+                f"slot {slot.name!r}: output layer {path!r} must be an nn.Linear with one output per row of "
+                f"the table ({slot.num_embeddings}); got {module}"
+            )
         if module.weight is slot.weight:
-            raise ValueError(f"slot {slot.name!r}: {path!r} is tied to the table (it follows it anyway); name only untied layers")
+            raise ValueError(
+                f"slot {slot.name!r}: {path!r} is tied to the table (it follows it anyway); name only untied layers"
+            )
     return tuple(given)
 
 
@@ -124,8 +132,9 @@ def trainable_tensors(root: nn.Module, slot: EmbeddingSlot, outputs: Iterable[st
 
 
 @torch.no_grad()
-def new_token_mass(states: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, added: torch.Tensor,
-                   *, chunk: int = 1024) -> float:
+def new_token_mass(
+    states: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, added: torch.Tensor, *, chunk: int = 1024
+) -> float:
     """Mean over the K states h (rows of ``states``) of Σ_{j new} softmax(h·Wᵀ + b)_j: the probability the new
     tokens take before any update. h is what meets the output matrix (after the final norm and the head's own
     transform)."""

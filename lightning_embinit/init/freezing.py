@@ -7,7 +7,7 @@ pinned back to their values after every step (:func:`pin_rows`).
 
 from __future__ import annotations
 
-from typing import Callable
+from collections.abc import Callable
 
 import torch
 from torch import nn

@@ -40,4 +40,3 @@ def predicted_initial_loss(n: int, logit_var: float, diagonal_logit: float = 0.0
 def tied_initial_loss(n: int, d: int, sigma: float) -> float:
     """SPEC §3: ln(e^{dσ} + n − 1), the initial loss of a tied LM with N(0, σ²) embeddings."""
     return predicted_initial_loss(n, 0.0, d * sigma)
-

@@ -9,8 +9,9 @@ from __future__ import annotations
 
 import math
 import warnings
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
-from typing import Any, Callable, Iterable, Mapping, Sequence
+from typing import Any
 
 import torch
 from torch import nn
@@ -21,8 +22,8 @@ from lightning_embinit.init.recipe import InitRecipe
 from lightning_embinit.init.sharding import is_sharded, whole_table, write_whole
 from lightning_embinit.init.sources.base import SourceMatrix, SourceRequest
 from lightning_embinit.init.sources.vector_cache import cache_directory
-from lightning_embinit.init.transforms import affine
 from lightning_embinit.init.statistics import MatrixStats, embedding_statistics, matrix_statistics, rows_without
+from lightning_embinit.init.transforms import affine
 
 
 @dataclass
@@ -52,7 +53,8 @@ def check_matrix(
     """
     if tuple(weight.shape) != (num_embeddings, embedding_dim):
         raise ValueError(
-            f"{where}: built a matrix of shape {tuple(weight.shape)} for a table of shape ({num_embeddings}, {embedding_dim})"
+            f"{where}: built a matrix of shape {tuple(weight.shape)} "
+            f"for a table of shape ({num_embeddings}, {embedding_dim})"
         )
     stats = matrix_statistics(weight)
     if not all(math.isfinite(value) for value in (stats.min, stats.max, stats.mean, stats.std)):
@@ -89,7 +91,9 @@ def build_slot(
         return _build_checked(slot, recipe, source, request, where)
 
 
-def _build_checked(slot: EmbeddingSlot, recipe: InitRecipe, source: Any, request: SourceRequest, where: str) -> BuiltSlot:
+def _build_checked(
+    slot: EmbeddingSlot, recipe: InitRecipe, source: Any, request: SourceRequest, where: str
+) -> BuiltSlot:
     matrix = source.build(request)
     if tuple(matrix.weight.shape) != (slot.num_embeddings, slot.embedding_dim):
         check_matrix(matrix.weight, slot.num_embeddings, slot.embedding_dim, where=where)
@@ -156,7 +160,9 @@ def write_slot(slot: EmbeddingSlot, weight: torch.Tensor) -> None:
         slot.weight[slot.padding_idx].zero_()
 
 
-def slot_report(slot: EmbeddingSlot, built: BuiltSlot | None, recipe: InitRecipe, *, seed: int | None) -> dict[str, Any]:
+def slot_report(
+    slot: EmbeddingSlot, built: BuiltSlot | None, recipe: InitRecipe, *, seed: int | None
+) -> dict[str, Any]:
     """One row of the init report: how the table was born and its statistics as written (of the whole table when
     it is sharded: every rank must call this then)."""
     positional = slot.positional_encoding() if slot.positional_encoding is not None else None
@@ -174,7 +180,9 @@ def slot_report(slot: EmbeddingSlot, built: BuiltSlot | None, recipe: InitRecipe
     if statistics is None:  # a sharded table is gathered on every rank alike, so the collective matches
         statistics = matrix_statistics(rows_without(whole_table(slot.weight), slot.padding_idx))
     report.update(
-        embedding_statistics(None, input_scale=float(slot.input_scale), positional_encoding=positional, statistics=statistics)
+        embedding_statistics(
+            None, input_scale=float(slot.input_scale), positional_encoding=positional, statistics=statistics
+        )
     )
     coverage = built.matrix.coverage if built else None
     report["coverage"] = coverage.as_dict() if coverage is not None else None

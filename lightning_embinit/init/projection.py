@@ -76,7 +76,9 @@ def _fit_pca(rows: torch.Tensor, target_dim: int) -> Projection:
     return Projection("pca", axes, mean, f"pca {source_dim}→{target_dim} (keeps {fraction:.1%} of the variance)")
 
 
-def random_orthogonal_matrix(source_dim: int, target_dim: int, generator: torch.Generator | None = None) -> torch.Tensor:
+def random_orthogonal_matrix(
+    source_dim: int, target_dim: int, generator: torch.Generator | None = None
+) -> torch.Tensor:
     """A Haar-random (D_s, D) float64 matrix with orthonormal rows (D ≥ D_s) or columns (D < D_s)."""
     tall, short = max(source_dim, target_dim), min(source_dim, target_dim)
     gaussian = torch.randn(tall, short, generator=generator, dtype=torch.float64)

@@ -2,16 +2,17 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, fields, replace
 from functools import cached_property
-from typing import Any, Mapping, Sequence, Union
+from typing import Any
 
 from lightning_embinit.checks import choice_error
 from lightning_embinit.init.schemes import RandomScheme
 from lightning_embinit.init.sources.base import EmbeddingSource, resolve_source
 from lightning_embinit.init.transforms import StatisticsTarget, Transform, build_transform
 
-Trainable = Union[bool, str]
+Trainable = bool | str
 TRAINABLE_CHOICES: tuple[Trainable, ...] = (True, False, "pretrained_rows")
 _NOMINAL_SHAPE = (1024, 64)
 
@@ -32,7 +33,7 @@ class InitRecipe:
     file source's own ``cache_dir`` option, then ``$EMBINIT_CACHE_DIR``).
     """
 
-    source: Union[str, EmbeddingSource, RandomScheme] = "xavier"
+    source: str | EmbeddingSource | RandomScheme = "xavier"
     source_options: Mapping[str, Any] = field(default_factory=dict)
     standardize: StatisticsTarget | None = None
     match: StatisticsTarget | None = None
@@ -87,7 +88,9 @@ class InitRecipe:
         elif self.match_options:
             raise ValueError("match_options are given but match= is not set")
         if self.standardize is not None:
-            keyword_steps.append(build_transform("standardize", self.standardize, **dict(self.standardize_options or {})))
+            keyword_steps.append(
+                build_transform("standardize", self.standardize, **dict(self.standardize_options or {}))
+            )
         elif self.standardize_options:
             raise ValueError("standardize_options are given but standardize= is not set")
         if not isinstance(self.shuffle, bool):
@@ -104,7 +107,9 @@ class InitRecipe:
                 "standardize/match/shuffle/scale, not both"
             )
         if isinstance(self.transforms, str):
-            raise ValueError(f"'transforms' is a list of specs such as ['shuffle', 'standardize:xavier'], got {self.transforms!r}")
+            raise ValueError(
+                f"'transforms' is a list of specs such as ['shuffle', 'standardize:xavier'], got {self.transforms!r}"
+            )
         return [build_transform(spec) for spec in self.transforms]
 
     def check(self, *, slot: str = "") -> None:
@@ -118,14 +123,18 @@ class InitRecipe:
             source = self.resolved_source()
             for step in self.steps():
                 step.validate(num_embeddings, embedding_dim)
-            if self.trainable not in TRAINABLE_CHOICES or isinstance(self.trainable, int) and not isinstance(self.trainable, bool):
+            if (
+                self.trainable not in TRAINABLE_CHOICES
+                or isinstance(self.trainable, int)
+                and not isinstance(self.trainable, bool)
+            ):
                 raise choice_error("trainable=", self.trainable, TRAINABLE_CHOICES)
         except ValueError as error:
             raise ValueError(f"{where}{error}") from None
         if self.trainable == "pretrained_rows" and not source.is_pretrained:
             raise ValueError(
                 f"{where}contradictory options: trainable='pretrained_rows' freezes rows taken from a pre-trained "
-                f"source, but source {source.name!r} is a random scheme with none; use trainable=False to freeze the table"
+                f"source, but source {source.name!r} is a random scheme with none; "
+                "use trainable=False to freeze the table"
             )
         return source
-

@@ -8,8 +8,9 @@ positional parameter; prefixes are matched before plain names so paths with colo
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from typing import Any, Callable, Generic, Iterator, TypeVar
+from typing import Any, Generic, TypeVar
 
 #: The type of the objects a registry holds.
 T = TypeVar("T")
@@ -58,7 +59,9 @@ class Registry(Generic[T]):
         if entry is None:
             raise ValueError(f"unknown {self.kind} {spec!r}; known {self.kind}s: {self.known()}")
         if not entry.takes_argument:
-            raise ValueError(f"{self.kind} {name!r} takes no argument, got {spec!r}; known {self.kind}s: {self.known()}")
+            raise ValueError(
+                f"{self.kind} {name!r} takes no argument, got {spec!r}; known {self.kind}s: {self.known()}"
+            )
         if not argument:
             raise ValueError(f"{self.kind} {name!r} needs an argument, as in {name}:<value>")
         return name, argument

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from typing import Any, Mapping
+from collections.abc import Mapping
+from typing import Any
 
 _COLUMNS = (
     ("slot", "slot"),
@@ -58,8 +59,11 @@ def format_report(reports: Mapping[str, Mapping[str, Any]]) -> str:
 def _coverage_note(slot: str, coverage: Mapping[str, Any]) -> str:
     rules = ", ".join(f"{rule} {count}" for rule, count in coverage["by_rule"].items()) or "none"
     missing = ", ".join(coverage["missing"][:10]) or "none"
-    unnamed = (f"; {coverage['extra_rows']} rows past the last token string filled as out-of-vocabulary rows"
-               if coverage.get("extra_rows") else "")
+    unnamed = (
+        f"; {coverage['extra_rows']} rows past the last token string filled as out-of-vocabulary rows"
+        if coverage.get("extra_rows")
+        else ""
+    )
     return f"slot {slot!r} coverage by rule: {rules}; most frequent missing: {missing}{unnamed}"
 
 

@@ -12,9 +12,9 @@ import ast
 import math
 import operator
 import os
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import Callable
 
 import torch
 
@@ -114,8 +114,13 @@ def he() -> RandomScheme:
 
 
 _FUNCTIONS: dict[str, Callable[[float], float]] = {"sqrt": math.sqrt, "ln": math.log, "log": math.log, "exp": math.exp}
-_OPERATORS = {ast.Add: operator.add, ast.Sub: operator.sub, ast.Mult: operator.mul, ast.Div: operator.truediv,
-              ast.Pow: operator.pow}
+_OPERATORS = {
+    ast.Add: operator.add,
+    ast.Sub: operator.sub,
+    ast.Mult: operator.mul,
+    ast.Div: operator.truediv,
+    ast.Pow: operator.pow,
+}
 
 
 def shape_expression(text: str) -> Callable[[int, int], float]:
@@ -124,7 +129,9 @@ def shape_expression(text: str) -> Callable[[int, int], float]:
     try:
         tree = ast.parse(text.strip(), mode="eval")
     except SyntaxError:
-        raise ValueError(f"cannot read {text!r} as a number or an expression in n and d (e.g. 1/sqrt(d), ln(n)/d)") from None
+        raise ValueError(
+            f"cannot read {text!r} as a number or an expression in n and d (e.g. 1/sqrt(d), ln(n)/d)"
+        ) from None
 
     def value(node: ast.AST, n: int, d: int) -> float:
         if isinstance(node, ast.Expression):
@@ -138,8 +145,13 @@ def shape_expression(text: str) -> Callable[[int, int], float]:
         if isinstance(node, ast.UnaryOp) and isinstance(node.op, (ast.USub, ast.UAdd)):
             inner = value(node.operand, n, d)
             return -inner if isinstance(node.op, ast.USub) else inner
-        if (isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in _FUNCTIONS
-                and len(node.args) == 1 and not node.keywords):
+        if (
+            isinstance(node, ast.Call)
+            and isinstance(node.func, ast.Name)
+            and node.func.id in _FUNCTIONS
+            and len(node.args) == 1
+            and not node.keywords
+        ):
             return _FUNCTIONS[node.func.id](value(node.args[0], n, d))
         raise ValueError(f"{text!r}: only numbers, n, d, + - * / **, sqrt(), ln(), exp() are allowed")
 
@@ -151,8 +163,11 @@ def shape_expression(text: str) -> Callable[[int, int], float]:
     return lambda n, d: value(tree, n, d)
 
 
-@SCHEMES.register("normal", takes_argument=True,
-                  summary="N(0, σ²): σ a number (normal:0.01 [KB]) or of the shape (normal:1/sqrt(d), normal:ln(n)/d)")
+@SCHEMES.register(
+    "normal",
+    takes_argument=True,
+    summary="N(0, σ²): σ a number (normal:0.01 [KB]) or of the shape (normal:1/sqrt(d), normal:ln(n)/d)",
+)
 def normal(std: str | float) -> RandomScheme:
     where = f"scheme 'normal:{std}'"
     try:

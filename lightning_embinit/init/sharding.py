@@ -1,4 +1,5 @@
-"""Embedding tables sharded over ranks: ``DTensor`` weights, as FSDP2's ``fully_shard`` and tensor parallelism make them.
+"""Embedding tables sharded over ranks: ``DTensor`` weights, as FSDP2's ``fully_shard`` and tensor parallelism
+make them.
 
 A sharded table holds one slice per rank. The package builds the whole matrix (on rank 0, then
 broadcast), and each rank writes its own slice (:func:`write_whole`), cut as the weight's own mesh
@@ -35,7 +36,8 @@ def is_meta(tensor: torch.Tensor) -> bool:
 
 
 def whole_table(weight: torch.Tensor) -> torch.Tensor:
-    """The whole table, detached: a DTensor is gathered (every rank of its mesh must call this), a tensor is returned."""
+    """The whole table, detached: a DTensor is gathered (every rank of its mesh must call this), a tensor is
+    returned."""
     if is_sharded(weight):
         return weight.detach().full_tensor()
     return weight.detach()
@@ -54,7 +56,9 @@ def write_whole(weight: torch.Tensor, full: torch.Tensor) -> None:
     In place, so optimizers and wrappers (DDP, FSDP2) keep their references to the parameter.
     """
     if tuple(full.shape) != tuple(weight.shape):
-        raise ValueError(f"cannot write a matrix of shape {tuple(full.shape)} into a table of shape {tuple(weight.shape)}")
+        raise ValueError(
+            f"cannot write a matrix of shape {tuple(full.shape)} into a table of shape {tuple(weight.shape)}"
+        )
     if is_sharded(weight):
         weight.to_local().copy_(local_slice(full, weight))
     else:

@@ -140,5 +140,7 @@ def embedding_statistics(
     }
     if positional_encoding is not None:
         pe = matrix_statistics(positional_encoding)
-        report.update(pe_std=pe.std, pe_min=pe.min, pe_max=pe.max, ratio=scaled.std / pe.std if pe.std > 0 else math.inf)
+        report.update(
+            pe_std=pe.std, pe_min=pe.min, pe_max=pe.max, ratio=scaled.std / pe.std if pe.std > 0 else math.inf
+        )
     return report

@@ -10,14 +10,15 @@ whose vocabulary in id order is the list); the datamodule's ``vocabulary_for(slo
 from __future__ import annotations
 
 import os
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
-from typing import Any, Callable, Iterable, Mapping, Sequence, Union
+from typing import Any
 
 from lightning_embinit.checks import looks_like_local_path
-from lightning_embinit.text_files import open_text
 from lightning_embinit.init.host import EmbeddingSlot
+from lightning_embinit.text_files import open_text
 
-TokenSpec = Union[Sequence[str], str, os.PathLike]
+TokenSpec = Sequence[str] | str | os.PathLike
 """A token list, a token file, or a Hugging Face tokenizer name/directory."""
 
 SPECIAL_ROLES = ("pad", "unk", "bos", "eos", "cls", "sep", "mask")
@@ -51,7 +52,8 @@ def read_token_file(path: str | os.PathLike[str]) -> list[str]:
 
 
 def tokenizer_token_list(name_or_path: str) -> TokenList:
-    """The vocabulary of a Hugging Face tokenizer in id order (ids without a token get a placeholder that matches nothing)."""
+    """The vocabulary of a Hugging Face tokenizer in id order (ids without a token get a placeholder that
+    matches nothing)."""
     from transformers import AutoTokenizer
 
     local = os.path.isdir(os.path.expanduser(name_or_path))
@@ -59,14 +61,19 @@ def tokenizer_token_list(name_or_path: str) -> TokenList:
         tokenizer = AutoTokenizer.from_pretrained(os.path.expanduser(name_or_path), local_files_only=local)
     except (OSError, ValueError) as error:
         where = "directory" if local else "name (downloaded from the hub when a network exists)"
-        raise ValueError(f"tokens={name_or_path!r}: cannot load a Hugging Face tokenizer from this {where}: {error}") from None
+        raise ValueError(
+            f"tokens={name_or_path!r}: cannot load a Hugging Face tokenizer from this {where}: {error}"
+        ) from None
     vocabulary = tokenizer.get_vocab()
     size = max(len(tokenizer), max(vocabulary.values(), default=-1) + 1)
     tokens = [f"\x00<no token for id {k}>" for k in range(size)]
     for token, index in vocabulary.items():
         tokens[index] = token
-    special = {role: getattr(tokenizer, f"{role}_token") for role in SPECIAL_ROLES
-               if isinstance(getattr(tokenizer, f"{role}_token", None), str)}
+    special = {
+        role: getattr(tokenizer, f"{role}_token")
+        for role in SPECIAL_ROLES
+        if isinstance(getattr(tokenizer, f"{role}_token", None), str)
+    }
     return TokenList(tokens, f"tokenizer {name_or_path}", special)
 
 
@@ -80,15 +87,19 @@ def load_tokens(spec: TokenSpec, *, what: str = "tokens=") -> TokenList:
         elif os.path.isdir(path):
             return tokenizer_token_list(path)
         elif looks_like_local_path(os.fspath(spec)):
-            raise ValueError(f"{what}{os.fspath(spec)!r}: no such file or directory (a token file, one token per line, "
-                             "or a Hugging Face tokenizer directory)")
+            raise ValueError(
+                f"{what}{os.fspath(spec)!r}: no such file or directory (a token file, one token per line, "
+                "or a Hugging Face tokenizer directory)"
+            )
         else:
             return tokenizer_token_list(os.fspath(spec))
     elif isinstance(spec, Sequence):
         tokens, origin = list(spec), "a token list"
     else:
-        raise ValueError(f"{what} takes a list of token strings, a token file or a tokenizer name/directory; "
-                         f"got {type(spec).__name__}")
+        raise ValueError(
+            f"{what} takes a list of token strings, a token file or a tokenizer name/directory; "
+            f"got {type(spec).__name__}"
+        )
     if bad := [t for t in tokens if not isinstance(t, str)]:
         raise ValueError(f"{what} token strings must be str; got {bad[:3]!r} from {origin}")
     return TokenList(tokens, origin)
@@ -103,8 +114,10 @@ def check_token_option(tokens: TokenSpec | Mapping[str, TokenSpec] | None) -> No
         if isinstance(value, (str, os.PathLike)):
             spec = os.fspath(value)
             if looks_like_local_path(spec) and not os.path.exists(os.path.expanduser(spec)):
-                raise ValueError(f"tokens={spec!r}: no such file or directory (a token file, one token per line, "
-                                 "or a Hugging Face tokenizer directory)")
+                raise ValueError(
+                    f"tokens={spec!r}: no such file or directory (a token file, one token per line, "
+                    "or a Hugging Face tokenizer directory)"
+                )
         else:
             load_tokens(value)
 
@@ -129,8 +142,10 @@ def _vocabulary_of(holder: Any, slot: str, what: str) -> TokenList | None:
     value = getattr(holder, "vocabulary", None)
     if value is None or callable(value):
         if refused is not None:
-            raise ValueError(f"slot {slot!r}: {refused}, and {what} has no single `vocabulary`; name the slot the "
-                             "datamodule knows, or pass EmbeddingInitCallback(tokens={slot: ...})")
+            raise ValueError(
+                f"slot {slot!r}: {refused}, and {what} has no single `vocabulary`; name the slot the "
+                "datamodule knows, or pass EmbeddingInitCallback(tokens={slot: ...})"
+            )
         return None
     return _token_list(value, f"{what}.vocabulary", getattr(holder, "special_tokens", None) or {})
 
@@ -191,7 +206,9 @@ def resolve_slot_tokens(
             f"slot {slot.name!r}: {found.origin} lists {len(found.tokens)} tokens, but the table has only "
             f"{slot.num_embeddings} rows; the vocabulary does not belong to this table"
         )
-    special = dict(slot.special_tokens) or {role: token for role, token in found.special_tokens.items() if token in found.tokens}
+    special = dict(slot.special_tokens) or {
+        role: token for role, token in found.special_tokens.items() if token in found.tokens
+    }
     return replace(slot, tokens=list(found.tokens), special_tokens=special), found.origin
 
 

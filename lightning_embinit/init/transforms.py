@@ -13,8 +13,9 @@ from __future__ import annotations
 
 import math
 from abc import ABC, abstractmethod
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
-from typing import Any, Mapping, Sequence, Union
+from typing import Any
 
 import torch
 
@@ -23,13 +24,14 @@ from lightning_embinit.init.schemes import SCHEMES, RandomScheme, get_scheme
 from lightning_embinit.init.sources.base import SourceMatrix, SourceRequest, resolve_source
 from lightning_embinit.init.statistics import CHUNK_ELEMENTS, MatrixStats, matrix_statistics
 
+
 @dataclass(frozen=True)
 class TargetStatistics:
     mean: float
     std: float
 
 
-StatisticsTarget = Union[str, float, int, Sequence[float], torch.Tensor, MatrixStats, RandomScheme, TargetStatistics]
+StatisticsTarget = str | float | int | Sequence[float] | torch.Tensor | MatrixStats | RandomScheme | TargetStatistics
 """A scheme name, a std, a (mean, std) pair, a matrix whose statistics to copy, or MatrixStats."""
 
 
@@ -55,7 +57,9 @@ def resolve_target(target: StatisticsTarget, num_embeddings: int, embedding_dim:
             f"or a matrix; got {target!r}"
         )
     if not math.isfinite(mean) or not math.isfinite(std) or std <= 0:
-        raise ValueError(f"a standardization target needs a finite mean and a finite std > 0, got mean={mean}, std={std}")
+        raise ValueError(
+            f"a standardization target needs a finite mean and a finite std > 0, got mean={mean}, std={std}"
+        )
     return TargetStatistics(mean, std)
 
 
@@ -154,7 +158,8 @@ def shuffle(
 
 @dataclass(frozen=True)
 class Transform(ABC):
-    """One named step of the initialization recipe; ``options`` configure a reference source (``match``/``standardize``)."""
+    """One named step of the initialization recipe; ``options`` configure a reference source
+    (``match``/``standardize``)."""
 
     name: str
     argument: Any = None
@@ -170,6 +175,7 @@ class Transform(ABC):
 
     def validate(self, num_embeddings: int, embedding_dim: int) -> None:
         """Raise ``ValueError`` for an argument that cannot work on an N×D table."""
+        return None  # by default every argument works: a no-op hook, not an abstract method
 
     @abstractmethod
     def __call__(self, matrix: SourceMatrix, request: SourceRequest) -> SourceMatrix:
@@ -201,12 +207,16 @@ class ReferenceStatistics(Transform):
             try:
                 resolve_source(self.argument, **dict(self.options))
             except ValueError as error:
-                raise ValueError(f"{self.name}={self.argument!r} is not a scheme ({SCHEMES.known()}), a number, "
-                                 f"a (mean, std) pair or a usable reference source: {error}") from None
+                raise ValueError(
+                    f"{self.name}={self.argument!r} is not a scheme ({SCHEMES.known()}), a number, "
+                    f"a (mean, std) pair or a usable reference source: {error}"
+                ) from None
             return
         if self.options:
-            raise ValueError(f"{self.name}_options {dict(self.options)} are for a reference source, but "
-                             f"{self.name}={self.argument!r} is not one")
+            raise ValueError(
+                f"{self.name}_options {dict(self.options)} are for a reference source, but "
+                f"{self.name}={self.argument!r} is not one"
+            )
         resolve_target(self.argument, num_embeddings, embedding_dim)
 
     def target(self, request: SourceRequest) -> TargetStatistics:
@@ -260,14 +270,26 @@ def _number_or_text(argument: Any) -> Any:
     return argument
 
 
-TRANSFORMS.add("standardize", lambda target, **options: Standardize("standardize", _number_or_text(target), options),
-               takes_argument=True, summary="Pre-trained_Xavier generalized: move onto a scheme's std, a std, "
-               "(mean, std), a matrix's or a source's statistics")
-TRANSFORMS.add("match", lambda reference, **options: Match("match", _number_or_text(reference), options),
-               takes_argument=True, summary="Xavier_Pre-trained: move onto a reference source's mean and std")
+TRANSFORMS.add(
+    "standardize",
+    lambda target, **options: Standardize("standardize", _number_or_text(target), options),
+    takes_argument=True,
+    summary="Pre-trained_Xavier generalized: move onto a scheme's std, a std, "
+    "(mean, std), a matrix's or a source's statistics",
+)
+TRANSFORMS.add(
+    "match",
+    lambda reference, **options: Match("match", _number_or_text(reference), options),
+    takes_argument=True,
+    summary="Xavier_Pre-trained: move onto a reference source's mean and std",
+)
 TRANSFORMS.add("shuffle", lambda: Shuffle("shuffle", True), summary="Pre-trained_Shuffled: permute rows and columns")
-TRANSFORMS.add("scale", lambda factor: Scale("scale", _number_or_text(factor)), takes_argument=True,
-               summary="multiply by a constant factor")
+TRANSFORMS.add(
+    "scale",
+    lambda factor: Scale("scale", _number_or_text(factor)),
+    takes_argument=True,
+    summary="multiply by a constant factor",
+)
 
 
 def build_transform(spec: str, argument: Any = None, **options: Any) -> Transform:

@@ -2,22 +2,6 @@
 :mod:`lightning_embinit.architectures`; the blocks and architectures are re-exported for the names users import
 from here."""
 
-from lightning_embinit.init.initial_loss import predicted_initial_loss, tied_initial_loss
-from lightning_embinit.modules.attention import AttentionCache, MultiHeadAttention
-from lightning_embinit.modules.blocks import DecoderCache, FeedForward, TransformerBlock, TransformerStack
-from lightning_embinit.modules.inputs import EmbeddingInput, LearnedPositionalEmbedding, SinusoidalPositionalEncoding
-from lightning_embinit.modules.decoding import EncoderState, beam_search, greedy_decode
-from lightning_embinit.modules.heads import HEADS, OutputHead
-from lightning_embinit.modules.initialization import NON_EMBEDDING_SCHEMES, init_non_embedding_
-from lightning_embinit.models.tied_lm import TiedEmbeddingLM
-from lightning_embinit.models.presets import PRESETS, preset_arguments
-from lightning_embinit.models.seq2seq import TransformerSeq2Seq
-from lightning_embinit.models.seq2seq_module import Seq2SeqModule
-from lightning_embinit.models.reinforced import ReinforcedTransformerSeq2Seq
-from lightning_embinit.models.metrics import CorpusBLEU, PerplexityFromLoss
-from lightning_embinit.models.optimization import OptimizerConfig
-from lightning_embinit.models.classifier import TransformerClassifier
-from lightning_embinit.modules.token_normalization import token_normalize
 from lightning_embinit.architectures import (
     POOLINGS,
     TARGET_NORMALIZATIONS,
@@ -30,6 +14,22 @@ from lightning_embinit.architectures import (
     ReinforcedEncoderDecoder,
     ReinforcedEncoderDecoderConfig,
 )
+from lightning_embinit.init.initial_loss import predicted_initial_loss, tied_initial_loss
+from lightning_embinit.models.classifier import TransformerClassifier
+from lightning_embinit.models.metrics import CorpusBLEU, PerplexityFromLoss
+from lightning_embinit.models.optimization import OptimizerConfig
+from lightning_embinit.models.presets import PRESETS, preset_arguments
+from lightning_embinit.models.reinforced import ReinforcedTransformerSeq2Seq
+from lightning_embinit.models.seq2seq import TransformerSeq2Seq
+from lightning_embinit.models.seq2seq_module import Seq2SeqModule
+from lightning_embinit.models.tied_lm import TiedEmbeddingLM
+from lightning_embinit.modules.attention import AttentionCache, MultiHeadAttention
+from lightning_embinit.modules.blocks import DecoderCache, FeedForward, TransformerBlock, TransformerStack
+from lightning_embinit.modules.decoding import EncoderState, beam_search, greedy_decode
+from lightning_embinit.modules.heads import HEADS, OutputHead
+from lightning_embinit.modules.initialization import NON_EMBEDDING_SCHEMES, init_non_embedding_
+from lightning_embinit.modules.inputs import EmbeddingInput, LearnedPositionalEmbedding, SinusoidalPositionalEncoding
+from lightning_embinit.modules.token_normalization import token_normalize
 
 __all__ = [
     "HEADS",

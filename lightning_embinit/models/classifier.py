@@ -3,13 +3,15 @@
 macro F1 per evaluation set, and :meth:`TransformerClassifier.classify` for new text.
 
 Sentence pairs arrive as one sequence: a pretrained tokenizer's own layout (``[CLS] a [SEP] b [SEP]``), or
-``<cls> a <sep> b`` for word-level and WordPiece vocabularies (:class:`~lightning_embinit.data.ClassificationDataModule`);
-``cls`` pooling reads the tokenizer's first token when its inputs start with one, else a learned vector.
+``<cls> a <sep> b`` for word-level and WordPiece vocabularies
+(:class:`~lightning_embinit.data.ClassificationDataModule`); ``cls`` pooling reads the tokenizer's first
+token when its inputs start with one, else a learned vector.
 """
 
 from __future__ import annotations
 
-from typing import Any, Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
 
 import numpy as np
 import torch
@@ -45,8 +47,10 @@ def split_classification_batch(batch: Any) -> tuple[torch.Tensor, torch.Tensor |
         if len(batch) == 3:
             return batch[0], batch[1], batch[2]
         return batch[0], None, batch[1] if len(batch) == 2 else None
-    raise ValueError("a classification batch is a dict with 'input_ids' (and 'labels', 'token_type_ids'), "
-                     f"(input_ids, labels), (input_ids, token_type_ids, labels) or input_ids; got {type(batch).__name__}")
+    raise ValueError(
+        "a classification batch is a dict with 'input_ids' (and 'labels', 'token_type_ids'), "
+        f"(input_ids, labels), (input_ids, token_type_ids, labels) or input_ids; got {type(batch).__name__}"
+    )
 
 
 def first_special_id(tokenizer: Any) -> int | None:
@@ -96,8 +100,13 @@ class TransformerClassifier(EmbinitModule):
         super().__init__()
         # checkpointed, not sent to loggers: the datamodule logs its own (different) tokenizer spec, vocab_size
         # and label_names, and Lightning refuses to merge differing values; a tokenizer config can be megabytes
-        config = self._configure(architecture, optimizer, settings, own={"num_classes": num_classes},
-                                 unlogged=("tokenizer", "vocab_size", "label_names"))
+        config = self._configure(
+            architecture,
+            optimizer,
+            settings,
+            own={"num_classes": num_classes},
+            unlogged=("tokenizer", "vocab_size", "label_names"),
+        )
         self.tokenizer, size = resolve_tokenizer(tokenizer, vocab_size)
         self.label_names = resolve_label_names(label_names, num_classes)
         self.hparams["tokenizer"] = None if self.tokenizer is None else self.tokenizer.to_config()
@@ -105,12 +114,17 @@ class TransformerClassifier(EmbinitModule):
         self.hparams["label_names"] = list(self.label_names)
         given_first = None if self.tokenizer is None else first_special_id(self.tokenizer)
         if config.cls_source == "tokenizer" and given_first is None:
-            raise ValueError("cls_source='tokenizer' needs a tokenizer whose inputs start with a cls token; "
-                             + ("none was given" if self.tokenizer is None else f"this {self.tokenizer.kind} tokenizer's do not")
-                             + ": use cls_source='learned' or 'auto'")
+            raise ValueError(
+                "cls_source='tokenizer' needs a tokenizer whose inputs start with a cls token; "
+                + ("none was given" if self.tokenizer is None else f"this {self.tokenizer.kind} tokenizer's do not")
+                + ": use cls_source='learned' or 'auto'"
+            )
         self.adds_cls = given_first is not None  # classify() assembles inputs as ClassificationDataModule(add_cls=True)
-        vocab = (TokenVocabulary(size, special_ids={"pad": NO_TOKENIZER_PAD_ID}) if self.tokenizer is None
-                 else tokenizer_vocabulary(self.tokenizer))
+        vocab = (
+            TokenVocabulary(size, special_ids={"pad": NO_TOKENIZER_PAD_ID})
+            if self.tokenizer is None
+            else tokenizer_vocabulary(self.tokenizer)
+        )
         self.model = EncoderClassifier(config, vocab, len(self.label_names), first_token_id=given_first)
         self.train_acc = MulticlassAccuracy(len(self.label_names), average="micro")
         self.eval_metrics = nn.ModuleDict({prefix: self._new_metrics() for prefix in ("val", "test")})
@@ -178,9 +192,16 @@ class TransformerClassifier(EmbinitModule):
         metrics["acc"].update(predictions, labels)
         metrics["f1"].update(predictions, labels)
         for name, metric in metrics.items():
-            self.log(f"{prefix}_{name}", metric, on_step=False, on_epoch=True, batch_size=batch_size,
-                     prog_bar=prefix.startswith("val") and name == "acc", add_dataloader_idx=False,
-                     metric_attribute=f"eval_metrics.{prefix}.{name}")
+            self.log(
+                f"{prefix}_{name}",
+                metric,
+                on_step=False,
+                on_epoch=True,
+                batch_size=batch_size,
+                prog_bar=prefix.startswith("val") and name == "acc",
+                add_dataloader_idx=False,
+                metric_attribute=f"eval_metrics.{prefix}.{name}",
+            )
         return loss
 
     def predict_step(self, batch: Any, batch_idx: int, dataloader_idx: int = 0) -> list[str]:
@@ -192,8 +213,13 @@ class TransformerClassifier(EmbinitModule):
     # ----------------------------------------------------------------- metrics by evaluation set
     def _new_metrics(self) -> nn.ModuleDict:
         classes = len(self.label_names)
-        return nn.ModuleDict({"loss": MeanMetric(), "acc": MulticlassAccuracy(classes, average="micro"),
-                              "f1": MulticlassF1Score(classes, average="macro")})
+        return nn.ModuleDict(
+            {
+                "loss": MeanMetric(),
+                "acc": MulticlassAccuracy(classes, average="micro"),
+                "f1": MulticlassF1Score(classes, average="macro"),
+            }
+        )
 
     def _prefixes(self, stage: str, count: int, names_attribute: str) -> list[str]:
         """``stage`` for one loader; ``<stage>_<name>`` for several (the datamodule's names, else the index)."""
@@ -255,7 +281,9 @@ def resolve_label_names(label_names: Sequence[str] | None, num_classes: int | No
     """The class names by label id: ``label_names`` (≥ 2, distinct), or ``"0"`` … ``"C−1"`` for ``num_classes``."""
     if label_names is None:
         if num_classes is None or num_classes < 2:
-            raise ValueError(f"give label_names (the CLI links the datamodule's) or num_classes ≥ 2; got num_classes={num_classes}")
+            raise ValueError(
+                f"give label_names (the CLI links the datamodule's) or num_classes ≥ 2; got num_classes={num_classes}"
+            )
         return [str(k) for k in range(num_classes)]
     names = [str(name) for name in label_names]
     if len(names) < 2 or len(set(names)) != len(names):

@@ -10,7 +10,7 @@ settings — so the result equals ``sacrebleu.corpus_bleu`` on the whole corpus.
 
 from __future__ import annotations
 
-from typing import Sequence
+from collections.abc import Sequence
 
 import torch
 from sacrebleu.metrics import BLEU
@@ -43,7 +43,8 @@ class CorpusBLEU(Metric):
 
     @property
     def signature(self) -> str:
-        """sacrebleu's signature of these settings, e.g. ``nrefs:1|case:mixed|eff:no|tok:13a|smooth:exp|version:2.6.0``."""
+        """sacrebleu's signature of these settings, e.g.
+        ``nrefs:1|case:mixed|eff:no|tok:13a|smooth:exp|version:2.6.0``."""
         return str(self.bleu.get_signature())
 
     def update(self, hypotheses: Sequence[str], references: Sequence[str]) -> None:

@@ -17,8 +17,9 @@ from __future__ import annotations
 import importlib
 import inspect
 import os
+from collections.abc import Callable, Mapping
 from dataclasses import replace
-from typing import Any, Callable, ClassVar, Mapping
+from typing import Any, ClassVar
 
 import lightning as L
 import torch
@@ -26,11 +27,16 @@ from torch import nn
 from torchmetrics import Metric
 
 from lightning_embinit.init.host import EmbeddingSlot
-from lightning_embinit.init.sources.checkpoint_file import CLASS_KEY, UnsafeCheckpointError, load_checkpoint_file, saved_class
+from lightning_embinit.init.sources.checkpoint_file import (
+    CLASS_KEY,
+    UnsafeCheckpointError,
+    load_checkpoint_file,
+    saved_class,
+)
 from lightning_embinit.models.optimization import OptimizerConfig, configure_adam
 from lightning_embinit.models.presets import preset_arguments
-from lightning_embinit.modules.vocabulary import TokenVocabulary
 from lightning_embinit.models.settings import field_names, flat_settings, grouped_settings, resolve_groups
+from lightning_embinit.modules.vocabulary import TokenVocabulary
 
 CHECKPOINT_LAYOUT_KEY = "embinit_layout"
 CHECKPOINT_LAYOUT = 2
@@ -88,8 +94,10 @@ def check_checkpoint_class(cls: type, path: str) -> str | None:
         return savers
     if not any(issubclass(saver, cls) or issubclass(cls, saver) for saver in savers):
         names = " or ".join(saver.__name__ for saver in savers)
-        raise ValueError(f"checkpoint {path} was saved by {names}, not by {cls.__name__}: load it with "
-                         f"{savers[0].__name__}.load_from_checkpoint({str(path)!r})")
+        raise ValueError(
+            f"checkpoint {path} was saved by {names}, not by {cls.__name__}: load it with "
+            f"{savers[0].__name__}.load_from_checkpoint({str(path)!r})"
+        )
     return " or ".join(saver.__name__ for saver in savers)
 
 
@@ -138,8 +146,15 @@ class EmbinitModule(L.LightningModule):
         CLI parses back from ``--ckpt_path``; :func:`~lightning_embinit.models.settings.grouped_settings`)."""
         return grouped_settings(cls.settings_groups(), hparams)
 
-    def _configure(self, architecture: Any, optimizer: Any, settings: Mapping[str, Any], *,
-                   own: Mapping[str, Any], unlogged: tuple[str, ...] = ()) -> Any:
+    def _configure(
+        self,
+        architecture: Any,
+        optimizer: Any,
+        settings: Mapping[str, Any],
+        *,
+        own: Mapping[str, Any],
+        unlogged: tuple[str, ...] = (),
+    ) -> Any:
         """The architecture config (returned) and :attr:`optimizer_config` from the groups and flat ``settings``;
         saves ``own`` (the system's other arguments) and every setting as flat hyperparameters. ``unlogged``: the
         system's arguments it keeps in the checkpoint but not among the hyperparameters loggers see."""
@@ -147,10 +162,17 @@ class EmbinitModule(L.LightningModule):
         defaults = inspect.signature(type(self)).parameters
         groups = resolve_groups(
             type(self).__name__,
-            {group: (config_type, given[group], defaults[group].default) for group, config_type in self.settings_groups().items()},
-            settings, others=(*own, *unlogged, *given),
+            {
+                group: (config_type, given[group], defaults[group].default)
+                for group, config_type in self.settings_groups().items()
+            },
+            settings,
+            others=(*own, *unlogged, *given),
         )
-        config, self.optimizer_config = groups["architecture"], groups["optimizer"].resolved(groups["architecture"].d_model)
+        config, self.optimizer_config = (
+            groups["architecture"],
+            groups["optimizer"].resolved(groups["architecture"].d_model),
+        )
         self.save_hyperparameters({**own, **flat_settings(config, self.optimizer_config)})
         return config
 
@@ -163,7 +185,9 @@ class EmbinitModule(L.LightningModule):
 
     def vocabulary_outputs(self) -> dict[str, tuple[str, ...]]:
         """Slot → the untied output layers whose rows follow its vocabulary, by their path in this system."""
-        return {slot: tuple(f"model.{path}" for path in paths) for slot, paths in self.model.vocabulary_outputs().items()}
+        return {
+            slot: tuple(f"model.{path}" for path in paths) for slot, paths in self.model.vocabulary_outputs().items()
+        }
 
     def prepare_vocabulary_change(self, change: Any) -> Callable[[], None]:
         """Check that this system can follow ``change`` (a :class:`~lightning_embinit.init.extension.VocabularyChange`
@@ -220,31 +244,39 @@ class EmbinitModule(L.LightningModule):
         except RuntimeError as error:
             if "Error(s) in loading state_dict" not in str(error):
                 raise
-            raise ValueError(f"checkpoint {checkpoint_path} does not fit {cls.__name__} (saved by {saver or 'an unknown class'}"
-                             f"): {' '.join(str(error).split())[:400]}") from None
+            raise ValueError(
+                f"checkpoint {checkpoint_path} does not fit {cls.__name__} (saved by {saver or 'an unknown class'}"
+                f"): {' '.join(str(error).split())[:400]}"
+            ) from None
 
     @classmethod
     def hyperparameter_names(cls) -> set[str]:
         """Every hyperparameter name this system saves: its own arguments and its groups' fields."""
         groups = cls.settings_groups()
-        own = {name for klass in cls.__mro__ if issubclass(klass, EmbinitModule) and "__init__" in vars(klass)
-               for name, parameter in inspect.signature(klass.__init__).parameters.items()
-               if parameter.kind not in (parameter.VAR_KEYWORD, parameter.VAR_POSITIONAL) and name not in (*groups, "self")}
+        own = {
+            name
+            for klass in cls.__mro__
+            if issubclass(klass, EmbinitModule) and "__init__" in vars(klass)
+            for name, parameter in inspect.signature(klass.__init__).parameters.items()
+            if parameter.kind not in (parameter.VAR_KEYWORD, parameter.VAR_POSITIONAL) and name not in (*groups, "self")
+        }
         return own | {name for config in groups.values() for name in field_names(config)}
 
     def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:
         """A 0.1.0.dev0 checkpoint's weights move to today's keys (:attr:`legacy_key_prefixes`) before Lightning
         loads them (``load_from_checkpoint``, ``fit(ckpt_path=…)`` and the CLI call this hook first)."""
         if CHECKPOINT_LAYOUT_KEY not in checkpoint and "state_dict" in checkpoint:
-            checkpoint["state_dict"] = {self._current_key(key): value for key, value in checkpoint["state_dict"].items()}
+            checkpoint["state_dict"] = {
+                self._current_key(key): value for key, value in checkpoint["state_dict"].items()
+            }
             checkpoint[CHECKPOINT_LAYOUT_KEY] = CHECKPOINT_LAYOUT
 
     def _current_key(self, key: str) -> str:
         old = max((prefix for prefix in self.legacy_key_prefixes if key.startswith(prefix)), key=len)
-        return self.legacy_key_prefixes[old] + key[len(old):]
+        return self.legacy_key_prefixes[old] + key[len(old) :]
 
     @classmethod
-    def from_preset(cls, name: str, **overrides: Any) -> "EmbinitModule":
+    def from_preset(cls, name: str, **overrides: Any) -> EmbinitModule:
         """A model configured as the preset ``name`` (:data:`~lightning_embinit.models.presets.PRESETS`), with
         ``overrides`` on top: an instance of ``cls`` when it subclasses the preset's model (a user's own
         variant), else of the preset's model when that subclasses ``cls``."""

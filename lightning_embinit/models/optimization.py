@@ -8,12 +8,19 @@ constant learning rate or the Noam schedule lr = m^−0.5 · min(step^−0.5, st
 from __future__ import annotations
 
 import math
+from collections.abc import Iterable
 from dataclasses import dataclass, replace
-from typing import Any, Iterable
+from typing import Any
 
 import torch
 
-from lightning_embinit.checks import check_choice, check_non_negative_int, check_positive_int, check_probability, check_range
+from lightning_embinit.checks import (
+    check_choice,
+    check_non_negative_int,
+    check_positive_int,
+    check_probability,
+    check_range,
+)
 
 LR_SCHEDULES = ("constant", "noam")
 
@@ -98,7 +105,11 @@ def configure_adam(parameters: Iterable[torch.nn.Parameter], config: OptimizerCo
     # torch's fused Adam (CPU and CUDA): one kernel per step instead of several passes, ~4 % of a step of [K]'s model
     fused = all(p.device.type in ("cpu", "cuda") and p.is_floating_point() for p in parameters)
     optimizer = torch.optim.Adam(
-        parameters, lr=config.lr, betas=config.betas, eps=config.eps, weight_decay=config.weight_decay,
+        parameters,
+        lr=config.lr,
+        betas=config.betas,
+        eps=config.eps,
+        weight_decay=config.weight_decay,
         fused=fused or None,
     )
     if config.lr_schedule == "constant":

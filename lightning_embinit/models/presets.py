@@ -1,14 +1,16 @@
 """Presets of every model of the package: one registry, keyed by the names users type.
 
-``Model.from_preset(name, **overrides)`` builds one (:meth:`~lightning_embinit.models.module.EmbinitModule.from_preset`);
-:func:`preset_arguments` gives the class and arguments. Entries name their class by path, so this
-module imports no model. Each preset has a YAML twin in ``examples/configs/<name>.yaml``.
+``Model.from_preset(name, **overrides)`` builds one
+(:meth:`~lightning_embinit.models.module.EmbinitModule.from_preset`); :func:`preset_arguments` gives the
+class and arguments. Entries name their class by path, so this module imports no model. Each preset has
+a YAML twin in ``examples/configs/<name>.yaml``.
 """
 
 from __future__ import annotations
 
 import importlib
-from typing import Any, Callable, Mapping
+from collections.abc import Callable, Mapping
+from typing import Any
 
 from lightning_embinit.models.optimization import noam_peak_lr
 
@@ -29,10 +31,21 @@ def _heads(overrides: Mapping[str, Any], d_model: int, preset: str) -> Any:
 def _kim_multi30k(overrides: Mapping[str, Any]) -> dict[str, Any]:
     d = overrides.get("d_model", 512)
     return {
-        "d_model": d, "num_heads": _heads(overrides, d, "kim_multi30k"), "num_encoder_layers": 3,
-        "num_decoder_layers": 3, "ffn_dim": 4 * d, "dropout": 0.1, "pre_norm": False, "activation": "relu",
-        "positional": "interleaved", "input_scale": "sqrt_d", "init_scheme": "xavier", "lr": 2e-4,
-        "betas": (0.9, 0.98), "eps": 1e-9, "lr_schedule": "constant",
+        "d_model": d,
+        "num_heads": _heads(overrides, d, "kim_multi30k"),
+        "num_encoder_layers": 3,
+        "num_decoder_layers": 3,
+        "ffn_dim": 4 * d,
+        "dropout": 0.1,
+        "pre_norm": False,
+        "activation": "relu",
+        "positional": "interleaved",
+        "input_scale": "sqrt_d",
+        "init_scheme": "xavier",
+        "lr": 2e-4,
+        "betas": (0.9, 0.98),
+        "eps": 1e-9,
+        "lr_schedule": "constant",
     }
 
 
@@ -41,10 +54,22 @@ def _reinforced_sizes(overrides: Mapping[str, Any], d: int, heads: int, ffn: int
     an overridden ``d_model`` and ``warmup_steps``."""
     d, warmup = overrides.get("d_model", d), overrides.get("warmup_steps", 4000)
     return {
-        "d_model": d, "num_heads": heads, "qk_head_dim": d, "v_head_dim": d, "ffn_dim": ffn,
-        "num_encoder_layers": layers, "num_decoder_layers": layers, "dropout": 0.1, "activation": "relu",
-        "positional": "half", "max_len": 128, "lr_schedule": "noam", "warmup_steps": warmup,
-        "lr": noam_peak_lr(d, warmup), "betas": (0.9, 0.98), "eps": 1e-9,
+        "d_model": d,
+        "num_heads": heads,
+        "qk_head_dim": d,
+        "v_head_dim": d,
+        "ffn_dim": ffn,
+        "num_encoder_layers": layers,
+        "num_decoder_layers": layers,
+        "dropout": 0.1,
+        "activation": "relu",
+        "positional": "half",
+        "max_len": 128,
+        "lr_schedule": "noam",
+        "warmup_steps": warmup,
+        "lr": noam_peak_lr(d, warmup),
+        "betas": (0.9, 0.98),
+        "eps": 1e-9,
     }
 
 
@@ -64,10 +89,22 @@ def _kim_classifier(preset: str, num_segments: int) -> Callable[[Mapping[str, An
     def build(overrides: Mapping[str, Any]) -> dict[str, Any]:
         d = overrides.get("d_model", 512)
         return {
-            "d_model": d, "num_heads": _heads(overrides, d, preset), "num_layers": 3,
-            "ffn_dim": 4 * d, "dropout": 0.1, "pre_norm": False, "activation": "relu", "positional": "interleaved",
-            "input_scale": "sqrt_d", "pooling": "cls", "num_segments": num_segments, "init_scheme": "xavier",
-            "lr": 1e-4, "betas": (0.9, 0.98), "eps": 1e-9, "lr_schedule": "constant",
+            "d_model": d,
+            "num_heads": _heads(overrides, d, preset),
+            "num_layers": 3,
+            "ffn_dim": 4 * d,
+            "dropout": 0.1,
+            "pre_norm": False,
+            "activation": "relu",
+            "positional": "interleaved",
+            "input_scale": "sqrt_d",
+            "pooling": "cls",
+            "num_segments": num_segments,
+            "init_scheme": "xavier",
+            "lr": 1e-4,
+            "betas": (0.9, 0.98),
+            "eps": 1e-9,
+            "lr_schedule": "constant",
         }
 
     return build
@@ -99,4 +136,3 @@ def preset_arguments(name: str, **overrides: Any) -> tuple[type, dict[str, Any]]
     class_path, build = PRESETS[name]
     module, class_name = class_path.rsplit(".", 1)
     return getattr(importlib.import_module(module), class_name), {**build(overrides), **overrides}
-

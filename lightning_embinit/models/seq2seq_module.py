@@ -10,7 +10,8 @@ decoding (:mod:`~lightning_embinit.modules.decoding`), ``translate``/``predict_s
 
 from __future__ import annotations
 
-from typing import Any, Callable, ClassVar, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any, ClassVar
 
 import torch
 import torch.nn.functional as F
@@ -19,14 +20,18 @@ from torchmetrics.aggregation import MeanMetric
 
 from lightning_embinit.architectures.encoder_decoder import Seq2SeqArchitecture
 from lightning_embinit.checks import (
-    check_choice, check_finite, check_non_negative_int, check_positive_int, check_probability, check_texts,
+    check_choice,
+    check_finite,
+    check_non_negative_int,
+    check_positive_int,
+    check_probability,
+    check_texts,
 )
-from lightning_embinit.modules.decoding import decode
+from lightning_embinit.data.tokenization import TextTokenizer
 from lightning_embinit.models.metrics import CorpusBLEU, PerplexityFromLoss
 from lightning_embinit.models.module import EmbinitModule
-from lightning_embinit.data.tokenization import TextTokenizer
 from lightning_embinit.models.vocabularies import followed_tokenizer, side_vocabulary
-
+from lightning_embinit.modules.decoding import decode
 
 BLEU_REFERENCES = ("tokenizer", "raw")
 """What BLEU scores the detokenized hypotheses against: ``tokenizer`` — each reference as the target
@@ -46,8 +51,9 @@ def split_translation_batch(batch: Any) -> tuple[torch.Tensor, torch.Tensor | No
     return src, tgt, None
 
 
-def check_decoding(beam_size: Any, length_penalty: Any, max_len: Any, *, optional: bool = False,
-                   max_len_name: str = "max_len") -> None:
+def check_decoding(
+    beam_size: Any, length_penalty: Any, max_len: Any, *, optional: bool = False, max_len_name: str = "max_len"
+) -> None:
     """Raise ValueError for a decoding option out of range: ``beam_size`` ≥ 1, a finite ``length_penalty``,
     ``max_len`` ≥ 1 or None (``optional``: None stands for the model's setting for each)."""
     check_positive_int("beam_size", beam_size, optional=optional)
@@ -90,10 +96,19 @@ class Seq2SeqModule(EmbinitModule):
         check_non_negative_int("bleu_every_n_validations", bleu_every_n_validations)
         check_probability("label_smoothing", label_smoothing)
         check_decoding(beam_size, length_penalty, max_decode_len, max_len_name="max_decode_len")
-        own = {"src_vocab_size": src_vocab_size, "tgt_vocab_size": tgt_vocab_size, "label_smoothing": label_smoothing,
-               "beam_size": beam_size, "length_penalty": length_penalty, "max_decode_len": max_decode_len,
-               "bleu_every_n_validations": bleu_every_n_validations, "bleu_references": bleu_references}
-        config = self._configure(architecture, optimizer, settings, own=own, unlogged=("src_tokenizer", "tgt_tokenizer"))
+        own = {
+            "src_vocab_size": src_vocab_size,
+            "tgt_vocab_size": tgt_vocab_size,
+            "label_smoothing": label_smoothing,
+            "beam_size": beam_size,
+            "length_penalty": length_penalty,
+            "max_decode_len": max_decode_len,
+            "bleu_every_n_validations": bleu_every_n_validations,
+            "bleu_references": bleu_references,
+        }
+        config = self._configure(
+            architecture, optimizer, settings, own=own, unlogged=("src_tokenizer", "tgt_tokenizer")
+        )
         self.src_tokenizer, src_vocab = side_vocabulary("src", src_tokenizer, src_vocab_size)
         self.tgt_tokenizer, tgt_vocab = side_vocabulary("tgt", tgt_tokenizer, tgt_vocab_size)
         # In the checkpoint (so it decodes new text with its own vocabularies) but not among the
@@ -134,7 +149,9 @@ class Seq2SeqModule(EmbinitModule):
         """Masked cross-entropy of given (B, T, V) logits against (B, T) targets (padding ignored, label
         smoothing), as ``TiedEmbeddingLM.loss``; :meth:`teacher_forced_loss` runs the model itself."""
         return F.cross_entropy(
-            logits.flatten(0, 1), targets.flatten(), ignore_index=self.model.pad_id,
+            logits.flatten(0, 1),
+            targets.flatten(),
+            ignore_index=self.model.pad_id,
             label_smoothing=self.hparams.label_smoothing,
         )
 
@@ -148,8 +165,12 @@ class Seq2SeqModule(EmbinitModule):
 
     def _follow_vocabulary(self, change: Any, vocab: Any) -> Callable[[], None]:
         sides = {"src": ("src",), "tgt": ("tgt",), "shared": ("src", "tgt")}[change.slot]
-        tokenizers = {side: followed_tokenizer(getattr(self, f"{side}_tokenizer"), change.tokens, change.tokenizer,
-                                               option=f"{side}_tokenizer") for side in sides}
+        tokenizers = {
+            side: followed_tokenizer(
+                getattr(self, f"{side}_tokenizer"), change.tokens, change.tokenizer, option=f"{side}_tokenizer"
+            )
+            for side in sides
+        }
 
         def follow() -> None:
             for side, tokenizer in tokenizers.items():
@@ -296,9 +317,12 @@ class Seq2SeqModule(EmbinitModule):
         check_decoding(beam_size, length_penalty, max_len, optional=True)
         hp = self.hparams
         return decode(
-            self.model, src, beam_size=hp.beam_size if beam_size is None else beam_size,
+            self.model,
+            src,
+            beam_size=hp.beam_size if beam_size is None else beam_size,
             max_len=self.decode_length(src) if max_len is None else max_len,
-            length_penalty=hp.length_penalty if length_penalty is None else length_penalty, use_cache=use_cache,
+            length_penalty=hp.length_penalty if length_penalty is None else length_penalty,
+            use_cache=use_cache,
         )
 
     def translate(
@@ -314,7 +338,9 @@ class Seq2SeqModule(EmbinitModule):
         gradients); the decoding options default to the hyperparameters'."""
         source, target = self.src_tokenizer, self.tgt_tokenizer
         if source is None or target is None:
-            raise ValueError("translate() needs the model's src_tokenizer and tgt_tokenizer (give them at construction)")
+            raise ValueError(
+                "translate() needs the model's src_tokenizer and tgt_tokenizer (give them at construction)"
+            )
         texts = check_texts(texts, "translate() texts")
         check_decoding(beam_size, length_penalty, max_len, optional=True)
         check_positive_int("batch_size", batch_size)

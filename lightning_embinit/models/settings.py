@@ -9,8 +9,9 @@ one group that has a field of that name; a name no group has is an error that li
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import asdict, fields, is_dataclass, replace
-from typing import Any, Mapping
+from typing import Any
 
 
 def field_names(config_type: type) -> tuple[str, ...]:
@@ -24,19 +25,27 @@ def as_config(config_type: type, value: Any, group: str, default: Any = None) ->
         return value
     if isinstance(value, Mapping):
         if unknown := sorted(set(value) - set(field_names(config_type))):
-            raise ValueError(f"{group}: {config_type.__name__} has no field(s) {unknown}; "
-                             f"fields: {', '.join(field_names(config_type))}")
+            raise ValueError(
+                f"{group}: {config_type.__name__} has no field(s) {unknown}; "
+                f"fields: {', '.join(field_names(config_type))}"
+            )
         return replace(default, **value) if isinstance(default, config_type) else config_type(**value)
     raise TypeError(f"{group} must be a {config_type.__name__} or a mapping of its fields, got {type(value).__name__}")
 
 
 def resolve_groups(
-    owner: str, groups: Mapping[str, tuple[type, Any, Any]], settings: Mapping[str, Any], *, others: tuple[str, ...] = ()
+    owner: str,
+    groups: Mapping[str, tuple[type, Any, Any]],
+    settings: Mapping[str, Any],
+    *,
+    others: tuple[str, ...] = (),
 ) -> dict[str, Any]:
     """Group name → config: each group's ``(config type, given value, owner's default)`` made a config
     (:func:`as_config`), then the flat ``settings`` applied to the group that has each name. ``others``: the
     owner's own arguments, listed in the error."""
-    configs = {group: as_config(config_type, value, group, default) for group, (config_type, value, default) in groups.items()}
+    configs = {
+        group: as_config(config_type, value, group, default) for group, (config_type, value, default) in groups.items()
+    }
     group_of = {name: group for group, (config_type, _, _) in groups.items() for name in field_names(config_type)}
     if unknown := [name for name in settings if name not in group_of]:
         valid = sorted({*others, *group_of})

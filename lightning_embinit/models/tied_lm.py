@@ -10,7 +10,8 @@ measured loss).
 
 from __future__ import annotations
 
-from typing import Any, Callable, Mapping
+from collections.abc import Callable, Mapping
+from typing import Any
 
 import torch
 import torch.nn.functional as F
@@ -50,8 +51,11 @@ class TiedEmbeddingLM(EmbinitModule):
 
     architecture_config = CausalLMConfig
     legacy_key_prefixes = {
-        "": "model.", "token_embedding.": "model.input.embedding.", "positional.": "model.input.positional.",
-        "blocks.": "model.stack.layers.", "final_norm.": "model.stack.final_norm.",
+        "": "model.",
+        "token_embedding.": "model.input.embedding.",
+        "positional.": "model.input.positional.",
+        "blocks.": "model.stack.layers.",
+        "final_norm.": "model.stack.final_norm.",
     }
     model: CausalLM
 
@@ -73,12 +77,20 @@ class TiedEmbeddingLM(EmbinitModule):
             vocab_size = len(tokens)
         if vocab_size is None or vocab_size < 2:
             raise ValueError("TiedEmbeddingLM needs a vocabulary (list of token strings) or vocab_size ≥ 2")
-        config = self._configure(architecture, optimizer, settings,
-                                 own={"vocab_size": vocab_size, "special_tokens": special_tokens}, unlogged=("vocabulary",))
+        config = self._configure(
+            architecture,
+            optimizer,
+            settings,
+            own={"vocab_size": vocab_size, "special_tokens": special_tokens},
+            unlogged=("vocabulary",),
+        )
         self.hparams["vocabulary"] = tokens  # a plain list whatever sequence was given; reloads with the checkpoint
         self.vocabulary = tokens
-        vocab = (TokenVocabulary(vocab_size, special_tokens=dict(special_tokens or {})) if tokens is None
-                 else TokenVocabulary.from_tokens(tokens, special_tokens))
+        vocab = (
+            TokenVocabulary(vocab_size, special_tokens=dict(special_tokens or {}))
+            if tokens is None
+            else TokenVocabulary.from_tokens(tokens, special_tokens)
+        )
         self.special_tokens = dict(vocab.special_tokens)
         self.model = CausalLM(config, vocab)
         self.train_loss_epoch = MeanMetric()
@@ -146,7 +158,9 @@ class TiedEmbeddingLM(EmbinitModule):
     def test_step(self, batch: Any, batch_idx: int) -> torch.Tensor:
         return self._evaluate(batch, self.test_loss, self.test_ppl, "test")
 
-    def _evaluate(self, batch: Any, loss_metric: MeanMetric, ppl_metric: PerplexityFromLoss, prefix: str) -> torch.Tensor:
+    def _evaluate(
+        self, batch: Any, loss_metric: MeanMetric, ppl_metric: PerplexityFromLoss, prefix: str
+    ) -> torch.Tensor:
         loss, count, batch_size = self._step(batch)
         loss_metric.update(loss.detach().float(), weight=count)
         ppl_metric.update(loss.detach().float(), weight=count)

@@ -72,7 +72,9 @@ class MultiHeadAttention(nn.Module):
         if (qk_head_dim is None or v_head_dim is None) and embed_dim % num_heads:
             raise ValueError(f"embed_dim {embed_dim} is not divisible by num_heads {num_heads}")
         self.num_heads = num_heads
-        self.qk_head_dim = embed_dim // num_heads if qk_head_dim is None else check_positive_int("qk_head_dim", qk_head_dim)
+        self.qk_head_dim = (
+            embed_dim // num_heads if qk_head_dim is None else check_positive_int("qk_head_dim", qk_head_dim)
+        )
         self.v_head_dim = embed_dim // num_heads if v_head_dim is None else check_positive_int("v_head_dim", v_head_dim)
         self.dropout = check_probability("attention dropout", dropout)
         self.q_proj = nn.Linear(embed_dim, num_heads * self.qk_head_dim, bias=bias)
@@ -130,7 +132,11 @@ class MultiHeadAttention(nn.Module):
             else:
                 q, k = self._fused(query, self.q_proj, self.k_proj)
                 v = self.v_proj(value)
-            q, k, v = self._heads(q, self.qk_head_dim), self._heads(k, self.qk_head_dim), self._heads(v, self.v_head_dim)
+            q, k, v = (
+                self._heads(q, self.qk_head_dim),
+                self._heads(k, self.qk_head_dim),
+                self._heads(v, self.v_head_dim),
+            )
             if cache is not None:
                 k, v = cache.extend(k, v)
         else:

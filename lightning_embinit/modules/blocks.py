@@ -15,7 +15,8 @@ Nothing here imports Lightning.
 
 from __future__ import annotations
 
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import torch
 import torch.nn.functional as F
@@ -138,7 +139,11 @@ class TransformerBlock(nn.Module):
         self.norm_cross = None
         if cross_attention:
             self.cross_attn = MultiHeadAttention(
-                dim, num_heads, key_dim=memory_dim, value_dim=memory_dim if memory_value_dim is None else memory_value_dim, **heads
+                dim,
+                num_heads,
+                key_dim=memory_dim,
+                value_dim=memory_dim if memory_value_dim is None else memory_value_dim,
+                **heads,
             )
             self.norm_cross = build_norm(norm, dim, norm_eps)
         self.ffn = FeedForward(dim, hidden_dim, activation=activation, bias=bias, dropout=activation_dropout)
@@ -172,14 +177,16 @@ class TransformerBlock(nn.Module):
     ) -> torch.Tensor:
         """(B, L, dim) → (B, L, dim); masks are True at padding; caches for incremental decoding."""
         x = self._branch(
-            x, self.norm1,
+            x,
+            self.norm1,
             lambda h: self.self_attn(h, None, values, causal=causal, key_padding_mask=padding_mask, cache=self_cache),
         )
         if self.cross_attn is not None:
             if memory is None and not (cross_cache is not None and cross_cache.filled):
                 raise ValueError("a block with cross_attention=True needs a memory tensor")
             x = self._branch(
-                x, self.norm_cross,
+                x,
+                self.norm_cross,
                 lambda h: self.cross_attn(
                     h, memory, memory_values, key_padding_mask=memory_padding_mask, cache=cross_cache
                 ),
@@ -236,8 +243,14 @@ class TransformerStack(nn.Module):
         self.cross_attention = cross_attention
         self.layers = nn.ModuleList(
             TransformerBlock(
-                dim, num_heads, hidden_dim, pre_norm=pre_norm, cross_attention=cross_attention, norm=norm,
-                norm_eps=norm_eps, **block_options,
+                dim,
+                num_heads,
+                hidden_dim,
+                pre_norm=pre_norm,
+                cross_attention=cross_attention,
+                norm=norm,
+                norm_eps=norm_eps,
+                **block_options,
             )
             for _ in range(num_layers)
         )
@@ -261,8 +274,13 @@ class TransformerStack(nn.Module):
         """(B, L, dim) → (B, L, dim); with ``cache`` ``x`` holds only the new positions."""
         for i, layer in enumerate(self.layers):
             x = layer(
-                x, memory, causal=self.causal, padding_mask=padding_mask,
-                memory_padding_mask=memory_padding_mask, values=values, memory_values=memory_values,
+                x,
+                memory,
+                causal=self.causal,
+                padding_mask=padding_mask,
+                memory_padding_mask=memory_padding_mask,
+                values=values,
+                memory_values=memory_values,
                 self_cache=None if cache is None else cache.self_attention[i],
                 cross_cache=None if cache is None else cache.cross_attention[i],
             )

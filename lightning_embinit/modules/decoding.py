@@ -7,10 +7,11 @@ cache ``tokens`` holds only the newest token of each row and the keys/values of 
 read back; without one it holds the whole prefix, recomputed every step (the naive loop).
 
 Beam search follows fairseq: at each step the 2K best continuations of the K live beams are
-ranked (``pad`` and ``bos`` are never generated); those ending in ``eos`` among the first K are finished with score log p / ``|y|^α``
-(α = ``length_penalty``, ``|y|`` counting ``eos``; α = 0 ranks by the raw sum), the K best others
-live on, and a sentence is done once K hypotheses finished. At ``max_len`` the live beams are
-finished as they are, so beam size 1 is exactly greedy decoding. Finished rows leave the batch.
+ranked (``pad`` and ``bos`` are never generated); those ending in ``eos`` among the first K are
+finished with score log p / ``|y|^α`` (α = ``length_penalty``, ``|y|`` counting ``eos``; α = 0 ranks by
+the raw sum), the K best others live on, and a sentence is done once K hypotheses finished. At
+``max_len`` the live beams are finished as they are, so beam size 1 is exactly greedy decoding.
+Finished rows leave the batch.
 """
 
 from __future__ import annotations
@@ -33,10 +34,13 @@ class EncoderState:
     padding_mask: torch.Tensor
     values: torch.Tensor | None = None
 
-    def select(self, indices: torch.Tensor) -> "EncoderState":
+    def select(self, indices: torch.Tensor) -> EncoderState:
         """The rows ``indices`` of every tensor (repeat for beams, drop finished sentences)."""
         return EncoderState(
-            **{f.name: None if (t := getattr(self, f.name)) is None else t.index_select(0, indices) for f in fields(self)}
+            **{
+                f.name: None if (t := getattr(self, f.name)) is None else t.index_select(0, indices)
+                for f in fields(self)
+            }
         )
 
 
@@ -60,7 +64,9 @@ def _check(max_len: int, beam_size: int = 1, length_penalty: float = 1.0) -> Non
     check_finite("length_penalty", length_penalty)
 
 
-def _step(model: IncrementalDecoder, prefix: torch.Tensor, state: EncoderState, cache: DecoderCache | None) -> torch.Tensor:
+def _step(
+    model: IncrementalDecoder, prefix: torch.Tensor, state: EncoderState, cache: DecoderCache | None
+) -> torch.Tensor:
     """Next-token logits (float32), with ``pad`` and ``bos`` ruled out: neither is ever an output."""
     tokens = prefix[:, -1:] if cache is not None else prefix
     logits = model.next_token_logits(tokens, state, cache).float()
@@ -102,8 +108,17 @@ Hypotheses = list[list[tuple[float, list[int]]]]
 
 
 def _finish_eos_candidates(
-    finished: Hypotheses, alive: list[int], prefix: torch.Tensor, top_scores: torch.Tensor, parents: torch.Tensor,
-    is_eos: torch.Tensor, *, k: int, eos_id: int, length: int, length_penalty: float,
+    finished: Hypotheses,
+    alive: list[int],
+    prefix: torch.Tensor,
+    top_scores: torch.Tensor,
+    parents: torch.Tensor,
+    is_eos: torch.Tensor,
+    *,
+    k: int,
+    eos_id: int,
+    length: int,
+    length_penalty: float,
 ) -> None:
     """Finish the continuations ending in ``eos`` among each row's k best (score log p / ``|y|^α``)."""
     for row, rank in (is_eos[:, :k] & (top_scores[:, :k] > float("-inf"))).nonzero().tolist():
@@ -113,8 +128,9 @@ def _finish_eos_candidates(
             finished[sentence].append((top_scores[row, rank].item() / length**length_penalty, hypothesis))
 
 
-def _finish_live_beams(finished: Hypotheses, alive: list[int], prefix: torch.Tensor, scores: torch.Tensor, *,
-                       k: int, length_penalty: float) -> None:
+def _finish_live_beams(
+    finished: Hypotheses, alive: list[int], prefix: torch.Tensor, scores: torch.Tensor, *, k: int, length_penalty: float
+) -> None:
     """At ``max_len``: the live beams finish as they are, without ``eos``."""
     for row, sentence in enumerate(alive):
         for beam in range(k):
@@ -159,8 +175,18 @@ def beam_search(
         top_scores, top_index = candidates.topk(min(2 * k, k * vocab), dim=1)
         parents, tokens = top_index // vocab, top_index % vocab
         is_eos = tokens == model.eos_id
-        _finish_eos_candidates(finished, alive, prefix, top_scores, parents, is_eos, k=k, eos_id=model.eos_id,
-                               length=step + 1, length_penalty=length_penalty)
+        _finish_eos_candidates(
+            finished,
+            alive,
+            prefix,
+            top_scores,
+            parents,
+            is_eos,
+            k=k,
+            eos_id=model.eos_id,
+            length=step + 1,
+            length_penalty=length_penalty,
+        )
         scores, position = top_scores.masked_fill(is_eos, float("-inf")).topk(k, dim=1)
         source_rows = (torch.arange(len(alive), device=device)[:, None] * k + parents.gather(1, position)).flatten()
         prefix = torch.cat((prefix[source_rows], tokens.gather(1, position).flatten()[:, None]), dim=1)

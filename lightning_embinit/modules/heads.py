@@ -45,7 +45,9 @@ class OutputHead(nn.Module):
         if kind == "tied_half_swap" and dim % 2:
             raise ValueError(f"tied_half_swap needs an even model dimension, got {dim}")
         if kind == "tied_shuffle" and (shuffle_groups < 2 or dim % shuffle_groups):
-            raise ValueError(f"tied_shuffle needs shuffle_groups ≥ 2 dividing the dimension {dim}, got {shuffle_groups}")
+            raise ValueError(
+                f"tied_shuffle needs shuffle_groups ≥ 2 dividing the dimension {dim}, got {shuffle_groups}"
+            )
         self.proj: nn.Linear | None = None
         if kind == "untied":
             self.proj = nn.Linear(dim, vocab_size, bias=bias)

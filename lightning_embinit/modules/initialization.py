@@ -13,7 +13,7 @@ are the subject of :class:`~lightning_embinit.callbacks.EmbeddingInitCallback`.
 
 from __future__ import annotations
 
-from typing import Iterable
+from collections.abc import Iterable
 
 import torch
 from torch import nn

@@ -12,15 +12,16 @@ Nothing here imports Lightning.
 from __future__ import annotations
 
 import math
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import torch
 from torch import nn
 
+from lightning_embinit.checks import check_choice, check_finite, check_positive_int
 from lightning_embinit.init.host import EmbeddingSlot
 from lightning_embinit.init.positional import LAYOUTS, canonical_layout, sinusoidal_encoding
 from lightning_embinit.init.schemes import get_scheme
-from lightning_embinit.checks import check_choice, check_finite, check_positive_int
 from lightning_embinit.modules.blocks import Dropout
 
 POSITIONALS = ("interleaved", "half", "halves", "sinusoidal", "learned", "none")
@@ -115,9 +116,7 @@ def resolve_scale(scale: str | float, dim: int, *, option: str = "embedding_scal
         try:
             scale = float(scale)
         except ValueError:
-            raise ValueError(
-                f"{option} must be 'sqrt_d', 'inv_sqrt_d', 'none' or a number, got {scale!r}"
-            ) from None
+            raise ValueError(f"{option} must be 'sqrt_d', 'inv_sqrt_d', 'none' or a number, got {scale!r}") from None
     return check_finite(option, scale)
 
 
@@ -175,10 +174,15 @@ class EmbeddingInput(nn.Module):
     def slot(self, name: str, **options: Any) -> EmbeddingSlot:
         """An :class:`~lightning_embinit.init.EmbeddingSlot` for this input's table, its scale and P."""
         return EmbeddingSlot(
-            name=name, embedding=self.embedding, input_scale=self.scale,
-            positional_encoding=self.positional_encoding(), **options,
+            name=name,
+            embedding=self.embedding,
+            input_scale=self.scale,
+            positional_encoding=self.positional_encoding(),
+            **options,
         )
 
     def forward(self, ids: torch.Tensor, offset: int = 0) -> torch.Tensor:
         """(B, L) ids → (B, L, D); ``offset`` is the position of the first id (incremental decoding)."""
-        return self.dropout(embed_tokens(self.embedding, ids, scale=self.scale, positional=self.positional, offset=offset))
+        return self.dropout(
+            embed_tokens(self.embedding, ids, scale=self.scale, positional=self.positional, offset=offset)
+        )

@@ -3,8 +3,9 @@ the token strings by id (which pre-trained sources align by). Tokenizers live in
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Mapping, Sequence, Union
+from typing import Any
 
 SPECIAL_TOKENS: dict[str, str] = {"pad": "<pad>", "unk": "<unk>", "bos": "<bos>", "eos": "<eos>"}
 """Role → string of the special tokens; they take ids 0, 1, 2, 3 in this order."""
@@ -33,8 +34,10 @@ class TokenVocabulary:
     def numbered(cls, size: int) -> TokenVocabulary:
         """``size`` ids without strings whose first four are pad, unk, bos and eos (:data:`SPECIAL_TOKENS`' order)."""
         if size < len(SPECIAL_TOKENS) + 1:
-            raise ValueError(f"a numbered vocabulary needs ≥ {len(SPECIAL_TOKENS) + 1} ids (pad, unk, bos, eos and a "
-                             f"token), got {size}")
+            raise ValueError(
+                f"a numbered vocabulary needs ≥ {len(SPECIAL_TOKENS) + 1} ids (pad, unk, bos, eos and a "
+                f"token), got {size}"
+            )
         return cls(size, special_ids={role: i for i, role in enumerate(SPECIAL_TOKENS)})
 
     @classmethod
@@ -81,9 +84,12 @@ class TokenVocabulary:
 
     def slot_options(self) -> dict[str, Any]:
         """What an :class:`~lightning_embinit.init.EmbeddingSlot` of this vocabulary's table takes from it."""
-        return {"tokens": None if self.tokens is None else list(self.tokens), "padding_idx": self.pad_id,
-                "special_tokens": dict(self.special_tokens)}
+        return {
+            "tokens": None if self.tokens is None else list(self.tokens),
+            "padding_idx": self.pad_id,
+            "special_tokens": dict(self.special_tokens),
+        }
 
 
-VocabularyLike = Union[TokenVocabulary, int]
+VocabularyLike = TokenVocabulary | int
 """What an architecture takes as a vocabulary: a :class:`TokenVocabulary`, or its size alone."""

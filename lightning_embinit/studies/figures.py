@@ -9,8 +9,9 @@
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any, Mapping, Sequence
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -51,16 +52,20 @@ def curve_series(
     """Per setting, the finished trials' ``metric`` curves aligned: (steps, mean, std, seeds)."""
     series = {}
     for setting in settings:
-        curves = [curve_points((record.get("curves") or {}).get(metric)) for record in done(records)
-                  if setting_name(record) == setting]
+        curves = [
+            curve_points((record.get("curves") or {}).get(metric))
+            for record in done(records)
+            if setting_name(record) == setting
+        ]
         steps, mean, std, n = align_curves(curves)
         if n:
             series[setting] = (steps, mean, std, n)
     return series
 
 
-def curves_figure(series: Mapping[str, tuple[np.ndarray, np.ndarray, np.ndarray, int]], metric: str,
-                  *, title: str = "") -> Figure:
+def curves_figure(
+    series: Mapping[str, tuple[np.ndarray, np.ndarray, np.ndarray, int]], metric: str, *, title: str = ""
+) -> Figure:
     """One line per setting (mean over seeds) with a shaded ±std band where there are two seeds or more."""
     outside = len(series) > LEGEND_INSIDE_MAX
     figure = new_figure(8.6 if outside else 6.4, 4.0)
@@ -99,8 +104,15 @@ def learning_speed_figure(summary: pd.DataFrame, metrics: Sequence[str]) -> Figu
         colors = [line_style(index)[0] for index in positions]
         axes.bar(positions, np.nan_to_num(means), yerr=stds, capsize=4, color=colors, alpha=0.8)
         for position, top, n in zip(positions, np.nan_to_num(means) + stds, summary[(metric, "n")]):
-            axes.annotate(f"n={n}", (position, top), ha="center", va="bottom", fontsize=7, xytext=(0, 2),
-                          textcoords="offset points")
+            axes.annotate(
+                f"n={n}",
+                (position, top),
+                ha="center",
+                va="bottom",
+                fontsize=7,
+                xytext=(0, 2),
+                textcoords="offset points",
+            )
         axes.margins(y=0.12)
         axes.set_xticks(positions, [str(setting) for setting in summary.index], rotation=30, ha="right", fontsize=8)
         axes.set_ylabel("examples")
@@ -114,8 +126,15 @@ def learning_speed_metrics(metrics: Sequence[str]) -> list[str]:
     return [metric for metric in metrics if metric.endswith(LEARNING_SPEED_SUFFIX)]
 
 
-def write_figures(records: Sequence[Mapping[str, Any]], settings: Sequence[str], summary: pd.DataFrame,
-                  curve_metrics: Sequence[str], out_dir: Path, *, study: str = "") -> list[Path]:
+def write_figures(
+    records: Sequence[Mapping[str, Any]],
+    settings: Sequence[str],
+    summary: pd.DataFrame,
+    curve_metrics: Sequence[str],
+    out_dir: Path,
+    *,
+    study: str = "",
+) -> list[Path]:
     """Write ``curves_<metric>.png`` for each curve some finished trial logged and ``learning_speed.png``
     when ``summary`` has a learning-speed metric; the paths written."""
     written = []

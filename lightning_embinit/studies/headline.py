@@ -20,59 +20,111 @@ SOURCE_KEY = "trainer.callbacks[EmbeddingInitCallback].init_args.source"
 
 #: The metrics the quick start prints: the outcome, the init report and the start-of-training diagnostics.
 HEADLINE_METRICS = (
-    "best_val_loss", "init_loss", "init_loss_predicted", "embinit/tokens/std", "embinit/tokens/ratio",
-    "embvar/tokens/semantic_retention_at_start", "embvar/tokens/positional_retention_at_start",
+    "best_val_loss",
+    "init_loss",
+    "init_loss_predicted",
+    "embinit/tokens/std",
+    "embinit/tokens/ratio",
+    "embvar/tokens/semantic_retention_at_start",
+    "embvar/tokens/positional_retention_at_start",
 )
 
-_TIED_LM_CONFIG: dict[str, Any] = {   # examples/configs/tied_lm.yaml
+_TIED_LM_CONFIG: dict[str, Any] = {  # examples/configs/tied_lm.yaml
     "seed_everything": 0,
-    "model": {"class_path": "lightning_embinit.models.TiedEmbeddingLM", "init_args": {
-        "architecture": {"d_model": 256, "num_heads": 4, "num_layers": 2, "ffn_dim": 512, "max_len": 64,
-                         "positional": "learned", "norm": "layernorm", "head": "tied", "zero_init_residual": True,
-                         "init_scheme": "xavier"},
-        "optimizer": {"lr": 0.001, "lr_schedule": "constant"}}},
-    "data": {"class_path": "lightning_embinit.data.LanguageModelDataModule",
-             "init_args": {"seq_len": 64, "batch_size": 32, "min_freq": 2}},
-    "trainer": {"max_steps": 200, "val_check_interval": 50, "check_val_every_n_epoch": None, "log_every_n_steps": 10,
-                "callbacks": [
-                    {"class_path": "lightning_embinit.EmbeddingInitCallback",
-                     "init_args": {"source": "normal:1/sqrt(d)", "seed": 0}},
-                    {"class_path": "lightning_embinit.InitialLossMonitor",
-                     "init_args": {"track_steps": 100, "margin": 1.0}}]},
+    "model": {
+        "class_path": "lightning_embinit.models.TiedEmbeddingLM",
+        "init_args": {
+            "architecture": {
+                "d_model": 256,
+                "num_heads": 4,
+                "num_layers": 2,
+                "ffn_dim": 512,
+                "max_len": 64,
+                "positional": "learned",
+                "norm": "layernorm",
+                "head": "tied",
+                "zero_init_residual": True,
+                "init_scheme": "xavier",
+            },
+            "optimizer": {"lr": 0.001, "lr_schedule": "constant"},
+        },
+    },
+    "data": {
+        "class_path": "lightning_embinit.data.LanguageModelDataModule",
+        "init_args": {"seq_len": 64, "batch_size": 32, "min_freq": 2},
+    },
+    "trainer": {
+        "max_steps": 200,
+        "val_check_interval": 50,
+        "check_val_every_n_epoch": None,
+        "log_every_n_steps": 10,
+        "callbacks": [
+            {
+                "class_path": "lightning_embinit.EmbeddingInitCallback",
+                "init_args": {"source": "normal:1/sqrt(d)", "seed": 0},
+            },
+            {"class_path": "lightning_embinit.InitialLossMonitor", "init_args": {"track_steps": 100, "margin": 1.0}},
+        ],
+    },
 }
 
 
 def headline_study() -> Study:
     """The headline study: settings ``xavier``, ``word2vec_raw``, ``word2vec_xavier``; variants ``smoke``
-    (3 × 2 seeds, about a minute on 2 cores), ``medium`` (3 × 3 seeds, 350 steps) and ``full`` (5 seeds, 2,000 steps)."""
-    return Study.from_dict({
-        "name": "headline",
-        "description": "Headline: word2vec trained on the training text, raw vs standardized to Xavier's std vs "
-                       "Xavier, on the tied-embedding LM (offline)",
-        "base": copy.deepcopy(_TIED_LM_CONFIG),
-        "overrides": {"trainer.callbacks[+]": {
-            "class_path": "lightning_embinit.EmbeddingVarianceMonitor",
-            "init_args": {"every_n_steps": None, "figures": False, "warn": False}}},
-        "settings": {
-            "xavier": {SOURCE_KEY: "xavier"},
-            "word2vec_raw": {SOURCE_KEY: "word2vec-trainset"},
-            "word2vec_xavier": {SOURCE_KEY: "word2vec-trainset",
-                                "trainer.callbacks[EmbeddingInitCallback].init_args.standardize": "xavier"},
-        },
-        "reference": "xavier",
-        "seeds": [0, 1, 2, 3, 4],
-        "seed_keys": ["trainer.callbacks[EmbeddingInitCallback].init_args.seed"],
-        "protocol": {"monitor": "val_loss", "mode": "min", "test": "auto"},
-        "variants": {
-            "smoke": {"seeds": [0, 1], "overrides": {
-                "data.init_args.batch_size": 8, "trainer.max_steps": 80, "trainer.val_check_interval": 20,
-                "trainer.num_sanity_val_steps": 0, "trainer.log_every_n_steps": 5,
-                "trainer.enable_model_summary": False, "trainer.logger": False,
-                "trainer.callbacks[InitialLossMonitor].init_args.track_steps": 80}},
-            "medium": {"seeds": [0, 1, 2], "description": "d 256, 2 layers, 350 steps at batch 32 × 64 tokens, lr 1e-3",
-                       "overrides": {"trainer.max_steps": 350, "trainer.val_check_interval": 50,
-                                     "trainer.log_every_n_steps": 10,
-                                     "trainer.callbacks[InitialLossMonitor].init_args.track_steps": 350}},
-            "full": {"seeds": [0, 1, 2, 3, 4], "overrides": {"trainer.max_steps": 2000, "trainer.val_check_interval": 200}},
-        },
-    })
+    (3 × 2 seeds, about a minute on 2 cores), ``medium`` (3 × 3 seeds, 350 steps) and ``full``
+    (5 seeds, 2,000 steps)."""
+    return Study.from_dict(
+        {
+            "name": "headline",
+            "description": "Headline: word2vec trained on the training text, raw vs standardized to Xavier's std vs "
+            "Xavier, on the tied-embedding LM (offline)",
+            "base": copy.deepcopy(_TIED_LM_CONFIG),
+            "overrides": {
+                "trainer.callbacks[+]": {
+                    "class_path": "lightning_embinit.EmbeddingVarianceMonitor",
+                    "init_args": {"every_n_steps": None, "figures": False, "warn": False},
+                }
+            },
+            "settings": {
+                "xavier": {SOURCE_KEY: "xavier"},
+                "word2vec_raw": {SOURCE_KEY: "word2vec-trainset"},
+                "word2vec_xavier": {
+                    SOURCE_KEY: "word2vec-trainset",
+                    "trainer.callbacks[EmbeddingInitCallback].init_args.standardize": "xavier",
+                },
+            },
+            "reference": "xavier",
+            "seeds": [0, 1, 2, 3, 4],
+            "seed_keys": ["trainer.callbacks[EmbeddingInitCallback].init_args.seed"],
+            "protocol": {"monitor": "val_loss", "mode": "min", "test": "auto"},
+            "variants": {
+                "smoke": {
+                    "seeds": [0, 1],
+                    "overrides": {
+                        "data.init_args.batch_size": 8,
+                        "trainer.max_steps": 80,
+                        "trainer.val_check_interval": 20,
+                        "trainer.num_sanity_val_steps": 0,
+                        "trainer.log_every_n_steps": 5,
+                        "trainer.enable_model_summary": False,
+                        "trainer.logger": False,
+                        "trainer.callbacks[InitialLossMonitor].init_args.track_steps": 80,
+                    },
+                },
+                "medium": {
+                    "seeds": [0, 1, 2],
+                    "description": "d 256, 2 layers, 350 steps at batch 32 × 64 tokens, lr 1e-3",
+                    "overrides": {
+                        "trainer.max_steps": 350,
+                        "trainer.val_check_interval": 50,
+                        "trainer.log_every_n_steps": 10,
+                        "trainer.callbacks[InitialLossMonitor].init_args.track_steps": 350,
+                    },
+                },
+                "full": {
+                    "seeds": [0, 1, 2, 3, 4],
+                    "overrides": {"trainer.max_steps": 2000, "trainer.val_check_interval": 200},
+                },
+            },
+        }
+    )

@@ -16,8 +16,9 @@ import json
 import math
 import os
 import re
+from collections.abc import Iterable, Mapping
 from pathlib import Path
-from typing import Any, Iterable, Mapping
+from typing import Any
 
 import yaml
 
@@ -37,7 +38,7 @@ def split_key(key: str) -> list[str | int]:
     parts: list[str | int] = []
     position = 0
     for match in _SEGMENT.finditer(key):
-        between = key[position:match.start()]
+        between = key[position : match.start()]
         if between not in ("", "."):
             raise StudyError(f"malformed config key {key!r}")
         bracket, plain = match.groups()
@@ -63,13 +64,17 @@ def _list_index(items: list[Any], part: str | int, key: str) -> int:
             raise StudyError(f"key {key!r}: index {part} is outside the list of {len(items)} entries")
         return part
     name = part[1:-1]
-    found = [i for i, entry in enumerate(items)
-             if (path := _class_name(entry)) is not None and (path == name or path.endswith("." + name))]
+    found = [
+        i
+        for i, entry in enumerate(items)
+        if (path := _class_name(entry)) is not None and (path == name or path.endswith("." + name))
+    ]
     if len(found) != 1:
         classes = ", ".join(filter(None, map(_class_name, items))) or "none"
         how = "no entry" if not found else f"{len(found)} entries"
-        raise StudyError(f"key {key!r}: {how} with class {name!r} in the list (classes: {classes}); "
-                         "use an index such as [0]")
+        raise StudyError(
+            f"key {key!r}: {how} with class {name!r} in the list (classes: {classes}); use an index such as [0]"
+        )
     return found[0]
 
 
@@ -134,15 +139,19 @@ def apply_overrides(config: dict[str, Any], overrides: Iterable[tuple[str, Any]]
 def substitute_environment(value: Any, *, where: str = "config") -> Any:
     """Every ``${NAME}`` / ``${NAME:-default}`` in the strings of ``value`` replaced from the environment."""
     if isinstance(value, str):
+
         def replace(match: re.Match[str]) -> str:
             name, default = match.group(1), match.group(2)
             found = os.environ.get(name)
             if found not in (None, ""):
                 return found
             if default is None:
-                raise StudyError(f"{where}: environment variable {name} in {value!r} is not set "
-                                 f"(write ${{{name}:-<default>}} to give a default)")
+                raise StudyError(
+                    f"{where}: environment variable {name} in {value!r} is not set "
+                    f"(write ${{{name}:-<default>}} to give a default)"
+                )
             return default
+
         return _VARIABLE.sub(replace, value)
     if isinstance(value, Mapping):
         return {k: substitute_environment(v, where=where) for k, v in value.items()}

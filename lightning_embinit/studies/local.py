@@ -13,8 +13,9 @@ import multiprocessing.connection
 import os
 import signal
 from collections import deque
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 
 from lightning_embinit.studies.keys import StudyError
 from lightning_embinit.studies.plan import prepare_sweep
@@ -22,8 +23,12 @@ from lightning_embinit.studies.progress import SweepProgress
 from lightning_embinit.studies.records import now, read_record, record_path, write_json
 from lightning_embinit.studies.spec import Study, Trial
 
-PRELOAD = ("lightning_embinit.studies.worker", "lightning_embinit.models", "lightning_embinit.data",
-           "lightning_embinit.callbacks")
+PRELOAD = (
+    "lightning_embinit.studies.worker",
+    "lightning_embinit.models",
+    "lightning_embinit.data",
+    "lightning_embinit.callbacks",
+)
 """Modules the forkserver imports once, so that each trial's process starts with them."""
 LOG_TAIL_LINES = 30
 
@@ -44,8 +49,10 @@ def thread_budget(workers: int, threads: int | None, cores: int | None = None) -
     if threads < 1:
         raise StudyError(f"--threads must be ≥ 1, got {threads}")
     if workers * threads > cores:
-        raise StudyError(f"--workers {workers} × --threads {threads} = {workers * threads} threads, more than the "
-                         f"{cores} cores here: lower --workers or --threads")
+        raise StudyError(
+            f"--workers {workers} × --threads {threads} = {workers * threads} threads, more than the "
+            f"{cores} cores here: lower --workers or --threads"
+        )
     return threads
 
 
@@ -74,8 +81,16 @@ def start_trial_server() -> None:
     forkserver.ensure_running()
 
 
-def run_study(study: Study | str | Path, results_dir: str | Path, *, variant: str | None = None, workers: int = 1,
-              threads: int | None = None, retry_failed: bool = False, progress: bool = True) -> list[dict[str, Any]]:
+def run_study(
+    study: Study | str | Path,
+    results_dir: str | Path,
+    *,
+    variant: str | None = None,
+    workers: int = 1,
+    threads: int | None = None,
+    retry_failed: bool = False,
+    progress: bool = True,
+) -> list[dict[str, Any]]:
     """Run every trial of ``study``'s ``variant`` not finished in ``results_dir``; return the records in trial order.
 
     Everything is checked before any trial starts (the thread budget, every config with the ``embinit`` parser,
@@ -86,8 +101,10 @@ def run_study(study: Study | str | Path, results_dir: str | Path, *, variant: st
     threads = thread_budget(workers, threads)
     gpus = visible_gpus()
     if gpus and workers > len(gpus):
-        raise StudyError(f"--workers {workers} but {len(gpus)} GPU(s): each trial gets a GPU of its own; "
-                         f"use --workers {len(gpus)} or fewer")
+        raise StudyError(
+            f"--workers {workers} but {len(gpus)} GPU(s): each trial gets a GPU of its own; "
+            f"use --workers {len(gpus)} or fewer"
+        )
     plan = prepare_sweep(study, results_dir, variant=variant, retry_failed=retry_failed)
     with SweepProgress(plan.study.name, total=len(plan.trials), skipped=plan.kept, enabled=progress) as bar:
         ordered = plan.ordered(_run_all(plan.to_run, plan.results_dir, workers, threads, gpus, bar))
@@ -95,8 +112,9 @@ def run_study(study: Study | str | Path, results_dir: str | Path, *, variant: st
     return ordered
 
 
-def _run_all(trials: Sequence[Trial], results_dir: Path, workers: int, threads: int, gpus: list[str],
-             bar: SweepProgress) -> dict[str, dict[str, Any]]:
+def _run_all(
+    trials: Sequence[Trial], results_dir: Path, workers: int, threads: int, gpus: list[str], bar: SweepProgress
+) -> dict[str, dict[str, Any]]:
     """Run ``trials`` in processes, ``workers`` at a time; a finished process's record (or its failure) by trial id."""
     from lightning_embinit.studies.trial import trial_job  # here: the trial server starts before Lightning loads
     from lightning_embinit.studies.worker import run_job
@@ -109,8 +127,14 @@ def _run_all(trials: Sequence[Trial], results_dir: Path, workers: int, threads: 
         while pending or running:
             while pending and len(running) < workers:
                 trial = pending.popleft()
-                job = trial_job(trial, results_dir, threads, gpu=free_gpus.popleft() if gpus else None,
-                                sweep_pid=os.getpid(), environment=dict(os.environ))
+                job = trial_job(
+                    trial,
+                    results_dir,
+                    threads,
+                    gpu=free_gpus.popleft() if gpus else None,
+                    sweep_pid=os.getpid(),
+                    environment=dict(os.environ),
+                )
                 process = context.Process(target=run_job, args=(job,), name=f"embinit-trial-{trial.trial_id}")
                 process.start()
                 running[process.sentinel] = (process, trial, job, now())
@@ -137,7 +161,9 @@ def _stop(processes: list[Any]) -> None:
             process.kill()
 
 
-def _collect(trial: Trial, results_dir: Path, job: dict[str, Any], exitcode: int | None, started: str) -> dict[str, Any]:
+def _collect(
+    trial: Trial, results_dir: Path, job: dict[str, Any], exitcode: int | None, started: str
+) -> dict[str, Any]:
     """The record the trial's process wrote; a ``failed`` one written here when the process died before writing."""
     record = read_record(results_dir, trial.trial_id)
     if record is not None and record.get("run_id") == job["run_id"]:
@@ -150,9 +176,14 @@ def _collect(trial: Trial, results_dir: Path, job: dict[str, Any], exitcode: int
         how = f"signal {name}" + (" (killed: out of memory?)" if -exitcode == signal.SIGKILL else "")
     log = Path(job["log_file"])
     tail = log.read_text(encoding="utf-8", errors="replace").splitlines()[-LOG_TAIL_LINES:] if log.exists() else []
-    record = failed_record(trial, results_dir, run_id=job["run_id"], error_type="TrialProcessDied", started=started,
-                           message=f"the trial's process ended with {how} before writing its record",
-                           log_tail="\n".join(tail))
+    record = failed_record(
+        trial,
+        results_dir,
+        run_id=job["run_id"],
+        error_type="TrialProcessDied",
+        started=started,
+        message=f"the trial's process ended with {how} before writing its record",
+        log_tail="\n".join(tail),
+    )
     write_json(record_path(results_dir, trial.trial_id), record)
     return record
-

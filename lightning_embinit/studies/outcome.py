@@ -9,15 +9,21 @@ import platform
 import re
 import socket
 import time
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any
 
 import lightning
 import torch
 from lightning.pytorch import LightningModule, Trainer
 from lightning.pytorch.callbacks import Callback
 
-from lightning_embinit.callbacks import EmbeddingInitCallback, EmbeddingVarianceMonitor, InitialLossMonitor, LearningSpeedMonitor
+from lightning_embinit.callbacks import (
+    EmbeddingInitCallback,
+    EmbeddingVarianceMonitor,
+    InitialLossMonitor,
+    LearningSpeedMonitor,
+)
 from lightning_embinit.studies.spec import package_version
 
 MODEL_METRIC = re.compile(r"^(train|val|test)_|^(epoch|step)$|^lr[-_]")
@@ -29,8 +35,12 @@ INIT_REPORT_KEPT = ("std", "scaled_std", "ratio", "coverage")
 """Of the init report's scalars (``embinit/<slot>/<key>``), the ones also kept as monitors; the rest stay in
 ``init_report``."""
 
-INITIAL_LOSS_VALUES = {"init_loss": "init_loss", "ln_vocab": "ln_vocab", "init_loss_predicted": "predicted",
-                       "init_loss_predicted_model": "predicted_model"}
+INITIAL_LOSS_VALUES = {
+    "init_loss": "init_loss",
+    "ln_vocab": "ln_vocab",
+    "init_loss_predicted": "predicted",
+    "init_loss_predicted_model": "predicted_model",
+}
 
 
 def number(value: Any) -> float | None:
@@ -50,8 +60,9 @@ def scalars(metrics: Mapping[str, Any]) -> dict[str, float]:
 
 def non_finite(values: Mapping[str, Any]) -> list[str]:
     """``name = value`` for each NaN or infinite number of ``values``."""
-    return [f"{name} = {value}" for name, value in values.items()
-            if isinstance(value, float) and not math.isfinite(value)]
+    return [
+        f"{name} = {value}" for name, value in values.items() if isinstance(value, float) and not math.isfinite(value)
+    ]
 
 
 def is_model_metric(name: str) -> bool:
@@ -92,7 +103,9 @@ def _int(text: str | None) -> int | None:
         return None
 
 
-def monitor_values(trainer: Trainer, fit_metrics: Mapping[str, float], curves: Mapping[str, list[list[Any]]]) -> dict[str, Any]:
+def monitor_values(
+    trainer: Trainer, fit_metrics: Mapping[str, float], curves: Mapping[str, list[list[Any]]]
+) -> dict[str, Any]:
     """The monitors' values at the end of fit (:func:`is_monitor`): their last logged value, the initial-loss
     monitor's one-off values, the variance monitor's values at the start (``<name>_at_start``) and each
     learning-speed crossing (None when the threshold was not reached)."""
@@ -100,13 +113,23 @@ def monitor_values(trainer: Trainer, fit_metrics: Mapping[str, float], curves: M
     values.update({name: value for name, value in fit_metrics.items() if is_monitor(name)})
     for callback in trainer.callbacks:
         if isinstance(callback, InitialLossMonitor) and callback.init_loss is not None:
-            values.update({name: getattr(callback, attribute) for name, attribute in INITIAL_LOSS_VALUES.items()
-                           if getattr(callback, attribute) is not None})
+            values.update(
+                {
+                    name: getattr(callback, attribute)
+                    for name, attribute in INITIAL_LOSS_VALUES.items()
+                    if getattr(callback, attribute) is not None
+                }
+            )
             values["init_loss_ratio"] = callback.init_loss / callback.ln_vocab
         elif isinstance(callback, EmbeddingVarianceMonitor) and callback.start:
             for slot, measured in callback.start.items():
-                values.update({f"{callback.prefix}/{slot}/{key}_at_start": value for key, value in measured.items()
-                               if number(value) is not None})
+                values.update(
+                    {
+                        f"{callback.prefix}/{slot}/{key}_at_start": value
+                        for key, value in measured.items()
+                        if number(value) is not None
+                    }
+                )
         elif isinstance(callback, LearningSpeedMonitor):
             base = f"{callback.prefix}/{callback.monitor}"
             values[f"{base}/examples_to_threshold"] = callback.crossed_at_examples
@@ -134,16 +157,25 @@ def checkpoint_position(path: str) -> tuple[int | None, int | None]:
 
 
 def versions() -> dict[str, str]:
-    return {"lightning_embinit": package_version(), "torch": torch.__version__, "lightning": lightning.__version__,
-            "python": platform.python_version()}
+    return {
+        "lightning_embinit": package_version(),
+        "torch": torch.__version__,
+        "lightning": lightning.__version__,
+        "python": platform.python_version(),
+    }
 
 
 def host() -> dict[str, Any]:
     """Where the trial ran: host name, platform, CPU count, the torch threads and the GPU (None on CPU)."""
     gpu = torch.cuda.get_device_name(torch.cuda.current_device()) if torch.cuda.is_available() else None
-    return {"hostname": socket.gethostname(), "platform": platform.platform(), "cpu_count": os.cpu_count(),
-            "torch_threads": torch.get_num_threads(), "gpu": gpu,
-            "cuda_visible_devices": os.environ.get("CUDA_VISIBLE_DEVICES")}
+    return {
+        "hostname": socket.gethostname(),
+        "platform": platform.platform(),
+        "cpu_count": os.cpu_count(),
+        "torch_threads": torch.get_num_threads(),
+        "gpu": gpu,
+        "cuda_visible_devices": os.environ.get("CUDA_VISIBLE_DEVICES"),
+    }
 
 
 class EpochClock(Callback):
@@ -174,7 +206,11 @@ def cost_values(model: torch.nn.Module, clock: EpochClock, fit_seconds: float, s
     batches (None when none did: a run shorter than an epoch)."""
     parameters = list(model.parameters())
     whole = [seconds for seconds, complete in clock.epochs if complete]
-    return {"parameters": sum(p.numel() for p in parameters),
-            "trainable_parameters": sum(p.numel() for p in parameters if p.requires_grad),
-            "fit_s": round(fit_seconds, 3), "seconds_per_step": fit_seconds / steps if steps else None,
-            "seconds_per_epoch": sum(whole) / len(whole) if whole else None, "whole_epochs": len(whole)}
+    return {
+        "parameters": sum(p.numel() for p in parameters),
+        "trainable_parameters": sum(p.numel() for p in parameters if p.requires_grad),
+        "fit_s": round(fit_seconds, 3),
+        "seconds_per_step": fit_seconds / steps if steps else None,
+        "seconds_per_epoch": sum(whole) / len(whole) if whole else None,
+        "whole_epochs": len(whole),
+    }

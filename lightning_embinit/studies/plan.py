@@ -3,9 +3,10 @@ split its trials into those to run and the records kept from earlier runs."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 
 from lightning_embinit.studies.records import STUDY_FILE, check_results_dir, read_record, study_summary, write_json
 from lightning_embinit.studies.spec import Study, Trial
@@ -29,7 +30,9 @@ class SweepPlan:
         return [found[trial.trial_id] for trial in self.trials if trial.trial_id in found]
 
 
-def plan_trials(trials: Sequence[Trial], results_dir: Path, retry_failed: bool) -> tuple[list[Trial], list[dict[str, Any]]]:
+def plan_trials(
+    trials: Sequence[Trial], results_dir: Path, retry_failed: bool
+) -> tuple[list[Trial], list[dict[str, Any]]]:
     """(trials to run, records kept): a record with the trial's config hash is kept when ``done``, or ``failed``
     without ``retry_failed``; a changed config (another hash) or a missing record runs."""
     to_run, kept = [], []
@@ -43,8 +46,9 @@ def plan_trials(trials: Sequence[Trial], results_dir: Path, retry_failed: bool) 
     return to_run, kept
 
 
-def prepare_sweep(study: Study | str | Path, results_dir: str | Path, *, variant: str | None = None,
-                  retry_failed: bool = False) -> SweepPlan:
+def prepare_sweep(
+    study: Study | str | Path, results_dir: str | Path, *, variant: str | None = None, retry_failed: bool = False
+) -> SweepPlan:
     """Check everything a sweep needs before any trial starts — the study, every trial's config (the ``embinit``
     parser), the results directory — then write ``study.json`` and plan the trials. StudyError when one fails."""
     study = study if isinstance(study, Study) else Study.from_yaml(study)

@@ -3,8 +3,9 @@ and the summary at the end."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 
 from rich.console import Console
 from rich.markup import escape
@@ -23,12 +24,17 @@ def outcome_line(record: dict[str, Any]) -> str:
     wall = record.get("wall_time_s")
     timing = f"{wall:.1f} s" if isinstance(wall, (int, float)) else "-"
     if record.get("status") == "done":
-        scores = ", ".join(f"{name} {value:.4g}" for name, value in (record.get("metrics") or {}).items()
-                           if name.startswith(("best_", "test_")) and isinstance(value, float))
+        scores = ", ".join(
+            f"{name} {value:.4g}"
+            for name, value in (record.get("metrics") or {}).items()
+            if name.startswith(("best_", "test_")) and isinstance(value, float)
+        )
         return f"done    {record['trial_id']}  {timing}  {scores}"
     error = record.get("error") or {}
-    return (f"FAILED  {record['trial_id']}  {timing}  {error.get('type')}: {_first_line(error.get('message'))}"
-            f"  (log: {record.get('log')})")
+    return (
+        f"FAILED  {record['trial_id']}  {timing}  {error.get('type')}: {_first_line(error.get('message'))}"
+        f"  (log: {record.get('log')})"
+    )
 
 
 class SweepProgress:
@@ -45,13 +51,21 @@ class SweepProgress:
     def __enter__(self) -> SweepProgress:
         if self.enabled:
             self._progress = Progress(
-                TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(),
-                TextColumn("done {task.fields[done]} · failed {task.fields[failed]}"), TimeElapsedColumn(),
-                TextColumn("ETA"), TimeRemainingColumn(), TextColumn("{task.fields[running]}"),
-                console=self.console, transient=False)
+                TextColumn("[bold]{task.description}"),
+                BarColumn(),
+                MofNCompleteColumn(),
+                TextColumn("done {task.fields[done]} · failed {task.fields[failed]}"),
+                TimeElapsedColumn(),
+                TextColumn("ETA"),
+                TimeRemainingColumn(),
+                TextColumn("{task.fields[running]}"),
+                console=self.console,
+                transient=False,
+            )
             self._progress.start()
-            self._task = self._progress.add_task(self.study, total=self.total, completed=len(self.skipped),
-                                                 done=0, failed=0, running="")
+            self._task = self._progress.add_task(
+                self.study, total=self.total, completed=len(self.skipped), done=0, failed=0, running=""
+            )
         if self.skipped:
             self.console.print(f"{self.study}: {len(self.skipped)} of {self.total} trials finished earlier, skipped")
         return self
@@ -78,12 +92,16 @@ class SweepProgress:
     def summary(self, records: Sequence[dict[str, Any]], results_dir: Path, *, ran: int) -> None:
         """Counts (done / failed this run, skipped, failed earlier and not retried) and each failure's error."""
         kept_failed = sum(record.get("status") == "failed" for record in self.skipped)
-        parts = [f"ran {ran}: {self.counts['done']} done, {self.counts['failed']} failed",
-                 f"{len(self.skipped) - kept_failed} skipped (finished earlier)"]
+        parts = [
+            f"ran {ran}: {self.counts['done']} done, {self.counts['failed']} failed",
+            f"{len(self.skipped) - kept_failed} skipped (finished earlier)",
+        ]
         if kept_failed:
             parts.append(f"{kept_failed} failed earlier, not retried (--retry-failed reruns them)")
         self._update()
-        self.console.print(f"{self.study}: " + "; ".join(parts) + f". Records: {results_dir / 'trials'}", soft_wrap=True)
+        self.console.print(
+            f"{self.study}: " + "; ".join(parts) + f". Records: {results_dir / 'trials'}", soft_wrap=True
+        )
         for record in records:
             if record.get("status") != "done":
                 self.console.print(escape("  " + outcome_line(record)), soft_wrap=True)

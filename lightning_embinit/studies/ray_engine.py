@@ -16,8 +16,9 @@ from __future__ import annotations
 import json
 import os
 import uuid
+from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any, Mapping, Sequence
+from typing import Any
 
 from lightning_embinit.studies.keys import StudyError
 from lightning_embinit.studies.local import available_cores
@@ -37,10 +38,19 @@ _PROGRESS_BARS: dict[str, SweepProgress] = {}
 """The driver's progress bars by a callback's token."""
 
 
-def run_study_on_ray(study: Study | str | Path, results_dir: str | Path, *, variant: str | None = None,
-                     workers: int | None = None, threads: int | None = None, gpus_per_trial: int = 0,
-                     address: str | None = None, retry_failed: bool = False, ddp_workers: int = 1,
-                     progress: bool = True) -> list[dict[str, Any]]:
+def run_study_on_ray(
+    study: Study | str | Path,
+    results_dir: str | Path,
+    *,
+    variant: str | None = None,
+    workers: int | None = None,
+    threads: int | None = None,
+    gpus_per_trial: int = 0,
+    address: str | None = None,
+    retry_failed: bool = False,
+    ddp_workers: int = 1,
+    progress: bool = True,
+) -> list[dict[str, Any]]:
     """Run every pending trial of ``study``'s ``variant`` as a Ray Tune trial; return the records in trial order.
 
     ``threads``: CPUs per trial (default 1), ``gpus_per_trial``: GPUs per trial, ``workers``: at most this many
@@ -52,19 +62,38 @@ def run_study_on_ray(study: Study | str | Path, results_dir: str | Path, *, vari
     require_ray()
     cpus = 1 if threads is None else threads
     if cpus < 1 or gpus_per_trial < 0 or (workers is not None and workers < 1) or ddp_workers < 1:
-        raise StudyError(f"--threads must be ≥ 1, GPUs per trial ≥ 0, --workers ≥ 1 and --ddp-workers ≥ 1; got "
-                         f"{cpus}, {gpus_per_trial}, {workers}, {ddp_workers}")
+        raise StudyError(
+            f"--threads must be ≥ 1, GPUs per trial ≥ 0, --workers ≥ 1 and --ddp-workers ≥ 1; got "
+            f"{cpus}, {gpus_per_trial}, {workers}, {ddp_workers}"
+        )
     plan = prepare_sweep(study, results_dir, variant=variant, retry_failed=retry_failed)
     results_dir = plan.results_dir.resolve()
     if ddp_workers > 1:
-        jobs = [ray_train_job(trial, results_dir, num_workers=ddp_workers, gpus_per_worker=gpus_per_trial,
-                              cpus_per_worker=cpus) for trial in plan.to_run]
-        cpus, gpus_per_trial = 0, 0   # the Train workers hold the resources, not the Tune trial that waits on them
+        jobs = [
+            ray_train_job(
+                trial, results_dir, num_workers=ddp_workers, gpus_per_worker=gpus_per_trial, cpus_per_worker=cpus
+            )
+            for trial in plan.to_run
+        ]
+        cpus, gpus_per_trial = 0, 0  # the Train workers hold the resources, not the Tune trial that waits on them
     else:
         jobs = [trial_job(trial, results_dir, cpus) for trial in plan.to_run]
     with SweepProgress(plan.study.name, total=len(plan.trials), skipped=plan.kept, enabled=progress) as bar:
-        records = _tune(jobs, results_dir, plan.study.name, variant, cpus=cpus, gpus=gpus_per_trial,
-                        workers=workers, address=address, bar=bar) if jobs else {}
+        records = (
+            _tune(
+                jobs,
+                results_dir,
+                plan.study.name,
+                variant,
+                cpus=cpus,
+                gpus=gpus_per_trial,
+                workers=workers,
+                address=address,
+                bar=bar,
+            )
+            if jobs
+            else {}
+        )
         ordered = plan.ordered(records)
         bar.summary(ordered, results_dir, ran=len(jobs))
     return ordered
@@ -87,13 +116,26 @@ def ray_trial(config: Mapping[str, Any], jobs: Sequence[Mapping[str, Any]]) -> N
         redirect_output(job["log_file"])
         limit_threads(int(job["threads"]))
         record = run_trial(job["trial"], job["results_dir"], run_id=job["run_id"])
-    numbers = {name: value for name, value in {**record.get("metrics", {}), **record.get("monitors", {})}.items()
-               if isinstance(value, (int, float)) and not isinstance(value, bool)}
+    numbers = {
+        name: value
+        for name, value in {**record.get("metrics", {}), **record.get("monitors", {})}.items()
+        if isinstance(value, (int, float)) and not isinstance(value, bool)
+    }
     tune.report({**numbers, "status": record["status"], REPORTED_RECORD: json.dumps(record)})
 
 
-def _tune(jobs: list[dict[str, Any]], results_dir: Path, name: str, variant: str | None, *, cpus: int, gpus: int,
-          workers: int | None, address: str | None, bar: SweepProgress) -> dict[str, dict[str, Any]]:
+def _tune(
+    jobs: list[dict[str, Any]],
+    results_dir: Path,
+    name: str,
+    variant: str | None,
+    *,
+    cpus: int,
+    gpus: int,
+    workers: int | None,
+    address: str | None,
+    bar: SweepProgress,
+) -> dict[str, dict[str, Any]]:
     """Run ``jobs`` as one Tune experiment; the record of each by trial id (a failed one for a trial that died)."""
     import ray
     from ray import tune
@@ -111,13 +153,18 @@ def _tune(jobs: list[dict[str, Any]], results_dir: Path, name: str, variant: str
             param_space={"trial_index": tune.grid_search(list(range(len(jobs))))},
             tune_config=tune.TuneConfig(max_concurrent_trials=workers),
             run_config=tune.RunConfig(
-                name=f"{name}-{variant or 'default'}-{now().replace(':', '')}", storage_path=str(results_dir / "ray"),
-                verbose=0, failure_config=tune.FailureConfig(max_failures=0), callbacks=[_ProgressCallback(jobs, bar)],
+                name=f"{name}-{variant or 'default'}-{now().replace(':', '')}",
+                storage_path=str(results_dir / "ray"),
+                verbose=0,
+                failure_config=tune.FailureConfig(max_failures=0),
+                callbacks=[_ProgressCallback(jobs, bar)],
             ),
         )
         grid = tuner.fit()
-        return {job["trial"]["trial_id"]: _record_of(job, grid[index], results_dir)
-                for index, job in enumerate(_jobs_in_grid_order(jobs, grid))}
+        return {
+            job["trial"]["trial_id"]: _record_of(job, grid[index], results_dir)
+            for index, job in enumerate(_jobs_in_grid_order(jobs, grid))
+        }
     finally:
         _PROGRESS_BARS.clear()
         if started_here:
@@ -137,9 +184,13 @@ def _record_of(job: Mapping[str, Any], result: Any, results_dir: Path) -> dict[s
     else:
         record = read_record(results_dir, trial_id)
         if record is None or record.get("run_id") != job["run_id"]:
-            record = failed_record(Trial.from_dict(job["trial"]), results_dir, run_id=job["run_id"],
-                                   error_type="RayTrialError",
-                                   message=f"the Ray trial ended before reporting: {result.error!r}")
+            record = failed_record(
+                Trial.from_dict(job["trial"]),
+                results_dir,
+                run_id=job["run_id"],
+                error_type="RayTrialError",
+                message=f"the Ray trial ended before reporting: {result.error!r}",
+            )
     write_json(record_path(results_dir, trial_id), record)
     return read_record(results_dir, trial_id)  # as the local engine returns it: JSON-safe (non-finite as strings)
 
@@ -164,5 +215,10 @@ class _ProgressCallback(TuneCallback):
             _PROGRESS_BARS[self.token].finished(json.loads(reported))
 
     def on_trial_error(self, iteration: int, trials: list, trial: Any, **info: Any) -> None:
-        _PROGRESS_BARS[self.token].finished({"trial_id": self._job(trial)["trial_id"], "status": "failed", "error": {
-            "type": "RayTrialError", "message": "the Ray trial ended before reporting"}})
+        _PROGRESS_BARS[self.token].finished(
+            {
+                "trial_id": self._job(trial)["trial_id"],
+                "status": "failed",
+                "error": {"type": "RayTrialError", "message": "the Ray trial ended before reporting"},
+            }
+        )

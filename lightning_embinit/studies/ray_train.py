@@ -17,8 +17,9 @@ from __future__ import annotations
 import importlib.util
 import json
 import os
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any
 
 from lightning_embinit.studies.keys import RAY_INSTALL, StudyError
 from lightning_embinit.studies.records import read_record, record_path, write_json
@@ -37,28 +38,49 @@ def require_ray() -> None:
         raise StudyError(f"--engine ray needs Ray Tune and Ray Train, which are not installed: {RAY_INSTALL}")
 
 
-def ray_train_job(trial: Trial, results_dir: Path, *, num_workers: int, gpus_per_worker: int, cpus_per_worker: int,
-                  run_id: str | None = None) -> dict[str, Any]:
+def ray_train_job(
+    trial: Trial,
+    results_dir: Path,
+    *,
+    num_workers: int,
+    gpus_per_worker: int,
+    cpus_per_worker: int,
+    run_id: str | None = None,
+) -> dict[str, Any]:
     """The job a Ray Train run of ``trial`` carries: :func:`~.trial.trial_job` plus its scaling."""
     if num_workers < 1 or cpus_per_worker < 1 or gpus_per_worker < 0:
-        raise StudyError(f"a Ray Train trial needs ≥ 1 worker, ≥ 1 CPU and ≥ 0 GPUs per worker; got {num_workers}, "
-                         f"{cpus_per_worker} and {gpus_per_worker}")
+        raise StudyError(
+            f"a Ray Train trial needs ≥ 1 worker, ≥ 1 CPU and ≥ 0 GPUs per worker; got {num_workers}, "
+            f"{cpus_per_worker} and {gpus_per_worker}"
+        )
     job = trial_job(trial, results_dir, cpus_per_worker, num_workers=num_workers, gpus_per_worker=gpus_per_worker)
     if run_id is not None:
         job["run_id"] = run_id
     return job
 
 
-def run_trial_on_ray_train(trial: Trial | Mapping[str, Any], results_dir: str | Path, *, num_workers: int = 2,
-                           gpus_per_worker: int = 0, cpus_per_worker: int = 1,
-                           run_id: str | None = None) -> dict[str, Any]:
+def run_trial_on_ray_train(
+    trial: Trial | Mapping[str, Any],
+    results_dir: str | Path,
+    *,
+    num_workers: int = 2,
+    gpus_per_worker: int = 0,
+    cpus_per_worker: int = 1,
+    run_id: str | None = None,
+) -> dict[str, Any]:
     """Run ``trial`` as a DDP run of ``num_workers`` Ray Train workers on the running Ray instance (``ray.init``
     first, or one is started); write and return its record (``failed`` with the error when the run failed)."""
     require_ray()
     trial = trial if isinstance(trial, Trial) else Trial.from_dict(trial)
     results_dir = Path(results_dir).resolve()
-    job = ray_train_job(trial, results_dir, num_workers=num_workers, gpus_per_worker=gpus_per_worker,
-                        cpus_per_worker=cpus_per_worker, run_id=run_id)
+    job = ray_train_job(
+        trial,
+        results_dir,
+        num_workers=num_workers,
+        gpus_per_worker=gpus_per_worker,
+        cpus_per_worker=cpus_per_worker,
+        run_id=run_id,
+    )
     return run_ray_train_job(job)
 
 
@@ -70,9 +92,13 @@ def run_ray_train_job(job: Mapping[str, Any]) -> dict[str, Any]:
     trial, results_dir = Trial.from_dict(job["trial"]), Path(job["results_dir"])
     gpus = int(job["gpus_per_worker"])
     trainer = TorchTrainer(
-        ray_train_worker, train_loop_config={"job": dict(job)},
-        scaling_config=ScalingConfig(num_workers=int(job["num_workers"]), use_gpu=gpus > 0,
-                                     resources_per_worker={"CPU": int(job["threads"]), **({"GPU": gpus} if gpus else {})}),
+        ray_train_worker,
+        train_loop_config={"job": dict(job)},
+        scaling_config=ScalingConfig(
+            num_workers=int(job["num_workers"]),
+            use_gpu=gpus > 0,
+            resources_per_worker={"CPU": int(job["threads"]), **({"GPU": gpus} if gpus else {})},
+        ),
         torch_config=TorchConfig(backend="nccl" if gpus else "gloo"),
         run_config=RunConfig(name=f"{trial.trial_id}-{job['run_id'][:8]}", storage_path=str(results_dir / "ray")),
     )
@@ -85,8 +111,13 @@ def run_ray_train_job(job: Mapping[str, Any]) -> dict[str, Any]:
         failure = error
     record = json.loads(reported) if reported else read_record(results_dir, trial.trial_id)
     if record is None or record.get("run_id") != job["run_id"]:
-        record = failed_record(trial, results_dir, run_id=job["run_id"], error_type="RayTrainError",
-                               message=f"the Ray Train run ended before its rank 0 reported the record: {failure!r}")
+        record = failed_record(
+            trial,
+            results_dir,
+            run_id=job["run_id"],
+            error_type="RayTrainError",
+            message=f"the Ray Train run ended before its rank 0 reported the record: {failure!r}",
+        )
     write_json(record_path(results_dir, trial.trial_id), record)
     return read_record(results_dir, trial.trial_id)
 
@@ -110,10 +141,18 @@ def ray_train_worker(config: Mapping[str, Any]) -> None:
     redirect_output(log_file)
     limit_threads(int(job["threads"]))
     launch = TrialLaunch(
-        rank=rank, world_size=world_size, trainer_keys=RAY_TRAINER_KEYS, prepare=prepare_trainer, barrier=dist.barrier,
-        trainer_defaults={"strategy": {"class_path": _path(RayDDPStrategy)},   # the parser takes class paths
-                          "plugins": [{"class_path": _path(RayLightningEnvironment)}],
-                          "callbacks": [RayTrainReportCallback()], "devices": "auto", "accelerator": "auto"},
+        rank=rank,
+        world_size=world_size,
+        trainer_keys=RAY_TRAINER_KEYS,
+        prepare=prepare_trainer,
+        barrier=dist.barrier,
+        trainer_defaults={
+            "strategy": {"class_path": _path(RayDDPStrategy)},  # the parser takes class paths
+            "plugins": [{"class_path": _path(RayLightningEnvironment)}],
+            "callbacks": [RayTrainReportCallback()],
+            "devices": "auto",
+            "accelerator": "auto",
+        },
     )
     record = run_trial(job["trial"], job["results_dir"], run_id=job["run_id"], launch=launch)
     ray.train.report({REPORTED_RECORD: json.dumps(record) if rank == 0 else ""})

@@ -14,9 +14,10 @@ from __future__ import annotations
 import json
 import os
 import tempfile
+from collections.abc import Mapping, Sequence
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any, Mapping, Sequence
+from typing import Any
 
 from lightning_embinit.studies.keys import StudyError, plain
 from lightning_embinit.studies.spec import Study, Trial
@@ -81,8 +82,11 @@ def read_records(results_dir: str | Path, *, current_only: bool = True) -> list[
     if current_only and isinstance(study, dict) and isinstance(study.get("trials"), list):
         found = [read_record(results_dir, entry["trial_id"]) for entry in study["trials"]]
         hashes = [entry.get("config_hash") for entry in study["trials"]]
-        return [record for record, expected in zip(found, hashes)
-                if record is not None and record.get("config_hash") == expected]
+        return [
+            record
+            for record, expected in zip(found, hashes)
+            if record is not None and record.get("config_hash") == expected
+        ]
     paths = sorted((results_dir / "trials").glob("*.json"))
     return [record for record in map(read_json, paths) if isinstance(record, dict)]
 
@@ -91,11 +95,20 @@ def study_summary(study: Study, variant: str | None, trials: Sequence[Trial]) ->
     """What ``study.json`` holds: ``name``, ``hash``, ``variant``, ``study`` (:meth:`Study.to_dict`), ``file``,
     ``reference`` and ``settings`` (every setting name, the grid's included), ``seeds``, ``updated`` and
     ``trials`` (``trial_id``, ``setting``, ``seed``, ``config_hash`` of each current trial)."""
-    return {"name": study.name, "hash": study.study_hash, "variant": variant, "study": study.to_dict(),
-            "file": study.path, "reference": study.reference_setting, "settings": study.setting_names(),
-            "seeds": sorted({trial.seed for trial in trials}), "updated": now(),
-            "trials": [{"trial_id": t.trial_id, "setting": t.setting, "seed": t.seed, "config_hash": t.config_hash}
-                       for t in trials]}
+    return {
+        "name": study.name,
+        "hash": study.study_hash,
+        "variant": variant,
+        "study": study.to_dict(),
+        "file": study.path,
+        "reference": study.reference_setting,
+        "settings": study.setting_names(),
+        "seeds": sorted({trial.seed for trial in trials}),
+        "updated": now(),
+        "trials": [
+            {"trial_id": t.trial_id, "setting": t.setting, "seed": t.seed, "config_hash": t.config_hash} for t in trials
+        ],
+    }
 
 
 def check_results_dir(results_dir: str | Path, study: Study, variant: str | None) -> None:
@@ -106,11 +119,17 @@ def check_results_dir(results_dir: str | Path, study: Study, variant: str | None
         if not isinstance(found, Mapping):
             raise StudyError(f"results directory {results_dir}: {path} is not a study file; choose another --results")
         if found.get("name") != study.name:
-            raise StudyError(f"results directory {results_dir} holds study {found.get('name')!r} ({path}), "
-                             f"not {study.name!r}: choose another --results directory")
+            raise StudyError(
+                f"results directory {results_dir} holds study {found.get('name')!r} ({path}), "
+                f"not {study.name!r}: choose another --results directory"
+            )
         if found.get("variant") != variant:
-            raise StudyError(f"results directory {results_dir} holds variant {found.get('variant')!r} of study "
-                             f"{study.name!r} ({path}), not {variant!r}: choose another --results directory")
+            raise StudyError(
+                f"results directory {results_dir} holds variant {found.get('variant')!r} of study "
+                f"{study.name!r} ({path}), not {variant!r}: choose another --results directory"
+            )
     elif (Path(results_dir) / "trials").is_dir() and any((Path(results_dir) / "trials").glob("*.json")):
-        raise StudyError(f"results directory {results_dir} holds trial records but no {STUDY_FILE}: "
-                         "choose another --results directory")
+        raise StudyError(
+            f"results directory {results_dir} holds trial records but no {STUDY_FILE}: "
+            "choose another --results directory"
+        )

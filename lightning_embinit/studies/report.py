@@ -12,9 +12,10 @@ from __future__ import annotations
 import json
 import math
 import warnings
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Mapping, Sequence
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -23,7 +24,14 @@ from lightning_embinit.checks import check_known, choice_error
 from lightning_embinit.studies.figures import write_figures
 from lightning_embinit.studies.keys import StudyError
 from lightning_embinit.studies.statistics import (
-    WALL_TIME, aggregate, compare, done, long_form, metric_names, number, setting_name,
+    WALL_TIME,
+    aggregate,
+    compare,
+    done,
+    long_form,
+    metric_names,
+    number,
+    setting_name,
 )
 
 STUDY_FILE = "study.json"
@@ -161,12 +169,25 @@ def _difference_cell(row: Mapping[str, Any]) -> str:
 def _table(header: Sequence[str], rows: Sequence[Sequence[str]]) -> list[str]:
     def line(cells: Sequence[str]) -> str:
         return "| " + " | ".join(str(cell).replace("|", "\\|") for cell in cells) + " |"
+
     return [line(header), line(["---"] * len(header)), *(line(row) for row in rows)]
 
 
 def _summary_table(summary: pd.DataFrame, names: Sequence[str]) -> list[str]:
-    rows = [[setting, *(_cell(summary.loc[setting, (m, "mean")], summary.loc[setting, (m, "std")],
-                              int(summary.loc[setting, (m, "n")])) for m in names)] for setting in summary.index]
+    rows = [
+        [
+            setting,
+            *(
+                _cell(
+                    summary.loc[setting, (m, "mean")],
+                    summary.loc[setting, (m, "std")],
+                    int(summary.loc[setting, (m, "n")]),
+                )
+                for m in names
+            ),
+        ]
+        for setting in summary.index
+    ]
     return _table(["setting", *names], rows)
 
 
@@ -181,9 +202,11 @@ def _difference_table(differences: pd.DataFrame, names: Sequence[str]) -> list[s
 def _groups(records: Sequence[Mapping[str, Any]], names: Sequence[str]) -> list[tuple[str, list[str]]]:
     """The chosen metrics split into the trials' metrics, the monitors, and the cost (with wall time)."""
     logged, cost = set(metric_names(records, "metrics")), {*metric_names(records, "cost"), WALL_TIME}
-    groups = [("Metrics", [n for n in names if n in logged]),
-              ("Monitors", [n for n in names if n not in logged and n not in cost]),
-              ("Cost", [n for n in names if n in cost and n not in logged])]
+    groups = [
+        ("Metrics", [n for n in names if n in logged]),
+        ("Monitors", [n for n in names if n not in logged and n not in cost]),
+        ("Cost", [n for n in names if n in cost and n not in logged]),
+    ]
     return [(title, chosen) for title, chosen in groups if chosen]
 
 
@@ -214,9 +237,11 @@ def _wall_time_line(records: Sequence[Mapping[str, Any]]) -> str:
     if not len(times):
         return "not recorded"
     spread = f" ± {_duration(float(np.std(times, ddof=1)))}" if len(times) > 1 else ""
-    return (f"{_duration(float(times.sum()))} in total over {len(times)} trials; per trial "
-            f"{_duration(float(times.mean()))}{spread} (min {_duration(float(times.min()))}, "
-            f"max {_duration(float(times.max()))})")
+    return (
+        f"{_duration(float(times.sum()))} in total over {len(times)} trials; per trial "
+        f"{_duration(float(times.mean()))}{spread} (min {_duration(float(times.min()))}, "
+        f"max {_duration(float(times.max()))})"
+    )
 
 
 def _seeds_text(records: Sequence[Mapping[str, Any]]) -> str:
@@ -237,41 +262,61 @@ def _failures_lines(records: Sequence[Mapping[str, Any]]) -> list[str]:
 def _header_lines(results: Results, settings: Sequence[str], reference: str, extra: Sequence[str]) -> list[str]:
     records = results.records
     statuses = pd.Series([str(r.get("status", "unknown")) for r in records]).value_counts()
-    lines = [f"# Study report: {results.name}", "",
-             f"- variant: {results.header.get('variant', 'not recorded')}; study hash: "
-             f"{results.header.get('hash', 'not recorded')}",
-             f"- settings: {', '.join(settings)} (reference: {reference})",
-             f"- seeds: {_seeds_text(records)}",
-             f"- trials: {len(records)} ({', '.join(f'{count} {status}' for status, count in statuses.items())})",
-             f"- wall time: {_wall_time_line(records)}",
-             f"- versions: {_versions_line(records)}",
-             f"- host: {'; '.join(_distinct([r.get('host') for r in records])) or 'not recorded'}"]
+    lines = [
+        f"# Study report: {results.name}",
+        "",
+        f"- variant: {results.header.get('variant', 'not recorded')}; study hash: "
+        f"{results.header.get('hash', 'not recorded')}",
+        f"- settings: {', '.join(settings)} (reference: {reference})",
+        f"- seeds: {_seeds_text(records)}",
+        f"- trials: {len(records)} ({', '.join(f'{count} {status}' for status, count in statuses.items())})",
+        f"- wall time: {_wall_time_line(records)}",
+        f"- versions: {_versions_line(records)}",
+        f"- host: {'; '.join(_distinct([r.get('host') for r in records])) or 'not recorded'}",
+    ]
     if extra:
         lines.append(f"- settings with records that {STUDY_FILE} does not list, after its own: {', '.join(extra)}")
     if results.superseded:
-        lines.append(f"- left out: older records of a setting and seed that has a newer one "
-                     f"({', '.join(results.superseded)})")
+        lines.append(
+            f"- left out: older records of a setting and seed that has a newer one ({', '.join(results.superseded)})"
+        )
     if results.unreadable:
         lines.append(f"- left out: unreadable records ({', '.join(results.unreadable)})")
     return lines
 
 
-def _differences_lines(results: Results, differences: pd.DataFrame, names: Sequence[str], reference: str,
-                       level: str) -> list[str]:
+def _differences_lines(
+    results: Results, differences: pd.DataFrame, names: Sequence[str], reference: str, level: str
+) -> list[str]:
     lines = []
     for title, chosen in _groups(results.records, names):
-        lines += ["", f"## {title}: difference from {reference}, Δ [{level} CI]", "",
-                  *_difference_table(differences, chosen)]
-    lines += ["", f"Δ = setting − {reference}, difference of means; Welch's {level} interval (Welch–Satterthwaite "
-              "degrees of freedom). **Bold**: the interval excludes 0, so the seeds support the difference."]
+        lines += [
+            "",
+            f"## {title}: difference from {reference}, Δ [{level} CI]",
+            "",
+            *_difference_table(differences, chosen),
+        ]
+    lines += [
+        "",
+        f"Δ = setting − {reference}, difference of means; Welch's {level} interval (Welch–Satterthwaite "
+        "degrees of freedom). **Bold**: the interval excludes 0, so the seeds support the difference.",
+    ]
     notes = sorted({note for note in differences["note"] if note})
     if notes:
         lines.append("† no interval: " + "; ".join(notes) + ".")
     return lines
 
 
-def summary_markdown(results: Results, summary: pd.DataFrame, differences: pd.DataFrame, *, reference: str,
-                     extra: Sequence[str] = (), figures: Sequence[Path] = (), confidence: float = 0.95) -> str:
+def summary_markdown(
+    results: Results,
+    summary: pd.DataFrame,
+    differences: pd.DataFrame,
+    *,
+    reference: str,
+    extra: Sequence[str] = (),
+    figures: Sequence[Path] = (),
+    confidence: float = 0.95,
+) -> str:
     """The report's Markdown: the header, the mean ± std (n) tables, the difference tables, failures, figures."""
     names = list(summary.columns.get_level_values(0).unique())
     level = f"{100 * confidence:g} %"
@@ -292,15 +337,17 @@ def curve_metrics(results: Results, summary: pd.DataFrame) -> list[str]:
     protocol = study.get("protocol") if isinstance(study.get("protocol"), Mapping) else {}
     protocols = [r.get("protocol") for r in results.records if isinstance(r.get("protocol"), Mapping)]
     wanted = [CURVE_METRIC, study.get("monitor"), protocol.get("monitor"), *(p.get("monitor") for p in protocols)]
-    wanted += [m[len("best_"):] for m in summary.columns.get_level_values(0) if m.startswith("best_")]
-    wanted += [m.split("/")[-2] for m in summary.columns.get_level_values(0) if m.endswith("/examples_to_threshold")
-               and m.count("/") >= 2]
+    wanted += [m[len("best_") :] for m in summary.columns.get_level_values(0) if m.startswith("best_")]
+    wanted += [
+        m.split("/")[-2]
+        for m in summary.columns.get_level_values(0)
+        if m.endswith("/examples_to_threshold") and m.count("/") >= 2
+    ]
     logged = {name for r in done(results.records) if isinstance(r.get("curves"), Mapping) for name in r["curves"]}
     return [m for m in dict.fromkeys(w for w in wanted if isinstance(w, str)) if m in logged]
 
 
-def _checked(results: Results, settings: Sequence[str], reference: str | None,
-             metrics: Sequence[str] | None) -> str:
+def _checked(results: Results, settings: Sequence[str], reference: str | None, metrics: Sequence[str] | None) -> str:
     """The reference setting (the argument, the study's, its first setting); a ReportError for an unknown one
     or for an unknown metric."""
     chosen = str(reference or results.study.get("reference") or (declared_settings(results) or settings)[0])
@@ -335,20 +382,29 @@ def write_report(
     if not done(records):
         groups = failure_groups(results.records)
         why = f"; the first error: {groups[0][0]}" if groups else ""
-        raise ReportError(f"{results.directory} has no finished trial (status 'done') among "
-                          f"{len(results.records)} records{why}")
+        raise ReportError(
+            f"{results.directory} has no finished trial (status 'done') among {len(results.records)} records{why}"
+        )
     chosen = _checked(results, settings, reference, metrics)
     summary = aggregate(records, metrics=metrics, settings=settings)
     differences = compare(records, chosen, metrics=metrics, confidence=confidence, settings=settings)
     out = Path(out_dir) if out_dir is not None else results.directory / REPORT_DIR
     out.mkdir(parents=True, exist_ok=True)
     figures = write_figures(records, settings, summary, curve_metrics(results, summary), out, study=results.name)
-    markdown = summary_markdown(results, summary, differences, reference=chosen, extra=extra, figures=figures,
-                                confidence=confidence)
+    markdown = summary_markdown(
+        results, summary, differences, reference=chosen, extra=extra, figures=figures, confidence=confidence
+    )
     paths = [out / "summary.md", out / "summary.csv", out / "differences.csv"]
     paths[0].write_text(markdown, encoding="utf-8")
     long_form(summary).to_csv(paths[1], index=False)
     differences.to_csv(paths[2], index=False)
     failed = sum(1 for r in results.records if r.get("status") == "failed")
-    return {"paths": paths + figures, "markdown": markdown, "summary": summary, "differences": differences,
-            "reference": chosen, "failed": failed, "out_dir": out}
+    return {
+        "paths": paths + figures,
+        "markdown": markdown,
+        "summary": summary,
+        "differences": differences,
+        "reference": chosen,
+        "failed": failed,
+        "out_dir": out,
+    }

@@ -35,10 +35,11 @@ import copy
 import itertools
 import json
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from importlib import metadata
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any
 
 from lightning_embinit.checks import check_choice, check_known
 from lightning_embinit.studies.keys import (
@@ -50,8 +51,19 @@ from lightning_embinit.studies.keys import (
     substitute_environment,
 )
 
-STUDY_KEYS = ("name", "description", "base", "overrides", "settings", "grid", "seeds", "seed_keys", "reference",
-              "protocol", "variants")
+STUDY_KEYS = (
+    "name",
+    "description",
+    "base",
+    "overrides",
+    "settings",
+    "grid",
+    "seeds",
+    "seed_keys",
+    "reference",
+    "protocol",
+    "variants",
+)
 VARIANT_KEYS = ("overrides", "seeds", "description")
 TEST_CHOICES = ("auto", True, False)
 
@@ -99,8 +111,13 @@ class Variant:
     def from_dict(cls, data: Mapping[str, Any] | None) -> Variant:
         """``{seeds, description, overrides: {...}}``; dotted keys next to them are overrides too."""
         data = dict(data or {})
-        overrides = {**dict(data.pop("overrides", None) or {}), **{k: v for k, v in data.items() if k not in VARIANT_KEYS}}
-        return cls(overrides=overrides, seeds=_seeds(data.get("seeds") or ()), description=str(data.get("description", "")))
+        overrides = {
+            **dict(data.pop("overrides", None) or {}),
+            **{k: v for k, v in data.items() if k not in VARIANT_KEYS},
+        }
+        return cls(
+            overrides=overrides, seeds=_seeds(data.get("seeds") or ()), description=str(data.get("description", ""))
+        )
 
     def to_dict(self) -> dict[str, Any]:
         return {"overrides": dict(self.overrides), "seeds": list(self.seeds), "description": self.description}
@@ -122,9 +139,18 @@ class Trial:
     protocol: Protocol = field(default_factory=Protocol)
 
     def to_dict(self) -> dict[str, Any]:
-        return {"setting": self.setting, "seed": self.seed, "config": self.config, "config_hash": self.config_hash,
-                "trial_id": self.trial_id, "overrides": self.overrides, "study": self.study,
-                "study_hash": self.study_hash, "variant": self.variant, "protocol": self.protocol.to_dict()}
+        return {
+            "setting": self.setting,
+            "seed": self.seed,
+            "config": self.config,
+            "config_hash": self.config_hash,
+            "trial_id": self.trial_id,
+            "overrides": self.overrides,
+            "study": self.study,
+            "study_hash": self.study_hash,
+            "variant": self.variant,
+            "protocol": self.protocol.to_dict(),
+        }
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> Trial:
@@ -170,16 +196,22 @@ def expand_grid(grid: Mapping[str, Any]) -> dict[str, dict[str, Any]]:
     for (axis, values), last in zip(grid.items(), lasts):
         label = last if lasts.count(last) == 1 else axis
         if isinstance(values, Mapping):
-            choices = [(str(name), _overrides(f"grid axis {axis!r}, value {name!r}", group)) for name, group in values.items()]
+            choices = [
+                (str(name), _overrides(f"grid axis {axis!r}, value {name!r}", group)) for name, group in values.items()
+            ]
         elif isinstance(values, list):
             choices = [(_value_name(value), {axis: value}) for value in values]
         else:
-            raise StudyError(f"grid axis {axis!r}: expected a list of values or a mapping of named overrides, got {values!r}")
+            raise StudyError(
+                f"grid axis {axis!r}: expected a list of values or a mapping of named overrides, got {values!r}"
+            )
         if not choices:
             raise StudyError(f"empty grid: axis {axis!r} has no values")
         axes.append([(f"{label}={name}", overrides) for name, overrides in choices])
-    return {",".join(name for name, _ in combo): {k: v for _, o in combo for k, v in o.items()}
-            for combo in itertools.product(*axes)}
+    return {
+        ",".join(name for name, _ in combo): {k: v for _, o in combo for k, v in o.items()}
+        for combo in itertools.product(*axes)
+    }
 
 
 def trial_id(setting: str, seed: int) -> str:
@@ -206,7 +238,9 @@ class Study:
 
     def __post_init__(self) -> None:
         where = f"study {self.name!r}"
-        settings = {str(name): _overrides(f"{where}, setting {name!r}", value) for name, value in (self.settings or {}).items()}
+        settings = {
+            str(name): _overrides(f"{where}, setting {name!r}", value) for name, value in (self.settings or {}).items()
+        }
         object.__setattr__(self, "settings", settings)
         object.__setattr__(self, "grid", dict(self.grid or {}))
         object.__setattr__(self, "seeds", _seeds(self.seeds))
@@ -214,7 +248,9 @@ class Study:
         object.__setattr__(self, "seed_keys", tuple(self.seed_keys or ()))
         for key in self.seed_keys:
             split_key(key)
-        variants = {str(k): v if isinstance(v, Variant) else Variant.from_dict(v) for k, v in (self.variants or {}).items()}
+        variants = {
+            str(k): v if isinstance(v, Variant) else Variant.from_dict(v) for k, v in (self.variants or {}).items()
+        }
         object.__setattr__(self, "variants", variants)
         if isinstance(self.protocol, Mapping):
             object.__setattr__(self, "protocol", Protocol.from_dict(self.protocol))
@@ -237,7 +273,8 @@ class Study:
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any], *, root: str | Path | None = None, path: str | None = None) -> Study:
-        """A study from its mapping; a relative ``base`` path is taken from ``root`` (default: the current directory)."""
+        """A study from its mapping; a relative ``base`` path is taken from ``root`` (default: the current
+        directory)."""
         data = {key: value for key, value in data.items() if not str(key).startswith("x-")}
         check_known("study key", data, STUDY_KEYS)
         if "name" not in data or "base" not in data:
@@ -252,11 +289,19 @@ class Study:
 
     def to_dict(self) -> dict[str, Any]:
         """The study as its YAML mapping (``base`` as an absolute path or the inline config)."""
-        return {"name": self.name, "description": self.description, "base": copy.deepcopy(self.base),
-                "overrides": copy.deepcopy(self.overrides), "settings": copy.deepcopy(self.settings),
-                "grid": copy.deepcopy(self.grid), "seeds": list(self.seeds), "seed_keys": list(self.seed_keys),
-                "reference": self.reference, "protocol": self.protocol.to_dict(),
-                "variants": {name: variant.to_dict() for name, variant in self.variants.items()}}
+        return {
+            "name": self.name,
+            "description": self.description,
+            "base": copy.deepcopy(self.base),
+            "overrides": copy.deepcopy(self.overrides),
+            "settings": copy.deepcopy(self.settings),
+            "grid": copy.deepcopy(self.grid),
+            "seeds": list(self.seeds),
+            "seed_keys": list(self.seed_keys),
+            "reference": self.reference,
+            "protocol": self.protocol.to_dict(),
+            "variants": {name: variant.to_dict() for name, variant in self.variants.items()},
+        }
 
     @property
     def study_hash(self) -> str:
@@ -328,11 +373,23 @@ class Study:
                 for key in ("seed_everything", *self.seed_keys):
                     apply_overrides(config, [(key, seed)], where=f"study {self.name!r}, seed_keys")
                 resolved = substitute_environment(config, where=f"study {self.name!r}, setting {setting!r}")
-                config_hash = digest({"config": resolved, "seed": seed, "protocol": protocol.to_dict(),
-                                      "version": package_version()})
-                trials.append(Trial(setting=setting, seed=seed, config=resolved, config_hash=config_hash,
-                                    trial_id=trial_id(setting, seed), overrides=copy.deepcopy(overrides),
-                                    study=self.name, study_hash=study_hash, variant=variant, protocol=protocol))
+                config_hash = digest(
+                    {"config": resolved, "seed": seed, "protocol": protocol.to_dict(), "version": package_version()}
+                )
+                trials.append(
+                    Trial(
+                        setting=setting,
+                        seed=seed,
+                        config=resolved,
+                        config_hash=config_hash,
+                        trial_id=trial_id(setting, seed),
+                        overrides=copy.deepcopy(overrides),
+                        study=self.name,
+                        study_hash=study_hash,
+                        variant=variant,
+                        protocol=protocol,
+                    )
+                )
         _check_unique_ids(trials)
         return trials
 
@@ -341,6 +398,8 @@ def _check_unique_ids(trials: list[Trial]) -> None:
     seen: dict[str, str] = {}
     for trial in trials:
         if trial.trial_id in seen and seen[trial.trial_id] != trial.setting:
-            raise StudyError(f"settings {seen[trial.trial_id]!r} and {trial.setting!r} share the file name "
-                             f"{trial.trial_id!r}: rename one")
+            raise StudyError(
+                f"settings {seen[trial.trial_id]!r} and {trial.setting!r} share the file name "
+                f"{trial.trial_id!r}: rename one"
+            )
         seen[trial.trial_id] = trial.setting

@@ -9,8 +9,9 @@ from __future__ import annotations
 
 import math
 import warnings
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Iterable, Mapping, Sequence
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -76,7 +77,7 @@ def metric_names(records: Iterable[Mapping[str, Any]], group: str | None = None)
     """
     records = done(records)
     names: dict[str, None] = {}
-    for name in ((group,) if group else GROUPS):
+    for name in (group,) if group else GROUPS:
         for record in records:
             values = record.get(name)
             if isinstance(values, Mapping):
@@ -135,8 +136,10 @@ def aggregate(
     records = list(records)
     names = _chosen(records, metrics)
     order = setting_order(records, settings)
-    rows = {setting: [value for metric in names for value in describe(samples(records, setting, metric))]
-            for setting in order}
+    rows = {
+        setting: [value for metric in names for value in describe(samples(records, setting, metric))]
+        for setting in order
+    }
     columns = pd.MultiIndex.from_product([names, STATS], names=["metric", "statistic"])
     frame = pd.DataFrame.from_dict(rows, orient="index", columns=columns)
     frame.index.name = "setting"
@@ -147,8 +150,11 @@ def aggregate(
 
 def long_form(summary: pd.DataFrame) -> pd.DataFrame:
     """:func:`aggregate`'s table as rows of (setting, metric, mean, std, n), settings first."""
-    rows = [(setting, metric, *(summary.loc[setting, (metric, stat)] for stat in STATS))
-            for setting in summary.index for metric in summary.columns.get_level_values(0).unique()]
+    rows = [
+        (setting, metric, *(summary.loc[setting, (metric, stat)] for stat in STATS))
+        for setting in summary.index
+        for metric in summary.columns.get_level_values(0).unique()
+    ]
     frame = pd.DataFrame(rows, columns=["setting", "metric", *STATS])
     frame["n"] = frame["n"].astype(int)
     return frame
@@ -162,13 +168,22 @@ def welch(values: np.ndarray, reference: np.ndarray, confidence: float = 0.95) -
     n, n_ref = len(values), len(reference)
     difference = mean(values) - mean(reference)
     if n < 2 or n_ref < 2:
-        return Welch(difference, math.nan, math.nan, math.nan, math.nan, n, n_ref,
-                     f"n < 2 ({n} against {n_ref} for the reference)")
+        return Welch(
+            difference,
+            math.nan,
+            math.nan,
+            math.nan,
+            math.nan,
+            n,
+            n_ref,
+            f"n < 2 ({n} against {n_ref} for the reference)",
+        )
     share, share_ref = variance(values) / n, variance(reference) / n_ref
     spread = share + share_ref
     if spread == 0:
-        return Welch(difference, math.nan, math.nan, math.nan, math.nan, n, n_ref,
-                     "no spread over the seeds on either side")
+        return Welch(
+            difference, math.nan, math.nan, math.nan, math.nan, n, n_ref, "no spread over the seeds on either side"
+        )
     df = float(spread**2 / (share**2 / (n - 1) + share_ref**2 / (n_ref - 1)))
     half = float(stats.t.ppf((1 + confidence) / 2, df) * math.sqrt(spread))
     with warnings.catch_warnings():
@@ -198,12 +213,34 @@ def compare(
     for setting in (s for s in order if s != reference):
         for metric in names:
             result = welch(samples(records, setting, metric), samples(records, reference, metric), confidence)
-            rows.append({"setting": setting, "metric": metric, "difference": result.difference, "low": result.low,
-                         "high": result.high, "df": result.df, "p_value": result.p_value, "n": result.n,
-                         "n_reference": result.n_reference, "excludes_zero": result.excludes_zero,
-                         "note": result.note})
-    columns = ["setting", "metric", "difference", "low", "high", "df", "p_value", "n", "n_reference",
-               "excludes_zero", "note"]
+            rows.append(
+                {
+                    "setting": setting,
+                    "metric": metric,
+                    "difference": result.difference,
+                    "low": result.low,
+                    "high": result.high,
+                    "df": result.df,
+                    "p_value": result.p_value,
+                    "n": result.n,
+                    "n_reference": result.n_reference,
+                    "excludes_zero": result.excludes_zero,
+                    "note": result.note,
+                }
+            )
+    columns = [
+        "setting",
+        "metric",
+        "difference",
+        "low",
+        "high",
+        "df",
+        "p_value",
+        "n",
+        "n_reference",
+        "excludes_zero",
+        "note",
+    ]
     return pd.DataFrame(rows, columns=columns)
 
 

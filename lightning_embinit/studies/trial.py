@@ -29,9 +29,10 @@ import sys
 import time
 import traceback
 import uuid
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Iterator, Mapping
+from typing import Any
 
 import yaml
 from lightning.pytorch import LightningDataModule, Trainer
@@ -105,23 +106,55 @@ def _relative(path: Path | None, root: Path) -> str | None:
 def new_record(trial: Trial, results_dir: Path, *, run_id: str | None = None) -> dict[str, Any]:
     """The record of ``trial`` before it runs (``status: running``)."""
     return {
-        "schema": RECORD_SCHEMA, "study": trial.study, "study_hash": trial.study_hash, "variant": trial.variant,
-        "setting": trial.setting, "seed": trial.seed, "trial_id": trial.trial_id, "config_hash": trial.config_hash,
-        "overrides": trial.overrides, "config": trial.config, "protocol": trial.protocol.to_dict(),
-        "status": "running", "error": None, "metrics": {}, "final": {}, "trained": {}, "monitors": {},
-        "init_report": None, "curves": {}, "checkpoint": None, "wall_time_s": None, "versions": versions(),
-        "host": host(), "started": now(), "finished": None,
+        "schema": RECORD_SCHEMA,
+        "study": trial.study,
+        "study_hash": trial.study_hash,
+        "variant": trial.variant,
+        "setting": trial.setting,
+        "seed": trial.seed,
+        "trial_id": trial.trial_id,
+        "config_hash": trial.config_hash,
+        "overrides": trial.overrides,
+        "config": trial.config,
+        "protocol": trial.protocol.to_dict(),
+        "status": "running",
+        "error": None,
+        "metrics": {},
+        "final": {},
+        "trained": {},
+        "monitors": {},
+        "init_report": None,
+        "curves": {},
+        "checkpoint": None,
+        "wall_time_s": None,
+        "versions": versions(),
+        "host": host(),
+        "started": now(),
+        "finished": None,
         "log": _relative(log_path(results_dir, trial.trial_id), results_dir),
-        "run_dir": _relative(run_dir(results_dir, trial.trial_id), results_dir), "run_id": run_id,
+        "run_dir": _relative(run_dir(results_dir, trial.trial_id), results_dir),
+        "run_id": run_id,
     }
 
 
-def failed_record(trial: Trial, results_dir: Path, *, run_id: str | None, error_type: str, message: str,
-                  log_tail: str = "", started: str | None = None) -> dict[str, Any]:
+def failed_record(
+    trial: Trial,
+    results_dir: Path,
+    *,
+    run_id: str | None,
+    error_type: str,
+    message: str,
+    log_tail: str = "",
+    started: str | None = None,
+) -> dict[str, Any]:
     """The ``failed`` record an engine writes for a trial whose process ended before writing its own."""
     record = new_record(trial, results_dir, run_id=run_id)
-    record.update(status="failed", finished=now(), wall_time_s=None,
-                  error={"type": error_type, "message": message, "traceback": log_tail})
+    record.update(
+        status="failed",
+        finished=now(),
+        wall_time_s=None,
+        error={"type": error_type, "message": message, "traceback": log_tail},
+    )
     if started is not None:
         record["started"] = started
     return record
@@ -130,12 +163,24 @@ def failed_record(trial: Trial, results_dir: Path, *, run_id: str | None, error_
 def trial_job(trial: Trial, results_dir: Path, threads: int, **extra: Any) -> dict[str, Any]:
     """What an engine hands a trial's process: the trial, where its record and log go, its run id, its threads
     and the sweep's working directory (relative data paths resolve from it), plus the engine's ``extra``."""
-    return {"trial": trial.to_dict(), "results_dir": str(results_dir), "run_id": uuid.uuid4().hex,
-            "log_file": str(log_path(results_dir, trial.trial_id)), "threads": threads, "cwd": os.getcwd(), **extra}
+    return {
+        "trial": trial.to_dict(),
+        "results_dir": str(results_dir),
+        "run_id": uuid.uuid4().hex,
+        "log_file": str(log_path(results_dir, trial.trial_id)),
+        "threads": threads,
+        "cwd": os.getcwd(),
+        **extra,
+    }
 
 
-def run_trial(trial: Trial | Mapping[str, Any], results_dir: str | Path, *, run_id: str | None = None,
-              launch: TrialLaunch | None = None) -> dict[str, Any]:
+def run_trial(
+    trial: Trial | Mapping[str, Any],
+    results_dir: str | Path,
+    *,
+    run_id: str | None = None,
+    launch: TrialLaunch | None = None,
+) -> dict[str, Any]:
     """Run ``trial`` here and now, write its record to ``<results_dir>/trials/<trial_id>.json`` and return it.
 
     Any exception (out of memory included) or a non-finite loss makes the record ``failed`` with the error;
@@ -181,8 +226,12 @@ def write_config(trial: Trial, directory: Path, launch: TrialLaunch | None = Non
     """The trial's config as ``<directory>/config.yaml``, less the trainer keys the engine supplies (``launch``)."""
     config = trial.config
     if launch is not None and launch.trainer_keys:
-        config = {**config, "trainer": {key: value for key, value in (config.get("trainer") or {}).items()
-                                        if key not in launch.trainer_keys}}
+        config = {
+            **config,
+            "trainer": {
+                key: value for key, value in (config.get("trainer") or {}).items() if key not in launch.trainer_keys
+            },
+        }
     config_file = directory / "config.yaml"
     config_file.write_text(yaml.safe_dump(config, sort_keys=False), encoding="utf-8")
     return config_file
@@ -195,21 +244,31 @@ def build_cli(trial: Trial, directory: Path, launch: TrialLaunch | None = None) 
     if (trial.config.get("trainer") or {}).get("enable_progress_bar") is None:
         args.append("--trainer.enable_progress_bar=false")
     with _own_arguments():
-        return embinit_cli(args=args, run=False, save_config_kwargs={"overwrite": True},
-                           trainer_defaults=dict(launch.trainer_defaults))
+        return embinit_cli(
+            args=args, run=False, save_config_kwargs={"overwrite": True}, trainer_defaults=dict(launch.trainer_defaults)
+        )
 
 
 def protocol_checkpoint(trainer: Trainer, protocol: Protocol, directory: Path) -> ModelCheckpoint:
     """The config's ``ModelCheckpoint`` on the protocol's monitor and mode, else a new one; without a ``dirpath`` of
     its own, it saves to ``<directory>/checkpoints``."""
     for callback in trainer.checkpoint_callbacks:
-        if (isinstance(callback, ModelCheckpoint) and callback.monitor == protocol.monitor
-                and callback.mode == protocol.mode and callback.save_top_k != 0):
+        if (
+            isinstance(callback, ModelCheckpoint)
+            and callback.monitor == protocol.monitor
+            and callback.mode == protocol.mode
+            and callback.save_top_k != 0
+        ):
             if callback.dirpath is None:
                 callback.dirpath = str(directory / "checkpoints")
             return callback
-    callback = ModelCheckpoint(dirpath=directory / "checkpoints", filename="best-{epoch}-{step}",
-                               monitor=protocol.monitor, mode=protocol.mode, save_top_k=1)
+    callback = ModelCheckpoint(
+        dirpath=directory / "checkpoints",
+        filename="best-{epoch}-{step}",
+        monitor=protocol.monitor,
+        mode=protocol.mode,
+        save_top_k=1,
+    )
     trainer.callbacks.append(callback)
     return callback
 
@@ -255,7 +314,11 @@ def _fit_and_evaluate(trial: Trial, results_dir: Path, record: dict[str, Any], l
     fit_seconds = time.perf_counter() - started
     fit_metrics = scalars(trainer.callback_metrics)
     record["final"] = {name: value for name, value in fit_metrics.items() if is_model_metric(name)}
-    record["trained"] = {"steps": trainer.global_step, "epochs": trainer.current_epoch, "world_size": trainer.world_size}
+    record["trained"] = {
+        "steps": trainer.global_step,
+        "epochs": trainer.current_epoch,
+        "world_size": trainer.world_size,
+    }
     record["cost"] = cost_values(cli.model, clock, fit_seconds, trainer.global_step)
     record["init_report"] = init_reports(trainer)
     record["monitors"] = monitor_values(trainer, fit_metrics, record["curves"])
@@ -267,8 +330,9 @@ def _fit_and_evaluate(trial: Trial, results_dir: Path, record: dict[str, Any], l
             path.unlink(missing_ok=True)
 
 
-def _score_best(trainer: Trainer, cli: EmbinitCLI, checkpoint: ModelCheckpoint, protocol: Protocol,
-                record: dict[str, Any]) -> None:
+def _score_best(
+    trainer: Trainer, cli: EmbinitCLI, checkpoint: ModelCheckpoint, protocol: Protocol, record: dict[str, Any]
+) -> None:
     """``metrics``: the best checkpoint's score and position, then its test (or validation) metrics."""
     problems = non_finite(record["final"])
     if problems:
@@ -276,8 +340,10 @@ def _score_best(trainer: Trainer, cli: EmbinitCLI, checkpoint: ModelCheckpoint, 
     best = checkpoint.best_model_path
     if not best:
         logged = ", ".join(sorted(trainer.callback_metrics)) or "none"
-        raise TrialFailure(f"no checkpoint was kept: the protocol's monitor {protocol.monitor!r} was never logged "
-                           f"(logged: {logged}); set protocol: {{monitor: ...}} in the study")
+        raise TrialFailure(
+            f"no checkpoint was kept: the protocol's monitor {protocol.monitor!r} was never logged "
+            f"(logged: {logged}); set protocol: {{monitor: ...}} in the study"
+        )
     score = number(checkpoint.best_model_score)
     epoch, step = checkpoint_position(best)
     record["metrics"] = {f"best_{protocol.monitor}": score, "best_epoch": epoch, "best_step": step}

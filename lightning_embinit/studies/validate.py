@@ -9,7 +9,8 @@ where the override comes from, the key, the value and the parser's reason.
 from __future__ import annotations
 
 import copy
-from typing import Any, Iterable
+from collections.abc import Iterable
+from typing import Any
 
 from lightning.pytorch import LightningDataModule, LightningModule
 
@@ -29,9 +30,18 @@ class ConfigChecker(EmbinitCLI):
 
 
 def config_checker() -> ConfigChecker:
-    return ConfigChecker(LightningModule, LightningDataModule, subclass_mode_model=True, subclass_mode_data=True,
-                         run=False, args=[], auto_configure_optimizers=False, seed_everything_default=False,
-                         load_from_checkpoint_support=False, parser_kwargs={"exit_on_error": False})
+    return ConfigChecker(
+        LightningModule,
+        LightningDataModule,
+        subclass_mode_model=True,
+        subclass_mode_data=True,
+        run=False,
+        args=[],
+        auto_configure_optimizers=False,
+        seed_everything_default=False,
+        load_from_checkpoint_support=False,
+        parser_kwargs={"exit_on_error": False},
+    )
 
 
 def parser_reason(error: BaseException | str) -> str:
@@ -41,13 +51,17 @@ def parser_reason(error: BaseException | str) -> str:
         if "Problem with given class_path" in line:
             indent = len(line) - len(line.lstrip())
             nested = []
-            for inner in lines[number + 1:]:
+            for inner in lines[number + 1 :]:
                 if len(inner) - len(inner.lstrip()) <= indent:
                     break
                 nested.append(inner)
             class_path = line.split("class_path", 1)[1].strip(" :'\"")
             return f"{class_path}: {parser_reason(chr(10).join(nested))}"
-    kept = [line.strip() for line in lines if not line.strip().startswith(("Given value", "- Expected a <class 'NoneType'>"))]
+    kept = [
+        line.strip()
+        for line in lines
+        if not line.strip().startswith(("Given value", "- Expected a <class 'NoneType'>"))
+    ]
     return " ".join(kept[:3])
 
 
@@ -76,7 +90,8 @@ def _blame(study: Study, trial: Trial, checker: ConfigChecker, error: BaseExcept
 
 
 def validate_trials(study: Study, trials: Iterable[Trial], checker: ConfigChecker | None = None) -> None:
-    """Parse each setting's config (its first seed's: seeds only change seed values); StudyError on the first refused."""
+    """Parse each setting's config (its first seed's: seeds only change seed values); StudyError on the
+    first refused."""
     checker = checker or config_checker()
     checked: set[str] = set()
     for trial in trials:

@@ -7,7 +7,8 @@ import os
 import sys
 import threading
 import time
-from typing import Any, Mapping
+from collections.abc import Mapping
+from typing import Any
 
 import torch
 

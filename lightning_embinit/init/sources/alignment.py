@@ -24,8 +24,9 @@ import itertools
 import math
 import warnings
 from collections import Counter
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
-from typing import Any, Mapping, Sequence
+from typing import Any
 
 import torch
 
@@ -59,7 +60,9 @@ class AlignmentOptions:
             try:
                 get_scheme(self.oov)
             except ValueError as error:
-                raise ValueError(f"oov={self.oov!r} is neither one of {OOV_POLICIES} nor a random scheme: {error}") from None
+                raise ValueError(
+                    f"oov={self.oov!r} is neither one of {OOV_POLICIES} nor a random scheme: {error}"
+                ) from None
         if not 0.0 <= float(self.min_coverage) <= 1.0:
             raise ValueError(f"min_coverage must be a fraction in [0, 1], got {self.min_coverage!r}")
         if self.project is not None:
@@ -68,12 +71,16 @@ class AlignmentOptions:
         if not isinstance(self.special_map, Mapping) or not all(
             isinstance(k, str) and isinstance(v, str) for k, v in self.special_map.items()
         ):
-            raise ValueError(f"special_map must map strings (slot roles or tokens) to source tokens, got {self.special_map!r}")
+            raise ValueError(
+                f"special_map must map strings (slot roles or tokens) to source tokens, got {self.special_map!r}"
+            )
         if int(self.max_missing) < 0:
             raise ValueError(f"max_missing must be ≥ 0, got {self.max_missing!r}")
         if not isinstance(self.pieces, bool):
-            raise ValueError(f"pieces is True (default: words the source lacks get the mean of their pieces' rows) "
-                             f"or False, got {self.pieces!r}")
+            raise ValueError(
+                f"pieces is True (default: words the source lacks get the mean of their pieces' rows) "
+                f"or False, got {self.pieces!r}"
+            )
 
     @property
     def rules(self) -> tuple[str, ...]:
@@ -134,7 +141,10 @@ def align_to_slot(
         chunk = slice(start, start + step)
         weight.index_copy_(0, gathered.positions[chunk], block.index_select(0, gathered.block_index[chunk]))
     if not finite_rows(weight).all():
-        raise ValueError(f"source {source_name!r}: the OOV policy {options.oov!r} produced non-finite values for slot {request.slot_name!r}")
+        raise ValueError(
+            f"source {source_name!r}: the OOV policy {options.oov!r} produced non-finite values "
+            f"for slot {request.slot_name!r}"
+        )
     coverage = _coverage(tokens, match, found_mask, request, options.max_missing)
     unnamed = f" + {coverage.extra_rows} unnamed rows" if coverage.extra_rows else ""
     description += f"; coverage {found}/{len(tokens)}{unnamed} ({coverage.fraction:.1%}); oov={options.oov}"
@@ -179,7 +189,9 @@ def _gather(table: VectorTable, match: Match, found_mask: torch.Tensor) -> _Gath
     composed_positions = sorted(match.composed)
     piece_positions = sorted(match.pieces)
     block_of_composed = {position: len(unique) + k for k, position in enumerate(composed_positions)}
-    block_of_pieces = {position: len(unique) + len(composed_positions) + k for k, position in enumerate(piece_positions)}
+    block_of_pieces = {
+        position: len(unique) + len(composed_positions) + k for k, position in enumerate(piece_positions)
+    }
     parts = []
     if unique:
         parts.append(table.gather(unique).to(torch.float32))
@@ -212,8 +224,10 @@ def finite_rows(matrix: torch.Tensor) -> torch.Tensor:
     overflow it), and is much faster than ``isfinite``; row blocks keep the float64 copy small.
     """
     step = rows_per_block(matrix.shape[1])
-    return torch.cat([torch.isfinite(matrix[s:s + step].sum(dim=1, dtype=torch.float64))
-                      for s in range(0, matrix.shape[0], step)] or [torch.ones(0, dtype=torch.bool)])
+    return torch.cat(
+        [torch.isfinite(matrix[s : s + step].sum(dim=1, dtype=torch.float64)) for s in range(0, matrix.shape[0], step)]
+        or [torch.ones(0, dtype=torch.bool)]
+    )
 
 
 def _check_finite(gathered: _Gathered, tokens: Sequence[str], source_name: str, slot_name: str) -> None:
@@ -234,18 +248,25 @@ def _weighted_moments(block: torch.Tensor, weights: torch.Tensor) -> tuple[torch
     total = torch.zeros(block.shape[1], dtype=torch.float64)
     step = rows_per_block(block.shape[1])
     for start in range(0, block.shape[0], step):
-        total += (block[start:start + step].to(torch.float64) * weights[start:start + step]).sum(0)
+        total += (block[start : start + step].to(torch.float64) * weights[start : start + step]).sum(0)
     mean_row = total / count
     mean = mean_row.mean().item()
     squares = 0.0
     for start in range(0, block.shape[0], step):
-        centred = block[start:start + step].to(torch.float64) - mean
-        squares += (centred.square() * weights[start:start + step]).sum().item()
+        centred = block[start : start + step].to(torch.float64) - mean
+        squares += (centred.square() * weights[start : start + step]).sum().item()
     return mean_row, mean, math.sqrt(squares / (count * block.shape[1]))
 
 
-def _oov_rows(policy: str, block: torch.Tensor, multiplicity: torch.Tensor, rows: int, n: int, d: int,
-              generator: torch.Generator | None) -> torch.Tensor:
+def _oov_rows(
+    policy: str,
+    block: torch.Tensor,
+    multiplicity: torch.Tensor,
+    rows: int,
+    n: int,
+    d: int,
+    generator: torch.Generator | None,
+) -> torch.Tensor:
     """``rows`` × D fill for the OOV rows of an N×D slot (statistics over the found slot rows)."""
     if policy == "zeros":
         return torch.zeros(rows, d, dtype=torch.float32)

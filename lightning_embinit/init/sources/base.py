@@ -10,8 +10,9 @@ sources too (:class:`SchemeSource`), so ``source="xavier"`` and ``source="bert"`
 from __future__ import annotations
 
 import os
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Callable, Iterable, Mapping, Protocol, Sequence, runtime_checkable
+from typing import Any, Protocol, runtime_checkable
 
 import torch
 
@@ -74,7 +75,9 @@ class SourceMatrix:
 
     def __post_init__(self) -> None:
         if self.weight.dim() != 2:
-            raise ValueError(f"{self.description}: a source must return an (N, D) matrix, got {tuple(self.weight.shape)}")
+            raise ValueError(
+                f"{self.description}: a source must return an (N, D) matrix, got {tuple(self.weight.shape)}"
+            )
         if self.pretrained_rows.shape != (self.weight.shape[0],) or self.pretrained_rows.dtype != torch.bool:
             raise ValueError(f"{self.description}: pretrained_rows must be a bool vector of length N")
 
@@ -154,7 +157,10 @@ def resolve_source(spec: str | EmbeddingSource | RandomScheme, **options: Any) -
         spec = SchemeSource(spec)
     if isinstance(spec, EmbeddingSource):
         if options:
-            raise ValueError(f"source options {sorted(options)} given with a source object {spec.name!r}; pass them to its constructor")
+            raise ValueError(
+                f"source options {sorted(options)} given with a source object {spec.name!r}; "
+                "pass them to its constructor"
+            )
         return spec
     if not isinstance(spec, str):
         raise ValueError(f"a source is a name or an EmbeddingSource, got {type(spec).__name__}; {known_sources()}")
@@ -172,6 +178,8 @@ def resolve_source(spec: str | EmbeddingSource | RandomScheme, **options: Any) -
     if os.path.isfile(local) and "file" in set(SOURCES):
         return SOURCES.build(f"file:{spec}", **options)
     if looks_like_local_path(spec):
-        raise ValueError(f"source {spec!r}: no such file or directory (a vector file, read as file:<path>, or a "
-                         "Hugging Face model directory, read as hf:<dir>)")
+        raise ValueError(
+            f"source {spec!r}: no such file or directory (a vector file, read as file:<path>, or a "
+            "Hugging Face model directory, read as hf:<dir>)"
+        )
     raise ValueError(f"unknown source {spec!r}; known {known_sources()}")

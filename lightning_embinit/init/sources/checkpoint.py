@@ -2,7 +2,8 @@
 
 Rows are taken *by token string*, so the new vocabulary may differ from the old one. The file is
 a Lightning checkpoint or a plain state dict, read with ``torch.load(weights_only=True)``
-(memory-mapped when possible) after its CRCs are verified (:mod:`.checkpoint_file`). ``EmbeddingInitCallback`` records in every checkpoint::
+(memory-mapped when possible) after its CRCs are verified (:mod:`.checkpoint_file`).
+``EmbeddingInitCallback`` records in every checkpoint::
 
     checkpoint["embinit"] = {"slots": {slot_name: {"parameter": "model.embed.weight",
                                                    "tokens": ["<pad>", "<unk>", ...]}}}
@@ -23,7 +24,8 @@ from __future__ import annotations
 
 import os
 import time
-from typing import Any, Mapping, Sequence
+from collections.abc import Mapping, Sequence
+from typing import Any
 
 import torch
 
@@ -72,8 +74,9 @@ def load_checkpoint(path: str, *, weights_only: bool = True, mapped: list[bool] 
 
     ``mapped`` (a list) gets ``True`` appended when the file could be memory-mapped.
     """
-    loaded = load_checkpoint_file(path, weights_only=weights_only, mapped=mapped,
-                                  trust_hint="pass source_options weights_only=False")
+    loaded = load_checkpoint_file(
+        path, weights_only=weights_only, mapped=mapped, trust_hint="pass source_options weights_only=False"
+    )
     if not isinstance(loaded, Mapping):
         raise ValueError(f"checkpoint {path} holds a {type(loaded).__name__}, not a dict")
     state = loaded.get("state_dict", loaded)
@@ -122,8 +125,11 @@ def checkpoint_table(path: str, request: SourceRequest, options: Mapping[str, An
     )
 
 
-@SOURCES.register("checkpoint", takes_argument=True,
-                  summary="self-pretrain: rows by token string from an earlier model's checkpoint [KB]")
+@SOURCES.register(
+    "checkpoint",
+    takes_argument=True,
+    summary="self-pretrain: rows by token string from an earlier model's checkpoint [KB]",
+)
 def checkpoint_source(path: str, **options: Any) -> PretrainedSource:
     alignment, own = split_options(f"checkpoint:{path}", options, CHECKPOINT_OPTIONS)
     path = os.path.expanduser(path)

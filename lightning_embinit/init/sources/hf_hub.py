@@ -10,7 +10,7 @@ so a cached single-file model works without a network although its (absent) inde
 from __future__ import annotations
 
 import os
-from typing import Callable, Sequence
+from collections.abc import Callable, Sequence
 
 from lightning_embinit.init.sources import network
 
@@ -41,8 +41,9 @@ class HubFiles:
     decided at the first file the cache lacks, or by :meth:`offline_reason`.
     """
 
-    def __init__(self, repo_ids: Sequence[str], *, revision: str | None, cache_dir: str | None,
-                 subfolder: str | None) -> None:
+    def __init__(
+        self, repo_ids: Sequence[str], *, revision: str | None, cache_dir: str | None, subfolder: str | None
+    ) -> None:
         self.repo_ids, self.revision, self.cache_dir, self.subfolder = tuple(repo_ids), revision, cache_dir, subfolder
         self.offline: str | None = None
         self._decided = False
@@ -72,12 +73,15 @@ class HubFiles:
             return cached
         repo_id = self.repo_ids[0]
         try:
-            return hf_hub_download(repo_id, filename, subfolder=self.subfolder, revision=self.revision,
-                                   cache_dir=self.cache_dir)
+            return hf_hub_download(
+                repo_id, filename, subfolder=self.subfolder, revision=self.revision, cache_dir=self.cache_dir
+            )
         except LocalEntryNotFoundError as error:  # no connection and no cached copy: go on from the cache
             self.offline = f"downloading from the hub failed ({error})"
             return None
         except EntryNotFoundError:  # the repository has no such file
             return None
         except Exception as error:  # noqa: BLE001 - auth and server errors
-            raise RuntimeError(f"downloading {filename} of {repo_id!r} from the Hugging Face hub failed: {error}") from error
+            raise RuntimeError(
+                f"downloading {filename} of {repo_id!r} from the Hugging Face hub failed: {error}"
+            ) from error

@@ -19,8 +19,8 @@ import json
 import os
 import pickle
 import sys
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Callable, Iterable, Mapping, Sequence
 
 import numpy as np
 import torch
@@ -45,8 +45,15 @@ EMBEDDING_PATTERNS = (
 )
 
 _SAFETENSORS_DTYPES = {
-    "F64": torch.float64, "F32": torch.float32, "F16": torch.float16, "BF16": torch.bfloat16,
-    "I64": torch.int64, "I32": torch.int32, "I16": torch.int16, "I8": torch.int8, "U8": torch.uint8,
+    "F64": torch.float64,
+    "F32": torch.float32,
+    "F16": torch.float16,
+    "BF16": torch.bfloat16,
+    "I64": torch.int64,
+    "I32": torch.int32,
+    "I16": torch.int16,
+    "I8": torch.int8,
+    "U8": torch.uint8,
 }
 
 
@@ -110,8 +117,10 @@ def safetensors_header(path: str) -> tuple[dict[str, dict], int]:
         try:
             header = json.loads(handle.read(size))
         except (json.JSONDecodeError, UnicodeDecodeError):
-            raise ValueError(f"{path}: the safetensors header is incomplete or corrupt; the file is truncated or "
-                             "damaged — download it again") from None
+            raise ValueError(
+                f"{path}: the safetensors header is incomplete or corrupt; the file is truncated or "
+                "damaged — download it again"
+            ) from None
     header.pop("__metadata__", None)
     return header, 8 + size
 
@@ -124,8 +133,10 @@ def safetensors_keys(path: str) -> dict[str, tuple[int, ...]]:
         with safe_open(path, framework="pt") as handle:
             return {key: tuple(handle.get_slice(key).get_shape()) for key in handle.keys()}
     except Exception as error:  # noqa: BLE001 - safetensors raises its own SafetensorError (and OSError)
-        raise ValueError(f"{path}: not a readable safetensors file ({type(error).__name__}: {error}); the file is "
-                         "truncated or damaged — download it again") from None
+        raise ValueError(
+            f"{path}: not a readable safetensors file ({type(error).__name__}: {error}); the file is "
+            "truncated or damaged — download it again"
+        ) from None
 
 
 def open_safetensors_tensor(path: str, key: str) -> EmbeddingTensor:
@@ -145,8 +156,10 @@ def open_safetensors_tensor(path: str, key: str) -> EmbeddingTensor:
         raise ValueError(f"{path}: tensor {key!r} has {end - begin} bytes for shape {shape}")
     offset = data_start + begin
     if os.path.getsize(path) < offset + (end - begin):
-        raise ValueError(f"{path}: truncated: tensor {key!r} ends at byte {offset + end - begin}, but the file has "
-                         f"{os.path.getsize(path)} bytes — download it again")
+        raise ValueError(
+            f"{path}: truncated: tensor {key!r} ends at byte {offset + end - begin}, but the file has "
+            f"{os.path.getsize(path)} bytes — download it again"
+        )
 
     def read(rows: np.ndarray | None) -> torch.Tensor:
         if sys.byteorder != "little":  # pragma: no cover - safetensors is little-endian
@@ -160,7 +173,9 @@ def open_safetensors_tensor(path: str, key: str) -> EmbeddingTensor:
     return EmbeddingTensor(path, key, (shape[0], shape[1]), dtype, read)
 
 
-def open_bin_tensor(path: str, key: str | None, *, vocab_size: int | None = None, explicit: str | None = None) -> EmbeddingTensor:
+def open_bin_tensor(
+    path: str, key: str | None, *, vocab_size: int | None = None, explicit: str | None = None
+) -> EmbeddingTensor:
     """The embedding tensor of a ``pytorch_model.bin`` (memory-mapped; only rows read are touched)."""
     try:
         try:
@@ -177,13 +192,20 @@ def open_bin_tensor(path: str, key: str | None, *, vocab_size: int | None = None
             "source at the safetensors copy"
         ) from None
     except Exception as error:  # noqa: BLE001 - a damaged zip or pickle surfaces as many types
-        raise ValueError(f"{path}: not a readable PyTorch weights file ({type(error).__name__}: {error}); the file is "
-                         "truncated or damaged — download it again") from None
+        raise ValueError(
+            f"{path}: not a readable PyTorch weights file ({type(error).__name__}: {error}); the file is "
+            "truncated or damaged — download it again"
+        ) from None
     if not isinstance(state, Mapping):
         raise ValueError(f"{path} does not hold a state dict")
     tensors = {k: v for k, v in state.items() if isinstance(v, torch.Tensor)}
-    key = key or find_embedding_key(tensors, shapes={k: tuple(v.shape) for k, v in tensors.items()},
-                                    vocab_size=vocab_size, explicit=explicit, where=path)
+    key = key or find_embedding_key(
+        tensors,
+        shapes={k: tuple(v.shape) for k, v in tensors.items()},
+        vocab_size=vocab_size,
+        explicit=explicit,
+        where=path,
+    )
     tensor = tensors[key]
     if tensor.dim() != 2:
         raise ValueError(f"{path}: tensor {key!r} has shape {tuple(tensor.shape)}, not (vocabulary, dim)")
@@ -195,7 +217,11 @@ def open_bin_tensor(path: str, key: str | None, *, vocab_size: int | None = None
 
 
 def locate_embedding(
-    fetch: Callable[[str], str | None], *, vocab_size: int | None = None, tensor: str | None = None, where: str = "model"
+    fetch: Callable[[str], str | None],
+    *,
+    vocab_size: int | None = None,
+    tensor: str | None = None,
+    where: str = "model",
 ) -> EmbeddingTensor:
     """The input-embedding tensor of a checkpoint whose files ``fetch(name)`` returns (None when absent).
 

@@ -17,9 +17,10 @@ made after matching) or with None (the next rule is tried).
 
 from __future__ import annotations
 
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import cached_property
-from typing import Any, Callable, Mapping, Protocol, Sequence
+from typing import Any, Protocol
 
 from lightning_embinit.init.sources.base import VectorTable
 
@@ -61,7 +62,8 @@ class Match:
 
 @dataclass
 class _Context:
-    """What the rules consult: the source's rows by token and special tokens, the slot's roles, and what the table can do."""
+    """What the rules consult: the source's rows by token and special tokens, the slot's roles, and what the
+    table can do."""
 
     lookup: Mapping[str, int]
     table_special: Mapping[str, str]
@@ -180,7 +182,8 @@ def _match_one(token: str, context: _Context, order: Sequence[str]) -> tuple[int
 def _split_into_pieces(
     tokens: Sequence[str], rules: list[str | None], split: Callable[[Sequence[str]], Sequence[Sequence[int]]] | None
 ) -> dict[int, list[int]]:
-    """Position → its pieces' rows, for the tokens the ``pieces`` rule took; one the tokenizer cannot split loses its rule."""
+    """Position → its pieces' rows, for the tokens the ``pieces`` rule took; one the tokenizer cannot split
+    loses its rule."""
     pending = [position for position, rule in enumerate(rules) if rule == "pieces"]
     pieces: dict[int, list[int]] = {}
     if not pending or split is None:

@@ -7,8 +7,9 @@ nothing. :class:`ArrayTable` is the table for vectors already in memory (or memo
 
 from __future__ import annotations
 
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Callable, Mapping, Sequence
+from typing import Any
 
 import numpy as np
 import torch
@@ -65,8 +66,12 @@ class ArrayTable:
         if self.row_file is not None:
             path, offset = self.row_file
             shape = (int(self.matrix.shape[0]), int(self.matrix.shape[1]))
-            return gather_rows(rows, shape[0], lambda unique: read_rows(path, offset, shape, torch.float32, unique),
-                               where=self.description)
+            return gather_rows(
+                rows,
+                shape[0],
+                lambda unique: read_rows(path, offset, shape, torch.float32, unique),
+                where=self.description,
+            )
         if isinstance(self.matrix, torch.Tensor):
             return self.matrix[torch.as_tensor(list(rows), dtype=torch.long)].to(torch.float32)
         picked = np.asarray(self.matrix[np.asarray(rows, dtype=np.int64)], dtype=np.float32)

@@ -8,7 +8,7 @@ RSS. Consecutive rows are read as one run.
 from __future__ import annotations
 
 import os
-from typing import Callable, Sequence
+from collections.abc import Callable, Sequence
 
 import numpy as np
 import torch
@@ -44,10 +44,10 @@ def read_rows(
     with open(path, "rb", buffering=0) as handle:
         for first_row, length, out_row in runs:
             handle.seek(data_offset + first_row * row_bytes)
-            view = memoryview(buffer[out_row * row_bytes:(out_row + length) * row_bytes])
+            view = memoryview(buffer[out_row * row_bytes : (out_row + length) * row_bytes])
             done = 0
             while done < len(view):
-                got = handle.readinto(view[done:done + _READ_CHUNK])
+                got = handle.readinto(view[done : done + _READ_CHUNK])
                 if not got:
                     raise ValueError(f"{path}: unexpected end of file")
                 done += got

@@ -21,9 +21,10 @@ from __future__ import annotations
 
 import os
 import struct
+from collections.abc import Callable
 from dataclasses import dataclass
 from functools import partial
-from typing import Any, Callable
+from typing import Any
 
 import numpy as np
 import torch
@@ -36,11 +37,26 @@ from lightning_embinit.init.sources.pretrained import ArrayTable, PretrainedSour
 from lightning_embinit.init.sources.row_reader import npy_data_offset
 
 FORMATS = ("auto", "word2vec", "glove", "text", "word2vec_binary", "fasttext_bin")
-_FORMAT_ALIASES = {"vec": "word2vec", "fasttext_vec": "word2vec", "binary": "word2vec_binary", "bin": "word2vec_binary",
-                   "fasttext": "fasttext_bin"}
+_FORMAT_ALIASES = {
+    "vec": "word2vec",
+    "fasttext_vec": "word2vec",
+    "binary": "word2vec_binary",
+    "bin": "word2vec_binary",
+    "fasttext": "fasttext_bin",
+}
 _FASTTEXT_MAGIC = (793712314).to_bytes(4, "little")
-FILE_OPTIONS = ("path", "format", "dim", "header", "on_bad_line", "encoding_errors", "allow_numeric_token_words", "cache",
-                "cache_dir", "progress")
+FILE_OPTIONS = (
+    "path",
+    "format",
+    "dim",
+    "header",
+    "on_bad_line",
+    "encoding_errors",
+    "allow_numeric_token_words",
+    "cache",
+    "cache_dir",
+    "progress",
+)
 _FORMAT_HEADER = {"word2vec": True, "glove": False}  # text formats that fix whether a header line exists
 
 
@@ -81,8 +97,10 @@ class FileVectorsOptions:
         self.format = normalize_format(self.format)
         vector_file.check_policies(self.on_bad_line, self.encoding_errors)
         if self.header is not None and _FORMAT_HEADER.get(self.format, self.header) != self.header:
-            raise ValueError(f"contradictory options: format={self.format!r} fixes header="
-                             f"{_FORMAT_HEADER[self.format]}, but header={self.header} was given")
+            raise ValueError(
+                f"contradictory options: format={self.format!r} fixes header="
+                f"{_FORMAT_HEADER[self.format]}, but header={self.header} was given"
+            )
         if self.dim is not None and int(self.dim) < 1:
             raise ValueError(f"dim must be a positive integer, got {self.dim!r}")
 
@@ -97,9 +115,14 @@ def open_vector_file(path: str, options: FileVectorsOptions) -> VectorTable:
         return _open_fasttext_bin(path)
     if options.format == "auto" and fmt in _FORMAT_HEADER and options.header is not None:
         fmt = "word2vec" if options.header else "glove"  # an explicit header= beats detection
-    parse_options = {"format": fmt, "dim": options.dim, "header": options.header, "on_bad_line": options.on_bad_line,
-                     "encoding_errors": options.encoding_errors,
-                     "allow_numeric_token_words": options.allow_numeric_token_words}
+    parse_options = {
+        "format": fmt,
+        "dim": options.dim,
+        "header": options.header,
+        "on_bad_line": options.on_bad_line,
+        "encoding_errors": options.encoding_errors,
+        "allow_numeric_token_words": options.allow_numeric_token_words,
+    }
     if fmt == "word2vec_binary":
         build = partial(_build_word2vec_binary, path, options)
     else:
@@ -119,16 +142,27 @@ def open_vector_file(path: str, options: FileVectorsOptions) -> VectorTable:
         tokens, matrix, meta = vector_cache.build_in_memory(build)
     vector_file.emit(meta.get("report", {}).get("warnings", []), stacklevel=3)  # also on a cache hit
     notes = meta.get("summary") or ""
-    description = f"{os.path.basename(path)} ({fmt}, {matrix.shape[0]}×{matrix.shape[1]}{'; ' + notes if notes else ''})"
+    description = (
+        f"{os.path.basename(path)} ({fmt}, {matrix.shape[0]}×{matrix.shape[1]}{'; ' + notes if notes else ''})"
+    )
     return ArrayTable(tokens=tokens, matrix=matrix, description=description, row_file=row_file)
 
 
-def _build_text(path: str, options: FileVectorsOptions, header: bool | None,
-                open_sink: Callable[[int], Callable[[np.ndarray], None]]) -> tuple[list[str], dict[str, Any]]:
+def _build_text(
+    path: str,
+    options: FileVectorsOptions,
+    header: bool | None,
+    open_sink: Callable[[int], Callable[[np.ndarray], None]],
+) -> tuple[list[str], dict[str, Any]]:
     parser = vector_file.TextVectorParser(
-        path, dim=options.dim, header=header, on_bad_line=options.on_bad_line,
-        encoding_errors=options.encoding_errors, allow_numeric_token_words=options.allow_numeric_token_words,
-        progress=options.progress, emit_warnings=False,
+        path,
+        dim=options.dim,
+        header=header,
+        on_bad_line=options.on_bad_line,
+        encoding_errors=options.encoding_errors,
+        allow_numeric_token_words=options.allow_numeric_token_words,
+        progress=options.progress,
+        emit_warnings=False,
     )
     sinks: list[Callable[[np.ndarray], None]] = []
 
@@ -141,8 +175,9 @@ def _build_text(path: str, options: FileVectorsOptions, header: bool | None,
     return tokens, {"report": parser.report.as_dict(), "summary": parser.report.summary()}
 
 
-def _build_word2vec_binary(path: str, options: FileVectorsOptions,
-                           open_sink: Callable[[int], Callable[[np.ndarray], None]]) -> tuple[list[str], dict[str, Any]]:
+def _build_word2vec_binary(
+    path: str, options: FileVectorsOptions, open_sink: Callable[[int], Callable[[np.ndarray], None]]
+) -> tuple[list[str], dict[str, Any]]:
     from gensim.models import KeyedVectors
 
     header = read_head(path, 256).partition(b"\n")[0].split()
@@ -159,15 +194,23 @@ def _build_word2vec_binary(path: str, options: FileVectorsOptions,
     vectors = np.asarray(kv.vectors, dtype=np.float32)
     tokens = list(kv.index_to_key)
     keep = np.isfinite(vectors).all(axis=1)
-    problems = [f"{path}: vector {i + 1} (token {tokens[i]!r}): non-finite value (NaN or inf)" for i in np.flatnonzero(~keep)]
+    problems = [
+        f"{path}: vector {i + 1} (token {tokens[i]!r}): non-finite value (NaN or inf)" for i in np.flatnonzero(~keep)
+    ]
     if problems and options.on_bad_line == "error":
         raise ValueError(f"{problems[0]} (pass source_options on_bad_line='skip' to skip such vectors)")
     tokens = [t for t, k in zip(tokens, keep) if k]
     open_sink(vectors.shape[1])(vectors[keep])
     report = vector_file.ParseReport(
-        path=path, dim=int(vectors.shape[1]), rows=len(tokens), data_lines=len(kv), duplicates=max(0, (announced or 0) - len(kv)),
-        skipped=len(problems), invalid_utf8=sum("\ufffd" in t for t in tokens) if options.encoding_errors == "replace" else 0,
-        header_count=announced, problems=problems[:10],
+        path=path,
+        dim=int(vectors.shape[1]),
+        rows=len(tokens),
+        data_lines=len(kv),
+        duplicates=max(0, (announced or 0) - len(kv)),
+        skipped=len(problems),
+        invalid_utf8=sum("\ufffd" in t for t in tokens) if options.encoding_errors == "replace" else 0,
+        header_count=announced,
+        problems=problems[:10],
     )
     if problems and options.on_bad_line == "warn":
         report.warnings.append(f"{path}: skipped {len(problems)} vector(s) with NaN/inf, e.g. {problems[:3]}")
@@ -184,7 +227,8 @@ def check_announced_size(path: str, count: int | None, dim: int | None) -> None:
     if needed > size * (50 if compressed else 1):
         raise ValueError(
             f"{path}: the header announces {count} vectors of dimension {dim} (at least {needed:,} bytes), but the "
-            f"file has {size:,} bytes{' compressed' if compressed else ''}: the header is wrong or the file is truncated"
+            f"file has {size:,} bytes{' compressed' if compressed else ''}: "
+            "the header is wrong or the file is truncated"
         )
 
 
@@ -196,7 +240,9 @@ class FastTextTable:
 
         self.kv = load_facebook_vectors(path)
         self.dim = int(self.kv.vector_size)
-        self.description = f"{os.path.basename(path)} (fasttext_bin, {len(self.kv)}×{self.dim}, bucket={self.kv.bucket})"
+        self.description = (
+            f"{os.path.basename(path)} (fasttext_bin, {len(self.kv)}×{self.dim}, bucket={self.kv.bucket})"
+        )
         self.special_tokens: dict[str, str] = {}
         self.can_compose = bool(self.kv.bucket)
 
@@ -204,7 +250,9 @@ class FastTextTable:
         return self.kv.key_to_index
 
     def gather(self, rows: Any) -> torch.Tensor:
-        return torch.from_numpy(np.ascontiguousarray(self.kv.vectors[np.asarray(rows, dtype=np.int64)], dtype=np.float32))
+        return torch.from_numpy(
+            np.ascontiguousarray(self.kv.vectors[np.asarray(rows, dtype=np.int64)], dtype=np.float32)
+        )
 
     def compose(self, tokens: list[str]) -> torch.Tensor:
         return torch.from_numpy(np.stack([np.asarray(self.kv.get_vector(t), dtype=np.float32) for t in tokens]))
@@ -216,8 +264,10 @@ def _open_fasttext_bin(path: str) -> VectorTable:
     except (ValueError, EOFError, RuntimeError, AssertionError, struct.error, MemoryError, IndexError) as error:
         # gensim: RuntimeError subclasses for unsupported models, a bare AssertionError or struct.error when truncated
         detail = f"{type(error).__name__}: {error}" if str(error) else type(error).__name__
-        raise ValueError(f"{path}: not a readable fastText .bin model ({detail}); the file is truncated, damaged or "
-                         "not a fastText model") from None
+        raise ValueError(
+            f"{path}: not a readable fastText .bin model ({detail}); the file is truncated, damaged or "
+            "not a fastText model"
+        ) from None
 
 
 # --- sources -------------------------------------------------------------------------------
@@ -228,8 +278,13 @@ def file_source(path: str, **options: Any) -> PretrainedSource:
     return _file_source(f"file:{path}", path, options)
 
 
-def _file_source(name: str, path: str | None, options: dict[str, Any], locate: Callable[[], str] | None = None,
-                 expected_dim: int | None = None) -> PretrainedSource:
+def _file_source(
+    name: str,
+    path: str | None,
+    options: dict[str, Any],
+    locate: Callable[[], str] | None = None,
+    expected_dim: int | None = None,
+) -> PretrainedSource:
     """A vector file source; ``expected_dim`` (a published set's width) is checked against the file's."""
     alignment, own = split_options(name, options, FILE_OPTIONS)
     path = own.pop("path", None) or path
@@ -237,8 +292,10 @@ def _file_source(name: str, path: str | None, options: dict[str, Any], locate: C
     if path is not None:
         path = os.path.expanduser(str(path))
         if os.path.isdir(path):
-            raise ValueError(f"source {name!r}: {path} is a directory, not a vector file (for a Hugging Face model "
-                             f"directory use source='hf:{path}')")
+            raise ValueError(
+                f"source {name!r}: {path} is a directory, not a vector file (for a Hugging Face model "
+                f"directory use source='hf:{path}')"
+            )
         if not os.path.isfile(path):
             raise ValueError(f"source {name!r}: vector file {path} does not exist")
 
@@ -246,15 +303,21 @@ def _file_source(name: str, path: str | None, options: dict[str, Any], locate: C
         where = path if path is not None else locate()  # type: ignore[misc]
         table = open_vector_file(where, file_options)
         if expected_dim is not None and table.dim != expected_dim:
-            raise ValueError(f"source {name!r} names {expected_dim}-dimensional vectors, but {where} has dimension "
-                             f"{table.dim}; pass source='file:{where}' to use that file as it is")
+            raise ValueError(
+                f"source {name!r} names {expected_dim}-dimensional vectors, but {where} has dimension "
+                f"{table.dim}; pass source='file:{where}' to use that file as it is"
+            )
         return table
 
     return PretrainedSource(name, open_table, alignment, cache_dir=file_options.cache_dir)
 
 
-SOURCES.add("file", file_source, takes_argument=True,
-            summary="a local vector file: word2vec text/binary, GloVe, fastText .vec/.bin (.gz/.bz2 ok)")
+SOURCES.add(
+    "file",
+    file_source,
+    takes_argument=True,
+    summary="a local vector file: word2vec text/binary, GloVe, fastText .vec/.bin (.gz/.bz2 ok)",
+)
 
 
 @dataclass(frozen=True)
@@ -270,15 +333,33 @@ class WellKnown:
 
 _GLOVE_6B = "https://nlp.stanford.edu/data/glove.6B.zip"
 WELL_KNOWN: dict[str, WellKnown] = {
-    "glove": WellKnown("GloVe Common Crawl 840B, 300d", None, "glove.840B.300d.txt",
-                       "https://nlp.stanford.edu/data/glove.840B.300d.zip", 300),
-    **{f"glove-6B-{d}": WellKnown(f"GloVe 6B (Wikipedia+Gigaword), {d}d", f"glove-wiki-gigaword-{d}",
-                                  f"glove.6B.{d}d.txt", _GLOVE_6B, d) for d in (50, 100, 200, 300)},
-    "word2vec": WellKnown("word2vec Google News, 300d", "word2vec-google-news-300",
-                          "GoogleNews-vectors-negative300.bin.gz", "https://code.google.com/archive/p/word2vec/", 300),
-    "fasttext": WellKnown("fastText English wiki-news subword, 300d", "fasttext-wiki-news-subwords-300",
-                          "wiki-news-300d-1M-subword.vec.zip",
-                          "https://dl.fbaipublicfiles.com/fasttext/vectors-english/wiki-news-300d-1M-subword.vec.zip", 300),
+    "glove": WellKnown(
+        "GloVe Common Crawl 840B, 300d",
+        None,
+        "glove.840B.300d.txt",
+        "https://nlp.stanford.edu/data/glove.840B.300d.zip",
+        300,
+    ),
+    **{
+        f"glove-6B-{d}": WellKnown(
+            f"GloVe 6B (Wikipedia+Gigaword), {d}d", f"glove-wiki-gigaword-{d}", f"glove.6B.{d}d.txt", _GLOVE_6B, d
+        )
+        for d in (50, 100, 200, 300)
+    },
+    "word2vec": WellKnown(
+        "word2vec Google News, 300d",
+        "word2vec-google-news-300",
+        "GoogleNews-vectors-negative300.bin.gz",
+        "https://code.google.com/archive/p/word2vec/",
+        300,
+    ),
+    "fasttext": WellKnown(
+        "fastText English wiki-news subword, 300d",
+        "fasttext-wiki-news-subwords-300",
+        "wiki-news-300d-1M-subword.vec.zip",
+        "https://dl.fbaipublicfiles.com/fasttext/vectors-english/wiki-news-300d-1M-subword.vec.zip",
+        300,
+    ),
 }
 GENSIM_DATA = {
     **{f"glove-wiki-gigaword-{d}": d for d in (50, 100, 200, 300)},
@@ -297,7 +378,9 @@ def gensim_data_path(gensim_name: str) -> str:
     base = os.environ.get("GENSIM_DATA_DIR") or os.path.expanduser("~/gensim-data")
     folder = os.path.join(base, gensim_name)
     if os.path.isdir(folder):
-        files = sorted(f for f in os.listdir(folder) if not f.endswith((".json", ".py", ".txt.tmp")) and f != "__init__.py")
+        files = sorted(
+            f for f in os.listdir(folder) if not f.endswith((".json", ".py", ".txt.tmp")) and f != "__init__.py"
+        )
         preferred = [f for f in files if f.startswith(gensim_name)]
         if preferred or files:
             return os.path.join(folder, (preferred or files)[0])
@@ -314,8 +397,10 @@ def gensim_data_path(gensim_name: str) -> str:
 
 def _locator(name: str, title: str, gensim_name: str | None, file_name: str, url: str) -> Callable[[], str]:
     def locate() -> str:
-        how = (f"download {file_name} from {url} (unzip if needed) and pass source='file:/path/to/{file_name}' "
-               f"or source_options={{'path': '/path/to/{file_name}'}}")
+        how = (
+            f"download {file_name} from {url} (unzip if needed) and pass source='file:/path/to/{file_name}' "
+            f"or source_options={{'path': '/path/to/{file_name}'}}"
+        )
         if gensim_name is None:
             raise RuntimeError(f"source {name!r} ({title}) is not downloaded automatically: {how}")
         try:
@@ -337,8 +422,9 @@ def _register_well_known(name: str, entry: WellKnown) -> None:
 
 def _register_gensim(name: str, dim: int) -> None:
     def factory(**options: Any) -> PretrainedSource:
-        locate = _locator(name, f"gensim-data {name}, {dim}d", name, f"{name}.gz",
-                          "https://github.com/RaRe-Technologies/gensim-data")
+        locate = _locator(
+            name, f"gensim-data {name}, {dim}d", name, f"{name}.gz", "https://github.com/RaRe-Technologies/gensim-data"
+        )
         return _file_source(name, None, options, locate, dim)
 
     SOURCES.add(name, factory, summary=f"gensim-data {name} ({dim}d), through gensim.downloader or path=")

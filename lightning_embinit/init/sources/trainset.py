@@ -12,7 +12,8 @@ generator, and gensim's per-word hash is a fixed CRC32 rather than Python's salt
 from __future__ import annotations
 
 import zlib
-from typing import Any, Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from typing import Any
 
 from lightning_embinit.init.sources.base import SOURCES, SourceRequest, VectorTable
 from lightning_embinit.init.sources.pretrained import ArrayTable, PretrainedSource, seed_from, split_options
@@ -69,7 +70,9 @@ def train_word2vec(request: SourceRequest, options: dict[str, Any]) -> VectorTab
     sentences = _Restartable(request.corpus)
     model = Word2Vec(sentences=sentences, hashfxn=stable_hash, **{k: params[k] for k in WORD2VEC_DEFAULTS})
     if len(model.wv) == 0:
-        raise ValueError(f"word2vec-trainset: no word of slot {request.slot_name!r}'s corpus reached min_count={params['min_count']}")
+        raise ValueError(
+            f"word2vec-trainset: no word of slot {request.slot_name!r}'s corpus reached min_count={params['min_count']}"
+        )
     settings = ", ".join(f"{k}={params[k]}" for k in ("vector_size", "window", "min_count", "epochs", "sg", "seed"))
     return ArrayTable(
         tokens=list(model.wv.index_to_key),

@@ -30,9 +30,10 @@ import shutil
 import tempfile
 import time
 import warnings
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Iterator
+from typing import Any
 
 import numpy as np
 
@@ -79,7 +80,8 @@ def cache_root(override: str | os.PathLike[str] | None = None) -> Path:
 
 
 def writable_cache_dir(subdirectory: str, override: str | os.PathLike[str] | None = None) -> Path:
-    """``<cache root>/<subdirectory>``, created; raises :class:`CacheUnavailable` when it cannot be created or written."""
+    """``<cache root>/<subdirectory>``, created; raises :class:`CacheUnavailable` when it cannot be created or
+    written."""
     root, origin = cache_origin(override)
     target = root / subdirectory
     try:
@@ -128,7 +130,9 @@ class NpyRowWriter:
 
     def _header(self, rows: int) -> bytes:
         buffer = io.BytesIO()
-        np.lib.format.write_array_header_1_0(buffer, {"descr": "<f4", "fortran_order": False, "shape": (rows, self.dim)})
+        np.lib.format.write_array_header_1_0(
+            buffer, {"descr": "<f4", "fortran_order": False, "shape": (rows, self.dim)}
+        )
         return buffer.getvalue()
 
     def __call__(self, block: np.ndarray) -> None:
@@ -171,7 +175,11 @@ Builder = Callable[[Callable[[int], Callable[[np.ndarray], None]]], tuple[list[s
 
 
 def load_or_build(
-    path: str | os.PathLike[str], options: dict[str, Any], build: Builder, *, cache_dir: str | os.PathLike[str] | None = None
+    path: str | os.PathLike[str],
+    options: dict[str, Any],
+    build: Builder,
+    *,
+    cache_dir: str | os.PathLike[str] | None = None,
 ) -> CachedVectors:
     """The cache entry for ``path`` parsed with ``options``; ``build`` runs only on a miss.
 
@@ -206,8 +214,13 @@ def load_or_build(
             raise ValueError(f"{path}: a token contains a newline and cannot be cached (pass cache=False)")
         with open(staging / "tokens.txt", "w", encoding="utf-8", newline="") as handle:
             handle.write("\n".join(tokens))
-        meta = {**meta, "source": os.path.abspath(os.fspath(path)), "rows": len(tokens), "options": options,
-                "version": CACHE_VERSION}
+        meta = {
+            **meta,
+            "source": os.path.abspath(os.fspath(path)),
+            "rows": len(tokens),
+            "options": options,
+            "version": CACHE_VERSION,
+        }
         (staging / "meta.json").write_text(json.dumps(meta, indent=1, default=str), encoding="utf-8")
         entry = CachedVectors.open(staging)  # a bad entry never reaches its final name
         try:

@@ -35,8 +35,9 @@ import io
 import os
 import warnings
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
-from typing import Any, Callable
+from typing import Any
 
 import numpy as np
 
@@ -132,8 +133,14 @@ def _parse_numbers(values: list[bytes], dim: int) -> np.ndarray | None:
         try:
             if pandas is not None:
                 frame = pandas.read_csv(
-                    io.BytesIO(text), sep=" ", header=None, dtype=np.float32, engine="c",
-                    quoting=csv.QUOTE_NONE, na_filter=False, comment=None,
+                    io.BytesIO(text),
+                    sep=" ",
+                    header=None,
+                    dtype=np.float32,
+                    engine="c",
+                    quoting=csv.QUOTE_NONE,
+                    na_filter=False,
+                    comment=None,
                 )
                 array = frame.to_numpy(dtype=np.float32)
             else:
@@ -192,8 +199,14 @@ class TextVectorParser:
 
         stream, raw = open_decompressed(self.path)
         total = os.path.getsize(self.path)
-        bar = tqdm(total=total, unit="B", unit_scale=True, desc=f"parsing {os.path.basename(self.path)}",
-                   disable=None if self.progress else True, leave=False)
+        bar = tqdm(
+            total=total,
+            unit="B",
+            unit_scale=True,
+            desc=f"parsing {os.path.basename(self.path)}",
+            disable=None if self.progress else True,
+            leave=False,
+        )
         first_line_no: int | None = None
         line_no = 0
         try:
@@ -226,11 +239,13 @@ class TextVectorParser:
 
     def _read_header(self, lines: list[bytes], start: int) -> tuple[list[bytes], int]:
         if lines[0].startswith(_BOM):
-            lines[0] = lines[0][len(_BOM):]
+            lines[0] = lines[0][len(_BOM) :]
         fields = lines[0].split()
         looks_like_header = len(fields) == 2 and all(_is_int(f) for f in fields)
         if self.header is True and not looks_like_header:
-            raise ValueError(f"{self.path}: line {start + 1}: header=True but the line is not '<count> <dim>': {lines[0][:80]!r}")
+            raise ValueError(
+                f"{self.path}: line {start + 1}: header=True but the line is not '<count> <dim>': {lines[0][:80]!r}"
+            )
         if self.header is not False and looks_like_header:
             count, file_dim = int(fields[0]), int(fields[1])
             if self.dim is not None and self.dim != file_dim:
@@ -268,7 +283,7 @@ class TextVectorParser:
             line_no = start + offset + 1
             cut = line.find(b" ")
             if cut > 0 and line.count(b" ") == dim and b"\t" not in line[:cut]:
-                token, rest = line[:cut], line[cut + 1:]
+                token, rest = line[:cut], line[cut + 1 :]
             else:
                 parts = line.rsplit(None, dim)
                 if len(parts) != dim + 1 or not parts[0].strip():
@@ -278,9 +293,13 @@ class TextVectorParser:
                 words = token.split()
                 if len(words) > 1 and not self.allow_numeric_token_words and _is_number(words[-1]):
                     spaced = token.decode("utf-8", errors="replace")
-                    self._bad(line_no, f"more than {dim} values — or the token {spaced!r} has spaces and ends in a "
-                                       "number (pass source_options allow_numeric_token_words=True if such tokens "
-                                       "are real)", line)
+                    self._bad(
+                        line_no,
+                        f"more than {dim} values — or the token {spaced!r} has spaces and ends in a "
+                        "number (pass source_options allow_numeric_token_words=True if such tokens "
+                        "are real)",
+                        line,
+                    )
                     continue
             tokens.append(token)
             values.append(rest)
@@ -331,13 +350,17 @@ class TextVectorParser:
     def _finish(self) -> None:
         report = self.report
         if report.header_count is not None and report.header_count != report.data_lines:
-            report.warnings.append(f"{self.path}: the header announces {report.header_count} vectors but the file "
-                                   f"has {report.data_lines} data lines")
+            report.warnings.append(
+                f"{self.path}: the header announces {report.header_count} vectors but the file "
+                f"has {report.data_lines} data lines"
+            )
         if self.on_bad_line == "warn" and report.skipped:
             report.warnings.append(f"{self.path}: skipped {report.skipped} bad line(s), e.g. {report.problems[:3]}")
         if report.invalid_utf8:
-            report.warnings.append(f"{self.path}: {report.invalid_utf8} token(s) with invalid UTF-8 decoded with "
-                                   f"errors={self.encoding_errors!r}")
+            report.warnings.append(
+                f"{self.path}: {report.invalid_utf8} token(s) with invalid UTF-8 decoded with "
+                f"errors={self.encoding_errors!r}"
+            )
         if self.emit_warnings:
             emit(report.warnings, stacklevel=4)
         if report.rows == 0:
