@@ -58,7 +58,7 @@ test-lightning-latest:
 	$(LATEST_VENV)/bin/python -c "import lightning; print('callback tests against Lightning', lightning.__version__)"
 	$(LATEST_VENV)/bin/python -m pytest -q $(PYTEST_ARGS) tests/test_callback.py tests/test_callback_resume.py \
 		tests/test_callback_tokens.py tests/test_cli.py tests/test_initial_loss.py tests/test_models_stage_order.py \
-		tests/test_data_text_ddp.py tests/test_data_classification.py
+		tests/test_data_text_ddp.py tests/test_data_classification.py tests/test_vocabulary_extension_callback.py
 
 ## the main job: a tied-embedding LM under four initializations (three starts, four heads), offline, one table
 quickstart: install

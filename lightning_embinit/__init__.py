@@ -10,8 +10,8 @@ import importlib
 from typing import Any
 
 from lightning_embinit.init import EmbeddingHost, EmbeddingSlot
+from lightning_embinit.init.engine import initialize_embeddings
 from lightning_embinit.init.extension import extend_vocabulary
-from lightning_embinit.init.pipeline import initialize_embeddings
 from lightning_embinit.init.recipe import InitRecipe
 
 __version__ = (

@@ -235,8 +235,8 @@ def _from_config(args: argparse.Namespace, extra: Sequence[str]) -> tuple[nn.Mod
     else:
         callback = configured[0]
         callback.verbose = False
-        if callback.seed is None:
-            callback.seed = 0
+        if callback.initializer.seed is None:
+            callback.initializer.seed = 0
     return cli.model, cli.datamodule, callback
 
 

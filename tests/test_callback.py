@@ -5,7 +5,6 @@ import torch
 from lightning.pytorch.loggers import Logger
 
 from lightning_embinit import EmbeddingInitCallback, initialize_embeddings
-from lightning_embinit.callbacks.lightning_internals import LightningInternalsWarning
 from lightning_embinit.init import sinusoidal_encoding
 from tests.host_models import VOCAB, NoEmbeddingModel, PlainEmbeddingModel, TwoSlotHost, make_trainer, token_loader
 from tests.sources_for_tests import BrokenSource, CountingSource, EvenRowsSource
@@ -89,8 +88,7 @@ def test_validate_and_test_leave_weights_untouched(tmp_path):
 def test_never_applies_twice(tmp_path):
     model, callback = TwoSlotHost(), EmbeddingInitCallback(source="xavier", verbose=False)
     trainer = make_trainer(tmp_path, [callback])
-    with pytest.warns(LightningInternalsWarning, match="setup called outside Trainer.fit"):
-        callback.setup(trainer, model, "fit")  # by hand: no running fit to ask about a resume, so it builds
+    callback.setup(trainer, model, "fit")  # by hand, outside Trainer.fit: it builds
     with torch.no_grad():
         model.encoder_embedding.weight.add_(1.0)
     moved = weights(model)
@@ -106,14 +104,15 @@ def fit_and_save(tmp_path, name="resume.ckpt"):
     return path
 
 
-def test_resume_builds_nothing_and_keeps_the_checkpoint_weights_and_report(tmp_path):
+def test_resume_keeps_the_checkpoint_weights_and_report(tmp_path):
+    """The build at setup is thrown away: Lightning restores the checkpoint's tables over it, bit for bit."""
     path = fit_and_save(tmp_path)
     saved = torch.load(path, weights_only=False)["state_dict"]
     source, logger = CountingSource("normal:5"), RecordingLogger()
     second = EmbeddingInitCallback(source=source, seed=1, verbose=False)
     resumed = TwoSlotHost(lr=0.0)
     make_trainer(tmp_path, [second], max_steps=2, logger=logger).fit(resumed, token_loader(), ckpt_path=path)
-    assert second.resumed and source.builds == 0
+    assert second.resumed and source.builds == 2  # one build per slot at setup, then replaced by the restore
     assert not any(key.startswith("embinit/") for key in logger.metrics)
     assert torch.equal(resumed.encoder_embedding.weight, saved["encoder_embedding.weight"])
     assert torch.equal(resumed.decoder_embedding.weight, saved["decoder_embedding.weight"])

@@ -1,4 +1,5 @@
-"""Resume detection is safe when Lightning's internals move (issue 7 §6)."""
+"""Resume through public Lightning API only: the build at setup is replaced by the restore, and the hook order is
+confirmed at on_train_start through ``trainer.ckpt_path`` (callbacks/lifecycle.py)."""
 
 from __future__ import annotations
 
@@ -6,8 +7,6 @@ import pytest
 import torch
 
 from lightning_embinit import EmbeddingInitCallback
-from lightning_embinit.callbacks import embedding_init, lightning_internals
-from lightning_embinit.callbacks.lightning_internals import LightningInternalsWarning
 from tests.host_models import TwoSlotHost, make_trainer, token_loader
 from tests.sources_for_tests import CountingSource
 
@@ -20,45 +19,42 @@ def checkpoint_after_fit(tmp_path):
     return path
 
 
-def test_the_private_frame_exists_in_this_lightning(tmp_path):
-    """Under the test suite a missing frame is an error (pyproject filterwarnings), so this fit proves it is found."""
+def test_a_fresh_fit_builds_and_is_not_a_resume(tmp_path):
     callback = EmbeddingInitCallback(source="ones", verbose=False)
     model = TwoSlotHost(lr=0.0)
     make_trainer(tmp_path, [callback]).fit(model, token_loader())
     assert not callback.resumed and torch.all(model.encoder_embedding.weight[1:] == 1)
 
 
-def test_a_missing_frame_warns_and_builds_a_fresh_fit(tmp_path, monkeypatch):
-    monkeypatch.setattr(lightning_internals, "FIT_RUN_FRAME", "_a_renamed_run")
-    source = CountingSource("ones")
-    model = TwoSlotHost(lr=0.0)
-    with pytest.warns(LightningInternalsWarning, match="cannot tell whether this fit resumes"):
-        make_trainer(tmp_path, [EmbeddingInitCallback(source=source, verbose=False)]).fit(model, token_loader())
-    assert source.builds == 2 and torch.all(model.encoder_embedding.weight[1:] == 1)
+def test_a_restore_that_lightning_did_not_announce_fails_before_training(tmp_path):
+    """A Lightning that restored without calling on_load_checkpoint after setup (trainer.ckpt_path says a checkpoint
+    was loaded) may have let the build overwrite it: the callback stops before the first step."""
+    model, callback = TwoSlotHost(), EmbeddingInitCallback(source="ones", verbose=False)
+    trainer = make_trainer(tmp_path, [callback])
+    callback.setup(trainer, model, "fit")
+    trainer.ckpt_path = "/restored/before/setup.ckpt"
+    with pytest.raises(RuntimeError, match=r"restored /restored/before/setup.ckpt, but it called on_load_checkpoint"):
+        callback.on_train_start(trainer, model)
 
 
-def test_a_missing_frame_on_resume_still_ends_with_the_checkpoints_weights_and_report(tmp_path, monkeypatch):
+def test_an_announced_restore_of_no_checkpoint_fails_before_training(tmp_path):
+    model, callback = TwoSlotHost(), EmbeddingInitCallback(source="ones", verbose=False)
+    trainer = make_trainer(tmp_path, [callback])
+    callback.setup(trainer, model, "fit")
+    callback.on_load_checkpoint(trainer, model, {})
+    with pytest.raises(RuntimeError, match="restored no checkpoint, but it called on_load_checkpoint after setup"):
+        callback.on_train_start(trainer, model)
+
+
+def test_a_resume_discards_the_build_and_takes_the_checkpoints_report_and_seed(tmp_path):
     path = checkpoint_after_fit(tmp_path)
-    saved = torch.load(path, weights_only=False)["state_dict"]
-    monkeypatch.setattr(lightning_internals, "FIT_RUN_FRAME", "_a_renamed_run")
-    callback = EmbeddingInitCallback(source="ones", verbose=False)
+    saved = torch.load(path, weights_only=False)
+    callback = EmbeddingInitCallback(source="ones", verbose=False, seed=3)
     model = TwoSlotHost(lr=0.0)
-    with pytest.warns(LightningInternalsWarning):
-        make_trainer(tmp_path, [callback], max_steps=2).fit(model, token_loader(), ckpt_path=path)
-    assert callback.resumed
-    assert torch.equal(model.encoder_embedding.weight, saved["encoder_embedding.weight"])
+    make_trainer(tmp_path, [callback], max_steps=2).fit(model, token_loader(), ckpt_path=path)
+    assert callback.resumed and callback.seed_used == 0  # the checkpoint's seed, not this callback's
+    assert torch.equal(model.encoder_embedding.weight, saved["state_dict"]["encoder_embedding.weight"])
     assert callback.reports["encoder"]["source"] == "xavier"
-
-
-def test_a_resume_that_lightning_never_restores_fails_before_training(tmp_path, monkeypatch):
-    monkeypatch.setattr(embedding_init, "running_fit_checkpoint", lambda trainer: "/claimed/by/a/changed/frame.ckpt")
-    model = TwoSlotHost(lr=0.5)
-    before = model.encoder_embedding.weight.detach().clone()
-    with pytest.raises(
-        RuntimeError, match="was to resume from /claimed/by/a/changed/frame.ckpt, but Lightning restored"
-    ):
-        make_trainer(tmp_path, [EmbeddingInitCallback(source="ones", verbose=False)]).fit(model, token_loader())
-    assert torch.equal(model.encoder_embedding.weight, before)
 
 
 def test_a_fresh_fit_after_validate_with_a_checkpoint_initializes(tmp_path):
@@ -66,14 +62,14 @@ def test_a_fresh_fit_after_validate_with_a_checkpoint_initializes(tmp_path):
     source = CountingSource("ones")
     trainer = make_trainer(tmp_path, [EmbeddingInitCallback(source=source, verbose=False)], max_steps=1)
     trainer.validate(TwoSlotHost(), token_loader(), ckpt_path=path, verbose=False)
-    assert trainer.ckpt_path is not None  # stale: the reason the callback does not read it
+    assert trainer.ckpt_path is not None  # until the next fit's restore step sets it to that fit's (None)
     fresh = TwoSlotHost(lr=0.0)
     trainer.fit(fresh, token_loader())
     assert source.builds == 2 and torch.all(fresh.encoder_embedding.weight[1:] == 1)
 
 
 def test_strategies_that_restore_after_setup_resume_too(tmp_path):
-    """FSDP, DeepSpeed and ModelParallelStrategy restore after on_fit_start; the check waits for on_train_start."""
+    """FSDP, DeepSpeed and ModelParallelStrategy restore after on_fit_start; the restore replaces the build."""
     from lightning.pytorch.strategies import SingleDeviceStrategy
 
     class RestoreAfterSetup(SingleDeviceStrategy):
@@ -89,3 +85,4 @@ def test_strategies_that_restore_after_setup_resume_too(tmp_path):
         model, token_loader(), ckpt_path=path
     )
     assert callback.resumed and torch.equal(model.encoder_embedding.weight, saved["encoder_embedding.weight"])
+    assert callback.reports["encoder"]["source"] == "xavier"

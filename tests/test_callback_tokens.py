@@ -131,7 +131,7 @@ def test_vocabulary_for_serves_each_slot(tmp_path):
     reports = callback.initialize(model, datamodule=TwoVocabularies())
     assert torch.all(model.source_embed.weight[2] == 0.25) and torch.all(model.target_embed.weight[2] == 0.5)
     assert reports["target_embed"]["tokens_from"] == "TwoVocabularies.vocabulary_for('target_embed')"
-    assert callback._slots["source_embed"].tokens == TwoVocabularies.vocabularies["source_embed"]
+    assert callback.prepared.slots["source_embed"].tokens == TwoVocabularies.vocabularies["source_embed"]
 
 
 def test_without_any_token_source_the_error_lists_the_four_ways():
@@ -156,7 +156,7 @@ def test_token_lists_longer_than_the_table_and_missing_token_files_are_refused(t
     vocab_file.write_text("<pad>\nein\nhund\n", encoding="utf-8")
     callback = EmbeddingInitCallback(source="xavier", tokens={"source_embed": str(vocab_file)}, seed=0, verbose=False)
     callback.initialize(TwoTables())
-    assert callback._slots["source_embed"].tokens == ["<pad>", "ein", "hund"]
+    assert callback.prepared.slots["source_embed"].tokens == ["<pad>", "ein", "hund"]
     assert callback.reports["source_embed"]["tokens_from"] == f"file {vocab_file}"
 
 
@@ -281,7 +281,7 @@ def test_the_models_own_vocabulary_attribute_is_the_fourth_way():
     callback = EmbeddingInitCallback(source="xavier", seed=0, verbose=False)
     reports = callback.initialize(model)
     assert reports["source_embed"]["tokens_from"] == "TwoTables.vocabulary"
-    assert callback._slots["target_embed"].tokens == model.vocabulary  # 5 rows, 4 tokens: one unnamed row
+    assert callback.prepared.slots["target_embed"].tokens == model.vocabulary  # 5 rows, 4 tokens: one unnamed row
 
 
 def test_tokens_may_name_a_hub_tokenizer(monkeypatch):
@@ -299,5 +299,5 @@ def test_tokens_may_name_a_hub_tokenizer(monkeypatch):
     )
     callback.initialize(PlainLM(30522))
     assert loaded[0] == ("sentence-transformers/all-MiniLM-L6-v2", {"local_files_only": False})
-    assert callback._slots["embed"].tokens[:3] == ["[PAD]", "[unused0]", "[unused1]"]
+    assert callback.prepared.slots["embed"].tokens[:3] == ["[PAD]", "[unused0]", "[unused1]"]
     assert callback.reports["embed"]["tokens_from"] == "tokenizer sentence-transformers/all-MiniLM-L6-v2"

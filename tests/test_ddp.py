@@ -3,6 +3,7 @@
 import json
 
 import pytest
+import torch
 from lightning.pytorch import Callback
 
 from lightning_embinit import EmbeddingInitCallback
@@ -74,3 +75,31 @@ def test_a_pretrained_source_is_read_on_rank_zero_only_and_broadcast(tmp_path):
     assert rank0["pretrained_rows"]["encoder"] == list(
         range(2, 10)
     )  # the 8 words are in GloVe; <pad> and <unk> are not
+
+
+class SaveTablesAtTrainStart(Callback):
+    """Each rank's tables after every restore, before the first step."""
+
+    def __init__(self, directory):
+        self.directory = directory
+
+    def on_train_start(self, trainer, pl_module):
+        tables = {name: getattr(pl_module, name).weight.detach().cpu() for name in ("encoder_embedding", "head")}
+        torch.save(tables, self.directory / f"start-rank{trainer.global_rank}.pt")
+
+
+def test_a_resume_under_ddp_starts_every_rank_from_the_checkpoints_tables(tmp_path):
+    """Every rank builds at setup (rank 0 reads, all write); Lightning's restore then replaces it bit for bit."""
+    first = make_trainer(tmp_path, [EmbeddingInitCallback(source="xavier", seed=0, verbose=False)], max_steps=2)
+    first.fit(TwoSlotHost(lr=0.5), token_loader())
+    first.save_checkpoint(tmp_path / "run.ckpt")
+    saved = torch.load(tmp_path / "run.ckpt", weights_only=False)["state_dict"]
+    callback = EmbeddingInitCallback(source="ones", verbose=False)
+    resumed = make_trainer(
+        tmp_path, [callback, SaveTablesAtTrainStart(tmp_path)], devices=2, strategy="ddp_spawn", max_steps=4
+    )
+    resumed.fit(TwoSlotHost(lr=0.0), token_loader(batches=4), ckpt_path=tmp_path / "run.ckpt")
+    for rank in (0, 1):
+        tables = torch.load(tmp_path / f"start-rank{rank}.pt")
+        assert torch.equal(tables["encoder_embedding"], saved["encoder_embedding.weight"])
+        assert torch.equal(tables["head"], saved["head.weight"])

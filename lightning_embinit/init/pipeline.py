@@ -1,23 +1,18 @@
-"""Build, check, write and freeze embedding tables: the torch-only path the callback adapts.
+"""The steps of :mod:`lightning_embinit.init.engine` for one slot: build and check its matrix, write it, report it.
 
-Every slot's matrix is built and checked (shape, finiteness) before any weight is written, so
-a failure leaves the model as it was. :func:`initialize_embeddings` is the whole path for
-users without Lightning.
+A matrix is checked (shape, finiteness, coverage) before any weight is written.
 """
 
 from __future__ import annotations
 
 import math
-import warnings
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
 import torch
-from torch import nn
 
-from lightning_embinit.init.freezing import apply_trainability, check_trainability
-from lightning_embinit.init.host import EmbeddingSlot, select_slots
+from lightning_embinit.init.host import EmbeddingSlot
 from lightning_embinit.init.recipe import InitRecipe
 from lightning_embinit.init.sharding import is_sharded, whole_table, write_whole
 from lightning_embinit.init.sources.base import SourceMatrix, SourceRequest
@@ -188,62 +183,3 @@ def slot_report(
     report["coverage"] = coverage.as_dict() if coverage is not None else None
     report["pretrained_rows"] = int(built.matrix.pretrained_rows.sum()) if built else 0
     return report
-
-
-def initialize_embeddings(
-    module: nn.Module,
-    recipe: InitRecipe | None = None,
-    *,
-    slots: Sequence[str] | Mapping[str, Mapping[str, Any] | None] | None = None,
-    seed: int = 0,
-    corpus: Callable[[str], Iterable[Sequence[str]]] | None = None,
-    **options: Any,
-) -> dict[str, dict[str, Any]]:
-    """Initialize ``module``'s embedding tables without Lightning; returns the report per slot.
-
-    With ``trainable="pretrained_rows"`` and an optimizer that decays weights, also call
-    :func:`~lightning_embinit.init.freezing.pin_rows` on it (the callback does this itself).
-
-    ``options`` are :class:`InitRecipe` fields (``source="bert"``, ``standardize="xavier"``, ...);
-    ``slots`` selects tables and may map a slot to its own overrides. ``corpus(slot)`` returns the
-    slot's tokenized training text (for ``word2vec-trainset`` and coverage by frequency).
-
-    Sharded tables (``DTensor``, FSDP2) get their slice on each rank; every rank must call this and
-    builds the matrix itself (the same for the same seed). To read a source on rank 0 only, use
-    ``EmbeddingInitCallback(...).initialize(module)``.
-    """
-    base = (recipe or InitRecipe()).updated(options, where="options")
-    recipes = recipes_for_slots(base, slots)
-    selected = select_slots(module, list(recipes) if recipes else None)
-    for name, slot in selected.items():
-        check_trainability(slot, recipes.get(name, base).trainable)
-    generator = torch.Generator().manual_seed(seed)
-    built = {
-        name: build_slot(
-            slot, recipes.get(name, base), generator=generator, corpus=(lambda n=name: corpus(n)) if corpus else None
-        )
-        for name, slot in selected.items()
-    }
-    reports = {}
-    for name, slot in selected.items():
-        write_slot(slot, built[name].matrix.weight)
-        slot_recipe = recipes.get(name, base)
-        rows = built[name].matrix.pretrained_rows
-        message = apply_trainability(slot, slot_recipe.trainable, lambda rows=rows: rows)
-        if message:
-            warnings.warn(message, stacklevel=2)
-        reports[name] = slot_report(slot, built[name], slot_recipe, seed=seed)
-    return reports
-
-
-def recipes_for_slots(
-    base: InitRecipe, slots: Sequence[str] | Mapping[str, Mapping[str, Any] | None] | None
-) -> dict[str, InitRecipe]:
-    """Slot name → recipe: ``base`` with each slot's overrides; empty when ``slots`` is None (all slots)."""
-    if slots is None:
-        return {}
-    if isinstance(slots, str):
-        slots = [slots]
-    if isinstance(slots, Mapping):
-        return {name: base.updated(overrides, where=f"options for slot {name!r}") for name, overrides in slots.items()}
-    return {name: base for name in slots}

@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+import os
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field, fields, replace
+from dataclasses import dataclass, fields, replace
 from functools import cached_property
 from typing import Any
 
@@ -19,31 +20,47 @@ _NOMINAL_SHAPE = (1024, 64)
 
 @dataclass(frozen=True)
 class InitRecipe:
-    """How one embedding table is born.
+    """How one embedding table is born: a source, transforms in a fixed order, and whether the table trains.
 
-    The source fills the table; then ``match`` (Xavier_Pre-trained), ``standardize``
-    (Pre-trained_Xavier), ``shuffle`` (Pre-trained_Shuffled) and ``scale`` run in that order
-    ([K] §3.4, SPEC §1). ``transforms`` gives an explicit ordered list of ``"name[:argument]"``
-    specs instead. ``trainable`` is ``True``, ``False`` (freeze the table) or
-    ``"pretrained_rows"`` (freeze only the rows a pre-trained source filled).
+    The source fills the table; then ``match`` (Xavier_Pre-trained), ``standardize`` (Pre-trained_Xavier),
+    ``shuffle`` (Pre-trained_Shuffled) and ``scale`` run in that order (Kim et al., "Initializing Transformers
+    with Pre-trained Embeddings", §3.4; the formulas are in ``docs/concepts.md``).
 
-    A source named by ``match``/``standardize`` is a reference source built for the same slot with
-    ``match_options``/``standardize_options`` (``{"project": "pca"}``, ...). ``cache_dir`` is where
-    every source of the recipe — the main one and references — caches parsed vector files (else a
-    file source's own ``cache_dir`` option, then ``$EMBINIT_CACHE_DIR``).
+    Args:
+        source: a random scheme (``"xavier"``, ``"normal:0.01"``, ...), a pre-trained source name (``"bert"``,
+            ``"glove"``, ``"hf:<dir>"``, ...) or an ``EmbeddingSource`` object.
+        source_options: keyword options of a pre-trained source (``{"oov": "match"}``, ...).
+        standardize: move the table onto a target's mean and std (Pre-trained_Xavier): a scheme name, a std, a
+            ``(mean, std)`` pair, a source name or a matrix.
+        match: move the table onto a reference source's statistics (Xavier_Pre-trained).
+        shuffle: permute rows and columns (Pre-trained_Shuffled).
+        scale: multiply the table by a constant.
+        transforms: an explicit ordered list of ``"name[:argument]"`` steps instead of the four above.
+        trainable: ``True``; ``False`` freezes the table (and any output layer tied to it); ``"pretrained_rows"``
+            freezes only the rows a pre-trained source filled, by masking their gradient.
+        match_options: options of the reference source named by ``match`` (``{"project": "pca"}``, ...).
+        standardize_options: options of the reference source named by ``standardize``.
+        cache_dir: where every source of the recipe (the main one and references) caches parsed vector files;
+            else a file source's own ``cache_dir`` option, then ``$EMBINIT_CACHE_DIR``.
     """
 
     source: str | EmbeddingSource | RandomScheme = "xavier"
-    source_options: Mapping[str, Any] = field(default_factory=dict)
+    source_options: Mapping[str, Any] | None = None
     standardize: StatisticsTarget | None = None
     match: StatisticsTarget | None = None
     shuffle: bool = False
     scale: float | None = None
     transforms: Sequence[str] | None = None
     trainable: Trainable = True
-    match_options: Mapping[str, Any] = field(default_factory=dict)
-    standardize_options: Mapping[str, Any] = field(default_factory=dict)
+    match_options: Mapping[str, Any] | None = None
+    standardize_options: Mapping[str, Any] | None = None
     cache_dir: str | None = None
+
+    def __post_init__(self) -> None:
+        for name in ("source_options", "match_options", "standardize_options"):
+            object.__setattr__(self, name, dict(getattr(self, name) or {}))
+        if self.cache_dir is not None:
+            object.__setattr__(self, "cache_dir", os.fspath(self.cache_dir))
 
     @classmethod
     def option_names(cls) -> tuple[str, ...]:

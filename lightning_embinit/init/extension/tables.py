@@ -1,4 +1,4 @@
-"""The tensors a vocabulary extension reads and writes (issue 18; :mod:`lightning_embinit.init.extension`).
+"""The tensors a vocabulary extension reads and writes.
 
 A slot's vocabulary-indexed tensors are its embedding (every module whose ``weight`` *is* it follows: a tied
 head) and, per untied output layer, the ``nn.Linear``'s weight rows and bias entries. The output layers are
@@ -149,3 +149,11 @@ def new_token_mass(
         log_p = logits.log_softmax(dim=-1)
         total += float(log_p[:, mask].logsumexp(dim=-1).exp().sum()) if bool(mask.any()) else 0.0
     return total / max(states.shape[0], 1)
+
+
+def non_padding(matrix: torch.Tensor, padding_idx: int | None) -> torch.Tensor:
+    if padding_idx is None:
+        return matrix
+    keep = torch.ones(matrix.shape[0], dtype=torch.bool)
+    keep[padding_idx] = False
+    return matrix[keep.to(matrix.device)]

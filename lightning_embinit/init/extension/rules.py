@@ -1,4 +1,4 @@
-"""Where the new rows of an extended vocabulary come from (issue 18; :mod:`lightning_embinit.init.extension`).
+"""Where the new rows of an extended vocabulary come from.
 
 A rule fills the m rows of the tokens a trained table lacks, from the old rows' statistics or from
 elsewhere; the old rows are never touched. μ and Σ are the mean row and the population covariance

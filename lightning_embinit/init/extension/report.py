@@ -1,9 +1,14 @@
-"""The vocabulary-extension report as a readable table and as flat scalars for loggers (issue 18)."""
+"""The vocabulary-extension report as a readable table and as flat scalars for loggers."""
 
 from __future__ import annotations
 
 from collections.abc import Mapping
 from typing import Any
+
+import torch
+
+from lightning_embinit.init.extension.tables import SlotTables, non_padding
+from lightning_embinit.init.statistics import matrix_statistics
 
 _COLUMNS = (
     ("slot", lambda r: r["slot"]),
@@ -75,3 +80,54 @@ def extension_metrics(reports: Mapping[str, Mapping[str, Any]], prefix: str = "v
         for key in keys
         if report.get(key) is not None
     }
+
+
+def _row_numbers(prefix: str, rows: torch.Tensor) -> dict[str, float | None]:
+    if rows.numel() == 0:
+        return {f"{prefix}_mean": None, f"{prefix}_std": None, f"{prefix}_row_norm": None}
+    stats = matrix_statistics(rows)
+    return {
+        f"{prefix}_mean": stats.mean,
+        f"{prefix}_std": stats.std,
+        f"{prefix}_row_norm": float(rows.double().norm(dim=1).mean()),
+    }
+
+
+def plan_report(
+    plan: Any,
+    old: SlotTables,
+    rule: str,
+    head_rule: str,
+    counts: Mapping[str, int],
+    padding_idx: int | None,
+    standardized: Any,
+    bias: Any,
+) -> dict[str, Any]:
+    report: dict[str, Any] = {
+        "slot": plan.slot,
+        "rule": rule,
+        "by_rule": dict(counts),
+        "standardize": None if standardized is None or standardized is False else str(standardized),
+        "old_rows": int(old.embedding.shape[0]),
+        "num_embeddings": len(plan.tokens),
+        "added_rows": int(plan.added.sum()),
+        "kept_rows": int((~plan.added).sum()),
+        "dropped_rows": int(old.embedding.shape[0] - int((~plan.added).sum())),
+        "added_tokens": [t for t, new in zip(plan.tokens, plan.added.tolist()) if new][:10],
+        **_row_numbers("old", non_padding(old.embedding, padding_idx)),
+        **_row_numbers("new", plan.embedding_rows),
+        "outputs": {},
+        "new_token_mass": None,
+        "uniform_mass": int(plan.added.sum()) / max(len(plan.tokens), 1),
+    }
+    for path, weight in old.outputs.items():
+        entry = {
+            "rule": head_rule,
+            **_row_numbers("old", non_padding(weight, padding_idx)),
+            **_row_numbers("new", plan.output_rows[path]),
+        }
+        if old.biases.get(path) is not None:
+            old_mean = float(non_padding(old.biases[path], padding_idx).double().mean())
+            entry.update(bias_rule=str(bias), old_bias_mean=old_mean, new_bias=plan.bias_values[path])
+        report["outputs"][path] = entry
+    return report

@@ -1,0 +1,214 @@
+"""The one initialization engine: prepare, build, write, freeze, report (torch only).
+
+:func:`initialize_embeddings` runs every step on a module; ``EmbeddingInitCallback`` runs the same
+:class:`EmbeddingInitializer` and decides only *when* (inside ``fit``) and how ranks share the build. Every
+slot's matrix is built and checked (shape, finiteness, coverage) before any weight is written, so a
+failure leaves the model as it was.
+"""
+
+from __future__ import annotations
+
+import secrets
+import warnings
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+from torch import nn
+
+from lightning_embinit.init.distributed import build_on_rank_zero
+from lightning_embinit.init.freezing import FrozenRows, apply_trainability, check_trainability
+from lightning_embinit.init.host import EmbeddingSlot, select_slots
+from lightning_embinit.init.pipeline import BuiltSlot, build_slot, slot_report, write_slot
+from lightning_embinit.init.recipe import InitRecipe
+from lightning_embinit.init.tokens import (
+    TokenSpec,
+    check_token_option,
+    corpus_for_slot,
+    missing_tokens_error,
+    resolve_slot_tokens,
+)
+
+Corpus = Callable[[], Iterable[Sequence[str]]]
+SlotCorpus = Callable[[str], Iterable[Sequence[str]]]
+"""Slot name → that slot's tokenized training text."""
+SlotSelection = Sequence[str] | Mapping[str, Mapping[str, Any] | None] | None
+"""Which tables: None (all), slot names or dotted module paths, or a mapping slot → recipe overrides."""
+
+
+@dataclass
+class PreparedSlots:
+    """The tables one initialization writes: each slot with its token strings, its recipe (checked against the
+    table) and its training text; nothing written yet."""
+
+    slots: dict[str, EmbeddingSlot]
+    recipes: dict[str, InitRecipe]
+    token_origins: dict[str, str | None] = field(default_factory=dict)
+    corpora: dict[str, Corpus | None] = field(default_factory=dict)
+
+
+@dataclass
+class Initialized:
+    """What writing left behind: the report per slot, the rows a pre-trained source filled, and the seed."""
+
+    reports: dict[str, dict[str, Any]]
+    pretrained_rows: dict[str, torch.Tensor]
+    seed: int
+
+
+def recipes_for_slots(base: InitRecipe, slots: SlotSelection) -> dict[str, InitRecipe]:
+    """Slot name → recipe: ``base`` with each slot's overrides; empty when ``slots`` is None (all slots)."""
+    if slots is None:
+        return {}
+    if isinstance(slots, str):
+        slots = [slots]
+    if isinstance(slots, Mapping):
+        return {name: base.updated(overrides, where=f"options for slot {name!r}") for name, overrides in slots.items()}
+    return {name: base for name in slots}
+
+
+class EmbeddingInitializer:
+    """How a model's embedding tables are born: a recipe (per slot, optionally), the token strings and a seed.
+
+    Args:
+        recipe: the source, transforms and trainability of every selected slot (:class:`InitRecipe`).
+        slots: which tables: ``None`` (all), slot names or dotted module paths, or a mapping slot → overrides of
+            the recipe's fields (a different source per slot, say).
+        seed: the generator seed; drawn at random (and reported) when ``None``.
+        tokens: token strings for tables whose model does not name them: a list (by id), a one-token-per-line file,
+            a Hugging Face tokenizer name or directory, or a mapping slot → one of these
+            (:mod:`lightning_embinit.init.tokens`).
+    """
+
+    def __init__(
+        self,
+        recipe: InitRecipe | None = None,
+        *,
+        slots: SlotSelection = None,
+        seed: int | None = None,
+        tokens: TokenSpec | Mapping[str, TokenSpec] | None = None,
+    ) -> None:
+        if seed is not None and (not isinstance(seed, int) or isinstance(seed, bool) or seed < 0):
+            raise ValueError(f"seed must be a non-negative integer or None, got {seed!r}")
+        check_token_option(tokens)
+        self.recipe = recipe or InitRecipe()
+        self.slot_recipes = recipes_for_slots(self.recipe, slots)
+        for name, slot_recipe in (self.slot_recipes or {"": self.recipe}).items():
+            slot_recipe.check(slot=name)
+        self.seed = seed
+        self.tokens = tokens
+
+    @property
+    def slot_names(self) -> list[str] | None:
+        """The slots asked for by name, or None for every slot of the model."""
+        return list(self.slot_recipes) or None
+
+    def prepare(self, module: nn.Module, *, datamodule: Any = None, corpus: SlotCorpus | None = None) -> PreparedSlots:
+        """The selected slots with their token strings (the model's, ``tokens=``, the datamodule's, the model's
+        ``vocabulary``), each recipe checked against its table; no weight is touched. ``corpus(slot)`` (else the
+        datamodule's ``training_corpus``) is the slot's tokenized training text."""
+        prepared = PreparedSlots({}, {})
+        for name, slot in select_slots(module, self.slot_names).items():
+            slot, prepared.token_origins[name] = resolve_slot_tokens(
+                slot, given=self.tokens, datamodule=datamodule, model=module
+            )
+            recipe = self.slot_recipes.get(name, self.recipe)
+            source = recipe.validate(slot.num_embeddings, slot.embedding_dim, slot=name)
+            if source.is_pretrained and slot.tokens is None:
+                raise missing_tokens_error(name, source.name)
+            check_trainability(slot, recipe.trainable)
+            prepared.slots[name], prepared.recipes[name] = slot, recipe
+            prepared.corpora[name] = (lambda n=name: corpus(n)) if corpus else corpus_for_slot(datamodule, name)
+        return prepared
+
+    def build(
+        self,
+        prepared: PreparedSlots,
+        *,
+        broadcast_object: Callable[[Any], Any] | None = None,
+        device: torch.device | None = None,
+    ) -> tuple[dict[str, BuiltSlot], int]:
+        """Every slot's checked matrix and the seed. Under ``torch.distributed`` (every rank calls this) global rank 0
+        builds and broadcasts (``broadcast_object``: how a picklable object travels; ``device``: where tensors do),
+        so every rank holds the same matrices."""
+
+        def build_here() -> tuple[dict[str, BuiltSlot], dict[str, Any]]:
+            seed = self.seed if self.seed is not None else secrets.randbelow(2**31)
+            generator = torch.Generator().manual_seed(seed)
+            built = {
+                name: build_slot(slot, prepared.recipes[name], generator=generator, corpus=prepared.corpora.get(name))
+                for name, slot in prepared.slots.items()
+            }
+            return built, {"seed": seed}
+
+        built, summary = build_on_rank_zero(
+            prepared.slots, build_here, broadcast_object=broadcast_object, device=device
+        )
+        return built, summary["seed"]
+
+    def write(self, prepared: PreparedSlots, built: Mapping[str, BuiltSlot], seed: int) -> Initialized:
+        """Write every built matrix into its table (zeroing the padding row) and report how each was born."""
+        rows, reports = {}, {}
+        for name, slot in prepared.slots.items():
+            write_slot(slot, built[name].matrix.weight)
+            rows[name] = built[name].matrix.pretrained_rows.clone()
+            reports[name] = slot_report(slot, built[name], prepared.recipes[name], seed=seed)
+            reports[name]["tokens_from"] = prepared.token_origins.get(name)
+        return Initialized(reports, rows, seed)
+
+    def freeze(
+        self, prepared: PreparedSlots, pretrained_rows: Mapping[str, torch.Tensor], *, by_mask: bool = False
+    ) -> tuple[dict[str, FrozenRows], list[str]]:
+        """Freeze each table as its recipe says. ``pretrained_rows`` is read at every backward, so it may be refilled
+        later (a restored checkpoint). ``by_mask``: freeze ``trainable=False`` tables by a gradient mask (for tables a
+        DDP wrapper already counts as trainable). Returns the masks whose rows a weight-decaying optimizer must pin
+        (:func:`~lightning_embinit.init.freezing.pin_rows`) and the warnings to show."""
+        masks: dict[str, FrozenRows] = {}
+        messages = []
+        for name, slot in prepared.slots.items():
+            trainable = prepared.recipes[name].trainable
+            rows = lambda name=name: pretrained_rows.get(name)  # noqa: E731
+            if message := apply_trainability(slot, trainable, rows, by_mask=by_mask):
+                messages.append(message)
+            if trainable == "pretrained_rows":
+                masks[name] = rows
+            elif trainable is False and by_mask:
+                every_row = torch.ones(slot.num_embeddings, dtype=torch.bool)
+                masks[name] = lambda every_row=every_row: every_row
+        return masks, messages
+
+    def run(self, module: nn.Module, *, datamodule: Any = None, corpus: SlotCorpus | None = None) -> Initialized:
+        """Every step on ``module``: prepare, build (on rank 0 under ``torch.distributed``), write, freeze (warning
+        when a tied head freezes with its table)."""
+        prepared = self.prepare(module, datamodule=datamodule, corpus=corpus)
+        initialized = self.write(prepared, *self.build(prepared))
+        for message in self.freeze(prepared, initialized.pretrained_rows)[1]:
+            warnings.warn(message, stacklevel=3)
+        return initialized
+
+
+def initialize_embeddings(
+    module: nn.Module,
+    recipe: InitRecipe | None = None,
+    *,
+    slots: SlotSelection = None,
+    seed: int = 0,
+    tokens: TokenSpec | Mapping[str, TokenSpec] | None = None,
+    corpus: SlotCorpus | None = None,
+    **options: Any,
+) -> dict[str, dict[str, Any]]:
+    """Initialize ``module``'s embedding tables without Lightning; returns the report per slot.
+
+    ``options`` are :class:`InitRecipe` fields (``source="bert"``, ``standardize="xavier"``, ...); ``slots``
+    selects tables and may map a slot to its own overrides; ``tokens`` names rows where the model does not;
+    ``corpus(slot)`` returns the slot's tokenized training text (for ``word2vec-trainset`` and coverage by
+    frequency). With ``trainable="pretrained_rows"`` and an optimizer that decays weights, also call
+    :func:`~lightning_embinit.init.freezing.pin_rows` on it (the callback does this itself).
+
+    Under ``torch.distributed`` every rank must call this: global rank 0 builds the matrices and broadcasts them,
+    and every rank writes them (a sharded ``DTensor`` table, its slice).
+    """
+    base = (recipe or InitRecipe()).updated(options, where="options")
+    initializer = EmbeddingInitializer(base, slots=slots, seed=seed, tokens=tokens)
+    return initializer.run(module, corpus=corpus).reports

@@ -1,0 +1,207 @@
+"""A vocabulary extension read from a trained model's checkpoint: its vocabularies and its tensors in a state dict.
+
+The old tokens of a slot come from ``old_tokens=``, else the checkpoint's ``embinit`` record (written by the
+package's callbacks), else the system's hyperparameters (``checkpoint_vocabularies``); the new ones from
+``tokens=``, else the datamodule's ``vocabulary_for(slot)`` / ``vocabulary``, else the model's own. When the model
+is already built over the new vocabulary, the checkpoint's tensors are extended in its state dict before loading.
+"""
+
+from __future__ import annotations
+
+import secrets
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+from torch import nn
+
+from lightning_embinit.init.extension.extend import token_list
+from lightning_embinit.init.extension.plan import ExtensionPlan, plan_extension
+from lightning_embinit.init.extension.rules import splitter_of
+from lightning_embinit.init.extension.tables import SlotTables, output_layers, parameter_names, read_tables
+from lightning_embinit.init.host import EmbeddingSlot, select_slots
+from lightning_embinit.init.sources.checkpoint import CHECKPOINT_KEY
+
+
+@dataclass
+class ExtensionJob:
+    """One slot's extension: its vocabularies and tokenizers, its untied output layers, and whether its old tensors
+    are the checkpoint's state (the model is built over the new vocabulary) or the model's own."""
+
+    slot: EmbeddingSlot
+    old_tokens: list[str]
+    new_tokens: list[str]
+    tokenizer: Any
+    old_tokenizer: Any
+    outputs: tuple[str, ...]
+    into_state: bool
+    old_padding: int | None
+
+
+def extension_jobs(
+    module: nn.Module,
+    checkpoint: Mapping[str, Any] | None,
+    *,
+    slots: Sequence[str] | None = None,
+    tokens: Any = None,
+    old_tokens: Any = None,
+    old_tokenizer: Any = None,
+    datamodule: Any = None,
+) -> dict[str, ExtensionJob]:
+    """Every selected slot's job, its vocabularies checked against the table; nothing is written."""
+    recorded = recorded_vocabularies(module, checkpoint)
+    jobs = {}
+    for name, slot in select_slots(module, slots).items():
+        new_tokens, tokenizer = new_vocabulary(name, slot, tokens, datamodule)
+        old, recorded_tokenizer = old_vocabulary(name, slot, old_tokens, recorded, checkpoint is not None)
+        into_state = checkpoint is not None and slot.num_embeddings != len(old)
+        if into_state and slot.num_embeddings != len(new_tokens):
+            raise ValueError(
+                f"slot {name!r}: the model's table has {slot.num_embeddings} rows, the checkpoint's "
+                f"vocabulary {len(old)} tokens and the new one {len(new_tokens)}: build the model "
+                "over the old or the new vocabulary"
+            )
+        old_padding = slot.padding_idx
+        if into_state and slot.padding_idx is not None:
+            old_padding = _index(old, new_tokens[slot.padding_idx], name, "padding token")
+        jobs[name] = ExtensionJob(
+            slot,
+            old,
+            new_tokens,
+            tokenizer or datamodule_tokenizer(datamodule, name, new_tokens),
+            recorded_tokenizer if old_tokenizer is None else old_tokenizer,
+            output_layers(module, slot),
+            into_state,
+            old_padding,
+        )
+    return jobs
+
+
+def plan_job(
+    module: nn.Module, job: ExtensionJob, state: Mapping[str, torch.Tensor] | None, options: Mapping[str, Any]
+) -> ExtensionPlan:
+    """The job's checked plan from the model's tensors or the checkpoint's ``state``; a ``seed`` of None is drawn
+    (and reported)."""
+    old = read_tables(module, job.slot, job.outputs) if state is None else state_tables(state, module, job)
+    options = dict(options)
+    if options["seed"] is None:
+        options["seed"] = secrets.randbelow(2**31)
+    plan = plan_extension(
+        old,
+        slot=job.slot.name,
+        old_tokens=job.old_tokens,
+        new_tokens=job.new_tokens,
+        padding_idx=job.old_padding,
+        special_tokens=dict(job.slot.special_tokens),
+        split=splitter_of(job.old_tokenizer, job.old_tokens),
+        **options,
+    )
+    plan.report["seed"] = options["seed"]
+    return plan
+
+
+def datamodule_tokenizer(datamodule: Any, slot: str, tokens: Sequence[str]) -> Any:
+    """The datamodule's tokenizer of ``slot`` (``<slot>_tokenizer``, ``src_tokenizer`` for ``shared``, ``tokenizer``)
+    when its tokens are ``tokens``: what a translation or classification system keeps after the extension."""
+    for attribute in (f"{slot}_tokenizer", "src_tokenizer" if slot == "shared" else "", "tokenizer"):
+        found = getattr(datamodule, attribute, None) if attribute else None
+        if isinstance(getattr(found, "tokens", None), list) and list(found.tokens) == list(tokens):
+            return found
+    return None
+
+
+def _index(tokens: Sequence[str], token: str, slot: str, what: str) -> int:
+    try:
+        return list(tokens).index(token)
+    except ValueError:
+        raise ValueError(f"slot {slot!r}: the old vocabulary has no {what} {token!r}") from None
+
+
+def recorded_vocabularies(module: nn.Module, checkpoint: Mapping[str, Any] | None) -> dict[str, tuple[Any, Any]]:
+    """Slot → (old tokens, old tokenizer) that a checkpoint records: the ``embinit`` key, then the system's
+    ``checkpoint_vocabularies(hparams)``."""
+    if checkpoint is None:
+        return {}
+    found: dict[str, tuple[Any, Any]] = {}
+    reader = getattr(type(module), "checkpoint_vocabularies", None)
+    if callable(reader):
+        found.update(reader(checkpoint.get("hyper_parameters") or {}))
+    for name, record in ((checkpoint.get(CHECKPOINT_KEY) or {}).get("slots") or {}).items():
+        if record.get("tokens") is not None:
+            found[name] = (list(record["tokens"]), found.get(name, (None, None))[1])
+    return found
+
+
+def old_vocabulary(
+    name: str, slot: EmbeddingSlot, given: Any, recorded: Mapping[str, tuple[Any, Any]], from_checkpoint: bool
+) -> tuple[list[str], Any]:
+    """The slot's old tokens (and the checkpoint's tokenizer, when it keeps one)."""
+    spec = given.get(name) if isinstance(given, Mapping) else given
+    if spec is not None:
+        return token_list(spec)[0], None
+    if from_checkpoint:
+        tokens, tokenizer = recorded.get(name, (None, None))
+        if tokens is None:
+            raise ValueError(
+                f"slot {name!r}: the checkpoint records no token strings for it (no `embinit` record and no "
+                "vocabulary hyperparameter): pass old_tokens="
+            )
+        return list(tokens), tokenizer
+    if slot.tokens is None:
+        raise ValueError(f"slot {name!r} names no tokens: pass old_tokens= (its token strings by id)")
+    return list(slot.tokens), None
+
+
+def new_vocabulary(name: str, slot: EmbeddingSlot, given: Any, datamodule: Any) -> tuple[list[str], Any]:
+    """The slot's new tokens (and the tokenizer, when ``tokens=`` gave one)."""
+    spec = given.get(name) if isinstance(given, Mapping) else given
+    if spec is not None:
+        return token_list(spec)
+    if callable(getattr(datamodule, "vocabulary_for", None)):
+        try:
+            return token_list(datamodule.vocabulary_for(name))[0], None
+        except (KeyError, ValueError):
+            pass
+    vocabulary = getattr(datamodule, "vocabulary", None)
+    if vocabulary is not None and not callable(vocabulary):
+        return token_list(vocabulary)[0], None
+    if slot.tokens is None:
+        raise ValueError(f"slot {name!r}: no new vocabulary: pass tokens=, or use a datamodule with a vocabulary")
+    return list(slot.tokens), None
+
+
+def state_tables(state: Mapping[str, torch.Tensor], module: nn.Module, job: ExtensionJob) -> SlotTables:
+    """The job's tensors as the checkpoint's state dict holds them."""
+    names = parameter_names(module, job.slot.weight)
+    key = next((k for k in names if k in state), None)
+    if key is None:
+        raise ValueError(f"slot {job.slot.name!r}: the checkpoint has no tensor for its table ({names})")
+    return SlotTables(
+        state[key],
+        {path: state[f"{path}.weight"] for path in job.outputs},
+        {path: state.get(f"{path}.bias") for path in job.outputs},
+    )
+
+
+def extend_state(state: dict[str, torch.Tensor], module: nn.Module, job: ExtensionJob, plan: ExtensionPlan) -> None:
+    """Replace the state dict's tensors of ``job``'s slot by the extended ones (under every name the model gives
+    them)."""
+    tables = plan.assemble(state_tables(state, module, job))
+    for key in parameter_names(module, job.slot.weight):
+        state[key] = tables.embedding
+    for path in job.outputs:
+        state[f"{path}.weight"] = tables.outputs[path]
+        if tables.biases.get(path) is not None:
+            state[f"{path}.bias"] = tables.biases[path]
+
+
+def load_extended_state(module: nn.Module, state: Mapping[str, torch.Tensor], path: str | None) -> None:
+    """Load the extended state dict strictly; a mismatch beyond the vocabulary names the checkpoint."""
+    try:
+        module.load_state_dict(state, strict=True)
+    except RuntimeError as error:
+        raise ValueError(
+            f"from_checkpoint {path} does not fit {type(module).__name__} beyond its vocabulary (other "
+            f"sizes?): {' '.join(str(error).split())[:400]}"
+        ) from None

@@ -1,0 +1,243 @@
+"""New tokens in a trained model: extend a slot's vocabulary, give only the new rows a start, keep every old row.
+
+:func:`extend_vocabulary` takes a model (any :class:`~lightning_embinit.init.host.EmbeddingHost`, or a plain
+module whose tables are found) and the slot's new token list — or a new tokenizer whose vocabulary holds every
+old token, in any order — and
+
+1. checks everything before any weight changes (:func:`plan_extension`): no old token dropped (unless
+   ``allow_dropping=True``; special tokens never), no duplicate, a rule the slot can serve;
+2. builds the extended tables: row ``new_id(t)`` of the new table is the old row of ``t``, **bit for bit**, for
+   every old token t; the new tokens' rows come from a rule (:mod:`~lightning_embinit.init.extension.rules`:
+   ``pieces``, ``mean_cov``, ``mean``, a random scheme or a pre-trained source), optionally standardized
+   (``standardize=True``: to the old rows' mean and std; or any target of ``standardize``) — the new rows only;
+3. writes them (:mod:`~lightning_embinit.init.extension.tables`): the table and every module tied to it, each
+   untied output layer's rows and bias (new entries per ``bias=``), the padding index;
+4. lets the host follow (``prepare_vocabulary_change``: its vocabulary size, tokenizer, hyperparameters), so
+   a checkpoint of the extended model reloads with the larger shapes;
+5. reports how many rows came by which rule, the new rows' statistics beside the old rows', and with
+   ``probe=`` (the states that meet the output matrix) the probability the new tokens take before any update.
+
+``trainable="new_rows"``: only the new rows (of the table and its output layers) learn; every other parameter
+is frozen and the old rows are masked (:func:`freeze_old_rows`; pin them for weight-decaying optimizers,
+:func:`~lightning_embinit.init.freezing.pin_rows`).
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+import torch
+from torch import nn
+
+from lightning_embinit.init.extension.plan import ExtensionPlan, VocabularyChange, plan_extension
+from lightning_embinit.init.extension.rules import splitter_of
+from lightning_embinit.init.extension.tables import (
+    check_unhooked,
+    new_token_mass,
+    output_layers,
+    read_tables,
+    trainable_tensors,
+    write_tables,
+)
+from lightning_embinit.init.freezing import decays, freeze_rows, pin_rows
+from lightning_embinit.init.host import EmbeddingSlot, select_slots
+from lightning_embinit.init.tokens import load_tokens
+from lightning_embinit.init.transforms import StatisticsTarget
+
+TRAINABLE_EXTENSION = (True, "new_rows")
+
+
+def token_list(spec: Any) -> tuple[list[str], Any]:
+    """(token strings by id, the tokenizer when ``spec`` is one) from a list, a tokenizer object (``tokens``, or
+    Hugging Face's ``get_vocab()``), a one-token-per-line file, or a Hugging Face tokenizer directory or name."""
+    if isinstance(spec, (str, os.PathLike)):
+        return list(load_tokens(spec, what="tokens=").tokens), None
+    if isinstance(getattr(spec, "tokens", None), (list, tuple)):
+        return [str(t) for t in spec.tokens], spec
+    if callable(getattr(spec, "get_vocab", None)):
+        vocabulary = spec.get_vocab()
+        tokens = [f"\x00<no token for id {k}>" for k in range(max(vocabulary.values(), default=-1) + 1)]
+        for token, index in vocabulary.items():
+            tokens[index] = token
+        return tokens, spec
+    if isinstance(spec, Sequence):
+        return list(spec), None
+    raise ValueError(
+        f"tokens= takes a token list, a tokenizer, a token file or a tokenizer directory; got {type(spec).__name__}"
+    )
+
+
+def _one_slot(module: nn.Module, slot: str | None) -> EmbeddingSlot:
+    slots = select_slots(module, None if slot is None else [slot])
+    if len(slots) > 1:
+        raise ValueError(f"{type(module).__name__} has several slots ({', '.join(slots)}); name one with slot=")
+    return next(iter(slots.values()))
+
+
+def extend_vocabulary(
+    module: nn.Module,
+    tokens: Any,
+    *,
+    slot: str | None = None,
+    rule: Any = "mean_cov",
+    head_rule: Any = None,
+    bias: str | float = "mean",
+    standardize: StatisticsTarget | bool | None = None,
+    old_tokenizer: Any = None,
+    old_tokens: Sequence[str] | None = None,
+    outputs: Sequence[str] | None = None,
+    allow_dropping: bool = False,
+    seed: int = 0,
+    source_options: Mapping[str, Any] | None = None,
+    probe: torch.Tensor | Callable[[nn.Module], torch.Tensor] | None = None,
+) -> dict[str, Any]:
+    """Extend ``slot``'s vocabulary of ``module`` to ``tokens`` in place (module docstring); returns the report.
+
+    Args:
+        tokens: the new token strings by id, or a tokenizer (its vocabulary in id order), a token file or a Hugging
+            Face tokenizer directory: every old token must be among them (``allow_dropping=True`` drops the others).
+        slot: the slot (needed when the module has several).
+        rule, head_rule: where the new rows come from (:func:`~lightning_embinit.init.extension.rules.resolve_rule`);
+            ``head_rule`` for untied output layers (default: ``rule``, or ``mean`` for a pre-trained source).
+        bias: new bias entries of untied output layers: ``mean`` (default), ``min``, ``zero`` or a number.
+        standardize: ``True`` (the old rows' mean and std, per tensor) or a target of
+            :func:`~lightning_embinit.init.transforms.standardize`, applied to the new rows only.
+        old_tokenizer: splits new tokens into old pieces (``pieces``).
+        old_tokens: the old token strings when the slot does not name them.
+        outputs: the untied output layers (dotted paths); default the host's ``vocabulary_outputs()`` or found by shape.
+        probe: the states that meet the output matrix, or a function of the extended module returning them:
+            the report's ``new_token_mass``.
+    """
+    new_tokens, tokenizer = token_list(tokens)
+    plan = plan_for_module(
+        module,
+        new_tokens,
+        slot=slot,
+        rule=rule,
+        head_rule=head_rule,
+        bias=bias,
+        standardize=standardize,
+        old_tokenizer=old_tokenizer,
+        old_tokens=old_tokens,
+        outputs=outputs,
+        allow_dropping=allow_dropping,
+        seed=seed,
+        source_options=source_options,
+    )
+    apply_plan(module, plan, tokenizer=tokenizer)
+    return finish_report(module, plan, probe)
+
+
+def plan_for_module(
+    module: nn.Module,
+    new_tokens: Sequence[str],
+    *,
+    slot: str | None = None,
+    outputs: Sequence[str] | None = None,
+    old_tokens: Sequence[str] | None = None,
+    old_tokenizer: Any = None,
+    **options: Any,
+) -> ExtensionPlan:
+    """:func:`plan_extension` for a slot of ``module`` (its tensors, tokens, padding row and output layers);
+    ``options`` as :func:`extend_vocabulary`'s. Nothing is written."""
+    target = _one_slot(module, slot)
+    old_tokens = (
+        list(target.tokens) if target.tokens is not None else (None if old_tokens is None else list(old_tokens))
+    )
+    if old_tokens is None:
+        raise ValueError(f"slot {target.name!r} names no tokens: pass old_tokens= (its token strings by id)")
+    layers = output_layers(module, target, outputs)
+    check_unhooked(module, target, layers)
+    return plan_extension(
+        read_tables(module, target, layers),
+        slot=target.name,
+        old_tokens=old_tokens,
+        new_tokens=list(new_tokens),
+        padding_idx=target.padding_idx,
+        special_tokens=dict(target.special_tokens),
+        split=splitter_of(old_tokenizer, old_tokens),
+        **options,
+    )
+
+
+def apply_plan(module: nn.Module, plan: ExtensionPlan, *, tokenizer: Any = None) -> None:
+    """Write a plan into ``module``: its slot's table (and tied modules), output layers and padding index, then the
+    host's own vocabulary (``prepare_vocabulary_change``; ``tokenizer``: the new tokenizer, when known)."""
+    target = _one_slot(module, plan.slot)
+    layers = tuple(plan.output_rows)
+    check_unhooked(module, target, layers)
+    old = read_tables(module, target, layers)
+    if old.embedding.shape[0] != plan.report["old_rows"]:
+        raise ValueError(
+            f"slot {plan.slot!r}: the plan was made for a table of {plan.report.get('old_rows')} rows, "
+            f"this one has {old.embedding.shape[0]}"
+        )
+    commit = prepare_host(module, plan, target, tokenizer)
+    write_tables(module, target, plan.assemble(old), plan.padding_idx)
+    commit()
+
+
+def prepare_host(
+    module: nn.Module, plan: ExtensionPlan, slot: EmbeddingSlot, tokenizer: Any = None
+) -> Callable[[], None]:
+    """The host's ``prepare_vocabulary_change(change)`` (it checks now and returns what to run after the write);
+    a no-op for modules without one."""
+    prepare = getattr(module, "prepare_vocabulary_change", None)
+    if not callable(prepare):
+        return lambda: None
+    change = VocabularyChange(
+        plan.slot, list(plan.tokens), dict(slot.special_tokens), plan.source_ids.tolist(), tokenizer
+    )
+    return prepare(change) or (lambda: None)
+
+
+def finish_report(module: nn.Module, plan: ExtensionPlan, probe: Any) -> dict[str, Any]:
+    """The plan's report with the new tokens' probability mass at ``probe``'s states (when the slot has an output)."""
+    report = dict(plan.report)
+    if probe is None:
+        return report
+    target = _one_slot(module, plan.slot)
+    layers = list(plan.output_rows)
+    with torch.no_grad():
+        states = probe(module) if callable(probe) else probe
+    if layers:
+        head = module.get_submodule(layers[0])
+        report["new_token_mass"] = new_token_mass(states, head.weight, head.bias, plan.added)
+    elif target.is_tied:
+        report["new_token_mass"] = new_token_mass(states, target.weight, None, plan.added)
+    return report
+
+
+def freeze_old_rows(
+    module: nn.Module,
+    frozen: Mapping[str, Callable[[], torch.Tensor | None]],
+    outputs: Mapping[str, Sequence[str]] | None = None,
+) -> dict[str, list[nn.Parameter]]:
+    """``trainable="new_rows"``: freeze every parameter of ``module`` but the tables of the slots in ``frozen`` and
+    their output layers (``outputs[slot]``, default :func:`~lightning_embinit.init.extension.tables.output_layers`),
+    whose rows where ``frozen[slot]()`` is True (the old ones: ``~plan.added``) get no gradient
+    (:func:`~lightning_embinit.init.freezing.freeze_rows`).
+    Returns slot → those tensors: pin their old rows for an optimizer that decays them (:func:`pin_old_rows`)."""
+    tensors = {}
+    for name in frozen:
+        target = _one_slot(module, name)
+        tensors[name] = trainable_tensors(module, target, output_layers(module, target, (outputs or {}).get(name)))
+    keep = {id(t) for group in tensors.values() for t in group}
+    for parameter in module.parameters():
+        parameter.requires_grad_(id(parameter) in keep)
+    for name, group in tensors.items():
+        for tensor in group:
+            freeze_rows(tensor, frozen[name])
+    return tensors
+
+
+def pin_old_rows(
+    optimizer: torch.optim.Optimizer, tensors: Sequence[nn.Parameter], frozen: Callable[[], torch.Tensor | None]
+) -> None:
+    """Put the frozen rows of ``tensors`` back after every step of an optimizer that decays them (AdamW with weight
+    decay moves rows even at zero gradient)."""
+    for tensor in tensors:
+        if decays(optimizer, tensor):
+            pin_rows(optimizer, tensor, frozen)

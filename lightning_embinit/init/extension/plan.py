@@ -1,0 +1,207 @@
+"""An extension's plan: which old row each new id takes, and the new rows, checked before any weight changes.
+
+Row ``new_id(t)`` of the new table is the old row of ``t``, bit for bit, for every old token t; the new tokens'
+rows come from a rule (:mod:`~lightning_embinit.init.extension.rules`), optionally standardized (the new rows only).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+
+from lightning_embinit.init.extension.report import plan_report
+from lightning_embinit.init.extension.rules import NewRowsRequest, new_bias_value, resolve_rule
+from lightning_embinit.init.extension.tables import SlotTables, non_padding
+from lightning_embinit.init.statistics import matrix_statistics
+from lightning_embinit.init.transforms import StatisticsTarget, TargetStatistics, resolve_target, standardize
+
+
+@dataclass(frozen=True)
+class VocabularyChange:
+    """What a host is told before its slot's vocabulary changes: the new token strings by id, the special
+    tokens, each new id's old id (−1 for a new token), and the new tokenizer when the caller has one."""
+
+    slot: str
+    tokens: list[str]
+    special_tokens: dict[str, str]
+    source_ids: list[int]
+    tokenizer: Any = None
+
+    def new_id(self, old_id: int | None) -> int | None:
+        """The new id of an old id (None stays None)."""
+        return None if old_id is None else self.source_ids.index(old_id)
+
+
+@dataclass
+class ExtensionPlan:
+    """A checked extension of one slot, built before any weight changes: the new token list, each new row's old
+    row (``source_ids``, −1 for new tokens), the padding index, the new rows of each tensor, and the report."""
+
+    slot: str
+    tokens: list[str]
+    source_ids: torch.Tensor
+    padding_idx: int | None
+    embedding_rows: torch.Tensor
+    output_rows: dict[str, torch.Tensor] = field(default_factory=dict)
+    bias_values: dict[str, float | None] = field(default_factory=dict)
+    report: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def added(self) -> torch.Tensor:
+        """(N′,) bool: True at the new tokens' rows."""
+        return self.source_ids < 0
+
+    def assemble(self, old: SlotTables) -> SlotTables:
+        """The extended tensors: old rows moved to their new ids (copied exactly), new rows in place, in the old
+        tensors' dtype and device."""
+        keep, added = self.source_ids >= 0, self.added
+
+        def grow(tensor: torch.Tensor, rows: torch.Tensor | float) -> torch.Tensor:
+            out = tensor.new_empty((len(self.source_ids), *tensor.shape[1:]))
+            out[keep] = tensor[self.source_ids[keep].to(tensor.device)]
+            out[added] = rows.to(tensor) if isinstance(rows, torch.Tensor) else rows
+            return out
+
+        embedding = grow(old.embedding, self.embedding_rows)
+        if self.padding_idx is not None and not bool(keep[self.padding_idx]):
+            embedding[self.padding_idx] = 0
+        return SlotTables(
+            embedding,
+            {path: grow(weight, self.output_rows[path]) for path, weight in old.outputs.items()},
+            {
+                path: None if bias is None else grow(bias, float(self.bias_values[path]))
+                for path, bias in old.biases.items()
+            },
+        )
+
+
+def check_vocabulary_change(
+    slot: str,
+    old_tokens: Sequence[str],
+    new_tokens: Sequence[str],
+    *,
+    num_rows: int,
+    special_tokens: Mapping[str, str] | None = None,
+    allow_dropping: bool = False,
+) -> torch.Tensor:
+    """Each new id's old id (−1: a new token); ``ValueError`` for a duplicate token (old or new), an old token the new
+    list drops or a table row without a token (unless ``allow_dropping``), or a special token dropped (always)."""
+    for what, tokens in (("new vocabulary", new_tokens), ("old vocabulary", old_tokens)):
+        if bad := [t for t in tokens if not isinstance(t, str)]:
+            raise ValueError(f"slot {slot!r}: the {what} holds non-string tokens, e.g. {bad[:3]!r}")
+        seen: dict[str, list[int]] = {}
+        for i, token in enumerate(tokens):
+            seen.setdefault(token, []).append(i)
+        if duplicates := {t: ids for t, ids in seen.items() if len(ids) > 1}:
+            shown = ", ".join(f"{t!r} (ids {ids[:3]})" for t, ids in list(duplicates.items())[:5])
+            raise ValueError(
+                f"slot {slot!r}: {len(duplicates)} tokens occur twice in the {what}: {shown}; each token needs one row"
+            )
+    index = {token: i for i, token in enumerate(old_tokens)}
+    new_index = set(new_tokens)
+    dropped = [t for t in old_tokens if t not in new_index]
+    if lost := [t for t in (special_tokens or {}).values() if t in index and t not in new_index]:
+        raise ValueError(f"slot {slot!r}: the new vocabulary drops the special tokens {lost}; they must stay")
+    unnamed = num_rows - len(old_tokens)
+    if (dropped or unnamed > 0) and not allow_dropping:
+        parts = [f"drops {len(dropped)} of the slot's {len(old_tokens)} old tokens (e.g. {dropped[:5]})"] * bool(
+            dropped
+        )
+        parts += [f"has no token for the table's {unnamed} rows past its {len(old_tokens)} named ones"] * (unnamed > 0)
+        raise ValueError(
+            f"slot {slot!r}: the new vocabulary {' and '.join(parts)}; their rows would be lost. A new "
+            "tokenizer must hold every old token (in any order); pass allow_dropping=True to drop them"
+        )
+    return torch.tensor([index.get(token, -1) for token in new_tokens], dtype=torch.long)
+
+
+def _statistics_target(
+    target: StatisticsTarget | bool | None, old_rows: torch.Tensor, shape: tuple[int, int]
+) -> TargetStatistics | None:
+    if target is None or target is False:
+        return None
+    if target is True or target == "old":
+        stats = matrix_statistics(old_rows)
+        return TargetStatistics(stats.mean, stats.std)
+    return resolve_target(target, *shape)
+
+
+def _new_rows(
+    rule: Any, request: NewRowsRequest, target: StatisticsTarget | bool | None
+) -> tuple[torch.Tensor, dict[str, int]]:
+    made = rule(request)
+    rows = made.rows.float()
+    wanted = _statistics_target(target, request.old_rows, (request.num_embeddings, request.dim))
+    if wanted is not None and rows.shape[0]:
+        try:
+            rows = standardize(rows, wanted)
+        except ValueError as error:
+            raise ValueError(f"{request.what}: standardize the new rows: {error}") from None
+    if not bool(torch.isfinite(rows).all()):
+        raise ValueError(f"{request.what}: rule {rule.name!r} made rows with NaN or inf; nothing was written")
+    return rows, made.counts
+
+
+def plan_extension(
+    old: SlotTables,
+    *,
+    slot: str,
+    old_tokens: Sequence[str],
+    new_tokens: Sequence[str],
+    padding_idx: int | None = None,
+    special_tokens: Mapping[str, str] | None = None,
+    rule: Any = "mean_cov",
+    head_rule: Any = None,
+    bias: str | float = "mean",
+    standardize: StatisticsTarget | bool | None = None,
+    split: Callable[[str], Sequence[int]] | None = None,
+    seed: int = 0,
+    source_options: Mapping[str, Any] | None = None,
+    allow_dropping: bool = False,
+) -> ExtensionPlan:
+    """Check an extension of ``old`` (a slot's tensors) from ``old_tokens`` to ``new_tokens`` and build its new rows;
+    nothing is written. Options as :func:`extend_vocabulary`'s."""
+    source_ids = check_vocabulary_change(
+        slot,
+        old_tokens,
+        new_tokens,
+        num_rows=old.embedding.shape[0],
+        special_tokens=special_tokens,
+        allow_dropping=allow_dropping,
+    )
+    if padding_idx is not None and (padding_idx >= len(old_tokens) or old_tokens[padding_idx] not in set(new_tokens)):
+        raise ValueError(f"slot {slot!r}: the padding row {padding_idx} must keep its token in the new vocabulary")
+    new_padding = None if padding_idx is None else list(new_tokens).index(old_tokens[padding_idx])
+    row_rule = resolve_rule(rule, **dict(source_options or {}))
+    out_rule = row_rule if row_rule.serves_output_layers else resolve_rule("mean")
+    out_rule = out_rule if head_rule is None else resolve_rule(head_rule)
+    if (row_rule.needs_split or (old.outputs and out_rule.needs_split)) and split is None:
+        raise ValueError(
+            f"slot {slot!r}: rule 'pieces' needs the old tokenizer (old_tokenizer=: a tokenizer, a Hugging "
+            "Face tokenizer or a callable token → pieces) to split the new tokens; none was given"
+        )
+    added_tokens = [t for t, source in zip(new_tokens, source_ids.tolist()) if source < 0]
+    generator = torch.Generator().manual_seed(seed)
+    values = {
+        path: None if b is None else new_bias_value(bias, non_padding(b, padding_idx)) for path, b in old.biases.items()
+    }
+
+    def request(table: torch.Tensor, what: str) -> NewRowsRequest:
+        table = (
+            table.detach().cpu()
+        )  # the rows are made on the CPU, with the CPU generator, whatever the table's device
+        return NewRowsRequest(
+            table, non_padding(table, padding_idx), added_tokens, len(new_tokens), generator, what, split
+        )
+
+    rows, counts = _new_rows(row_rule, request(old.embedding, f"slot {slot!r}"), standardize)
+    outputs = {
+        path: _new_rows(out_rule, request(weight, f"output layer {path!r}"), standardize)[0]
+        for path, weight in old.outputs.items()
+    }
+    plan = ExtensionPlan(slot, list(new_tokens), source_ids, new_padding, rows, outputs, values)
+    plan.report = plan_report(plan, old, row_rule.name, out_rule.name, counts, padding_idx, standardize, bias)
+    return plan
