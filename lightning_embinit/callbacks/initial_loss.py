@@ -21,8 +21,8 @@ from lightning.pytorch.utilities import rank_zero_warn
 from torch import nn
 
 from lightning_embinit.callbacks.loggers import log_scalars
+from lightning_embinit.diagnostics.initial_loss import tied_initial_loss, token_std
 from lightning_embinit.init.host import EmbeddingSlot, discover_slots, select_slots
-from lightning_embinit.init.initial_loss import tied_initial_loss, token_std
 from lightning_embinit.init.sharding import whole_table
 
 COUNTERMEASURES = (

@@ -3,7 +3,7 @@
 Per slot: the init report row (as :class:`~lightning_embinit.callbacks.EmbeddingInitCallback`
 produced it), the variance monitor's absorption measures
 (:func:`~lightning_embinit.diagnostics.absorption.slot_absorption`), and for a tied head SPEC §3's
-predicted initial loss ln(e^{dσ} + n − 1) (:func:`~lightning_embinit.init.initial_loss.tied_initial_loss`)
+predicted initial loss ln(e^{dσ} + n − 1) (:func:`~lightning_embinit.diagnostics.initial_loss.tied_initial_loss`)
 next to ln n; then a verdict with the countermeasures for what is wrong.
 
 The JSON schema (``"schema": "embinit.inspect/1"``) is stable: a top-level ``slots`` list and
@@ -25,8 +25,8 @@ from lightning_embinit.diagnostics.absorption import (
     drowning,
     slot_absorption,
 )
+from lightning_embinit.diagnostics.initial_loss import tied_initial_loss
 from lightning_embinit.init.host import EmbeddingSlot
-from lightning_embinit.init.initial_loss import tied_initial_loss
 from lightning_embinit.init.report import format_report
 from lightning_embinit.init.schemes import get_scheme
 
