@@ -53,10 +53,12 @@ def failure_groups(records: Sequence[Mapping[str, Any]]) -> list[tuple[str, list
     return sorted(groups.items(), key=lambda item: -len(item[1]))
 
 
-def _cell(mean: float, std: float, n: int) -> str:
+def _cell(summary: pd.DataFrame, setting: str, metric: str) -> str:
+    """``mean ± std (n)`` of ``metric`` for ``setting``."""
+    mean, std, n = (summary.loc[setting, (metric, part)] for part in ("mean", "std", "n"))
     if n == 0:
         return "–"
-    return f"{mean:.4g} ({n})" if math.isnan(std) else f"{mean:.4g} ± {std:.2g} ({n})"
+    return f"{mean:.4g} ({int(n)})" if math.isnan(std) else f"{mean:.4g} ± {std:.2g} ({int(n)})"
 
 
 def _difference_cell(row: Mapping[str, Any]) -> str:
@@ -76,20 +78,7 @@ def _table(header: Sequence[str], rows: Sequence[Sequence[str]]) -> list[str]:
 
 
 def _summary_table(summary: pd.DataFrame, names: Sequence[str]) -> list[str]:
-    rows = [
-        [
-            setting,
-            *(
-                _cell(
-                    summary.loc[setting, (m, "mean")],
-                    summary.loc[setting, (m, "std")],
-                    int(summary.loc[setting, (m, "n")]),
-                )
-                for m in names
-            ),
-        ]
-        for setting in summary.index
-    ]
+    rows = [[setting, *(_cell(summary, setting, m) for m in names)] for setting in summary.index]
     return _table(["setting", *names], rows)
 
 
