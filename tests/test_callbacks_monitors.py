@@ -10,9 +10,17 @@ from lightning.pytorch.loggers import CSVLogger, TensorBoardLogger
 from torch import nn
 from torch.utils.data import DataLoader, TensorDataset
 
-from lightning_embinit import EmbeddingInitCallback, EmbeddingVarianceMonitor, LearningSpeedMonitor, LexicalProbe
+from lightning_embinit import (
+    EmbeddingInitCallback,
+    EmbeddingVarianceMonitor,
+    InitialLossMonitor,
+    LearningSpeedMonitor,
+    LexicalProbe,
+)
+from lightning_embinit.callbacks import PublishesSummary
 from lightning_embinit.diagnostics import first_crossing, lexical_probe, slot_statistics
 from lightning_embinit.models import TiedEmbeddingLM
+from lightning_embinit.studies.outcome import is_monitor, number, read_curves, scalars, summaries
 from tests.shared_data import require_shared_data
 
 SPECIALS = ["<pad>", "<unk>", "<bos>", "<eos>"]
@@ -84,6 +92,48 @@ def test_monitors_do_not_change_training(tmp_path, words, lexical):
         plain, monitored = fit([]), fit(all_monitors(lexical))
     assert plain.keys() == monitored.keys()
     assert all(torch.equal(plain[key], monitored[key]) for key in plain)
+
+
+def recorded_before(trainer, fit_metrics, curves):
+    """What a study recorded as ``monitors`` while it named the monitor classes (the reference for the summaries)."""
+    values = {name: rows[-1][2] for name, rows in curves.items() if rows and is_monitor(name)}
+    values.update({name: value for name, value in fit_metrics.items() if is_monitor(name)})
+    for callback in trainer.callbacks:
+        if isinstance(callback, InitialLossMonitor) and callback.init_loss is not None:
+            attributes = {"init_loss": "init_loss", "ln_vocab": "ln_vocab"}
+            attributes |= {"init_loss_predicted": "predicted", "init_loss_predicted_model": "predicted_model"}
+            values |= {name: getattr(callback, a) for name, a in attributes.items() if getattr(callback, a) is not None}
+            values["init_loss_ratio"] = callback.init_loss / callback.ln_vocab
+        elif isinstance(callback, EmbeddingVarianceMonitor) and callback.start:
+            for slot, measured in callback.start.items():
+                values |= {f"embvar/{slot}/{k}_at_start": v for k, v in measured.items() if number(v) is not None}
+        elif isinstance(callback, LearningSpeedMonitor):
+            base = f"{callback.prefix}/{callback.monitor}"
+            values[f"{base}/examples_to_threshold"] = callback.crossed_at_examples
+            values[f"{base}/steps_to_threshold"] = callback.crossed_at_step
+            values[f"{callback.prefix}/examples_seen"] = callback.examples_seen
+    return values
+
+
+def test_monitor_summaries_give_a_study_the_monitors_it_recorded_by_class(tmp_path, words, lexical):
+    monitors = [InitialLossMonitor(track_steps=2, warn=False), *all_monitors(lexical)]
+    crossing = LearningSpeedMonitor(
+        "train_loss", 100, mode="min", check_on="train_step", every_n_steps=2, prefix="fast"
+    )
+    init = EmbeddingInitCallback(source="normal:0.2", seed=0, verbose=False)
+    logger = CSVLogger(tmp_path, name="csv")
+    trainer = quiet_trainer(tmp_path, [init, *monitors, crossing], max_steps=4, logger=logger)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        trainer.fit(small_lm(words), lm_data(len(words)))
+    assert all(isinstance(monitor, PublishesSummary) for monitor in [*monitors, crossing])
+    fit_metrics, curves = scalars(trainer.callback_metrics), read_curves(f"{logger.log_dir}/metrics.csv")
+    recorded = summaries(trainer, fit_metrics, {"curves": curves})["monitors"]
+    expected = recorded_before(trainer, fit_metrics, curves)
+    assert list(recorded.items()) == list(expected.items())  # same names, order and numbers
+    assert recorded["fast/train_loss/steps_to_threshold"] == 2 and recorded["fast/examples_seen"] == 32
+    assert recorded["learning_speed/train_loss/examples_to_threshold"] is None  # the 0.0 threshold: not reached
+    assert {"init_loss_ratio", "embvar/tokens/std_at_start", "lexical/tokens/raw/analogy"} <= set(recorded)
 
 
 def read_csv(logger):

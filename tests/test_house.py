@@ -30,7 +30,6 @@ FLOORS: list[tuple[str, tuple[str, ...]]] = [
             "init.positional",
             "init.host",
             "init.projection",
-            "init.initial_loss",
             "init.tokens",
         ),
     ),

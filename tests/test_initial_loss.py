@@ -14,7 +14,7 @@ from torch import nn
 from torch.utils.data import DataLoader, TensorDataset
 
 from lightning_embinit.callbacks.initial_loss import InitialLossMonitor, sequence_length
-from lightning_embinit.init.initial_loss import token_std
+from lightning_embinit.diagnostics.initial_loss import token_std
 from lightning_embinit.models import TiedEmbeddingLM, tied_initial_loss
 
 

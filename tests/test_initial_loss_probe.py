@@ -9,8 +9,8 @@ import pytest
 import torch
 
 from lightning_embinit.architectures import CausalLM, CausalLMConfig
+from lightning_embinit.diagnostics.initial_loss import tied_initial_loss
 from lightning_embinit.diagnostics.inspect import inspection
-from lightning_embinit.init.initial_loss import tied_initial_loss
 from lightning_embinit.modules.vocabulary import TokenVocabulary
 
 N, D = 400, 64

@@ -7,8 +7,8 @@ import lightning  # noqa: F401  (Lightning's log handler binds to the real stder
 import pytest
 import yaml
 
+from lightning_embinit.diagnostics.initial_loss import tied_initial_loss
 from lightning_embinit.diagnostics.inspect import SLOT_FIELDS
-from lightning_embinit.init.initial_loss import tied_initial_loss
 from lightning_embinit.inspect_cli import main
 from tests.shared_data import require_shared_data
 

@@ -20,8 +20,8 @@ from torch import nn
 
 from lightning_embinit.architectures.config import CausalLMConfig
 from lightning_embinit.checks import check_positive_int
+from lightning_embinit.diagnostics.initial_loss import predicted_initial_loss, token_std
 from lightning_embinit.init.host import EmbeddingSlot
-from lightning_embinit.init.initial_loss import predicted_initial_loss, token_std
 from lightning_embinit.modules.blocks import TransformerStack
 from lightning_embinit.modules.heads import OutputHead
 from lightning_embinit.modules.initialization import init_non_embedding_
@@ -114,7 +114,7 @@ class CausalLM(nn.Module):
         N(0, D·σ²·m₂) (m₂ = E[T(h)²]; for ``untied`` D·σ_W² from the head matrix); the diagonal
         logit of a plain ``tied`` head is a_p = s·D·σ² / √(s²σ² + π_p²), π_p² the variance
         (LayerNorm) or mean square (RMSNorm) of the row P_p — dσ without a position signal.
-        Returns :func:`~lightning_embinit.init.initial_loss.predicted_initial_loss` averaged over the
+        Returns :func:`~lightning_embinit.diagnostics.initial_loss.predicted_initial_loss` averaged over the
         first ``length`` positions (the sequence length trained on; default ``max_len``), or None when
         ``zero_init_residual`` is off (the blocks are then not the identity).
         """

@@ -4,6 +4,7 @@ from lightning_embinit.callbacks.embedding_init import EmbeddingInitCallback
 from lightning_embinit.callbacks.initial_loss import InitialLossMonitor
 from lightning_embinit.callbacks.learning_speed import LearningSpeedMonitor
 from lightning_embinit.callbacks.lexical_probe import LexicalProbe
+from lightning_embinit.callbacks.summary import PublishesSummary
 from lightning_embinit.callbacks.variance_monitor import EmbeddingVarianceMonitor
 from lightning_embinit.callbacks.vocabulary_extension import VocabularyExtensionCallback
 
@@ -13,5 +14,6 @@ __all__ = [
     "InitialLossMonitor",
     "LearningSpeedMonitor",
     "LexicalProbe",
+    "PublishesSummary",
 ]
 __all__ += ["VocabularyExtensionCallback"]

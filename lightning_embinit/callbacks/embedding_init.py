@@ -73,6 +73,13 @@ class EmbeddingInitCallback(FitOnceCallback):
         self._deferred = False
         self._built_at_setup: set[int] | None = None
 
+    summary_key = "init_report"
+    """Studies record :meth:`summary` under this key (``PublishesSummary``)."""
+
+    def summary(self) -> dict[str, dict[str, Any]]:
+        """The init report per slot (``reports``)."""
+        return self.reports
+
     @property
     def recipe(self) -> InitRecipe:
         return self.initializer.recipe

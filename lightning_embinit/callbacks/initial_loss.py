@@ -21,8 +21,9 @@ from lightning.pytorch.utilities import rank_zero_warn
 from torch import nn
 
 from lightning_embinit.callbacks.loggers import log_scalars
+from lightning_embinit.callbacks.summary import MONITORS
+from lightning_embinit.diagnostics.initial_loss import tied_initial_loss, token_std
 from lightning_embinit.init.host import EmbeddingSlot, discover_slots, select_slots
-from lightning_embinit.init.initial_loss import tied_initial_loss, token_std
 from lightning_embinit.init.sharding import whole_table
 
 COUNTERMEASURES = (
@@ -69,14 +70,17 @@ class InitialLossMonitor(Callback):
     embedding table.
 
     Predictions, from the weights at the first batch: ``init_loss_predicted`` (``predicted``)
-    is SPEC §3's ln(e^{dσ} + n − 1) for a tied slot, σ the table's std over its non-padding
+    is ln(e^{dσ} + n − 1) (``docs/concepts.md``) for a tied slot, σ the table's std over its non-padding
     rows, n and d its shape (None without a tied slot); ``init_loss_predicted_model``
     (``predicted_model``) is ``pl_module.initial_loss_prediction()`` when the module has
     one (as :class:`~lightning_embinit.models.TiedEmbeddingLM`), given ``length=`` the first
     batch's sequence length (:func:`sequence_length`) when it takes that argument.
 
-    A warning (once, rank zero) fires when init_loss > ln n + ``margin``.
+    A warning (once, rank zero) fires when init_loss > ln n + ``margin``. The one-off values are also its
+    :meth:`summary` (:class:`~lightning_embinit.callbacks.summary.PublishesSummary`).
     """
+
+    summary_key = MONITORS
 
     def __init__(
         self,
@@ -209,18 +213,24 @@ class InitialLossMonitor(Callback):
         if len(self.step_losses) >= self.track_steps:
             self._active = False
 
-    def _log_initial(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
-        """The one-off values: to every logger once, at the first step (whatever ``log_every_n_steps``), and to
-        ``trainer.callback_metrics`` (``logger=False``: ``self.log`` would write them again at every logging step)."""
+    def summary(self) -> dict[str, float]:
+        """The one-off values once measured: ``init_loss``, ``ln_vocab``, ``init_loss_ratio`` and the predictions
+        there are (``init_loss_predicted``, ``init_loss_predicted_model``)."""
+        if self.init_loss is None:
+            return {}
         values = {
             "init_loss": self.init_loss,
             "ln_vocab": self.ln_vocab,
             "init_loss_ratio": self.init_loss / self.ln_vocab,
+            "init_loss_predicted": self.predicted,
+            "init_loss_predicted_model": self.predicted_model,
         }
-        if self.predicted is not None:
-            values["init_loss_predicted"] = self.predicted
-        if self.predicted_model is not None:
-            values["init_loss_predicted_model"] = self.predicted_model
+        return {name: value for name, value in values.items() if value is not None}
+
+    def _log_initial(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        """The one-off values: to every logger once, at the first step (whatever ``log_every_n_steps``), and to
+        ``trainer.callback_metrics`` (``logger=False``: ``self.log`` would write them again at every logging step)."""
+        values = self.summary()
         log_scalars(trainer, values, trainer.global_step - 1)
         for name, value in values.items():
             pl_module.log(name, value, on_step=True, on_epoch=False, logger=False)

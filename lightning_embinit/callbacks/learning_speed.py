@@ -15,6 +15,7 @@ from lightning.pytorch.utilities import rank_zero_info, rank_zero_warn
 from lightning.pytorch.utilities.data import extract_batch_size
 
 from lightning_embinit.callbacks.loggers import log_scalars
+from lightning_embinit.callbacks.summary import MONITORS
 from lightning_embinit.checks import check_choice
 from lightning_embinit.diagnostics.learning_speed import CrossingTracker, check_mode, check_weight
 
@@ -42,8 +43,11 @@ class LearningSpeedMonitor(Callback):
     ``{prefix}/{monitor}/examples_to_threshold`` and ``.../steps_to_threshold`` (also in
     :attr:`crossed_at_examples`, :attr:`crossed_at_step`). The count, the smoothing state and the
     crossing are saved in checkpoints, so a resumed run continues counting; a new ``fit`` without
-    a checkpoint (the monitor reused for another run) counts from zero.
+    a checkpoint (the monitor reused for another run) counts from zero. :meth:`summary`
+    (:class:`~lightning_embinit.callbacks.summary.PublishesSummary`) holds the crossing (None before) and the count.
     """
+
+    summary_key = MONITORS
 
     def __init__(
         self,
@@ -82,6 +86,16 @@ class LearningSpeedMonitor(Callback):
     @property
     def crossed_at_step(self) -> int | None:
         return self.tracker.crossed_at_step
+
+    def summary(self) -> dict[str, int | None]:
+        """``{prefix}/{monitor}/examples_to_threshold`` and ``.../steps_to_threshold`` (None when not crossed), and
+        ``{prefix}/examples_seen``."""
+        base = f"{self.prefix}/{self.monitor}"
+        return {
+            f"{base}/examples_to_threshold": self.crossed_at_examples,
+            f"{base}/steps_to_threshold": self.crossed_at_step,
+            f"{self.prefix}/examples_seen": self.examples_seen,
+        }
 
     # ------------------------------------------------------------------ counting
     def _sum_over_ranks(

@@ -18,6 +18,7 @@ from lightning.pytorch.utilities import rank_zero_info
 
 from lightning_embinit.callbacks.loggers import figure_loggers, log_figure, log_scalars
 from lightning_embinit.callbacks.strategies import tables_ready
+from lightning_embinit.callbacks.summary import MONITORS
 from lightning_embinit.diagnostics.figures import pca_scatter
 from lightning_embinit.diagnostics.lexical import (
     DEFAULT_CHAINS,
@@ -94,8 +95,11 @@ class LexicalProbe(Callback):
     scatter (raw vectors, and s · x + P as the first layer sees them) to TensorBoard loggers.
     Results are kept in ``results`` (``{"start": ..., "end": ...}``) and in checkpoints; they
     start empty at every ``fit`` (a monitor reused for a new run measures that run), and a resumed
-    run gets them back from its checkpoint, so it keeps the start of the first.
+    run gets them back from its checkpoint, so it keeps the start of the first. :meth:`summary`
+    (:class:`~lightning_embinit.callbacks.summary.PublishesSummary`) holds the latest probe's values.
     """
+
+    summary_key = MONITORS
 
     def __init__(
         self,
@@ -223,14 +227,7 @@ class LexicalProbe(Callback):
         results = self._probe_slot(slot)
         self.results[when] = results
         step = trainer.global_step
-        scalars: dict[str, float] = {}
-        for chain, result in results.items():
-            base = f"{self.prefix}/{slot.name}/{chain}"
-            for key in ("analogy", "analogy_semantic", "analogy_syntactic"):
-                if result[key] is not None:
-                    scalars[f"{base}/{key}"] = result[key]
-            scalars |= {f"{base}/similarity/{n}": v for n, v in result["similarity"].items() if v is not None}
-        log_scalars(trainer, scalars, step)
+        log_scalars(trainer, self._scalars(slot.name, results), step)
         table = format_probe(results)
         if self.verbose:
             rank_zero_info(f"LexicalProbe, slot {slot.name!r}, train {when} (step {step}):\n{table}")
@@ -240,6 +237,22 @@ class LexicalProbe(Callback):
             )
         if self.figures and figure_loggers(trainer):
             self._log_scatter(trainer, slot, when, step)
+
+    def _scalars(self, slot: str, results: dict[str, dict[str, Any]]) -> dict[str, float]:
+        """The accuracies and ρ of a probe as logged, ``{prefix}/{slot}/{chain}/...`` (None left out)."""
+        scalars: dict[str, float] = {}
+        for chain, result in results.items():
+            base = f"{self.prefix}/{slot}/{chain}"
+            for key in ("analogy", "analogy_semantic", "analogy_syntactic"):
+                if result[key] is not None:
+                    scalars[f"{base}/{key}"] = result[key]
+            scalars |= {f"{base}/similarity/{n}": v for n, v in result["similarity"].items() if v is not None}
+        return scalars
+
+    def summary(self) -> dict[str, float]:
+        """The latest probe's values (train end, else start), named as logged."""
+        latest = self.results.get("end") or self.results.get("start")
+        return {} if latest is None or self.probed_slot is None else self._scalars(self.probed_slot, latest)
 
     def _log_scatter(self, trainer: L.Trainer, slot: EmbeddingSlot, when: str, step: int) -> None:
         index = {token: row for row, token in enumerate(slot.tokens)}

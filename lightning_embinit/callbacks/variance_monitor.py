@@ -19,6 +19,7 @@ from lightning.pytorch.utilities import rank_zero_warn
 
 from lightning_embinit.callbacks.loggers import figure_loggers, log_figure, log_scalars
 from lightning_embinit.callbacks.strategies import tables_ready
+from lightning_embinit.callbacks.summary import MONITORS
 from lightning_embinit.diagnostics.absorption import (
     POSITIONAL_THRESHOLD,
     SEMANTIC_THRESHOLD,
@@ -53,8 +54,11 @@ class EmbeddingVarianceMonitor(Callback):
 
     ``start``, ``latest`` and the warning start afresh at every ``fit`` (a monitor reused
     for a new run measures that run); a resumed run gets them back from its checkpoint, so it keeps
-    the start of the first.
+    the start of the first. :meth:`summary` (:class:`~lightning_embinit.callbacks.summary.PublishesSummary`) holds
+    the latest values and those at the start.
     """
+
+    summary_key = MONITORS
 
     def __init__(
         self,
@@ -158,19 +162,23 @@ class EmbeddingVarianceMonitor(Callback):
         self.latest, self.latest_step = measured, step
         if when == "start" and self.start is None:
             self.start = measured
-        log_scalars(
-            trainer,
-            {
-                f"{self.prefix}/{slot}/{key}": float(value)
-                for slot, values in measured.items()
-                for key, value in values.items()
-                if isinstance(value, (int, float)) and not isinstance(value, bool)
-            },
-            step,
-        )
+        log_scalars(trainer, self._scalars(measured), step)
         if self.figures and when in ("start", "end") and figure_loggers(trainer):
             for name, slot in slots.items():
                 self._log_histogram(trainer, slot, f"{self.prefix}/{name}/histogram_{when}", step)
+
+    def _scalars(self, measured: dict[str, dict[str, Any]], suffix: str = "") -> dict[str, float]:
+        """The numbers of ``measured`` as ``{prefix}/{slot}/{key}{suffix}`` (a value not measured, None, left out)."""
+        return {
+            f"{self.prefix}/{slot}/{key}{suffix}": float(value)
+            for slot, values in measured.items()
+            for key, value in values.items()
+            if isinstance(value, (int, float)) and not isinstance(value, bool)
+        }
+
+    def summary(self) -> dict[str, float]:
+        """The latest values, named as logged, then those at the start of training (``..._at_start``)."""
+        return {**self._scalars(self.latest or {}), **self._scalars(self.start or {}, "_at_start")}
 
     def _log_histogram(self, trainer: L.Trainer, slot: EmbeddingSlot, tag: str, step: int) -> None:
         positional = positional_matrix(slot)

@@ -3,7 +3,7 @@
 Per slot: the init report row (as :class:`~lightning_embinit.callbacks.EmbeddingInitCallback`
 produced it), the variance monitor's absorption measures
 (:func:`~lightning_embinit.diagnostics.absorption.slot_absorption`), and for a tied head SPEC §3's
-predicted initial loss ln(e^{dσ} + n − 1) (:func:`~lightning_embinit.init.initial_loss.tied_initial_loss`)
+predicted initial loss ln(e^{dσ} + n − 1) (:func:`~lightning_embinit.diagnostics.initial_loss.tied_initial_loss`)
 next to ln n; then a verdict with the countermeasures for what is wrong.
 
 The JSON schema (``"schema": "embinit.inspect/1"``) is stable: a top-level ``slots`` list and
@@ -25,8 +25,8 @@ from lightning_embinit.diagnostics.absorption import (
     drowning,
     slot_absorption,
 )
+from lightning_embinit.diagnostics.initial_loss import tied_initial_loss
 from lightning_embinit.init.host import EmbeddingSlot
-from lightning_embinit.init.initial_loss import tied_initial_loss
 from lightning_embinit.init.report import format_report
 from lightning_embinit.init.schemes import get_scheme
 
@@ -76,6 +76,20 @@ SLOT_FIELDS = (
     "ln_vocab",
     "verdict",
     "problems",
+)
+#: The columns of the diagnostics table of ``embinit inspect``: title, slot field, number format.
+TABLE_COLUMNS = (
+    ("scaled std", "scaled_std", ".4g"),
+    ("PE std", "positional_std", ".4g"),
+    ("ratio", "ratio", ".4g"),
+    ("semantic ret.", "semantic_retention", ".3f"),
+    ("positional ret.", "positional_retention", ".3f"),
+    ("NN survival", "neighbour_survival", ".3f"),
+    ("std/Xavier", "std_over_xavier", ".3g"),
+    ("init loss (SPEC §3)", "predicted_initial_loss", ".3f"),
+    ("model estimate", "predicted_initial_loss_model", ".3f"),
+    ("random-token loss", "probed_initial_loss", ".3f"),
+    ("ln n", "ln_vocab", ".3f"),
 )
 Problem = dict[str, str]
 """A problem found in a slot: ``{"problem": what is wrong, "countermeasures": what to do}``."""
@@ -268,37 +282,9 @@ def _number(value: Any, digits: str = ".4g") -> str:
 def format_inspection(result: Mapping[str, Any]) -> str:
     """The inspection as text: the init report table, the diagnostics table and the verdict lines."""
     init = format_report({row["name"]: row["init_report"] for row in result["slots"]})
-    header = [
-        "slot",
-        "scaled std",
-        "PE std",
-        "ratio",
-        "semantic ret.",
-        "positional ret.",
-        "NN survival",
-        "std/Xavier",
-        "init loss (SPEC §3)",
-        "model estimate",
-        "random-token loss",
-        "ln n",
-        "verdict",
-    ]
+    header = ["slot", *(title for title, _, _ in TABLE_COLUMNS), "verdict"]
     rows = [
-        [
-            row["name"],
-            _number(row["scaled_std"]),
-            _number(row["positional_std"]),
-            _number(row["ratio"]),
-            _number(row["semantic_retention"], ".3f"),
-            _number(row["positional_retention"], ".3f"),
-            _number(row["neighbour_survival"], ".3f"),
-            _number(row["std_over_xavier"], ".3g"),
-            _number(row["predicted_initial_loss"], ".3f"),
-            _number(row["predicted_initial_loss_model"], ".3f"),
-            _number(row.get("probed_initial_loss"), ".3f"),
-            _number(row["ln_vocab"], ".3f"),
-            row["verdict"],
-        ]
+        [row["name"], *(_number(row.get(key), digits) for _, key, digits in TABLE_COLUMNS), row["verdict"]]
         for row in result["slots"]
     ]
     widths = [max(len(cell) for cell in column) for column in zip(header, *rows)]

@@ -78,6 +78,32 @@ class ChainInputs:
         return resolve_target(self.target, *self.matrix.shape).std
 
 
+def chain_inputs(
+    matrix: torch.Tensor,
+    input_scale: float | None,
+    positional: torch.Tensor | None,
+    standardize_to: StatisticsTarget,
+    seed: int,
+) -> ChainInputs:
+    """The chains' inputs for an (N, D) ``matrix``: s (default √D), and per word a row of ``positional`` (default
+    sinusoidal, L = 512) drawn uniformly from a generator seeded with ``seed``."""
+    dim = matrix.shape[1]
+    if positional is None:
+        positional = sinusoidal_encoding(DEFAULT_POSITIONS, dim + dim % 2)[:, :dim]
+    if positional.dim() != 2 or positional.shape[1] != dim:
+        raise ValueError(f"positional encoding of shape {tuple(positional.shape)} for vectors of dimension {dim}")
+    resolve_target(standardize_to, *matrix.shape)
+    values = matrix.detach().to("cpu", torch.float32)
+    generator = torch.Generator().manual_seed(seed)
+    rows = torch.randint(0, positional.shape[0], (values.shape[0],), generator=generator)
+    return ChainInputs(
+        values,
+        math.sqrt(dim) if input_scale is None else float(input_scale),
+        positional.detach().to("cpu", torch.float32)[rows],
+        standardize_to,
+    )
+
+
 ChainFunction = Callable[[ChainInputs], torch.Tensor]
 #: The chains of modifications by name (see the table above).
 CHAINS: Registry[ChainFunction] = Registry("lexical chain")
@@ -232,21 +258,7 @@ def lexical_probe(
     analogy_path, similarity_paths = check_probe_inputs(analogies, similarity, max_analogies)
     check_encoding(encoding)
     check_finite_rows(matrix, tokens)
-    dim = matrix.shape[1]
-    if positional is None:
-        positional = sinusoidal_encoding(DEFAULT_POSITIONS, dim + dim % 2)[:, :dim]
-    if positional.dim() != 2 or positional.shape[1] != dim:
-        raise ValueError(f"positional encoding of shape {tuple(positional.shape)} for vectors of dimension {dim}")
-    resolve_target(standardize_to, *matrix.shape)
-    values = matrix.detach().to("cpu", torch.float32)
-    generator = torch.Generator().manual_seed(seed)
-    rows = torch.randint(0, positional.shape[0], (values.shape[0],), generator=generator)
-    inputs = ChainInputs(
-        values,
-        math.sqrt(dim) if input_scale is None else float(input_scale),
-        positional.detach().to("cpu", torch.float32)[rows],
-        standardize_to,
-    )
+    inputs = chain_inputs(matrix, input_scale, positional, standardize_to, seed)
     tokens = [str(token) for token in tokens]
     results: dict[str, dict[str, Any]] = {}
     with tempfile.TemporaryDirectory(prefix="embinit-lexical-") as directory, single_threaded_blas():

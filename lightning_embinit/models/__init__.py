@@ -14,7 +14,7 @@ from lightning_embinit.architectures import (
     ReinforcedEncoderDecoder,
     ReinforcedEncoderDecoderConfig,
 )
-from lightning_embinit.init.initial_loss import predicted_initial_loss, tied_initial_loss
+from lightning_embinit.diagnostics.initial_loss import predicted_initial_loss, tied_initial_loss
 from lightning_embinit.models.classifier import TransformerClassifier
 from lightning_embinit.models.metrics import CorpusBLEU, PerplexityFromLoss
 from lightning_embinit.models.optimization import OptimizerConfig

@@ -17,7 +17,7 @@ _LAZY = {
     "Trial": "spec",
     "Protocol": "spec",
     "Variant": "spec",
-    "expand_grid": "spec",
+    "expand_grid": "grid",
     "StudyError": "keys",
     "run_trial": "trial",
     "run_study": "local",
@@ -28,8 +28,8 @@ _LAZY = {
     "write_report": "report",
     "aggregate": "statistics",
     "compare": "statistics",
-    "load_results": "report",
-    "ReportError": "report",
+    "load_results": "results",
+    "ReportError": "results",
     "run_study_on_ray": "ray_engine",
 }
 

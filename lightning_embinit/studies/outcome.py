@@ -1,4 +1,4 @@
-"""What a finished (or failed) trial leaves behind, read into its record: metrics, monitors, curves, host."""
+"""What a finished (or failed) trial leaves behind, read into its record: metrics, callback summaries, curves, host."""
 
 from __future__ import annotations
 
@@ -18,12 +18,7 @@ import torch
 from lightning.pytorch import LightningModule, Trainer
 from lightning.pytorch.callbacks import Callback
 
-from lightning_embinit.callbacks import (
-    EmbeddingInitCallback,
-    EmbeddingVarianceMonitor,
-    InitialLossMonitor,
-    LearningSpeedMonitor,
-)
+from lightning_embinit.callbacks.summary import MONITORS, PublishesSummary
 from lightning_embinit.studies.spec import package_version
 
 MODEL_METRIC = re.compile(r"^(train|val|test)_|^(epoch|step)$|^lr[-_]")
@@ -34,13 +29,6 @@ CURVES_ONLY = re.compile(r"^(init_phase_loss|loss_over_ln_vocab)$|_smoothed$")
 INIT_REPORT_KEPT = ("std", "scaled_std", "ratio", "coverage")
 """Of the init report's scalars (``embinit/<slot>/<key>``), the ones also kept as monitors; the rest stay in
 ``init_report``."""
-
-INITIAL_LOSS_VALUES = {
-    "init_loss": "init_loss",
-    "ln_vocab": "ln_vocab",
-    "init_loss_predicted": "predicted",
-    "init_loss_predicted_model": "predicted_model",
-}
 
 
 def number(value: Any) -> float | None:
@@ -103,47 +91,31 @@ def _int(text: str | None) -> int | None:
         return None
 
 
-def monitor_values(
-    trainer: Trainer, fit_metrics: Mapping[str, float], curves: Mapping[str, list[list[Any]]]
-) -> dict[str, Any]:
-    """The monitors' values at the end of fit (:func:`is_monitor`): their last logged value, the initial-loss
-    monitor's one-off values, the variance monitor's values at the start (``<name>_at_start``) and each
-    learning-speed crossing (None when the threshold was not reached)."""
-    values: dict[str, Any] = {name: rows[-1][2] for name, rows in curves.items() if rows and is_monitor(name)}
-    values.update({name: value for name, value in fit_metrics.items() if is_monitor(name)})
+def summaries(trainer: Trainer, fit_metrics: Mapping[str, float], record: Mapping[str, Any]) -> dict[str, Any]:
+    """The record's sections the callbacks fill at the end of fit: ``monitors``, then one per other ``summary_key``
+    of the callbacks that publish a summary (:class:`~lightning_embinit.callbacks.summary.PublishesSummary`).
+
+    ``monitors``: each monitor value's last logged one (:func:`is_monitor`, from ``record["curves"]``), then
+    ``fit_metrics``', then the ``monitors`` summaries in callback order. Another key holds its one callback's
+    summary, or ``callback_<i>`` → summary when several publish under it; a key the record already has for
+    itself (``init_report`` aside, the init callback's) is a ValueError.
+    """
+    published: dict[str, list[dict[str, Any]]] = {}
     for callback in trainer.callbacks:
-        if isinstance(callback, InitialLossMonitor) and callback.init_loss is not None:
-            values.update(
-                {
-                    name: getattr(callback, attribute)
-                    for name, attribute in INITIAL_LOSS_VALUES.items()
-                    if getattr(callback, attribute) is not None
-                }
-            )
-            values["init_loss_ratio"] = callback.init_loss / callback.ln_vocab
-        elif isinstance(callback, EmbeddingVarianceMonitor) and callback.start:
-            for slot, measured in callback.start.items():
-                values.update(
-                    {
-                        f"{callback.prefix}/{slot}/{key}_at_start": value
-                        for key, value in measured.items()
-                        if number(value) is not None
-                    }
-                )
-        elif isinstance(callback, LearningSpeedMonitor):
-            base = f"{callback.prefix}/{callback.monitor}"
-            values[f"{base}/examples_to_threshold"] = callback.crossed_at_examples
-            values[f"{base}/steps_to_threshold"] = callback.crossed_at_step
-            values[f"{callback.prefix}/examples_seen"] = callback.examples_seen
-    return values
-
-
-def init_reports(trainer: Trainer) -> dict[str, Any] | None:
-    """The reports of the trainer's :class:`EmbeddingInitCallback` (one per callback when there are several)."""
-    reports = [callback.reports for callback in trainer.callbacks if isinstance(callback, EmbeddingInitCallback)]
-    if not reports:
-        return None
-    return reports[0] if len(reports) == 1 else {f"callback_{index}": report for index, report in enumerate(reports)}
+        if isinstance(callback, PublishesSummary):
+            published.setdefault(callback.summary_key, []).append(callback.summary())
+    taken = sorted(key for key in published if key in record and key not in (MONITORS, "init_report"))
+    if taken:
+        raise ValueError(f"callback summaries under keys the trial record holds for itself: {taken}")
+    monitors = {name: rows[-1][2] for name, rows in record["curves"].items() if rows and is_monitor(name)}
+    monitors.update({name: value for name, value in fit_metrics.items() if is_monitor(name)})
+    for summary in published.pop(MONITORS, []):
+        monitors.update(summary)
+    sections = {
+        key: found[0] if len(found) == 1 else {f"callback_{index}": summary for index, summary in enumerate(found)}
+        for key, found in published.items()
+    }
+    return {MONITORS: monitors, **sections}
 
 
 def checkpoint_position(path: str) -> tuple[int | None, int | None]:

@@ -11,9 +11,7 @@ from __future__ import annotations
 
 import json
 import math
-import warnings
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -22,7 +20,14 @@ import pandas as pd
 
 from lightning_embinit.checks import check_known, choice_error
 from lightning_embinit.studies.figures import write_figures
-from lightning_embinit.studies.keys import StudyError
+from lightning_embinit.studies.results import (
+    STUDY_FILE,
+    ReportError,
+    Results,
+    declared_settings,
+    load_results,
+    settings_with_records,
+)
 from lightning_embinit.studies.statistics import (
     WALL_TIME,
     aggregate,
@@ -31,113 +36,10 @@ from lightning_embinit.studies.statistics import (
     long_form,
     metric_names,
     number,
-    setting_name,
 )
 
-STUDY_FILE = "study.json"
-TRIALS_DIR = "trials"
 REPORT_DIR = "report"
 CURVE_METRIC = "val_loss"
-
-
-class ReportError(StudyError):
-    """A results directory the report cannot read: it names the directory and what is missing."""
-
-
-@dataclass
-class Results:
-    """A results directory as read: ``study.json``'s fields, the current trial records, what was left out."""
-
-    directory: Path
-    header: dict[str, Any]
-    records: list[dict[str, Any]]
-    superseded: list[str] = field(default_factory=list)
-    unreadable: list[str] = field(default_factory=list)
-
-    @property
-    def study(self) -> dict[str, Any]:
-        study = self.header.get("study")
-        return study if isinstance(study, dict) else {}
-
-    @property
-    def name(self) -> str:
-        return str(self.header.get("name") or self.study.get("name") or self.directory.name)
-
-
-def _read_json(path: Path) -> Any:
-    with path.open(encoding="utf-8") as handle:
-        return json.load(handle)
-
-
-def _latest_per_trial(paths: list[Path], records: list[dict[str, Any]]) -> tuple[list[dict], list[str]]:
-    """One record per (setting, seed): the latest written; the older ones' trial ids (a setting changed since)."""
-    order = sorted(range(len(paths)), key=lambda i: (paths[i].stat().st_mtime, paths[i].name))
-    latest: dict[Any, dict[str, Any]] = {}
-    superseded = []
-    for index in order:
-        record = records[index]
-        seed = record.get("seed")
-        key = (setting_name(record), seed) if seed is not None else ("", record.get("trial_id", paths[index].name))
-        if key in latest:
-            superseded.append(str(latest[key].get("trial_id", "?")))
-        latest[key] = record
-    return list(latest.values()), superseded
-
-
-def load_results(results_dir: str | Path) -> Results:
-    """Read ``study.json`` and ``trials/*.json``; a ReportError naming the directory when either is missing.
-
-    A record that is not valid JSON is left out with a warning; of several records of the same setting and
-    seed, the latest written counts.
-    """
-    directory = Path(results_dir)
-    if not directory.is_dir():
-        raise ReportError(f"results directory {directory} does not exist")
-    study_path = directory / STUDY_FILE
-    if not study_path.is_file():
-        raise ReportError(f"{directory} has no {STUDY_FILE}: not a results directory written by `embinit sweep`")
-    try:
-        header = _read_json(study_path)
-    except (OSError, ValueError) as error:
-        raise ReportError(f"{study_path} is not readable JSON: {error}") from error
-    if not isinstance(header, dict):
-        raise ReportError(f"{study_path} holds no study (a JSON object with name, hash, variant, study)")
-    paths, records, unreadable = [], [], []
-    for path in sorted((directory / TRIALS_DIR).glob("*.json")):
-        try:
-            record = _read_json(path)
-        except (OSError, ValueError) as error:
-            warnings.warn(f"trial record {path} left out: {error}", stacklevel=2)
-            unreadable.append(path.name)
-            continue
-        if isinstance(record, dict):
-            paths.append(path)
-            records.append(record)
-    if not records:
-        raise ReportError(f"{directory} has no trial records ({TRIALS_DIR}/*.json): run the sweep first")
-    records, superseded = _latest_per_trial(paths, records)
-    return Results(directory, header, records, superseded, unreadable)
-
-
-def study_settings(study: Mapping[str, Any]) -> list[str]:
-    """The names of a study's settings in order: a mapping's keys, or a list of names or of dicts with ``name``."""
-    settings = study.get("settings") or []
-    if isinstance(settings, Mapping):
-        return [str(name) for name in settings]
-    return [str(item.get("name")) if isinstance(item, Mapping) else str(item) for item in settings]
-
-
-def declared_settings(results: Results) -> list[str]:
-    """Every setting of the study in order, grid ones included (``study.json``'s list; else the study's own)."""
-    return [str(name) for name in results.header.get("settings") or []] or study_settings(results.study)
-
-
-def _settings(results: Results) -> tuple[list[str], list[str]]:
-    """The settings that have records: the study's in its order, then those it does not list; the latter."""
-    declared = declared_settings(results)
-    seen = list(dict.fromkeys(setting_name(record) for record in results.records))
-    extra = [s for s in seen if s not in declared] if declared else []
-    return [s for s in declared if s in seen] + extra, extra
 
 
 def failure_groups(records: Sequence[Mapping[str, Any]]) -> list[tuple[str, list[str]]]:
@@ -151,10 +53,12 @@ def failure_groups(records: Sequence[Mapping[str, Any]]) -> list[tuple[str, list
     return sorted(groups.items(), key=lambda item: -len(item[1]))
 
 
-def _cell(mean: float, std: float, n: int) -> str:
+def _cell(summary: pd.DataFrame, setting: str, metric: str) -> str:
+    """``mean ± std (n)`` of ``metric`` for ``setting``."""
+    mean, std, n = (summary.loc[setting, (metric, part)] for part in ("mean", "std", "n"))
     if n == 0:
         return "–"
-    return f"{mean:.4g} ({n})" if math.isnan(std) else f"{mean:.4g} ± {std:.2g} ({n})"
+    return f"{mean:.4g} ({int(n)})" if math.isnan(std) else f"{mean:.4g} ± {std:.2g} ({int(n)})"
 
 
 def _difference_cell(row: Mapping[str, Any]) -> str:
@@ -174,20 +78,7 @@ def _table(header: Sequence[str], rows: Sequence[Sequence[str]]) -> list[str]:
 
 
 def _summary_table(summary: pd.DataFrame, names: Sequence[str]) -> list[str]:
-    rows = [
-        [
-            setting,
-            *(
-                _cell(
-                    summary.loc[setting, (m, "mean")],
-                    summary.loc[setting, (m, "std")],
-                    int(summary.loc[setting, (m, "n")]),
-                )
-                for m in names
-            ),
-        ]
-        for setting in summary.index
-    ]
+    rows = [[setting, *(_cell(summary, setting, m) for m in names)] for setting in summary.index]
     return _table(["setting", *names], rows)
 
 
@@ -377,7 +268,7 @@ def write_report(
     and ``out_dir``. A ReportError when the directory has no study, no records or no finished trial.
     """
     results = load_results(results_dir)
-    settings, extra = _settings(results)
+    settings, extra = settings_with_records(results)
     records = results.records
     if not done(records):
         groups = failure_groups(results.records)

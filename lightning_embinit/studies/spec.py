@@ -32,8 +32,6 @@ names another checkpoint or data directory, is a new trial.
 from __future__ import annotations
 
 import copy
-import itertools
-import json
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -42,6 +40,7 @@ from pathlib import Path
 from typing import Any
 
 from lightning_embinit.checks import check_choice, check_known
+from lightning_embinit.studies.grid import check_overrides, expand_grid
 from lightning_embinit.studies.keys import (
     StudyError,
     apply_overrides,
@@ -167,53 +166,6 @@ def _seeds(values: Any) -> tuple[int, ...]:
     return tuple(values)
 
 
-def _overrides(where: str, value: Any) -> dict[str, Any]:
-    if value is None:
-        return {}
-    if not isinstance(value, Mapping):
-        raise StudyError(f"{where}: expected a mapping of config keys to values, got {value!r}")
-    for key in value:
-        if not isinstance(key, str):
-            raise StudyError(f"{where}: config key {key!r} is not a string")
-        split_key(key)
-    return dict(value)
-
-
-def _value_name(value: Any) -> str:
-    return value if isinstance(value, str) else json.dumps(value)
-
-
-def expand_grid(grid: Mapping[str, Any]) -> dict[str, dict[str, Any]]:
-    """The settings of a grid: one per combination of its axes' values, named ``axis=value,axis=value``.
-
-    An axis is a config key with a list of values (named by the key's last part, the whole key when two
-    axes share it) or a name with a mapping of value names to overrides.
-    """
-    if not grid:
-        return {}
-    axes = []
-    lasts = [str(split_key(axis)[-1]) if isinstance(values, list) else axis for axis, values in grid.items()]
-    for (axis, values), last in zip(grid.items(), lasts):
-        label = last if lasts.count(last) == 1 else axis
-        if isinstance(values, Mapping):
-            choices = [
-                (str(name), _overrides(f"grid axis {axis!r}, value {name!r}", group)) for name, group in values.items()
-            ]
-        elif isinstance(values, list):
-            choices = [(_value_name(value), {axis: value}) for value in values]
-        else:
-            raise StudyError(
-                f"grid axis {axis!r}: expected a list of values or a mapping of named overrides, got {values!r}"
-            )
-        if not choices:
-            raise StudyError(f"empty grid: axis {axis!r} has no values")
-        axes.append([(f"{label}={name}", overrides) for name, overrides in choices])
-    return {
-        ",".join(name for name, _ in combo): {k: v for _, o in combo for k, v in o.items()}
-        for combo in itertools.product(*axes)
-    }
-
-
 def trial_id(setting: str, seed: int) -> str:
     """A file-name-safe id: the setting's name (other characters as ``_``) and the seed."""
     return f"{re.sub(r'[^A-Za-z0-9._=,+-]+', '_', setting)}-seed{seed}"
@@ -239,12 +191,13 @@ class Study:
     def __post_init__(self) -> None:
         where = f"study {self.name!r}"
         settings = {
-            str(name): _overrides(f"{where}, setting {name!r}", value) for name, value in (self.settings or {}).items()
+            str(name): check_overrides(f"{where}, setting {name!r}", value)
+            for name, value in (self.settings or {}).items()
         }
         object.__setattr__(self, "settings", settings)
         object.__setattr__(self, "grid", dict(self.grid or {}))
         object.__setattr__(self, "seeds", _seeds(self.seeds))
-        object.__setattr__(self, "overrides", _overrides(f"{where}, overrides", self.overrides))
+        object.__setattr__(self, "overrides", check_overrides(f"{where}, overrides", self.overrides))
         object.__setattr__(self, "seed_keys", tuple(self.seed_keys or ()))
         for key in self.seed_keys:
             split_key(key)

@@ -13,11 +13,12 @@ the config has one), fits, and tests the best checkpoint (or validates it: proto
 ``best_epoch``, ``best_step``, then the test — or validation — metrics of the best checkpoint: ``test_loss``,
 ``test_bleu``, ``val_acc``, ...), ``final`` (the model's own metrics at the end of fit), ``trained``
 (``steps``, ``epochs``, ``world_size``), ``cost`` (:func:`~.outcome.cost_values`: parameters, seconds per step and per
-epoch), ``monitors`` (:func:`~.outcome.monitor_values`), ``init_report`` (the
-``EmbeddingInitCallback`` report per slot), ``curves`` (per logged metric, ``[step, epoch, value]`` rows),
-``checkpoint`` (the best checkpoint relative to the results directory; None when not kept), ``wall_time_s``,
-``versions``, ``host``, ``started``/``finished`` (ISO times), ``log`` and ``run_dir`` (relative paths),
-``run_id`` (set by the engine that started the run). A NaN or infinite loss or score fails the trial.
+epoch), ``monitors`` (the monitors' logged values and summaries), ``init_report`` (the ``EmbeddingInitCallback``
+report per slot) and any other section a callback's summary fills (:func:`~.outcome.summaries`), ``curves`` (per
+logged metric, ``[step, epoch, value]`` rows), ``checkpoint`` (the best checkpoint relative to the results
+directory; None when not kept), ``wall_time_s``, ``versions``, ``host``, ``started``/``finished`` (ISO times),
+``log`` and ``run_dir`` (relative paths), ``run_id`` (set by the engine that started the run). A NaN or infinite
+loss or score fails the trial.
 """
 
 from __future__ import annotations
@@ -46,13 +47,12 @@ from lightning_embinit.studies.outcome import (
     checkpoint_position,
     cost_values,
     host,
-    init_reports,
     is_model_metric,
-    monitor_values,
     non_finite,
     number,
     read_curves,
     scalars,
+    summaries,
     versions,
 )
 from lightning_embinit.studies.records import RECORD_SCHEMA, log_path, now, record_path, run_dir, write_json
@@ -320,8 +320,7 @@ def _fit_and_evaluate(trial: Trial, results_dir: Path, record: dict[str, Any], l
         "world_size": trainer.world_size,
     }
     record["cost"] = cost_values(cli.model, clock, fit_seconds, trainer.global_step)
-    record["init_report"] = init_reports(trainer)
-    record["monitors"] = monitor_values(trainer, fit_metrics, record["curves"])
+    record.update(summaries(trainer, fit_metrics, record))
     _score_best(trainer, cli, checkpoint, trial.protocol, record)
     if trial.protocol.keep_checkpoint:
         record["checkpoint"] = _relative(Path(checkpoint.best_model_path), results_dir)

@@ -1,4 +1,5 @@
-"""The initial loss of a language model whose output reuses its input embedding (SPEC §3, [S]).
+"""The initial loss of a language model whose output reuses its input embedding (``docs/concepts.md``, "The tied
+head and the initial loss"; Su Jianlin, "Re-exploring Shared Embeddings at the Output of Language Models").
 
 Torch-only math shared by :class:`~lightning_embinit.models.TiedEmbeddingLM` (its own
 prediction) and :class:`~lightning_embinit.callbacks.InitialLossMonitor` (the logged one).
@@ -14,7 +15,7 @@ from lightning_embinit.init.statistics import matrix_statistics, rows_without
 
 
 def token_std(weight: torch.Tensor, padding_idx: int | None = None) -> float:
-    """Population std of an embedding table's elements, leaving out the padding row (σ of SPEC §3)."""
+    """Population std of an embedding table's elements, leaving out the padding row (the σ of ln(e^{dσ} + n − 1))."""
     return matrix_statistics(rows_without(weight.detach(), padding_idx)).std
 
 
@@ -27,7 +28,7 @@ def predicted_initial_loss(n: int, logit_var: float, diagonal_logit: float = 0.0
         loss ≈ ln(e^{a} + (n − 1) · e^{s²/2}).
 
     For a tied head with σ-normal embeddings and no additive position signal, a = dσ; dropping
-    the off-diagonal spread (s² → 0, SPEC §3's w_i · w_k ≈ 0) gives SPEC §3's ln(e^{dσ} + n − 1).
+    the off-diagonal spread (s² → 0, w_i · w_k ≈ 0) gives ln(e^{dσ} + n − 1).
     Untied and decorrelated tied heads have a ≈ 0: ln n + s²/2 ≈ ln n.
     """
     if n < 2:
@@ -38,5 +39,5 @@ def predicted_initial_loss(n: int, logit_var: float, diagonal_logit: float = 0.0
 
 
 def tied_initial_loss(n: int, d: int, sigma: float) -> float:
-    """SPEC §3: ln(e^{dσ} + n − 1), the initial loss of a tied LM with N(0, σ²) embeddings."""
+    """ln(e^{dσ} + n − 1), the initial loss of a tied LM with N(0, σ²) embeddings."""
     return predicted_initial_loss(n, 0.0, d * sigma)

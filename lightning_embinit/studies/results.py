@@ -1,0 +1,116 @@
+"""A sweep's results directory as the report reads it: ``study.json`` and the latest record per setting and seed."""
+
+from __future__ import annotations
+
+import json
+import warnings
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from lightning_embinit.studies.keys import StudyError
+from lightning_embinit.studies.records import STUDY_FILE
+from lightning_embinit.studies.statistics import setting_name
+
+TRIALS_DIR = "trials"
+
+
+class ReportError(StudyError):
+    """A results directory the report cannot read: it names the directory and what is missing."""
+
+
+@dataclass
+class Results:
+    """A results directory as read: ``study.json``'s fields, the current trial records, what was left out."""
+
+    directory: Path
+    header: dict[str, Any]
+    records: list[dict[str, Any]]
+    superseded: list[str] = field(default_factory=list)
+    unreadable: list[str] = field(default_factory=list)
+
+    @property
+    def study(self) -> dict[str, Any]:
+        study = self.header.get("study")
+        return study if isinstance(study, dict) else {}
+
+    @property
+    def name(self) -> str:
+        return str(self.header.get("name") or self.study.get("name") or self.directory.name)
+
+
+def _read_json(path: Path) -> Any:
+    with path.open(encoding="utf-8") as handle:
+        return json.load(handle)
+
+
+def _latest_per_trial(paths: list[Path], records: list[dict[str, Any]]) -> tuple[list[dict], list[str]]:
+    """One record per (setting, seed): the latest written; the older ones' trial ids (a setting changed since)."""
+    order = sorted(range(len(paths)), key=lambda i: (paths[i].stat().st_mtime, paths[i].name))
+    latest: dict[Any, dict[str, Any]] = {}
+    superseded = []
+    for index in order:
+        record = records[index]
+        seed = record.get("seed")
+        key = (setting_name(record), seed) if seed is not None else ("", record.get("trial_id", paths[index].name))
+        if key in latest:
+            superseded.append(str(latest[key].get("trial_id", "?")))
+        latest[key] = record
+    return list(latest.values()), superseded
+
+
+def load_results(results_dir: str | Path) -> Results:
+    """Read ``study.json`` and ``trials/*.json``; a ReportError naming the directory when either is missing.
+
+    A record that is not valid JSON is left out with a warning; of several records of the same setting and
+    seed, the latest written counts.
+    """
+    directory = Path(results_dir)
+    if not directory.is_dir():
+        raise ReportError(f"results directory {directory} does not exist")
+    study_path = directory / STUDY_FILE
+    if not study_path.is_file():
+        raise ReportError(f"{directory} has no {STUDY_FILE}: not a results directory written by `embinit sweep`")
+    try:
+        header = _read_json(study_path)
+    except (OSError, ValueError) as error:
+        raise ReportError(f"{study_path} is not readable JSON: {error}") from error
+    if not isinstance(header, dict):
+        raise ReportError(f"{study_path} holds no study (a JSON object with name, hash, variant, study)")
+    paths, records, unreadable = [], [], []
+    for path in sorted((directory / TRIALS_DIR).glob("*.json")):
+        try:
+            record = _read_json(path)
+        except (OSError, ValueError) as error:
+            warnings.warn(f"trial record {path} left out: {error}", stacklevel=2)
+            unreadable.append(path.name)
+            continue
+        if isinstance(record, dict):
+            paths.append(path)
+            records.append(record)
+    if not records:
+        raise ReportError(f"{directory} has no trial records ({TRIALS_DIR}/*.json): run the sweep first")
+    records, superseded = _latest_per_trial(paths, records)
+    return Results(directory, header, records, superseded, unreadable)
+
+
+def study_settings(study: Mapping[str, Any]) -> list[str]:
+    """The names of a study's settings in order: a mapping's keys, or a list of names or of dicts with ``name``."""
+    settings = study.get("settings") or []
+    if isinstance(settings, Mapping):
+        return [str(name) for name in settings]
+    return [str(item.get("name")) if isinstance(item, Mapping) else str(item) for item in settings]
+
+
+def declared_settings(results: Results) -> list[str]:
+    """Every setting of the study in order, grid ones included (``study.json``'s list; else the study's own)."""
+    return [str(name) for name in results.header.get("settings") or []] or study_settings(results.study)
+
+
+def settings_with_records(results: Results) -> tuple[list[str], list[str]]:
+    """The settings that have records: the study's in its order, then those it does not list; the latter."""
+    declared = declared_settings(results)
+    seen = list(dict.fromkeys(setting_name(record) for record in results.records))
+    extra = [s for s in seen if s not in declared] if declared else []
+    return [s for s in declared if s in seen] + extra, extra
