@@ -84,6 +84,7 @@ class EmbeddingInitCallback(FitOnceCallback):
     def recipe(self) -> InitRecipe:
         return self.initializer.recipe
 
+    @override
     @property
     def state_key(self) -> str:
         return self._generate_state_key(slots=sorted(self.initializer.slot_recipes) or None)

@@ -19,6 +19,7 @@ import torch
 from lightning.pytorch.callbacks import Callback
 from lightning.pytorch.utilities import rank_zero_warn
 from torch import nn
+from typing_extensions import override
 
 from lightning_embinit.callbacks.loggers import log_scalars
 from lightning_embinit.callbacks.summary import MONITORS
@@ -163,6 +164,7 @@ class InitialLossMonitor(Callback):
         self.predicted_model = predict(length=length) if takes_length and length is not None else predict()
 
     # ------------------------------------------------------------------ hooks
+    @override
     def on_train_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         tracking = len(self.step_losses) < self.track_steps and trainer.global_step == len(self.step_losses)
         self._active = tracking and (self.init_loss is not None or trainer.global_step == 0)
@@ -172,6 +174,7 @@ class InitialLossMonitor(Callback):
         self._resolve(pl_module)
         self._predict = self.init_loss is None
 
+    @override
     def on_train_batch_start(
         self, trainer: L.Trainer, pl_module: L.LightningModule, batch: Any, batch_idx: int
     ) -> None:
@@ -180,6 +183,7 @@ class InitialLossMonitor(Callback):
             self._predict = False
             self._predictions(pl_module, batch)
 
+    @override
     def on_train_batch_end(
         self, trainer: L.Trainer, pl_module: L.LightningModule, outputs: Any, batch: Any, batch_idx: int
     ) -> None:
@@ -255,6 +259,7 @@ class InitialLossMonitor(Callback):
         )
 
     # ------------------------------------------------------------------ checkpointing
+    @override
     def state_dict(self) -> dict[str, Any]:
         return {
             "init_loss": self.init_loss,
@@ -265,6 +270,7 @@ class InitialLossMonitor(Callback):
             "warned": self._warned,
         }
 
+    @override
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
         self.init_loss = state_dict["init_loss"]
         self.ln_vocab = state_dict["ln_vocab"]

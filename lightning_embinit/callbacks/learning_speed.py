@@ -13,6 +13,7 @@ from lightning.pytorch.callbacks import Callback
 from lightning.pytorch.trainer.states import TrainerFn
 from lightning.pytorch.utilities import rank_zero_info, rank_zero_warn
 from lightning.pytorch.utilities.data import extract_batch_size
+from typing_extensions import override
 
 from lightning_embinit.callbacks.loggers import log_scalars
 from lightning_embinit.callbacks.summary import MONITORS
@@ -75,6 +76,7 @@ class LearningSpeedMonitor(Callback):
         self._world_size = 1
         self._last_step: int | None = None
 
+    @override
     @property
     def state_key(self) -> str:
         return self._generate_state_key(monitor=self.monitor, threshold=self.tracker.threshold, mode=self.tracker.mode)
@@ -140,16 +142,19 @@ class LearningSpeedMonitor(Callback):
             log_scalars(trainer, scalars, step)
 
     # ------------------------------------------------------------------ hooks
+    @override
     def setup(self, trainer: L.Trainer, pl_module: L.LightningModule, stage: str) -> None:
         if stage == "fit":
             # a new fit counts from zero; Lightning restores a resumed run's count after setup (load_state_dict)
             self.tracker.reset()
             self.examples_seen, self._pending, self._last_step = 0, 0, None
 
+    @override
     def on_train_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         self._world_size = trainer.world_size
         self._pending = 0
 
+    @override
     def on_train_batch_end(
         self, trainer: L.Trainer, pl_module: L.LightningModule, outputs: Any, batch: Any, batch_idx: int
     ) -> None:
@@ -161,14 +166,17 @@ class LearningSpeedMonitor(Callback):
         if step > 0 and step % every == 0 and step != self._last_step:
             self._point(trainer, pl_module)
 
+    @override
     def on_train_epoch_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         examples, _ = self._sum_over_ranks(trainer, pl_module, None)
         self.examples_seen += examples
 
+    @override
     def on_validation_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         if self.check_on == "validation" and trainer.state.fn == TrainerFn.FITTING and not trainer.sanity_checking:
             self._point(trainer, pl_module)
 
+    @override
     def on_train_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         if self.tracker.points == 0:
             rank_zero_warn(
@@ -178,6 +186,7 @@ class LearningSpeedMonitor(Callback):
             )
 
     # ------------------------------------------------------------------ checkpointing
+    @override
     def state_dict(self) -> dict[str, Any]:
         # examples since the last sum over ranks are counted on every rank alike (equal batch sizes, as a
         # DistributedSampler makes them); checkpoints written at epoch or validation end have none pending
@@ -187,6 +196,7 @@ class LearningSpeedMonitor(Callback):
             "last_step": self._last_step,
         }
 
+    @override
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
         self.examples_seen = int(state_dict["examples_seen"])
         self._pending = 0

@@ -15,6 +15,7 @@ import lightning as L
 import torch
 from lightning.pytorch.callbacks import Callback
 from lightning.pytorch.utilities import rank_zero_info
+from typing_extensions import override
 
 from lightning_embinit.callbacks.loggers import figure_loggers, log_figure, log_scalars
 from lightning_embinit.callbacks.strategies import tables_ready
@@ -148,6 +149,7 @@ class LexicalProbe(Callback):
             self._test_words = probe_words(self.analogies, self.similarity, encoding=self.encoding)
         return self._test_words
 
+    @override
     @property
     def state_key(self) -> str:
         return self._generate_state_key(slot=self.slot, prefix=self.prefix)
@@ -172,6 +174,7 @@ class LexicalProbe(Callback):
         self.probed_slot = chosen.name
         return chosen
 
+    @override
     def setup(self, trainer: L.Trainer, pl_module: L.LightningModule, stage: str) -> None:
         if stage != "fit":
             return
@@ -272,14 +275,18 @@ class LexicalProbe(Callback):
         figure = pca_scatter(panels, words, title=f"slot {slot.name!r}, train {when} (step {step})")
         log_figure(trainer, f"{self.prefix}/{slot.name}/pca_{when}", figure, step)
 
+    @override
     def on_train_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         self._record(trainer, pl_module, "start")
 
+    @override
     def on_train_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         self._record(trainer, pl_module, "end")
 
+    @override
     def state_dict(self) -> dict[str, Any]:
         return {"results": self.results}
 
+    @override
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
         self.results = dict(state_dict.get("results", {}))

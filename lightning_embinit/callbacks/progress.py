@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import lightning as L
 from lightning.pytorch.callbacks import RichProgressBar
+from typing_extensions import override
 
 
 def step_budgeted(trainer: L.Trainer) -> bool:
@@ -27,10 +28,12 @@ class StepBudgetProgressBar(RichProgressBar):
         if step_budgeted(trainer) and self.progress is not None and self.train_progress_bar_id is not None:
             self.progress.update(self.train_progress_bar_id, description=self.train_title(trainer))
 
+    @override
     def on_train_epoch_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         super().on_train_epoch_start(trainer, pl_module)
         self._retitle(trainer)
 
+    @override
     def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:  # noqa: ANN001
         super().on_train_batch_end(trainer, pl_module, outputs, batch, batch_idx)
         self._retitle(trainer)

@@ -16,6 +16,7 @@ import lightning as L
 import torch
 from lightning.pytorch.callbacks import Callback
 from lightning.pytorch.utilities import rank_zero_warn
+from typing_extensions import override
 
 from lightning_embinit.callbacks.loggers import figure_loggers, log_figure, log_scalars
 from lightning_embinit.callbacks.strategies import tables_ready
@@ -100,10 +101,12 @@ class EmbeddingVarianceMonitor(Callback):
         self.latest_step: int | None = None
         self._warned = False
 
+    @override
     @property
     def state_key(self) -> str:
         return self._generate_state_key(slots=self.slot_names, prefix=self.prefix)
 
+    @override
     def setup(self, trainer: L.Trainer, pl_module: L.LightningModule, stage: str) -> None:
         if stage == "fit":
             tables_ready(
@@ -189,9 +192,11 @@ class EmbeddingVarianceMonitor(Callback):
         log_figure(trainer, tag, value_histogram(scaled, positional, title=title), step)
 
     # ------------------------------------------------------------------ hooks
+    @override
     def on_train_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         self._record(trainer, pl_module, "start")
 
+    @override
     def on_train_batch_end(
         self, trainer: L.Trainer, pl_module: L.LightningModule, outputs: Any, batch: Any, batch_idx: int
     ) -> None:
@@ -200,13 +205,16 @@ class EmbeddingVarianceMonitor(Callback):
             return
         self._record(trainer, pl_module, "step")
 
+    @override
     def on_train_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         self._record(trainer, pl_module, "end")
 
     # ------------------------------------------------------------------ checkpointing
+    @override
     def state_dict(self) -> dict[str, Any]:
         return {"start": self.start, "latest": self.latest, "latest_step": self.latest_step, "warned": self._warned}
 
+    @override
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
         self.start = state_dict.get("start")
         self.latest = state_dict.get("latest")

@@ -116,6 +116,13 @@ class VocabularyExtensionCallback(FitOnceCallback):
         self.added: dict[str, torch.Tensor] = {}
         self._frozen: dict[str, list[torch.nn.Parameter]] = {}
 
+    summary_key = "vocabulary_extension"
+    """Studies record :meth:`summary` under this key (``PublishesSummary``)."""
+
+    def summary(self) -> dict[str, dict[str, Any]]:
+        """The extension report per slot (``reports``)."""
+        return self.reports
+
     @override
     def __getstate__(self) -> dict[str, Any]:
         return {**super().__getstate__(), "_frozen": {}}

@@ -17,6 +17,7 @@ import lightning
 import torch
 from lightning.pytorch import LightningModule, Trainer
 from lightning.pytorch.callbacks import Callback
+from typing_extensions import override
 
 from lightning_embinit.callbacks.summary import MONITORS, PublishesSummary
 from lightning_embinit.studies.spec import package_version
@@ -158,12 +159,15 @@ class EpochClock(Callback):
         self._started: float | None = None
         self._batches = 0
 
+    @override
     def on_train_epoch_start(self, trainer: Trainer, pl_module: LightningModule) -> None:
         self._started, self._batches = time.perf_counter(), 0
 
+    @override
     def on_train_batch_end(self, trainer: Trainer, *args: Any) -> None:
         self._batches += 1
 
+    @override
     def on_train_epoch_end(self, trainer: Trainer, pl_module: LightningModule) -> None:
         if self._started is not None:
             expected = trainer.num_training_batches
