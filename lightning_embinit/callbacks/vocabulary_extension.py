@@ -361,7 +361,7 @@ def _index(tokens: Sequence[str], token: str, slot: str, what: str) -> int:
 def _tokenizer_object(spec: Any) -> Any:
     """An ``old_tokenizer=`` given as a saved tokenizer (``.json``), a directory or ``hf:<name>``, loaded."""
     if isinstance(spec, (str, os.PathLike)):
-        from lightning_embinit.data.tokenization import build_tokenizer
+        from lightning_embinit.text.tokenization import build_tokenizer
 
         return build_tokenizer(os.fspath(spec))
     return spec

@@ -1,7 +1,7 @@
 """Sub-word tokenizers on the Hugging Face ``tokenizers`` backend: trained WordPiece and pretrained.
 
-See :mod:`lightning_embinit.data.tokenization` for the three kinds; the interface is
-:class:`~lightning_embinit.data.text_tokenizer.TextTokenizer`, whose ``wordpiece`` and ``pretrained``
+See :mod:`lightning_embinit.text.tokenization` for the three kinds; the interface is
+:class:`~lightning_embinit.text.text_tokenizer.TextTokenizer`, whose ``wordpiece`` and ``pretrained``
 constructors reach these classes by their registered kind.
 """
 
@@ -17,7 +17,7 @@ from typing import Any
 import numpy as np
 from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers, trainers
 
-from lightning_embinit.data.text_tokenizer import (
+from lightning_embinit.text.text_tokenizer import (
     ADDED_TOKENS,
     CONFIG_VERSION,
     EXTRA_ROLES,
