@@ -1,4 +1,4 @@
-"""Length-bucketed batches with dynamic padding, sharded across DDP ranks (issues 8 and 10).
+"""Length-bucketed batches, sharded across DDP ranks (issues 8 and 10); :mod:`lightning_embinit.text.batches` pads them.
 
 :class:`BucketBatchSampler` forms the batches of *all* ranks identically in every process (same
 seed, same epoch), then hands rank ``r`` of ``W`` every ``W``-th batch:
