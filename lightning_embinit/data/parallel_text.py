@@ -1,5 +1,4 @@
-"""Reading task text: aligned parallel files, labelled column files (TSV, CSV, JSON lines), and Hugging Face
-``datasets``.
+"""Reading task text: aligned parallel files, labelled column files and Hugging Face ``datasets``.
 
 Every reader raises a :class:`ValueError` that names the file (and what was expected) before any
 tokenizing or training: missing files, parallel files of different lengths, empty files, missing
@@ -79,8 +78,7 @@ def column_format(path: str, file_format: str | None) -> str:
 
 @dataclass(frozen=True)
 class TextColumns:
-    """The columns of a labelled column file or dataset split by name, and the line of the file each row starts on
-    (None: rows of a dataset)."""
+    """A column file's (or dataset split's) columns by name, and the file line each row starts on (None: a dataset)."""
 
     columns: dict[str, list[Any]]
     lines: list[int] | None = None

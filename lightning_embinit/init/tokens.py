@@ -122,7 +122,7 @@ def _vocabulary_of(holder: Any, slot: str, what: str) -> Vocabulary | None:
         else:
             special_for = getattr(holder, "special_tokens_for", None)
             special = (special_for(slot) if callable(special_for) else None) or {}
-            return _loaded(value, origin, special)
+            return _vocabulary(load_tokens(value, what=f"{origin}: ").tokens, origin, special)
     value = getattr(holder, "vocabulary", None)
     if value is None or callable(value):
         if refused is not None:
@@ -131,12 +131,8 @@ def _vocabulary_of(holder: Any, slot: str, what: str) -> Vocabulary | None:
                 "datamodule knows, or pass EmbeddingInitCallback(tokens={slot: ...})"
             )
         return None
-    return _loaded(value, f"{what}.vocabulary", getattr(holder, "special_tokens", None))
-
-
-def _loaded(value: TokenSpec, origin: str, special: Any) -> Vocabulary:
-    """``value`` loaded, from ``origin``, with the special tokens ``special`` names (not the loaded ones)."""
-    return _vocabulary(load_tokens(value, what=f"{origin}: ").tokens, origin, special)
+    origin = f"{what}.vocabulary"
+    return _vocabulary(load_tokens(value, what=f"{origin}: ").tokens, origin, getattr(holder, "special_tokens", None))
 
 
 def corpus_for_slot(datamodule: Any, slot: str) -> Callable[[], Iterable[Sequence[str]]] | None:

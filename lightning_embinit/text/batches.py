@@ -1,10 +1,6 @@
-"""Token ids in memory and in batches, shared by the datamodules and the systems' own inference.
-
-:class:`Ragged` holds integer sequences of different lengths in one flat array; :func:`pad_sequences` pads a
-batch; :class:`LabelledDataset` and :class:`ClassificationCollator` assemble classification inputs
-(``[cls]? a [sep] b`` or a pretrained tokenizer's layout) from ragged ids, as
-:class:`~lightning_embinit.data.ClassificationDataModule` and ``TransformerClassifier.classify`` do.
-"""
+"""Token ids in memory and in batches, shared by the datamodules and the systems' own inference: :class:`Ragged`
+ids, :func:`pad_sequences`, and classification inputs (``[cls]? a [sep] b`` or a pretrained tokenizer's layout)
+assembled from them (:class:`LabelledDataset`, :class:`ClassificationCollator`)."""
 
 from __future__ import annotations
 

@@ -58,7 +58,6 @@ WORDPIECE_TOKENS = {
     "sep": "[SEP]",
     "mask": "[MASK]",
 }
-ADDED_TOKENS = SPECIAL_TOKENS  # what a pretrained tokenizer lacking a required role gets: the word-level tokens
 ROLE_FALLBACKS = {"bos": ("bos", "cls"), "eos": ("eos", "sep"), "pad": ("pad",), "unk": ("unk",)}
 CONFIG_VERSION = 1
 

@@ -137,11 +137,8 @@ def load_vocabulary(
         kwargs["subfolder"] = subfolder
     tokenizer = AutoTokenizer.from_pretrained(source, **kwargs)
     vocabulary = dict(tokenizer.get_vocab())
-    special = {}
-    for role in SPECIAL_ROLES:
-        token = getattr(tokenizer, f"{role}_token", None)
-        if isinstance(token, str) and token in vocabulary:
-            special[role] = token
+    named = {role: getattr(tokenizer, f"{role}_token", None) for role in SPECIAL_ROLES}
+    special = {role: token for role, token in named.items() if isinstance(token, str) and token in vocabulary}
     return vocabulary, special, tokenizer
 
 
