@@ -33,9 +33,9 @@ from flops import gemm_ceiling, measure_training_flops, print_utilization
 from timing import alternate, print_throughput
 from torch import nn
 
-from lightning_embinit.data.tokenization import TextTokenizer
 from lightning_embinit.models import TransformerClassifier
 from lightning_embinit.modules.inputs import EmbeddingInput
+from lightning_embinit.text.tokenization import TextTokenizer
 
 SIZES = {
     "k": {"d_model": 512, "num_heads": 8, "num_layers": 3, "ffn_dim": 2048},

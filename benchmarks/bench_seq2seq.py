@@ -185,7 +185,7 @@ def _batches(src_tok, tgt_tok, de: list[str], en: list[str], batch_size: int, ma
 
 
 def epoch(args: argparse.Namespace) -> None:
-    from lightning_embinit.data.tokenization import TextTokenizer
+    from lightning_embinit.text.tokenization import TextTokenizer
 
     de, en = multi30k("train", "de", args.examples), multi30k("train", "en", args.examples)
     src_tok = TextTokenizer.wordpiece(de, vocab_size=args.vocab_size)
@@ -253,7 +253,7 @@ def naive_greedy(model, src: torch.Tensor, max_len: int) -> list[int]:
 
 
 def decoding(args: argparse.Namespace) -> None:
-    from lightning_embinit.data.tokenization import TextTokenizer
+    from lightning_embinit.text.tokenization import TextTokenizer
 
     if args.checkpoint:
         model = _load_checkpoint(args.checkpoint)

@@ -33,7 +33,7 @@ import torch
 
 from lightning_embinit import TiedEmbeddingLM, extend_vocabulary
 from lightning_embinit.data.lm import lee_corpus_paths, pack, read_lines
-from lightning_embinit.data.tokenization import TextTokenizer
+from lightning_embinit.text.tokenization import TextTokenizer
 
 RULES = ("pieces", "mean_cov", "mean", "normal:0.02", "torch_default")
 LABELS = {"mean_cov": "mean_cov (Hugging Face)", "torch_default": "torch_default, N(0, 1)"}

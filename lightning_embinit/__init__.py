@@ -32,7 +32,7 @@ _LAZY = {
     "LanguageModelDataModule": "lightning_embinit.data",
     "TranslationDataModule": "lightning_embinit.data",
     "ClassificationDataModule": "lightning_embinit.data",
-    "TextTokenizer": "lightning_embinit.data",
+    "TextTokenizer": "lightning_embinit.text",
 }
 
 __all__ = ["EmbeddingHost", "EmbeddingSlot", "InitRecipe", "initialize_embeddings", *_LAZY]

@@ -31,10 +31,10 @@ from lightning.pytorch.cli import LightningArgumentParser, LightningCLI
 
 from lightning_embinit.callbacks.lightning_internals import LightningInternalsWarning
 from lightning_embinit.callbacks.progress import StepBudgetProgressBar
-from lightning_embinit.data.vocabulary import Vocabulary
 from lightning_embinit.init.sources.checkpoint_file import load_checkpoint_file
 from lightning_embinit.init.sources.vector_cache import CacheUnavailable, warn_cache_unavailable, writable_cache_dir
 from lightning_embinit.models.module import EmbinitModule, class_from_path
+from lightning_embinit.vocabulary import Vocabulary
 
 DATA_TO_MODEL_LINKS = (
     ("vocabulary", "vocabulary"),
@@ -229,7 +229,7 @@ def _vocabulary_file(ckpt_path: str, name: str, vocabulary: list[str]) -> str:
 
 def _tokenizer_file(ckpt_path: str, name: str, config: dict[str, Any]) -> str:
     """The checkpoint's tokenizer as a saved config, which the datamodule reads as its tokenizer spec."""
-    from lightning_embinit.data.tokenization import TextTokenizer
+    from lightning_embinit.text.tokenization import TextTokenizer
 
     path = _checkpoint_file(ckpt_path, name, ".json")
     if not path.exists():

@@ -13,7 +13,7 @@ from lightning_embinit.init.projection import fit_projection, random_orthogonal_
 from lightning_embinit.init.sources import SourceRequest
 from lightning_embinit.init.sources.alignment import AlignmentOptions, align_to_slot
 from lightning_embinit.init.sources.matching import match_tokens
-from lightning_embinit.init.sources.pretrained import ArrayTable, PretrainedSource
+from lightning_embinit.init.sources.pretrained import ArrayVectorSet, PretrainedSource
 from lightning_embinit.init.statistics import matrix_statistics
 from tests.shared_data import require_shared_data
 
@@ -22,7 +22,7 @@ SPECIALS = {"pad": "<pad>", "unk": "<unk>", "bos": "<bos>", "eos": "<eos>"}
 
 def make_table(tokens, dim=4, special=None, seed=0):
     matrix = torch.randn(len(tokens), dim, generator=torch.Generator().manual_seed(seed))
-    return ArrayTable(tokens=list(tokens), matrix=matrix, description="test table", special_tokens=special or {})
+    return ArrayVectorSet(tokens=list(tokens), matrix=matrix, description="test table", special_tokens=special or {})
 
 
 def make_request(tokens, dim=4, seed=0, corpus=None, specials=SPECIALS):
@@ -54,7 +54,7 @@ def glove_table():
             parts = line.rstrip("\n").split(" ")
             tokens.append(parts[0])
             rows.append([float(v) for v in parts[1:]])
-    return ArrayTable(tokens=tokens, matrix=torch.tensor(rows, dtype=torch.float32), description="glove subset")
+    return ArrayVectorSet(tokens=tokens, matrix=torch.tensor(rows, dtype=torch.float32), description="glove subset")
 
 
 def test_exact_rows_are_copied_and_provenance_recorded(glove_table):
@@ -229,7 +229,7 @@ def test_random_orthogonal_matrix_shapes():
 
 
 def test_oov_statistics_count_each_found_slot_row():
-    table = ArrayTable(["a", "b"], torch.tensor([[0.0, 0.0], [3.0, 3.0]]), "two rows")
+    table = ArrayVectorSet(["a", "b"], torch.tensor([[0.0, 0.0], [3.0, 3.0]]), "two rows")
     built = align(table, ["a", "A", "b", "zz"], dim=2, oov="mean")
     assert built.weight[3].tolist() == [1.0, 1.0]  # (0 + 0 + 3) / 3: "a" is used twice
     assert built.weight[:3].tolist() == [[0, 0], [0, 0], [3, 3]]
@@ -242,16 +242,13 @@ def test_case_insensitive_match_takes_the_first_source_row_whatever_the_lookup_o
     matrix = torch.arange(3, dtype=torch.float32).unsqueeze(1)
     for order in permutations(range(3)):  # a tokenizer's get_vocab() order varies between processes
         index = {tokens[row]: row for row in order}
-        table = ArrayTable(tokens=tokens, matrix=matrix, description="cased", index=index)
+        table = ArrayVectorSet(tokens=tokens, matrix=matrix, description="cased", index=index)
         built = align(table, ["pARIS", "paris"], dim=1)
         assert built.weight.flatten().tolist() == [0.0, 0.0], order
         assert built.coverage.by_rule == {"lower": 2}
 
 
-def test_the_former_module_path_still_imports_the_same_objects():
-    from lightning_embinit.init import alignment as former
-    from lightning_embinit.init.sources import alignment, base, matching
+def test_the_fallback_rules_run_in_their_documented_order():
+    from lightning_embinit.init.sources import matching
 
-    assert former.AlignmentOptions is alignment.AlignmentOptions and former.align_to_slot is alignment.align_to_slot
-    assert former.match_tokens is matching.match_tokens and former.VectorTable is base.VectorTable
-    assert former.FALLBACK_RULES == ("special", "lower", "wordpiece", "sentencepiece", "pieces", "ngrams")
+    assert matching.FALLBACK_RULES == ("special", "lower", "wordpiece", "sentencepiece", "pieces", "ngrams")

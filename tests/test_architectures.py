@@ -30,7 +30,7 @@ from lightning_embinit.models import (
     TransformerClassifier,
     TransformerSeq2Seq,
 )
-from lightning_embinit.modules.vocabulary import TokenVocabulary
+from lightning_embinit.vocabulary import Vocabulary
 
 VOCAB = 24
 SMALL = {"d_model": 32, "num_heads": 4, "ffn_dim": 64, "dropout": 0.0, "max_len": 32}
@@ -181,8 +181,8 @@ def test_a_decoder_side_without_its_special_ids_is_refused_with_the_missing_role
     with pytest.raises(
         ValueError, match=r"EncoderDecoder's target side needs the special-token ids \['pad', 'bos', 'eos'\]"
     ):
-        EncoderDecoder(config, VOCAB, TokenVocabulary(VOCAB))
+        EncoderDecoder(config, VOCAB, Vocabulary.sized(VOCAB))
     tokens = ["<pad>", "<unk>", "<bos>", "<eos>", *(f"w{i}" for i in range(VOCAB - 4))]
-    model = EncoderDecoder(config, TokenVocabulary.from_tokens(tokens), TokenVocabulary.from_tokens(tokens))
+    model = EncoderDecoder(config, Vocabulary.from_tokens(tokens), Vocabulary.from_tokens(tokens))
     assert (model.pad_id, model.bos_id, model.eos_id) == (0, 2, 3)
     assert list(model.embedding_slots()["src"].tokens) == tokens

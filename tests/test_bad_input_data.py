@@ -9,7 +9,7 @@ import json
 import pytest
 
 from lightning_embinit.data import ClassificationDataModule, TranslationDataModule
-from lightning_embinit.data.tokenization import TextTokenizer, build_tokenizer
+from lightning_embinit.text.tokenization import TextTokenizer, build_tokenizer
 
 SENTENCES = ["a dog runs .", "the cat sleeps .", "a dog sleeps .", "the cat runs ."]
 

@@ -11,7 +11,6 @@ import pytest
 import torch
 
 from lightning_embinit.architectures import EncoderClassifierConfig, ReinforcedEncoderDecoderConfig
-from lightning_embinit.data.tokenization import TextTokenizer
 from lightning_embinit.diagnostics import lexical_probe
 from lightning_embinit.init.sources import SourceRequest, resolve_source
 from lightning_embinit.inspect_cli import main as inspect_main
@@ -22,6 +21,7 @@ from lightning_embinit.models import (
     TransformerSeq2Seq,
 )
 from lightning_embinit.models.optimization import OptimizerConfig
+from lightning_embinit.text.tokenization import TextTokenizer
 
 SENTENCES = ["a dog runs .", "the cat sleeps .", "a dog sleeps .", "the cat runs ."]
 SMALL = {"d_model": 8, "num_heads": 2, "num_encoder_layers": 1, "num_decoder_layers": 1, "ffn_dim": 8, "max_len": 16}

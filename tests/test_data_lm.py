@@ -5,7 +5,9 @@ import gzip
 import pytest
 import torch
 
-from lightning_embinit.data import SPECIAL_TOKENS, LanguageModelDataModule, Vocabulary, WordTokenizer
+from lightning_embinit.data import LanguageModelDataModule
+from lightning_embinit.text import WordTokenizer
+from lightning_embinit.vocabulary import SPECIAL_TOKENS, Vocabulary
 
 TEXT = [
     "The cat sat on the mat.",

@@ -7,8 +7,8 @@ from collections import Counter
 
 import pytest
 
-from lightning_embinit.data import WordTokenizer
-from lightning_embinit.data.tokenization import TextTokenizer, build_tokenizer
+from lightning_embinit.text import WordTokenizer
+from lightning_embinit.text.tokenization import TextTokenizer, build_tokenizer
 from tests.shared_data import require_shared_data
 
 

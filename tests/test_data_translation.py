@@ -11,10 +11,11 @@ import numpy as np
 import pytest
 import torch
 
-from lightning_embinit.data import TranslationDataModule, WordTokenizer
+from lightning_embinit.data import TranslationDataModule
 from lightning_embinit.data.batching import BucketBatchSampler, EpochSampler
 from lightning_embinit.data.text_cache import cache_file, clear_memory_cache
-from lightning_embinit.data.tokenization import TextTokenizer, WordLevelTokenizer
+from lightning_embinit.text import WordTokenizer
+from lightning_embinit.text.tokenization import TextTokenizer, WordLevelTokenizer
 from tests.shared_data import require_shared_data
 
 SLICE = 1500

@@ -20,7 +20,7 @@ PACKAGE = Path(__file__).resolve().parent.parent / "lightning_embinit"
 NAME = PACKAGE.name
 
 FLOORS: list[tuple[str, tuple[str, ...]]] = [
-    ("argument checks, text files", ("checks", "text_files")),
+    ("argument checks, text files, the vocabulary", ("checks", "text_files", "vocabulary")),
     (
         "init core",
         (
@@ -38,6 +38,7 @@ FLOORS: list[tuple[str, tuple[str, ...]]] = [
     ("diagnostics", ("diagnostics",)),
     ("building blocks", ("modules",)),
     ("architectures", ("architectures",)),
+    ("tokenizers and batches", ("text",)),
     ("data", ("data",)),
     ("Lightning systems", ("models",)),
     ("callbacks", ("callbacks",)),
@@ -165,6 +166,16 @@ def test_no_module_imports_from_a_floor_above_its_own():
     assert dict(back_arrows) == {}
 
 
+def test_the_systems_import_nothing_from_the_datamodules():
+    """``models/`` and ``data/`` both build on ``text/``; a system never needs a datamodule's code."""
+    from_data = {
+        name: sorted(t for t in targets if t == f"{NAME}.data" or t.startswith(f"{NAME}.data."))
+        for name, targets in IMPORTS.items()
+        if name.startswith(f"{NAME}.models")
+    }
+    assert {name: targets for name, targets in from_data.items() if targets} == {}
+
+
 def test_the_floor_table_knows_every_module():
     unplaced = [name for name in MODULES if name != NAME and name not in FACADES and _declared_floor(name) is None]
     assert unplaced == []
@@ -191,6 +202,8 @@ def test_no_function_over_60_lines_and_no_module_over_400():
         "lightning_embinit.architectures",
         "lightning_embinit.init",
         "lightning_embinit.diagnostics",
+        "lightning_embinit.text",
+        "lightning_embinit.vocabulary",
     ],
 )
 def test_the_torch_only_layers_import_no_lightning(module):

@@ -11,7 +11,7 @@ import torch
 from lightning_embinit.architectures import CausalLM, CausalLMConfig
 from lightning_embinit.diagnostics.initial_loss import tied_initial_loss
 from lightning_embinit.diagnostics.inspect import inspection
-from lightning_embinit.modules.vocabulary import TokenVocabulary
+from lightning_embinit.vocabulary import Vocabulary
 
 N, D = 400, 64
 
@@ -42,7 +42,7 @@ def test_iid_rows_probe_matches_spec_3(seed):
 def test_identical_rows_make_a_uniform_start():
     """Every row but pad's the same vector w: every such logit is the same z = LN(√d·w)·w > 0 and the pad row's is
     0, so the loss against any ordinary target is ln(n − 1 + e^(−z)) — a hand computation."""
-    model = tied_lm(TokenVocabulary.numbered(N), positional="none")
+    model = tied_lm(Vocabulary.numbered(N), positional="none")
     assert model.padding_idx == 0
     w = torch.randn(D, generator=torch.Generator().manual_seed(3)) / math.sqrt(D)
     fill(model, w.expand(N, D).clone())

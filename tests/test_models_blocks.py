@@ -160,8 +160,8 @@ def test_embedding_input_is_scaled_lookup_plus_positional_rows_at_an_offset():
 
 
 def test_one_vocabulary_resolver_names_each_models_arguments():
-    from lightning_embinit.data.tokenization import TextTokenizer
     from lightning_embinit.models.vocabularies import resolve_tokenizer
+    from lightning_embinit.text.tokenization import TextTokenizer
 
     tokenizer = TextTokenizer.word(["a man runs", "a dog runs"], min_freq=1)
     resolved, size = resolve_tokenizer(tokenizer.to_config(), None)

@@ -15,9 +15,9 @@ from lightning.pytorch.loggers import CSVLogger
 from torch.utils.data import DataLoader, TensorDataset
 
 from lightning_embinit.data import ClassificationDataModule
-from lightning_embinit.data.tokenization import TextTokenizer
 from lightning_embinit.init import EmbeddingHost
 from lightning_embinit.models import TransformerClassifier, preset_arguments
+from lightning_embinit.text.tokenization import TextTokenizer
 from tests.example_configs import flat_init_args
 from tests.shared_data import require_shared_data
 

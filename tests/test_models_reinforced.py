@@ -3,11 +3,11 @@
 import pytest
 import torch
 
-from lightning_embinit.data.tokenization import TextTokenizer
 from lightning_embinit.init.positional import sinusoidal_encoding
 from lightning_embinit.models import ReinforcedTransformerSeq2Seq, token_normalize
 from lightning_embinit.models.optimization import noam_peak_lr
 from lightning_embinit.modules.token_normalization import causal_token_normalize
+from lightning_embinit.text.tokenization import TextTokenizer
 from tests.translation_helpers import TINY_REINFORCED, multi30k_data, multi30k_lines, tokenizer_configs, trainer
 
 PAD = torch.tensor([[False] * 6, [False] * 4 + [True] * 2, [False] + [True] * 5])

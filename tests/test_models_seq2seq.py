@@ -10,7 +10,6 @@ import yaml
 from lightning.pytorch.loggers import CSVLogger
 
 from lightning_embinit import EmbeddingInitCallback
-from lightning_embinit.data.tokenization import TextTokenizer
 from lightning_embinit.init import EmbeddingHost
 from lightning_embinit.models import (
     PRESETS,
@@ -19,6 +18,7 @@ from lightning_embinit.models import (
     preset_arguments,
 )
 from lightning_embinit.models.optimization import noam_peak_lr
+from lightning_embinit.text.tokenization import TextTokenizer
 from tests.example_configs import flat_init_args
 from tests.shared_data import require_shared_data
 from tests.translation_helpers import TINY, TINY_REINFORCED, multi30k_data, multi30k_lines, tokenizer_configs, trainer

@@ -9,10 +9,11 @@ import pytest
 from lightning.pytorch import LightningDataModule, LightningModule
 
 from lightning_embinit import cli
-from lightning_embinit.data import LanguageModelDataModule, Vocabulary
+from lightning_embinit.data import LanguageModelDataModule
 from lightning_embinit.models import TiedEmbeddingLM
 from lightning_embinit.quickstart import LEGEND, format_table, main, run
 from lightning_embinit.studies import read_records
+from lightning_embinit.vocabulary import Vocabulary
 
 CONFIG = Path(__file__).resolve().parent.parent / "examples" / "configs" / "tied_lm.yaml"
 

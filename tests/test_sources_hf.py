@@ -16,7 +16,7 @@ import torch
 from safetensors.torch import load_file, save_file
 
 from lightning_embinit.init.sources import SourceRequest, resolve_source
-from lightning_embinit.init.sources.hf import HFOptions, open_hf_table
+from lightning_embinit.init.sources.hf import HFOptions, open_hf_vectors
 from lightning_embinit.init.sources.hf_weights import (
     SAFETENSORS_INDEX,
     find_embedding_key,
@@ -172,7 +172,7 @@ def test_tiny_bert_extraction_equals_automodel(tiny_bert):
         ]
     )
     assert torch.equal(built.weight, expected)
-    table = open_hf_table("hf", directory, (directory,), HFOptions())
+    table = open_hf_vectors("hf", directory, (directory,), HFOptions())
     assert torch.equal(table.tensor.read(), reference)
 
 
@@ -188,7 +188,7 @@ def test_sharded_checkpoint_reads_only_the_embedding_shard(tmp_path):
     with open(os.path.join(directory, SAFETENSORS_INDEX)) as handle:
         weight_map = json.load(handle)["weight_map"]
     assert len(set(weight_map.values())) >= 2
-    table = open_hf_table("hf", directory, (directory,), HFOptions())
+    table = open_hf_vectors("hf", directory, (directory,), HFOptions())
     assert os.path.basename(table.tensor.path) == weight_map["embeddings.word_embeddings.weight"]
     assert torch.equal(table.tensor.read(), reference_embedding(directory))
     tokens, _ = vocabulary_from(tokenizer, SENTENCES)
@@ -205,7 +205,7 @@ def test_pytorch_model_bin_fallback_with_prefixed_keys(tmp_path, tiny_bert):
     model, tokenizer = save_bert(directory, model_class="BertForMaskedLM")
     os.remove(os.path.join(directory, "model.safetensors"))
     torch.save(model.state_dict(), os.path.join(directory, "pytorch_model.bin"))
-    table = open_hf_table("hf", directory, (directory,), HFOptions())
+    table = open_hf_vectors("hf", directory, (directory,), HFOptions())
     assert table.tensor.key == "bert.embeddings.word_embeddings.weight"
     assert torch.equal(table.tensor.read([7, 3, 7]), model.bert.embeddings.word_embeddings.weight.detach()[[7, 3, 7]])
     built = resolve_source(f"hf:{directory}").build(request_for(["the", "dog"], 16))
@@ -221,7 +221,7 @@ def test_tiny_t5_shared_embedding_and_sentencepiece_fallback(tiny_t5):
     tokens, _ = vocabulary_from(tokenizer, SENTENCES, slot_specials)
     tokens.append("street")  # a plain word matches "▁street"
     reference = reference_embedding(directory)
-    table = open_hf_table("t5", directory, (directory,), HFOptions())
+    table = open_hf_vectors("t5", directory, (directory,), HFOptions())
     assert table.tensor.key == "shared.weight" and table.tensor.shape == tuple(reference.shape)
     built = resolve_source(f"hf:{directory}").build(request_for(tokens, 16, slot_specials))
     vocab = tokenizer.get_vocab()
@@ -325,7 +325,7 @@ def test_sharded_t5_extraction_equals_get_input_embeddings(tmp_path, tiny_t5):
     tokenizer.save_pretrained(sharded)
     with open(os.path.join(sharded, SAFETENSORS_INDEX)) as handle:
         assert len(set(json.load(handle)["weight_map"].values())) >= 2
-    table = open_hf_table("hf", sharded, (sharded,), HFOptions())
+    table = open_hf_vectors("hf", sharded, (sharded,), HFOptions())
     reference = model.get_input_embeddings().weight.detach()
     assert table.tensor.key in ("shared.weight", "encoder.embed_tokens.weight")
     assert torch.equal(table.tensor.read(), reference)

@@ -175,7 +175,7 @@ def test_fasttext_bin_with_ngram_fallback(tmp_path):
     assert static.detect_format(str(path)) == "fasttext_bin"
     tokens = ["the", "cat", "cats", "<pad>"]
     built = resolve_source(f"file:{path}").build(request_for(tokens, 8))
-    kv = static.FastTextTable(str(path)).kv
+    kv = static.FastTextVectorSet(str(path)).kv
     assert torch.allclose(built.weight[0], torch.from_numpy(kv["the"]))
     assert torch.allclose(built.weight[2], torch.from_numpy(kv.get_vector("cats")), atol=1e-6)
     assert built.coverage.by_rule == {"exact": 2, "ngrams": 2}

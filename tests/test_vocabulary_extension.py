@@ -8,10 +8,10 @@ import torch
 from torch import nn
 
 from lightning_embinit import TiedEmbeddingLM, TransformerSeq2Seq, extend_vocabulary
-from lightning_embinit.data.tokenization import TextTokenizer
 from lightning_embinit.init import EmbeddingSlot
 from lightning_embinit.init.extension import freeze_old_rows, pin_old_rows, plan_for_module
 from lightning_embinit.init.freezing import freeze_rows
+from lightning_embinit.text.tokenization import TextTokenizer
 
 OLD = ["<pad>", "<unk>", "<bos>", "<eos>", "the", "a", "cat", "dog", "sat", "ran", "mat", "on"]
 NEW_WORDS = ["cats", "catdog", "bird"]

@@ -142,7 +142,7 @@ def test_a_translation_fine_tune_takes_the_old_vocabulary_from_the_checkpoints_t
     from torch.utils.data import DataLoader
 
     from lightning_embinit import TransformerSeq2Seq
-    from lightning_embinit.data.tokenization import TextTokenizer
+    from lightning_embinit.text.tokenization import TextTokenizer
 
     texts = ["a man rides a horse", "a woman reads a book", "two dogs run"] * 3
     src, old_tgt = TextTokenizer.word(texts, min_freq=1), TextTokenizer.word(texts, min_freq=1)

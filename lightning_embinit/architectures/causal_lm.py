@@ -26,7 +26,7 @@ from lightning_embinit.modules.blocks import TransformerStack
 from lightning_embinit.modules.heads import OutputHead
 from lightning_embinit.modules.initialization import init_non_embedding_
 from lightning_embinit.modules.inputs import EmbeddingInput, fill_token_table_
-from lightning_embinit.modules.vocabulary import TokenVocabulary, VocabularyLike
+from lightning_embinit.vocabulary import Vocabulary, VocabularyLike
 
 
 class CausalLM(nn.Module):
@@ -36,7 +36,7 @@ class CausalLM(nn.Module):
     def __init__(self, config: CausalLMConfig, vocab: VocabularyLike) -> None:
         super().__init__()
         self.config = config
-        self.vocab = TokenVocabulary.of(vocab)
+        self.vocab = Vocabulary.of(vocab)
         self.padding_idx = self.vocab.pad_id
         d = config.d_model
         self.input = EmbeddingInput(
@@ -84,7 +84,7 @@ class CausalLM(nn.Module):
         """One slot, ``"tokens"``: the input table, shared with the head unless ``head="untied"``."""
         return {
             "tokens": self.input.slot(
-                "tokens", **self.vocab.slot_options(), tied_modules=("head",) if self.head.is_tied else ()
+                "tokens", **self.vocab.slot_arguments(), tied_modules=("head",) if self.head.is_tied else ()
             )
         }
 
@@ -101,7 +101,7 @@ class CausalLM(nn.Module):
         hidden = self.stack(self.input(input_ids))
         return hidden if self.head.kind == "untied" else self.head.transform(hidden)
 
-    def remap_vocabulary(self, slot: str, vocab: TokenVocabulary, new_id: Callable[[int | None], int | None]) -> None:
+    def remap_vocabulary(self, slot: str, vocab: Vocabulary, new_id: Callable[[int | None], int | None]) -> None:
         """Follow a vocabulary extension of ``slot`` (its tables were rewritten): the vocabulary and padding id."""
         self.vocab = vocab
         self.padding_idx = vocab.pad_id

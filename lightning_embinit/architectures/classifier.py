@@ -25,7 +25,7 @@ from lightning_embinit.init.host import EmbeddingSlot
 from lightning_embinit.modules.blocks import TransformerStack
 from lightning_embinit.modules.initialization import init_non_embedding_
 from lightning_embinit.modules.inputs import EmbeddingInput, fill_token_table_
-from lightning_embinit.modules.vocabulary import TokenVocabulary, VocabularyLike
+from lightning_embinit.vocabulary import Vocabulary, VocabularyLike
 
 
 class EncoderClassifier(nn.Module):
@@ -54,7 +54,7 @@ class EncoderClassifier(nn.Module):
                 "use cls_source='learned' or 'auto'"
             )
         self.config = config
-        self.vocab = TokenVocabulary.of(vocab)
+        self.vocab = Vocabulary.of(vocab)
         self.pad_id = self.vocab.pad_id
         self.cls_id = first_token_id if config.pooling == "cls" and config.cls_source != "learned" else None
         self._first_token_checked = False
@@ -93,13 +93,13 @@ class EncoderClassifier(nn.Module):
 
     def embedding_slots(self) -> dict[str, EmbeddingSlot]:
         """One slot, ``"tokens"``: the token table with its strings, pad row, special tokens, input scale and P."""
-        return {"tokens": self.token_input.slot("tokens", **self.vocab.slot_options())}
+        return {"tokens": self.token_input.slot("tokens", **self.vocab.slot_arguments())}
 
     def vocabulary_outputs(self) -> dict[str, tuple[str, ...]]:
         """No output layer follows the vocabulary (the head predicts classes)."""
         return {}
 
-    def remap_vocabulary(self, slot: str, vocab: TokenVocabulary, new_id: Callable[[int | None], int | None]) -> None:
+    def remap_vocabulary(self, slot: str, vocab: Vocabulary, new_id: Callable[[int | None], int | None]) -> None:
         """Follow a vocabulary extension (the table was rewritten): the vocabulary, pad id and cls id."""
         self.vocab = vocab
         self.pad_id = vocab.pad_id

@@ -24,12 +24,12 @@ from lightning_embinit.modules.decoding import EncoderState
 from lightning_embinit.modules.heads import OutputHead
 from lightning_embinit.modules.initialization import init_non_embedding_
 from lightning_embinit.modules.inputs import EmbeddingInput, fill_token_table_
-from lightning_embinit.modules.vocabulary import TokenVocabulary, VocabularyLike
+from lightning_embinit.vocabulary import Vocabulary, VocabularyLike
 
 
 class Seq2SeqArchitecture(nn.Module, abc.ABC):
-    """An encoder–decoder over a source and a target vocabulary: a :class:`TokenVocabulary`, or a size whose
-    first ids are the package's pad 0, unk 1, bos 2, eos 3 (:meth:`TokenVocabulary.numbered`).
+    """An encoder–decoder over a source and a target vocabulary: a :class:`Vocabulary`, or a size whose
+    first ids are the package's pad 0, unk 1, bos 2, eos 3 (:meth:`Vocabulary.numbered`).
 
     The target side needs ``pad``, ``bos`` and ``eos`` ids (decoding starts at ``bos`` and stops at ``eos``);
     the source side ``pad``. ``config.share_embeddings`` needs one vocabulary for both sides.
@@ -38,8 +38,8 @@ class Seq2SeqArchitecture(nn.Module, abc.ABC):
     def __init__(self, config: Seq2SeqConfig, src_vocab: VocabularyLike, tgt_vocab: VocabularyLike) -> None:
         super().__init__()
         self.config = config
-        self.src_vocab = TokenVocabulary.of(src_vocab, numbered=True)
-        self.tgt_vocab = TokenVocabulary.of(tgt_vocab, numbered=True)
+        self.src_vocab = Vocabulary.of(src_vocab, numbered=True)
+        self.tgt_vocab = Vocabulary.of(tgt_vocab, numbered=True)
         self.src_vocab.require(f"{type(self).__name__}'s source side", "pad")
         self.tgt_vocab.require(f"{type(self).__name__}'s target side", "pad", "bos", "eos")
         if config.share_embeddings and not self.src_vocab.same_tokens(self.tgt_vocab):
@@ -47,7 +47,7 @@ class Seq2SeqArchitecture(nn.Module, abc.ABC):
                 "share_embeddings=True needs one vocabulary for both sides; got "
                 f"{self.src_vocab.size} source and {self.tgt_vocab.size} target tokens (build one joint tokenizer)"
             )
-        self.pad_id, self.bos_id, self.eos_id = (self.tgt_vocab.id_of(role) for role in ("pad", "bos", "eos"))
+        self.pad_id, self.bos_id, self.eos_id = (self.tgt_vocab.id(role) for role in ("pad", "bos", "eos"))
 
     def _token_tables(self, dim: int) -> tuple[nn.Embedding, nn.Embedding]:
         """The source and target tables (one table when ``share_embeddings``), pad rows per each vocabulary."""
@@ -100,13 +100,13 @@ class Seq2SeqArchitecture(nn.Module, abc.ABC):
         hidden = self.decode(tgt_in, self.encode(src))
         return hidden if self.head.kind == "untied" else self.head.transform(hidden)
 
-    def remap_vocabulary(self, slot: str, vocab: TokenVocabulary, new_id: Callable[[int | None], int | None]) -> None:
+    def remap_vocabulary(self, slot: str, vocab: Vocabulary, new_id: Callable[[int | None], int | None]) -> None:
         """Follow a vocabulary extension of ``slot`` (its tables were rewritten): the side's vocabulary and its ids."""
         if slot in ("src", "shared"):
             self.src_vocab = vocab
         if slot in ("tgt", "shared"):
             self.tgt_vocab = vocab
-            self.pad_id, self.bos_id, self.eos_id = (vocab.id_of(role) for role in ("pad", "bos", "eos"))
+            self.pad_id, self.bos_id, self.eos_id = (vocab.id(role) for role in ("pad", "bos", "eos"))
 
     def new_cache(self) -> DecoderCache | None:
         """An empty cache for incremental decoding, or None when the model must recompute each step."""
@@ -176,10 +176,10 @@ class EncoderDecoder(Seq2SeqArchitecture):
     def embedding_slots(self) -> dict[str, EmbeddingSlot]:
         tied = ("head",) if self.head.is_tied else ()
         if self.config.share_embeddings:
-            return {"shared": self.src_input.slot("shared", **self.src_vocab.slot_options(), tied_modules=tied)}
+            return {"shared": self.src_input.slot("shared", **self.src_vocab.slot_arguments(), tied_modules=tied)}
         return {
-            "src": self.src_input.slot("src", **self.src_vocab.slot_options()),
-            "tgt": self.tgt_input.slot("tgt", **self.tgt_vocab.slot_options(), tied_modules=tied),
+            "src": self.src_input.slot("src", **self.src_vocab.slot_arguments()),
+            "tgt": self.tgt_input.slot("tgt", **self.tgt_vocab.slot_arguments(), tied_modules=tied),
         }
 
     def encode(self, src: torch.Tensor) -> EncoderState:

@@ -32,7 +32,7 @@ from lightning_embinit.modules.heads import OutputHead
 from lightning_embinit.modules.initialization import init_non_embedding_
 from lightning_embinit.modules.inputs import build_positional, lookup_tokens
 from lightning_embinit.modules.token_normalization import causal_token_normalize, token_normalize
-from lightning_embinit.modules.vocabulary import VocabularyLike
+from lightning_embinit.vocabulary import VocabularyLike
 
 
 class ReinforcedEncoderDecoder(Seq2SeqArchitecture):
@@ -77,10 +77,10 @@ class ReinforcedEncoderDecoder(Seq2SeqArchitecture):
     def embedding_slots(self) -> dict[str, EmbeddingSlot]:
         options = {"input_scale": 1.0, "positional_encoding": None}
         if self.config.share_embeddings:
-            return {"shared": EmbeddingSlot("shared", self.src_embedding, **self.src_vocab.slot_options(), **options)}
+            return {"shared": EmbeddingSlot("shared", self.src_embedding, **self.src_vocab.slot_arguments(), **options)}
         return {
-            "src": EmbeddingSlot("src", self.src_embedding, **self.src_vocab.slot_options(), **options),
-            "tgt": EmbeddingSlot("tgt", self.tgt_embedding, **self.tgt_vocab.slot_options(), **options),
+            "src": EmbeddingSlot("src", self.src_embedding, **self.src_vocab.slot_arguments(), **options),
+            "tgt": EmbeddingSlot("tgt", self.tgt_embedding, **self.tgt_vocab.slot_arguments(), **options),
         }
 
     def _concatenate(self, normalized: torch.Tensor, offset: int = 0) -> torch.Tensor:

@@ -263,7 +263,7 @@ def _frozen_rows(masks: Mapping[str, torch.Tensor], name: str) -> torch.Tensor |
 def _tokenizer_object(spec: Any) -> Any:
     """An ``old_tokenizer=`` given as a saved tokenizer (``.json``), a directory or ``hf:<name>``, loaded."""
     if isinstance(spec, (str, os.PathLike)):
-        from lightning_embinit.data.tokenization import build_tokenizer
+        from lightning_embinit.text.tokenization import build_tokenizer
 
         return build_tokenizer(os.fspath(spec))
     return spec

@@ -1,4 +1,4 @@
-"""Length-bucketed batches with dynamic padding, sharded across DDP ranks (issues 8 and 10).
+"""Length-bucketed batches, sharded across DDP ranks (issues 8 and 10); :mod:`lightning_embinit.text.batches` pads them.
 
 :class:`BucketBatchSampler` forms the batches of *all* ranks identically in every process (same
 seed, same epoch), then hands rank ``r`` of ``W`` every ``W``-th batch:
@@ -184,13 +184,3 @@ class BucketBatchSampler(BatchSampler):
     def __len__(self) -> int:
         world, _ = self.world()
         return self._batch_count(len(self.lengths), world) // world
-
-
-def pad_sequences(sequences: Sequence[Sequence[int] | np.ndarray], pad_id: int) -> torch.Tensor:
-    """(B, longest) long tensor of ``sequences`` right-padded with ``pad_id`` (dynamic padding)."""
-    width = max((len(s) for s in sequences), default=0)
-    out = torch.full((len(sequences), width), pad_id, dtype=torch.long)
-    for row, sequence in enumerate(sequences):
-        if len(sequence):
-            out[row, : len(sequence)] = torch.as_tensor(np.asarray(sequence, dtype=np.int64))
-    return out

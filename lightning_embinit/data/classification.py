@@ -22,15 +22,12 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
-import torch
-from torch.utils.data import Dataset
 
-from lightning_embinit.data.batching import pad_sequences
-from lightning_embinit.data.parallel_text import Table, find_file, load_hub_dataset, read_table, require_columns
+from lightning_embinit.data.parallel_text import TextColumns, find_file, load_hub_dataset, read_columns, require_columns
 from lightning_embinit.data.raw_splits import LabelledTexts, RawSplits
-from lightning_embinit.data.text_cache import Ragged
 from lightning_embinit.data.text_module import TokenizedTextDataModule, TokenizerPlan, TokenizerSpec
-from lightning_embinit.data.tokenization import TextTokenizer
+from lightning_embinit.text.batches import ClassificationCollator, LabelledDataset
+from lightning_embinit.text.tokenization import TextTokenizer
 
 FIELDS = ("a", "b")  # texts, pair texts
 
@@ -136,13 +133,13 @@ def label_ids(values: Sequence[Any], names: Sequence[str], where: str) -> np.nda
     return ids
 
 
-def check_labels_present(values: Sequence[Any], table: Table, rows: Sequence[int], where: str) -> None:
+def check_labels_present(values: Sequence[Any], text: TextColumns, rows: Sequence[int], where: str) -> None:
     """Raise ValueError naming the first lines (rows) of ``rows`` whose label is missing (:func:`label_key`)."""
     missing = [row for row, value in zip(rows, values) if label_key(value) is None]
     if missing:
         raise ValueError(
             f"{where}: {len(missing)} of {len(rows)} rows have no label (empty, NaN, null or absent), "
-            f"{table.where(missing[:10])}; fill them in or remove those rows"
+            f"{text.where(missing[:10])}; fill them in or remove those rows"
         )
 
 
@@ -150,94 +147,6 @@ def display(key: str) -> str:
     """A split key as people say it: ``train``, ``test``, ``validation``, ``matched validation``."""
     name = key.removeprefix("val:")
     return name if name in ("train", "test", "validation") else f"{name} validation"
-
-
-def longest_first(len_a: np.ndarray, len_b: np.ndarray, budget: int) -> tuple[np.ndarray, np.ndarray]:
-    """Kept lengths after removing tokens from the longer text first, then from b and a in turn."""
-    excess = np.maximum(len_a + len_b - budget, 0)
-    first = np.minimum(excess, np.abs(len_a - len_b))
-    rest = excess - first
-    keep_a = len_a - np.where(len_a > len_b, first, 0) - rest // 2
-    keep_b = len_b - np.where(len_b > len_a, first, 0) - (rest - rest // 2)
-    return keep_a, keep_b
-
-
-class LabelledDataset(Dataset):
-    """Assembled model inputs of one split (template parts filled with the kept ids of a and b)."""
-
-    def __init__(
-        self,
-        a: Ragged,
-        b: Ragged | None,
-        labels: np.ndarray,
-        texts: Sequence[str],
-        pairs: Sequence[str] | None,
-        template: list[tuple[str | int, int]],
-        max_length: int,
-        rows: np.ndarray,
-    ) -> None:
-        self.a, self.b, self.labels, self.texts, self.pairs, self.template, self.rows = (
-            a,
-            b,
-            labels,
-            texts,
-            pairs,
-            template,
-            rows,
-        )
-        specials = sum(isinstance(part, int) for part, _ in template)
-        budget = max_length - specials
-        len_a = a.lengths[rows]
-        len_b = b.lengths[rows] if b is not None else np.zeros_like(len_a)
-        self.keep_a, self.keep_b = (
-            longest_first(len_a, len_b, budget) if b is not None else (np.minimum(len_a, budget), len_b)
-        )
-        self.lengths = self.keep_a + self.keep_b + specials
-
-    def __len__(self) -> int:
-        return len(self.rows)
-
-    def __getitem__(self, i: int) -> dict[str, Any]:
-        row = int(self.rows[i])
-        pieces = {
-            "a": self.a[row][: self.keep_a[i]],
-            "b": self.b[row][: self.keep_b[i]] if self.b is not None else None,
-        }
-        ids, types = [], []
-        for part, type_id in self.template:
-            chunk = pieces[part] if isinstance(part, str) else np.array([part])
-            ids.append(chunk)
-            types.append(np.full(len(chunk), type_id))
-        example = {
-            "input_ids": np.concatenate(ids),
-            "token_type_ids": np.concatenate(types),
-            "label": int(self.labels[row]),
-            "index": row,
-            "text": self.texts[row],
-        }
-        if self.pairs is not None:
-            example["text_pair"] = self.pairs[row]
-        return example
-
-
-@dataclass(frozen=True)
-class ClassificationCollator:
-    """Examples → the batch dict of the module doc."""
-
-    pad_id: int
-    pair: bool
-
-    def __call__(self, examples: list[dict[str, Any]]) -> dict[str, Any]:
-        batch = {
-            "input_ids": pad_sequences([e["input_ids"] for e in examples], self.pad_id),
-            "labels": torch.tensor([e["label"] for e in examples], dtype=torch.long),
-            "index": torch.tensor([e["index"] for e in examples], dtype=torch.long),
-            "text": [e["text"] for e in examples],
-        }
-        if self.pair:
-            batch["token_type_ids"] = pad_sequences([e["token_type_ids"] for e in examples], 0)
-            batch["text_pair"] = [e["text_pair"] for e in examples]
-        return batch
 
 
 class ClassificationDataModule(TokenizedTextDataModule):
@@ -309,15 +218,15 @@ class ClassificationDataModule(TokenizedTextDataModule):
         task = CLASSIFICATION_DATASETS[self.hparams.dataset]
         return load_hub_dataset(task.hub_id, task.config, self.hparams.dataset_revision)
 
-    def _sources(self) -> dict[str, tuple[str, Table]]:
-        """Split key → (description, table) for every split that has text."""
+    def _sources(self) -> dict[str, tuple[str, TextColumns]]:
+        """Split key → (description, columns) for every split that has text."""
         hp = self.hparams
         if hp.dataset is not None:
             task = CLASSIFICATION_DATASETS[hp.dataset]
             named = {"train": task.train, **{f"val:{name}": where for name, where in task.validation.items()}}
             if hp.data_dir is not None:
                 return {
-                    key: (path, read_table(path, display(key), "tsv", hp.encoding))
+                    key: (path, read_columns(path, display(key), "tsv", hp.encoding))
                     for key, (_, file) in named.items()
                     for path in [find_file(hp.data_dir, file, f"{hp.dataset} {display(key)}")]
                 }
@@ -325,7 +234,7 @@ class ClassificationDataModule(TokenizedTextDataModule):
             if missing := [split for split, _ in named.values() if split not in loaded]:
                 raise ValueError(f"dataset {hp.dataset!r} has no split {missing}; splits: {list(loaded)}")
             return {
-                key: (f"{task.hub_id}/{task.config} {split}", Table(loaded[split].to_dict()))
+                key: (f"{task.hub_id}/{task.config} {split}", TextColumns(loaded[split].to_dict()))
                 for key, (split, _) in named.items()
             }
         val = hp.val_files
@@ -335,7 +244,7 @@ class ClassificationDataModule(TokenizedTextDataModule):
             **({"val:validation": val} if isinstance(val, str) else {f"val:{k}": v for k, v in (val or {}).items()}),
         }
         return {
-            key: (str(path), read_table(str(path), display(key), hp.file_format, hp.encoding))
+            key: (str(path), read_columns(str(path), display(key), hp.file_format, hp.encoding))
             for key, path in named_files.items()
             if path is not None
         }
@@ -350,20 +259,20 @@ class ClassificationDataModule(TokenizedTextDataModule):
     def _read_text(self) -> RawSplits[LabelledTexts]:
         hp = self.hparams
         text_col, pair_col, label_col = self._columns()
-        tables = self._sources()
+        sources = self._sources()
         rows: dict[str, tuple[list[str], list[str] | None, list[int], list[Any]]] = {}
-        for key, (where, table) in tables.items():
+        for key, (where, text) in sources.items():
             where = f"{display(key)} ({where})"
-            require_columns(table.columns, [text_col, pair_col, label_col], where)
-            texts = [str(t or "").strip() for t in table.columns[text_col]]
-            pairs = [str(t or "").strip() for t in table.columns[pair_col]] if pair_col else None
+            require_columns(text.columns, [text_col, pair_col, label_col], where)
+            texts = [str(t or "").strip() for t in text.columns[text_col]]
+            pairs = [str(t or "").strip() for t in text.columns[pair_col]] if pair_col else None
             kept = [k for k in range(len(texts)) if texts[k] and (pairs is None or pairs[k])]
             if not kept:
                 raise ValueError(
                     f"{where}: no row has text in column {text_col!r}" + (f" and {pair_col!r}" if pair_col else "")
                 )
-            labels = [table.columns[label_col][k] for k in kept]
-            check_labels_present(labels, table, kept, f"{where}, column {label_col!r}")
+            labels = [text.columns[label_col][k] for k in kept]
+            check_labels_present(labels, text, kept, f"{where}, column {label_col!r}")
             rows[key] = (texts, pairs, kept, labels)
         names = list(
             hp.label_names
@@ -373,7 +282,7 @@ class ClassificationDataModule(TokenizedTextDataModule):
         splits: dict[str, LabelledTexts] = {}
         for key, (texts, pairs, kept, labels) in rows.items():
             count = len(kept[: hp.max_examples])
-            ids = label_ids(labels[:count], names, f"{display(key)} ({tables[key][0]}), column {label_col!r}")
+            ids = label_ids(labels[:count], names, f"{display(key)} ({sources[key][0]}), column {label_col!r}")
             splits[key] = LabelledTexts(
                 [texts[k] for k in kept[:count]], [pairs[k] for k in kept[:count]] if pairs else None, ids
             )

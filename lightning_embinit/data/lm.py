@@ -19,8 +19,9 @@ import torch
 from torch.utils.data import DataLoader, TensorDataset
 
 from lightning_embinit.checks import check_non_negative_int, check_positive_int, check_range
-from lightning_embinit.data.vocabulary import Vocabulary, WordTokenizer
+from lightning_embinit.text.text_tokenizer import WordTokenizer
 from lightning_embinit.text_files import check_encoding, open_text
+from lightning_embinit.vocabulary import Vocabulary
 
 
 def lee_corpus_paths() -> tuple[str, str]:
@@ -99,7 +100,7 @@ def pack(ids: Sequence[int], seq_len: int) -> torch.Tensor:
 
 
 class LanguageModelDataModule(L.LightningDataModule):
-    """Plain text (local files or a ``datasets`` name) as contiguous next-token windows (SPEC §1, §3).
+    """Plain text (local files or a ``datasets`` name) as contiguous next-token windows (docs/concepts.md).
 
     Text: ``train_files``/``val_files`` (one document or sentence per line, ``.gz`` allowed);
     else ``dataset`` (+ ``dataset_config``) through ``datasets.load_dataset`` with
@@ -107,10 +108,10 @@ class LanguageModelDataModule(L.LightningDataModule):
     text the last ``val_fraction`` of the training lines are held out. ``val_files`` alone
     (with ``vocabulary``) is validation-only: no training text.
 
-    Tokens: :class:`~lightning_embinit.data.vocabulary.WordTokenizer` (``tokenizer``, ``lowercase``);
+    Tokens: :class:`~lightning_embinit.text.text_tokenizer.WordTokenizer` (``tokenizer``, ``lowercase``);
     every line ends with ``<eos>``. Vocabulary: ``vocabulary`` when given (token strings by id,
     or the path of a one-token-per-line file, e.g. a checkpoint's — ``min_freq``/``max_size``
-    are then unused); else built from the training text (``min_freq``, ``max_size``, SPEC §1)
+    are then unused); else built from the training text (``min_freq``, ``max_size``; docs/concepts.md)
     with ``<pad>``, ``<unk>``, ``<bos>``, ``<eos>`` at ids 0–3. ``base_vocabulary`` (a trained model's: token
     strings by id, a file, or its ``.ckpt``) is extended instead: its tokens keep their ids and the training
     text's words it lacks, seen ≥ ``min_freq`` times, are appended — fine-tuning with new tokens

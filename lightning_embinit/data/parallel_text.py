@@ -1,4 +1,4 @@
-"""Reading task text: aligned parallel files, labelled tables, and Hugging Face ``datasets``.
+"""Reading task text: aligned parallel files, labelled column files and Hugging Face ``datasets``.
 
 Every reader raises a :class:`ValueError` that names the file (and what was expected) before any
 tokenizing or training: missing files, parallel files of different lengths, empty files, missing
@@ -20,7 +20,7 @@ from typing import IO, Any
 from lightning_embinit.checks import check_choice
 from lightning_embinit.text_files import open_text, read_text_lines
 
-TABLE_FORMATS = ("tsv", "csv", "jsonl")
+COLUMN_FORMATS = ("tsv", "csv", "jsonl")
 
 
 def existing_file(path: str, what: str) -> str:
@@ -64,21 +64,21 @@ def keep_complete_pairs(src: Sequence[str], tgt: Sequence[str], what: str) -> tu
     return [src[k] for k in kept], [tgt[k] for k in kept], len(src) - len(kept)
 
 
-def table_format(path: str, file_format: str | None) -> str:
+def column_format(path: str, file_format: str | None) -> str:
     if file_format is not None:
-        return check_choice("file_format", file_format, TABLE_FORMATS)
+        return check_choice("file_format", file_format, COLUMN_FORMATS)
     name = path.removesuffix(".gz").lower()
     for fmt, endings in (("tsv", (".tsv", ".tab")), ("csv", (".csv",)), ("jsonl", (".jsonl", ".json", ".ndjson"))):
         if name.endswith(endings):
             return fmt
     raise ValueError(
-        f"cannot tell the format of {path} from its name; pass file_format= one of {', '.join(TABLE_FORMATS)}"
+        f"cannot tell the format of {path} from its name; pass file_format= one of {', '.join(COLUMN_FORMATS)}"
     )
 
 
 @dataclass(frozen=True)
-class Table:
-    """A labelled table's columns by name, and the line of the file each row starts on (None: rows of a dataset)."""
+class TextColumns:
+    """A column file's (or dataset split's) columns by name, and the file line each row starts on (None: a dataset)."""
 
     columns: dict[str, list[Any]]
     lines: list[int] | None = None
@@ -88,7 +88,7 @@ class Table:
         return f"lines {[self.lines[k] for k in rows]}" if self.lines is not None else f"rows {[k + 1 for k in rows]}"
 
 
-def _read_jsonl(handle: IO[str], path: str, what: str) -> Table:
+def _read_jsonl(handle: IO[str], path: str, what: str) -> TextColumns:
     records, lines = [], []
     for number, line in enumerate(handle, 1):
         if line.strip():
@@ -101,10 +101,10 @@ def _read_jsonl(handle: IO[str], path: str, what: str) -> Table:
             records.append(record)
             lines.append(number)
     names = list(dict.fromkeys(key for record in records for key in record))
-    return Table({name: [record.get(name) for record in records] for name in names}, lines)
+    return TextColumns({name: [record.get(name) for record in records] for name in names}, lines)
 
 
-def _read_delimited(handle: IO[str], path: str, what: str, fmt: str) -> Table:
+def _read_delimited(handle: IO[str], path: str, what: str, fmt: str) -> TextColumns:
     csv.field_size_limit(min(sys.maxsize, 2**31 - 1))
     rows = csv.reader(handle, delimiter="\t", quoting=csv.QUOTE_NONE) if fmt == "tsv" else csv.reader(handle)
     header = next(rows, None)
@@ -120,18 +120,18 @@ def _read_delimited(handle: IO[str], path: str, what: str, fmt: str) -> Table:
         start = rows.line_num + 1
     if bad := [lines[k] for k, row in enumerate(body) if len(row) != len(names)][:5]:
         raise ValueError(f"{what} file {path}: lines {bad} do not have the {len(names)} columns of the header {names}")
-    return Table({name: [row[k] for row in body] for k, name in enumerate(names)}, lines)
+    return TextColumns({name: [row[k] for row in body] for k, name in enumerate(names)}, lines)
 
 
-def read_table(path: str, what: str, file_format: str | None = None, encoding: str = "utf-8") -> Table:
-    """Columns of a labelled table: TSV (GLUE style: header line, no quoting), CSV (header, quoting) or JSON lines."""
+def read_columns(path: str, what: str, file_format: str | None = None, encoding: str = "utf-8") -> TextColumns:
+    """A labelled column file: TSV (GLUE style: header line, no quoting), CSV (header, quoting) or JSON lines."""
     path = existing_file(path, what)
-    fmt = table_format(path, file_format)
+    fmt = column_format(path, file_format)
     with open_text(path, what, encoding=encoding, newline="") as handle:
-        table = _read_jsonl(handle, path, what) if fmt == "jsonl" else _read_delimited(handle, path, what, fmt)
-    if not table.columns or not next(iter(table.columns.values())):
+        text = _read_jsonl(handle, path, what) if fmt == "jsonl" else _read_delimited(handle, path, what, fmt)
+    if not text.columns or not next(iter(text.columns.values())):
         raise ValueError(f"{what} file {path} has no rows")
-    return table
+    return text
 
 
 def require_columns(columns: dict[str, list[Any]], wanted: Sequence[str | None], where: str) -> None:

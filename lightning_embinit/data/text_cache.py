@@ -28,13 +28,14 @@ from typing import Any
 
 import numpy as np
 
-from lightning_embinit.data.tokenization import TextTokenizer
 from lightning_embinit.init.sources.vector_cache import (
     CacheUnavailable,
     cache_root,
     warn_cache_unavailable,
     writable_cache_dir,
 )
+from lightning_embinit.text.batches import Ragged
+from lightning_embinit.text.tokenization import TextTokenizer
 
 #: Part of every cache key: a new on-disk layout gets a new version and never reads an old entry.
 CACHE_VERSION = 1
@@ -43,32 +44,6 @@ MEMORY_ENTRIES = 4
 _META = "__meta__"
 _memory: OrderedDict[str, TokenizedCorpus] = OrderedDict()
 log = logging.getLogger(__name__)
-
-
-class Ragged:
-    """Integer sequences of different lengths in one flat array: sequence i is ``flat[offsets[i]:offsets[i+1]]``."""
-
-    def __init__(self, flat: np.ndarray, offsets: np.ndarray) -> None:
-        self.flat = np.asarray(flat, dtype=np.int32)
-        self.offsets = np.asarray(offsets, dtype=np.int64)
-
-    @classmethod
-    def from_lists(cls, sequences: Sequence[Sequence[int]]) -> Ragged:
-        lengths = np.fromiter((len(s) for s in sequences), dtype=np.int64, count=len(sequences))
-        offsets = np.zeros(len(sequences) + 1, dtype=np.int64)
-        np.cumsum(lengths, out=offsets[1:])
-        flat = np.fromiter((i for s in sequences for i in s), dtype=np.int32, count=int(offsets[-1]))
-        return cls(flat, offsets)
-
-    @property
-    def lengths(self) -> np.ndarray:
-        return np.diff(self.offsets)
-
-    def __len__(self) -> int:
-        return len(self.offsets) - 1
-
-    def __getitem__(self, i: int) -> np.ndarray:
-        return self.flat[self.offsets[i] : self.offsets[i + 1]]
 
 
 @dataclass

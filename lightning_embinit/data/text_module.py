@@ -19,10 +19,11 @@ from torch.utils.data import DataLoader, Dataset
 from lightning_embinit.checks import check_choice, check_int, check_non_negative_int, check_positive_int
 from lightning_embinit.data.batching import BucketBatchSampler, EpochSampler
 from lightning_embinit.data.raw_splits import RawSplits
-from lightning_embinit.data.text_cache import Ragged, TokenizedCorpus, cache_key, load_or_build, text_digest
-from lightning_embinit.data.tokenization import TextTokenizer, check_tokenizer_spec
+from lightning_embinit.data.text_cache import TokenizedCorpus, cache_key, load_or_build, text_digest
 from lightning_embinit.data.tokenizer_plans import ReadyTokenizers, TokenizerPlan, TokenizerSpec, plan_key
-from lightning_embinit.data.vocabulary import TOKENIZERS
+from lightning_embinit.text.batches import Ragged
+from lightning_embinit.text.text_tokenizer import WORD_TOKENIZERS
+from lightning_embinit.text.tokenization import TextTokenizer, check_tokenizer_spec
 from lightning_embinit.text_files import check_encoding
 
 __all__ = ["Collate", "TOO_LONG", "TokenizedTextDataModule", "TokenizerPlan", "TokenizerSpec"]
@@ -100,7 +101,7 @@ class TokenizedTextDataModule(L.LightningDataModule, abc.ABC):
         check_non_negative_int("num_workers", num_workers)
         check_int("seed", seed, optional=True)
         check_choice("too_long", too_long, TOO_LONG)
-        check_choice("word_tokenizer", word_tokenizer, TOKENIZERS)
+        check_choice("word_tokenizer", word_tokenizer, WORD_TOKENIZERS)
         check_encoding(encoding)
         for what, spec in tokenizer_specs.items():
             if spec is not None:

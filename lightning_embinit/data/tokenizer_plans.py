@@ -7,7 +7,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from lightning_embinit.data.tokenization import PretrainedTokenizer, TextTokenizer, build_tokenizer
+from lightning_embinit.text.tokenization import PretrainedTokenizer, TextTokenizer, build_tokenizer
 
 TRAINED_KINDS = ("word", "wordpiece")
 TokenizerSpec = str | dict[str, Any]

@@ -21,12 +21,11 @@ import numpy as np
 import torch
 from torch.utils.data import Dataset
 
-from lightning_embinit.data.batching import pad_sequences
 from lightning_embinit.data.parallel_text import find_file, keep_complete_pairs, load_hub_dataset, read_parallel
 from lightning_embinit.data.raw_splits import RawSplits, TextPairs
-from lightning_embinit.data.text_cache import Ragged
 from lightning_embinit.data.text_module import TokenizedTextDataModule, TokenizerPlan, TokenizerSpec
-from lightning_embinit.data.tokenization import TextTokenizer
+from lightning_embinit.text.batches import Ragged, pad_sequences
+from lightning_embinit.text.tokenization import TextTokenizer
 
 SPLITS = ("train", "val", "test")
 HUB_SPLITS = {"train": "train", "val": "validation", "test": "test"}

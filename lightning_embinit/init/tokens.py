@@ -11,17 +11,15 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import replace
 from typing import Any
 
 from lightning_embinit.checks import looks_like_local_path
 from lightning_embinit.init.host import EmbeddingSlot
-from lightning_embinit.text_files import open_text
+from lightning_embinit.vocabulary import SPECIAL_ROLES, Vocabulary, read_token_file
 
 TokenSpec = Sequence[str] | str | os.PathLike
-"""A token list, a token file, or a Hugging Face tokenizer name/directory."""
-
-SPECIAL_ROLES = ("pad", "unk", "bos", "eos", "cls", "sep", "mask")
+"""A way to give a slot's tokens: a token list, a token file, or a Hugging Face tokenizer name/directory."""
 
 WAYS_TO_GIVE_TOKENS = (
     "(1) implement EmbeddingHost.embedding_slots() returning EmbeddingSlot(tokens=[...]); "
@@ -32,26 +30,7 @@ WAYS_TO_GIVE_TOKENS = (
 )
 
 
-@dataclass(frozen=True)
-class TokenList:
-    """Token strings by id, where they came from, and the special tokens by role when known."""
-
-    tokens: list[str]
-    origin: str
-    special_tokens: Mapping[str, str] = field(default_factory=dict)
-
-
-def read_token_file(path: str | os.PathLike[str]) -> list[str]:
-    """One token per line, UTF-8, line k = id k − 1; a final newline is optional; ``\\r\\n`` endings are accepted."""
-    path = os.path.expanduser(os.fspath(path))
-    with open_text(path, "token", newline="") as handle:
-        lines = handle.read().split("\n")
-    if lines and lines[-1] == "":
-        lines.pop()
-    return [line.removesuffix("\r") for line in lines]
-
-
-def tokenizer_token_list(name_or_path: str) -> TokenList:
+def tokenizer_vocabulary(name_or_path: str) -> Vocabulary:
     """The vocabulary of a Hugging Face tokenizer in id order (ids without a token get a placeholder that
     matches nothing)."""
     from transformers import AutoTokenizer
@@ -69,30 +48,27 @@ def tokenizer_token_list(name_or_path: str) -> TokenList:
     tokens = [f"\x00<no token for id {k}>" for k in range(size)]
     for token, index in vocabulary.items():
         tokens[index] = token
-    special = {
-        role: getattr(tokenizer, f"{role}_token")
-        for role in SPECIAL_ROLES
-        if isinstance(getattr(tokenizer, f"{role}_token", None), str)
-    }
-    return TokenList(tokens, f"tokenizer {name_or_path}", special)
+    special = {role: getattr(tokenizer, f"{role}_token", None) for role in SPECIAL_ROLES}
+    return _vocabulary(tokens, f"tokenizer {name_or_path}", special)
 
 
-def load_tokens(spec: TokenSpec, *, what: str = "tokens=") -> TokenList:
-    """A :class:`TokenList` from a list, a token file, or a Hugging Face tokenizer (see module doc)."""
+def load_tokens(spec: TokenSpec, *, what: str = "tokens=") -> Vocabulary:
+    """The :class:`~lightning_embinit.vocabulary.Vocabulary` of a list, a token file, or a Hugging Face tokenizer
+    (see module doc), its ``origin`` saying which; only a tokenizer names special tokens."""
     if isinstance(spec, (str, os.PathLike)):
         path = os.path.expanduser(os.fspath(spec))
         if os.path.isfile(path):
             tokens = read_token_file(path)
             origin = f"file {path}"
         elif os.path.isdir(path):
-            return tokenizer_token_list(path)
+            return tokenizer_vocabulary(path)
         elif looks_like_local_path(os.fspath(spec)):
             raise ValueError(
                 f"{what}{os.fspath(spec)!r}: no such file or directory (a token file, one token per line, "
                 "or a Hugging Face tokenizer directory)"
             )
         else:
-            return tokenizer_token_list(os.fspath(spec))
+            return tokenizer_vocabulary(os.fspath(spec))
     elif isinstance(spec, Sequence):
         tokens, origin = list(spec), "a token list"
     else:
@@ -102,7 +78,15 @@ def load_tokens(spec: TokenSpec, *, what: str = "tokens=") -> TokenList:
         )
     if bad := [t for t in tokens if not isinstance(t, str)]:
         raise ValueError(f"{what} token strings must be str; got {bad[:3]!r} from {origin}")
-    return TokenList(tokens, origin)
+    return Vocabulary.from_tokens(tokens, {}, origin=origin)
+
+
+def _vocabulary(tokens: Sequence[str], origin: str, special: Any) -> Vocabulary:
+    """A vocabulary of ``tokens`` whose special tokens are those of ``special`` (role → string) that it holds."""
+    present = set(tokens)
+    named = special.items() if isinstance(special, Mapping) else ()
+    kept = {role: token for role, token in named if isinstance(token, str) and token in present}
+    return Vocabulary.from_tokens(tokens, kept, origin=origin)
 
 
 def check_token_option(tokens: TokenSpec | Mapping[str, TokenSpec] | None) -> None:
@@ -122,8 +106,8 @@ def check_token_option(tokens: TokenSpec | Mapping[str, TokenSpec] | None) -> No
             load_tokens(value)
 
 
-def _vocabulary_of(holder: Any, slot: str, what: str) -> TokenList | None:
-    """``holder.vocabulary_for(slot)``, else ``holder.vocabulary``, as a TokenList; None when it has neither.
+def _vocabulary_of(holder: Any, slot: str, what: str) -> Vocabulary | None:
+    """``holder.vocabulary_for(slot)``, else ``holder.vocabulary``, as a Vocabulary; None when it has neither.
 
     A datamodule whose ``vocabulary_for`` does not know the slot (a plain model's table named by its
     module path) but that has one ``vocabulary`` serves that one; with neither, the error says so.
@@ -138,7 +122,7 @@ def _vocabulary_of(holder: Any, slot: str, what: str) -> TokenList | None:
         else:
             special_for = getattr(holder, "special_tokens_for", None)
             special = (special_for(slot) if callable(special_for) else None) or {}
-            return _token_list(value, origin, special)
+            return _vocabulary(load_tokens(value, what=f"{origin}: ").tokens, origin, special)
     value = getattr(holder, "vocabulary", None)
     if value is None or callable(value):
         if refused is not None:
@@ -147,12 +131,8 @@ def _vocabulary_of(holder: Any, slot: str, what: str) -> TokenList | None:
                 "datamodule knows, or pass EmbeddingInitCallback(tokens={slot: ...})"
             )
         return None
-    return _token_list(value, f"{what}.vocabulary", getattr(holder, "special_tokens", None) or {})
-
-
-def _token_list(value: TokenSpec, origin: str, special: Any) -> TokenList:
-    loaded = load_tokens(value, what=f"{origin}: ")
-    return TokenList(loaded.tokens, origin, dict(special) if isinstance(special, Mapping) else {})
+    origin = f"{what}.vocabulary"
+    return _vocabulary(load_tokens(value, what=f"{origin}: ").tokens, origin, getattr(holder, "special_tokens", None))
 
 
 def corpus_for_slot(datamodule: Any, slot: str) -> Callable[[], Iterable[Sequence[str]]] | None:
@@ -186,7 +166,7 @@ def resolve_slot_tokens(
     """
     if slot.tokens is not None:
         return slot, "the model's embedding_slots()"
-    candidates: list[TokenList | None] = []
+    candidates: list[Vocabulary | None] = []
     if given is not None:
         spec = given.get(slot.name) if isinstance(given, Mapping) else given
         if spec is not None:
@@ -197,7 +177,7 @@ def resolve_slot_tokens(
         vocabulary = getattr(model, "vocabulary", None)
         if vocabulary is not None and not callable(vocabulary):
             loaded = load_tokens(vocabulary, what=f"{type(model).__name__}.vocabulary: ")
-            candidates.append(TokenList(loaded.tokens, f"{type(model).__name__}.vocabulary", loaded.special_tokens))
+            candidates.append(_vocabulary(loaded.tokens, f"{type(model).__name__}.vocabulary", loaded.special_tokens))
     found = next((c for c in candidates if c is not None), None)
     if found is None:
         return slot, None
@@ -206,9 +186,7 @@ def resolve_slot_tokens(
             f"slot {slot.name!r}: {found.origin} lists {len(found.tokens)} tokens, but the table has only "
             f"{slot.num_embeddings} rows; the vocabulary does not belong to this table"
         )
-    special = dict(slot.special_tokens) or {
-        role: token for role, token in found.special_tokens.items() if token in found.tokens
-    }
+    special = dict(slot.special_tokens) or found.special_tokens
     return replace(slot, tokens=list(found.tokens), special_tokens=special), found.origin
 
 

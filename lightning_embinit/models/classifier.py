@@ -23,13 +23,12 @@ from torchmetrics.classification import MulticlassAccuracy, MulticlassF1Score
 from lightning_embinit.architectures.classifier import EncoderClassifier
 from lightning_embinit.architectures.config import EncoderClassifierConfig
 from lightning_embinit.checks import check_positive_int, check_texts
-from lightning_embinit.data.classification import ClassificationCollator, LabelledDataset
-from lightning_embinit.data.text_cache import Ragged
-from lightning_embinit.data.tokenization import TextTokenizer
 from lightning_embinit.models.module import EmbinitModule
 from lightning_embinit.models.optimization import OptimizerConfig
-from lightning_embinit.models.vocabularies import followed_tokenizer, resolve_tokenizer, tokenizer_vocabulary
-from lightning_embinit.modules.vocabulary import TokenVocabulary
+from lightning_embinit.models.vocabularies import followed_tokenizer, resolve_tokenizer
+from lightning_embinit.text.batches import ClassificationCollator, LabelledDataset, Ragged
+from lightning_embinit.text.tokenization import TextTokenizer
+from lightning_embinit.vocabulary import Vocabulary
 
 NO_TOKENIZER_PAD_ID = 0  # the package's special-token order (pad, unk, bos, eos) when no tokenizer is given
 
@@ -64,9 +63,9 @@ def first_special_id(tokenizer: Any) -> int | None:
 
 
 class TransformerClassifier(EmbinitModule):
-    """Encoder-only transformer classifier (module docstring; [K]'s SST-2/MNLI model, SPEC §1).
+    """Encoder-only transformer classifier (module docstring; [K]'s SST-2/MNLI model; docs/concepts.md).
 
-    Vocabulary: ``tokenizer`` (a :class:`~lightning_embinit.data.tokenization.TextTokenizer` or its
+    Vocabulary: ``tokenizer`` (a :class:`~lightning_embinit.text.tokenization.TextTokenizer` or its
     ``to_config()`` dict, saved in the hyperparameters so a checkpoint classifies new text with its own ids) or
     ``vocab_size`` (pad id 0). Classes: ``label_names`` (saved with the model; ``predict_step`` and
     :meth:`classify` return them) or ``num_classes`` (names ``"0"`` … ``"C−1"``).
@@ -121,9 +120,9 @@ class TransformerClassifier(EmbinitModule):
             )
         self.adds_cls = given_first is not None  # classify() assembles inputs as ClassificationDataModule(add_cls=True)
         vocab = (
-            TokenVocabulary(size, special_ids={"pad": NO_TOKENIZER_PAD_ID})
+            Vocabulary.sized(size, special_ids={"pad": NO_TOKENIZER_PAD_ID})
             if self.tokenizer is None
-            else tokenizer_vocabulary(self.tokenizer)
+            else self.tokenizer.vocabulary
         )
         self.model = EncoderClassifier(config, vocab, len(self.label_names), first_token_id=given_first)
         self.train_acc = MulticlassAccuracy(len(self.label_names), average="micro")
@@ -134,7 +133,7 @@ class TransformerClassifier(EmbinitModule):
         """(B, L) token ids (and segment ids) → (B, C) class logits."""
         return self.model(input_ids, token_type_ids)
 
-    def _follow_vocabulary(self, change: Any, vocab: TokenVocabulary) -> Callable[[], None]:
+    def _follow_vocabulary(self, change: Any, vocab: Vocabulary) -> Callable[[], None]:
         tokenizer = followed_tokenizer(self.tokenizer, change.tokens, change.tokenizer, option="tokenizer")
 
         def follow() -> None:

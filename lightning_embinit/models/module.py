@@ -36,7 +36,7 @@ from lightning_embinit.init.sources.checkpoint_file import (
 from lightning_embinit.models.optimization import OptimizerConfig, configure_adam
 from lightning_embinit.models.presets import preset_arguments
 from lightning_embinit.models.settings import field_names, flat_settings, grouped_settings, resolve_groups
-from lightning_embinit.modules.vocabulary import TokenVocabulary
+from lightning_embinit.vocabulary import Vocabulary
 
 CHECKPOINT_LAYOUT_KEY = "embinit_layout"
 CHECKPOINT_LAYOUT = 2
@@ -194,7 +194,7 @@ class EmbinitModule(L.LightningModule):
         of one slot, whose tables :func:`~lightning_embinit.init.extension.extend_vocabulary` rewrites) and return
         what to run after the write: the architecture's vocabulary and ids, then ``_follow_vocabulary``'s
         tokenizers and hyperparameters, so the checkpoint reloads with the new shapes."""
-        vocab = TokenVocabulary.from_tokens(change.tokens, change.special_tokens or None)
+        vocab = Vocabulary.from_tokens(change.tokens, change.special_tokens or None)
         follow = self._follow_vocabulary(change, vocab)
 
         def commit() -> None:
@@ -203,7 +203,7 @@ class EmbinitModule(L.LightningModule):
 
         return commit
 
-    def _follow_vocabulary(self, change: Any, vocab: TokenVocabulary) -> Callable[[], None]:
+    def _follow_vocabulary(self, change: Any, vocab: Vocabulary) -> Callable[[], None]:
         """A system's own part of :meth:`prepare_vocabulary_change` (its tokenizers and hyperparameters)."""
         return lambda: None
 

@@ -27,11 +27,11 @@ from lightning_embinit.checks import (
     check_probability,
     check_texts,
 )
-from lightning_embinit.data.tokenization import TextTokenizer
 from lightning_embinit.models.metrics import CorpusBLEU, PerplexityFromLoss
 from lightning_embinit.models.module import EmbinitModule
 from lightning_embinit.models.vocabularies import followed_tokenizer, side_vocabulary
 from lightning_embinit.modules.decoding import decode
+from lightning_embinit.text.tokenization import TextTokenizer
 
 BLEU_REFERENCES = ("tokenizer", "raw")
 """What BLEU scores the detokenized hypotheses against: ``tokenizer`` — each reference as the target

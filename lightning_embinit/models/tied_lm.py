@@ -22,7 +22,7 @@ from lightning_embinit.architectures.config import CausalLMConfig
 from lightning_embinit.models.metrics import PerplexityFromLoss
 from lightning_embinit.models.module import EmbinitModule
 from lightning_embinit.models.optimization import OptimizerConfig
-from lightning_embinit.modules.vocabulary import TokenVocabulary
+from lightning_embinit.vocabulary import Vocabulary
 
 
 def split_batch(batch: Any) -> tuple[torch.Tensor, torch.Tensor]:
@@ -87,9 +87,9 @@ class TiedEmbeddingLM(EmbinitModule):
         self.hparams["vocabulary"] = tokens  # a plain list whatever sequence was given; reloads with the checkpoint
         self.vocabulary = tokens
         vocab = (
-            TokenVocabulary(vocab_size, special_tokens=dict(special_tokens or {}))
+            Vocabulary.sized(vocab_size, special_tokens=special_tokens)
             if tokens is None
-            else TokenVocabulary.from_tokens(tokens, special_tokens)
+            else Vocabulary.from_tokens(tokens, special_tokens)
         )
         self.special_tokens = dict(vocab.special_tokens)
         self.model = CausalLM(config, vocab)
@@ -109,7 +109,7 @@ class TiedEmbeddingLM(EmbinitModule):
         states = self.model.output_states(inputs)
         return states[inputs != self.model.padding_idx] if self.model.padding_idx is not None else states.flatten(0, 1)
 
-    def _follow_vocabulary(self, change: Any, vocab: TokenVocabulary) -> Callable[[], None]:
+    def _follow_vocabulary(self, change: Any, vocab: Vocabulary) -> Callable[[], None]:
         def follow() -> None:
             self.vocabulary = list(change.tokens)
             self.special_tokens = dict(vocab.special_tokens)

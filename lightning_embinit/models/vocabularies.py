@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from lightning_embinit.data.tokenization import TextTokenizer
-from lightning_embinit.modules.vocabulary import SPECIAL_TOKENS, TokenVocabulary
+from lightning_embinit.text.tokenization import TextTokenizer
+from lightning_embinit.vocabulary import SPECIAL_TOKENS, Vocabulary
 
 
 def resolve_tokenizer(
@@ -33,14 +33,7 @@ def resolve_tokenizer(
     return tokenizer, len(tokenizer)
 
 
-def tokenizer_vocabulary(tokenizer: TextTokenizer) -> TokenVocabulary:
-    """What an architecture sees of a tokenizer: its size, token strings, special-token ids and strings."""
-    return TokenVocabulary(
-        len(tokenizer), tuple(tokenizer.tokens), dict(tokenizer.role_ids), dict(tokenizer.special_tokens)
-    )
-
-
-def side_vocabulary(side: str, tokenizer: Any, vocab_size: int | None) -> tuple[TextTokenizer | None, TokenVocabulary]:
+def side_vocabulary(side: str, tokenizer: Any, vocab_size: int | None) -> tuple[TextTokenizer | None, Vocabulary]:
     """One side of a translation model: its tokenizer (config dict or ``TextTokenizer``; :func:`resolve_tokenizer`)
     and vocabulary; without a tokenizer the special ids are the package's (pad 0, unk 1, bos 2, eos 3)."""
     tokenizer, size = resolve_tokenizer(
@@ -50,7 +43,7 @@ def side_vocabulary(side: str, tokenizer: Any, vocab_size: int | None) -> tuple[
         size_option=f"{side}_vocab_size",
         min_size=len(SPECIAL_TOKENS) + 1,
     )
-    return tokenizer, TokenVocabulary.numbered(size) if tokenizer is None else tokenizer_vocabulary(tokenizer)
+    return tokenizer, Vocabulary.numbered(size) if tokenizer is None else tokenizer.vocabulary
 
 
 def followed_tokenizer(

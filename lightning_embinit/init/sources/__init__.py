@@ -12,7 +12,7 @@ from lightning_embinit.init.sources.base import (
 )
 
 # Importing these modules registers their sources in SOURCES (SPEC §1 pre-trained sources).
-from lightning_embinit.init.sources import checkpoint, hf, static, trainset  # noqa: E402,F401  isort: skip
+from lightning_embinit.init.sources import checkpoint, hf, static, well_known, trainset  # noqa: E402,F401  isort: skip
 
 __all__ = [
     "SOURCES",

@@ -1,7 +1,7 @@
-"""Vocabulary alignment: a slot's token strings → rows of a pre-trained table (SPEC §1, [K], [KB]).
+"""Vocabulary alignment: a slot's token strings → rows of a pre-trained vector set ([K], [KB]; docs/concepts.md).
 
 Every pre-trained source (word vectors, LM input embeddings, word2vec on the trainset, an earlier
-checkpoint) exposes its vectors as a :class:`~lightning_embinit.init.sources.base.VectorTable`;
+checkpoint) exposes its vectors as a :class:`~lightning_embinit.init.sources.base.VectorSet`;
 :func:`align_to_slot` turns one into the slot's N×D :class:`~lightning_embinit.init.sources.base.SourceMatrix`:
 
 1. Match each slot token: the user's ``special_map`` first, then an exact match, then the
@@ -33,7 +33,7 @@ import torch
 from lightning_embinit.checks import check_choice, check_known
 from lightning_embinit.init.projection import PROJECTIONS, fit_projection
 from lightning_embinit.init.schemes import get_scheme
-from lightning_embinit.init.sources.base import Coverage, SourceMatrix, SourceRequest, VectorTable
+from lightning_embinit.init.sources.base import Coverage, SourceMatrix, SourceRequest, VectorSet
 from lightning_embinit.init.sources.matching import FALLBACK_RULES, Match, match_tokens
 from lightning_embinit.init.statistics import rows_per_block
 from lightning_embinit.init.tokens import missing_tokens_error
@@ -103,12 +103,12 @@ class AlignmentOptions:
 
 
 def align_to_slot(
-    request: SourceRequest, table: VectorTable, options: AlignmentOptions, *, source_name: str
+    request: SourceRequest, vectors: VectorSet, options: AlignmentOptions, *, source_name: str
 ) -> SourceMatrix:
-    """The slot's N×D matrix from ``table``: matched rows copied, OOV rows filled, all validated (module doc)."""
+    """The slot's N×D matrix from ``vectors``: matched rows copied, OOV rows filled, all validated (module doc)."""
     tokens = require_tokens(request, source_name)
     n, d = request.num_embeddings, request.embedding_dim
-    match = match_tokens(tokens, table, slot_special=request.special_tokens, options=options)
+    match = match_tokens(tokens, vectors, slot_special=request.special_tokens, options=options)
     found_mask = torch.zeros(n, dtype=torch.bool)  # rows past the last token (unnamed) stay OOV
     found_mask[: len(tokens)] = torch.tensor([row >= 0 for row in match.rows], dtype=torch.bool)
     for position in (*match.composed, *match.pieces):
@@ -119,9 +119,9 @@ def align_to_slot(
             f"source {source_name!r} covers none of the {n} tokens of slot {request.slot_name!r} "
             f"(first slot tokens: {list(tokens[:8])}); is the slot tokenized for this source?"
         )
-    gathered = _gather(table, match, found_mask)
+    gathered = _gather(vectors, match, found_mask)
     _check_finite(gathered, tokens, source_name, request.slot_name)
-    description = f"{source_name}: {table.description}"
+    description = f"{source_name}: {vectors.description}"
     block = gathered.block
     if block.shape[1] != d:
         if options.project is None:
@@ -182,7 +182,7 @@ class _Gathered:
         return torch.bincount(self.block_index, minlength=self.block.shape[0])
 
 
-def _gather(table: VectorTable, match: Match, found_mask: torch.Tensor) -> _Gathered:
+def _gather(vectors: VectorSet, match: Match, found_mask: torch.Tensor) -> _Gathered:
     positions = torch.nonzero(found_mask).flatten()
     unique = sorted({row for row in match.rows if row >= 0} | {row for rows in match.pieces.values() for row in rows})
     block_of_row = {row: k for k, row in enumerate(unique)}
@@ -194,9 +194,9 @@ def _gather(table: VectorTable, match: Match, found_mask: torch.Tensor) -> _Gath
     }
     parts = []
     if unique:
-        parts.append(table.gather(unique).to(torch.float32))
+        parts.append(vectors.gather(unique).to(torch.float32))
     if composed_positions:
-        parts.append(table.compose([match.composed[p] for p in composed_positions]).to(torch.float32))  # type: ignore[attr-defined]
+        parts.append(vectors.compose([match.composed[p] for p in composed_positions]).to(torch.float32))  # type: ignore[attr-defined]
     if piece_positions:
         parts.append(_piece_means(parts[0], [[block_of_row[r] for r in match.pieces[p]] for p in piece_positions]))
     block = parts[0] if len(parts) == 1 else torch.cat(parts)

@@ -101,13 +101,13 @@ SOURCES: Registry[EmbeddingSource] = Registry("source")
 
 
 @runtime_checkable
-class VectorTable(Protocol):
-    """A pre-trained table as alignment sees it: token → row lookup and row gathering.
+class VectorSet(Protocol):
+    """A pre-trained source's vectors as alignment sees them: token → row lookup and row gathering.
 
     Every pre-trained source opens one (:mod:`lightning_embinit.init.sources.alignment`).
     ``special_tokens`` maps roles (``pad``, ``unk``, ``bos``, ``eos``, ``cls``, ``sep``, ``mask``)
-    to this table's own token strings. A table that can make vectors for unseen tokens (fastText)
-    also has ``compose(tokens) -> Tensor``; a table with a tokenizer (Hugging Face models) has
+    to this vector set's own token strings. A set that can make vectors for unseen tokens (fastText)
+    also has ``compose(tokens) -> Tensor``; a set with a tokenizer (Hugging Face models) has
     ``split_into_pieces(words) -> list[list[int]]``, the rows of each word's pieces.
     """
 

@@ -29,10 +29,10 @@ from typing import Any
 
 import torch
 
-from lightning_embinit.init.sources.base import SOURCES, SourceRequest, VectorTable
+from lightning_embinit.init.sources.base import SOURCES, SourceRequest, VectorSet
 from lightning_embinit.init.sources.checkpoint_file import load_checkpoint_file
-from lightning_embinit.init.sources.pretrained import ArrayTable, PretrainedSource, split_options
-from lightning_embinit.init.tokens import read_token_file
+from lightning_embinit.init.sources.pretrained import ArrayVectorSet, PretrainedSource, split_options
+from lightning_embinit.vocabulary import read_token_file
 
 CHECKPOINT_KEY = "embinit"
 CHECKPOINT_OPTIONS = ("slot_map", "parameter", "tokens", "weights_only")
@@ -94,7 +94,7 @@ def read_token_list(tokens: Sequence[str] | str | os.PathLike[str]) -> list[str]
     return [str(token) for token in tokens]
 
 
-def checkpoint_table(path: str, request: SourceRequest, options: Mapping[str, Any], loaded: Loaded) -> VectorTable:
+def checkpoint_vectors(path: str, request: SourceRequest, options: Mapping[str, Any], loaded: Loaded) -> VectorSet:
     state, slots = loaded
     slot_map = options.get("slot_map") or {}
     old_name = slot_map.get(request.slot_name, request.slot_name)
@@ -118,7 +118,7 @@ def checkpoint_table(path: str, request: SourceRequest, options: Mapping[str, An
         raise ValueError(f"checkpoint {path}: no token strings for slot {old_name!r}; pass source_options tokens=")
     if len(tokens) != weight.shape[0]:
         raise ValueError(f"checkpoint {path}: {len(tokens)} tokens for {parameter!r} with {weight.shape[0]} rows")
-    return ArrayTable(
+    return ArrayVectorSet(
         tokens=list(tokens),
         matrix=weight,
         description=f"{os.path.basename(path)} [{parameter}, slot {old_name!r}, {weight.shape[0]}×{weight.shape[1]}]",
@@ -138,8 +138,8 @@ def checkpoint_source(path: str, **options: Any) -> PretrainedSource:
     if own.get("slot_map") is not None and not isinstance(own["slot_map"], Mapping):
         raise ValueError(f"slot_map must map new slot names to old ones, got {own['slot_map']!r}")
 
-    def open_table(request: SourceRequest) -> VectorTable:
+    def open_vectors(request: SourceRequest) -> VectorSet:
         loaded = load_checkpoint_once(path, weights_only=bool(own.get("weights_only", True)))
-        return checkpoint_table(path, request, own, loaded)
+        return checkpoint_vectors(path, request, own, loaded)
 
-    return PretrainedSource(f"checkpoint:{path}", open_table, alignment)
+    return PretrainedSource(f"checkpoint:{path}", open_vectors, alignment)

@@ -38,13 +38,13 @@ from typing import Any
 import torch
 
 from lightning_embinit.checks import looks_like_local_path
-from lightning_embinit.init.sources.base import SOURCES, SourceRequest, VectorTable
+from lightning_embinit.init.sources.base import SOURCES, SourceRequest, VectorSet
 from lightning_embinit.init.sources.hf_hub import HubFiles, local_fetch
 from lightning_embinit.init.sources.hf_weights import EmbeddingTensor, locate_embedding
 from lightning_embinit.init.sources.pretrained import PretrainedSource, split_options
+from lightning_embinit.vocabulary import SPECIAL_ROLES
 
 HF_OPTIONS = ("path", "revision", "tensor", "tokenizer", "cache_dir", "subfolder")
-SPECIAL_ROLES = ("pad", "unk", "bos", "eos", "cls", "sep", "mask")
 #: Files that hold a tokenizer's vocabulary (fast tokenizers, WordPiece, SentencePiece, BPE, tiktoken).
 TOKENIZER_FILES = (
     "tokenizer.json",
@@ -81,8 +81,8 @@ KNOWN_MODELS: dict[str, KnownModel] = {
 }
 
 
-class HFTable:
-    """A :class:`VectorTable` over an LM's input-embedding tensor and its tokenizer's vocabulary.
+class HFVectorSet:
+    """A :class:`VectorSet` over an LM's input-embedding tensor and its tokenizer's vocabulary.
 
     With the tokenizer it also splits words the vocabulary lacks into the model's own pieces
     (the ``pieces`` alignment rule).
@@ -137,11 +137,8 @@ def load_vocabulary(
         kwargs["subfolder"] = subfolder
     tokenizer = AutoTokenizer.from_pretrained(source, **kwargs)
     vocabulary = dict(tokenizer.get_vocab())
-    special = {}
-    for role in SPECIAL_ROLES:
-        token = getattr(tokenizer, f"{role}_token", None)
-        if isinstance(token, str) and token in vocabulary:
-            special[role] = token
+    named = {role: getattr(tokenizer, f"{role}_token", None) for role in SPECIAL_ROLES}
+    special = {role: token for role, token in named.items() if isinstance(token, str) and token in vocabulary}
     return vocabulary, special, tokenizer
 
 
@@ -165,10 +162,10 @@ class HFOptions:
     subfolder: str | None = None
 
 
-def open_hf_table(
+def open_hf_vectors(
     name: str, model: str, repo_ids: Sequence[str], options: HFOptions, package: str | None = None
-) -> VectorTable:
-    """The :class:`HFTable` of a local directory or hub model (see the module doc for the lookup order)."""
+) -> VectorSet:
+    """The :class:`HFVectorSet` of a local directory or hub model (see the module doc for the lookup order)."""
     directory = options.path or (model if os.path.isdir(os.path.expanduser(model)) else None) or _package_dir(package)
     hub: HubFiles | None = None
     if directory is not None:
@@ -206,7 +203,7 @@ def open_hf_table(
     vocabulary, special, tokenizer = _vocabulary(
         name, list(dict.fromkeys(candidates)), options, local_only, how, tensor.shape[0]
     )
-    return HFTable(label, tensor, vocabulary, special, tokenizer)
+    return HFVectorSet(label, tensor, vocabulary, special, tokenizer)
 
 
 def tokenizer_files(source: str, options: HFOptions) -> list[str]:
@@ -265,10 +262,10 @@ def hf_source_factory(name: str, model: str | None, repo_ids: Sequence[str] = ()
             raise ValueError(f"source {label!r}: path {hf_options.path} is not a directory")
         ids = tuple(repo_ids) or (str(target),)
 
-        def open_table(request: SourceRequest) -> VectorTable:
-            return open_hf_table(label, str(target), ids, hf_options, package)
+        def open_vectors(request: SourceRequest) -> VectorSet:
+            return open_hf_vectors(label, str(target), ids, hf_options, package)
 
-        return PretrainedSource(label, open_table, alignment)
+        return PretrainedSource(label, open_vectors, alignment)
 
     return factory
 

@@ -1,4 +1,5 @@
-"""Step 1 of alignment: each slot token → a row of a pre-trained table, by named rules (SPEC §1, [K], [KB]).
+"""Step 1 of alignment: each slot token → a row of a pre-trained vector set, by named rules ([K], [KB]; see
+docs/concepts.md).
 
 The user's ``special_map`` comes first, then an exact match, then the fallback rules of
 :data:`FALLBACKS` in the order the user gives (:class:`~lightning_embinit.init.sources.alignment.AlignmentOptions`):
@@ -22,12 +23,12 @@ from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Any, Protocol
 
-from lightning_embinit.init.sources.base import VectorTable
+from lightning_embinit.init.sources.base import VectorSet
 
 LATER = -1
 """A rule's answer for a token it takes whose vector is made after matching (composed, or the mean of pieces)."""
 
-# Source-side spellings tried for a slot's special-token roles, after the table's own.
+# Source-side spellings tried for a slot's special-token roles, after the source's own.
 ROLE_CANDIDATES: dict[str, tuple[str, ...]] = {
     "pad": ("[PAD]", "<pad>", "<PAD>"),
     "unk": ("[UNK]", "<unk>", "<UNK>"),
@@ -63,10 +64,10 @@ class Match:
 @dataclass
 class _Context:
     """What the rules consult: the source's rows by token and special tokens, the slot's roles, and what the
-    table can do."""
+    vector set can do."""
 
     lookup: Mapping[str, int]
-    table_special: Mapping[str, str]
+    source_special: Mapping[str, str]
     role_of_token: Mapping[str, str]
     explicit: Mapping[str, int]
     use_lower: bool
@@ -93,7 +94,7 @@ def _exact(token: str, context: _Context) -> int | None:
 
 def _special(token: str, context: _Context) -> int | None:
     role = context.role_of_token.get(token)
-    return None if role is None else _first_in(context.lookup, _role_candidates(role, context.table_special))
+    return None if role is None else _first_in(context.lookup, _role_candidates(role, context.source_special))
 
 
 def _lower(token: str, context: _Context) -> int | None:
@@ -137,13 +138,13 @@ _RULES = {**FIRST_RULES, **FALLBACKS}
 
 def match_tokens(
     tokens: Sequence[str],
-    table: VectorTable,
+    vectors: VectorSet,
     *,
     slot_special: Mapping[str, str],
     options: MatchingOptions,
 ) -> Match:
-    """Match each slot token to a row of ``table``: ``special_map``, exact, then ``options.rules`` in order."""
-    context = _context(table, slot_special, options)
+    """Match each slot token to a row of ``vectors``: ``special_map``, exact, then ``options.rules`` in order."""
+    context = _context(vectors, slot_special, options)
     order = (*FIRST_RULES, *options.rules)
     rows, rules = [], []
     for token in tokens:
@@ -155,18 +156,18 @@ def match_tokens(
     return Match(rows, rules, composed, pieces)
 
 
-def _context(table: VectorTable, slot_special: Mapping[str, str], options: MatchingOptions) -> _Context:
-    lookup = table.lookup()
+def _context(vectors: VectorSet, slot_special: Mapping[str, str], options: MatchingOptions) -> _Context:
+    lookup = vectors.lookup()
     fallbacks = options.rules
-    can_compose = "ngrams" in fallbacks and getattr(table, "can_compose", True)
+    can_compose = "ngrams" in fallbacks and getattr(vectors, "can_compose", True)
     return _Context(
         lookup=lookup,
-        table_special=dict(table.special_tokens),
+        source_special=dict(vectors.special_tokens),
         role_of_token={token: role for role, token in slot_special.items()},
         explicit=_explicit_special_map(options.special_map, slot_special, lookup),
         use_lower="lower" in fallbacks,
-        compose=getattr(table, "compose", None) if can_compose else None,
-        split=getattr(table, "split_into_pieces", None) if "pieces" in fallbacks else None,
+        compose=getattr(vectors, "compose", None) if can_compose else None,
+        split=getattr(vectors, "split_into_pieces", None) if "pieces" in fallbacks else None,
     )
 
 
@@ -218,9 +219,9 @@ def _explicit_special_map(
     return resolved
 
 
-def _role_candidates(role: str, table_special: Mapping[str, str]) -> list[str]:
+def _role_candidates(role: str, source_special: Mapping[str, str]) -> list[str]:
     names = _ROLE_SYNONYMS.get(role, (role,))
-    own = [table_special[name] for name in names if table_special.get(name)]
+    own = [source_special[name] for name in names if source_special.get(name)]
     defaults = [c for name in names for c in ROLE_CANDIDATES.get(name, ())]
     return own + defaults
 

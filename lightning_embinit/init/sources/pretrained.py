@@ -1,8 +1,8 @@
-"""The common shape of every pre-trained source: open a :class:`VectorTable`, then align (SPEC §1).
+"""The common shape of every pre-trained source: open a :class:`VectorSet`, then align (docs/concepts.md).
 
 A source factory validates its options when the user names it (``resolve_source``) but opens
 files, downloads and trains only in :meth:`PretrainedSource.build`, so an unused source costs
-nothing. :class:`ArrayTable` is the table for vectors already in memory (or memory-mapped).
+nothing. :class:`ArrayVectorSet` holds vectors already in memory (or memory-mapped).
 """
 
 from __future__ import annotations
@@ -15,29 +15,29 @@ import numpy as np
 import torch
 
 from lightning_embinit.init.sources.alignment import AlignmentOptions, align_to_slot, require_tokens
-from lightning_embinit.init.sources.base import SourceMatrix, SourceRequest, VectorTable
+from lightning_embinit.init.sources.base import SourceMatrix, SourceRequest, VectorSet
 from lightning_embinit.init.sources.row_reader import gather_rows, read_rows
 
 
 @dataclass
 class PretrainedSource:
-    """A named pre-trained source: ``open_table(request)`` gives the vectors, alignment does the rest."""
+    """A named pre-trained source: ``open_vectors(request)`` gives the vectors, alignment does the rest."""
 
     name: str
-    open_table: Callable[[SourceRequest], VectorTable]
+    open_vectors: Callable[[SourceRequest], VectorSet]
     alignment: AlignmentOptions = field(default_factory=AlignmentOptions)
     is_pretrained: bool = True
     cache_dir: str | None = None  # this source's own cache directory option, if it caches parsed files
 
     def build(self, request: SourceRequest) -> SourceMatrix:
         require_tokens(request, self.name)
-        table = self.open_table(request)
-        return align_to_slot(request, table, self.alignment, source_name=self.name)
+        vectors = self.open_vectors(request)
+        return align_to_slot(request, vectors, self.alignment, source_name=self.name)
 
 
 @dataclass
-class ArrayTable:
-    """A :class:`VectorTable` over a token list and a (V, D) numpy/torch matrix (memory-mapped is fine).
+class ArrayVectorSet:
+    """A :class:`VectorSet` over a token list and a (V, D) numpy/torch matrix (memory-mapped is fine).
 
     With ``row_file`` (a cached ``.npy``), rows are read with positioned reads, so memory holds only
     the rows gathered rather than every page a memory map would touch.

@@ -1,4 +1,4 @@
-"""Static word vectors as sources: GloVe, word2vec, fastText (SPEC §1, [K], [KB]).
+"""Static word vectors as sources: GloVe, word2vec, fastText ([K], [KB]; docs/concepts.md).
 
 ``file:<path>`` reads any local vector file; the format is detected and can be forced with
 ``format=``:
@@ -11,10 +11,7 @@
   tokens can then get vectors composed from character n-grams (fallback rule ``ngrams``).
 
 Text and word2vec-binary files are parsed once into the cache (:mod:`.vector_cache`); later
-loads memory-map it. Well-known sets (``glove``, ``glove-6B-<dim>``, ``word2vec``, ``fasttext``)
-and gensim-data names take a local ``path=``; without one they use gensim-data's local copy or
-download through ``gensim.downloader`` when a network is reachable, else raise saying how to
-point at a local file.
+loads memory-map it. The well-known sets by name are :mod:`.well_known`'s.
 """
 
 from __future__ import annotations
@@ -30,10 +27,10 @@ import numpy as np
 import torch
 
 from lightning_embinit.checks import check_choice
-from lightning_embinit.init.sources import network, vector_cache, vector_file
-from lightning_embinit.init.sources.base import SOURCES, SourceRequest, VectorTable
+from lightning_embinit.init.sources import vector_cache, vector_file
+from lightning_embinit.init.sources.base import SOURCES, SourceRequest, VectorSet
 from lightning_embinit.init.sources.compressed import is_compressed, read_head
-from lightning_embinit.init.sources.pretrained import ArrayTable, PretrainedSource, split_options
+from lightning_embinit.init.sources.pretrained import ArrayVectorSet, PretrainedSource, split_options
 from lightning_embinit.init.sources.row_reader import npy_data_offset
 
 FORMATS = ("auto", "word2vec", "glove", "text", "word2vec_binary", "fasttext_bin")
@@ -105,8 +102,8 @@ class FileVectorsOptions:
             raise ValueError(f"dim must be a positive integer, got {self.dim!r}")
 
 
-def open_vector_file(path: str, options: FileVectorsOptions) -> VectorTable:
-    """The :class:`VectorTable` of a local vector file, parsed once and cached (text, word2vec binary)."""
+def open_vector_file(path: str, options: FileVectorsOptions) -> VectorSet:
+    """The :class:`VectorSet` of a local vector file, parsed once and cached (text, word2vec binary)."""
     path = os.path.abspath(os.path.expanduser(path))
     if not os.path.isfile(path):
         raise ValueError(f"vector file {path} does not exist")
@@ -145,7 +142,7 @@ def open_vector_file(path: str, options: FileVectorsOptions) -> VectorTable:
     description = (
         f"{os.path.basename(path)} ({fmt}, {matrix.shape[0]}×{matrix.shape[1]}{'; ' + notes if notes else ''})"
     )
-    return ArrayTable(tokens=tokens, matrix=matrix, description=description, row_file=row_file)
+    return ArrayVectorSet(tokens=tokens, matrix=matrix, description=description, row_file=row_file)
 
 
 def _build_text(
@@ -232,7 +229,7 @@ def check_announced_size(path: str, count: int | None, dim: int | None) -> None:
         )
 
 
-class FastTextTable:
+class FastTextVectorSet:
     """A fastText model's vectors; ``compose`` builds vectors for unseen tokens from character n-grams."""
 
     def __init__(self, path: str) -> None:
@@ -258,9 +255,9 @@ class FastTextTable:
         return torch.from_numpy(np.stack([np.asarray(self.kv.get_vector(t), dtype=np.float32) for t in tokens]))
 
 
-def _open_fasttext_bin(path: str) -> VectorTable:
+def _open_fasttext_bin(path: str) -> VectorSet:
     try:
-        return FastTextTable(path)
+        return FastTextVectorSet(path)
     except (ValueError, EOFError, RuntimeError, AssertionError, struct.error, MemoryError, IndexError) as error:
         # gensim: RuntimeError subclasses for unsupported models, a bare AssertionError or struct.error when truncated
         detail = f"{type(error).__name__}: {error}" if str(error) else type(error).__name__
@@ -275,10 +272,10 @@ def _open_fasttext_bin(path: str) -> VectorTable:
 
 def file_source(path: str, **options: Any) -> PretrainedSource:
     """Any local vector file: word2vec text/binary, GloVe text, fastText .vec/.bin (optionally .gz/.bz2/.xz)."""
-    return _file_source(f"file:{path}", path, options)
+    return named_file_source(f"file:{path}", path, options)
 
 
-def _file_source(
+def named_file_source(
     name: str,
     path: str | None,
     options: dict[str, Any],
@@ -299,17 +296,17 @@ def _file_source(
         if not os.path.isfile(path):
             raise ValueError(f"source {name!r}: vector file {path} does not exist")
 
-    def open_table(request: SourceRequest) -> VectorTable:
+    def open_vectors(request: SourceRequest) -> VectorSet:
         where = path if path is not None else locate()  # type: ignore[misc]
-        table = open_vector_file(where, file_options)
-        if expected_dim is not None and table.dim != expected_dim:
+        vectors = open_vector_file(where, file_options)
+        if expected_dim is not None and vectors.dim != expected_dim:
             raise ValueError(
                 f"source {name!r} names {expected_dim}-dimensional vectors, but {where} has dimension "
-                f"{table.dim}; pass source='file:{where}' to use that file as it is"
+                f"{vectors.dim}; pass source='file:{where}' to use that file as it is"
             )
-        return table
+        return vectors
 
-    return PretrainedSource(name, open_table, alignment, cache_dir=file_options.cache_dir)
+    return PretrainedSource(name, open_vectors, alignment, cache_dir=file_options.cache_dir)
 
 
 SOURCES.add(
@@ -318,119 +315,3 @@ SOURCES.add(
     takes_argument=True,
     summary="a local vector file: word2vec text/binary, GloVe, fastText .vec/.bin (.gz/.bz2 ok)",
 )
-
-
-@dataclass(frozen=True)
-class WellKnown:
-    """A published vector set: where gensim-data has it (if it does) and where to get it by hand."""
-
-    title: str
-    gensim_name: str | None
-    file_name: str
-    url: str
-    dim: int
-
-
-_GLOVE_6B = "https://nlp.stanford.edu/data/glove.6B.zip"
-WELL_KNOWN: dict[str, WellKnown] = {
-    "glove": WellKnown(
-        "GloVe Common Crawl 840B, 300d",
-        None,
-        "glove.840B.300d.txt",
-        "https://nlp.stanford.edu/data/glove.840B.300d.zip",
-        300,
-    ),
-    **{
-        f"glove-6B-{d}": WellKnown(
-            f"GloVe 6B (Wikipedia+Gigaword), {d}d", f"glove-wiki-gigaword-{d}", f"glove.6B.{d}d.txt", _GLOVE_6B, d
-        )
-        for d in (50, 100, 200, 300)
-    },
-    "word2vec": WellKnown(
-        "word2vec Google News, 300d",
-        "word2vec-google-news-300",
-        "GoogleNews-vectors-negative300.bin.gz",
-        "https://code.google.com/archive/p/word2vec/",
-        300,
-    ),
-    "fasttext": WellKnown(
-        "fastText English wiki-news subword, 300d",
-        "fasttext-wiki-news-subwords-300",
-        "wiki-news-300d-1M-subword.vec.zip",
-        "https://dl.fbaipublicfiles.com/fasttext/vectors-english/wiki-news-300d-1M-subword.vec.zip",
-        300,
-    ),
-}
-GENSIM_DATA = {
-    **{f"glove-wiki-gigaword-{d}": d for d in (50, 100, 200, 300)},
-    **{f"glove-twitter-{d}": d for d in (25, 50, 100, 200)},
-    "word2vec-google-news-300": 300,
-    "fasttext-wiki-news-subwords-300": 300,
-    "conceptnet-numberbatch-17-06-300": 300,
-}
-
-
-GENSIM_DATA_HOST = "https://raw.githubusercontent.com"  # where gensim.downloader reads its catalogue
-
-
-def gensim_data_path(gensim_name: str) -> str:
-    """The local gensim-data copy of ``gensim_name``, downloading it when a network is reachable."""
-    base = os.environ.get("GENSIM_DATA_DIR") or os.path.expanduser("~/gensim-data")
-    folder = os.path.join(base, gensim_name)
-    if os.path.isdir(folder):
-        files = sorted(
-            f for f in os.listdir(folder) if not f.endswith((".json", ".py", ".txt.tmp")) and f != "__init__.py"
-        )
-        preferred = [f for f in files if f.startswith(gensim_name)]
-        if preferred or files:
-            return os.path.join(folder, (preferred or files)[0])
-    reason = network.offline_reason(GENSIM_DATA_HOST)
-    if reason is not None:
-        raise RuntimeError(f"gensim-data {gensim_name!r} is not in {base} and cannot be downloaded: {reason}")
-    import gensim.downloader
-
-    try:
-        return str(gensim.downloader.load(gensim_name, return_path=True))
-    except Exception as error:  # noqa: BLE001 - network and server errors surface as many types
-        raise RuntimeError(f"downloading gensim-data {gensim_name!r} failed: {error}") from error
-
-
-def _locator(name: str, title: str, gensim_name: str | None, file_name: str, url: str) -> Callable[[], str]:
-    def locate() -> str:
-        how = (
-            f"download {file_name} from {url} (unzip if needed) and pass source='file:/path/to/{file_name}' "
-            f"or source_options={{'path': '/path/to/{file_name}'}}"
-        )
-        if gensim_name is None:
-            raise RuntimeError(f"source {name!r} ({title}) is not downloaded automatically: {how}")
-        try:
-            return gensim_data_path(gensim_name)
-        except RuntimeError as error:
-            raise RuntimeError(f"source {name!r} ({title}): {error}. Without a network, {how}") from None
-
-    return locate
-
-
-def _register_well_known(name: str, entry: WellKnown) -> None:
-    def factory(**options: Any) -> PretrainedSource:
-        locate = _locator(name, entry.title, entry.gensim_name, entry.file_name, entry.url)
-        return _file_source(name, None, options, locate, entry.dim)
-
-    factory.__doc__ = f"{entry.title}; local file with path=, else gensim-data {entry.gensim_name or '(none)'}"
-    SOURCES.add(name, factory, summary=factory.__doc__)
-
-
-def _register_gensim(name: str, dim: int) -> None:
-    def factory(**options: Any) -> PretrainedSource:
-        locate = _locator(
-            name, f"gensim-data {name}, {dim}d", name, f"{name}.gz", "https://github.com/RaRe-Technologies/gensim-data"
-        )
-        return _file_source(name, None, options, locate, dim)
-
-    SOURCES.add(name, factory, summary=f"gensim-data {name} ({dim}d), through gensim.downloader or path=")
-
-
-for _name, _entry in WELL_KNOWN.items():
-    _register_well_known(_name, _entry)
-for _name, _dim in GENSIM_DATA.items():
-    _register_gensim(_name, _dim)

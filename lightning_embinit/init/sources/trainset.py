@@ -15,8 +15,8 @@ import zlib
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Any
 
-from lightning_embinit.init.sources.base import SOURCES, SourceRequest, VectorTable
-from lightning_embinit.init.sources.pretrained import ArrayTable, PretrainedSource, seed_from, split_options
+from lightning_embinit.init.sources.base import SOURCES, SourceRequest, VectorSet
+from lightning_embinit.init.sources.pretrained import ArrayVectorSet, PretrainedSource, seed_from, split_options
 
 WORD2VEC_DEFAULTS: dict[str, Any] = {
     "vector_size": None,  # the slot's embedding_dim
@@ -50,7 +50,7 @@ class _Restartable:
             yield list(sentence)
 
 
-def train_word2vec(request: SourceRequest, options: dict[str, Any]) -> VectorTable:
+def train_word2vec(request: SourceRequest, options: dict[str, Any]) -> VectorSet:
     """Train gensim ``Word2Vec`` on the slot's corpus; the table holds its vocabulary and vectors."""
     from gensim.models import Word2Vec
 
@@ -74,7 +74,7 @@ def train_word2vec(request: SourceRequest, options: dict[str, Any]) -> VectorTab
             f"word2vec-trainset: no word of slot {request.slot_name!r}'s corpus reached min_count={params['min_count']}"
         )
     settings = ", ".join(f"{k}={params[k]}" for k in ("vector_size", "window", "min_count", "epochs", "sg", "seed"))
-    return ArrayTable(
+    return ArrayVectorSet(
         tokens=list(model.wv.index_to_key),
         matrix=model.wv.vectors,
         description=f"gensim Word2Vec on the training text ({len(model.wv)}×{model.wv.vector_size}; {settings})",
@@ -88,7 +88,7 @@ def word2vec_trainset(**options: Any) -> PretrainedSource:
         if value is not None and not isinstance(value, (int, float)):
             raise ValueError(f"word2vec-trainset: option {key} must be a number, got {value!r}")
 
-    def open_table(request: SourceRequest) -> VectorTable:
+    def open_vectors(request: SourceRequest) -> VectorSet:
         return train_word2vec(request, own)
 
-    return PretrainedSource("word2vec-trainset", open_table, alignment)
+    return PretrainedSource("word2vec-trainset", open_vectors, alignment)

@@ -190,13 +190,8 @@ def load_or_build(
     root = writable_cache_dir("vectors", cache_dir)
     key = file_key(path, options)
     final = root / key
-    if (final / "meta.json").exists():
-        try:
-            return CachedVectors.open(final)
-        except (OSError, ValueError):
-            shutil.rmtree(final, ignore_errors=True)  # a damaged entry is rebuilt
-    elif final.exists():
-        shutil.rmtree(final, ignore_errors=True)
+    if (entry := _existing_entry(final)) is not None:
+        return entry
     remove_stale_staging(root)
     staging = Path(tempfile.mkdtemp(prefix=f"{key}{_STAGING_MARK}", dir=root))
     writers: list[NpyRowWriter] = []
@@ -236,6 +231,18 @@ def load_or_build(
         shutil.rmtree(staging, ignore_errors=True)
         raise
     return entry
+
+
+def _existing_entry(final: Path) -> CachedVectors | None:
+    """The entry at ``final`` when it opens; a damaged or unfinished one is removed (to be rebuilt)."""
+    if (final / "meta.json").exists():
+        try:
+            return CachedVectors.open(final)
+        except (OSError, ValueError):
+            pass
+    if final.exists():
+        shutil.rmtree(final, ignore_errors=True)
+    return None
 
 
 def remove_stale_staging(root: Path, max_age_s: float = STALE_STAGING_S) -> None:

@@ -1,7 +1,7 @@
 """Sub-word tokenizers on the Hugging Face ``tokenizers`` backend: trained WordPiece and pretrained.
 
-See :mod:`lightning_embinit.data.tokenization` for the three kinds; the interface is
-:class:`~lightning_embinit.data.text_tokenizer.TextTokenizer`, whose ``wordpiece`` and ``pretrained``
+See :mod:`lightning_embinit.text.tokenization` for the three kinds; the interface is
+:class:`~lightning_embinit.text.text_tokenizer.TextTokenizer`, whose ``wordpiece`` and ``pretrained``
 constructors reach these classes by their registered kind.
 """
 
@@ -17,8 +17,7 @@ from typing import Any
 import numpy as np
 from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers, trainers
 
-from lightning_embinit.data.text_tokenizer import (
-    ADDED_TOKENS,
+from lightning_embinit.text.text_tokenizer import (
     CONFIG_VERSION,
     EXTRA_ROLES,
     REQUIRED_ROLES,
@@ -26,6 +25,7 @@ from lightning_embinit.data.text_tokenizer import (
     WORDPIECE_TOKENS,
     TextTokenizer,
 )
+from lightning_embinit.vocabulary import SPECIAL_TOKENS
 
 
 def train_wordpiece(
@@ -218,7 +218,7 @@ class PretrainedTokenizer(_BackendTokenizer):
                 if isinstance(token, str) and token in vocab:
                     special[role] = token
                     break
-        added = {f"{role}_token": ADDED_TOKENS[role] for role in REQUIRED_ROLES if role not in special}
+        added = {f"{role}_token": SPECIAL_TOKENS[role] for role in REQUIRED_ROLES if role not in special}
         if added:
             hf.add_special_tokens(added)
             special.update({key.removesuffix("_token"): token for key, token in added.items()})

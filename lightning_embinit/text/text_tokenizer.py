@@ -1,8 +1,17 @@
-"""The tokenizer interface, :class:`TextTokenizer`, and its word-level kind.
+"""The tokenizer interface, :class:`TextTokenizer`, its word-level kind, and the word splitter.
 
 The kinds register themselves by name (:attr:`TextTokenizer.kind`); the sub-word kinds live in
-:mod:`lightning_embinit.data.subword`, and :mod:`lightning_embinit.data.tokenization` builds any kind
+:mod:`lightning_embinit.text.subword`, and :mod:`lightning_embinit.text.tokenization` builds any kind
 from a spec. See that module for the three kinds.
+
+Word splitters (:class:`WordTokenizer`, a word-level tokenizer's ``tokenizer=``):
+
+- ``regex`` (default): lowercases (``lowercase=True``) and splits text into words and single
+  punctuation marks with :data:`WORD_PATTERN`: runs of letters/digits, which may contain inner
+  apostrophes, hyphens, periods and colons ("don't", "well-known", "u.s", "4:00pm"), and every
+  other non-space character alone.
+- ``whitespace``: ``str.split()`` (after lowercasing when ``lowercase=True``), as GloVe/word2vec
+  style pre-tokenized text expects.
 """
 
 from __future__ import annotations
@@ -12,14 +21,33 @@ import copy
 import hashlib
 import json
 import os
+import re
 from collections.abc import Mapping, Sequence
 from typing import Any, ClassVar
 
 from lightning_embinit.checks import check_choice, check_texts
-from lightning_embinit.data.vocabulary import SPECIAL_TOKENS, TOKENIZERS, Vocabulary, WordTokenizer
+from lightning_embinit.vocabulary import SPECIAL_ROLES, SPECIAL_TOKENS, Vocabulary
 
-REQUIRED_ROLES = ("pad", "unk", "bos", "eos")
-EXTRA_ROLES = ("cls", "sep", "mask")
+#: The ``regex`` word tokenizer: words (with inner apostrophes, dots, colons or hyphens) or one non-space symbol.
+WORD_PATTERN = re.compile(r"\w+(?:['’.:\-]\w+)*|[^\w\s]", re.UNICODE)
+WORD_TOKENIZERS = ("regex", "whitespace")
+
+
+class WordTokenizer:
+    """Text → list of word tokens (``regex`` or ``whitespace``, optional lowercasing)."""
+
+    def __init__(self, kind: str = "regex", *, lowercase: bool = True) -> None:
+        self.kind = check_choice("tokenizer", kind, WORD_TOKENIZERS)
+        self.lowercase = lowercase
+
+    def __call__(self, text: str) -> list[str]:
+        if self.lowercase:
+            text = text.lower()
+        return WORD_PATTERN.findall(text) if self.kind == "regex" else text.split()
+
+
+REQUIRED_ROLES = tuple(SPECIAL_TOKENS)
+EXTRA_ROLES = SPECIAL_ROLES[len(REQUIRED_ROLES) :]
 WORD_EXTRA_TOKENS = {"cls": "<cls>", "sep": "<sep>", "mask": "<mask>"}
 WORDPIECE_TOKENS = {
     "pad": "[PAD]",
@@ -30,7 +58,6 @@ WORDPIECE_TOKENS = {
     "sep": "[SEP]",
     "mask": "[MASK]",
 }
-ADDED_TOKENS = SPECIAL_TOKENS  # what a pretrained tokenizer lacking a required role gets: the word-level tokens
 ROLE_FALLBACKS = {"bos": ("bos", "cls"), "eos": ("eos", "sep"), "pad": ("pad",), "unk": ("unk",)}
 CONFIG_VERSION = 1
 
@@ -62,12 +89,14 @@ class TextTokenizer(abc.ABC):
             TextTokenizer._kinds[cls.kind] = cls
 
     def __init__(self, tokens: Sequence[str], special_tokens: Mapping[str, str]) -> None:
-        self.tokens = list(tokens)
         self.special_tokens = dict(special_tokens)
-        index = {token: i for i, token in enumerate(self.tokens)}
-        if missing := [r for r in REQUIRED_ROLES if self.special_tokens.get(r) not in index]:
+        present = set(tokens)
+        if missing := [r for r in REQUIRED_ROLES if self.special_tokens.get(r) not in present]:
             raise ValueError(f"{self.kind} tokenizer: no token for the roles {missing} (needs {list(REQUIRED_ROLES)})")
-        self.role_ids = {role: index[token] for role, token in self.special_tokens.items()}
+        self.vocabulary = Vocabulary.from_tokens(tokens, self.special_tokens)
+        """The token strings by id and the special tokens: what a model's embedding table is built over."""
+        self.tokens = self.vocabulary.tokens
+        self.role_ids = self.vocabulary.special_ids
         self.pad_id, self.unk_id = self.role_ids["pad"], self.role_ids["unk"]
         self.bos_id, self.eos_id = self.role_ids["bos"], self.role_ids["eos"]
         self.special_ids = frozenset(self.role_ids.values()) | self._other_special_ids()
@@ -197,7 +226,7 @@ class TextTokenizer(abc.ABC):
     def _kind(kind: str) -> Any:
         """The registered class of ``kind`` (the sub-word kinds register when :mod:`.subword` is imported)."""
         if kind not in TextTokenizer._kinds:
-            raise ValueError(f"no {kind!r} tokenizer kind is registered; import lightning_embinit.data.tokenization")
+            raise ValueError(f"no {kind!r} tokenizer kind is registered; import lightning_embinit.text.tokenization")
         return TextTokenizer._kinds[kind]
 
     # ------------------------------------------------------------------ constructors
@@ -240,7 +269,7 @@ class TextTokenizer(abc.ABC):
         """A Hugging Face tokenizer by hub id or local directory (``transformers.AutoTokenizer``, fast).
 
         With ``restrict_to`` (training text), only the tokens it uses ≥ ``min_freq`` times are kept
-        (:meth:`~lightning_embinit.data.subword.PretrainedTokenizer.restricted`); their strings still
+        (:meth:`~lightning_embinit.text.subword.PretrainedTokenizer.restricted`); their strings still
         match the model's rows.
         """
         tokenizer = cls._kind("pretrained").load(name_or_path)
@@ -256,8 +285,7 @@ class WordLevelTokenizer(TextTokenizer):
     def __init__(
         self, tokens: Sequence[str], special_tokens: Mapping[str, str], *, lowercase: bool = True, split: str = "regex"
     ) -> None:
-        self.vocabulary = Vocabulary(tokens, special_tokens)
-        super().__init__(self.vocabulary.tokens, special_tokens)
+        super().__init__(Vocabulary(tokens, special_tokens).tokens, special_tokens)
         self.lowercase, self.split_kind = lowercase, split
         self.split = WordTokenizer(split, lowercase=lowercase)
 
@@ -290,7 +318,7 @@ class WordLevelTokenizer(TextTokenizer):
 
     @classmethod
     def _from_config(cls, config: dict[str, Any]) -> TextTokenizer:
-        check_choice("tokenizer", config.get("tokenizer", "regex"), TOKENIZERS, hint="word tokenizer config")
+        check_choice("tokenizer", config.get("tokenizer", "regex"), WORD_TOKENIZERS, hint="word tokenizer config")
         return cls(
             config["tokens"],
             config["special_tokens"],

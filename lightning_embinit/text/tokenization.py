@@ -1,10 +1,11 @@
-"""One tokenizer interface for translation and classification data (SPEC §1 tokenizations, §2 [R]).
+"""One tokenizer interface for translation and classification data (the tokenizations of docs/concepts.md).
 
 :class:`TextTokenizer` has three kinds, chosen per side by a spec (:func:`build_tokenizer`):
 
-- ``word``: :class:`~lightning_embinit.data.vocabulary.WordTokenizer` + a :class:`Vocabulary` built
-  from the training text with a minimum frequency ([K]: 2; 5 for IWSLT2017). Special tokens
-  ``<pad> <unk> <bos> <eos>`` (ids 0–3), then ``<cls> <sep> <mask>`` when asked for (``roles``).
+- ``word``: :class:`~lightning_embinit.text.text_tokenizer.WordTokenizer` + a
+  :class:`~lightning_embinit.vocabulary.Vocabulary` built from the training text with a minimum frequency
+  ([K]: 2; 5 for IWSLT2017). Special tokens ``<pad> <unk> <bos> <eos>`` (ids 0–3), then ``<cls> <sep> <mask>``
+  when asked for (``roles``).
 - ``wordpiece``: a WordPiece vocabulary trained on the training text with the Hugging Face
   ``tokenizers`` library, as [R]'s tutorial builds its vocabularies: BERT normalization without
   accent stripping (German umlauts and ß survive), reserved tokens ``[PAD] [UNK] [START] [END]``
@@ -20,8 +21,8 @@
 checkpoint decodes new text with its own ids, offline. WordPiece training is not deterministic
 (the trainer breaks frequency ties in hash-map order), so processes must share one trained
 tokenizer — the datamodules' cache does that (see :mod:`lightning_embinit.data.text_cache`).
-The interface and the word kind live in :mod:`lightning_embinit.data.text_tokenizer`, the sub-word
-kinds in :mod:`lightning_embinit.data.subword`; this module builds any of them from a spec.
+The interface and the word kind live in :mod:`lightning_embinit.text.text_tokenizer`, the sub-word
+kinds in :mod:`lightning_embinit.text.subword`; this module builds any of them from a spec.
 """
 
 from __future__ import annotations
@@ -31,8 +32,8 @@ import os
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from lightning_embinit.data.subword import PretrainedTokenizer, WordPieceTokenizer
-from lightning_embinit.data.text_tokenizer import TextTokenizer, WordLevelTokenizer
+from lightning_embinit.text.subword import PretrainedTokenizer, WordPieceTokenizer
+from lightning_embinit.text.text_tokenizer import TextTokenizer, WordLevelTokenizer
 
 __all__ = [
     "SPEC_FORMS",
