@@ -248,10 +248,7 @@ def test_case_insensitive_match_takes_the_first_source_row_whatever_the_lookup_o
         assert built.coverage.by_rule == {"lower": 2}
 
 
-def test_the_former_module_path_still_imports_the_same_objects():
-    from lightning_embinit.init import alignment as former
-    from lightning_embinit.init.sources import alignment, base, matching
+def test_the_fallback_rules_in_their_order():
+    from lightning_embinit.init.sources.matching import FALLBACK_RULES
 
-    assert former.AlignmentOptions is alignment.AlignmentOptions and former.align_to_slot is alignment.align_to_slot
-    assert former.match_tokens is matching.match_tokens and former.VectorTable is base.VectorTable
-    assert former.FALLBACK_RULES == ("special", "lower", "wordpiece", "sentencepiece", "pieces", "ngrams")
+    assert FALLBACK_RULES == ("special", "lower", "wordpiece", "sentencepiece", "pieces", "ngrams")
