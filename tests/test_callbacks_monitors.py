@@ -398,7 +398,7 @@ def test_monitors_configured_from_lightningcli_yaml(tmp_path, glove_path, lexica
         "seed_everything": 0,
         "model": {
             "class_path": "lightning_embinit.models.TiedEmbeddingLM",
-            "init_args": {"d_model": 50, "num_heads": 2, "num_layers": 1, "max_len": 16},
+            "init_args": {"architecture": {"d_model": 50, "num_heads": 2, "num_layers": 1, "max_len": 16}},
         },
         "data": {
             "class_path": "lightning_embinit.data.LanguageModelDataModule",

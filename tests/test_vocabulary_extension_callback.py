@@ -145,7 +145,7 @@ def test_a_translation_fine_tune_takes_the_old_vocabulary_from_the_checkpoints_t
 
     texts = ["a man rides a horse", "a woman reads a book", "two dogs run"] * 3
     src, old_tgt = TextTokenizer.word(texts, min_freq=1), TextTokenizer.word(texts, min_freq=1)
-    sizes = dict(d_model=16, num_heads=2, num_encoder_layers=1, num_decoder_layers=1, head="untied")
+    sizes = {"architecture": dict(d_model=16, num_heads=2, num_encoder_layers=1, num_decoder_layers=1, head="untied")}
     old = TransformerSeq2Seq(src_tokenizer=src.to_config(), tgt_tokenizer=old_tgt.to_config(), **sizes)
     saver = trainer(tmp_path)
     saver.strategy.connect(old)

@@ -54,24 +54,18 @@ def class_from_path(class_path: str) -> Any:
         return None
 
 
-def checkpoint_saver(checkpoint: Mapping[str, Any]) -> type | str | None:
-    """The class that saved ``checkpoint``, as it records it (:func:`saved_class`): the class, or its path when that
-    does not import; None when it records none."""
-    recorded = saved_class(checkpoint)
-    found = None if recorded is None else class_from_path(recorded)
-    return found if isinstance(found, type) else recorded
-
-
 def check_checkpoint_class(cls: type, path: str) -> str | None:
     """Check the checkpoint file at ``path`` (:func:`load_checkpoint_file`) and that ``cls``, a class derived from it
-    or its base saved it (:func:`checkpoint_saver`); returns the saver's name (None: unknown)."""
+    or its base saved it, as the checkpoint records (:func:`saved_class`); returns the saver's name or path (None:
+    unknown)."""
     try:
         checkpoint = load_checkpoint_file(path)
     except UnsafeCheckpointError:
         return None  # not readable without trusting it; Lightning loads it as its own options say
-    saver = checkpoint_saver(checkpoint) if isinstance(checkpoint, Mapping) else None
+    recorded = saved_class(checkpoint)
+    saver = None if recorded is None else class_from_path(recorded)
     if not isinstance(saver, type):
-        return saver
+        return recorded
     if not (issubclass(saver, cls) or issubclass(cls, saver)):
         raise ValueError(
             f"checkpoint {path} was saved by {saver.__name__}, not by {cls.__name__}: load it with "
