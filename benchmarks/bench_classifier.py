@@ -122,7 +122,7 @@ def main() -> None:
     tokens = int((ids != tokenizer.pad_id).sum())
     torch.manual_seed(0)
     ours = TransformerClassifier(
-        tokenizer=tokenizer.to_config(), num_classes=2, dropout=args.dropout, max_len=128, **size
+        tokenizer=tokenizer.to_config(), num_classes=2, architecture={**size, "dropout": args.dropout, "max_len": 128}
     )
     reference = ReferenceClassifier(
         len(tokenizer),

@@ -77,7 +77,9 @@ def time_hooks(callback: Callback, spent: dict[str, list[float]]) -> Callback:
 
 def tied_lm() -> tuple[Callable[[], L.LightningModule], Callable[[], Any], bool]:
     data = LanguageModelDataModule(seq_len=64, batch_size=32)
-    make = lambda: TiedEmbeddingLM(vocabulary=data.vocabulary, d_model=256, num_heads=4, num_layers=2, ffn_dim=1024)  # noqa: E731
+    make = lambda: TiedEmbeddingLM(  # noqa: E731
+        vocabulary=data.vocabulary, architecture={"d_model": 256, "num_heads": 4, "num_layers": 2, "ffn_dim": 1024}
+    )
     return make, lambda: data, True
 
 
@@ -90,11 +92,13 @@ def seq2seq() -> tuple[Callable[[], L.LightningModule], Callable[[], Any], bool]
     make = lambda: TransformerSeq2Seq(  # noqa: E731
         src_vocab_size=vocab,
         tgt_vocab_size=vocab,
-        d_model=256,
-        num_heads=4,
-        num_encoder_layers=3,
-        num_decoder_layers=3,
-        ffn_dim=1024,
+        architecture={
+            "d_model": 256,
+            "num_heads": 4,
+            "num_encoder_layers": 3,
+            "num_decoder_layers": 3,
+            "ffn_dim": 1024,
+        },
         bleu_every_n_validations=0,
     )
     return make, lambda: loader, False

@@ -124,13 +124,15 @@ def train(args: argparse.Namespace) -> None:
     options = {
         "src_vocab_size": SRC_VOCAB,
         "tgt_vocab_size": TGT_VOCAB,
-        "d_model": size["d_model"],
-        "num_heads": size["num_heads"],
-        "num_encoder_layers": size["layers"],
-        "num_decoder_layers": size["layers"],
-        "ffn_dim": size["ffn_dim"],
-        "dropout": args.dropout,
-        "max_len": 64,
+        "architecture": {
+            "d_model": size["d_model"],
+            "num_heads": size["num_heads"],
+            "num_encoder_layers": size["layers"],
+            "num_decoder_layers": size["layers"],
+            "ffn_dim": size["ffn_dim"],
+            "dropout": args.dropout,
+            "max_len": 64,
+        },
     }
     models = {"TransformerSeq2Seq": TransformerSeq2Seq(**options).to(device)}
     if args.compile:
@@ -261,11 +263,14 @@ def decoding(args: argparse.Namespace) -> None:
         de, en = multi30k("train", "de"), multi30k("train", "en")
         tokenizers = {"src_tokenizer": TextTokenizer.word(de), "tgt_tokenizer": TextTokenizer.word(en)}
         torch.manual_seed(0)
+        size = SIZES[args.size]
         model = TransformerSeq2Seq(
             **tokenizers,
-            **{k: v for k, v in SIZES[args.size].items() if k not in ("batch", "length", "layers")},
-            num_encoder_layers=SIZES[args.size]["layers"],
-            num_decoder_layers=SIZES[args.size]["layers"],
+            architecture={
+                **{k: v for k, v in size.items() if k not in ("batch", "length", "layers")},
+                "num_encoder_layers": size["layers"],
+                "num_decoder_layers": size["layers"],
+            },
         )
     model.eval()
     sentences = multi30k("test_2016_flickr", model.hparams.get("src_lang", "de"))[: args.sentences]
@@ -307,9 +312,8 @@ def decoding(args: argparse.Namespace) -> None:
 
 def _load_checkpoint(path: str):
     checkpoint = torch.load(path, map_location="cpu", weights_only=True)
-    cls = (
-        ReinforcedTransformerSeq2Seq if "target_normalization" in checkpoint["hyper_parameters"] else TransformerSeq2Seq
-    )
+    reinforced = "target_normalization" in checkpoint["hyper_parameters"]["architecture"]
+    cls = ReinforcedTransformerSeq2Seq if reinforced else TransformerSeq2Seq
     return cls.load_from_checkpoint(path, map_location="cpu")
 
 

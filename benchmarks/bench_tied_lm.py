@@ -92,14 +92,16 @@ def main() -> None:
     torch.manual_seed(0)
     ours = TiedEmbeddingLM(
         vocab_size=args.vocab,
-        d_model=args.d_model,
-        num_heads=args.heads,
-        num_layers=args.layers,
-        ffn_dim=ffn,
-        max_len=args.seq_len,
-        positional="sinusoidal",
-        head="tied",
-        dropout=0.0,
+        architecture={
+            "d_model": args.d_model,
+            "num_heads": args.heads,
+            "num_layers": args.layers,
+            "ffn_dim": ffn,
+            "max_len": args.seq_len,
+            "positional": "sinusoidal",
+            "head": "tied",
+            "dropout": 0.0,
+        },
     )
     reference = ReferenceLM(args.vocab, args.d_model, args.heads, args.layers, ffn, args.seq_len)
     batch = torch.randint(0, args.vocab, (args.batch_size, args.seq_len + 1))

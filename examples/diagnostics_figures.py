@@ -73,15 +73,17 @@ def save(figure, path: Path) -> None:
 def model_for(data: LanguageModelDataModule) -> TiedEmbeddingLM:
     return TiedEmbeddingLM(
         vocabulary=data.vocabulary,
-        d_model=50,
-        num_heads=2,
-        num_layers=2,
-        ffn_dim=200,
-        max_len=64,
-        positional="sinusoidal",
-        head="untied",
-        dropout=0.1,
-        lr=2e-3,
+        architecture={
+            "d_model": 50,
+            "num_heads": 2,
+            "num_layers": 2,
+            "ffn_dim": 200,
+            "max_len": 64,
+            "positional": "sinusoidal",
+            "head": "untied",
+            "dropout": 0.1,
+        },
+        optimizer={"lr": 2e-3},
     )
 
 

@@ -133,12 +133,14 @@ def old_model(args: argparse.Namespace) -> tuple[TiedEmbeddingLM, TextTokenizer]
     torch.manual_seed(0)
     model = TiedEmbeddingLM(
         vocabulary=tokenizer.tokens,
-        d_model=args.d_model,
-        num_heads=4,
-        num_layers=2,
-        ffn_dim=2 * args.d_model,
-        max_len=args.seq_len,
-        embedding_init="normal:1/sqrt(d)",
+        architecture={
+            "d_model": args.d_model,
+            "num_heads": 4,
+            "num_layers": 2,
+            "ffn_dim": 2 * args.d_model,
+            "max_len": args.seq_len,
+            "embedding_init": "normal:1/sqrt(d)",
+        },
     )
     train(model, data, args.pretrain_steps, args.batch_size, 1e-3, seed=0)
     return model, tokenizer
@@ -156,11 +158,13 @@ def run_rule(
 ) -> tuple[float, ...]:
     model = TiedEmbeddingLM(
         vocabulary=tokenizer.tokens,
-        d_model=args.d_model,
-        num_heads=4,
-        num_layers=2,
-        ffn_dim=2 * args.d_model,
-        max_len=args.seq_len,
+        architecture={
+            "d_model": args.d_model,
+            "num_heads": 4,
+            "num_layers": 2,
+            "ffn_dim": 2 * args.d_model,
+            "max_len": args.seq_len,
+        },
     )
     model.load_state_dict(state)
     model.eval()

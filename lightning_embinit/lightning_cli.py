@@ -23,8 +23,6 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any, NoReturn
 
-import yaml
-from jsonargparse import get_loader, set_loader
 from lightning.pytorch import LightningDataModule, LightningModule, Trainer
 from lightning.pytorch.callbacks import ProgressBar
 from lightning.pytorch.cli import LightningArgumentParser, LightningCLI
@@ -116,9 +114,8 @@ class EmbinitCLI(LightningCLI):
         return super().instantiate_trainer(**kwargs)
 
     def init_parser(self, **kwargs: Any) -> LightningArgumentParser:
-        """Every (sub)command's parser reads YAML with :data:`PARSER_MODE` (0.1 configs' flat model settings load)
-        and is an :class:`EmbinitArgumentParser` (one-line errors) unless another ``parser_class`` was given."""
-        kwargs.setdefault("parser_mode", PARSER_MODE)
+        """Every (sub)command's parser is an :class:`EmbinitArgumentParser` (one-line errors) unless another
+        ``parser_class`` was given."""
         if getattr(self, "parser_class", None) is LightningArgumentParser:
             self.parser_class = EmbinitArgumentParser
         return super().init_parser(**kwargs)
@@ -148,49 +145,15 @@ class EmbinitCLI(LightningCLI):
             )
 
     def _model_arguments(self, subcommand: str, hparams: dict[str, Any]) -> dict[str, Any]:
-        """The checkpoint's hyperparameters as the model's config: a package system's flat settings back in their
-        ``architecture``/``optimizer`` groups; any other model's as extra keyword arguments, as LightningCLI does."""
+        """The checkpoint's hyperparameters as the model's config: a package system's as its arguments (the groups
+        as saved); any other model's as extra keyword arguments, as LightningCLI does."""
         model = self.config[subcommand].get("model")
         class_path = hparams.pop("_class_path", None) or (model.get("class_path") if model is not None else None)
         if class_path is None:
             return hparams
-        model_class = package_system(class_path)
-        if model_class is not None:
-            return {"class_path": class_path, "init_args": model_class.grouped_hyperparameters(hparams)}
-        return {"class_path": class_path, "dict_kwargs": hparams}
-
-
-def package_system(class_path: str) -> type[EmbinitModule] | None:
-    """The package's Lightning system a ``class_path`` names (``TiedEmbeddingLM`` or a dotted path), else None."""
-    found = class_from_path(class_path)
-    return found if isinstance(found, type) and issubclass(found, EmbinitModule) else None
-
-
-def group_model_settings(value: Any) -> Any:
-    """A loaded config with a package system's flat settings under ``init_args`` (0.1.0.dev0 configs:
-    ``d_model: 256`` next to ``beam_size``) moved into their ``architecture``/``optimizer`` groups; a whole config
-    (``model:`` key) or a model's own (``class_path``/``init_args``). Anything else is returned as it is."""
-    if not isinstance(value, dict):
-        return value
-    for model in (value.get("model"), value):
-        if (
-            isinstance(model, dict)
-            and isinstance(model.get("class_path"), str)
-            and isinstance(model.get("init_args"), dict)
-        ):
-            system = package_system(model["class_path"])
-            if system is not None:
-                model["init_args"] = system.grouped_hyperparameters(model["init_args"])
-    return value
-
-
-def _load_yaml_with_model_groups(text: str) -> Any:
-    return group_model_settings(get_loader("yaml")(text))
-
-
-PARSER_MODE = "embinit_yaml"
-"""jsonargparse's YAML loader followed by :func:`group_model_settings` (registered with ``jsonargparse.set_loader``)."""
-set_loader(PARSER_MODE, _load_yaml_with_model_groups, (yaml.YAMLError,))
+        found = class_from_path(class_path)
+        ours = isinstance(found, type) and issubclass(found, EmbinitModule)
+        return {"class_path": class_path, "init_args" if ours else "dict_kwargs": hparams}
 
 
 def embinit_cli(args: Any = None, **options: Any) -> EmbinitCLI:

@@ -40,7 +40,7 @@ import lightning as L
 from lightning_embinit.callbacks import EmbeddingInitCallback
 from lightning_embinit.callbacks.initial_loss import InitialLossMonitor
 from lightning_embinit.data import LanguageModelDataModule
-from lightning_embinit.models import TiedEmbeddingLM
+from lightning_embinit.models import CausalLMConfig, OptimizerConfig, TiedEmbeddingLM
 
 
 @dataclass(frozen=True)
@@ -75,14 +75,16 @@ def run_setting(
     seq_len = data.hparams.seq_len
     model = TiedEmbeddingLM(
         vocabulary=data.vocabulary,
-        d_model=d_model,
-        num_heads=4,
-        num_layers=num_layers,
-        ffn_dim=2 * d_model,
-        max_len=seq_len,
-        positional="learned",
-        head=setting.head,
-        lr=lr,
+        architecture=CausalLMConfig(
+            d_model=d_model,
+            num_heads=4,
+            num_layers=num_layers,
+            ffn_dim=2 * d_model,
+            max_len=seq_len,
+            positional="learned",
+            head=setting.head,
+        ),
+        optimizer=OptimizerConfig(lr=lr),
     )
     monitor = InitialLossMonitor(track_steps=steps, warn=False)
     trainer = L.Trainer(

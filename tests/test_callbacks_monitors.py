@@ -81,7 +81,10 @@ def test_monitors_do_not_change_training(tmp_path, words, lexical):
 
     def fit(monitors):
         L.seed_everything(0, verbose=False)
-        model = TiedEmbeddingLM(vocabulary=words, d_model=32, num_heads=2, num_layers=1, max_len=16, dropout=0.1)
+        model = TiedEmbeddingLM(
+            vocabulary=words,
+            architecture={"d_model": 32, "num_heads": 2, "num_layers": 1, "max_len": 16, "dropout": 0.1},
+        )
         logger = TensorBoardLogger(tmp_path / f"tb{len(monitors)}", name="")
         init = EmbeddingInitCallback(source="normal:0.2", seed=0, verbose=False)
         quiet_trainer(tmp_path, [init, *monitors], max_steps=5, logger=logger).fit(model, lm_data(len(words)))
@@ -142,7 +145,9 @@ def read_csv(logger):
 
 
 def test_variance_monitor_logs_the_report_numbers_at_its_steps(tmp_path, words):
-    model = TiedEmbeddingLM(vocabulary=words, d_model=32, num_heads=2, num_layers=1, max_len=16)
+    model = TiedEmbeddingLM(
+        vocabulary=words, architecture={"d_model": 32, "num_heads": 2, "num_layers": 1, "max_len": 16}
+    )
     init = EmbeddingInitCallback(source="normal:0.05", seed=0, verbose=False)
     monitor = EmbeddingVarianceMonitor(every_n_steps=2, sample_rows=128)
     logger = CSVLogger(tmp_path, name="csv")
@@ -169,7 +174,9 @@ def test_variance_monitor_logs_the_report_numbers_at_its_steps(tmp_path, words):
 
 def test_variance_monitor_warns_once_when_tokens_drown_positions(tmp_path, words, glove_path):
     def fit(**init_options):
-        model = TiedEmbeddingLM(vocabulary=words, d_model=50, num_heads=2, num_layers=1, max_len=16)
+        model = TiedEmbeddingLM(
+            vocabulary=words, architecture={"d_model": 50, "num_heads": 2, "num_layers": 1, "max_len": 16}
+        )
         init = EmbeddingInitCallback(source=f"file:{glove_path}", seed=0, verbose=False, **init_options)
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always")
@@ -187,7 +194,9 @@ def test_variance_monitor_warns_once_when_tokens_drown_positions(tmp_path, words
 def test_figures_and_text_go_to_tensorboard(tmp_path, words, lexical, glove_path):
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
-    model = TiedEmbeddingLM(vocabulary=words, d_model=50, num_heads=2, num_layers=1, max_len=16)
+    model = TiedEmbeddingLM(
+        vocabulary=words, architecture={"d_model": 50, "num_heads": 2, "num_layers": 1, "max_len": 16}
+    )
     init = EmbeddingInitCallback(source=f"file:{glove_path}", standardize="xavier", seed=0, verbose=False)
     variance, probe, speed = all_monitors(lexical)
     logger = TensorBoardLogger(tmp_path, name="tb")
@@ -209,7 +218,9 @@ def test_figures_and_text_go_to_tensorboard(tmp_path, words, lexical, glove_path
 
 def test_lexical_probe_reports_the_slot_rows(tmp_path, words, lexical, glove_path):
     analogies, wordsim = lexical
-    model = TiedEmbeddingLM(vocabulary=words, d_model=50, num_heads=2, num_layers=1, max_len=16)
+    model = TiedEmbeddingLM(
+        vocabulary=words, architecture={"d_model": 50, "num_heads": 2, "num_layers": 1, "max_len": 16}
+    )
     init = EmbeddingInitCallback(source=f"file:{glove_path}", seed=0, verbose=False)
     probe = LexicalProbe(
         analogies=analogies, similarity=[wordsim], chains=["raw", "raw+pe"], max_analogies=200, verbose=False
@@ -236,8 +247,12 @@ def test_lexical_probe_reports_the_slot_rows(tmp_path, words, lexical, glove_pat
         LexicalProbe(chains=["cooked"])
 
 
-def small_lm(words, **options):
-    return TiedEmbeddingLM(vocabulary=words, d_model=32, num_heads=2, num_layers=1, max_len=16, **options)
+def small_lm(words, **optimizer):
+    return TiedEmbeddingLM(
+        vocabulary=words,
+        architecture={"d_model": 32, "num_heads": 2, "num_layers": 1, "max_len": 16},
+        optimizer=optimizer,
+    )
 
 
 def start_monitors(wordsim):
@@ -294,11 +309,7 @@ def test_lexical_probe_picks_the_slot_whose_vocabulary_the_test_sets_cover(tmp_p
     model = TransformerSeq2Seq(
         src_tokenizer=data.src_tokenizer_config,
         tgt_tokenizer=data.tgt_tokenizer_config,
-        d_model=16,
-        num_heads=2,
-        num_encoder_layers=1,
-        num_decoder_layers=1,
-        ffn_dim=32,
+        architecture={"d_model": 16, "num_heads": 2, "num_encoder_layers": 1, "num_decoder_layers": 1, "ffn_dim": 32},
     )
     logged = []
     monkeypatch.setattr(module, "rank_zero_info", logged.append)
@@ -325,7 +336,9 @@ def test_lexical_probe_picks_the_slot_whose_vocabulary_the_test_sets_cover(tmp_p
 
 def init_table(glove_path, words):
     """The rows EmbeddingInitCallback writes for ``words`` (row 0, the padding row, left out)."""
-    model = TiedEmbeddingLM(vocabulary=words, d_model=50, num_heads=2, num_layers=1, max_len=16)
+    model = TiedEmbeddingLM(
+        vocabulary=words, architecture={"d_model": 50, "num_heads": 2, "num_layers": 1, "max_len": 16}
+    )
     EmbeddingInitCallback(source=f"file:{glove_path}", seed=0, verbose=False).initialize(model)
     return model.model.token_embedding.weight.detach()[1:]
 
@@ -435,7 +448,7 @@ def test_monitors_configured_from_lightningcli_yaml(tmp_path, glove_path, lexica
         "seed_everything": 0,
         "model": {
             "class_path": "lightning_embinit.models.TiedEmbeddingLM",
-            "init_args": {"d_model": 50, "num_heads": 2, "num_layers": 1, "max_len": 16},
+            "init_args": {"architecture": {"d_model": 50, "num_heads": 2, "num_layers": 1, "max_len": 16}},
         },
         "data": {
             "class_path": "lightning_embinit.data.LanguageModelDataModule",

@@ -13,13 +13,13 @@ from lightning_embinit.models import (
     beam_search,
     greedy_decode,
 )
-from tests.translation_helpers import TINY, TINY_REINFORCED, multi30k_lines
+from tests.translation_helpers import TINY, TINY_REINFORCED, multi30k_lines, settings
 
 MODELS = {
-    "baseline": lambda **o: TransformerSeq2Seq(**{**TINY, **o}),
-    "reinforced-causal": lambda **o: ReinforcedTransformerSeq2Seq(**{**TINY_REINFORCED, **o}),
+    "baseline": lambda **o: TransformerSeq2Seq(**TINY, **o),
+    "reinforced-causal": lambda **o: ReinforcedTransformerSeq2Seq(**TINY_REINFORCED, **o),
     "reinforced-sequence": lambda **o: ReinforcedTransformerSeq2Seq(
-        **{**TINY_REINFORCED, "target_normalization": "sequence", **o}
+        **settings(TINY_REINFORCED, architecture={"target_normalization": "sequence"}), **o
     ),
 }
 

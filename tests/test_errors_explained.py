@@ -135,7 +135,7 @@ def test_training_text_that_is_not_utf8_names_the_file_and_the_option(tmp_path):
 
 
 def test_a_token_id_outside_the_vocabulary_is_named():
-    model = TiedEmbeddingLM(vocab_size=50, d_model=16, num_heads=2, num_layers=1, max_len=8)
+    model = TiedEmbeddingLM(vocab_size=50, architecture={"d_model": 16, "num_heads": 2, "num_layers": 1, "max_len": 8})
     ids = torch.tensor([[1, 2, 3, 57]])
     with pytest.raises(
         ValueError,

@@ -116,7 +116,10 @@ def test_spec_formula_and_model_estimate_are_logged_apart(tmp_path):
     init_loss_predicted_model is the model's own estimate for the first batch's length, not max_len."""
     torch.manual_seed(0)
     vocabulary = ["<pad>", "<unk>", "<bos>", "<eos>", *(f"w{i}" for i in range(296))]
-    model = TiedEmbeddingLM(vocabulary=vocabulary, d_model=64, num_layers=1, max_len=512, embedding_init="normal:0.125")
+    model = TiedEmbeddingLM(
+        vocabulary=vocabulary,
+        architecture={"d_model": 64, "num_layers": 1, "max_len": 512, "embedding_init": "normal:0.125"},
+    )
     sigma = token_std(model.model.token_embedding.weight, padding_idx=0)
     assert sigma != pytest.approx(token_std(model.model.token_embedding.weight), rel=1e-4)  # the zero row matters
     spec = tied_initial_loss(300, 64, sigma)
@@ -139,7 +142,7 @@ def test_sequence_length_of_batches():
 
 
 def test_each_tracked_step_logs_its_loss_next_to_ln_vocab(tmp_path):
-    model = TiedEmbeddingLM(vocab_size=300, d_model=32, num_layers=1, max_len=16)
+    model = TiedEmbeddingLM(vocab_size=300, architecture={"d_model": 32, "num_layers": 1, "max_len": 16})
     monitor = InitialLossMonitor(track_steps=3)
     logger = CSVLogger(tmp_path, name="csv")
     run = trainer(tmp_path, monitor, max_steps=5, logger=logger, log_every_n_steps=2)
@@ -160,7 +163,7 @@ def test_each_tracked_step_logs_its_loss_next_to_ln_vocab(tmp_path):
 
 @pytest.mark.parametrize("log_every_n_steps", [1, 50])
 def test_one_off_values_reach_the_logger_once_whatever_the_logging_interval(tmp_path, log_every_n_steps):
-    model = TiedEmbeddingLM(vocab_size=300, d_model=32, num_layers=1, max_len=16)
+    model = TiedEmbeddingLM(vocab_size=300, architecture={"d_model": 32, "num_layers": 1, "max_len": 16})
     monitor = InitialLossMonitor(track_steps=2)
     logger = CSVLogger(tmp_path, name="csv")
     trainer(tmp_path, monitor, max_steps=4, logger=logger, log_every_n_steps=log_every_n_steps).fit(
@@ -177,7 +180,10 @@ def test_one_off_values_reach_the_logger_once_whatever_the_logging_interval(tmp_
 
 
 def test_no_warning_when_start_is_near_ln_n(tmp_path):
-    model = TiedEmbeddingLM(vocab_size=500, d_model=64, num_layers=1, embedding_init="log_n_over_d", positional="none")
+    model = TiedEmbeddingLM(
+        vocab_size=500,
+        architecture={"d_model": 64, "num_layers": 1, "embedding_init": "log_n_over_d", "positional": "none"},
+    )
     monitor = InitialLossMonitor()
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
@@ -190,7 +196,9 @@ def test_no_warning_when_start_is_near_ln_n(tmp_path):
 def test_gradient_accumulation_averages_the_pre_step_batches(tmp_path):
     torch.manual_seed(0)
     data = windows(300)
-    model = TiedEmbeddingLM(vocab_size=300, d_model=32, num_layers=1, max_len=16, embedding_init="normal:0.2")
+    model = TiedEmbeddingLM(
+        vocab_size=300, architecture={"d_model": 32, "num_layers": 1, "max_len": 16, "embedding_init": "normal:0.2"}
+    )
     with torch.no_grad():
         per_batch = [
             model.loss(model(data.tensors[0][i : i + 4]), data.tensors[1][i : i + 4]).item() for i in (0, 4, 8)
@@ -203,7 +211,7 @@ def test_gradient_accumulation_averages_the_pre_step_batches(tmp_path):
 
 
 def test_state_survives_checkpoint_and_resume(tmp_path):
-    model = TiedEmbeddingLM(vocab_size=300, d_model=32, num_layers=1, max_len=16)
+    model = TiedEmbeddingLM(vocab_size=300, architecture={"d_model": 32, "num_layers": 1, "max_len": 16})
     monitor = InitialLossMonitor(track_steps=6)
     loader = DataLoader(windows(300), batch_size=4)
     run = trainer(tmp_path, monitor, max_steps=3)
@@ -215,7 +223,9 @@ def test_state_survives_checkpoint_and_resume(tmp_path):
 
     resumed = InitialLossMonitor(track_steps=6)
     trainer(tmp_path, resumed, max_steps=5).fit(
-        TiedEmbeddingLM(vocab_size=300, d_model=32, num_layers=1, max_len=16), loader, ckpt_path=path
+        TiedEmbeddingLM(vocab_size=300, architecture={"d_model": 32, "num_layers": 1, "max_len": 16}),
+        loader,
+        ckpt_path=path,
     )
     assert resumed.init_loss == monitor.init_loss and resumed.ln_vocab == monitor.ln_vocab
     assert resumed.step_losses[:3] == state["step_losses"] and len(resumed.step_losses) == 5
@@ -226,7 +236,7 @@ def test_state_survives_checkpoint_and_resume(tmp_path):
 
 
 def test_resume_without_monitor_state_does_not_remeasure(tmp_path):
-    model = TiedEmbeddingLM(vocab_size=300, d_model=32, num_layers=1, max_len=16)
+    model = TiedEmbeddingLM(vocab_size=300, architecture={"d_model": 32, "num_layers": 1, "max_len": 16})
     loader = DataLoader(windows(300), batch_size=4)
     run = L.Trainer(
         max_steps=2, logger=False, enable_progress_bar=False, enable_model_summary=False, default_root_dir=tmp_path

@@ -32,7 +32,8 @@ class RankData(L.LightningDataModule):
 def test_monitor_reports_the_mean_of_per_rank_initial_losses(tmp_path):
     torch.manual_seed(0)
     model = TiedEmbeddingLM(
-        vocab_size=VOCAB, d_model=64, num_heads=4, num_layers=1, max_len=16, embedding_init="normal:0.125"
+        vocab_size=VOCAB,
+        architecture={"d_model": 64, "num_heads": 4, "num_layers": 1, "max_len": 16, "embedding_init": "normal:0.125"},
     )
     data = rank_data()
     with torch.no_grad():  # rank r's first batch: windows r and r + 2

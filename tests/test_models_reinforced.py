@@ -8,13 +8,20 @@ from lightning_embinit.models import ReinforcedTransformerSeq2Seq, token_normali
 from lightning_embinit.models.optimization import noam_peak_lr
 from lightning_embinit.modules.token_normalization import causal_token_normalize
 from lightning_embinit.text.tokenization import TextTokenizer
-from tests.translation_helpers import TINY_REINFORCED, multi30k_data, multi30k_lines, tokenizer_configs, trainer
+from tests.translation_helpers import (
+    TINY_REINFORCED,
+    multi30k_data,
+    multi30k_lines,
+    settings,
+    tokenizer_configs,
+    trainer,
+)
 
 PAD = torch.tensor([[False] * 6, [False] * 4 + [True] * 2, [False] + [True] * 5])
 
 
 def tiny(**options):
-    return ReinforcedTransformerSeq2Seq(**{"src_vocab_size": 30, "tgt_vocab_size": 40, **TINY_REINFORCED, **options})
+    return ReinforcedTransformerSeq2Seq(**settings(TINY_REINFORCED, src_vocab_size=30, tgt_vocab_size=40, **options))
 
 
 def naive_tn(x, padding, causal):
@@ -75,15 +82,20 @@ def test_widths_follow_spec_2():
 
 
 def test_the_default_lr_is_the_noam_peak_of_the_models_own_width_and_warmup():
-    sizes = {"src_vocab_size": 30, "tgt_vocab_size": 40, "num_encoder_layers": 1, "num_decoder_layers": 1}
-    assert ReinforcedTransformerSeq2Seq(**sizes).hparams.lr == noam_peak_lr(64, 4000)
-    wide = ReinforcedTransformerSeq2Seq(**sizes, d_model=128, warmup_steps=1000)
-    assert wide.hparams.lr == pytest.approx(128**-0.5 * 1000**-0.5)  # SPEC §2: m^−½ · w^−½
-    assert ReinforcedTransformerSeq2Seq(**sizes, d_model=128, lr=3e-4).hparams.lr == 3e-4
+    def model(d_model=64, **optimizer):
+        layers = {"num_encoder_layers": 1, "num_decoder_layers": 1, "d_model": d_model}
+        return ReinforcedTransformerSeq2Seq(
+            src_vocab_size=30, tgt_vocab_size=40, architecture=layers, optimizer=optimizer
+        )
+
+    assert model().hparams.optimizer["lr"] == noam_peak_lr(64, 4000)
+    wide = model(128, warmup_steps=1000)
+    assert wide.hparams.optimizer["lr"] == pytest.approx(128**-0.5 * 1000**-0.5)  # SPEC §2: m^−½ · w^−½
+    assert model(128, lr=3e-4).hparams.optimizer["lr"] == 3e-4
     optimizer = wide.configure_optimizers()["optimizer"]
-    assert optimizer.param_groups[0]["initial_lr"] == wide.hparams.lr
+    assert optimizer.param_groups[0]["initial_lr"] == wide.hparams.optimizer["lr"]
     with pytest.raises(ValueError, match="lr=None stands for SPEC §2's Noam peak"):
-        ReinforcedTransformerSeq2Seq(**sizes, lr_schedule="constant")
+        model(lr_schedule="constant")
 
 
 def test_first_block_input_is_normalized_tokens_next_to_positions():
@@ -101,7 +113,7 @@ def test_first_block_input_is_normalized_tokens_next_to_positions():
 @pytest.mark.parametrize("mode", ["sequence", "causal"])
 def test_values_come_from_the_normalized_embeddings_in_every_attention(mode):
     torch.manual_seed(0)
-    model = tiny(target_normalization=mode).eval()
+    model = tiny(architecture={"target_normalization": mode}).eval()
     src, tgt = torch.randint(4, 30, (2, 6)), torch.randint(4, 40, (2, 5))
     src[1, 4:] = 0
     records = {}
@@ -151,17 +163,17 @@ def test_sequence_normalization_leaks_the_future_and_causal_does_not():
     changed[:, 6] = (changed[:, 6] + 11) % 36 + 4  # a later target token
     for mode, leaks in (("sequence", True), ("causal", False)):
         torch.manual_seed(0)
-        model = tiny(target_normalization=mode).eval()
+        model = tiny(architecture={"target_normalization": mode}).eval()
         earlier = model(src, tgt)[:, :6], model(src, changed)[:, :6]
         assert (not torch.allclose(*earlier, atol=1e-6)) == leaks, mode
     with pytest.raises(ValueError, match="cannot decode incrementally"):
-        model = tiny(target_normalization="sequence")
+        model = tiny(architecture={"target_normalization": "sequence"})
         model.model.decode(tgt, model.model.encode(src), cache=model.model.decoder.new_cache())
     assert model.model.new_cache() is None
 
 
 def test_inputs_longer_than_max_len_fail_with_the_limit():
-    model = tiny(max_len=8)
+    model = tiny(architecture={"max_len": 8})
     with pytest.raises(ValueError, match="sequence length 9 exceeds max_len=8"):
         model.model.encode(torch.full((1, 9), 5))
     state = model.model.encode(torch.full((1, 4), 5))
@@ -174,7 +186,7 @@ def test_inputs_longer_than_max_len_fail_with_the_limit():
 def test_checkpoint_reloads_and_translates_new_text_with_its_own_vocabularies(tmp_path):
     torch.manual_seed(0)
     data = multi30k_data(examples=16)
-    options = {**TINY_REINFORCED, "lr": None, "lr_schedule": "noam", "warmup_steps": 2}
+    options = settings(TINY_REINFORCED, optimizer={"lr": None, "lr_schedule": "noam", "warmup_steps": 2})
     model = ReinforcedTransformerSeq2Seq(**tokenizer_configs(data), **options)
     run = trainer(tmp_path, max_steps=2, limit_val_batches=0)
     run.fit(model, data)
@@ -183,7 +195,7 @@ def test_checkpoint_reloads_and_translates_new_text_with_its_own_vocabularies(tm
     loaded = ReinforcedTransformerSeq2Seq.load_from_checkpoint(path)
     assert loaded.src_tokenizer.to_config() == data.src_tokenizer.to_config()
     assert loaded.tgt_tokenizer.tokens == data.tgt_tokenizer.tokens
-    assert loaded.hparams.lr == noam_peak_lr(16, 2)  # the resolved number, not None
+    assert loaded.hparams.optimizer["lr"] == noam_peak_lr(16, 2)  # the resolved number, not None
     new_text = multi30k_lines("test_2016_flickr", "de", 4, start=600)  # never seen in training
     model.eval()
     translations = loaded.translate(new_text, beam_size=2)
@@ -195,22 +207,22 @@ def test_sequence_mode_warns_once_about_the_leak():
 
     reinforced._leak_warned = False
     with pytest.warns(UserWarning, match="leak the future"):
-        tiny(target_normalization="sequence")
+        tiny(architecture={"target_normalization": "sequence"})
     import warnings
 
     with warnings.catch_warnings():
         warnings.simplefilter("error")
-        tiny(target_normalization="sequence")
+        tiny(architecture={"target_normalization": "sequence"})
     with pytest.raises(ValueError, match="target_normalization"):
-        tiny(target_normalization="global")
+        tiny(architecture={"target_normalization": "global"})
     with pytest.raises(ValueError, match="concatenated"):
-        tiny(positional="none")
+        tiny(architecture={"positional": "none"})
 
 
 @pytest.mark.parametrize("mode", ["sequence", "causal"])
 def test_adding_padding_changes_no_non_padding_logit(mode):
     torch.manual_seed(0)
-    model = tiny(target_normalization=mode).eval()
+    model = tiny(architecture={"target_normalization": mode}).eval()
     src = torch.tensor([[5, 6, 7, 3, 0], [8, 9, 3, 0, 0]])
     tgt = torch.tensor([[2, 11, 12, 13, 3], [2, 14, 3, 0, 0]])
     logits = model(src, tgt)
@@ -228,7 +240,9 @@ def test_overfits_a_tiny_batch_of_real_sentences(mode):
     de, en = multi30k_lines("train", "de", 4, start=10), multi30k_lines("train", "en", 4, start=10)
     src_tok, tgt_tok = TextTokenizer.word(de, min_freq=1), TextTokenizer.word(en, min_freq=1)
     model = ReinforcedTransformerSeq2Seq(
-        src_tokenizer=src_tok, tgt_tokenizer=tgt_tok, **{**TINY_REINFORCED, "d_model": 32}, target_normalization=mode
+        src_tokenizer=src_tok,
+        tgt_tokenizer=tgt_tok,
+        **settings(TINY_REINFORCED, architecture={"d_model": 32, "target_normalization": mode}),
     )
     pad = torch.nn.utils.rnn.pad_sequence
     src = pad([torch.tensor(ids + [src_tok.eos_id]) for ids in src_tok.encode_batch(de)], True)

@@ -19,16 +19,23 @@ from lightning_embinit.models import (
 )
 from lightning_embinit.models.optimization import noam_peak_lr
 from lightning_embinit.text.tokenization import TextTokenizer
-from tests.example_configs import flat_init_args
 from tests.shared_data import require_shared_data
-from tests.translation_helpers import TINY, TINY_REINFORCED, multi30k_data, multi30k_lines, tokenizer_configs, trainer
+from tests.translation_helpers import (
+    TINY,
+    TINY_REINFORCED,
+    multi30k_data,
+    multi30k_lines,
+    settings,
+    tokenizer_configs,
+    trainer,
+)
 
 MODELS = {"baseline": (TransformerSeq2Seq, TINY), "reinforced": (ReinforcedTransformerSeq2Seq, {})}
 REPO = Path(__file__).resolve().parent.parent
 
 
 def tiny(**options):
-    return TransformerSeq2Seq(**{"src_vocab_size": 30, "tgt_vocab_size": 40, **TINY, **options})
+    return TransformerSeq2Seq(**settings(TINY, src_vocab_size=30, tgt_vocab_size=40, **options))
 
 
 def test_shapes_and_the_causal_decoder():
@@ -51,7 +58,7 @@ def test_shapes_and_the_causal_decoder():
 @pytest.mark.parametrize("pre_norm", [False, True])
 def test_adding_padding_changes_no_non_padding_logit(pre_norm):
     torch.manual_seed(0)
-    model = tiny(pre_norm=pre_norm, positional="learned").eval()
+    model = tiny(architecture={"pre_norm": pre_norm, "positional": "learned"}).eval()
     src = torch.tensor([[5, 6, 7, 3, 0], [8, 9, 3, 0, 0]])
     tgt = torch.tensor([[2, 11, 12, 13, 3], [2, 14, 3, 0, 0]])
     logits = model(src, tgt)
@@ -88,21 +95,21 @@ def test_bad_settings_fail_before_any_weight_is_made():
     with pytest.raises(ValueError, match="src_tokenizer .* or src_vocab_size"):
         TransformerSeq2Seq(tgt_vocab_size=10)
     with pytest.raises(ValueError, match="output head"):
-        tiny(head="tied_twice")
+        tiny(architecture={"head": "tied_twice"})
     with pytest.raises(ValueError, match="one vocabulary for both sides"):
-        tiny(share_embeddings=True)
+        tiny(architecture={"share_embeddings": True})
     with pytest.raises(ValueError, match="positional encoding"):
-        tiny(positional="rotary")
+        tiny(architecture={"positional": "rotary"})
     with pytest.raises(ValueError, match="lr schedule"):
-        tiny(lr_schedule="cosine")
+        tiny(optimizer={"lr_schedule": "cosine"})
     with pytest.raises(ValueError, match="beam_size"):
         tiny(beam_size=0)
     with pytest.raises(ValueError, match="^input_scale must be 'sqrt_d', 'inv_sqrt_d', 'none' or a number, got 'big'"):
-        tiny(input_scale="big")
+        tiny(architecture={"input_scale": "big"})
     with pytest.raises(ValueError, match="unknown bleu_references 'detok'; choose one of: tokenizer, raw"):
         tiny(bleu_references="detok")
     with pytest.raises(ValueError, match="lr=None stands for SPEC §2's Noam peak .* lr_schedule='constant'"):
-        tiny(lr=None)
+        tiny(optimizer={"lr": None})
     with pytest.raises(ValueError, match="token id 40 is outside"):
         tiny()(torch.tensor([[5, 3]]), torch.tensor([[2, 40]]))
     with pytest.raises(ValueError, match="unknown preset 'vaswani'; known presets: kim_multi30k"):
@@ -113,33 +120,39 @@ def test_bad_settings_fail_before_any_weight_is_made():
 
 def test_presets_follow_spec_and_match_the_example_configs():
     model = TransformerSeq2Seq.from_preset("reinforced_baseline", src_vocab_size=100, tgt_vocab_size=100)
-    hp = model.hparams
-    assert (hp.num_encoder_layers, hp.num_decoder_layers, hp.d_model, hp.ffn_dim, hp.num_heads) == (4, 4, 128, 512, 8)
+    arch, opt = model.hparams.architecture, model.hparams.optimizer
+    sizes = ("num_encoder_layers", "num_decoder_layers", "d_model", "ffn_dim", "num_heads")
+    assert [arch[name] for name in sizes] == [4, 4, 128, 512, 8]
     assert model.model.encoder.layers[0].self_attn.q_proj.weight.shape == (8 * 128, 128)  # r = q = m = 128 per head
     assert model.model.decoder.layers[0].self_attn.out_proj.weight.shape == (128, 8 * 128)
-    assert model.model.src_input.positional.layout == "half" and hp.lr_schedule == "noam" and hp.warmup_steps == 4000
-    assert hp.lr == pytest.approx(128**-0.5 * 4000**-0.5) == noam_peak_lr(128, 4000)
-    kim = TransformerSeq2Seq.from_preset("kim_multi30k", src_vocab_size=100, tgt_vocab_size=100, d_model=300)
-    assert (kim.hparams.num_heads, kim.hparams.ffn_dim, kim.hparams.lr, kim.hparams.dropout) == (10, 1200, 2e-4, 0.1)
+    assert model.model.src_input.positional.layout == "half" and opt["lr_schedule"] == "noam"
+    assert opt["warmup_steps"] == 4000 and opt["lr"] == pytest.approx(128**-0.5 * 4000**-0.5) == noam_peak_lr(128, 4000)
+    kim = TransformerSeq2Seq.from_preset(
+        "kim_multi30k", src_vocab_size=100, tgt_vocab_size=100, architecture={"d_model": 300}
+    )
+    arch = kim.hparams.architecture
+    assert (arch["num_heads"], arch["ffn_dim"], kim.hparams.optimizer["lr"], arch["dropout"]) == (10, 1200, 2e-4, 0.1)
     assert kim.model.encoder.final_norm is None and len(kim.model.decoder.layers) == 3  # post-LN, 3 + 3
-    assert preset_arguments("kim_multi30k")[1]["num_heads"] == 8
+    assert preset_arguments("kim_multi30k")[1]["architecture"]["num_heads"] == 8
     proposed = ReinforcedTransformerSeq2Seq.from_preset("reinforced_proposed", src_vocab_size=100, tgt_vocab_size=100)
-    assert (proposed.hparams.d_model, proposed.hparams.ffn_dim, proposed.hparams.num_heads) == (64, 256, 4)
+    assert [proposed.hparams.architecture[name] for name in ("d_model", "ffn_dim", "num_heads")] == [64, 256, 4]
     # overrides recompute what SPEC §2 derives from them: r = q = m and the Noam peak m^−½·w^−½
     for name, d, warmup in (("reinforced_baseline", 64, 4000), ("reinforced_proposed", 128, 1000)):
-        arguments = preset_arguments(name, d_model=d, warmup_steps=warmup)[1]
-        assert (arguments["qk_head_dim"], arguments["v_head_dim"]) == (d, d)
-        assert arguments["lr"] == pytest.approx(d**-0.5 * warmup**-0.5)
-    assert preset_arguments("reinforced_proposed", d_model=128, lr=1e-3)[1]["lr"] == 1e-3  # an explicit lr wins
+        arguments = preset_arguments(name, architecture={"d_model": d}, optimizer={"warmup_steps": warmup})[1]
+        assert (arguments["architecture"]["qk_head_dim"], arguments["architecture"]["v_head_dim"]) == (d, d)
+        assert arguments["optimizer"]["lr"] == pytest.approx(d**-0.5 * warmup**-0.5)
+    explicit = preset_arguments("reinforced_proposed", architecture={"d_model": 128}, optimizer={"lr": 1e-3})[1]
+    assert explicit["optimizer"]["lr"] == 1e-3  # an explicit lr wins
     for name in ("kim_multi30k", "reinforced_baseline", "reinforced_proposed"):
         assert name in PRESETS
         config = yaml.safe_load((REPO / "examples" / "configs" / f"{name}.yaml").read_text())
         cls, arguments = preset_arguments(name)
         assert config["model"]["class_path"] == f"{cls.__module__.rsplit('.', 1)[0]}.{cls.__name__}"
-        given = flat_init_args(config["model"]["init_args"])
-        for key, value in arguments.items():
-            expected = list(value) if isinstance(value, tuple) else value
-            assert given.get(key) == pytest.approx(expected), f"{name}.yaml: {key}"
+        for group in ("architecture", "optimizer"):
+            given = config["model"]["init_args"][group]
+            for key, value in arguments[group].items():
+                expected = list(value) if isinstance(value, tuple) else value
+                assert given.get(key) == pytest.approx(expected), f"{name}.yaml: {group}.{key}"
         assert config["data"]["class_path"] == "lightning_embinit.data.TranslationDataModule"
 
 
@@ -147,7 +160,9 @@ def test_slots_name_each_side_with_its_tokens_scale_and_positions():
     src_tok = TextTokenizer.word(multi30k_lines("train", "de", 50), min_freq=1)
     tgt_tok = TextTokenizer.word(multi30k_lines("train", "en", 50), min_freq=1)
     model = TransformerSeq2Seq(
-        src_tokenizer=src_tok.to_config(), tgt_tokenizer=tgt_tok, **{**TINY, "positional": "half"}, input_scale=2.0
+        src_tokenizer=src_tok.to_config(),
+        tgt_tokenizer=tgt_tok,
+        **settings(TINY, architecture={"positional": "half", "input_scale": 2.0}),
     )
     assert isinstance(model, EmbeddingHost) and model.hparams.tgt_tokenizer == tgt_tok.to_config()
     slots = model.embedding_slots()
@@ -159,7 +174,9 @@ def test_slots_name_each_side_with_its_tokens_scale_and_positions():
     assert model.model.src_input.embedding.weight[src_tok.pad_id].abs().max() == 0
     joint = TextTokenizer.word(multi30k_lines("train", "de", 50) + multi30k_lines("train", "en", 50), min_freq=1)
     shared = TransformerSeq2Seq(
-        src_tokenizer=joint.to_config(), tgt_tokenizer=joint.to_config(), share_embeddings=True, head="tied", **TINY
+        src_tokenizer=joint.to_config(),
+        tgt_tokenizer=joint.to_config(),
+        **settings(TINY, architecture={"share_embeddings": True, "head": "tied"}),
     )
     (slot,) = shared.embedding_slots().values()
     assert slot.name == "shared" and slot.tied_modules == ("model.head",) and len(slot.tokens) == len(joint)
@@ -175,7 +192,9 @@ def test_embedding_init_callback_fills_src_and_tgt_from_their_own_files_with_no_
     rows = {word: torch.randn(50) + shift for word, shift in german.items()}
     vectors.write_text("".join(f"{w} {' '.join(f'{x:.6f}' for x in v.tolist())}\n" for w, v in rows.items()))
     data = multi30k_data(examples=200)
-    model = TransformerSeq2Seq(**tokenizer_configs(data), **{**TINY, "d_model": 50, "num_heads": 5, "lr": 0.0})
+    model = TransformerSeq2Seq(
+        **tokenizer_configs(data), **settings(TINY, architecture={"d_model": 50, "num_heads": 5}, optimizer={"lr": 0.0})
+    )
     callback = EmbeddingInitCallback(
         slots={"src": {"source": f"file:{vectors}"}, "tgt": {"source": f"file:{glove}"}},
         standardize="xavier",
@@ -208,7 +227,8 @@ def test_validate_fit_validate_test_with_bleu_equal_to_sacrebleu(tmp_path, name)
     data = multi30k_data(examples=48)
     cls, options = (TransformerSeq2Seq, TINY) if name == "baseline" else (ReinforcedTransformerSeq2Seq, TINY_REINFORCED)
     model = cls(
-        **tokenizer_configs(data), **{**options, "lr": 3e-3, "lr_schedule": "constant"}, bleu_every_n_validations=2
+        **tokenizer_configs(data),
+        **settings(options, optimizer={"lr": 3e-3, "lr_schedule": "constant"}, bleu_every_n_validations=2),
     )
     logger = CSVLogger(tmp_path)  # a logger merges the model's and the datamodule's hyperparameters
     run = trainer(
@@ -221,7 +241,8 @@ def test_validate_fit_validate_test_with_bleu_equal_to_sacrebleu(tmp_path, name)
     logged = yaml.unsafe_load(Path(logger.log_dir, "hparams.yaml").read_text())  # our own file (tuples)
     assert logged["bleu_signature"].startswith("nrefs:1|case:mixed|eff:no|tok:13a|smooth:exp")
     assert logged["bleu_references"] == "tokenizer round-trip (word, lowercased)"
-    assert logged["src_tokenizer"] == "word" and logged["d_model"] == options["d_model"]  # the datamodule's spec
+    assert logged["src_tokenizer"] == "word"  # the datamodule's spec
+    assert logged["architecture"]["d_model"] == options["architecture"]["d_model"]
     assert model.hparams.src_tokenizer == data.src_tokenizer_config  # the model's config, in the checkpoint
     after = trainer(tmp_path).validate(model, data, verbose=False)[0]
     assert after["val_loss"] < first["val_loss"]
@@ -261,7 +282,7 @@ def test_every_run_logs_the_bleu_signature_and_raw_references_are_the_data_text(
 def test_checkpoint_reloads_and_translates_new_text_with_its_own_vocabularies(tmp_path):
     torch.manual_seed(0)
     data = multi30k_data(examples=32)
-    model = TransformerSeq2Seq(**tokenizer_configs(data), **TINY, lr=3e-3)
+    model = TransformerSeq2Seq(**tokenizer_configs(data), **TINY, optimizer={"lr": 3e-3})
     run = trainer(tmp_path, max_steps=3, limit_val_batches=0)
     run.fit(model, data)
     path = tmp_path / "model.ckpt"

@@ -9,7 +9,7 @@ from lightning.pytorch import Callback
 from lightning_embinit import EmbeddingInitCallback
 from lightning_embinit.models import ReinforcedTransformerSeq2Seq, TransformerSeq2Seq
 from tests.shared_data import require_shared_data
-from tests.translation_helpers import TINY, TINY_REINFORCED, multi30k_data, tokenizer_configs, trainer
+from tests.translation_helpers import TINY, TINY_REINFORCED, multi30k_data, settings, tokenizer_configs, trainer
 
 pytestmark = [pytest.mark.ddp, pytest.mark.timeout(300)]
 
@@ -50,10 +50,15 @@ def test_two_process_fit_on_multi30k_keeps_ranks_identical(tmp_path, name):
     glove = require_shared_data("glove", "glove.6B.50d.multi30k_subset.txt.gz")
     data = multi30k_data(examples=64, batch_size=8)
     if name == "baseline":
-        model = TransformerSeq2Seq(**tokenizer_configs(data), **{**TINY, "d_model": 50, "num_heads": 5, "lr": 1e-3})
+        model = TransformerSeq2Seq(
+            **tokenizer_configs(data),
+            **settings(TINY, architecture={"d_model": 50, "num_heads": 5}, optimizer={"lr": 1e-3}),
+        )
         slots = {"src": {"source": "xavier_normal"}, "tgt": {"source": f"file:{glove}"}}
     else:
-        model = ReinforcedTransformerSeq2Seq(**tokenizer_configs(data), **{**TINY_REINFORCED, "d_model": 50})
+        model = ReinforcedTransformerSeq2Seq(
+            **tokenizer_configs(data), **settings(TINY_REINFORCED, architecture={"d_model": 50})
+        )
         slots = {"src": None, "tgt": {"source": f"file:{glove}"}}
     callback = EmbeddingInitCallback(source="xavier", slots=slots, standardize="xavier", verbose=False)  # no seed
     run = trainer(

@@ -17,14 +17,18 @@ def lm_case():
     generator = torch.Generator().manual_seed(0)
     ids = torch.randint(0, 40, (16, 9), generator=generator)
     loader = DataLoader(TensorDataset(ids[:, :-1], ids[:, 1:]), batch_size=4)
-    return TiedEmbeddingLM(vocab_size=40, d_model=16, num_heads=2, num_layers=1, max_len=8), loader
+    return TiedEmbeddingLM(
+        vocab_size=40, architecture={"d_model": 16, "num_heads": 2, "num_layers": 1, "max_len": 8}
+    ), loader
 
 
 def classifier_case():
     generator = torch.Generator().manual_seed(0)
     ids, labels = torch.randint(1, 40, (16, 9), generator=generator), torch.randint(0, 3, (16,), generator=generator)
     model = TransformerClassifier(
-        vocab_size=40, num_classes=3, d_model=16, num_heads=2, num_layers=1, ffn_dim=32, max_len=16
+        vocab_size=40,
+        num_classes=3,
+        architecture={"d_model": 16, "num_heads": 2, "num_layers": 1, "ffn_dim": 32, "max_len": 16},
     )
     return model, DataLoader(TensorDataset(ids, labels), batch_size=4)
 

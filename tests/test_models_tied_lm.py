@@ -14,9 +14,9 @@ from lightning_embinit.models.optimization import noam_factor
 WORDS = "the cat sat on the mat and the dog sat on the log while a bird sang in the tree".split()
 
 
-def tiny(head="tied", **options):
-    options = {"vocab_size": 23, "d_model": 32, "num_heads": 4, "num_layers": 2, "max_len": 16, "head": head, **options}
-    return TiedEmbeddingLM(**options)
+def tiny(head="tied", optimizer=None, **architecture):
+    architecture = {"d_model": 32, "num_heads": 4, "num_layers": 2, "max_len": 16, "head": head, **architecture}
+    return TiedEmbeddingLM(vocab_size=23, architecture=architecture, optimizer=optimizer or {})
 
 
 @pytest.mark.parametrize("positional", ["sinusoidal", "learned", "none"])
@@ -36,7 +36,9 @@ def test_future_tokens_never_change_earlier_logits(head, positional):
 @pytest.mark.parametrize("head", HEADS)
 def test_each_head_overfits_a_tiny_batch(head):
     torch.manual_seed(0)
-    model = tiny(head, lr=1e-2, head_activation="gelu" if head == "tied_orthogonal" else "none", head_bias=True)
+    model = tiny(
+        head, optimizer={"lr": 1e-2}, head_activation="gelu" if head == "tied_orthogonal" else "none", head_bias=True
+    )
     ids = torch.randint(0, 23, (4, 13))
     optimizer = model.configure_optimizers()
     for _ in range(150):
@@ -61,7 +63,14 @@ def test_tied_initial_loss_matches_spec_formula(d, sigma_kind):
     sigma = 1 / math.sqrt(d) if sigma_kind == "inv_sqrt_d" else math.log(n) / d
     torch.manual_seed(0)
     model = TiedEmbeddingLM(
-        vocab_size=n, d_model=d, num_layers=2, num_heads=4, positional="none", embedding_init=f"normal:{sigma}"
+        vocab_size=n,
+        architecture={
+            "d_model": d,
+            "num_layers": 2,
+            "num_heads": 4,
+            "positional": "none",
+            "embedding_init": f"normal:{sigma}",
+        },
     )
     measured = _initial_loss(model, n)
     predicted = tied_initial_loss(n, d, sigma)
@@ -75,7 +84,9 @@ def test_tied_initial_loss_matches_spec_formula(d, sigma_kind):
 def test_untied_and_decorrelated_heads_start_near_ln_n(head):
     n, d = 3000, 256
     torch.manual_seed(0)
-    model = TiedEmbeddingLM(vocab_size=n, d_model=d, num_layers=2, head=head, embedding_init=f"normal:{d**-0.5}")
+    model = TiedEmbeddingLM(
+        vocab_size=n, architecture={"d_model": d, "num_layers": 2, "head": head, "embedding_init": f"normal:{d**-0.5}"}
+    )
     measured = _initial_loss(model, n)
     assert math.log(n) - 0.1 < measured < math.log(n) + 0.6
     assert abs(measured - model.initial_loss_prediction()) / measured < 0.03
@@ -84,10 +95,12 @@ def test_untied_and_decorrelated_heads_start_near_ln_n(head):
 def test_prediction_accounts_for_positional_encoding():
     n, d = 3000, 256
     torch.manual_seed(0)
-    model = TiedEmbeddingLM(vocab_size=n, d_model=d, max_len=128, embedding_init=f"normal:{d**-0.5}")
+    model = TiedEmbeddingLM(
+        vocab_size=n, architecture={"d_model": d, "max_len": 128, "embedding_init": f"normal:{d**-0.5}"}
+    )
     measured = _initial_loss(model, n)
     assert abs(measured - model.initial_loss_prediction(length=128)) / measured < 0.03
-    assert TiedEmbeddingLM(vocab_size=n, zero_init_residual=False).initial_loss_prediction() is None
+    assert TiedEmbeddingLM(vocab_size=n, architecture={"zero_init_residual": False}).initial_loss_prediction() is None
 
 
 @pytest.mark.parametrize("head", ["tied", "tied_orthogonal"])
@@ -144,7 +157,9 @@ def test_fits_under_bf16_mixed_precision(tmp_path):
 
 def test_embedding_slot_and_vocabulary():
     vocab = ["<pad>", "<unk>", "<bos>", "<eos>", *dict.fromkeys(WORDS)]
-    model = TiedEmbeddingLM(vocabulary=vocab, d_model=32, num_heads=4, num_layers=1, max_len=16)
+    model = TiedEmbeddingLM(
+        vocabulary=vocab, architecture={"d_model": 32, "num_heads": 4, "num_layers": 1, "max_len": 16}
+    )
     assert isinstance(model, EmbeddingHost)
     slot = model.embedding_slots()["tokens"]
     assert list(slot.tokens) == vocab and slot.padding_idx == 0 and slot.input_scale == pytest.approx(math.sqrt(32))
@@ -152,7 +167,8 @@ def test_embedding_slot_and_vocabulary():
     assert slot.positional_encoding().shape == (16, 32)
     assert model.model.token_embedding.weight[0].abs().max() == 0
     untied = TiedEmbeddingLM(
-        vocabulary=vocab, d_model=32, num_heads=4, head="untied", positional="none", embedding_scale=1.0
+        vocabulary=vocab,
+        architecture={"d_model": 32, "num_heads": 4, "head": "untied", "positional": "none", "embedding_scale": 1.0},
     )
     slot = untied.embedding_slots()["tokens"]
     assert slot.tied_modules == () and slot.positional_encoding is None and slot.input_scale == 1.0
@@ -169,7 +185,7 @@ def test_embedding_slot_and_vocabulary():
 
 
 def test_optimizer_and_noam_schedule():
-    model = tiny(lr_schedule="noam", warmup_steps=10, lr=0.5)
+    model = tiny(optimizer={"lr_schedule": "noam", "warmup_steps": 10, "lr": 0.5})
     config = model.configure_optimizers()
     optimizer, scheduler = config["optimizer"], config["lr_scheduler"]["scheduler"]
     assert optimizer.defaults["betas"] == (0.9, 0.98) and optimizer.defaults["eps"] == 1e-9
@@ -190,7 +206,8 @@ def test_checkpoint_reloads_with_vocabulary_and_same_validation_loss(tmp_path):
     L.seed_everything(0)
     data = LanguageModelDataModule(train_files=str(text), seq_len=8, batch_size=4, min_freq=1, val_fraction=0.2)
     model = TiedEmbeddingLM(
-        vocabulary=data.vocabulary, d_model=32, num_heads=4, num_layers=1, max_len=8, head="tied_orthogonal"
+        vocabulary=data.vocabulary,
+        architecture={"d_model": 32, "num_heads": 4, "num_layers": 1, "max_len": 8, "head": "tied_orthogonal"},
     )
     trainer = L.Trainer(
         max_steps=5, default_root_dir=tmp_path, logger=False, enable_progress_bar=False, enable_model_summary=False

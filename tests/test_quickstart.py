@@ -187,7 +187,8 @@ def test_validate_takes_the_vocabulary_from_the_checkpoint(tmp_path):
         ]
     )
     checkpoint = next(tmp_path.rglob("*.ckpt"))
-    saved = TiedEmbeddingLM.load_from_checkpoint(checkpoint).vocabulary
+    trained = TiedEmbeddingLM.load_from_checkpoint(checkpoint)
+    saved = trained.vocabulary
     new_text = tmp_path / "new.txt"
     new_text.write_text("a completely different text about zebras and quantum mechanics .\n" * 40)
     run = cli.EmbinitCLI(
@@ -205,8 +206,11 @@ def test_validate_takes_the_vocabulary_from_the_checkpoint(tmp_path):
             root,
             "--trainer.enable_progress_bar=false",
             f"--data.init_args.val_files={new_text}",
-            *small,
+            "--data.init_args.batch_size=4",  # the model's settings: the checkpoint's groups, not the config's
         ],
     )
     assert len(saved) > 4000 and run.datamodule.vocabulary == saved and run.model.vocabulary == saved
+    assert (
+        run.model.hparams.architecture == trained.hparams.architecture and trained.hparams.architecture["d_model"] == 32
+    )
     assert math.isfinite(float(run.trainer.callback_metrics["val_loss"]))

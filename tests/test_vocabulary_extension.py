@@ -17,10 +17,11 @@ OLD = ["<pad>", "<unk>", "<bos>", "<eos>", "the", "a", "cat", "dog", "sat", "ran
 NEW_WORDS = ["cats", "catdog", "bird"]
 
 
-def lm(head: str = "tied", seed: int = 0, **options) -> TiedEmbeddingLM:
+def lm(head: str = "tied", seed: int = 0) -> TiedEmbeddingLM:
     torch.manual_seed(seed)
     model = TiedEmbeddingLM(
-        vocabulary=OLD, d_model=16, num_heads=2, num_layers=1, head=head, head_bias=head == "untied", **options
+        vocabulary=OLD,
+        architecture={"d_model": 16, "num_heads": 2, "num_layers": 1, "head": head, "head_bias": head == "untied"},
     )
     with torch.no_grad():  # a "trained" model: rows and biases that are not the defaults
         model.model.token_embedding.weight.normal_(0.3, 1.5)
@@ -124,7 +125,7 @@ def test_rule_pieces_with_a_package_wordpiece_tokenizer_splits_the_token_text():
     texts = ["the skate board is on the board", "a skate park", "boards and skates"] * 20
     tokenizer = TextTokenizer.wordpiece(texts, vocab_size=60, min_frequency=1)
     torch.manual_seed(0)
-    model = TiedEmbeddingLM(vocabulary=tokenizer.tokens, d_model=8, num_heads=2, num_layers=1)
+    model = TiedEmbeddingLM(vocabulary=tokenizer.tokens, architecture={"d_model": 8, "num_heads": 2, "num_layers": 1})
     table = model.model.token_embedding.weight.detach().double()
     pieces = tokenizer.encode("skateboard")
     extend_vocabulary(model, tokenizer.tokens + ["▁skateboard"], rule="pieces", old_tokenizer=tokenizer)
@@ -228,11 +229,13 @@ def test_a_word_level_translation_model_extends_its_tokenizer_and_reloads(tmp_pa
     model = TransformerSeq2Seq(
         src_tokenizer=src.to_config(),
         tgt_tokenizer=tgt.to_config(),
-        d_model=16,
-        num_heads=2,
-        num_encoder_layers=1,
-        num_decoder_layers=1,
-        head="untied",
+        architecture={
+            "d_model": 16,
+            "num_heads": 2,
+            "num_encoder_layers": 1,
+            "num_decoder_layers": 1,
+            "head": "untied",
+        },
     )
     new = list(tgt.tokens) + ["skateboard", "bike"]
     extend_vocabulary(model, new, slot="tgt", rule="mean")

@@ -13,7 +13,7 @@ from tests.host_models import VOCAB, TwoSlotHost, make_trainer, token_loader
 
 OLD_TEXT = "the cat sat on the mat .\nthe dog ran far .\n" * 30
 NEW_TEXT = "the cat saw a bird .\nthe dog saw a bird on the mat .\n" * 30
-SIZES = {"d_model": 16, "num_heads": 2, "num_layers": 1, "head": "untied", "head_bias": True}
+SIZES = {"architecture": {"d_model": 16, "num_heads": 2, "num_layers": 1, "head": "untied", "head_bias": True}}
 
 
 def trainer(tmp_path, callbacks=(), max_steps=3, **options) -> Trainer:
@@ -74,7 +74,9 @@ def test_base_vocabulary_keeps_the_old_ids_and_a_given_vocabulary_wins(trained):
 def test_a_fine_tune_from_a_checkpoint_trains_only_the_new_rows(trained, tmp_path):
     directory, old = trained
     data = new_data(directory)
-    model = TiedEmbeddingLM(vocabulary=data.vocabulary, weight_decay=0.1, **SIZES)  # as `embinit fit` builds it
+    model = TiedEmbeddingLM(
+        vocabulary=data.vocabulary, **SIZES, optimizer={"weight_decay": 0.1}
+    )  # as `embinit fit` builds it
     callback = VocabularyExtensionCallback(
         from_checkpoint=str(directory / "old.ckpt"), rule="mean", trainable="new_rows", verbose=False
     )
@@ -102,13 +104,13 @@ def test_a_resumed_fine_tune_keeps_its_tables_and_an_old_checkpoint_as_ckpt_path
         from_checkpoint=str(directory / "old.ckpt"), trainable="new_rows", verbose=False
     )
     run = trainer(tmp_path, [first], max_steps=2)
-    model = TiedEmbeddingLM(vocabulary=data.vocabulary, weight_decay=0.1, **SIZES)
+    model = TiedEmbeddingLM(vocabulary=data.vocabulary, **SIZES, optimizer={"weight_decay": 0.1})
     run.fit(model, data)
     run.save_checkpoint(tmp_path / "fine.ckpt")
     resumed = VocabularyExtensionCallback(
         from_checkpoint=str(directory / "old.ckpt"), trainable="new_rows", verbose=False
     )
-    again = TiedEmbeddingLM(vocabulary=data.vocabulary, weight_decay=0.1, **SIZES)
+    again = TiedEmbeddingLM(vocabulary=data.vocabulary, **SIZES, optimizer={"weight_decay": 0.1})
     trainer(tmp_path, [resumed], max_steps=4).fit(again, data, ckpt_path=tmp_path / "fine.ckpt")
     assert resumed.resumed and torch.equal(resumed.added["tokens"], first.added["tokens"])
     n = len(old.vocabulary)
@@ -146,7 +148,7 @@ def test_a_translation_fine_tune_takes_the_old_vocabulary_from_the_checkpoints_t
 
     texts = ["a man rides a horse", "a woman reads a book", "two dogs run"] * 3
     src, old_tgt = TextTokenizer.word(texts, min_freq=1), TextTokenizer.word(texts, min_freq=1)
-    sizes = dict(d_model=16, num_heads=2, num_encoder_layers=1, num_decoder_layers=1, head="untied")
+    sizes = {"architecture": dict(d_model=16, num_heads=2, num_encoder_layers=1, num_decoder_layers=1, head="untied")}
     old = TransformerSeq2Seq(src_tokenizer=src.to_config(), tgt_tokenizer=old_tgt.to_config(), **sizes)
     saver = trainer(tmp_path)
     saver.strategy.connect(old)

@@ -10,16 +10,33 @@ from lightning_embinit.data.translation import TranslationDataModule
 from tests.shared_data import require_shared_data
 
 TINY = {
-    "d_model": 32,
-    "num_heads": 4,
-    "num_encoder_layers": 2,
-    "num_decoder_layers": 2,
-    "ffn_dim": 64,
-    "dropout": 0.0,
-    "max_len": 64,
+    "architecture": {
+        "d_model": 32,
+        "num_heads": 4,
+        "num_encoder_layers": 2,
+        "num_decoder_layers": 2,
+        "ffn_dim": 64,
+        "dropout": 0.0,
+        "max_len": 64,
+    },
     "max_decode_len": 24,
 }
-TINY_REINFORCED = {**TINY, "d_model": 16, "qk_head_dim": 8, "v_head_dim": 8, "lr_schedule": "constant", "lr": 1e-3}
+TINY_REINFORCED = {
+    "architecture": {**TINY["architecture"], "d_model": 16, "qk_head_dim": 8, "v_head_dim": 8},
+    "optimizer": {"lr_schedule": "constant", "lr": 1e-3},
+    "max_decode_len": 24,
+}
+
+
+def settings(base: dict, *, architecture: dict | None = None, optimizer: dict | None = None, **own) -> dict:
+    """A system's arguments: ``base`` (:data:`TINY`, :data:`TINY_REINFORCED`) with fields replaced in its groups
+    and ``own`` arguments added."""
+    return {
+        **base,
+        **own,
+        "architecture": {**base.get("architecture", {}), **(architecture or {})},
+        "optimizer": {**base.get("optimizer", {}), **(optimizer or {})},
+    }
 
 
 def multi30k_lines(split: str, lang: str, count: int, start: int = 0) -> list[str]:

@@ -63,7 +63,7 @@ def first_special_id(tokenizer: Any) -> int | None:
 
 
 class TransformerClassifier(EmbinitModule):
-    """Encoder-only transformer classifier (module docstring; [K]'s SST-2/MNLI model; docs/concepts.md).
+    """Encoder-only transformer classifier (module docstring; Kim et al.'s SST-2/MNLI model [K]).
 
     Vocabulary: ``tokenizer`` (a :class:`~lightning_embinit.text.tokenization.TextTokenizer` or its
     ``to_config()`` dict, saved in the hyperparameters so a checkpoint classifies new text with its own ids) or
@@ -73,8 +73,7 @@ class TransformerClassifier(EmbinitModule):
     ``architecture``: :class:`~lightning_embinit.architectures.EncoderClassifierConfig` (sizes, ``pre_norm``,
     ``input_scale``, ``positional`` — [K] Table 3 switches P off —, ``pooling``, ``cls_source``,
     ``num_segments``, ``init_scheme``, ``embedding_init``); ``optimizer``:
-    :class:`~lightning_embinit.models.optimization.OptimizerConfig` (Adam at 1e-4, [K]). Any of their fields
-    may also be given by name (``TransformerClassifier(d_model=128, lr=3e-4, …)``).
+    :class:`~lightning_embinit.models.optimization.OptimizerConfig` (Adam at 1e-4, [K]).
 
     Logged: ``train_loss`` (per step), ``train_acc`` (per epoch); ``val_loss``, ``val_acc``, ``val_f1``
     (macro F1) and the same for ``test_``; with several validation sets each under its own name,
@@ -94,20 +93,13 @@ class TransformerClassifier(EmbinitModule):
         *,
         architecture: EncoderClassifierConfig = EncoderClassifierConfig(),
         optimizer: OptimizerConfig = OptimizerConfig(lr=1e-4),
-        **settings: Any,
     ) -> None:
         super().__init__()
-        # checkpointed, not sent to loggers: the datamodule logs its own (different) tokenizer spec, vocab_size
-        # and label_names, and Lightning refuses to merge differing values; a tokenizer config can be megabytes
-        config = self._configure(
-            architecture,
-            optimizer,
-            settings,
-            own={"num_classes": num_classes},
-            unlogged=("tokenizer", "vocab_size", "label_names"),
-        )
+        config = self._configure(architecture, optimizer, own={"num_classes": num_classes})
         self.tokenizer, size = resolve_tokenizer(tokenizer, vocab_size)
         self.label_names = resolve_label_names(label_names, num_classes)
+        # checkpointed, not sent to loggers: the datamodule logs its own (different) tokenizer spec, vocab_size
+        # and label_names, and Lightning refuses to merge differing values; a tokenizer config can be megabytes
         self.hparams["tokenizer"] = None if self.tokenizer is None else self.tokenizer.to_config()
         self.hparams["vocab_size"] = vocab_size
         self.hparams["label_names"] = list(self.label_names)

@@ -3,8 +3,9 @@
 A system holds its architecture — a plain ``nn.Module`` of :mod:`lightning_embinit.architectures` — as
 ``self.model`` and owns what training needs around it: losses, metrics, decoding, the optimizer. Its settings
 come in two typed groups, ``architecture`` (the architecture's config) and ``optimizer``
-(:class:`~lightning_embinit.models.optimization.OptimizerConfig`), or as flat keywords
-(:mod:`~lightning_embinit.models.settings`); the hyperparameters keep them flat.
+(:class:`~lightning_embinit.models.optimization.OptimizerConfig`), each a config or a mapping of its fields; the
+hyperparameters keep them grouped, as mappings (so ``type(model)(**model.hparams)`` builds the same model, a
+checkpoint loads with ``weights_only`` and loggers show ``architecture/d_model``).
 
 Metric states survive any order of ``validate``/``test``/``predict``/``fit``: Lightning evaluates under
 :func:`torch.inference_mode`, and a torchmetrics state computed or reset there becomes an inference tensor that
@@ -18,7 +19,7 @@ import importlib
 import inspect
 import os
 from collections.abc import Callable, Mapping
-from dataclasses import replace
+from dataclasses import asdict, fields, replace
 from typing import Any, ClassVar
 
 import lightning as L
@@ -35,27 +36,12 @@ from lightning_embinit.init.sources.checkpoint_file import (
 )
 from lightning_embinit.models.optimization import OptimizerConfig, configure_adam
 from lightning_embinit.models.presets import preset_arguments
-from lightning_embinit.models.settings import field_names, flat_settings, grouped_settings, resolve_groups
 from lightning_embinit.vocabulary import Vocabulary
-
-CHECKPOINT_LAYOUT_KEY = "embinit_layout"
-CHECKPOINT_LAYOUT = 2
-"""Checkpoints of 0.1.0.dev0 carry no layout: their weights sit on the system itself, not under ``model.``."""
 
 
 def class_path(cls: type) -> str:
     """``module.QualifiedName`` of a class: what a checkpoint records under ``embinit_class``."""
     return f"{cls.__module__}.{cls.__qualname__}"
-
-
-def _package_systems() -> list[type[EmbinitModule]]:
-    found, stack = [], list(EmbinitModule.__subclasses__())
-    while stack:
-        system = stack.pop()
-        stack.extend(system.__subclasses__())
-        if system.__module__.startswith("lightning_embinit.models") and hasattr(system, "architecture_config"):
-            found.append(system)
-    return found
 
 
 def class_from_path(class_path: str) -> Any:
@@ -68,37 +54,39 @@ def class_from_path(class_path: str) -> Any:
         return None
 
 
-def checkpoint_savers(checkpoint: Mapping[str, Any]) -> list[type] | str | None:
-    """The class that saved ``checkpoint``: the one it records (a type, or its path when that does not import), else
-    the package systems whose hyperparameter names cover the checkpoint's; None when nothing tells."""
-    recorded = saved_class(checkpoint)
-    if recorded is not None:
-        found = class_from_path(recorded)
-        return [found] if isinstance(found, type) else recorded
-    hparams = checkpoint.get("hyper_parameters")
-    if not isinstance(hparams, Mapping) or not hparams:
-        return None
-    names = {name for name in hparams if not name.startswith("_")}
-    return [system for system in _package_systems() if names <= system.hyperparameter_names()] or None
-
-
 def check_checkpoint_class(cls: type, path: str) -> str | None:
     """Check the checkpoint file at ``path`` (:func:`load_checkpoint_file`) and that ``cls``, a class derived from it
-    or its base saved it (:func:`checkpoint_savers`); returns the saver's name (None: unknown)."""
+    or its base saved it, as the checkpoint records (:func:`saved_class`); returns the saver's name or path (None:
+    unknown)."""
     try:
         checkpoint = load_checkpoint_file(path)
     except UnsafeCheckpointError:
         return None  # not readable without trusting it; Lightning loads it as its own options say
-    savers = checkpoint_savers(checkpoint) if isinstance(checkpoint, Mapping) else None
-    if savers is None or isinstance(savers, str):
-        return savers
-    if not any(issubclass(saver, cls) or issubclass(cls, saver) for saver in savers):
-        names = " or ".join(saver.__name__ for saver in savers)
+    recorded = saved_class(checkpoint)
+    saver = None if recorded is None else class_from_path(recorded)
+    if not isinstance(saver, type):
+        return recorded
+    if not (issubclass(saver, cls) or issubclass(cls, saver)):
         raise ValueError(
-            f"checkpoint {path} was saved by {names}, not by {cls.__name__}: load it with "
-            f"{savers[0].__name__}.load_from_checkpoint({str(path)!r})"
+            f"checkpoint {path} was saved by {saver.__name__}, not by {cls.__name__}: load it with "
+            f"{saver.__name__}.load_from_checkpoint({str(path)!r})"
         )
-    return " or ".join(saver.__name__ for saver in savers)
+    return saver.__name__
+
+
+def group_config(config_type: type, value: Any, group: str, default: Any) -> Any:
+    """``value`` as a ``config_type``: an instance as is; a mapping of its fields (YAML, a checkpoint's
+    hyperparameters) applied to ``default`` (the system's default for the group, as the CLI applies a YAML group)."""
+    if isinstance(value, config_type):
+        return value
+    if not isinstance(value, Mapping):
+        raise TypeError(
+            f"{group} must be a {config_type.__name__} or a mapping of its fields, got {type(value).__name__}"
+        )
+    names = [field.name for field in fields(config_type)]
+    if unknown := sorted(set(value) - set(names)):
+        raise ValueError(f"{group}: {config_type.__name__} has no field(s) {unknown}; fields: {', '.join(names)}")
+    return replace(default, **value) if isinstance(default, config_type) else config_type(**value)
 
 
 def refresh_metric_states(module: nn.Module) -> int:
@@ -123,57 +111,26 @@ def refresh_metric_states(module: nn.Module) -> int:
 
 class EmbinitModule(L.LightningModule):
     """Base of the package's Lightning systems (module docstring): ``self.model``, settings, stage-safe metrics,
-    the SPEC optimizer, and checkpoints of 0.1.0.dev0. Subclasses set :attr:`architecture_config`, call
-    :meth:`_configure` in ``__init__``, and call ``super()`` in the ``on_*_start`` hooks they override.
+    the optimizer of Kim et al. and [R], checkpoints that name their class. Subclasses set
+    :attr:`architecture_config`, call :meth:`_configure` in ``__init__``, and call ``super()`` in the
+    ``on_*_start`` hooks they override.
     """
 
     architecture_config: ClassVar[type]
     """The config type of the ``architecture`` group."""
-    legacy_key_prefixes: ClassVar[Mapping[str, str]] = {"": "model."}
-    """0.1.0.dev0 state-dict key prefix → today's (the longest match wins)."""
 
     model: nn.Module
     optimizer_config: OptimizerConfig
 
-    @classmethod
-    def settings_groups(cls) -> dict[str, type]:
-        """Group name → its config type: ``architecture`` (:attr:`architecture_config`) and ``optimizer``."""
-        return {"architecture": cls.architecture_config, "optimizer": OptimizerConfig}
-
-    @classmethod
-    def grouped_hyperparameters(cls, hparams: Mapping[str, Any]) -> dict[str, Any]:
-        """A checkpoint's flat hyperparameters as this system's constructor arguments in their groups (what the
-        CLI parses back from ``--ckpt_path``; :func:`~lightning_embinit.models.settings.grouped_settings`)."""
-        return grouped_settings(cls.settings_groups(), hparams)
-
-    def _configure(
-        self,
-        architecture: Any,
-        optimizer: Any,
-        settings: Mapping[str, Any],
-        *,
-        own: Mapping[str, Any],
-        unlogged: tuple[str, ...] = (),
-    ) -> Any:
-        """The architecture config (returned) and :attr:`optimizer_config` from the groups and flat ``settings``;
-        saves ``own`` (the system's other arguments) and every setting as flat hyperparameters. ``unlogged``: the
-        system's arguments it keeps in the checkpoint but not among the hyperparameters loggers see."""
-        given = {"architecture": architecture, "optimizer": optimizer}
+    def _configure(self, architecture: Any, optimizer: Any, *, own: Mapping[str, Any]) -> Any:
+        """The architecture config (returned) and :attr:`optimizer_config` from the two groups (:func:`group_config`
+        with the system's defaults); saves ``own`` (the system's other arguments) and both groups, as mappings, as
+        the hyperparameters."""
         defaults = inspect.signature(type(self)).parameters
-        groups = resolve_groups(
-            type(self).__name__,
-            {
-                group: (config_type, given[group], defaults[group].default)
-                for group, config_type in self.settings_groups().items()
-            },
-            settings,
-            others=(*own, *unlogged, *given),
-        )
-        config, self.optimizer_config = (
-            groups["architecture"],
-            groups["optimizer"].resolved(groups["architecture"].d_model),
-        )
-        self.save_hyperparameters({**own, **flat_settings(config, self.optimizer_config)})
+        config = group_config(self.architecture_config, architecture, "architecture", defaults["architecture"].default)
+        optimizer = group_config(OptimizerConfig, optimizer, "optimizer", defaults["optimizer"].default)
+        self.optimizer_config = optimizer.resolved(config.d_model)
+        self.save_hyperparameters({**own, "architecture": asdict(config), "optimizer": asdict(self.optimizer_config)})
         return config
 
     def embedding_slots(self) -> dict[str, EmbeddingSlot]:
@@ -228,7 +185,6 @@ class EmbinitModule(L.LightningModule):
         refresh_metric_states(self)
 
     def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:
-        checkpoint[CHECKPOINT_LAYOUT_KEY] = CHECKPOINT_LAYOUT
         checkpoint[CLASS_KEY] = class_path(type(self))
 
     @classmethod
@@ -250,36 +206,11 @@ class EmbinitModule(L.LightningModule):
             ) from None
 
     @classmethod
-    def hyperparameter_names(cls) -> set[str]:
-        """Every hyperparameter name this system saves: its own arguments and its groups' fields."""
-        groups = cls.settings_groups()
-        own = {
-            name
-            for klass in cls.__mro__
-            if issubclass(klass, EmbinitModule) and "__init__" in vars(klass)
-            for name, parameter in inspect.signature(klass.__init__).parameters.items()
-            if parameter.kind not in (parameter.VAR_KEYWORD, parameter.VAR_POSITIONAL) and name not in (*groups, "self")
-        }
-        return own | {name for config in groups.values() for name in field_names(config)}
-
-    def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:
-        """A 0.1.0.dev0 checkpoint's weights move to today's keys (:attr:`legacy_key_prefixes`) before Lightning
-        loads them (``load_from_checkpoint``, ``fit(ckpt_path=…)`` and the CLI call this hook first)."""
-        if CHECKPOINT_LAYOUT_KEY not in checkpoint and "state_dict" in checkpoint:
-            checkpoint["state_dict"] = {
-                self._current_key(key): value for key, value in checkpoint["state_dict"].items()
-            }
-            checkpoint[CHECKPOINT_LAYOUT_KEY] = CHECKPOINT_LAYOUT
-
-    def _current_key(self, key: str) -> str:
-        old = max((prefix for prefix in self.legacy_key_prefixes if key.startswith(prefix)), key=len)
-        return self.legacy_key_prefixes[old] + key[len(old) :]
-
-    @classmethod
     def from_preset(cls, name: str, **overrides: Any) -> EmbinitModule:
         """A model configured as the preset ``name`` (:data:`~lightning_embinit.models.presets.PRESETS`), with
-        ``overrides`` on top: an instance of ``cls`` when it subclasses the preset's model (a user's own
-        variant), else of the preset's model when that subclasses ``cls``."""
+        ``overrides`` on top (:func:`~lightning_embinit.models.presets.preset_arguments`): an instance of ``cls``
+        when it subclasses the preset's model (a user's own variant), else of the preset's model when that
+        subclasses ``cls``."""
         target, arguments = preset_arguments(name, **overrides)
         if issubclass(cls, target):
             return cls(**arguments)

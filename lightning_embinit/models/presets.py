@@ -14,6 +14,9 @@ from typing import Any
 
 from lightning_embinit.models.optimization import noam_peak_lr
 
+Groups = tuple[dict[str, Any], dict[str, Any]]
+"""A preset's ``architecture`` and ``optimizer`` fields."""
+
 
 def kim_heads(d_model: int, preset: str) -> int:
     """[K]'s head count: 8, or 10 when D is not a multiple of 8 (D = 300, 50)."""
@@ -23,16 +26,20 @@ def kim_heads(d_model: int, preset: str) -> int:
     raise ValueError(f"{preset}: d_model={d_model} is divisible by neither 8 nor 10 heads; pass num_heads")
 
 
-def _heads(overrides: Mapping[str, Any], d_model: int, preset: str) -> Any:
+def _heads(architecture: Mapping[str, Any], d_model: int, preset: str) -> Any:
     """The overridden ``num_heads`` (checked by the config), else [K]'s count for ``d_model``."""
-    return kim_heads(d_model, preset) if overrides.get("num_heads") is None else overrides["num_heads"]
+    return kim_heads(d_model, preset) if architecture.get("num_heads") is None else architecture["num_heads"]
 
 
-def _kim_multi30k(overrides: Mapping[str, Any]) -> dict[str, Any]:
-    d = overrides.get("d_model", 512)
+KIM_OPTIMIZER = {"betas": (0.9, 0.98), "eps": 1e-9, "lr_schedule": "constant"}
+"""Kim et al.'s Adam ([K]); the learning rate is each preset's."""
+
+
+def _kim_multi30k(architecture: Mapping[str, Any], optimizer: Mapping[str, Any]) -> Groups:
+    d = architecture.get("d_model", 512)
     return {
         "d_model": d,
-        "num_heads": _heads(overrides, d, "kim_multi30k"),
+        "num_heads": _heads(architecture, d, "kim_multi30k"),
         "num_encoder_layers": 3,
         "num_decoder_layers": 3,
         "ffn_dim": 4 * d,
@@ -42,17 +49,15 @@ def _kim_multi30k(overrides: Mapping[str, Any]) -> dict[str, Any]:
         "positional": "interleaved",
         "input_scale": "sqrt_d",
         "init_scheme": "xavier",
-        "lr": 2e-4,
-        "betas": (0.9, 0.98),
-        "eps": 1e-9,
-        "lr_schedule": "constant",
-    }
+    }, {"lr": 2e-4, **KIM_OPTIMIZER}
 
 
-def _reinforced_sizes(overrides: Mapping[str, Any], d: int, heads: int, ffn: int, layers: int) -> dict[str, Any]:
-    """SPEC §2's sizes and schedule with m = ``d``; r = q = m and the Noam peak lr = m^−½·w^−½ follow
+def _reinforced_sizes(
+    architecture: Mapping[str, Any], optimizer: Mapping[str, Any], d: int, heads: int, ffn: int, layers: int
+) -> Groups:
+    """[R]'s sizes and schedule (docs/concepts.md) with m = ``d``; r = q = m and the Noam peak lr = m^−½·w^−½ follow
     an overridden ``d_model`` and ``warmup_steps``."""
-    d, warmup = overrides.get("d_model", d), overrides.get("warmup_steps", 4000)
+    d, warmup = architecture.get("d_model", d), optimizer.get("warmup_steps", 4000)
     return {
         "d_model": d,
         "num_heads": heads,
@@ -65,32 +70,28 @@ def _reinforced_sizes(overrides: Mapping[str, Any], d: int, heads: int, ffn: int
         "activation": "relu",
         "positional": "half",
         "max_len": 128,
-        "lr_schedule": "noam",
-        "warmup_steps": warmup,
-        "lr": noam_peak_lr(d, warmup),
-        "betas": (0.9, 0.98),
-        "eps": 1e-9,
-    }
+    }, {"lr_schedule": "noam", "warmup_steps": warmup, "lr": noam_peak_lr(d, warmup), "betas": (0.9, 0.98), "eps": 1e-9}
 
 
-def _reinforced_baseline(overrides: Mapping[str, Any]) -> dict[str, Any]:
-    return {**_reinforced_sizes(overrides, 128, 8, 512, 4), "input_scale": "sqrt_d"}
+def _reinforced_baseline(architecture: Mapping[str, Any], optimizer: Mapping[str, Any]) -> Groups:
+    sizes, schedule = _reinforced_sizes(architecture, optimizer, 128, 8, 512, 4)
+    return {**sizes, "input_scale": "sqrt_d"}, schedule
 
 
-def _reinforced_proposed(overrides: Mapping[str, Any]) -> dict[str, Any]:
-    return _reinforced_sizes(overrides, 64, 4, 256, 2)
+def _reinforced_proposed(architecture: Mapping[str, Any], optimizer: Mapping[str, Any]) -> Groups:
+    return _reinforced_sizes(architecture, optimizer, 64, 4, 256, 2)
 
 
-def _kim_classifier(preset: str, num_segments: int) -> Callable[[Mapping[str, Any]], dict[str, Any]]:
-    """[K]'s classifier (SPEC §1): 3 post-LN layers, 8 heads (10 when d is not a multiple of 8), FFN 4d,
+def _kim_classifier(preset: str, num_segments: int) -> Callable[[Mapping[str, Any], Mapping[str, Any]], Groups]:
+    """Kim et al.'s classifier ([K]): 3 post-LN layers, 8 heads (10 when d is not a multiple of 8), FFN 4d,
     dropout 0.1, ReLU, Xavier, Adam(0.9, 0.98, 1e−9) at lr 1e−4; d = the embedding source's width, 512 by
     default; ``num_segments`` learned segment vectors for sentence pairs (MNLI)."""
 
-    def build(overrides: Mapping[str, Any]) -> dict[str, Any]:
-        d = overrides.get("d_model", 512)
+    def build(architecture: Mapping[str, Any], optimizer: Mapping[str, Any]) -> Groups:
+        d = architecture.get("d_model", 512)
         return {
             "d_model": d,
-            "num_heads": _heads(overrides, d, preset),
+            "num_heads": _heads(architecture, d, preset),
             "num_layers": 3,
             "ffn_dim": 4 * d,
             "dropout": 0.1,
@@ -101,38 +102,41 @@ def _kim_classifier(preset: str, num_segments: int) -> Callable[[Mapping[str, An
             "pooling": "cls",
             "num_segments": num_segments,
             "init_scheme": "xavier",
-            "lr": 1e-4,
-            "betas": (0.9, 0.98),
-            "eps": 1e-9,
-            "lr_schedule": "constant",
-        }
+        }, {"lr": 1e-4, **KIM_OPTIMIZER}
 
     return build
 
 
 _SEQ2SEQ = "lightning_embinit.models.seq2seq.TransformerSeq2Seq"
 _CLASSIFIER = "lightning_embinit.models.classifier.TransformerClassifier"
-PRESETS: dict[str, tuple[str, Callable[[Mapping[str, Any]], dict[str, Any]]]] = {
+PRESETS: dict[str, tuple[str, Callable[[Mapping[str, Any], Mapping[str, Any]], Groups]]] = {
     "kim_multi30k": (_SEQ2SEQ, _kim_multi30k),
     "reinforced_baseline": (_SEQ2SEQ, _reinforced_baseline),
     "reinforced_proposed": ("lightning_embinit.models.reinforced.ReinforcedTransformerSeq2Seq", _reinforced_proposed),
     "kim_sst2": (_CLASSIFIER, _kim_classifier("kim_sst2", 0)),
     "kim_mnli": (_CLASSIFIER, _kim_classifier("kim_mnli", 2)),
 }
-"""Preset name → (model class path, arguments from the overrides). ``kim_multi30k``: [K]'s protocol
-(SPEC §1: 3+3 post-LN layers, 8 heads — 10 when d is not a multiple of 8 — dropout 0.1, Adam
-lr 2e-4, FFN 4d; d = the embedding source's width, 512 by default). ``reinforced_baseline``:
-SPEC §2's baseline (4+4, m = 128, FFN 512, 8 heads, r = q = 128, tutorial PE layout, Noam with
-warmup 4000 and peak m^−½·w^−½). ``reinforced_proposed``: SPEC §2's proposed model (2+2,
-m = 64, FFN 256, 4 heads, r = q = 64, same schedule with its own m). In both, r, q and the peak lr
-follow an overridden ``d_model`` and ``warmup_steps``. ``kim_sst2``, ``kim_mnli``: [K]'s
-encoder classifier (:func:`_kim_classifier`)."""
+"""Preset name → (model class path, the ``architecture`` and ``optimizer`` fields from their overrides).
+``kim_multi30k``: Kim et al.'s protocol ([K]: 3+3 post-LN layers, 8 heads — 10 when d is not a multiple of 8 —
+dropout 0.1, Adam lr 2e-4, FFN 4d; d = the embedding source's width, 512 by default). ``reinforced_baseline``: the
+reinforced transformer paper's baseline ([R], docs/concepts.md: 4+4, m = 128, FFN 512, 8 heads, r = q = 128, tutorial
+PE layout, Noam with warmup 4000 and peak m^−½·w^−½). ``reinforced_proposed``: [R]'s proposed model (2+2, m = 64, FFN
+256, 4 heads, r = q = 64, same schedule with its own m). In both, r, q and the peak lr follow an overridden
+``d_model`` and ``warmup_steps``. ``kim_sst2``, ``kim_mnli``: [K]'s encoder classifier (:func:`_kim_classifier`)."""
 
 
 def preset_arguments(name: str, **overrides: Any) -> tuple[type, dict[str, Any]]:
-    """(model class, constructor arguments) of preset ``name`` with ``overrides`` applied."""
+    """(model class, constructor arguments) of preset ``name`` with ``overrides`` applied: the model's own arguments
+    as given, and ``architecture``/``optimizer`` mappings whose fields replace the preset's (``d_model``,
+    ``warmup_steps`` also recompute what the preset derives from them)."""
     if name not in PRESETS:
         raise ValueError(f"unknown preset {name!r}; known presets: {', '.join(PRESETS)}")
     class_path, build = PRESETS[name]
     module, class_name = class_path.rsplit(".", 1)
-    return getattr(importlib.import_module(module), class_name), {**build(overrides), **overrides}
+    architecture, optimizer = overrides.pop("architecture", {}), overrides.pop("optimizer", {})
+    preset_architecture, preset_optimizer = build(architecture, optimizer)
+    return getattr(importlib.import_module(module), class_name), {
+        **overrides,
+        "architecture": {**preset_architecture, **architecture},
+        "optimizer": {**preset_optimizer, **optimizer},
+    }

@@ -24,12 +24,12 @@ _leak_warned = False
 
 
 class ReinforcedTransformerSeq2Seq(Seq2SeqModule):
-    """SPEC §2's proposed model as a Lightning system.
+    """The reinforced transformer paper's proposed model ([R], docs/concepts.md) as a Lightning system.
 
     ``architecture``: :class:`~lightning_embinit.architectures.ReinforcedEncoderDecoderConfig` (defaults are
     ``reinforced_proposed``'s: m = 64, 2 + 2 layers, 4 heads, r = q = 64, FFN 256, tutorial PE layout, causal
     target normalization); ``optimizer``: Noam with ``lr=None``, i.e. the peak m^−½·w^−½ of this ``d_model``
-    and ``warmup_steps`` (SPEC §2). Fields may be given by name as well; the rest is :class:`Seq2SeqModule`'s.
+    and ``warmup_steps``; the rest is :class:`Seq2SeqModule`'s.
     ``target_normalization="sequence"`` warns once per process: its teacher-forced losses leak the future.
     """
 

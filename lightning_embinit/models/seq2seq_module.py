@@ -89,7 +89,6 @@ class Seq2SeqModule(EmbinitModule):
         max_decode_len: int | None = None,
         bleu_every_n_validations: int = 1,
         bleu_references: str = "tokenizer",
-        **settings: Any,
     ) -> None:
         super().__init__()
         check_choice("bleu_references", bleu_references, BLEU_REFERENCES)
@@ -106,9 +105,7 @@ class Seq2SeqModule(EmbinitModule):
             "bleu_every_n_validations": bleu_every_n_validations,
             "bleu_references": bleu_references,
         }
-        config = self._configure(
-            architecture, optimizer, settings, own=own, unlogged=("src_tokenizer", "tgt_tokenizer")
-        )
+        config = self._configure(architecture, optimizer, own=own)
         self.src_tokenizer, src_vocab = side_vocabulary("src", src_tokenizer, src_vocab_size)
         self.tgt_tokenizer, tgt_vocab = side_vocabulary("tgt", tgt_tokenizer, tgt_vocab_size)
         # In the checkpoint (so it decodes new text with its own vocabularies) but not among the
@@ -188,7 +185,7 @@ class Seq2SeqModule(EmbinitModule):
             config = hparams.get(f"{side}_tokenizer")
             tokenizer = None if config is None else TextTokenizer.from_config(config)
             found[side] = (None if tokenizer is None else list(tokenizer.tokens), tokenizer)
-        return {"shared": found["src"]} if hparams.get("share_embeddings") else found
+        return {"shared": found["src"]} if hparams.get("architecture", {}).get("share_embeddings") else found
 
     # ----------------------------------------------------------------- Lightning steps
     def training_step(self, batch: Any, batch_idx: int) -> torch.Tensor:

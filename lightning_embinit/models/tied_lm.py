@@ -42,21 +42,13 @@ class TiedEmbeddingLM(EmbinitModule):
     the vocabulary) name the padding row and the special tokens of the ``tokens`` slot.
 
     ``architecture``: :class:`~lightning_embinit.architectures.CausalLMConfig` (sizes, ``positional``,
-    ``embedding_scale``, ``head``, ``zero_init_residual``, ``init_scheme`` — the non-embedding weights, SPEC §4 —,
+    ``embedding_scale``, ``head``, ``zero_init_residual``, ``init_scheme`` — the non-embedding weights —,
     ``embedding_init`` — any scheme name, e.g. ``normal:0.0625`` or ``log_n_over_d``, until
     :class:`~lightning_embinit.callbacks.EmbeddingInitCallback` replaces it); ``optimizer``:
-    :class:`~lightning_embinit.models.optimization.OptimizerConfig` (Adam at 1e-3). Any of their fields may also
-    be given by name (``TiedEmbeddingLM(vocab_size=500, d_model=64, head="untied")``).
+    :class:`~lightning_embinit.models.optimization.OptimizerConfig` (Adam at 1e-3).
     """
 
     architecture_config = CausalLMConfig
-    legacy_key_prefixes = {
-        "": "model.",
-        "token_embedding.": "model.input.embedding.",
-        "positional.": "model.input.positional.",
-        "blocks.": "model.stack.layers.",
-        "final_norm.": "model.stack.final_norm.",
-    }
     model: CausalLM
 
     def __init__(
@@ -67,7 +59,6 @@ class TiedEmbeddingLM(EmbinitModule):
         *,
         architecture: CausalLMConfig = CausalLMConfig(),
         optimizer: OptimizerConfig = OptimizerConfig(lr=1e-3),
-        **settings: Any,
     ) -> None:
         super().__init__()
         tokens = None if vocabulary is None else [str(t) for t in vocabulary]
@@ -78,11 +69,7 @@ class TiedEmbeddingLM(EmbinitModule):
         if vocab_size is None or vocab_size < 2:
             raise ValueError("TiedEmbeddingLM needs a vocabulary (list of token strings) or vocab_size ≥ 2")
         config = self._configure(
-            architecture,
-            optimizer,
-            settings,
-            own={"vocab_size": vocab_size, "special_tokens": special_tokens},
-            unlogged=("vocabulary",),
+            architecture, optimizer, own={"vocab_size": vocab_size, "special_tokens": special_tokens}
         )
         self.hparams["vocabulary"] = tokens  # a plain list whatever sequence was given; reloads with the checkpoint
         self.vocabulary = tokens

@@ -295,21 +295,17 @@ class Study:
         return layers
 
     def base_config(self) -> dict[str, Any]:
-        """The base config as a mapping, a 0.1 config's flat model settings moved into their groups."""
-        from lightning_embinit.lightning_cli import group_model_settings
-
+        """The base config as a mapping."""
         if isinstance(self.base, Mapping):
-            return group_model_settings(copy.deepcopy(dict(self.base)))
-        return group_model_settings(read_yaml_mapping(self.base, f"study {self.name!r}: base config"))
+            return copy.deepcopy(dict(self.base))
+        return read_yaml_mapping(self.base, f"study {self.name!r}: base config")
 
     def setting_config(self, setting: str, variant: str | None, base: dict[str, Any] | None = None) -> dict[str, Any]:
         """The config of ``setting`` under ``variant`` before the seed: base and every override layer applied."""
-        from lightning_embinit.lightning_cli import group_model_settings
-
         config = copy.deepcopy(base) if base is not None else self.base_config()
         for where, overrides in self.override_layers(setting, variant):
             apply_overrides(config, overrides, where=f"study {self.name!r}, {where}")
-        return group_model_settings(config)
+        return config
 
     def trials(self, variant: str | None = None) -> list[Trial]:
         """Every setting × seed of ``variant`` (None: the study as written), settings in order, seeds inside."""

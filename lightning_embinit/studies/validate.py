@@ -14,7 +14,7 @@ from typing import Any
 
 from lightning.pytorch import LightningDataModule, LightningModule
 
-from lightning_embinit.lightning_cli import EmbinitCLI, group_model_settings
+from lightning_embinit.lightning_cli import EmbinitCLI
 from lightning_embinit.studies.keys import StudyError, set_key, substitute_environment
 from lightning_embinit.studies.spec import Study, Trial
 
@@ -80,7 +80,7 @@ def _blame(study: Study, trial: Trial, checker: ConfigChecker, error: BaseExcept
             if key is not None:
                 set_key(config, key, value)
             try:
-                _parse(checker, substitute_environment(group_model_settings(copy.deepcopy(config))))
+                _parse(checker, substitute_environment(config))
             except Exception as failure:  # noqa: BLE001 - the parser raises several types
                 if key is None:
                     return f"{where}: {origin}: {parser_reason(failure)}"
