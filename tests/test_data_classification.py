@@ -188,7 +188,7 @@ def test_glue_through_datasets(monkeypatch, sst2):
     data.prepare_data()
     data.setup("fit")
     assert calls[0] == ("nyu-mll/glue", "sst2") and data.label_names == ["negative", "positive"]
-    assert len(data.dataset("train")) == 200 and "test" not in data.raw_text["splits"]  # GLUE's test has no labels
+    assert len(data.dataset("train")) == 200 and "test" not in data.raw_splits.splits  # GLUE's test has no labels
 
     mnli = {
         "premise": [a for a, _, _ in PAIRS],

@@ -292,7 +292,7 @@ def test_bad_input(tmp_path, multi30k):
     blank = write(tmp_path / "c.en", ["a dog", "", "a house"])
     data = TranslationDataModule(train_files=[src, blank], min_freq=1)
     data.setup("fit")
-    assert data.raw_text["blank_pairs"]["train"] == 1 and len(data.dataset("train")) == 2
+    assert data.raw_splits.blank["train"] == 1 and len(data.dataset("train")) == 2
     with pytest.raises(ValueError, match="no text: give data_dir"):
         TranslationDataModule()
     with pytest.raises(ValueError, match="unknown too_long 'cut'"):

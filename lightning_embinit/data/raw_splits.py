@@ -9,8 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
-from types import MappingProxyType
-from typing import Any, ClassVar, Generic, TypeVar
+from typing import Generic, TypeVar
 
 import numpy as np
 
@@ -22,14 +21,9 @@ class TextPairs:
     src: list[str]
     tgt: list[str]
 
-    blank_key: ClassVar[str] = "blank_pairs"
-
     def fields(self) -> dict[str, list[str]]:
         """The texts by field name."""
         return {"src": self.src, "tgt": self.tgt}
-
-    def as_dict(self) -> dict[str, Any]:
-        return self.fields()
 
 
 @dataclass(frozen=True)
@@ -40,14 +34,9 @@ class LabelledTexts:
     pairs: list[str] | None
     labels: np.ndarray
 
-    blank_key: ClassVar[str] = "blank_rows"
-
     def fields(self) -> dict[str, list[str]]:
         """The texts by field name: ``a``, and ``b`` for sentence pairs."""
         return {"a": self.texts} if self.pairs is None else {"a": self.texts, "b": self.pairs}
-
-    def as_dict(self) -> dict[str, Any]:
-        return {"a": self.texts, "b": self.pairs, "labels": self.labels}
 
 
 #: One split's content: sentence pairs (translation) or labelled texts (classification).
@@ -68,14 +57,3 @@ class RawSplits(Generic[Split]):
         return {
             f"{name}/{field}": texts for name, split in self.splits.items() for field, texts in split.fields().items()
         }
-
-    def view(self) -> Mapping[str, Any]:
-        """A read-only dict of the 0.1.0.dev0 ``raw_text`` shape: ``splits`` (field dicts), ``blank_pairs`` or
-        ``blank_rows``, ``label_names`` (classification) and ``digestible`` (:meth:`texts`)."""
-        blank_key = next(iter(self.splits.values())).blank_key if self.splits else "blank"
-        view: dict[str, Any] = {"splits": {name: split.as_dict() for name, split in self.splits.items()}}
-        if self.label_names:
-            view["label_names"] = list(self.label_names)
-        view[blank_key] = dict(self.blank)
-        view["digestible"] = self.texts()
-        return MappingProxyType(view)

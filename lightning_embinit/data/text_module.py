@@ -156,11 +156,6 @@ class TokenizedTextDataModule(L.LightningDataModule, abc.ABC):
         return self._raw
 
     @property
-    def raw_text(self) -> Mapping[str, Any]:
-        """:attr:`raw_splits` as the read-only dict of 0.1.0.dev0 (``raw_text["splits"]``, ``["blank_pairs"]`` …)."""
-        return self.raw_splits.view()
-
-    @property
     def corpus(self) -> TokenizedCorpus:
         """The tokenized corpus: from this object, the process's memory, the disk cache, or built now."""
         if self._corpus is None:
