@@ -65,11 +65,17 @@ def save_and_load(model: L.LightningModule, path) -> L.LightningModule:
 def test_each_system_gets_its_vocabulary_back_from_a_checkpoint(tmp_path):
     tokenizer = TextTokenizer.word(TEXTS, min_freq=1)
     systems = {
-        "lm": TiedEmbeddingLM(vocabulary=list(tokenizer.tokens), num_layers=1, **SIZES),
-        "sized lm": TiedEmbeddingLM(vocab_size=40, special_tokens={"pad": "<pad>"}, num_layers=1, **SIZES),
-        "classifier": TransformerClassifier(tokenizer=tokenizer.to_config(), num_classes=2, num_layers=1, **SIZES),
+        "lm": TiedEmbeddingLM(vocabulary=list(tokenizer.tokens), architecture={**SIZES, "num_layers": 1}),
+        "sized lm": TiedEmbeddingLM(
+            vocab_size=40, special_tokens={"pad": "<pad>"}, architecture={**SIZES, "num_layers": 1}
+        ),
+        "classifier": TransformerClassifier(
+            tokenizer=tokenizer.to_config(), num_classes=2, architecture={**SIZES, "num_layers": 1}
+        ),
         "translation": TransformerSeq2Seq(
-            src_tokenizer=tokenizer.to_config(), tgt_vocab_size=30, num_encoder_layers=1, num_decoder_layers=1, **SIZES
+            src_tokenizer=tokenizer.to_config(),
+            tgt_vocab_size=30,
+            architecture={**SIZES, "num_encoder_layers": 1, "num_decoder_layers": 1},
         ),
     }
     for name, model in systems.items():
