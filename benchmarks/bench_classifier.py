@@ -1,7 +1,7 @@
 """Training throughput of TransformerClassifier against an ``nn.TransformerEncoder`` classifier of the same size.
 
 Both models: token embedding × √d + sinusoidal P and dropout (the same :class:`EmbeddingInput`),
-``layers`` post-LN blocks (ReLU FFN, dropout 0.1, [K]'s classifier, SPEC §1) over a padded batch
+``layers`` post-LN blocks (ReLU FFN, dropout 0.1, [K]'s classifier) over a padded batch
 with a key padding mask, the first token's vector (the ``<cls>`` the datamodule puts first) through
 dropout into a linear head, cross-entropy. The reference uses
 ``nn.TransformerEncoderLayer(norm_first=False, batch_first=True)``. One training step = forward,

@@ -10,7 +10,7 @@ measured at the model's own matrix shapes (``flops.py``). Sizes: ``k`` ([K]: 3+3
 FFN 2048, batch 64×24) and ``small`` (2+2, d=128, 4 heads, FFN 512, batch 64×24).
 
 ``epoch``: seconds per epoch of ``reinforced_proposed`` and ``reinforced_baseline`` on the same
-Multi30k slice and the same batches (WordPiece, as [R]), alternating epochs; SPEC §2 reports ≈ 0.31.
+Multi30k slice and the same batches (WordPiece, as [R]), alternating epochs; [R] reports ≈ 0.31.
 
 ``decode``: greedy and beam-4 sentences/s on the Multi30k test set with cached incremental decoding,
 against a naive loop that decodes one sentence at a time and recomputes the whole prefix every step.
@@ -234,9 +234,9 @@ def epoch(args: argparse.Namespace) -> None:
         sum(p.numel() for p in TransformerSeq2Seq.from_preset("reinforced_baseline", **sizes).parameters()),
     ]
     print(
-        f"time ratio proposed / baseline: {ratio:.3f} (SPEC §2: ≈ 0.31); parameter ratio baseline / proposed: "
+        f"time ratio proposed / baseline: {ratio:.3f} ([R]: ≈ 0.31); parameter ratio baseline / proposed: "
         f"{params[1] / params[0]:.2f} here, {full[1] / full[0]:.2f} with {args.vocab_size}-token vocabularies on both "
-        f"sides ({full[0]:,} / {full[1]:,}; SPEC §2: ≈ 3.6)"
+        f"sides ({full[0]:,} / {full[1]:,}; [R]: ≈ 3.6)"
     )
 
 

@@ -2,10 +2,10 @@
 
 - GloVe 6B 50d (the Multi30k subset in ../shared/data/glove) on the word vocabulary of Multi30k
   English, through ``EmbeddingInitCallback.initialize`` (raw and standardized to Xavier): the
-  histogram of s·X against P and the variance monitor's numbers (SPEC §1 absorption);
+  histogram of s·X against P and the variance monitor's numbers (absorption, docs/concepts.md#absorption);
 - ``lexical_probe`` of the GloVe subset on the analogy and similarity sets ([K] Table 4);
 - a 2-D PCA scatter of chosen words: raw, raw + P and standardized + P, as the first layer sees them;
-- learning curves of ``TiedEmbeddingLM`` (untied head, so SPEC §3 does not mix in) on Multi30k English
+- learning curves of ``TiedEmbeddingLM`` (untied head, so [S]'s initial loss does not mix in) on Multi30k English
   from three starts, with
   ``LearningSpeedMonitor`` ([KB] Table 2).
 

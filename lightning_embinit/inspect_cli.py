@@ -1,4 +1,4 @@
-"""``embinit inspect``: check an embedding start before paying for a run (SPEC §1, §3).
+"""``embinit inspect``: check an embedding start before paying for a run (docs/concepts.md#absorption, #tied-head).
 
     embinit inspect --config cfg.yaml [--model.init_args.architecture.d_model 512 ...]
         [--source glove --standardize xavier]
@@ -10,7 +10,7 @@ setting of the config's :class:`~lightning_embinit.callbacks.EmbeddingInitCallba
 ``--source``/``--standardize``/``--match``/``--shuffle``/``--scale``/``--trainable``/``--seed``/
 ``--tokens`` overriding its options — is applied through the callback's own
 :meth:`~lightning_embinit.callbacks.EmbeddingInitCallback.initialize`, and the result is
-:func:`lightning_embinit.diagnostics.inspect.inspection`: the init report, absorption, the SPEC §3
+:func:`lightning_embinit.diagnostics.inspect.inspection`: the init report, absorption, the [S]
 prediction for tied heads, and a verdict. A config without the callback (and no option given)
 shows the model's own initialization.
 """
@@ -127,7 +127,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="embinit inspect",
         allow_abbrev=False,
-        description="Check an embedding start before training: init report, absorption, SPEC §3 initial loss, verdict. "
+        description="Check an embedding start before training: init report, absorption, [S] initial loss, verdict. "
         "Arguments not listed here are passed to the config's LightningCLI parser "
         "(e.g. --model.init_args.architecture.d_model 64).",
     )

@@ -1,4 +1,4 @@
-"""Quick start, offline, about two minutes on 2 CPU cores: SPEC §3's tied-embedding initial loss, then the headline.
+"""Quick start, offline, about two minutes on 2 CPU cores: [S]'s tied-embedding initial loss, then the headline.
 
 Part 1 trains :class:`~lightning_embinit.models.TiedEmbeddingLM` (d = 256, so √d = 16 ≫ ln n) on the
 Lee news corpus that gensim ships, once per setting, each through
@@ -9,9 +9,10 @@ Lee news corpus that gensim ships, once per setting, each through
     python -m lightning_embinit.quickstart --settings tied-normal,tied-log_n_over_d --steps 30
 
 Settings: ``tied-normal`` (tied head, N(0, 1/d) embeddings), ``tied-log_n_over_d`` (tied,
-σ = ln n / d), ``untied-normal`` and ``half_swap-normal`` (tied, halves swapped, SPEC §3 (d)).
-Columns: the measured initial loss, ln n, SPEC §3's ln(e^{dσ} + n − 1) from the embedding's
-actual σ (tied tables only) and the model's own estimate (:meth:`TiedEmbeddingLM.initial_loss_prediction`).
+σ = ln n / d), ``untied-normal`` and ``half_swap-normal`` (tied, halves swapped, [S] (d)).
+Columns: the measured initial loss, ln n, the ln(e^{dσ} + n − 1) of Su, "Re-exploring Shared Embeddings at the
+Output of Language Models" [S] (docs/concepts.md#tied-head), from the embedding's actual σ (tied tables only) and
+the model's own estimate (:meth:`TiedEmbeddingLM.initial_loss_prediction`).
 
 Part 2 runs the ``smoke`` variant of the headline study (:func:`~lightning_embinit.studies.headline.headline_study`,
 ``examples/studies/headline.yaml``): word2vec trained on the corpus, raw vs standardized to Xavier's std vs Xavier,
@@ -114,10 +115,10 @@ def run_setting(
     }
 
 
-SPEC_LABEL = "SPEC §3 ln(e^{dσ}+n−1)"
+FORMULA_LABEL = "[S] ln(e^{dσ}+n−1)"
 MODEL_LABEL = "model estimate"
 LEGEND = (
-    f"{SPEC_LABEL}: SPEC §3's formula with σ the tied embedding's actual std over its non-padding rows "
+    f"{FORMULA_LABEL}: [S]'s formula with σ the tied embedding's actual std over its non-padding rows "
     "(— for an untied head; for half_swap it is what a plain tie of the same table would start at). "
     f"{MODEL_LABEL}: TiedEmbeddingLM.initial_loss_prediction(length=seq_len), which also counts the "
     "positional rows, the input scale and the head (a decorrelated or untied head starts near ln n)."
@@ -130,17 +131,17 @@ def _number(value: float, width: int) -> str:
 
 def format_table(rows: Sequence[dict[str, float | str]]) -> str:
     """The quick start's table: one row per setting (:data:`LEGEND` explains the two predictions)."""
-    spec, model = len(SPEC_LABEL), len(MODEL_LABEL)
+    formula, model = len(FORMULA_LABEL), len(MODEL_LABEL)
     src = max([13, *(len(str(r["source"])) for r in rows)])
     header = (
-        f"{'setting':<19} {'source':<{src}} {'init loss':>9} {'ln n':>6} {SPEC_LABEL:>{spec}} {MODEL_LABEL:>{model}} "
-        f"{'val loss':>8} {'val ppl':>8} {'time':>6}"
+        f"{'setting':<19} {'source':<{src}} {'init loss':>9} {'ln n':>6} {FORMULA_LABEL:>{formula}} "
+        f"{MODEL_LABEL:>{model}} {'val loss':>8} {'val ppl':>8} {'time':>6}"
     )
     lines = [header, "-" * len(header)]
     for r in rows:
         lines.append(
             f"{r['setting']:<19} {r['source']:<{src}} {r['init_loss']:>9.3f} {r['ln_n']:>6.3f} "
-            f"{_number(r['spec_prediction'], spec)} {_number(r['model_estimate'], model)} "
+            f"{_number(r['spec_prediction'], formula)} {_number(r['model_estimate'], model)} "
             f"{r['val_loss']:>8.3f} {r['val_ppl']:>8.1f} {r['seconds']:>5.1f}s"
         )
     return "\n".join(lines)

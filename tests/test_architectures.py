@@ -115,7 +115,7 @@ def test_the_torch_only_initialization_api_fills_each_architecture(name):
         if slot.padding_idx is not None:
             assert rows[slot.padding_idx].abs().max() == 0
             rows = torch.cat((rows[: slot.padding_idx], rows[slot.padding_idx + 1 :]))
-        target = math.sqrt(2.0 / sum(slot.weight.shape))  # Xavier's std for the table's shape (SPEC §4)
+        target = math.sqrt(2.0 / sum(slot.weight.shape))  # Xavier's std for the table's shape ([K])
         assert rows.std().item() == pytest.approx(target, rel=0.02)
 
 

@@ -249,7 +249,7 @@ def test_hub_datasets(monkeypatch, multi30k):
     )
     iwslt = TranslationDataModule(dataset="iwslt2017")
     counts = Counter(t for text in de for t in WordTokenizer()(text))
-    assert set(iwslt.vocabulary_for("src")[4:]) == {t for t, c in counts.items() if c >= 5}  # min_freq 5 (SPEC §1)
+    assert set(iwslt.vocabulary_for("src")[4:]) == {t for t, c in counts.items() if c >= 5}  # min_freq 5 ([K])
     assert calls == [
         ("IWSLT/iwslt2017", "iwslt2017-de-en", None),
         ("IWSLT/iwslt2017", "iwslt2017-de-en", "refs/convert/parquet"),

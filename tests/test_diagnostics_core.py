@@ -93,7 +93,7 @@ def test_absorption_matches_hand_computation():
 
 
 def test_retention_follows_the_ratio_for_random_directions():
-    """For independent directions cos(x, x + P) ≈ r / √(1 + r²) with r = |x| / |P| (SPEC §1 absorption)."""
+    """For independent directions cos(x, x + P) ≈ r / √(1 + r²) with r = |x| / |P| (docs/concepts.md#absorption)."""
     generator = torch.Generator().manual_seed(0)
     x, p = torch.randn(2000, 256, generator=generator), torch.randn(2000, 256, generator=generator)
     for r in (0.1, 1.0, 10.0):

@@ -1,4 +1,4 @@
-"""``lexical_probe`` on the real GloVe subset and the standard test sets (SPEC §1, [K] Table 4)."""
+"""``lexical_probe`` on the real GloVe subset and standard test sets ([K] Table 4, docs/concepts.md#lexical-probes)."""
 
 import pytest
 import torch

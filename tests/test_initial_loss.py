@@ -112,7 +112,7 @@ def test_tied_non_host_module_gets_spec_prediction_and_warning(tmp_path):
 
 
 def test_spec_formula_and_model_estimate_are_logged_apart(tmp_path):
-    """init_loss_predicted is SPEC §3's ln(e^{dσ} + n − 1) from the table's σ (padding row left out);
+    """init_loss_predicted is [S]'s ln(e^{dσ} + n − 1) from the table's σ (padding row left out);
     init_loss_predicted_model is the model's own estimate for the first batch's length, not max_len."""
     torch.manual_seed(0)
     vocabulary = ["<pad>", "<unk>", "<bos>", "<eos>", *(f"w{i}" for i in range(296))]

@@ -1,5 +1,5 @@
 """The random-token probe of a tied LM's initial loss (CausalLM.initial_loss_probe) and the verdict that uses it:
-for i.i.d. rows it agrees with SPEC §3's formula; for rows that share directions it sees what the formula misses."""
+for i.i.d. rows it agrees with [S]'s formula; for rows that share directions it sees what the formula misses."""
 
 from __future__ import annotations
 
@@ -30,7 +30,7 @@ def fill(model: CausalLM, rows: torch.Tensor) -> None:
 
 @pytest.mark.parametrize("seed", [0, 1, 2])
 def test_iid_rows_probe_matches_spec_3(seed):
-    """N(0, 1/d) i.i.d. rows, no positions: the probe is SPEC §3's ln(e^{dσ} + n − 1) ≈ 8.1 (dσ ≈ 8, n = 400)."""
+    """N(0, 1/d) i.i.d. rows, no positions: the probe is [S]'s ln(e^{dσ} + n − 1) ≈ 8.1 (dσ ≈ 8, n = 400)."""
     model = tied_lm(positional="none")
     generator = torch.Generator().manual_seed(seed)
     fill(model, torch.randn(N, D, generator=generator) / math.sqrt(D))

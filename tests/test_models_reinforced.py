@@ -1,4 +1,4 @@
-"""ReinforcedTransformerSeq2Seq (SPEC §2): token normalization, [TN ‖ P], values from TN, the target leak."""
+"""ReinforcedTransformerSeq2Seq ([R]): token normalization, [TN ‖ P], values from TN, the target leak."""
 
 import pytest
 import torch
@@ -90,11 +90,11 @@ def test_the_default_lr_is_the_noam_peak_of_the_models_own_width_and_warmup():
 
     assert model().hparams.optimizer["lr"] == noam_peak_lr(64, 4000)
     wide = model(128, warmup_steps=1000)
-    assert wide.hparams.optimizer["lr"] == pytest.approx(128**-0.5 * 1000**-0.5)  # SPEC §2: m^−½ · w^−½
+    assert wide.hparams.optimizer["lr"] == pytest.approx(128**-0.5 * 1000**-0.5)  # [R]: m^−½ · w^−½
     assert model(128, lr=3e-4).hparams.optimizer["lr"] == 3e-4
     optimizer = wide.configure_optimizers()["optimizer"]
     assert optimizer.param_groups[0]["initial_lr"] == wide.hparams.optimizer["lr"]
-    with pytest.raises(ValueError, match="lr=None stands for SPEC §2's Noam peak"):
+    with pytest.raises(ValueError, match=r"lr=None stands for \[R\]'s Noam peak"):
         model(lr_schedule="constant")
 
 

@@ -108,7 +108,7 @@ def test_bad_settings_fail_before_any_weight_is_made():
         tiny(architecture={"input_scale": "big"})
     with pytest.raises(ValueError, match="unknown bleu_references 'detok'; choose one of: tokenizer, raw"):
         tiny(bleu_references="detok")
-    with pytest.raises(ValueError, match="lr=None stands for SPEC §2's Noam peak .* lr_schedule='constant'"):
+    with pytest.raises(ValueError, match=r"lr=None stands for \[R\]'s Noam peak .* lr_schedule='constant'"):
         tiny(optimizer={"lr": None})
     with pytest.raises(ValueError, match="token id 40 is outside"):
         tiny()(torch.tensor([[5, 3]]), torch.tensor([[2, 40]]))
@@ -136,7 +136,7 @@ def test_presets_follow_spec_and_match_the_example_configs():
     assert preset_arguments("kim_multi30k")[1]["architecture"]["num_heads"] == 8
     proposed = ReinforcedTransformerSeq2Seq.from_preset("reinforced_proposed", src_vocab_size=100, tgt_vocab_size=100)
     assert [proposed.hparams.architecture[name] for name in ("d_model", "ffn_dim", "num_heads")] == [64, 256, 4]
-    # overrides recompute what SPEC §2 derives from them: r = q = m and the Noam peak m^−½·w^−½
+    # overrides recompute what [R] derives from them: r = q = m and the Noam peak m^−½·w^−½
     for name, d, warmup in (("reinforced_baseline", 64, 4000), ("reinforced_proposed", 128, 1000)):
         arguments = preset_arguments(name, architecture={"d_model": d}, optimizer={"warmup_steps": warmup})[1]
         assert (arguments["architecture"]["qk_head_dim"], arguments["architecture"]["v_head_dim"]) == (d, d)

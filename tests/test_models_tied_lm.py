@@ -1,4 +1,5 @@
-"""TiedEmbeddingLM: causality, heads, the SPEC §3 initial loss, slots, optimizer and checkpoints."""
+"""TiedEmbeddingLM: causality, heads, the initial loss of [S] (docs/concepts.md#tied-head), slots, optimizer and
+checkpoints."""
 
 import math
 

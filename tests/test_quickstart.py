@@ -28,13 +28,13 @@ def test_quickstart_table_shows_the_tied_initial_loss_gap(capsys):
         assert abs(row["init_loss"] - row["model_estimate"]) / row["init_loss"] < 0.03
         assert row["val_ppl"] == pytest.approx(math.exp(row["val_loss"]))
     tied, log_n, untied, half_swap = rows
-    # SPEC §3's ln(e^{dσ} + n − 1) from the table's σ: right for the plain tie, absent untied,
+    # [S]'s ln(e^{dσ} + n − 1) from the table's σ: right for the plain tie, absent untied,
     # and for the half swap the start a plain tie would have had
     for row in (tied, log_n):
         assert abs(row["init_loss"] - row["spec_prediction"]) / row["init_loss"] < 0.03
     assert math.isnan(untied["spec_prediction"]) and half_swap["spec_prediction"] > half_swap["init_loss"] + 2
     assert tied["spec_prediction"] == pytest.approx(math.sqrt(128), rel=0.02)  # dσ with σ = 1/√d
-    assert "SPEC §3 ln(e^{dσ}+n−1)" in table and "model estimate" in table and "initial_loss_prediction" in table
+    assert "[S] ln(e^{dσ}+n−1)" in table and "model estimate" in table and "initial_loss_prediction" in table
     assert tied["init_loss"] > tied["ln_n"] + 2  # ≈ √128 ≈ 11.3 against ln n ≈ 8.3
     assert log_n["init_loss"] < tied["ln_n"] + 1.0 and untied["init_loss"] < tied["ln_n"] + 0.5
     assert half_swap["init_loss"] < tied["ln_n"] + 1.0
@@ -83,7 +83,7 @@ def test_quickstart_headline_part_reports_raw_standardized_and_xavier(tmp_path, 
         assert f"| {setting} |" in summary
     assert "difference from xavier" in summary and "Welch" in summary
     verdicts = dict(line[2:].split(": ", 1) for line in summary.splitlines() if line.startswith("- ") and ": " in line)
-    # raw word2vec: SPEC §3's formula flags it; standardized, the formula sees Xavier's std, but the rows still share
+    # raw word2vec: [S]'s formula flags it; standardized, the formula sees Xavier's std, but the rows still share
     # directions and the model's loss on random tokens (its own forward) flags it too
     assert verdicts["xavier"] == "sound"
     assert verdicts["word2vec_raw"] == verdicts["word2vec_xavier"] == "fix the start before training"

@@ -1,13 +1,13 @@
-"""A causal pre-LN transformer language model with a configurable (tied) output head (SPEC §3), a plain ``nn.Module``:
+"""A causal pre-LN transformer language model with a configurable (tied) output head ([S]), a plain ``nn.Module``:
 
     x_0 = s · E[t] + P          (s = ``embedding_scale``, √D by default; P per ``positional``)
     x_{l+1} = Block_l(x_l)      (pre-LN: x + Attn(LN x), then x + FFN(LN x); causal attention)
     logits = Head(Norm(x_L))    (``head``: tied, untied, tied_orthogonal, tied_half_swap, tied_shuffle)
 
-With ``zero_init_residual=True`` every block is the identity at initialization, so a tied
-model starts as the bigram p(j | i) ∝ exp(ŵ_i · w_j) and its initial loss is about
-ln(e^{dσ} + n − 1) for N(0, σ²) embeddings (SPEC §3); :meth:`CausalLM.initial_loss_prediction`
-gives the estimate for every head. One slot, ``"tokens"``.
+With ``zero_init_residual=True`` every block is the identity at initialization, so a tied model starts as the
+bigram p(j | i) ∝ exp(ŵ_i · w_j) and its initial loss is about ln(e^{dσ} + n − 1) for N(0, σ²) embeddings (Su,
+"Re-exploring Shared Embeddings at the Output of Language Models" [S]; docs/concepts.md#tied-head);
+:meth:`CausalLM.initial_loss_prediction` gives the estimate for every head. One slot, ``"tokens"``.
 """
 
 from __future__ import annotations
@@ -108,7 +108,7 @@ class CausalLM(nn.Module):
 
     @torch.no_grad()
     def initial_loss_prediction(self, length: int | None = None) -> float | None:
-        """Expected initial loss from the current weights, assuming identity blocks (SPEC §3).
+        """Expected initial loss from the current weights, assuming identity blocks ([S]).
 
         With h = Norm(s·w_i + P_p) the logit of token j is T(h) · w_j. For j ≠ i these are about
         N(0, D·σ²·m₂) (m₂ = E[T(h)²]; for ``untied`` D·σ_W² from the head matrix); the diagonal
@@ -148,7 +148,7 @@ class CausalLM(nn.Module):
     def initial_loss_probe(self, length: int | None = None, *, batch_size: int = 16, seed: int = 0) -> float:
         """The model's own next-token loss on uniform random tokens against uniform random targets (eval mode).
 
-        Data-free and assumption-free: where :meth:`initial_loss_prediction` assumes i.i.d. rows (SPEC §3), this
+        Data-free and assumption-free: where :meth:`initial_loss_prediction` assumes i.i.d. rows ([S]), this
         runs the forward pass itself, so rows that share directions — pre-trained vectors, even standardized — show
         their real start. Tokens and targets avoid the special ids; for i.i.d. rows it agrees with the prediction.
         """

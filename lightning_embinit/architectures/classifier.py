@@ -1,5 +1,5 @@
 """An encoder-only transformer classifier for sentences and sentence pairs ([K]'s classification testbed,
-SPEC §1), a plain ``nn.Module``:
+docs/concepts.md#kim-classifier), a plain ``nn.Module``:
 
     x = Drop(s · E[t] + P) + S[type]     (:class:`EmbeddingInput`; S only with ``num_segments`` > 0)
     h = Encoder(x)                       (:class:`TransformerStack`: post-LN as [K], or pre-LN; padding masked)
@@ -34,7 +34,7 @@ class EncoderClassifier(nn.Module):
 
     ``first_token_id``: the id every input starts with (a tokenizer's cls), which ``cls`` pooling reads unless
     ``cls_source="learned"``; without one (or with ``learned``) a learned CLS vector is prepended. The learned
-    CLS and segment vectors start at N(0, 0.02²) (SPEC §4's embedding convention).
+    CLS and segment vectors start at N(0, 0.02²) ([A]'s embedding convention).
     """
 
     def __init__(
@@ -84,7 +84,7 @@ class EncoderClassifier(nn.Module):
 
     @torch.no_grad()
     def reset_parameters(self) -> None:
-        """Non-embedding weights per ``init_scheme`` (SPEC §4); the token table per ``embedding_init``, pad row 0."""
+        """Non-embedding weights per ``init_scheme`` ([A], [K]); the token table per ``embedding_init``, pad row 0."""
         init_non_embedding_(self, self.config.init_scheme)
         for vector in (self.cls_vector, None if self.segment_embedding is None else self.segment_embedding.weight):
             if vector is not None:

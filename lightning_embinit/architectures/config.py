@@ -31,7 +31,7 @@ class TransformerConfig:
     """What every architecture of the package shares.
 
     Args:
-        d_model: the model width (m in SPEC §2; D of the token table)
+        d_model: the model width (m in [R]; D of the token table)
         num_heads: attention heads per layer
         ffn_dim: the feed-forward hidden width (None: 4 · d_model)
         dropout: on the input and every residual branch (and on attention weights and the FFN's hidden layer
@@ -42,7 +42,7 @@ class TransformerConfig:
         activation: the FFN's activation (relu, gelu)
         norm: layernorm or rmsnorm
         positional: the positional encoding (interleaved, half, sinusoidal, learned, none)
-        init_scheme: the non-embedding weights, SPEC §4 (xavier as [K], hf, he_ffn)
+        init_scheme: the non-embedding weights (xavier as [K], hf, he_ffn; docs/concepts.md#non-embedding-init)
         embedding_init: the token tables' scheme until EmbeddingInitCallback replaces them (any scheme name)
     """
 
@@ -116,7 +116,7 @@ class TransformerConfig:
 
 @dataclass(frozen=True)
 class Seq2SeqConfig(TransformerConfig):
-    """What both encoder–decoders share (SPEC §2).
+    """What both encoder–decoders share (docs/concepts.md#reinforced-baseline, #reinforced-model).
 
     Args:
         num_encoder_layers: encoder blocks
@@ -141,12 +141,12 @@ class Seq2SeqConfig(TransformerConfig):
 
 @dataclass(frozen=True)
 class EncoderDecoderConfig(Seq2SeqConfig):
-    """The vanilla encoder–decoder of SPEC §2 and [K] (:class:`~lightning_embinit.architectures.EncoderDecoder`).
+    """The vanilla encoder–decoder of [R] and [K] (:class:`~lightning_embinit.architectures.EncoderDecoder`).
 
     Args:
-        pre_norm: pre-LN blocks and a final norm (False: post-LN, as SPEC §2 and [K])
+        pre_norm: pre-LN blocks and a final norm (False: post-LN, as [R] and [K])
         input_scale: s in s · E[t] + P: sqrt_d, inv_sqrt_d, none or a number
-        head: untied (a dense layer with bias, SPEC §2) or a tied head (tied, tied_orthogonal, tied_half_swap,
+        head: untied (a dense layer with bias, [R]) or a tied head (tied, tied_orthogonal, tied_half_swap,
             tied_shuffle) reading the target table
         head_bias: the untied head's bias
     """
@@ -168,7 +168,7 @@ TARGET_NORMALIZATIONS = ("sequence", "causal")
 
 @dataclass(frozen=True)
 class ReinforcedEncoderDecoderConfig(Seq2SeqConfig):
-    """SPEC §2's proposed model (:class:`~lightning_embinit.architectures.ReinforcedEncoderDecoder`); its
+    """[R]'s proposed model (:class:`~lightning_embinit.architectures.ReinforcedEncoderDecoder`); its
     defaults are ``reinforced_proposed``'s. Layers are 2 · d_model wide.
 
     Args:
@@ -239,7 +239,7 @@ class EncoderClassifierConfig(TransformerConfig):
 
 @dataclass(frozen=True)
 class CausalLMConfig(TransformerConfig):
-    """The causal pre-LN language model of SPEC §3 (:class:`~lightning_embinit.architectures.CausalLM`).
+    """The causal pre-LN language model of [S] (:class:`~lightning_embinit.architectures.CausalLM`).
 
     Args:
         positional: sinusoidal (in positional_layout), interleaved, half, learned or none
@@ -247,11 +247,11 @@ class CausalLMConfig(TransformerConfig):
         positional_layout: the sinusoidal layout of positional=sinusoidal (interleaved or half)
         embedding_scale: s in s · E[t] + P: sqrt_d, inv_sqrt_d, none or a number
         bias: biases in the blocks' linear layers
-        head: tied, untied, tied_orthogonal, tied_half_swap or tied_shuffle (SPEC §3)
+        head: tied, untied, tied_orthogonal, tied_half_swap or tied_shuffle (docs/concepts.md#tied-countermeasures)
         head_bias: the head's bias (untied, tied_orthogonal)
         head_activation: after tied_orthogonal's projection (none, relu, gelu, tanh)
         shuffle_groups: g of tied_shuffle
-        zero_init_residual: every block the identity at initialization (SPEC §3's initial-loss regime)
+        zero_init_residual: every block the identity at initialization ([S]'s initial-loss regime)
     """
 
     d_model: int = 256

@@ -1,4 +1,5 @@
-"""Encoder–decoder transformers as plain ``nn.Module`` s (SPEC §2, [K]'s translation testbed of SPEC §1).
+"""Encoder–decoder transformers as plain ``nn.Module`` s ([R]'s baseline, [K]'s translation testbed;
+docs/concepts.md#reinforced-baseline, #kim-testbed).
 
 :class:`Seq2SeqArchitecture` is what both share: the two sides' vocabularies, ``forward(src, tgt_in)``, and the
 three methods decoding needs (``encode``, ``new_cache``, ``next_token_logits``;
@@ -132,7 +133,7 @@ class Seq2SeqArchitecture(nn.Module, abc.ABC):
 
 
 class EncoderDecoder(Seq2SeqArchitecture):
-    """The post-LN encoder–decoder transformer of SPEC §2 / [K] (module docstring; :class:`EncoderDecoderConfig`).
+    """The post-LN encoder–decoder transformer of [R] / [K] (module docstring; :class:`EncoderDecoderConfig`).
 
     Slots: ``src`` and ``tgt`` (one ``shared`` slot when ``share_embeddings``), each with its tokens, input
     scale and positional encoding; the target's (or shared) slot names the head when it is tied.
@@ -168,7 +169,7 @@ class EncoderDecoder(Seq2SeqArchitecture):
 
     @torch.no_grad()
     def reset_parameters(self) -> None:
-        """Non-embedding weights per ``init_scheme`` (SPEC §4), token tables per ``embedding_init``."""
+        """Non-embedding weights per ``init_scheme`` ([A], [K]), token tables per ``embedding_init``."""
         init_non_embedding_(self, self.config.init_scheme)
         self.head.reset_orthogonal()
         self._reset_token_tables(self.src_input.embedding, self.tgt_input.embedding)

@@ -1,4 +1,5 @@
-"""The reinforced-position-embedding encoder–decoder of SPEC §2 ([R], the "proposed" model), a plain ``nn.Module``.
+"""The reinforced-position-embedding encoder–decoder of [R] (the "proposed" model; docs/concepts.md#reinforced-model),
+a plain ``nn.Module``.
 
 Three changes to the baseline (:class:`~lightning_embinit.architectures.EncoderDecoder`):
 
@@ -36,7 +37,7 @@ from lightning_embinit.vocabulary import VocabularyLike
 
 
 class ReinforcedEncoderDecoder(Seq2SeqArchitecture):
-    """SPEC §2's proposed model (module docstring; :class:`ReinforcedEncoderDecoderConfig`): ``d_model`` is m
+    """[R]'s proposed model (module docstring; :class:`ReinforcedEncoderDecoderConfig`): ``d_model`` is m
     (layers are 2m wide), ``qk_head_dim``/``v_head_dim`` are r and q, ``positional`` the concatenated P's kind.
 
     Slots ``src`` and ``tgt`` (or ``shared``) have ``input_scale`` 1: TN standardizes every column per sentence,
@@ -70,7 +71,7 @@ class ReinforcedEncoderDecoder(Seq2SeqArchitecture):
 
     @torch.no_grad()
     def reset_parameters(self) -> None:
-        """Non-embedding weights per ``init_scheme`` (SPEC §4), token tables per ``embedding_init``."""
+        """Non-embedding weights per ``init_scheme`` ([A], [K]), token tables per ``embedding_init``."""
         init_non_embedding_(self, self.config.init_scheme)
         self._reset_token_tables(self.src_embedding, self.tgt_embedding)
 

@@ -1,9 +1,9 @@
-"""The initial-loss monitor: how far above ln n does training start? (SPEC §3)
+"""The initial-loss monitor: how far above ln n does training start? ([S]; docs/concepts.md#tied-head)
 
 A uniform predictor over n classes has cross-entropy ln n. A tied LM whose embeddings have a
 large std σ starts far above it: ≈ ln(e^{dσ} + n − 1) ≈ dσ when dσ ≫ ln n (σ = 1/√d gives
 ≈ √d). The monitor measures the loss of the first optimizer step's batches (all computed with
-the initial weights), averages it over ranks, logs it next to ln n, SPEC §3's formula and the
+the initial weights), averages it over ranks, logs it next to ln n, [S]'s formula and the
 module's own estimate, warns when it is far above ln n, and logs and keeps the first K step losses.
 """
 
@@ -28,7 +28,7 @@ from lightning_embinit.init.host import EmbeddingSlot, discover_slots, select_sl
 from lightning_embinit.init.sharding import whole_table
 
 COUNTERMEASURES = (
-    "initialize the embedding with log_n_over_d (σ = ln n / d, SPEC §3 (a)), untie the output head, "
+    "initialize the embedding with log_n_over_d (σ = ln n / d, [S] (a)), untie the output head, "
     "or keep the tie with head='tied_orthogonal' or head='tied_half_swap'"
 )
 
@@ -145,7 +145,7 @@ class InitialLossMonitor(Callback):
 
     @torch.no_grad()
     def _predictions(self, pl_module: nn.Module, batch: Any) -> None:
-        """Set σ, ``predicted`` (SPEC §3) and ``predicted_model`` from the current weights."""
+        """Set σ, ``predicted`` ([S]) and ``predicted_model`` from the current weights."""
         tied = self._tied
         # every rank runs this at the first batch, so gathering a sharded table (a collective) matches
         self._tied_sigma = None if tied is None else token_std(whole_table(tied.weight), tied.padding_idx)
@@ -255,7 +255,7 @@ class InitialLossMonitor(Callback):
             f"{head}. Likely cause: the output head is tied to embedding {self._tied.name!r} whose initial std "
             f"σ = {sigma:.4g} is large: dσ = {d * sigma:.2f} {'>' if d * sigma > self.ln_vocab else '≤'} "
             f"ln n = {self.ln_vocab:.2f}, so the initial model predicts the current token again "
-            f"(SPEC §3: loss ≈ ln(e^(dσ) + n − 1)). Countermeasures: {COUNTERMEASURES}."
+            f"([S]: loss ≈ ln(e^(dσ) + n − 1)). Countermeasures: {COUNTERMEASURES}."
         )
 
     # ------------------------------------------------------------------ checkpointing

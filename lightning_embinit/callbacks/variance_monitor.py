@@ -1,4 +1,5 @@
-"""``EmbeddingVarianceMonitor``: the token table against the positional encoding while training (SPEC §1).
+"""``EmbeddingVarianceMonitor``: the token table against the positional encoding while training ([K];
+docs/concepts.md#absorption).
 
 A thin adapter over :mod:`lightning_embinit.diagnostics.variance` and
 :mod:`~lightning_embinit.diagnostics.absorption`: per slot, at the start of training, every
@@ -151,7 +152,7 @@ class EmbeddingVarianceMonitor(Callback):
                 self._warned = True
                 rank_zero_warn(
                     f"EmbeddingVarianceMonitor: slot {slot.name!r}: {found[0]}; σ(s·X) = {values['scaled_std']:.4g}, "
-                    f"σ(P) = {values['pe_std']:.4g}, ratio {values['ratio']:.4g} (SPEC §1 absorption). "
+                    f"σ(P) = {values['pe_std']:.4g}, ratio {values['ratio']:.4g} (absorption, [K]). "
                     f"Countermeasures: {found[1]}."
                 )
         return values

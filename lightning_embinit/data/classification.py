@@ -1,6 +1,6 @@
 """``ClassificationDataModule``: labelled sentences or sentence pairs → tokenizer → bucketed batches (issue 10).
 
-Text: ``dataset="sst2"`` / ``"mnli"`` (GLUE, SPEC §1 [K]) from the Hugging Face hub (downloaded in
+Text: ``dataset="sst2"`` / ``"mnli"`` (GLUE, [K]) from the Hugging Face hub (downloaded in
 :meth:`prepare_data`), or from GLUE-format files in ``data_dir``; or any local TSV/CSV/JSON-lines
 files (``train_file``, ``val_files``, ``test_file``; ``.gz`` allowed) with ``text_column``, an
 optional ``text_pair_column`` and ``label_column``.
@@ -150,7 +150,7 @@ def display(key: str) -> str:
 
 
 class ClassificationDataModule(TokenizedTextDataModule):
-    """Sentence(-pair) classification data (SPEC §1: SST-2, MNLI); see the module doc for text and batches.
+    """Sentence(-pair) classification data ([K]: SST-2, MNLI); see the module doc for text and batches.
 
     ``tokenizer``: ``"word"`` (``min_freq`` — default 2 —, ``max_size``, ``word_tokenizer``),
     ``"wordpiece"`` (``vocab_size``), ``"hf:<hub id, directory or known model>"`` or a directory

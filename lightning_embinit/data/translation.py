@@ -81,7 +81,7 @@ TRANSLATION_DATASETS: dict[str, TranslationDataset] = {
     ),
 }
 """Names for ``dataset=``: Multi30k task 1 (Elliott et al. 2016), IWSLT 2017 TED talks ([K]; min_freq 5 by
-default, SPEC §1), and the TED talks of Qi et al. 2018 ([R]: pt–en and 13 more pairs). The iwslt2017 config
+default), and the TED talks of Qi et al. 2018 ([R]: pt–en and 13 more pairs). The iwslt2017 config
 of the reverse direction is used as is, with the columns swapped."""
 
 
@@ -140,7 +140,7 @@ class TranslationCollator:
 
 
 class TranslationDataModule(TokenizedTextDataModule):
-    """Parallel text for encoder–decoder translation (SPEC §1 [K], §2 [R]); see the module doc for text and batches.
+    """Parallel text for encoder–decoder translation ([K], [R]); see the module doc for text and batches.
 
     Tokenizers (``src_tokenizer``, ``tgt_tokenizer``, the latter defaulting to the former's spec):
     ``"word"`` (vocabulary of the side's training text, ``min_freq`` — 2, or 5 for ``iwslt2017`` —,

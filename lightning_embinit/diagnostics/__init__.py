@@ -1,4 +1,4 @@
-"""Diagnostics of embedding initialization (SPEC §1, §3): torch-only math, no Lightning.
+"""Diagnostics of embedding initialization (the measures of docs/concepts.md): torch-only math, no Lightning.
 
 - :mod:`.variance` — table statistics raw and scaled against the positional encoding ([K] Tables 2, 6, 8);
 - :mod:`.absorption` — how much of the token and position signals survive s · x + P;

@@ -1,4 +1,5 @@
-"""Absorption: how much of the token signal and of the position signal survive x · s + P (SPEC §1, [K]).
+"""Absorption: how much of the token signal and of the position signal survive x · s + P ([K];
+docs/concepts.md#absorption).
 
 On a sample of K non-padding rows w_i, each paired with a random position p_i, let
 x_i = s · w_i (s the slot's input scale), P_i the positional row of p_i and z_i = x_i + P_i:

@@ -39,7 +39,7 @@ def sample_values(matrix: torch.Tensor, limit: int = MAX_HISTOGRAM_VALUES, seed:
 def value_histogram(
     token_values: torch.Tensor, positional_values: torch.Tensor | None, *, title: str, bins: int = 100
 ) -> Figure:
-    """Histogram of the scaled token values (s · X) against the positional values (P) on shared bins (SPEC §1)."""
+    """Histogram of the scaled token values (s · X) against the positional values (P) on shared bins ([K])."""
     tokens = sample_values(token_values)
     figure = new_figure(6.4, 3.6)
     axes = figure.add_subplot()

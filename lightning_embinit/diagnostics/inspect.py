@@ -1,8 +1,8 @@
-"""``embinit inspect``'s report: a start checked before paying for a run (SPEC §1, §3).
+"""``embinit inspect``'s report: a start checked before paying for a run (docs/concepts.md#absorption, #tied-head).
 
 Per slot: the init report row (as :class:`~lightning_embinit.callbacks.EmbeddingInitCallback`
 produced it), the variance monitor's absorption measures
-(:func:`~lightning_embinit.diagnostics.absorption.slot_absorption`), and for a tied head SPEC §3's
+(:func:`~lightning_embinit.diagnostics.absorption.slot_absorption`), and for a tied head [S]'s
 predicted initial loss ln(e^{dσ} + n − 1) (:func:`~lightning_embinit.diagnostics.initial_loss.tied_initial_loss`)
 next to ln n; then a verdict with the countermeasures for what is wrong.
 
@@ -32,7 +32,7 @@ from lightning_embinit.init.schemes import get_scheme
 
 SCHEMA = "embinit.inspect/1"
 TIED_HEAD_COUNTERMEASURES = (
-    "initialize the table with log_n_over_d (σ = ln n / d, SPEC §3 (a)), untie the output head, or keep the tie "
+    "initialize the table with log_n_over_d (σ = ln n / d, [S] (a)), untie the output head, or keep the tie "
     "with head='tied_orthogonal' or head='tied_half_swap'"
 )
 SPREAD_COUNTERMEASURES = "standardize the table to Xavier's range (standardize='xavier', [K] §3.4)"
@@ -86,7 +86,7 @@ TABLE_COLUMNS = (
     ("positional ret.", "positional_retention", ".3f"),
     ("NN survival", "neighbour_survival", ".3f"),
     ("std/Xavier", "std_over_xavier", ".3g"),
-    ("init loss (SPEC §3)", "predicted_initial_loss", ".3f"),
+    ("init loss ([S])", "predicted_initial_loss", ".3f"),
     ("model estimate", "predicted_initial_loss_model", ".3f"),
     ("random-token loss", "probed_initial_loss", ".3f"),
     ("ln n", "ln_vocab", ".3f"),
@@ -111,9 +111,9 @@ def diagnose_slot(
     predicted_model: float | None = None,
     probed: float | None = None,
 ) -> dict[str, Any]:
-    """One slot of the inspection: the report's numbers, absorption, the SPEC §3 prediction and the problems found.
+    """One slot of the inspection: the report's numbers, absorption, the [S] prediction and the problems found.
 
-    ``predicted_model``: the model's own SPEC §3 estimate; ``probed``: the model's loss on random tokens (its
+    ``predicted_model``: the model's own [S] estimate; ``probed``: the model's loss on random tokens (its
     forward pass, no i.i.d. assumption), which catches a tied table whose correlated rows the formula misses."""
     measured = slot_absorption(
         slot, sample_rows=sample_rows, neighbours=neighbours, seed=seed, max_position=max_position
@@ -136,7 +136,7 @@ def diagnose_slot(
 def _slot_numbers(
     slot: EmbeddingSlot, report: Mapping[str, Any], measured: Absorption | None, predicted_model: float | None
 ) -> dict[str, Any]:
-    """The slot's shape, the report's statistics, the absorption measures and the SPEC §3 predictions."""
+    """The slot's shape, the report's statistics, the absorption measures and the [S] predictions."""
     n, d = slot.num_embeddings, slot.embedding_dim
     xavier_std = get_scheme("xavier").std(n, d)
     return {
@@ -168,7 +168,7 @@ def _slot_numbers(
 
 
 def _tied_head_problem(numbers: Mapping[str, Any], loss_margin: float) -> Problem | None:
-    """A tied head whose predicted initial loss is above ln n by more than ``loss_margin`` (SPEC §3)."""
+    """A tied head whose predicted initial loss is above ln n by more than ``loss_margin`` ([S])."""
     predicted, ln_vocab = numbers["predicted_initial_loss"], numbers["ln_vocab"]
     if predicted is None or not predicted > ln_vocab + loss_margin:
         return None
@@ -189,19 +189,19 @@ def _tied_head_problem(numbers: Mapping[str, Any], loss_margin: float) -> Proble
     )
     return {
         "problem": f"tied head: predicted initial loss ln(e^(dσ) + n − 1) = {predicted:.2f} is above ln n = "
-        f"{ln_vocab:.2f} by more than {loss_margin:g} (dσ = {d * std:.2f}, SPEC §3){also}",
+        f"{ln_vocab:.2f} by more than {loss_margin:g} (dσ = {d * std:.2f}, [S]){also}",
         "countermeasures": advice,
     }
 
 
 def _probed_loss_problem(numbers: Mapping[str, Any], loss_margin: float) -> Problem | None:
     """A tied head whose loss on random tokens is above ln n by more than ``loss_margin`` although the i.i.d.
-    prediction is not: the rows share directions, so many logits are large, not only the token's own (SPEC §3)."""
+    prediction is not: the rows share directions, so many logits are large, not only the token's own ([S])."""
     probed, ln_vocab = numbers.get("probed_initial_loss"), numbers["ln_vocab"]
     if not numbers["tied"] or probed is None or not probed > ln_vocab + loss_margin:
         return None
     predicted = numbers["predicted_initial_loss"]
-    iid = "" if predicted is None else f" although SPEC §3's prediction for i.i.d. rows of this std is {predicted:.2f}"
+    iid = "" if predicted is None else f" although [S]'s prediction for i.i.d. rows of this std is {predicted:.2f}"
     return {
         "problem": f"tied head: the model's loss on random tokens is {probed:.2f}, above ln n = {ln_vocab:.2f} by more "
         f"than {loss_margin:g}{iid}; the rows are not i.i.d. (they share directions), so the start is "
@@ -234,7 +234,7 @@ def _spread_problem(
         return None
     return {
         "problem": f"std {report['std']:.3g} is {report['std'] / xavier_std:.0f}× Xavier's {xavier_std:.3g} "
-        "(sources spread far above Xavier train worse unless standardized, SPEC §1 [K])",
+        "(sources spread far above Xavier train worse unless standardized, [K])",
         "countermeasures": SPREAD_COUNTERMEASURES,
     }
 
@@ -298,4 +298,4 @@ def format_inspection(result: Mapping[str, Any]) -> str:
             verdict.append(
                 f"  slot {row['name']!r}: {problem['problem']}.\n    Countermeasures: {problem['countermeasures']}."
             )
-    return "\n".join([init, "", "Diagnostics (SPEC §1 absorption, SPEC §3 initial loss)", *lines, "", *verdict])
+    return "\n".join([init, "", "Diagnostics (absorption, [K]; initial loss, [S])", *lines, "", *verdict])

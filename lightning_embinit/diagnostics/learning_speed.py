@@ -1,7 +1,7 @@
-"""Learning speed: training examples seen when a smoothed metric first crosses a threshold ([KB] Table 2, SPEC §1).
+"""Learning speed: training examples seen when a smoothed metric first crosses a threshold ([KB] Table 2).
 
-[KB] reads the number off TensorBoard's smoothed curve (smoothing weight 0.6). TensorBoard's
-scalar smoothing is a debiased exponential moving average: with weight w, every finite value v_t
+[KB] (docs/concepts.md#learning-speed) reads the number off TensorBoard's smoothed curve (smoothing weight 0.6).
+TensorBoard's scalar smoothing is a debiased exponential moving average: with weight w, every finite value v_t
 updates a running sum m_t = w · m_{t−1} + (1 − w) · v_t (m_0 = 0) and the plotted value is
 m_t / (1 − w^k), k the number of finite values so far; a non-finite value is plotted as it is and
 leaves the average alone. ``debias=False`` gives the older TensorBoard curve (before 2019, the

@@ -1,4 +1,5 @@
-"""Lexical probes of an embedding table after each chain of modifications (SPEC §1, [K] Table 4, [KB] §5).
+"""Lexical probes of an embedding table after each chain of modifications ([K] Table 4, [KB] §5;
+docs/concepts.md#lexical-probes).
 
 Word analogy (Mikolov's questions-words, 3CosAdd) and word similarity (Spearman's ρ between
 cosine similarity and human ratings) through gensim's own

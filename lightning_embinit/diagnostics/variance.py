@@ -1,10 +1,10 @@
-"""Token table against positional encoding: the statistics of SPEC §1 ([K] Tables 2, 6, 8) for one slot.
+"""Token table against positional encoding: the statistics of [K] Tables 2, 6, 8 for one slot.
 
 The numbers are those of the init report (:func:`~lightning_embinit.init.statistics.embedding_statistics`,
 same code path): min, max, mean, std of the table over its non-padding rows, raw and multiplied
 by the slot's input scale s; the positional encoding's std and range; and the ratio
 σ(s · X) / σ(P). Far above 1 the token vectors drown the position signal, far below 1 the
-positions drown the word–word structure ("absorption", SPEC §1).
+positions drown the word–word structure ("absorption"; docs/concepts.md#table-statistics, #absorption).
 """
 
 from __future__ import annotations

@@ -22,7 +22,7 @@ class EmbeddingSlot:
     """One embedding table of a model and what is known about it.
 
     ``input_scale`` is the factor the model multiplies token vectors by before adding the
-    positional encoding (√D by default, SPEC §1 "Transformer input"); ``positional_encoding``
+    positional encoding (√D by default, docs/concepts.md#transformer-input); ``positional_encoding``
     returns the (L, D) matrix that is added (``None`` when the model adds none).
     ``tied_modules`` names output layers whose weight *is* this table's weight. ``tokens`` names
     the rows by id; a table may have more rows than tokens (padded to a multiple of 8, say): the

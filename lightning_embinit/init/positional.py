@@ -1,4 +1,5 @@
-"""Sinusoidal positional encodings (SPEC §1 "Transformer input", SPEC §2 tutorial layout)."""
+"""Sinusoidal positional encodings: Vaswani's, as [K], and the TensorFlow tutorial's, as [R]
+(docs/concepts.md#sinusoidal-encoding)."""
 
 from __future__ import annotations
 
@@ -24,8 +25,8 @@ def sinusoidal_encoding(
 ) -> torch.Tensor:
     """The (length, dim) sinusoidal encoding P.
 
-    ``interleaved`` (Vaswani, SPEC §1): P[i, 2k] = sin(i / base^{2k/D}), P[i, 2k+1] = cos(i / base^{2k/D}).
-    ``half`` (alias ``halves``; TensorFlow tutorial, SPEC §2): P[i, k] = sin(i·ω_k), P[i, k + D/2] = cos(i·ω_k),
+    ``interleaved`` (Vaswani, [K]): P[i, 2k] = sin(i / base^{2k/D}), P[i, 2k+1] = cos(i / base^{2k/D}).
+    ``half`` (alias ``halves``; TensorFlow tutorial, [R]): P[i, k] = sin(i·ω_k), P[i, k + D/2] = cos(i·ω_k),
     ω_k = base^{−2k/D}.
     """
     layout = canonical_layout(layout)

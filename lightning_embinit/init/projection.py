@@ -1,4 +1,4 @@
-"""Dimension projections for pre-trained rows whose width D_s differs from the slot's D (SPEC §1).
+"""Dimension projections for pre-trained rows whose width D_s differs from the slot's D (docs/concepts.md#alignment).
 
 A projection is fitted on the rows a source actually found for a slot and then applied to them;
 out-of-vocabulary rows are generated directly at width D. Two methods, both explicit opt-ins:

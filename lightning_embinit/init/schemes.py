@@ -1,4 +1,4 @@
-"""Random initialization schemes for an N×D embedding table (SPEC §1).
+"""Random initialization schemes for an N×D embedding table ([K], [KB], [S], [A]; docs/concepts.md#random-schemes).
 
 Every scheme knows its expected mean and std for a given shape, so it can also serve as the
 target of :func:`lightning_embinit.init.transforms.standardize`. Sampling is chunked: each
@@ -125,7 +125,7 @@ _OPERATORS = {
 
 def shape_expression(text: str) -> Callable[[int, int], float]:
     """σ as a function of the table's shape: numbers, ``n`` (rows), ``d`` (dimension), ``+ − × / **``,
-    ``sqrt``, ``ln`` (= ``log``) and ``exp``; e.g. ``1/sqrt(d)`` or ``ln(n)/d`` (SPEC §3)."""
+    ``sqrt``, ``ln`` (= ``log``) and ``exp``; e.g. ``1/sqrt(d)`` or ``ln(n)/d`` ([S])."""
     try:
         tree = ast.parse(text.strip(), mode="eval")
     except SyntaxError:
@@ -203,7 +203,7 @@ def ones() -> RandomScheme:
     return RandomScheme("ones", "constant", lambda n, d: 0.0, 1.0)
 
 
-@SCHEMES.register("log_n_over_d", summary="N(0, (ln N / D)²): the tied-embedding countermeasure of [S] (SPEC §3)")
+@SCHEMES.register("log_n_over_d", summary="N(0, (ln N / D)²): the tied-embedding countermeasure of [S]")
 def log_n_over_d() -> RandomScheme:
     return RandomScheme("log_n_over_d", "normal", lambda n, d: math.log(n) / d)
 

@@ -1,4 +1,4 @@
-"""Statistics of embedding tables and positional encodings (SPEC §1, [K] Tables 2, 6, 8).
+"""Statistics of embedding tables and positional encodings ([K] Tables 2, 6, 8; docs/concepts.md#table-statistics).
 
 Means and stds are over all N·D elements. They are exact for large float32 and bf16 tables:
 one pass over row blocks, on values shifted by an estimate of the mean (so a large mean does
@@ -114,7 +114,7 @@ def embedding_statistics(
 ) -> dict[str, float | None]:
     """The per-slot numbers of the init report.
 
-    ``scaled_*`` describe ``input_scale · X`` (√D in Vaswani's input, SPEC §1); ``pe_std`` is the
+    ``scaled_*`` describe ``input_scale · X`` (√D in Vaswani's input, as [K]); ``pe_std`` is the
     positional encoding's own std and ``ratio`` = σ(scaled X) / σ(P): far above 1 the tokens drown
     the position signal, far below it the positions drown the word–word structure ("absorption").
     ``statistics`` may pass the weight's own statistics when they are already known (``weight`` may then be None).

@@ -1,4 +1,5 @@
-"""Transforms of an embedding matrix ([K] §3.4 and A.3, SPEC §1).
+"""Transforms of an embedding matrix (Kim et al., "On Initializing Transformers with Pre-trained Embeddings" [K]
+§3.4 and A.3; docs/concepts.md#transforms).
 
 The functions are pure unless given ``out=`` (they return a new tensor of the input's dtype)
 and deterministic for a given generator; bf16 results are rounded stochastically (unbiased). Statistics come from

@@ -1,4 +1,4 @@
-"""[K]'s classification testbed (SPEC §1) as a Lightning system: the encoder-only architecture
+"""[K]'s classification testbed (docs/concepts.md#kim-testbed) as a Lightning system: the encoder-only architecture
 :class:`~lightning_embinit.architectures.EncoderClassifier` with its tokenizer, label names, losses, accuracy and
 macro F1 per evaluation set, and :meth:`TransformerClassifier.classify` for new text.
 

@@ -1,5 +1,6 @@
-"""The optimizer of SPEC §1–§2, one definition for every system: Adam with β = (0.9, 0.98), ε = 1e−9 and a
-constant learning rate or the Noam schedule lr = m^−0.5 · min(step^−0.5, step · warmup^−1.5).
+"""The optimizer of [K] and [R], one definition for every system: Adam with β = (0.9, 0.98), ε = 1e−9 and a
+constant learning rate or the Noam schedule lr = m^−0.5 · min(step^−0.5, step · warmup^−1.5)
+(docs/concepts.md#reinforced-training).
 
 :class:`OptimizerConfig` is the ``optimizer`` argument of every system (``optimizer:`` in YAML);
 :func:`configure_adam` is what their ``configure_optimizers`` returns.
@@ -28,14 +29,14 @@ LR_SCHEDULES = ("constant", "noam")
 def noam_factor(step: int, warmup_steps: int) -> float:
     """min(s^{−1/2}, s · w^{−3/2}) · √w with s = step + 1: linear warmup to 1 at s = w, then ∝ 1/√s.
 
-    With ``lr`` = m^{−1/2} · w^{−1/2} (:func:`noam_peak_lr`) the learning rate is Vaswani's (SPEC §2) exactly.
+    With ``lr`` = m^{−1/2} · w^{−1/2} (:func:`noam_peak_lr`) the learning rate is Vaswani's ([R]) exactly.
     """
     s = step + 1
     return min(s**-0.5, s * warmup_steps**-1.5) * math.sqrt(warmup_steps)
 
 
 def noam_peak_lr(d_model: int, warmup_steps: int) -> float:
-    """The peak of SPEC §2's schedule, m^{−1/2} · w^{−1/2}: the ``lr`` that makes :func:`noam_factor` exact."""
+    """The peak of [R]'s schedule, m^{−1/2} · w^{−1/2}: the ``lr`` that makes :func:`noam_factor` exact."""
     return check_positive_int("d_model", d_model) ** -0.5 * check_positive_int("warmup_steps", warmup_steps) ** -0.5
 
 
@@ -48,14 +49,14 @@ def check_schedule(lr_schedule: str, warmup_steps: int) -> None:
 
 
 def resolve_lr(lr: float | None, lr_schedule: str, d_model: int, warmup_steps: int) -> float:
-    """``lr``, or for ``lr=None`` under the Noam schedule SPEC §2's peak m^−½·w^−½ for this ``d_model``
+    """``lr``, or for ``lr=None`` under the Noam schedule [R]'s peak m^−½·w^−½ for this ``d_model``
     and ``warmup_steps`` (:func:`noam_peak_lr`)."""
     check_schedule(lr_schedule, warmup_steps)
     if lr is not None:
         return lr
     if lr_schedule != "noam":
         raise ValueError(
-            f"lr=None stands for SPEC §2's Noam peak d_model^−½ · warmup_steps^−½ and needs lr_schedule='noam'; "
+            f"lr=None stands for [R]'s Noam peak d_model^−½ · warmup_steps^−½ and needs lr_schedule='noam'; "
             f"give a number for lr_schedule={lr_schedule!r}"
         )
     return noam_peak_lr(d_model, warmup_steps)
@@ -63,10 +64,10 @@ def resolve_lr(lr: float | None, lr_schedule: str, d_model: int, warmup_steps: i
 
 @dataclass(frozen=True)
 class OptimizerConfig:
-    """Adam and its learning-rate schedule (SPEC §1–§2).
+    """Adam and its learning-rate schedule ([K], [R]).
 
     Args:
-        lr: the learning rate (the Noam schedule's peak); None with lr_schedule=noam: SPEC §2's peak
+        lr: the learning rate (the Noam schedule's peak); None with lr_schedule=noam: [R]'s peak
             d_model^−½ · warmup_steps^−½ for the model's width
         betas: Adam's β₁, β₂
         eps: Adam's ε

@@ -1,5 +1,5 @@
-"""The reinforced-position-embedding translation system of SPEC §2 ([R], the "proposed" model): the
-architecture :class:`~lightning_embinit.architectures.ReinforcedEncoderDecoder`, trained by
+"""The reinforced-position-embedding translation system of [R] (docs/concepts.md#reinforced-model): the "proposed"
+model's architecture :class:`~lightning_embinit.architectures.ReinforcedEncoderDecoder`, trained by
 :class:`~lightning_embinit.models.seq2seq_module.Seq2SeqModule`."""
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
-"""The vanilla encoder–decoder translation system of SPEC §2 (the baseline) and [K]'s testbed (SPEC §1): the
-architecture :class:`~lightning_embinit.architectures.EncoderDecoder`, trained by
+"""The vanilla encoder–decoder translation system: [R]'s baseline and [K]'s testbed (docs/concepts.md#kim-testbed,
+#reinforced-baseline): the architecture :class:`~lightning_embinit.architectures.EncoderDecoder`, trained by
 :class:`~lightning_embinit.models.seq2seq_module.Seq2SeqModule`."""
 
 from __future__ import annotations

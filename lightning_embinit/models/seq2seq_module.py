@@ -1,4 +1,4 @@
-"""What both translation systems share (SPEC §1–§2): :class:`Seq2SeqModule`.
+"""What both translation systems share (docs/concepts.md#kim-testbed, #reinforced-training): :class:`Seq2SeqModule`.
 
 It holds an encoder–decoder architecture (:class:`~lightning_embinit.architectures.Seq2SeqArchitecture`) as
 ``self.model`` and owns the rest: the two sides' tokenizers (configs saved in the hyperparameters, so a

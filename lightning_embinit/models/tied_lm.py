@@ -1,11 +1,11 @@
-"""The tied-embedding language model of SPEC §3 as a Lightning system: the architecture
+"""The tied-embedding language model of [S] as a Lightning system: the architecture
 :class:`~lightning_embinit.architectures.CausalLM` (a causal pre-LN transformer with a configurable, tied or
 untied, output head) with its vocabulary, next-token loss and perplexity.
 
 With ``zero_init_residual=True`` a tied model starts as the bigram p(j | i) ∝ exp(ŵ_i · w_j), and its initial
-loss is about ln(e^{dσ} + n − 1) for N(0, σ²) embeddings (SPEC §3); :meth:`TiedEmbeddingLM.initial_loss_prediction`
-gives the estimate for every head (:class:`~lightning_embinit.callbacks.InitialLossMonitor` compares it with the
-measured loss).
+loss is about ln(e^{dσ} + n − 1) for N(0, σ²) embeddings ([S]; docs/concepts.md#tied-head);
+:meth:`TiedEmbeddingLM.initial_loss_prediction` gives the estimate for every head
+(:class:`~lightning_embinit.callbacks.InitialLossMonitor` compares it with the measured loss).
 """
 
 from __future__ import annotations
@@ -111,7 +111,7 @@ class TiedEmbeddingLM(EmbinitModule):
         return {"tokens": (None if vocabulary is None else [str(t) for t in vocabulary], None)}
 
     def initial_loss_prediction(self, length: int | None = None) -> float | None:
-        """SPEC §3's expected initial loss from the current weights (:meth:`CausalLM.initial_loss_prediction`)."""
+        """[S]'s expected initial loss from the current weights (:meth:`CausalLM.initial_loss_prediction`)."""
         return self.model.initial_loss_prediction(length)
 
     def initial_loss_probe(self, length: int | None = None, **options: int) -> float:

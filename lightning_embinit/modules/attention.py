@@ -1,5 +1,6 @@
 """Multi-head attention on :func:`torch.nn.functional.scaled_dot_product_attention`, with the key/value
-cache of incremental decoding (SPEC §2: per-head widths r and q, values of their own width).
+cache of incremental decoding ([R]: per-head widths r and q, values of their own width;
+docs/concepts.md#reinforced-model).
 
 Nothing here imports Lightning.
 """
@@ -48,9 +49,9 @@ class MultiHeadAttention(nn.Module):
     """Multi-head attention with separate query, key and value inputs (self- or cross-attention).
 
     softmax(Q Kᵀ / √r) V per head, Q = x W_Q, K = k W_K, V = v W_V, then the concatenated heads
-    times W_O (SPEC §2). ``qk_head_dim`` (r) and ``v_head_dim`` (q) default to
+    times W_O ([R]). ``qk_head_dim`` (r) and ``v_head_dim`` (q) default to
     ``embed_dim / num_heads``; ``key_dim``/``value_dim`` let keys and values come from inputs of
-    another width (SPEC §2's "value without concatenation"). Projections that read the same input
+    another width ([R]'s "value without concatenation"). Projections that read the same input
     run as one GEMM (Q, K, V for self-attention; Q, K when only the values differ; K, V for a memory).
     """
 

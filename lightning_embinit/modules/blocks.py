@@ -1,10 +1,10 @@
 """Generic transformer building blocks shared by every model of the package.
 
-One block serves the pre-LN causal LM of SPEC §3, the post-LN encoder–decoder of SPEC §2 and
-the reinforced model's layers: ``pre_norm`` picks the layer-norm placement, ``causal`` is a
-call-time flag, a block built with ``cross_attention=True`` attends to a memory, per-head widths
-r and q are options, and values of their own width can be given at call time. Attention runs on
-:func:`torch.nn.functional.scaled_dot_product_attention`; padding masks reach every attention.
+One block serves the pre-LN causal LM of [S], the post-LN encoder–decoder of [R] and [K] and the reinforced
+model's layers (docs/concepts.md#tied-head, #reinforced-baseline, #reinforced-model): ``pre_norm`` picks the
+layer-norm placement, ``causal`` is a call-time flag, a block built with ``cross_attention=True`` attends to a
+memory, per-head widths r and q are options, and values of their own width can be given at call time. Attention
+runs on :func:`torch.nn.functional.scaled_dot_product_attention`; padding masks reach every attention.
 
 - :class:`TransformerStack`: an encoder or a decoder (with incremental decoding through a
   :class:`DecoderCache` of :class:`AttentionCache` s), reused unchanged by every model;
@@ -78,7 +78,7 @@ class Dropout(nn.Dropout):
 
 
 class FeedForward(nn.Module):
-    """FFN(x) = act(x W_1 + b_1) W_2 + b_2 (SPEC §2; ``relu`` is the tutorial's), hidden width ``hidden_dim``."""
+    """FFN(x) = act(x W_1 + b_1) W_2 + b_2 ([R]; ``relu`` is the tutorial's), hidden width ``hidden_dim``."""
 
     def __init__(self, dim: int, hidden_dim: int, *, activation: str = "gelu", bias: bool = True, dropout: float = 0.0):
         super().__init__()
@@ -96,9 +96,9 @@ class TransformerBlock(nn.Module):
     """Self-attention, optional cross-attention and an FFN, each a residual branch.
 
     Pre-LN (``pre_norm=True``):  x ← x + Drop(F(LN(x))) for each branch F.
-    Post-LN (``pre_norm=False``, SPEC §2): x ← LN(x + Drop(F(x))).
+    Post-LN (``pre_norm=False``, [R], [K]): x ← LN(x + Drop(F(x))).
 
-    SPEC §2's options: per-head query/key width ``qk_head_dim`` (r) and value width
+    [R]'s options: per-head query/key width ``qk_head_dim`` (r) and value width
     ``v_head_dim`` (q); ``value_dim`` / ``memory_value_dim``: the width of a separate value input
     given at call time (``values`` for self-attention, ``memory_values`` for cross-attention) —
     the reinforced model's "value without concatenation"; ``memory_dim``: the memory's width.
@@ -218,7 +218,7 @@ class TransformerStack(nn.Module):
     ``causal``: self-attention sees positions ≤ t only (a decoder, a language model) or the whole padded
     sequence (an encoder). ``cross_attention``: every layer also attends to a memory (an encoder–decoder's
     decoder). Incremental decoding goes through a :class:`DecoderCache`. ``values``/``memory_values``
-    (SPEC §2, reinforced model) go to every layer's self-/cross-attention. ``block_options`` are
+    ([R]'s reinforced model) go to every layer's self-/cross-attention. ``block_options`` are
     :class:`TransformerBlock`'s.
     """
 

@@ -28,7 +28,7 @@ from lightning_embinit.modules.blocks import DecoderCache
 @dataclass
 class EncoderState:
     """What the decoder reads from the source: the encoder output and its padding mask (True = pad),
-    plus ``values`` when the model's cross-attention takes values of their own (SPEC §2, reinforced)."""
+    plus ``values`` when the model's cross-attention takes values of their own ([R]'s reinforced model)."""
 
     memory: torch.Tensor
     padding_mask: torch.Tensor

@@ -1,11 +1,12 @@
-"""Output heads of a language model and what they predict for the initial loss (SPEC §3).
+"""Output heads of a language model and what they predict for the initial loss (Su, "Re-exploring Shared
+Embeddings at the Output of Language Models" [S]; docs/concepts.md#tied-head, #tied-countermeasures).
 
 Every head maps the final-normed hidden state h (B, L, D) to logits over the n tokens:
 
 - ``tied``: h · Eᵀ, with E the input embedding;
 - ``untied``: h · Wᵀ (+ b), W a separate n×D matrix;
-- ``tied_orthogonal``: act(Q h + b) · Eᵀ, Q a D×D orthogonally initialized projection (SPEC §3 (c));
-- ``tied_half_swap``: S[h] · Eᵀ, S[w] = w[D/2:] ∘ w[:D/2] (SPEC §3 (d)), no parameters;
+- ``tied_orthogonal``: act(Q h + b) · Eᵀ, Q a D×D orthogonally initialized projection ([S] (c));
+- ``tied_half_swap``: S[h] · Eᵀ, S[w] = w[D/2:] ∘ w[:D/2] ([S] (d)), no parameters;
 - ``tied_shuffle``: h reshaped to (g, D/g), transposed and flattened again, then · Eᵀ; no parameters.
 """
 

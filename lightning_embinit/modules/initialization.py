@@ -1,4 +1,4 @@
-"""Initialization of the non-embedding parameters (SPEC §4), separate from the token embedding.
+"""Initialization of the non-embedding parameters, apart from the token embedding (docs/concepts.md#non-embedding-init).
 
 Schemes (``init_scheme``):
 
@@ -42,7 +42,7 @@ def init_non_embedding_(
 
     ``skip`` lists modules initialized elsewhere (an orthogonal head projection). With
     ``zero_init_residual`` the last layer of every residual branch (attention ``out_proj``,
-    FFN ``fc2``) is set to zero, so each block is the identity at initialization (SPEC §3).
+    FFN ``fc2``) is set to zero, so each block is the identity at initialization ([S]; docs/concepts.md#tied-head).
     """
     check_choice("non-embedding init scheme", scheme, NON_EMBEDDING_SCHEMES)
     skipped = {id(m) for m in skip}

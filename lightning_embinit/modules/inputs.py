@@ -1,10 +1,10 @@
-"""What the first layer of every model sees: s · E[ids] + P (SPEC §1).
+"""What the first layer of every model sees: s · E[ids] + P (docs/concepts.md#transformer-input).
 
 - :class:`EmbeddingInput`: token lookup (:func:`lookup_tokens`, ids checked against the table),
   input scale s (:func:`resolve_scale`: √D, 1/√D, 1 or a number) and positional rows
   (:func:`embed_tokens`); :func:`fill_token_table_` (re)initializes a token table;
 - positional encodings by name (:data:`POSITIONALS`, :func:`build_positional`): sinusoidal in
-  Vaswani's interleaved or the tutorial's half layout (SPEC §2), learned, or none;
+  Vaswani's interleaved or the tutorial's half layout ([R]), learned, or none (docs/concepts.md#sinusoidal-encoding);
 
 Nothing here imports Lightning.
 """
@@ -25,8 +25,8 @@ from lightning_embinit.init.schemes import get_scheme
 from lightning_embinit.modules.blocks import Dropout
 
 POSITIONALS = ("interleaved", "half", "halves", "sinusoidal", "learned", "none")
-"""Positional encodings by name: sinusoidal ``interleaved`` (Vaswani, SPEC §1) or ``half`` (sines then
-cosines, the TensorFlow tutorial's, SPEC §2; ``halves`` is the same), ``sinusoidal`` (a layout given
+"""Positional encodings by name: sinusoidal ``interleaved`` (Vaswani, [K]) or ``half`` (sines then
+cosines, the TensorFlow tutorial's, [R]; ``halves`` is the same), ``sinusoidal`` (a layout given
 apart), ``learned`` (a trainable table) or ``none``."""
 
 
@@ -37,7 +37,7 @@ def check_length(length: int, max_len: int) -> None:
 
 
 class SinusoidalPositionalEncoding(nn.Module):
-    """Fixed P (SPEC §1; ``layout`` ``interleaved`` or ``half``, SPEC §2): added to the (scaled) token vectors."""
+    """Fixed P (``layout`` ``interleaved``, [K], or ``half``, [R]): added to the (scaled) token vectors."""
 
     def __init__(self, max_len: int, dim: int, *, layout: str = "interleaved") -> None:
         super().__init__()
@@ -105,8 +105,8 @@ def lookup_tokens(embedding: nn.Embedding, ids: torch.Tensor) -> torch.Tensor:
 
 
 def resolve_scale(scale: str | float, dim: int, *, option: str = "embedding_scale") -> float:
-    """The token-vector multiplier: ``"sqrt_d"`` → √D (Vaswani, SPEC §1), ``"inv_sqrt_d"`` → 1/√D
-    ([R] as written, SPEC §2), ``"none"`` → 1, or a number. ``option``: the caller's name for the
+    """The token-vector multiplier: ``"sqrt_d"`` → √D (Vaswani, [K]), ``"inv_sqrt_d"`` → 1/√D
+    ([R] as written), ``"none"`` → 1, or a number. ``option``: the caller's name for the
     argument, named by the ``ValueError`` for anything else."""
     check_positive_int("the table's dimension", dim)
     if isinstance(scale, str):
@@ -123,7 +123,7 @@ def resolve_scale(scale: str | float, dim: int, *, option: str = "embedding_scal
 def embed_tokens(
     embedding: nn.Embedding, ids: torch.Tensor, *, scale: float, positional: nn.Module | None, offset: int = 0
 ) -> torch.Tensor:
-    """s · E[ids] + P[offset : offset + L] (SPEC §1): (B, L) ids → (B, L, D), before the input dropout."""
+    """s · E[ids] + P[offset : offset + L]: (B, L) ids → (B, L, D), before the input dropout."""
     x = lookup_tokens(embedding, ids)
     if scale != 1.0:
         x = x * scale
@@ -142,7 +142,7 @@ def fill_token_table_(table: nn.Embedding, scheme: str) -> None:
 
 
 class EmbeddingInput(nn.Module):
-    """x = Drop(s · E[ids] + P[offset : offset + L]) — the transformer input of SPEC §1.
+    """x = Drop(s · E[ids] + P[offset : offset + L]) — the transformer input (docs/concepts.md#transformer-input).
 
     ``embedding`` may be shared with another input (one table for source and target) or a tied
     output layer; ``scale`` is :func:`resolve_scale`'s (``scale_option``: the caller's name for it, in

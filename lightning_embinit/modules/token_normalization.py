@@ -1,4 +1,5 @@
-"""Token normalization TN of the reinforced transformer (SPEC §2): each feature column of a sequence's n×m
+"""Token normalization TN of the reinforced transformer ("Efficient Transformer with Reinforced Position Embedding
+for Language Models" [R]; docs/concepts.md#reinforced-model, #tn-leak): each feature column of a sequence's n×m
 token embeddings standardized over its non-pad positions, over the whole sequence (:func:`token_normalize`,
 the paper's) or over the positions ≤ t (:func:`causal_token_normalize`, no information from later tokens).
 Nothing here imports Lightning."""
@@ -17,7 +18,7 @@ def _keep(x: torch.Tensor, padding_mask: torch.Tensor | None) -> torch.Tensor:
 
 
 def token_normalize(x: torch.Tensor, padding_mask: torch.Tensor | None = None, *, eps: float = 1e-5) -> torch.Tensor:
-    """TN (SPEC §2): per sequence and feature, (x − mean) / √(var + ε) over the non-pad positions.
+    """TN ([R]): per sequence and feature, (x − mean) / √(var + ε) over the non-pad positions.
 
     (B, L, m) → (B, L, m) in ``x``'s dtype, computed in float32; padding positions are 0.
     Variance is the population variance (divide by n).

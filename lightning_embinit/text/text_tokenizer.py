@@ -241,7 +241,7 @@ class TextTokenizer(abc.ABC):
         tokenizer: str = "regex",
         roles: Sequence[str] = (),
     ) -> TextTokenizer:
-        """Word level, vocabulary from ``texts`` (tokens seen ≥ ``min_freq`` times, SPEC §1)."""
+        """Word level, vocabulary from ``texts`` (tokens seen ≥ ``min_freq`` times; docs/concepts.md#word-vectors)."""
         split = WordTokenizer(tokenizer, lowercase=lowercase)
         specials = {**SPECIAL_TOKENS, **{r: WORD_EXTRA_TOKENS[r] for r in _check_roles(roles)}}
         vocabulary = Vocabulary.build(map(split, texts), min_freq=min_freq, max_size=max_size, special_tokens=specials)

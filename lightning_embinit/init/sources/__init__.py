@@ -11,7 +11,7 @@ from lightning_embinit.init.sources.base import (
     resolve_source,
 )
 
-# Importing these modules registers their sources in SOURCES (SPEC §1 pre-trained sources).
+# Importing these modules registers their sources in SOURCES (docs/concepts.md#pretrained-sources).
 from lightning_embinit.init.sources import checkpoint, hf, static, well_known, trainset  # noqa: E402,F401  isort: skip
 
 __all__ = [

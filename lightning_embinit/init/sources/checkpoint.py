@@ -1,4 +1,4 @@
-"""``checkpoint:<path>``: self-pretraining from an earlier model's embeddings (SPEC §1, [KB]).
+"""``checkpoint:<path>``: self-pretraining from an earlier model's embeddings ([KB]; docs/concepts.md#self-pretraining).
 
 Rows are taken *by token string*, so the new vocabulary may differ from the old one. The file is
 a Lightning checkpoint or a plain state dict, read with ``torch.load(weights_only=True)``

@@ -1,4 +1,4 @@
-"""Sub-word input embeddings of pre-trained language models as sources (SPEC §1, [K]).
+"""Sub-word input embeddings of pre-trained language models as sources ([K]; docs/concepts.md#subword-rows).
 
 ``hf:<model id or local directory>`` and the names of [K]'s models:
 

@@ -1,4 +1,4 @@
-"""Read only a Hugging Face checkpoint's input-embedding tensor (SPEC §1, [K] sub-word embeddings).
+"""Read only a Hugging Face checkpoint's input-embedding tensor ([K]'s sub-word rows, docs/concepts.md#subword-rows).
 
 The whole model is never instantiated. The tensor's name is found among the checkpoint's keys by
 known patterns (``embeddings.word_embeddings.weight``, ``shared.weight``, ...), with or without

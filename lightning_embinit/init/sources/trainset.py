@@ -1,4 +1,5 @@
-"""``word2vec-trainset``: word2vec trained with gensim on the task's own training text (SPEC §1, [KB]).
+"""``word2vec-trainset``: word2vec trained with gensim on the task's own training text (Kocmi and Bojar, "An
+Exploration of Word Embedding Initialization in Deep-Learning Tasks" [KB]; docs/concepts.md#trainset-word2vec).
 
 The corpus is ``request.corpus()`` — the datamodule's tokenized training text for the slot —
 read once per gensim pass. The vectors then go through the usual alignment (exact match of the

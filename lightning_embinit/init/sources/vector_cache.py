@@ -1,4 +1,4 @@
-"""A parse-once cache for big vector files (SPEC §1 sources; issue 4 "big files").
+"""A parse-once cache for big vector files (docs/concepts.md#word-vectors; issue 4 "big files").
 
 A vector file is parsed once into ``<cache>/vectors/<key>/``: ``matrix.npy`` (float32, V×D,
 memory-mappable), ``tokens.txt`` (row order, tokens joined by ``\n`` and read back without newline translation, so

@@ -1,4 +1,5 @@
-"""Reading word-vector text files: word2vec text, GloVe's header-less text, fastText ``.vec`` (SPEC §1).
+"""Reading word-vector text files: word2vec text, GloVe's header-less text, fastText ``.vec`` ([K], [KB];
+docs/concepts.md#word-vectors).
 
 One pass over the file, in blocks of lines, with a progress bar. Tokens are split off in Python
 (one ``count`` per line); the numbers of a whole block are parsed at once by pandas' C reader
