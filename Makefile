@@ -14,6 +14,9 @@ $(VENV)/.installed: pyproject.toml
 	$(PY) -m pip install --quiet --upgrade pip
 	$(PY) -m pip install --quiet torch==2.13.0
 	$(PY) -m pip install --quiet -e ".[test]"
+	# litgpt for the model-family tests, without its dependencies: it pins huggingface-hub<1.4 and
+	# jsonargparse<=4.41, which would downgrade what transformers and LightningCLI use; its model code needs neither
+	$(PY) -m pip install --quiet --no-deps litgpt==0.5.13
 	touch $@
 
 install: $(VENV)/.installed

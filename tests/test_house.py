@@ -25,6 +25,7 @@ FLOORS: list[tuple[str, tuple[str, ...]]] = [
         "init core",
         (
             "init.registry",
+            "init.families",
             "init.statistics",
             "init.schemes",
             "init.positional",

@@ -1,9 +1,10 @@
 """How a model names its embedding tables ("slots") for initialization and reporting.
 
-A LightningModule (or any ``nn.Module``) implements :class:`EmbeddingHost` by returning its
-slots from ``embedding_slots()``. Modules that do not, such as a Hugging Face model, are served
-by :func:`discover_slots` (every ``nn.Embedding``, named by module path, tied heads detected by
-parameter identity) and :func:`slot_from_path` (one table by dotted path).
+A LightningModule (or any ``nn.Module``) implements :class:`EmbeddingHost` by returning its slots from
+``embedding_slots()``. For other modules :func:`discover_slots` finds every model of a known family inside it
+(:mod:`lightning_embinit.init.families`: Hugging Face, litgpt, torchtune, nanoGPT-style), wherever it sits, and takes
+its token tables as the family describes them; a module with no known model gets every ``nn.Embedding``, named by
+module path, tied heads detected by parameter identity. :func:`slot_from_path` takes one table by dotted path.
 """
 
 from __future__ import annotations
@@ -16,6 +17,11 @@ from typing import Protocol, runtime_checkable
 import torch
 from torch import nn
 
+from lightning_embinit.init.families import TokenTable, join, recognized_models
+
+ANY_EMBEDDING = "every nn.Embedding (no known model family)"
+"""The ``family`` of slots found in a module with no recognized model: its tables are guesses."""
+
 
 @dataclass
 class EmbeddingSlot:
@@ -27,6 +33,11 @@ class EmbeddingSlot:
     ``tied_modules`` names output layers whose weight *is* this table's weight. ``tokens`` names
     the rows by id; a table may have more rows than tokens (padded to a multiple of 8, say): the
     rows past the last token are out-of-vocabulary rows for pre-trained sources.
+
+    A slot found in a model of a known family also carries ``family`` (which model it belongs to), ``positions``
+    (what the model adds to the token vectors, in words: "none: rotary embeddings in attention" when nothing is
+    added), the untied ``output_layers`` over its vocabulary and the ``vocabulary_biases`` (parameters or buffers
+    with one entry per token) that follow the table when its vocabulary changes.
     """
 
     name: str
@@ -37,6 +48,10 @@ class EmbeddingSlot:
     positional_encoding: Callable[[], torch.Tensor | None] | None = None
     tied_modules: tuple[str, ...] = ()
     special_tokens: Mapping[str, str] = field(default_factory=dict)
+    family: str | None = None
+    positions: str | None = None
+    output_layers: tuple[str, ...] = ()
+    vocabulary_biases: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         if not isinstance(self.embedding, nn.Embedding):
@@ -97,13 +112,38 @@ def slot_from_path(root: nn.Module, path: str, *, name: str | None = None, **opt
     return EmbeddingSlot(name=name or path, embedding=module, **options)  # type: ignore[arg-type]
 
 
+def family_slot(root: nn.Module, prefix: str, family: str, table: TokenTable) -> EmbeddingSlot:
+    """The slot of a recognized model's token table, named by its path inside ``root``."""
+    path = join(prefix, table.path)
+    embedding = root.get_submodule(path)
+    return EmbeddingSlot(
+        name=path,
+        embedding=embedding,
+        padding_idx=table.padding_idx,
+        input_scale=table.input_scale,
+        positional_encoding=table.positional_rows,
+        tied_modules=tuple(dict.fromkeys([*tied_modules_of(root, embedding), *(join(prefix, t) for t in table.tied)])),
+        family=family,
+        positions=table.positions,
+        output_layers=tuple(join(prefix, layer) for layer in table.output_layers),
+        vocabulary_biases=tuple(join(prefix, bias) for bias in table.vocabulary_biases),
+    )
+
+
 def discover_slots(root: nn.Module) -> dict[str, EmbeddingSlot]:
-    """Slots for a module: its own ``embedding_slots()`` if it is a host, else every ``nn.Embedding`` by path."""
+    """Slots for a module: its own ``embedding_slots()`` if it is a host; else the token tables of every model of a
+    known family inside it; else every ``nn.Embedding`` by path (module docstring)."""
     if isinstance(root, EmbeddingHost):
         slots = dict(root.embedding_slots())
+    elif recognized := recognized_models(root):
+        slots = {}
+        for prefix, model, family in recognized:
+            for table in family.token_tables(model):
+                slot = family_slot(root, prefix, f"{family.name}: {family.describe(model)}", table)
+                slots[slot.name] = slot
     else:
         slots = {
-            path: slot_from_path(root, path)
+            path: slot_from_path(root, path, family=ANY_EMBEDDING)
             for path, module in root.named_modules()
             if isinstance(module, nn.Embedding)
         }

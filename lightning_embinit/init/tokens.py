@@ -1,10 +1,11 @@
 """Where a slot's token strings come from (pre-trained sources align by them).
 
-In order: the model's :class:`~lightning_embinit.init.host.EmbeddingHost` slots; the user's
-``tokens=`` (a list, a one-token-per-line file, or a Hugging Face tokenizer name or directory,
-whose vocabulary in id order is the list); the datamodule's ``vocabulary_for(slot)`` or
-``vocabulary``; the model's own ``vocabulary`` attribute. A table may have more rows than tokens
-(padded to a multiple of 8, say): the extra rows are out-of-vocabulary rows and are reported.
+In order: the model's :class:`~lightning_embinit.init.host.EmbeddingHost` slots; the user's ``tokens=`` (a list, a
+one-token-per-line file, a Hugging Face tokenizer name or directory, or a tokenizer object: transformers,
+``tokenizers``, SentencePiece, litgpt, the package's ``TextTokenizer``); the datamodule's ``vocabulary_for(slot)`` or
+``vocabulary``; the model's own ``vocabulary`` attribute; the datamodule's, then the model's ``tokenizer`` attribute.
+A table may have more rows than tokens (padded to a multiple of 8, say): the extra rows are out-of-vocabulary rows
+and are reported. The report's ``tokens_from`` says which source named the rows.
 """
 
 from __future__ import annotations
@@ -24,15 +25,16 @@ TokenSpec = Sequence[str] | str | os.PathLike
 WAYS_TO_GIVE_TOKENS = (
     "(1) implement EmbeddingHost.embedding_slots() returning EmbeddingSlot(tokens=[...]); "
     "(2) pass tokens= to EmbeddingInitCallback (a list of token strings by id, a file with one token per line, "
-    "or a Hugging Face tokenizer name or directory), or a mapping slot → tokens; "
+    "a Hugging Face tokenizer name or directory, or a tokenizer object), or a mapping slot → tokens; "
     "(3) use a datamodule with a `vocabulary` attribute (token strings by id) or a `vocabulary_for(slot)` method; "
-    "(4) give the model a `vocabulary` attribute"
+    "(4) give the model a `vocabulary` attribute; "
+    "(5) give the datamodule or the model a `tokenizer` attribute (a transformers, tokenizers, SentencePiece or "
+    "litgpt tokenizer object)"
 )
 
 
 def tokenizer_vocabulary(name_or_path: str) -> Vocabulary:
-    """The vocabulary of a Hugging Face tokenizer in id order (ids without a token get a placeholder that
-    matches nothing)."""
+    """The vocabulary of a Hugging Face tokenizer (a name or a directory) in id order."""
     from transformers import AutoTokenizer
 
     local = os.path.isdir(os.path.expanduser(name_or_path))
@@ -43,13 +45,33 @@ def tokenizer_vocabulary(name_or_path: str) -> Vocabulary:
         raise ValueError(
             f"tokens={name_or_path!r}: cannot load a Hugging Face tokenizer from this {where}: {error}"
         ) from None
-    vocabulary = tokenizer.get_vocab()
-    size = max(len(tokenizer), max(vocabulary.values(), default=-1) + 1)
+    return tokenizer_object_vocabulary(tokenizer, f"tokenizer {name_or_path}")
+
+
+def tokenizer_object_vocabulary(tokenizer: Any, origin: str) -> Vocabulary | None:
+    """The vocabulary of a tokenizer object in id order, or None when it is none the package reads: a transformers
+    tokenizer, a ``tokenizers.Tokenizer``, a SentencePiece processor, litgpt's ``Tokenizer`` (its ``processor``), the
+    package's ``TextTokenizer``. Ids without a token get a placeholder that matches nothing."""
+    if type(tokenizer).__module__.startswith("litgpt") and getattr(tokenizer, "processor", None) is not None:
+        return tokenizer_object_vocabulary(tokenizer.processor, origin)
+    if isinstance(getattr(tokenizer, "vocabulary", None), Vocabulary):
+        own = tokenizer.vocabulary
+        return Vocabulary.from_tokens(list(own.tokens), own.special_tokens, origin=origin)
+    if callable(getattr(tokenizer, "id_to_piece", None)) and callable(getattr(tokenizer, "get_piece_size", None)):
+        tokens = [tokenizer.id_to_piece(i) for i in range(tokenizer.get_piece_size())]
+        ids = {role: getattr(tokenizer, f"{role}_id")() for role in ("pad", "unk", "bos", "eos")}
+        return _vocabulary(tokens, origin, {role: tokens[i] for role, i in ids.items() if 0 <= i < len(tokens)})
+    if not callable(getattr(tokenizer, "get_vocab", None)):
+        return None
+    by_token = tokenizer.get_vocab()
+    size = max(by_token.values(), default=-1) + 1
+    if hasattr(tokenizer, "__len__"):
+        size = max(size, len(tokenizer))
     tokens = [f"\x00<no token for id {k}>" for k in range(size)]
-    for token, index in vocabulary.items():
+    for token, index in by_token.items():
         tokens[index] = token
     special = {role: getattr(tokenizer, f"{role}_token", None) for role in SPECIAL_ROLES}
-    return _vocabulary(tokens, f"tokenizer {name_or_path}", special)
+    return _vocabulary(tokens, origin, special)
 
 
 def load_tokens(spec: TokenSpec, *, what: str = "tokens=") -> Vocabulary:
@@ -69,12 +91,16 @@ def load_tokens(spec: TokenSpec, *, what: str = "tokens=") -> Vocabulary:
             )
         else:
             return tokenizer_vocabulary(os.fspath(spec))
+    elif isinstance(spec, Vocabulary):
+        return spec
     elif isinstance(spec, Sequence):
         tokens, origin = list(spec), "a token list"
+    elif (found := tokenizer_object_vocabulary(spec, f"{type(spec).__name__} object")) is not None:
+        return found
     else:
         raise ValueError(
-            f"{what} takes a list of token strings, a token file or a tokenizer name/directory; "
-            f"got {type(spec).__name__}"
+            f"{what} takes a list of token strings, a token file, a tokenizer name/directory or a tokenizer object "
+            f"(transformers, tokenizers, SentencePiece, litgpt, TextTokenizer); got {type(spec).__name__}"
         )
     if bad := [t for t in tokens if not isinstance(t, str)]:
         raise ValueError(f"{what} token strings must be str; got {bad[:3]!r} from {origin}")
@@ -178,6 +204,11 @@ def resolve_slot_tokens(
         if vocabulary is not None and not callable(vocabulary):
             loaded = load_tokens(vocabulary, what=f"{type(model).__name__}.vocabulary: ")
             candidates.append(_vocabulary(loaded.tokens, f"{type(model).__name__}.vocabulary", loaded.special_tokens))
+    for owner in (datamodule, model):
+        tokenizer = getattr(owner, "tokenizer", None) if owner is not None and not any(candidates) else None
+        if tokenizer is not None:
+            origin = f"{type(owner).__name__}.tokenizer ({type(tokenizer).__name__})"
+            candidates.append(tokenizer_object_vocabulary(tokenizer, origin))
     found = next((c for c in candidates if c is not None), None)
     if found is None:
         return slot, None
@@ -194,5 +225,5 @@ def missing_tokens_error(slot_name: str, source_name: str) -> ValueError:
     """The error for a pre-trained source on a slot without token strings, listing the four ways to give them."""
     return ValueError(
         f"pre-trained source {source_name!r} aligns rows by token string, but slot {slot_name!r} has none. "
-        f"Give them in one of four ways: {WAYS_TO_GIVE_TOKENS}"
+        f"Give them in one of five ways: {WAYS_TO_GIVE_TOKENS}"
     )

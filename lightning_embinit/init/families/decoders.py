@@ -1,0 +1,99 @@
+"""Decoder-only families built from their own code: litgpt's ``GPT``, torchtune's ``TransformerDecoder``, nanoGPT.
+
+- litgpt ``GPT`` (``litgpt.model``): ``transformer.wte``, the ``lm_head`` (untied unless it shares the weight),
+  rotary positions, input scale √d when ``config.scale_embeddings`` (Gemma-style configs), else 1.
+- torchtune ``TransformerDecoder``: ``tok_embeddings``; ``output`` is a ``TiedLinear`` (not a module: it holds the
+  table's module and uses its weight) or an untied ``nn.Linear``; rotary positions inside attention; input scale √d
+  for Gemma's decoder, else 1.
+- nanoGPT-style (Karpathy's ``GPT``): ``transformer.wte`` and the learned ``transformer.wpe`` added unscaled,
+  ``lm_head`` tied to ``wte``.
+"""
+
+from __future__ import annotations
+
+import math
+
+from torch import nn
+
+from lightning_embinit.init.families.base import FAMILIES, Family, TokenTable, learned_rows
+
+
+def _is_litgpt(module: nn.Module) -> bool:
+    return type(module).__name__ == "GPT" and type(module).__module__.startswith("litgpt.")
+
+
+def _litgpt_tables(model: nn.Module) -> list[TokenTable]:
+    table, head = model.transformer.wte, model.lm_head
+    tied = head.weight is table.weight
+    return [
+        TokenTable(
+            path="transformer.wte",
+            input_scale=math.sqrt(table.embedding_dim) if getattr(model.config, "scale_embeddings", False) else 1.0,
+            positions="none: rotary embeddings in attention",
+            output_layers=() if tied else ("lm_head",),
+            vocabulary_biases=("lm_head.bias",) if head.bias is not None else (),
+        )
+    ]
+
+
+def _is_torchtune(module: nn.Module) -> bool:
+    return type(module).__module__.startswith("torchtune.") and isinstance(
+        getattr(module, "tok_embeddings", None), nn.Embedding
+    )
+
+
+def _torchtune_tables(model: nn.Module) -> list[TokenTable]:
+    table, output = model.tok_embeddings, model.output
+    tied = getattr(output, "tied_module", None) is table
+    scaled = "Gemma" in type(model).__name__
+    return [
+        TokenTable(
+            path="tok_embeddings",
+            input_scale=math.sqrt(table.embedding_dim) if scaled else 1.0,
+            positions="none: rotary embeddings in attention",
+            tied=("output",) if tied else (),
+            output_layers=() if tied or not isinstance(output, nn.Linear) else ("output",),
+            vocabulary_biases=("output.bias",) if isinstance(output, nn.Linear) and output.bias is not None else (),
+        )
+    ]
+
+
+def _is_nanogpt(module: nn.Module) -> bool:
+    transformer = getattr(module, "transformer", None)
+    return (
+        not type(module).__module__.startswith(("transformers.", "litgpt."))
+        and isinstance(transformer, nn.ModuleDict)
+        and isinstance(transformer["wte"] if "wte" in transformer else None, nn.Embedding)
+        and isinstance(transformer["wpe"] if "wpe" in transformer else None, nn.Embedding)
+        and isinstance(getattr(module, "lm_head", None), nn.Linear)
+    )
+
+
+def _nanogpt_tables(model: nn.Module) -> list[TokenTable]:
+    table, head = model.transformer.wte, model.lm_head
+    tied = head.weight is table.weight
+    return [
+        TokenTable(
+            path="transformer.wte",
+            input_scale=1.0,
+            positions="learned table transformer.wpe",
+            positional_rows=learned_rows(model.transformer.wpe),
+            output_layers=() if tied else ("lm_head",),
+            vocabulary_biases=("lm_head.bias",) if head.bias is not None else (),
+        )
+    ]
+
+
+@FAMILIES.register("litgpt", summary="litgpt GPT (litgpt.model.GPT built from a litgpt Config)")
+def litgpt() -> Family:
+    return Family("litgpt", _is_litgpt, _litgpt_tables, lambda model: f"litgpt GPT ({model.config.name or 'custom'})")
+
+
+@FAMILIES.register("torchtune", summary="torchtune TransformerDecoder (tok_embeddings, TiedLinear or Linear output)")
+def torchtune() -> Family:
+    return Family("torchtune", _is_torchtune, _torchtune_tables, lambda model: f"torchtune {type(model).__name__}")
+
+
+@FAMILIES.register("nanogpt", summary="nanoGPT-style GPT (transformer.wte, transformer.wpe, lm_head)")
+def nanogpt() -> Family:
+    return Family("nanogpt", _is_nanogpt, _nanogpt_tables, lambda model: f"nanoGPT-style {type(model).__name__}")
