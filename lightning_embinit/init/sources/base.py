@@ -173,9 +173,9 @@ def resolve_source(spec: str | EmbeddingSource | RandomScheme, **options: Any) -
     if spec.partition(":")[0] in set(SCHEMES):
         SCHEMES.build(spec)  # raises the scheme's own, more precise error (e.g. a bad std)
     local = os.path.expanduser(spec)
-    if os.path.isdir(local) and "hf" in set(SOURCES):
+    if os.path.isdir(local):
         return SOURCES.build(f"hf:{spec}", **options)
-    if os.path.isfile(local) and "file" in set(SOURCES):
+    if os.path.isfile(local):
         return SOURCES.build(f"file:{spec}", **options)
     if looks_like_local_path(spec):
         raise ValueError(

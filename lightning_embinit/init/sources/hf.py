@@ -31,8 +31,9 @@ from __future__ import annotations
 import importlib.resources
 import json
 import os
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, fields
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -44,7 +45,6 @@ from lightning_embinit.init.sources.hf_weights import EmbeddingTensor, locate_em
 from lightning_embinit.init.sources.pretrained import PretrainedSource, split_options
 from lightning_embinit.vocabulary import SPECIAL_ROLES
 
-HF_OPTIONS = ("path", "revision", "tensor", "tokenizer", "cache_dir", "subfolder")
 #: Files that hold a tokenizer's vocabulary (fast tokenizers, WordPiece, SentencePiece, BPE, tiktoken).
 TOKENIZER_FILES = (
     "tokenizer.json",
@@ -121,27 +121,6 @@ class HFVectorSet:
         return [[i for i in ids if i != unknown and 0 <= i < rows] for ids in encoded]
 
 
-def load_vocabulary(
-    source: str,
-    *,
-    revision: str | None = None,
-    cache_dir: str | None = None,
-    subfolder: str | None = None,
-    local_only: bool = False,
-) -> tuple[dict[str, int], dict[str, str], Any]:
-    """(token → id, role → special token string, the tokenizer) for ``source`` (a directory or id)."""
-    from transformers import AutoTokenizer
-
-    kwargs: dict[str, Any] = {"revision": revision, "cache_dir": cache_dir, "local_files_only": local_only}
-    if subfolder:
-        kwargs["subfolder"] = subfolder
-    tokenizer = AutoTokenizer.from_pretrained(source, **kwargs)
-    vocabulary = dict(tokenizer.get_vocab())
-    named = {role: getattr(tokenizer, f"{role}_token", None) for role in SPECIAL_ROLES}
-    special = {role: token for role, token in named.items() if isinstance(token, str) and token in vocabulary}
-    return vocabulary, special, tokenizer
-
-
 def _package_dir(package: str | None) -> str | None:
     if package is None:
         return None
@@ -162,6 +141,9 @@ class HFOptions:
     subfolder: str | None = None
 
 
+HF_OPTIONS = tuple(option.name for option in fields(HFOptions))
+
+
 def open_hf_vectors(
     name: str, model: str, repo_ids: Sequence[str], options: HFOptions, package: str | None = None
 ) -> VectorSet:
@@ -171,26 +153,19 @@ def open_hf_vectors(
     if directory is not None:
         directory = os.path.expanduser(directory)
         base = os.path.join(directory, options.subfolder) if options.subfolder else directory
-        fetch, tokenizer_source, label = local_fetch(base), base, directory
+        fetch, tokenizer_source, label, how = local_fetch(base), base, directory, ""
     else:
         hub = HubFiles(repo_ids, revision=options.revision, cache_dir=options.cache_dir, subfolder=options.subfolder)
         fetch, tokenizer_source, label = hub, repo_ids[0], repo_ids[0]
-    how = (
-        (
+        how = (
             f"download it where a network exists (e.g. `hf download {repo_ids[0]}`) into the Hugging Face cache, "
             f"or pass source='hf:/path/to/dir' or source_options={{'path': '/path/to/dir'}} with its config.json, "
             f"tokenizer files and weights"
         )
-        if directory is None
-        else ""
-    )
     try:
         config_path = fetch("config.json")
-        vocab_size = None
-        if config_path is not None:
-            with open(config_path, encoding="utf-8") as handle:
-                vocab_size = json.load(handle).get("vocab_size")
-        tensor = locate_embedding(fetch, vocab_size=vocab_size, tensor=options.tensor, where=label)
+        config = json.loads(Path(config_path).read_text(encoding="utf-8")) if config_path is not None else {}
+        tensor = locate_embedding(fetch, vocab_size=config.get("vocab_size"), tensor=options.tensor, where=label)
     except FileNotFoundError as error:
         offline = f" (offline: {hub.offline})" if hub is not None and hub.offline else ""
         raise RuntimeError(
@@ -217,21 +192,24 @@ def tokenizer_files(source: str, options: HFOptions) -> list[str]:
 def _vocabulary(
     name: str, candidates: Sequence[str], options: HFOptions, local_only: bool, how: str, rows: int
 ) -> tuple[dict[str, int], dict[str, str], Any]:
-    """The first candidate's tokenizer vocabulary that is real: from vocabulary files, or ≥ half of ``rows``."""
+    """The first candidate's tokenizer that is real (from vocabulary files, or ≥ half of ``rows`` tokens): (token →
+    id, role → special token string, the tokenizer)."""
+    from transformers import AutoTokenizer
+
     errors = []
     for candidate in candidates:
+        kwargs: dict[str, Any] = {"revision": options.revision, "cache_dir": options.cache_dir}
+        if options.subfolder and not os.path.isdir(candidate):
+            kwargs["subfolder"] = options.subfolder
         try:
-            vocabulary, special, tokenizer = load_vocabulary(
-                candidate,
-                revision=options.revision,
-                cache_dir=options.cache_dir,
-                subfolder=None if os.path.isdir(candidate) else options.subfolder,
-                local_only=local_only,
-            )
+            tokenizer = AutoTokenizer.from_pretrained(candidate, local_files_only=local_only, **kwargs)
+            vocabulary = dict(tokenizer.get_vocab())
         except (OSError, ValueError, KeyError, TypeError) as error:
             errors.append(f"{candidate}: {error}")
             continue
         if 2 * len(vocabulary) >= rows or tokenizer_files(candidate, options):
+            named = {role: getattr(tokenizer, f"{role}_token", None) for role in SPECIAL_ROLES}
+            special = {role: token for role, token in named.items() if isinstance(token, str) and token in vocabulary}
             return vocabulary, special, tokenizer
         errors.append(
             f"{candidate}: no tokenizer files (none of {', '.join(TOKENIZER_FILES)}), and the tokenizer "
@@ -244,11 +222,10 @@ def _vocabulary(
     )
 
 
-def hf_source_factory(name: str, model: str | None, repo_ids: Sequence[str] = (), package: str | None = None):
-    """A factory for ``SOURCES``: validates options now, reads the checkpoint at ``build``."""
+def hf_source_factory(name: str, known: KnownModel | None = None) -> Callable[..., PretrainedSource]:
+    """A factory for ``SOURCES`` (``hf:<argument>``, or a known model): validates options now, reads at ``build``."""
 
     def factory(argument: str | None = None, **options: Any) -> PretrainedSource:
-        target = argument if argument is not None else model
         label = f"hf:{argument}" if argument is not None else name
         if argument is not None and looks_like_local_path(argument) and not os.path.isdir(os.path.expanduser(argument)):
             what = "is a file, not a model directory" if os.path.isfile(os.path.expanduser(argument)) else "not found"
@@ -260,10 +237,11 @@ def hf_source_factory(name: str, model: str | None, repo_ids: Sequence[str] = ()
         hf_options = HFOptions(**own)
         if hf_options.path is not None and not os.path.isdir(os.path.expanduser(hf_options.path)):
             raise ValueError(f"source {label!r}: path {hf_options.path} is not a directory")
-        ids = tuple(repo_ids) or (str(target),)
+        ids = known.repo_ids if known is not None else (str(argument),)
+        package = known.package if known is not None else None
 
         def open_vectors(request: SourceRequest) -> VectorSet:
-            return open_hf_vectors(label, str(target), ids, hf_options, package)
+            return open_hf_vectors(label, ids[0], ids, hf_options, package)
 
         return PretrainedSource(label, open_vectors, alignment)
 
@@ -272,13 +250,13 @@ def hf_source_factory(name: str, model: str | None, repo_ids: Sequence[str] = ()
 
 SOURCES.add(
     "hf",
-    lambda argument, **options: hf_source_factory("hf", None)(argument, **options),
+    hf_source_factory("hf"),
     takes_argument=True,
     summary="a Hugging Face model's input embeddings: hf:<model id or local directory>",
 )
 for _name, _model in KNOWN_MODELS.items():
     SOURCES.add(
         _name,
-        hf_source_factory(_name, _model.repo_ids[0], _model.repo_ids, _model.package),
+        hf_source_factory(_name, _model),
         summary=f"{_model.title} input embeddings ({_model.repo_ids[0]})",
     )

@@ -19,7 +19,7 @@ from __future__ import annotations
 import os
 import struct
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass, fields
 from functools import partial
 from typing import Any
 
@@ -31,7 +31,6 @@ from lightning_embinit.init.sources import vector_cache, vector_file
 from lightning_embinit.init.sources.base import SOURCES, SourceRequest, VectorSet
 from lightning_embinit.init.sources.compressed import is_compressed, read_head
 from lightning_embinit.init.sources.pretrained import ArrayVectorSet, PretrainedSource, split_options
-from lightning_embinit.init.sources.row_reader import npy_data_offset
 
 FORMATS = ("auto", "word2vec", "glove", "text", "word2vec_binary", "fasttext_bin")
 _FORMAT_ALIASES = {
@@ -42,19 +41,9 @@ _FORMAT_ALIASES = {
     "fasttext": "fasttext_bin",
 }
 _FASTTEXT_MAGIC = (793712314).to_bytes(4, "little")
-FILE_OPTIONS = (
-    "path",
-    "format",
-    "dim",
-    "header",
-    "on_bad_line",
-    "encoding_errors",
-    "allow_numeric_token_words",
-    "cache",
-    "cache_dir",
-    "progress",
-)
 _FORMAT_HEADER = {"word2vec": True, "glove": False}  # text formats that fix whether a header line exists
+#: The options that change what a parse returns (with the format, they key the cache).
+_PARSE_OPTIONS = ("dim", "header", "on_bad_line", "encoding_errors", "allow_numeric_token_words")
 
 
 def detect_format(path: str) -> str:
@@ -102,6 +91,9 @@ class FileVectorsOptions:
             raise ValueError(f"dim must be a positive integer, got {self.dim!r}")
 
 
+FILE_OPTIONS = ("path", *(option.name for option in fields(FileVectorsOptions)))
+
+
 def open_vector_file(path: str, options: FileVectorsOptions) -> VectorSet:
     """The :class:`VectorSet` of a local vector file, parsed once and cached (text, word2vec binary)."""
     path = os.path.abspath(os.path.expanduser(path))
@@ -109,32 +101,28 @@ def open_vector_file(path: str, options: FileVectorsOptions) -> VectorSet:
         raise ValueError(f"vector file {path} does not exist")
     fmt = detect_format(path) if options.format == "auto" else options.format
     if fmt == "fasttext_bin":
-        return _open_fasttext_bin(path)
+        return FastTextVectorSet(path)
     if options.format == "auto" and fmt in _FORMAT_HEADER and options.header is not None:
         fmt = "word2vec" if options.header else "glove"  # an explicit header= beats detection
-    parse_options = {
-        "format": fmt,
-        "dim": options.dim,
-        "header": options.header,
-        "on_bad_line": options.on_bad_line,
-        "encoding_errors": options.encoding_errors,
-        "allow_numeric_token_words": options.allow_numeric_token_words,
-    }
+    parse_options = {key: getattr(options, key) for key in _PARSE_OPTIONS}
     if fmt == "word2vec_binary":
         build = partial(_build_word2vec_binary, path, options)
     else:
-        build = partial(_build_text, path, options, _FORMAT_HEADER.get(fmt, options.header))
+        text_options = {**parse_options, "header": _FORMAT_HEADER.get(fmt, options.header)}
+        parser = vector_file.TextVectorParser(path, **text_options, progress=options.progress, emit_warnings=False)
+        build = partial(_build_text, parser)
     row_file = None
     entry = None
     if options.cache:
         try:
-            entry = vector_cache.load_or_build(path, parse_options, build, cache_dir=options.cache_dir)
+            entry = vector_cache.load_or_build(
+                path, {"format": fmt, **parse_options}, build, cache_dir=options.cache_dir
+            )
         except vector_cache.CacheUnavailable as error:
             vector_cache.warn_cache_unavailable(error, f"parsing {path}")
     if entry is not None:
         tokens, matrix, meta = entry.tokens, entry.matrix, entry.meta
-        matrix_path = str(entry.directory / "matrix.npy")
-        row_file = (matrix_path, npy_data_offset(matrix_path)[0])
+        row_file = (str(entry.directory / "matrix.npy"), entry.matrix.offset)
     else:
         tokens, matrix, meta = vector_cache.build_in_memory(build)
     vector_file.emit(meta.get("report", {}).get("warnings", []), stacklevel=3)  # also on a cache hit
@@ -146,30 +134,10 @@ def open_vector_file(path: str, options: FileVectorsOptions) -> VectorSet:
 
 
 def _build_text(
-    path: str,
-    options: FileVectorsOptions,
-    header: bool | None,
-    open_sink: Callable[[int], Callable[[np.ndarray], None]],
+    parser: vector_file.TextVectorParser, open_sink: Callable[[int], Callable[[np.ndarray], None]]
 ) -> tuple[list[str], dict[str, Any]]:
-    parser = vector_file.TextVectorParser(
-        path,
-        dim=options.dim,
-        header=header,
-        on_bad_line=options.on_bad_line,
-        encoding_errors=options.encoding_errors,
-        allow_numeric_token_words=options.allow_numeric_token_words,
-        progress=options.progress,
-        emit_warnings=False,
-    )
-    sinks: list[Callable[[np.ndarray], None]] = []
-
-    def sink(block: np.ndarray) -> None:
-        if not sinks:
-            sinks.append(open_sink(block.shape[1]))
-        sinks[0](block)
-
-    tokens = parser.parse(sink)
-    return tokens, {"report": parser.report.as_dict(), "summary": parser.report.summary()}
+    tokens = parser.parse(lambda block: open_sink(block.shape[1])(block))
+    return tokens, {"report": asdict(parser.report), "summary": parser.report.summary()}
 
 
 def _build_word2vec_binary(
@@ -211,7 +179,7 @@ def _build_word2vec_binary(
     )
     if problems and options.on_bad_line == "warn":
         report.warnings.append(f"{path}: skipped {len(problems)} vector(s) with NaN/inf, e.g. {problems[:3]}")
-    return tokens, {"report": report.as_dict(), "summary": report.summary()}
+    return tokens, {"report": asdict(report), "summary": report.summary()}
 
 
 def check_announced_size(path: str, count: int | None, dim: int | None) -> None:
@@ -235,7 +203,15 @@ class FastTextVectorSet:
     def __init__(self, path: str) -> None:
         from gensim.models.fasttext import load_facebook_vectors
 
-        self.kv = load_facebook_vectors(path)
+        try:
+            self.kv = load_facebook_vectors(path)
+        except (ValueError, EOFError, RuntimeError, AssertionError, struct.error, MemoryError, IndexError) as error:
+            # gensim: RuntimeError subclasses for unsupported models, AssertionError or struct.error when truncated
+            detail = f"{type(error).__name__}: {error}" if str(error) else type(error).__name__
+            raise ValueError(
+                f"{path}: not a readable fastText .bin model ({detail}); the file is truncated, damaged or "
+                "not a fastText model"
+            ) from None
         self.dim = int(self.kv.vector_size)
         self.description = (
             f"{os.path.basename(path)} (fasttext_bin, {len(self.kv)}×{self.dim}, bucket={self.kv.bucket})"
@@ -253,18 +229,6 @@ class FastTextVectorSet:
 
     def compose(self, tokens: list[str]) -> torch.Tensor:
         return torch.from_numpy(np.stack([np.asarray(self.kv.get_vector(t), dtype=np.float32) for t in tokens]))
-
-
-def _open_fasttext_bin(path: str) -> VectorSet:
-    try:
-        return FastTextVectorSet(path)
-    except (ValueError, EOFError, RuntimeError, AssertionError, struct.error, MemoryError, IndexError) as error:
-        # gensim: RuntimeError subclasses for unsupported models, a bare AssertionError or struct.error when truncated
-        detail = f"{type(error).__name__}: {error}" if str(error) else type(error).__name__
-        raise ValueError(
-            f"{path}: not a readable fastText .bin model ({detail}); the file is truncated, damaged or "
-            "not a fastText model"
-        ) from None
 
 
 # --- sources -------------------------------------------------------------------------------

@@ -156,7 +156,7 @@ class CachedVectors:
 
     directory: Path
     tokens: list[str]
-    matrix: np.ndarray
+    matrix: np.memmap
     meta: dict[str, Any]
 
     @classmethod
@@ -183,8 +183,8 @@ def load_or_build(
 ) -> CachedVectors:
     """The cache entry for ``path`` parsed with ``options``; ``build`` runs only on a miss.
 
-    ``build(open_sink)`` parses the file: it calls ``open_sink(dim)`` once the dimension is known,
-    feeds the returned sink float32 row blocks, and returns ``(tokens, meta)``. Raises
+    ``build(open_sink)`` parses the file: it calls ``open_sink(dim)`` once the dimension is known (a
+    later call returns the same sink), feeds the sink float32 row blocks, and returns ``(tokens, meta)``. Raises
     :class:`CacheUnavailable` before parsing when the cache directory cannot be used.
     """
     root = writable_cache_dir("vectors", cache_dir)
@@ -197,8 +197,9 @@ def load_or_build(
     writers: list[NpyRowWriter] = []
 
     def open_sink(dim: int) -> Callable[[np.ndarray], None]:
-        writers.append(NpyRowWriter(staging / "matrix.npy", dim))
-        return writers[-1]
+        if not writers:
+            writers.append(NpyRowWriter(staging / "matrix.npy", dim))
+        return writers[0]
 
     try:
         tokens, meta = build(open_sink)
@@ -226,8 +227,7 @@ def load_or_build(
             entry = CachedVectors.open(final)
     except BaseException:
         for writer in writers:
-            if not writer._file.closed:
-                writer._file.close()
+            writer._file.close()
         shutil.rmtree(staging, ignore_errors=True)
         raise
     return entry

@@ -37,7 +37,7 @@ import os
 import warnings
 from collections import Counter
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, field
+from dataclasses import KW_ONLY, dataclass, field
 from typing import Any
 
 import numpy as np
@@ -75,9 +75,6 @@ class ParseReport:
     problems: list[str] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
 
-    def as_dict(self) -> dict[str, Any]:
-        return asdict(self)
-
     def summary(self) -> str:
         """The non-zero irregularities, e.g. ``"2 duplicates, 1 skipped line"``; empty when clean."""
         parts = [
@@ -93,13 +90,9 @@ class ParseReport:
         return ", ".join(parts)
 
 
-def _is_int(field_: bytes) -> bool:
-    return field_.isdigit()
-
-
-def _is_number(field_: bytes) -> bool:
+def _is_number(text: bytes) -> bool:
     try:
-        float(field_)
+        float(text)
     except ValueError:
         return False
     return True
@@ -166,33 +159,25 @@ def _parse_line(values: bytes, dim: int) -> tuple[np.ndarray | None, str]:
     return array, ""
 
 
+@dataclass
 class TextVectorParser:
     """One pass over a text vector file, writing float32 row blocks to ``sink`` (see module doc)."""
 
-    def __init__(
-        self,
-        path: str,
-        *,
-        dim: int | None = None,
-        header: bool | None = None,
-        on_bad_line: str = "error",
-        encoding_errors: str = "replace",
-        allow_numeric_token_words: bool = False,
-        progress: bool = True,
-        emit_warnings: bool = True,
-    ) -> None:
-        check_policies(on_bad_line, encoding_errors)
-        self.path = path
-        self.dim = dim
-        self.header = header
-        self.on_bad_line = on_bad_line
-        self.encoding_errors = encoding_errors
-        self.allow_numeric_token_words = allow_numeric_token_words
-        self.progress = progress
-        self.emit_warnings = emit_warnings
-        self.report = ParseReport(path=path)
-        self.tokens: list[str] = []
-        self._index: dict[str, int] = {}
+    path: str
+    _: KW_ONLY
+    dim: int | None = None
+    header: bool | None = None
+    on_bad_line: str = "error"
+    encoding_errors: str = "replace"
+    allow_numeric_token_words: bool = False
+    progress: bool = True
+    emit_warnings: bool = True
+    tokens: list[str] = field(init=False, default_factory=list)
+
+    def __post_init__(self) -> None:
+        check_policies(self.on_bad_line, self.encoding_errors)
+        self.report = ParseReport(path=self.path)
+        self._seen: set[str] = set()
 
     def parse(self, sink: Callable[[np.ndarray], None]) -> list[str]:
         """Parse the whole file; returns the kept tokens (row order) and fills ``report``."""
@@ -242,7 +227,7 @@ class TextVectorParser:
         if lines[0].startswith(_BOM):
             lines[0] = lines[0][len(_BOM) :]
         fields = lines[0].split()
-        looks_like_header = len(fields) == 2 and all(_is_int(f) for f in fields)
+        looks_like_header = len(fields) == 2 and all(f.isdigit() for f in fields)
         if self.header is True and not looks_like_header:
             raise ValueError(
                 f"{self.path}: line {start + 1}: header=True but the line is not '<count> <dim>': {lines[0][:80]!r}"
@@ -340,10 +325,10 @@ class TextVectorParser:
                 ) from None
             token = raw_token.decode("utf-8", errors=self.encoding_errors)
             self.report.invalid_utf8 += 1
-        if token in self._index:
+        if token in self._seen:
             self.report.duplicates += 1
             return False
-        self._index[token] = len(self.tokens)
+        self._seen.add(token)
         self.tokens.append(token)
         self.report.rows += 1
         return True
