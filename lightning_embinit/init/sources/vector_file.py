@@ -77,17 +77,13 @@ class ParseReport:
 
     def summary(self) -> str:
         """The non-zero irregularities, e.g. ``"2 duplicates, 1 skipped line"``; empty when clean."""
-        parts = [
-            f"{value} {label}"
-            for value, label in (
-                (self.duplicates, "duplicate tokens"),
-                (self.skipped, "skipped bad lines"),
-                (self.invalid_utf8, "tokens with invalid UTF-8"),
-                (self.blank_lines, "blank lines"),
-            )
-            if value
-        ]
-        return ", ".join(parts)
+        counts = {
+            "duplicate tokens": self.duplicates,
+            "skipped bad lines": self.skipped,
+            "tokens with invalid UTF-8": self.invalid_utf8,
+            "blank lines": self.blank_lines,
+        }
+        return ", ".join(f"{value} {label}" for label, value in counts.items() if value)
 
 
 def _is_number(text: bytes) -> bool:
@@ -184,30 +180,24 @@ class TextVectorParser:
         from tqdm.auto import tqdm
 
         stream, raw = open_decompressed(self.path)
-        total = os.path.getsize(self.path)
         bar = tqdm(
-            total=total,
+            total=os.path.getsize(self.path),
             unit="B",
             unit_scale=True,
             desc=f"parsing {os.path.basename(self.path)}",
             disable=None if self.progress else True,
             leave=False,
         )
-        first_line_no: int | None = None
         line_no = 0
         try:
-            while True:
-                lines = stream.readlines(BLOCK_BYTES)
-                if not lines:
-                    break
+            while lines := stream.readlines(BLOCK_BYTES):
                 start = line_no
                 line_no += len(lines)
-                if first_line_no is None:
+                if not self.report.dim:  # the header (or first data line) is still to come
                     first = next((k for k, line in enumerate(lines) if line.strip()), None)
                     if first is None:
                         self.report.blank_lines += len(lines)
                         continue
-                    first_line_no = start + first
                     self.report.blank_lines += first
                     lines, start = self._read_header(lines[first:], start + first)
                 self._block(lines, start, sink)
@@ -218,7 +208,7 @@ class TextVectorParser:
             bar.close()
             stream.close()
             raw.close()
-        if first_line_no is None:
+        if not self.report.dim:
             raise ValueError(f"{self.path}: the file has no vectors")
         self._finish()
         return self.tokens
@@ -245,7 +235,7 @@ class TextVectorParser:
         self.report.dim = self.dim
         return lines, start
 
-    def _bad(self, line_no: int, reason: str, line: bytes) -> None:
+    def _bad(self, line_no: int, line: bytes, reason: str) -> None:
         message = f"{self.path}: line {line_no}: {reason}: {line[:80]!r}"
         if self.on_bad_line == "error":
             raise ValueError(f"{message} (pass source_options on_bad_line='skip' to skip such lines)")
@@ -254,12 +244,10 @@ class TextVectorParser:
             self.report.problems.append(message)
 
     def _block(self, lines: list[bytes], start: int, sink: Callable[[np.ndarray], None]) -> None:
-        dim = self.dim
-        assert dim is not None
+        dim = self.report.dim
         tokens: list[bytes] = []
         values: list[bytes] = []
-        numbers: list[int] = []
-        raws: list[bytes] = []
+        origins: list[tuple[int, bytes]] = []  # (line number, line) of each kept line, to name a bad one
         for offset, raw_line in enumerate(lines):
             line = raw_line.rstrip()
             if not line:
@@ -273,7 +261,7 @@ class TextVectorParser:
             else:
                 parts = line.rsplit(None, dim)
                 if len(parts) != dim + 1 or not parts[0].strip():
-                    self._bad(line_no, f"expected a token and {dim} values, found {len(line.split())} fields", line)
+                    self._bad(line_no, line, f"expected a token and {dim} values, found {len(line.split())} fields")
                     continue
                 token, rest = parts[0], b" ".join(parts[1:])
                 words = token.split()
@@ -281,16 +269,15 @@ class TextVectorParser:
                     spaced = token.decode("utf-8", errors="replace")
                     self._bad(
                         line_no,
+                        line,
                         f"more than {dim} values — or the token {spaced!r} has spaces and ends in a "
                         "number (pass source_options allow_numeric_token_words=True if such tokens "
                         "are real)",
-                        line,
                     )
                     continue
             tokens.append(token)
             values.append(rest)
-            numbers.append(line_no)
-            raws.append(line)
+            origins.append((line_no, line))
         if not tokens:
             return
         array = _parse_numbers(values, dim)
@@ -300,17 +287,17 @@ class TextVectorParser:
             for k, rest in enumerate(values):
                 parsed, reason = _parse_line(rest, dim)
                 if parsed is None:
-                    self._bad(numbers[k], reason, raws[k])
+                    self._bad(*origins[k], reason)
                     keep[k] = False
                 else:
                     array[k] = parsed
         finite = np.isfinite(array).all(axis=1)
         for k in np.flatnonzero(~finite & keep):
-            self._bad(numbers[k], "non-finite value (NaN or inf)", raws[k])
+            self._bad(*origins[k], "non-finite value (NaN or inf)")
             keep[k] = False
         for k, token in enumerate(tokens):
             if keep[k]:
-                keep[k] = self._add_token(token, numbers[k])
+                keep[k] = self._add_token(token, origins[k][0])
         if keep.any():
             sink(np.ascontiguousarray(array[keep] if not keep.all() else array, dtype="<f4"))
 
