@@ -110,9 +110,7 @@ def align_to_slot(
     n, d = request.num_embeddings, request.embedding_dim
     match = match_tokens(tokens, vectors, slot_special=request.special_tokens, options=options)
     found_mask = torch.zeros(n, dtype=torch.bool)  # rows past the last token (unnamed) stay OOV
-    found_mask[: len(tokens)] = torch.tensor([row >= 0 for row in match.rows], dtype=torch.bool)
-    for position in (*match.composed, *match.pieces):
-        found_mask[position] = True
+    found_mask[: len(tokens)] = torch.tensor([rule is not None for rule in match.rules], dtype=torch.bool)
     found = int(found_mask.sum())
     if found == 0:
         raise ValueError(

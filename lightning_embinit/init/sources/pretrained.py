@@ -85,8 +85,3 @@ def split_options(
         valid = sorted(set(allowed) | set(AlignmentOptions.KEYS))
         raise ValueError(f"source {source_name!r} got unknown option(s) {unknown}; valid options: {', '.join(valid)}")
     return alignment, remaining
-
-
-def seed_from(generator: torch.Generator | None) -> int:
-    """A 31-bit seed drawn from ``generator`` (torch's global RNG when None), for libraries that take ints."""
-    return int(torch.randint(0, 2**31 - 1, (1,), generator=generator).item())

@@ -36,8 +36,6 @@ def read_rows(
     """Rows ``rows`` (sorted, unique; all when None) of a little-endian C-order matrix at ``data_offset``."""
     count = shape[0] if rows is None else len(rows)
     out = torch.empty(count, shape[1], dtype=dtype)
-    if count == 0:
-        return out
     row_bytes = shape[1] * out.element_size()
     buffer = out.view(torch.uint8).numpy().reshape(-1)
     runs = [(0, shape[0], 0)] if rows is None else row_runs(np.asarray(rows, dtype=np.int64))

@@ -145,9 +145,7 @@ def _build_word2vec_binary(
 ) -> tuple[list[str], dict[str, Any]]:
     from gensim.models import KeyedVectors
 
-    header = read_head(path, 256).partition(b"\n")[0].split()
-    announced = int(header[0]) if len(header) == 2 and header[0].isdigit() else None
-    check_announced_size(path, announced, int(header[1]) if announced is not None and header[1].isdigit() else None)
+    announced = announced_size(path)
     try:
         kv = KeyedVectors.load_word2vec_format(path, binary=True, unicode_errors=options.encoding_errors)
     except UnicodeDecodeError as error:
@@ -182,10 +180,16 @@ def _build_word2vec_binary(
     return tokens, {"report": asdict(report), "summary": report.summary()}
 
 
-def check_announced_size(path: str, count: int | None, dim: int | None) -> None:
-    """Refuse a word2vec binary header whose vector count cannot fit in the file (gensim would allocate it first)."""
-    if count is None or dim is None:
-        return
+def announced_size(path: str) -> int | None:
+    """The vector count of a word2vec binary header, refused when it cannot fit in the file (gensim would allocate
+    it first)."""
+    header = read_head(path, 256).partition(b"\n")[0].split()
+    if len(header) != 2 or not header[0].isdigit():
+        return None
+    count = int(header[0])
+    if not header[1].isdigit():
+        return count
+    dim = int(header[1])
     needed = count * (dim * 4 + 2)  # float32 values plus at least a one-byte token and a separator per vector
     size = os.path.getsize(path)
     compressed = is_compressed(path)
@@ -195,6 +199,7 @@ def check_announced_size(path: str, count: int | None, dim: int | None) -> None:
             f"file has {size:,} bytes{' compressed' if compressed else ''}: "
             "the header is wrong or the file is truncated"
         )
+    return count
 
 
 class FastTextVectorSet(ArrayVectorSet):

@@ -17,8 +17,10 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+import torch
+
 from lightning_embinit.init.sources.base import SOURCES, SourceRequest, VectorSet
-from lightning_embinit.init.sources.pretrained import ArrayVectorSet, PretrainedSource, seed_from, split_options
+from lightning_embinit.init.sources.pretrained import ArrayVectorSet, PretrainedSource, split_options
 
 WORD2VEC_DEFAULTS: dict[str, Any] = {
     "vector_size": None,  # the slot's embedding_dim
@@ -64,7 +66,7 @@ def train_word2vec(request: SourceRequest, options: dict[str, Any]) -> VectorSet
     if params["vector_size"] is None:
         params["vector_size"] = request.embedding_dim
     if params["seed"] is None:
-        params["seed"] = seed_from(request.generator)
+        params["seed"] = int(torch.randint(0, 2**31 - 1, (1,), generator=request.generator).item())
     for key in ("vector_size", "window", "min_count", "epochs", "workers"):
         if int(params[key]) < 1:
             raise ValueError(f"word2vec-trainset: {key} must be ≥ 1, got {params[key]!r}")

@@ -5,28 +5,13 @@ One pass over the file, in blocks of lines, with a progress bar. Tokens are spli
 (one ``count`` per line); the numbers of a whole block are parsed at once by pandas' C reader
 when pandas is installed, else by ``numpy.fromstring``; only a block that fails is re-read line
 by line to name the bad line. Compression (gzip, bz2, xz, single-file zip) is detected from the
-magic bytes (:mod:`.compressed`).
+magic bytes (:mod:`.compressed`); a truncated or corrupt compressed file raises ``ValueError`` naming the file.
 
-Messy-file policies (each deliberate, each counted in :class:`ParseReport`):
-
-- header: a first line of exactly two integers is a word2vec header (``count dim``); ``header=``
-  forces either way. Without a header the dimension is the most common field count − 1 of the
-  first lines, or ``dim=``.
-- tokens with spaces (GloVe 840B): the vector is the *last* D fields, the token is everything
-  before. A spaced "token" whose last word is a number (``new york 9 1 2 3`` with D = 3) is a line
-  with too many values (bad line), unless ``allow_numeric_token_words=True``.
-- blank lines: skipped and counted. A UTF-8 byte-order mark on the first line is dropped.
-- bad lines — too few or too many values, a non-numeric value, NaN or ±inf, an empty token:
-  ``on_bad_line="error"`` (default) raises ``ValueError`` naming the file and line number;
-  ``"skip"`` skips and counts them; ``"warn"`` skips, counts and warns once.
-- repeated tokens: the first occurrence is kept, later ones are counted as ``duplicates``.
-- invalid UTF-8 in a token: decoded with ``encoding_errors`` (default ``"replace"``: U+FFFD,
-  counted as ``invalid_utf8``; ``"strict"`` raises naming the line; ``"ignore"`` and
-  ``"backslashreplace"`` as in Python).
-- a header count that disagrees with the number of data lines: a warning.
-
-Warnings are also kept in :attr:`ParseReport.warnings`, so a cached parse can repeat them.
-A truncated or corrupt compressed file raises ``ValueError`` naming the file.
+The messy-file policies are the table of docs/sources.md#messy-files: header detection (``header=``, else the
+dimension is the most common field count − 1, or ``dim=``), tokens with spaces (the vector is the last D fields;
+``allow_numeric_token_words=``), blank lines and a byte-order mark, bad lines (``on_bad_line=``), repeated tokens
+(the first is kept), invalid UTF-8 in a token (``encoding_errors=``), a header count that disagrees with the data
+lines (a warning). Each irregularity is counted in :class:`ParseReport`, whose warnings a cached parse repeats.
 """
 
 from __future__ import annotations
