@@ -143,7 +143,7 @@ def align_to_slot(
             f"source {source_name!r}: the OOV policy {options.oov!r} produced non-finite values "
             f"for slot {request.slot_name!r}"
         )
-    coverage = _coverage(tokens, match, found_mask, request, options.max_missing)
+    coverage = _coverage(tokens, match, request, options.max_missing)
     unnamed = f" + {coverage.extra_rows} unnamed rows" if coverage.extra_rows else ""
     description += f"; coverage {found}/{len(tokens)}{unnamed} ({coverage.fraction:.1%}); oov={options.oov}"
     if coverage.fraction < options.min_coverage:
@@ -258,22 +258,17 @@ def _oov_rows(
     return replace(scheme, std_of_shape=lambda _n, _d: std).sample(rows, d, generator=generator)
 
 
-def _coverage(
-    tokens: Sequence[str], match: Match, found_mask: torch.Tensor, request: SourceRequest, max_missing: int
-) -> Coverage:
+def _coverage(tokens: Sequence[str], match: Match, request: SourceRequest, max_missing: int) -> Coverage:
     by_rule = Counter(rule for rule in match.rules if rule is not None)
-    named = found_mask[: len(tokens)]
-    missing_positions = torch.nonzero(~named).flatten().tolist()
-    missing = list(dict.fromkeys(tokens[p] for p in missing_positions))
+    missing = list(dict.fromkeys(token for token, rule in zip(tokens, match.rules) if rule is None))
     if missing and request.corpus is not None:
         wanted = set(missing)
         counts: Counter[str] = Counter()
         for sentence in request.corpus():
             counts.update(token for token in sentence if token in wanted)
-        order = {token: k for k, token in enumerate(missing)}
-        missing.sort(key=lambda token: (-counts[token], order[token]))
+        missing.sort(key=lambda token: -counts[token])  # stable: ties keep the slot's order
     return Coverage(
-        found=int(named.sum()),
+        found=sum(by_rule.values()),
         total=len(tokens),
         by_rule=dict(by_rule),
         missing=missing[: int(max_missing)],

@@ -16,8 +16,8 @@ A source lives as long as the recipe that resolved it (a whole training run), an
 their own options resolve their own sources; rather than hold the checkpoint that long, a
 memory-mapped checkpoint is kept for :data:`KEEP_LOADED_S` seconds (one build round) and reused
 by every slot reading the unchanged file (same path, size, mtime, ctime and inode);
-:func:`release_loaded` drops it at once. A
-legacy (non-zip) checkpoint, which cannot be memory-mapped, is loaded per slot and never kept.
+:func:`release_loaded` drops it at once. A legacy (non-zip) checkpoint, which cannot be
+memory-mapped, is loaded per slot and never kept.
 """
 
 from __future__ import annotations

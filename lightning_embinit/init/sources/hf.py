@@ -1,18 +1,7 @@
 """Sub-word input embeddings of pre-trained language models as sources ([K]; docs/concepts.md#subword-rows).
 
-``hf:<model id or local directory>`` and the names of [K]'s models:
-
-============  ============================================  =====
-name          Hugging Face model                            D
-============  ============================================  =====
-``bert``      ``google-bert/bert-base-uncased``             768
-``mbert``     ``google-bert/bert-base-multilingual-cased``  768
-``t5``        ``google-t5/t5-small`` ([K]'s D = 512)        512
-``t5-base``   ``google-t5/t5-base``                         768
-``mt5``       ``google/mt5-small``                          512
-``mt5-base``  ``google/mt5-base``                           768
-``minilm``    ``sentence-transformers/all-MiniLM-L6-v2``    384
-============  ============================================  =====
+``hf:<model id or local directory>`` and the names of [K]'s models, :data:`KNOWN_MODELS` (``bert``, ``mbert``,
+``t5`` — [K]'s D = 512 —, ``t5-base``, ``mt5``, ``mt5-base``, ``minilm``; docs/sources.md#source-names).
 
 Only the input-embedding tensor is read (:mod:`.hf_weights`); the vocabulary comes from the
 model's own tokenizer (``transformers.AutoTokenizer``), whose token strings are what the slot's
@@ -155,19 +144,12 @@ class HFVectorSet:
     (the ``pieces`` alignment rule).
     """
 
-    def __init__(
-        self,
-        label: str,
-        tensor: EmbeddingTensor,
-        vocabulary: Mapping[str, int],
-        special: Mapping[str, str],
-        tokenizer: Any,
-    ) -> None:
-        self.tensor = tensor
-        self.tokenizer = tokenizer
+    def __init__(self, label: str, tensor: EmbeddingTensor, vocabulary: Mapping[str, int], tokenizer: Any) -> None:
+        self.tensor, self.tokenizer = tensor, tokenizer
         rows = tensor.shape[0]
         self._lookup = {token: index for token, index in vocabulary.items() if 0 <= index < rows}
-        self.special_tokens = dict(special)
+        named = {role: getattr(tokenizer, f"{role}_token", None) for role in SPECIAL_ROLES}
+        self.special_tokens = {role: tok for role, tok in named.items() if isinstance(tok, str) and tok in vocabulary}
         self.dim = tensor.shape[1]
         dtype = str(tensor.dtype).removeprefix("torch.")
         self.description = f"{label} [{tensor.key}, {rows}×{self.dim} {dtype}; tokenizer vocabulary {len(vocabulary)}]"
@@ -240,10 +222,8 @@ def open_hf_vectors(
         raise RuntimeError(f"source {name!r}: {error}. {how}".strip()) from error
     local_only = hub is None or hub.offline is not None
     candidates = [options.tokenizer or tokenizer_source, *(repo_ids if hub is not None else ())]
-    vocabulary, special, tokenizer = _vocabulary(
-        name, list(dict.fromkeys(candidates)), options, local_only, how, tensor.shape[0]
-    )
-    return HFVectorSet(label, tensor, vocabulary, special, tokenizer)
+    vocabulary, tokenizer = _vocabulary(name, candidates, options, local_only, how, tensor.shape[0])
+    return HFVectorSet(label, tensor, vocabulary, tokenizer)
 
 
 def tokenizer_files(source: str, options: HFOptions) -> list[str]:
@@ -256,13 +236,13 @@ def tokenizer_files(source: str, options: HFOptions) -> list[str]:
 
 def _vocabulary(
     name: str, candidates: Sequence[str], options: HFOptions, local_only: bool, how: str, rows: int
-) -> tuple[dict[str, int], dict[str, str], Any]:
-    """The first candidate's tokenizer that is real (from vocabulary files, or ≥ half of ``rows`` tokens): (token →
-    id, role → special token string, the tokenizer)."""
+) -> tuple[dict[str, int], Any]:
+    """(token → id, the tokenizer) of the first candidate whose tokenizer is real: from vocabulary files, or with
+    ≥ half of ``rows`` tokens."""
     from transformers import AutoTokenizer
 
     errors = []
-    for candidate in candidates:
+    for candidate in dict.fromkeys(candidates):
         kwargs: dict[str, Any] = {"revision": options.revision, "cache_dir": options.cache_dir}
         if options.subfolder and not os.path.isdir(candidate):
             kwargs["subfolder"] = options.subfolder
@@ -273,9 +253,7 @@ def _vocabulary(
             errors.append(f"{candidate}: {error}")
             continue
         if 2 * len(vocabulary) >= rows or tokenizer_files(candidate, options):
-            named = {role: getattr(tokenizer, f"{role}_token", None) for role in SPECIAL_ROLES}
-            special = {role: token for role, token in named.items() if isinstance(token, str) and token in vocabulary}
-            return vocabulary, special, tokenizer
+            return vocabulary, tokenizer
         errors.append(
             f"{candidate}: no tokenizer files (none of {', '.join(TOKENIZER_FILES)}), and the tokenizer "
             f"transformers built without them has only {len(vocabulary)} tokens for an embedding of {rows} rows"

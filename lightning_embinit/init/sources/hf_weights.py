@@ -205,13 +205,8 @@ def open_bin_tensor(
     if not isinstance(state, Mapping):
         raise ValueError(f"{path} does not hold a state dict")
     tensors = {k: v for k, v in state.items() if isinstance(v, torch.Tensor)}
-    key = key or find_embedding_key(
-        tensors,
-        shapes={k: tuple(v.shape) for k, v in tensors.items()},
-        vocab_size=vocab_size,
-        explicit=explicit,
-        where=path,
-    )
+    shapes = {k: tuple(v.shape) for k, v in tensors.items()}
+    key = key or find_embedding_key(tensors, shapes=shapes, vocab_size=vocab_size, explicit=explicit, where=path)
     tensor = tensors[key]
     if tensor.dim() != 2:
         raise ValueError(f"{path}: tensor {key!r} has shape {tuple(tensor.shape)}, not (vocabulary, dim)")

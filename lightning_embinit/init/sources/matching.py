@@ -149,7 +149,17 @@ def match_tokens(
     options: MatchingOptions,
 ) -> Match:
     """Match each slot token to a row of ``vectors``: ``special_map``, exact, then ``options.rules`` in order."""
-    context = _context(vectors, slot_special, options)
+    lookup, fallbacks = vectors.lookup(), options.rules
+    can_compose = "ngrams" in fallbacks and getattr(vectors, "can_compose", True)
+    context = _Context(
+        lookup=lookup,
+        source_special=dict(vectors.special_tokens),
+        role_of_token={token: role for role, token in slot_special.items()},
+        explicit=_explicit_special_map(options.special_map, slot_special, lookup),
+        use_lower="lower" in fallbacks,
+        compose=getattr(vectors, "compose", None) if can_compose else None,
+        split=getattr(vectors, "split_into_pieces", None) if "pieces" in fallbacks else None,
+    )
     order = (*FIRST_RULES, *options.rules)
     rows: list[int] = []
     rules: list[str | None] = []
@@ -165,21 +175,6 @@ def match_tokens(
     composed = {position: tokens[position] for position, rule in enumerate(rules) if rule == "ngrams"}
     pieces = _split_into_pieces(tokens, rules, context.split)
     return Match(rows, rules, composed, pieces)
-
-
-def _context(vectors: VectorSet, slot_special: Mapping[str, str], options: MatchingOptions) -> _Context:
-    lookup = vectors.lookup()
-    fallbacks = options.rules
-    can_compose = "ngrams" in fallbacks and getattr(vectors, "can_compose", True)
-    return _Context(
-        lookup=lookup,
-        source_special=dict(vectors.special_tokens),
-        role_of_token={token: role for role, token in slot_special.items()},
-        explicit=_explicit_special_map(options.special_map, slot_special, lookup),
-        use_lower="lower" in fallbacks,
-        compose=getattr(vectors, "compose", None) if can_compose else None,
-        split=getattr(vectors, "split_into_pieces", None) if "pieces" in fallbacks else None,
-    )
 
 
 def _split_into_pieces(

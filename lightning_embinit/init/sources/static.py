@@ -1,14 +1,10 @@
 """Static word vectors as sources: GloVe, word2vec, fastText ([K], [KB]; docs/concepts.md).
 
-``file:<path>`` reads any local vector file; the format is detected and can be forced with
-``format=``:
-
-- ``word2vec`` — text with a ``count dim`` header (also fastText ``.vec``),
-- ``glove`` — header-less text (tokens may contain spaces: the vector is the last D fields),
-- ``text`` — text, header detected from the first line,
-- ``word2vec_binary`` — word2vec's binary format, read with gensim,
-- ``fasttext_bin`` — a fastText model (``.bin``), read with gensim's fastText loader; unmatched
-  tokens can then get vectors composed from character n-grams (fallback rule ``ngrams``).
+``file:<path>`` reads any local vector file. Its ``format=`` (:data:`FORMATS`; detected by default) is
+``word2vec`` text with a ``count dim`` header (also fastText ``.vec``), ``glove`` header-less text (tokens may
+contain spaces: the vector is the last D fields), ``text`` (the header detected), ``word2vec_binary`` (read with
+gensim) or ``fasttext_bin``, a fastText model read with gensim, whose character n-grams compose vectors for
+unmatched tokens (fallback rule ``ngrams``; docs/sources.md#vector-files).
 
 Text and word2vec-binary files are parsed once into the cache (:mod:`.vector_cache`); later
 loads memory-map it. The well-known sets by name are :mod:`.well_known`'s.
@@ -126,10 +122,8 @@ def open_vector_file(path: str, options: FileVectorsOptions) -> VectorSet:
     else:
         tokens, matrix, meta = vector_cache.build_in_memory(build)
     vector_file.emit(meta.get("report", {}).get("warnings", []), stacklevel=3)  # also on a cache hit
-    notes = meta.get("summary") or ""
-    description = (
-        f"{os.path.basename(path)} ({fmt}, {matrix.shape[0]}×{matrix.shape[1]}{'; ' + notes if notes else ''})"
-    )
+    notes = f"; {meta['summary']}" if meta.get("summary") else ""
+    description = f"{os.path.basename(path)} ({fmt}, {matrix.shape[0]}×{matrix.shape[1]}{notes})"
     return ArrayVectorSet(tokens=tokens, matrix=matrix, description=description, row_file=row_file)
 
 
@@ -225,24 +219,18 @@ class FastTextVectorSet(ArrayVectorSet):
         return torch.from_numpy(np.stack([np.asarray(self.kv.get_vector(t), dtype=np.float32) for t in tokens]))
 
 
-# --- sources -------------------------------------------------------------------------------
-
-
 def file_source(path: str, **options: Any) -> PretrainedSource:
     """Any local vector file: word2vec text/binary, GloVe text, fastText .vec/.bin (optionally .gz/.bz2/.xz)."""
-    return named_file_source(f"file:{path}", path, options)
+    return named_file_source(f"file:{path}", {**options, "path": options.get("path") or path})
 
 
 def named_file_source(
-    name: str,
-    path: str | None,
-    options: dict[str, Any],
-    locate: Callable[[], str] | None = None,
-    expected_dim: int | None = None,
+    name: str, options: dict[str, Any], locate: Callable[[], str] | None = None, expected_dim: int | None = None
 ) -> PretrainedSource:
-    """A vector file source; ``expected_dim`` (a published set's width) is checked against the file's."""
+    """The source of the vector file ``path=`` names, else of ``locate()``'s (a published set's, whose width
+    ``expected_dim`` is checked against the file's)."""
     alignment, own = split_options(name, options, FILE_OPTIONS)
-    path = own.pop("path", None) or path
+    path = own.pop("path", None)
     file_options = FileVectorsOptions(**own)
     if path is not None:
         path = os.path.expanduser(str(path))

@@ -235,14 +235,11 @@ def load_or_build(
 
 def _existing_entry(final: Path) -> CachedVectors | None:
     """The entry at ``final`` when it opens; a damaged or unfinished one is removed (to be rebuilt)."""
-    if (final / "meta.json").exists():
-        try:
-            return CachedVectors.open(final)
-        except (OSError, ValueError):
-            pass
-    if final.exists():
+    try:
+        return CachedVectors.open(final)
+    except (OSError, ValueError):
         shutil.rmtree(final, ignore_errors=True)
-    return None
+        return None
 
 
 def remove_stale_staging(root: Path, max_age_s: float = STALE_STAGING_S) -> None:

@@ -116,7 +116,7 @@ def gensim_data_path(gensim_name: str) -> str:
 
 def _register(name: str, entry: WellKnown) -> None:
     def factory(**options: Any) -> PretrainedSource:
-        return named_file_source(name, None, options, partial(entry.locate, name), entry.dim)
+        return named_file_source(name, options, partial(entry.locate, name), entry.dim)
 
     summary = entry.summary or f"{entry.title}; local file with path=, else gensim-data {entry.gensim_name or '(none)'}"
     SOURCES.add(name, factory, summary=summary)
