@@ -138,14 +138,9 @@ def known_sources() -> str:
 
 
 def resolve_source(spec: str | EmbeddingSource | RandomScheme, **options: Any) -> EmbeddingSource:
-    """The source for ``spec``: a scheme name, a registered source name, a local path, or an object.
-
-    A local file is read as a vector file (``file:<path>``), a local directory as a Hugging Face
-    model (``hf:<dir>``).
-
-    ``options`` are passed to a registered source's factory (for example ``oov="match"``); a
-    random scheme takes none.
-    """
+    """The source for ``spec``: a scheme name, a registered source name (``options`` go to its factory, for example
+    ``oov="match"``; a random scheme takes none), a local file (read as ``file:<path>``), a local directory (a Hugging
+    Face model, read as ``hf:<dir>``), or a source object."""
     if isinstance(spec, RandomScheme):
         spec = SchemeSource(spec)
     if isinstance(spec, EmbeddingSource):

@@ -157,8 +157,7 @@ def open_safetensors_tensor(
     if dtype is None:
         raise ValueError(f"{path}: tensor {key!r} has unsupported dtype {entry['dtype']}")
     begin, end = entry["data_offsets"]
-    item = torch.empty((), dtype=dtype).element_size()
-    if end - begin != shape[0] * shape[1] * item:
+    if end - begin != shape[0] * shape[1] * dtype.itemsize:
         raise ValueError(f"{path}: tensor {key!r} has {end - begin} bytes for shape {shape}")
     offset = data_start + begin
     if os.path.getsize(path) < offset + (end - begin):

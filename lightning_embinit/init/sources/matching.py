@@ -88,14 +88,6 @@ class _Context:
         return self.lookup.get(variant, self.lookup.get(variant.lower()) if self.use_lower else None)
 
 
-def _special_map(token: str, context: _Context) -> int | None:
-    return context.explicit.get(token)
-
-
-def _exact(token: str, context: _Context) -> int | None:
-    return context.lookup.get(token)
-
-
 def _special(token: str, context: _Context) -> int | None:
     role = context.role_of_token.get(token)
     candidates = _role_candidates(role, context.source_special) if role is not None else []
@@ -126,7 +118,10 @@ def _ngrams(token: str, context: _Context) -> int | None:
 
 Rule = Callable[[str, _Context], int | None]
 """A matching rule: (slot token, context) → a source row, :data:`LATER`, or None when it does not apply."""
-FIRST_RULES: dict[str, Rule] = {"special_map": _special_map, "exact": _exact}
+FIRST_RULES: dict[str, Rule] = {
+    "special_map": lambda token, context: context.explicit.get(token),
+    "exact": lambda token, context: context.lookup.get(token),
+}
 """The rules tried before the fallbacks, always."""
 FALLBACKS: dict[str, Rule] = {
     "special": _special,

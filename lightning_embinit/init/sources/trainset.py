@@ -15,6 +15,7 @@ from __future__ import annotations
 import zlib
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
+from functools import partial
 from typing import Any
 
 import torch
@@ -90,8 +91,4 @@ def word2vec_trainset(**options: Any) -> PretrainedSource:
     for key, value in own.items():
         if value is not None and not isinstance(value, (int, float)):
             raise ValueError(f"word2vec-trainset: option {key} must be a number, got {value!r}")
-
-    def open_vectors(request: SourceRequest) -> VectorSet:
-        return train_word2vec(request, own)
-
-    return PretrainedSource("word2vec-trainset", open_vectors, alignment)
+    return PretrainedSource("word2vec-trainset", partial(train_word2vec, options=own), alignment)

@@ -43,7 +43,6 @@ STALE_STAGING_S = 3600.0
 _PLACEHOLDER_ROWS = 10**15
 _STAGING_MARK = ".tmp."
 
-
 _CONFIGURED: contextvars.ContextVar[str | None] = contextvars.ContextVar("embinit_cache_dir", default=None)
 _WARNED: set[str] = set()
 
@@ -125,8 +124,7 @@ class NpyRowWriter:
     def __init__(self, path: Path, dim: int) -> None:
         self.path, self.dim, self.rows = path, dim, 0
         self._file = open(path, "wb")
-        self._header_size = len(self._header(_PLACEHOLDER_ROWS))
-        self._file.write(self._header(_PLACEHOLDER_ROWS))
+        self._header_size = self._file.write(self._header(_PLACEHOLDER_ROWS))
 
     def _header(self, rows: int) -> bytes:
         buffer = io.BytesIO()
@@ -163,8 +161,7 @@ class CachedVectors:
     def open(cls, directory: Path) -> CachedVectors:
         meta = json.loads((directory / "meta.json").read_text(encoding="utf-8"))
         with open(directory / "tokens.txt", encoding="utf-8", newline="") as handle:
-            text = handle.read()
-        tokens = text.split("\n") if meta["rows"] else []
+            tokens = handle.read().split("\n") if meta["rows"] else []
         matrix = np.load(directory / "matrix.npy", mmap_mode="r")
         if len(tokens) != matrix.shape[0] or matrix.shape[0] != meta["rows"]:
             raise ValueError(f"corrupt vector cache entry {directory}: {len(tokens)} tokens for {matrix.shape[0]} rows")
@@ -250,12 +247,10 @@ def remove_stale_staging(root: Path, max_age_s: float = STALE_STAGING_S) -> None
     cutoff = time.time() - max_age_s
     for candidate in root.glob(f"*{_STAGING_MARK}*"):
         try:
-            if not candidate.is_dir():
-                continue
             newest = max([candidate.stat().st_mtime] + [item.stat().st_mtime for item in candidate.iterdir()])
             if newest < cutoff:
                 shutil.rmtree(candidate, ignore_errors=True)
-        except OSError:  # finished or removed by another process meanwhile
+        except OSError:  # not a directory, or finished or removed by another process meanwhile
             continue
 
 

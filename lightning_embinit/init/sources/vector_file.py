@@ -199,8 +199,7 @@ class TextVectorParser:
         return self.tokens
 
     def _read_header(self, lines: list[bytes], start: int) -> tuple[list[bytes], int]:
-        if lines[0].startswith(_BOM):
-            lines[0] = lines[0][len(_BOM) :]
+        lines[0] = lines[0].removeprefix(_BOM)
         fields = lines[0].split()
         looks_like_header = len(fields) == 2 and all(f.isdigit() for f in fields)
         if self.header is True and not looks_like_header:
