@@ -110,9 +110,7 @@ def align_to_slot(
     n, d = request.num_embeddings, request.embedding_dim
     match = match_tokens(tokens, vectors, slot_special=request.special_tokens, options=options)
     found_mask = torch.zeros(n, dtype=torch.bool)  # rows past the last token (unnamed) stay OOV
-    found_mask[: len(tokens)] = torch.tensor([row >= 0 for row in match.rows], dtype=torch.bool)
-    for position in (*match.composed, *match.pieces):
-        found_mask[position] = True
+    found_mask[: len(tokens)] = torch.tensor([rule is not None for rule in match.rules], dtype=torch.bool)
     found = int(found_mask.sum())
     if found == 0:
         raise ValueError(
@@ -135,7 +133,7 @@ def align_to_slot(
         description += f"; {projection.description}"
     weight = torch.empty(n, d, dtype=torch.float32)
     if found < n:
-        weight[~found_mask] = _oov_rows(options.oov, block, gathered.multiplicity(), n - found, n, d, request.generator)
+        weight[~found_mask] = _oov_rows(options.oov, block, gathered.block_index, n - found, request)
     step = rows_per_block(weight.shape[1])
     for start in range(0, found, step):
         chunk = slice(start, start + step)
@@ -145,7 +143,7 @@ def align_to_slot(
             f"source {source_name!r}: the OOV policy {options.oov!r} produced non-finite values "
             f"for slot {request.slot_name!r}"
         )
-    coverage = _coverage(tokens, match, found_mask, request, options.max_missing)
+    coverage = _coverage(tokens, match, request, options.max_missing)
     unnamed = f" + {coverage.extra_rows} unnamed rows" if coverage.extra_rows else ""
     description += f"; coverage {found}/{len(tokens)}{unnamed} ({coverage.fraction:.1%}); oov={options.oov}"
     if coverage.fraction < options.min_coverage:
@@ -175,38 +173,22 @@ class _Gathered:
 
     positions: torch.Tensor  # (F,) long: the found slot rows, ascending
     block_index: torch.Tensor  # (F,) long: their rows of ``block``
-    block: torch.Tensor  # (B, D_s) float32: each distinct source row once, then composed vectors
-
-    def multiplicity(self) -> torch.Tensor:
-        """How many slot rows use each row of ``block`` (for statistics over the found slot rows)."""
-        return torch.bincount(self.block_index, minlength=self.block.shape[0])
+    block: torch.Tensor  # (B, D_s) float32: each distinct source row once, then composed vectors, then piece means
 
 
 def _gather(vectors: VectorSet, match: Match, found_mask: torch.Tensor) -> _Gathered:
     positions = torch.nonzero(found_mask).flatten()
     unique = sorted({row for row in match.rows if row >= 0} | {row for rows in match.pieces.values() for row in rows})
     block_of_row = {row: k for k, row in enumerate(unique)}
-    composed_positions = sorted(match.composed)
-    piece_positions = sorted(match.pieces)
-    block_of_composed = {position: len(unique) + k for k, position in enumerate(composed_positions)}
-    block_of_pieces = {
-        position: len(unique) + len(composed_positions) + k for k, position in enumerate(piece_positions)
-    }
-    parts = []
-    if unique:
-        parts.append(vectors.gather(unique).to(torch.float32))
-    if composed_positions:
-        parts.append(vectors.compose([match.composed[p] for p in composed_positions]).to(torch.float32))  # type: ignore[attr-defined]
-    if piece_positions:
-        parts.append(_piece_means(parts[0], [[block_of_row[r] for r in match.pieces[p]] for p in piece_positions]))
+    composed, pieces = sorted(match.composed), sorted(match.pieces)  # made after matching: no source row
+    block_of_later = {position: len(unique) + k for k, position in enumerate(composed + pieces)}
+    parts = [vectors.gather(unique).to(torch.float32)] if unique else []
+    if composed:
+        parts.append(vectors.compose([match.composed[p] for p in composed]).to(torch.float32))  # type: ignore[attr-defined]
+    if pieces:
+        parts.append(_piece_means(parts[0], [[block_of_row[r] for r in match.pieces[p]] for p in pieces]))
     block = parts[0] if len(parts) == 1 else torch.cat(parts)
-
-    def block_index(p: int) -> int:
-        if p in block_of_pieces:
-            return block_of_pieces[p]
-        return block_of_row[match.rows[p]] if match.rows[p] >= 0 else block_of_composed[p]
-
-    index = [block_index(p) for p in positions.tolist()]
+    index = [block_of_later[p] if p in block_of_later else block_of_row[match.rows[p]] for p in positions.tolist()]
     return _Gathered(positions, torch.tensor(index, dtype=torch.long), block.contiguous())
 
 
@@ -259,19 +241,14 @@ def _weighted_moments(block: torch.Tensor, weights: torch.Tensor) -> tuple[torch
 
 
 def _oov_rows(
-    policy: str,
-    block: torch.Tensor,
-    multiplicity: torch.Tensor,
-    rows: int,
-    n: int,
-    d: int,
-    generator: torch.Generator | None,
+    policy: str, block: torch.Tensor, block_index: torch.Tensor, rows: int, request: SourceRequest
 ) -> torch.Tensor:
-    """``rows`` × D fill for the OOV rows of an N×D slot (statistics over the found slot rows)."""
+    """``rows`` × D fill for the OOV rows of the slot (statistics over the found slot rows, ``block[block_index]``)."""
+    n, d, generator = request.num_embeddings, request.embedding_dim, request.generator
     if policy == "zeros":
         return torch.zeros(rows, d, dtype=torch.float32)
     if policy in ("mean", "match"):
-        mean_row, mean, std = _weighted_moments(block, multiplicity)
+        mean_row, mean, std = _weighted_moments(block, torch.bincount(block_index, minlength=block.shape[0]))
         if policy == "mean":
             return mean_row.to(torch.float32).expand(rows, d).clone()
         out = torch.empty(rows, d, dtype=torch.float32)
@@ -281,22 +258,17 @@ def _oov_rows(
     return replace(scheme, std_of_shape=lambda _n, _d: std).sample(rows, d, generator=generator)
 
 
-def _coverage(
-    tokens: Sequence[str], match: Match, found_mask: torch.Tensor, request: SourceRequest, max_missing: int
-) -> Coverage:
+def _coverage(tokens: Sequence[str], match: Match, request: SourceRequest, max_missing: int) -> Coverage:
     by_rule = Counter(rule for rule in match.rules if rule is not None)
-    named = found_mask[: len(tokens)]
-    missing_positions = torch.nonzero(~named).flatten().tolist()
-    missing = list(dict.fromkeys(tokens[p] for p in missing_positions))
+    missing = list(dict.fromkeys(token for token, rule in zip(tokens, match.rules) if rule is None))
     if missing and request.corpus is not None:
         wanted = set(missing)
         counts: Counter[str] = Counter()
         for sentence in request.corpus():
             counts.update(token for token in sentence if token in wanted)
-        order = {token: k for k, token in enumerate(missing)}
-        missing.sort(key=lambda token: (-counts[token], order[token]))
+        missing.sort(key=lambda token: -counts[token])  # stable: ties keep the slot's order
     return Coverage(
-        found=int(named.sum()),
+        found=sum(by_rule.values()),
         total=len(tokens),
         by_rule=dict(by_rule),
         missing=missing[: int(max_missing)],

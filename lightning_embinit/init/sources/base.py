@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
 import torch
@@ -54,14 +54,7 @@ class Coverage:
         return self.found / self.total if self.total else 0.0
 
     def as_dict(self) -> dict[str, Any]:
-        return {
-            "found": self.found,
-            "total": self.total,
-            "fraction": self.fraction,
-            "by_rule": dict(self.by_rule),
-            "missing": list(self.missing),
-            "extra_rows": self.extra_rows,
-        }
+        return {"found": self.found, "total": self.total, "fraction": self.fraction} | asdict(self)
 
 
 @dataclass
@@ -145,14 +138,9 @@ def known_sources() -> str:
 
 
 def resolve_source(spec: str | EmbeddingSource | RandomScheme, **options: Any) -> EmbeddingSource:
-    """The source for ``spec``: a scheme name, a registered source name, a local path, or an object.
-
-    A local file is read as a vector file (``file:<path>``), a local directory as a Hugging Face
-    model (``hf:<dir>``).
-
-    ``options`` are passed to a registered source's factory (for example ``oov="match"``); a
-    random scheme takes none.
-    """
+    """The source for ``spec``: a scheme name, a registered source name (``options`` go to its factory, for example
+    ``oov="match"``; a random scheme takes none), a local file (read as ``file:<path>``), a local directory (a Hugging
+    Face model, read as ``hf:<dir>``), or a source object."""
     if isinstance(spec, RandomScheme):
         spec = SchemeSource(spec)
     if isinstance(spec, EmbeddingSource):
@@ -173,9 +161,9 @@ def resolve_source(spec: str | EmbeddingSource | RandomScheme, **options: Any) -
     if spec.partition(":")[0] in set(SCHEMES):
         SCHEMES.build(spec)  # raises the scheme's own, more precise error (e.g. a bad std)
     local = os.path.expanduser(spec)
-    if os.path.isdir(local) and "hf" in set(SOURCES):
+    if os.path.isdir(local):
         return SOURCES.build(f"hf:{spec}", **options)
-    if os.path.isfile(local) and "file" in set(SOURCES):
+    if os.path.isfile(local):
         return SOURCES.build(f"file:{spec}", **options)
     if looks_like_local_path(spec):
         raise ValueError(

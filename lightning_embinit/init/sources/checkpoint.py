@@ -16,15 +16,15 @@ A source lives as long as the recipe that resolved it (a whole training run), an
 their own options resolve their own sources; rather than hold the checkpoint that long, a
 memory-mapped checkpoint is kept for :data:`KEEP_LOADED_S` seconds (one build round) and reused
 by every slot reading the unchanged file (same path, size, mtime, ctime and inode);
-:func:`release_loaded` drops it at once. A
-legacy (non-zip) checkpoint, which cannot be memory-mapped, is loaded per slot and never kept.
+:func:`release_loaded` drops it at once. A legacy (non-zip) checkpoint, which cannot be
+memory-mapped, is loaded per slot and never kept.
 """
 
 from __future__ import annotations
 
 import os
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from typing import Any
 
 import torch
@@ -42,19 +42,17 @@ Loaded = tuple[Mapping[str, torch.Tensor], Mapping[str, Any]]
 _kept: dict[tuple[Any, ...], tuple[float, Loaded]] = {}  # at most one memory-mapped checkpoint
 
 
-def _identity(path: str, weights_only: bool) -> tuple[Any, ...]:
-    stat = os.stat(path)
-    return (os.path.abspath(path), stat.st_size, stat.st_mtime_ns, stat.st_ctime_ns, stat.st_ino, weights_only)
-
-
 def release_loaded() -> None:
     """Drop the kept checkpoint (its memory map) now."""
     _kept.clear()
 
 
 def load_checkpoint_once(path: str, *, weights_only: bool = True) -> Loaded:
-    """:func:`load_checkpoint`, reusing the memory-mapped result of the last call for an unchanged file."""
-    key = _identity(path, weights_only)
+    """(state dict, the ``embinit`` slot records) of a Lightning checkpoint or a plain state dict, read by
+    :func:`~lightning_embinit.init.sources.checkpoint_file.load_checkpoint_file` (CRCs verified, errors named),
+    reusing the memory-mapped result of the last call for an unchanged file."""
+    stat = os.stat(path)
+    key = (os.path.abspath(path), stat.st_size, stat.st_mtime_ns, stat.st_ctime_ns, stat.st_ino, weights_only)
     now = time.monotonic()
     kept = _kept.get(key)
     if kept is not None and now - kept[0] < KEEP_LOADED_S:
@@ -62,18 +60,6 @@ def load_checkpoint_once(path: str, *, weights_only: bool = True) -> Loaded:
         return kept[1]
     _kept.clear()
     mapped: list[bool] = []
-    loaded = load_checkpoint(path, weights_only=weights_only, mapped=mapped)
-    if mapped:
-        _kept[key] = (now, loaded)
-    return loaded
-
-
-def load_checkpoint(path: str, *, weights_only: bool = True, mapped: list[bool] | None = None) -> Loaded:
-    """(state dict, the ``embinit`` slot records) of a Lightning checkpoint or a plain state dict, read by
-    :func:`~lightning_embinit.init.sources.checkpoint_file.load_checkpoint_file` (CRCs verified, errors named).
-
-    ``mapped`` (a list) gets ``True`` appended when the file could be memory-mapped.
-    """
     loaded = load_checkpoint_file(
         path, weights_only=weights_only, mapped=mapped, trust_hint="pass source_options weights_only=False"
     )
@@ -84,14 +70,10 @@ def load_checkpoint(path: str, *, weights_only: bool = True, mapped: list[bool] 
         raise ValueError(f"checkpoint {path}: 'state_dict' is not a dict")
     record = loaded.get(CHECKPOINT_KEY) or {}
     slots = record.get("slots") if isinstance(record, Mapping) else None
-    return state, slots if isinstance(slots, Mapping) else {}
-
-
-def read_token_list(tokens: Sequence[str] | str | os.PathLike[str]) -> list[str]:
-    """A token list as given, or read from a file with one token per line (a final newline is optional)."""
-    if isinstance(tokens, (str, os.PathLike)):
-        return read_token_file(tokens)
-    return [str(token) for token in tokens]
+    result = (state, slots if isinstance(slots, Mapping) else {})
+    if mapped:
+        _kept[key] = (now, result)
+    return result
 
 
 def checkpoint_vectors(path: str, request: SourceRequest, options: Mapping[str, Any], loaded: Loaded) -> VectorSet:
@@ -100,8 +82,10 @@ def checkpoint_vectors(path: str, request: SourceRequest, options: Mapping[str, 
     old_name = slot_map.get(request.slot_name, request.slot_name)
     record = slots.get(old_name) or {}
     parameter = options.get("parameter") or record.get("parameter")
-    tokens = options.get("tokens")
-    tokens = read_token_list(tokens) if tokens is not None else record.get("tokens")
+    tokens = options.get("tokens")  # a list, or a file with one token per line
+    if isinstance(tokens, (str, os.PathLike)):
+        tokens = read_token_file(tokens)
+    tokens = [str(token) for token in tokens] if tokens is not None else record.get("tokens")
     if not parameter:
         matrices = [k for k, v in state.items() if isinstance(v, torch.Tensor) and v.dim() == 2][:10]
         raise ValueError(

@@ -64,23 +64,21 @@ def load_checkpoint_file(
     *,
     what: str = "checkpoint",
     weights_only: bool = True,
-    mmap: bool = True,
-    verify: bool = True,
     mapped: list[bool] | None = None,
     trust_hint: str = "load it with weights_only=False",
 ) -> Any:
-    """What :func:`torch.load` reads from ``path`` (on the CPU; memory-mapped when ``mmap`` and the format allow),
-    after :func:`verify_archive` (``verify``). ``mapped`` (a list) gets ``True`` appended when the file was
-    memory-mapped. Every failure is a ValueError that starts with ``<what> <path>``; ``trust_hint``: how the caller's
-    user loads a file of objects beyond tensors (refused under ``weights_only``)."""
+    """What :func:`torch.load` reads from ``path`` (on the CPU; memory-mapped when the format allows), after
+    :func:`verify_archive`. ``mapped`` (a list) gets ``True`` appended when the file was memory-mapped. Every failure
+    is a ValueError that starts with ``<what> <path>``; ``trust_hint``: how the caller's user loads a file of objects
+    beyond tensors (refused under ``weights_only``)."""
     path = os.path.expanduser(os.fspath(path))
     if not os.path.isfile(path):
         raise ValueError(f"{what} {path}: no such file")
-    is_zip = verify_archive(path, what) if verify else None
+    is_zip = verify_archive(path, what)
     try:
         try:
-            loaded = torch.load(path, map_location="cpu", weights_only=weights_only, mmap=mmap and is_zip is not False)
-            if mapped is not None and mmap and is_zip is not False:
+            loaded = torch.load(path, map_location="cpu", weights_only=weights_only, mmap=is_zip)
+            if mapped is not None and is_zip:
                 mapped.append(True)
         except RuntimeError as error:
             if "mmap" not in str(error) and "zip" not in str(error):
@@ -92,12 +90,9 @@ def load_checkpoint_file(
             raise UnsafeCheckpointError(
                 f"{message} It holds objects other than tensors and plain data; if you trust the file, {trust_hint}."
             ) from None
-        hint = (
-            " It is not a zip archive, as checkpoints of torch ≥ 1.6 are: is it a checkpoint at all?"
-            if is_zip is False
-            else ""
-        )
-        raise ValueError(message + hint) from None
+        if not is_zip:
+            message += " It is not a zip archive, as checkpoints of torch ≥ 1.6 are: is it a checkpoint at all?"
+        raise ValueError(message) from None
     return loaded
 
 

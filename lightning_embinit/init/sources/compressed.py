@@ -11,16 +11,14 @@ from typing import IO
 
 # What a truncated or corrupt gzip, bz2, xz or zip stream raises while it is read.
 DECOMPRESSION_ERRORS = (EOFError, zipfile.BadZipFile, lzma.LZMAError, gzip.BadGzipFile, zlib.error)
-
-
-COMPRESSION_MAGIC = (b"\x1f\x8b", b"BZh", b"\xfd7zXZ\x00", b"PK\x03\x04")
+_ZIP_MAGIC = b"PK\x03\x04"
+_STREAMS = {b"\x1f\x8b": lambda raw: gzip.GzipFile(fileobj=raw), b"BZh": bz2.BZ2File, b"\xfd7zXZ\x00": lzma.LZMAFile}
 
 
 def is_compressed(path: str) -> bool:
     """Whether ``path`` starts with the magic bytes of gzip, bz2, xz or zip."""
     with open(path, "rb") as handle:
-        magic = handle.read(6)
-    return magic.startswith(COMPRESSION_MAGIC)
+        return handle.read(6).startswith((*_STREAMS, _ZIP_MAGIC))
 
 
 def open_decompressed(path: str) -> tuple[IO[bytes], IO[bytes]]:
@@ -28,13 +26,10 @@ def open_decompressed(path: str) -> tuple[IO[bytes], IO[bytes]]:
     raw = open(path, "rb")
     magic = raw.read(6)
     raw.seek(0)
-    if magic[:2] == b"\x1f\x8b":
-        return gzip.GzipFile(fileobj=raw), raw
-    if magic[:3] == b"BZh":
-        return bz2.BZ2File(raw), raw
-    if magic == b"\xfd7zXZ\x00":
-        return lzma.LZMAFile(raw), raw
-    if magic[:4] == b"PK\x03\x04":
+    for prefix, opener in _STREAMS.items():
+        if magic.startswith(prefix):
+            return opener(raw), raw
+    if magic.startswith(_ZIP_MAGIC):
         try:
             archive = zipfile.ZipFile(raw)
         except (zipfile.BadZipFile, EOFError, OSError) as error:

@@ -1,24 +1,13 @@
 """Sub-word input embeddings of pre-trained language models as sources ([K]; docs/concepts.md#subword-rows).
 
-``hf:<model id or local directory>`` and the names of [K]'s models:
-
-============  ============================================  =====
-name          Hugging Face model                            D
-============  ============================================  =====
-``bert``      ``google-bert/bert-base-uncased``             768
-``mbert``     ``google-bert/bert-base-multilingual-cased``  768
-``t5``        ``google-t5/t5-small`` ([K]'s D = 512)        512
-``t5-base``   ``google-t5/t5-base``                         768
-``mt5``       ``google/mt5-small``                          512
-``mt5-base``  ``google/mt5-base``                           768
-``minilm``    ``sentence-transformers/all-MiniLM-L6-v2``    384
-============  ============================================  =====
+``hf:<model id or local directory>`` and the names of [K]'s models, :data:`KNOWN_MODELS` (``bert``, ``mbert``,
+``t5`` — [K]'s D = 512 —, ``t5-base``, ``mt5``, ``mt5-base``, ``minilm``; docs/sources.md#source-names).
 
 Only the input-embedding tensor is read (:mod:`.hf_weights`); the vocabulary comes from the
 model's own tokenizer (``transformers.AutoTokenizer``), whose token strings are what the slot's
 tokens are matched against. A local directory is used as is. A model id is looked up in the
-Hugging Face cache first (:mod:`.hf_hub`; a cached copy works offline, with or without
-``HF_HUB_OFFLINE=1``); otherwise, when the hub answers, ``huggingface_hub`` downloads
+Hugging Face cache first (:class:`HubFiles`; a cached copy works offline, with or without
+``HF_HUB_OFFLINE=1``); otherwise, when the hub answers (:mod:`.network`), ``huggingface_hub`` downloads
 ``config.json``, the tokenizer files and only the weight file (or shard) holding the embedding.
 With neither, the error says how to point at a local copy. A tokenizer needs its vocabulary files
 (:data:`TOKENIZER_FILES`): without them transformers builds a near-empty tokenizer from
@@ -31,20 +20,21 @@ from __future__ import annotations
 import importlib.resources
 import json
 import os
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, fields
+from functools import cached_property
+from pathlib import Path
 from typing import Any
 
 import torch
 
 from lightning_embinit.checks import looks_like_local_path
+from lightning_embinit.init.sources import network
 from lightning_embinit.init.sources.base import SOURCES, SourceRequest, VectorSet
-from lightning_embinit.init.sources.hf_hub import HubFiles, local_fetch
 from lightning_embinit.init.sources.hf_weights import EmbeddingTensor, locate_embedding
 from lightning_embinit.init.sources.pretrained import PretrainedSource, split_options
 from lightning_embinit.vocabulary import SPECIAL_ROLES
 
-HF_OPTIONS = ("path", "revision", "tensor", "tokenizer", "cache_dir", "subfolder")
 #: Files that hold a tokenizer's vocabulary (fast tokenizers, WordPiece, SentencePiece, BPE, tiktoken).
 TOKENIZER_FILES = (
     "tokenizer.json",
@@ -81,6 +71,72 @@ KNOWN_MODELS: dict[str, KnownModel] = {
 }
 
 
+def local_fetch(directory: str) -> Callable[[str], str | None]:
+    """``fetch(filename)``: the file's path in ``directory``, or None."""
+
+    def fetch(filename: str) -> str | None:
+        path = os.path.join(directory, filename)
+        return path if os.path.isfile(path) else None
+
+    return fetch
+
+
+class HubFiles:
+    """``fetch(filename)`` for a hub model: the cached file, else a download while the hub is usable, else None.
+
+    A file the cache lacks is simply absent while the hub cannot be used, so a cached single-file
+    model works without a network.
+    """
+
+    def __init__(
+        self, repo_ids: Sequence[str], *, revision: str | None, cache_dir: str | None, subfolder: str | None
+    ) -> None:
+        self.repo_ids, self.revision, self.cache_dir, self.subfolder = tuple(repo_ids), revision, cache_dir, subfolder
+
+    @cached_property
+    def offline(self) -> str | None:
+        """Why nothing is downloaded (None while downloads are possible): an offline flag, ``huggingface_hub``'s
+        offline mode or an unreachable endpoint, decided when first asked; or a download that failed to connect."""
+        from huggingface_hub import constants
+
+        if network.offline_flag() is None and constants.HF_HUB_OFFLINE:
+            return "huggingface_hub is in offline mode"
+        return network.offline_reason(constants.ENDPOINT)
+
+    def cached(self, filename: str) -> str | None:
+        """The cached copy of ``filename`` under any of the repository ids, or None."""
+        from huggingface_hub import try_to_load_from_cache
+
+        name = f"{self.subfolder}/{filename}" if self.subfolder else filename
+        for repo_id in self.repo_ids:
+            found = try_to_load_from_cache(repo_id, name, cache_dir=self.cache_dir, revision=self.revision)
+            if isinstance(found, str):
+                return found
+        return None
+
+    def __call__(self, filename: str) -> str | None:
+        from huggingface_hub import hf_hub_download
+        from huggingface_hub.errors import EntryNotFoundError, LocalEntryNotFoundError
+
+        cached = self.cached(filename)
+        if cached is not None or self.offline is not None:
+            return cached
+        repo_id = self.repo_ids[0]
+        try:
+            return hf_hub_download(
+                repo_id, filename, subfolder=self.subfolder, revision=self.revision, cache_dir=self.cache_dir
+            )
+        except LocalEntryNotFoundError as error:  # no connection and no cached copy: go on from the cache
+            self.offline = f"downloading from the hub failed ({error})"
+            return None
+        except EntryNotFoundError:  # the repository has no such file
+            return None
+        except Exception as error:  # noqa: BLE001 - auth and server errors
+            raise RuntimeError(
+                f"downloading {filename} of {repo_id!r} from the Hugging Face hub failed: {error}"
+            ) from error
+
+
 class HFVectorSet:
     """A :class:`VectorSet` over an LM's input-embedding tensor and its tokenizer's vocabulary.
 
@@ -88,19 +144,12 @@ class HFVectorSet:
     (the ``pieces`` alignment rule).
     """
 
-    def __init__(
-        self,
-        label: str,
-        tensor: EmbeddingTensor,
-        vocabulary: Mapping[str, int],
-        special: Mapping[str, str],
-        tokenizer: Any = None,
-    ) -> None:
-        self.tensor = tensor
-        self.tokenizer = tokenizer
+    def __init__(self, label: str, tensor: EmbeddingTensor, vocabulary: Mapping[str, int], tokenizer: Any) -> None:
+        self.tensor, self.tokenizer = tensor, tokenizer
         rows = tensor.shape[0]
         self._lookup = {token: index for token, index in vocabulary.items() if 0 <= index < rows}
-        self.special_tokens = dict(special)
+        named = {role: getattr(tokenizer, f"{role}_token", None) for role in SPECIAL_ROLES}
+        self.special_tokens = {role: tok for role, tok in named.items() if isinstance(tok, str) and tok in vocabulary}
         self.dim = tensor.shape[1]
         dtype = str(tensor.dtype).removeprefix("torch.")
         self.description = f"{label} [{tensor.key}, {rows}×{self.dim} {dtype}; tokenizer vocabulary {len(vocabulary)}]"
@@ -113,33 +162,10 @@ class HFVectorSet:
 
     def split_into_pieces(self, words: Sequence[str]) -> list[list[int]]:
         """Each word's piece rows as the tokenizer splits it, without unknown pieces ([] when none is known)."""
-        if self.tokenizer is None or not words:
-            return [[] for _ in words]
         rows = self.tensor.shape[0]
         unknown = getattr(self.tokenizer, "unk_token_id", None)
         encoded = self.tokenizer(list(words), add_special_tokens=False)["input_ids"]
         return [[i for i in ids if i != unknown and 0 <= i < rows] for ids in encoded]
-
-
-def load_vocabulary(
-    source: str,
-    *,
-    revision: str | None = None,
-    cache_dir: str | None = None,
-    subfolder: str | None = None,
-    local_only: bool = False,
-) -> tuple[dict[str, int], dict[str, str], Any]:
-    """(token → id, role → special token string, the tokenizer) for ``source`` (a directory or id)."""
-    from transformers import AutoTokenizer
-
-    kwargs: dict[str, Any] = {"revision": revision, "cache_dir": cache_dir, "local_files_only": local_only}
-    if subfolder:
-        kwargs["subfolder"] = subfolder
-    tokenizer = AutoTokenizer.from_pretrained(source, **kwargs)
-    vocabulary = dict(tokenizer.get_vocab())
-    named = {role: getattr(tokenizer, f"{role}_token", None) for role in SPECIAL_ROLES}
-    special = {role: token for role, token in named.items() if isinstance(token, str) and token in vocabulary}
-    return vocabulary, special, tokenizer
 
 
 def _package_dir(package: str | None) -> str | None:
@@ -162,6 +188,9 @@ class HFOptions:
     subfolder: str | None = None
 
 
+HF_OPTIONS = tuple(option.name for option in fields(HFOptions))
+
+
 def open_hf_vectors(
     name: str, model: str, repo_ids: Sequence[str], options: HFOptions, package: str | None = None
 ) -> VectorSet:
@@ -171,26 +200,19 @@ def open_hf_vectors(
     if directory is not None:
         directory = os.path.expanduser(directory)
         base = os.path.join(directory, options.subfolder) if options.subfolder else directory
-        fetch, tokenizer_source, label = local_fetch(base), base, directory
+        fetch, tokenizer_source, label, how = local_fetch(base), base, directory, ""
     else:
         hub = HubFiles(repo_ids, revision=options.revision, cache_dir=options.cache_dir, subfolder=options.subfolder)
         fetch, tokenizer_source, label = hub, repo_ids[0], repo_ids[0]
-    how = (
-        (
+        how = (
             f"download it where a network exists (e.g. `hf download {repo_ids[0]}`) into the Hugging Face cache, "
             f"or pass source='hf:/path/to/dir' or source_options={{'path': '/path/to/dir'}} with its config.json, "
             f"tokenizer files and weights"
         )
-        if directory is None
-        else ""
-    )
     try:
         config_path = fetch("config.json")
-        vocab_size = None
-        if config_path is not None:
-            with open(config_path, encoding="utf-8") as handle:
-                vocab_size = json.load(handle).get("vocab_size")
-        tensor = locate_embedding(fetch, vocab_size=vocab_size, tensor=options.tensor, where=label)
+        config = json.loads(Path(config_path).read_text(encoding="utf-8")) if config_path is not None else {}
+        tensor = locate_embedding(fetch, vocab_size=config.get("vocab_size"), tensor=options.tensor, where=label)
     except FileNotFoundError as error:
         offline = f" (offline: {hub.offline})" if hub is not None and hub.offline else ""
         raise RuntimeError(
@@ -198,12 +220,10 @@ def open_hf_vectors(
         ) from None
     except RuntimeError as error:  # a failed download
         raise RuntimeError(f"source {name!r}: {error}. {how}".strip()) from error
-    local_only = hub is None or hub.offline_reason() is not None
+    local_only = hub is None or hub.offline is not None
     candidates = [options.tokenizer or tokenizer_source, *(repo_ids if hub is not None else ())]
-    vocabulary, special, tokenizer = _vocabulary(
-        name, list(dict.fromkeys(candidates)), options, local_only, how, tensor.shape[0]
-    )
-    return HFVectorSet(label, tensor, vocabulary, special, tokenizer)
+    vocabulary, tokenizer = _vocabulary(name, candidates, options, local_only, how, tensor.shape[0])
+    return HFVectorSet(label, tensor, vocabulary, tokenizer)
 
 
 def tokenizer_files(source: str, options: HFOptions) -> list[str]:
@@ -216,23 +236,24 @@ def tokenizer_files(source: str, options: HFOptions) -> list[str]:
 
 def _vocabulary(
     name: str, candidates: Sequence[str], options: HFOptions, local_only: bool, how: str, rows: int
-) -> tuple[dict[str, int], dict[str, str], Any]:
-    """The first candidate's tokenizer vocabulary that is real: from vocabulary files, or ≥ half of ``rows``."""
+) -> tuple[dict[str, int], Any]:
+    """(token → id, the tokenizer) of the first candidate whose tokenizer is real: from vocabulary files, or with
+    ≥ half of ``rows`` tokens."""
+    from transformers import AutoTokenizer
+
     errors = []
-    for candidate in candidates:
+    for candidate in dict.fromkeys(candidates):
+        kwargs: dict[str, Any] = {"revision": options.revision, "cache_dir": options.cache_dir}
+        if options.subfolder and not os.path.isdir(candidate):
+            kwargs["subfolder"] = options.subfolder
         try:
-            vocabulary, special, tokenizer = load_vocabulary(
-                candidate,
-                revision=options.revision,
-                cache_dir=options.cache_dir,
-                subfolder=None if os.path.isdir(candidate) else options.subfolder,
-                local_only=local_only,
-            )
+            tokenizer = AutoTokenizer.from_pretrained(candidate, local_files_only=local_only, **kwargs)
+            vocabulary = dict(tokenizer.get_vocab())
         except (OSError, ValueError, KeyError, TypeError) as error:
             errors.append(f"{candidate}: {error}")
             continue
         if 2 * len(vocabulary) >= rows or tokenizer_files(candidate, options):
-            return vocabulary, special, tokenizer
+            return vocabulary, tokenizer
         errors.append(
             f"{candidate}: no tokenizer files (none of {', '.join(TOKENIZER_FILES)}), and the tokenizer "
             f"transformers built without them has only {len(vocabulary)} tokens for an embedding of {rows} rows"
@@ -244,11 +265,10 @@ def _vocabulary(
     )
 
 
-def hf_source_factory(name: str, model: str | None, repo_ids: Sequence[str] = (), package: str | None = None):
-    """A factory for ``SOURCES``: validates options now, reads the checkpoint at ``build``."""
+def hf_source_factory(name: str, known: KnownModel | None = None) -> Callable[..., PretrainedSource]:
+    """A factory for ``SOURCES`` (``hf:<argument>``, or a known model): validates options now, reads at ``build``."""
 
     def factory(argument: str | None = None, **options: Any) -> PretrainedSource:
-        target = argument if argument is not None else model
         label = f"hf:{argument}" if argument is not None else name
         if argument is not None and looks_like_local_path(argument) and not os.path.isdir(os.path.expanduser(argument)):
             what = "is a file, not a model directory" if os.path.isfile(os.path.expanduser(argument)) else "not found"
@@ -260,10 +280,11 @@ def hf_source_factory(name: str, model: str | None, repo_ids: Sequence[str] = ()
         hf_options = HFOptions(**own)
         if hf_options.path is not None and not os.path.isdir(os.path.expanduser(hf_options.path)):
             raise ValueError(f"source {label!r}: path {hf_options.path} is not a directory")
-        ids = tuple(repo_ids) or (str(target),)
+        ids = known.repo_ids if known is not None else (str(argument),)
+        package = known.package if known is not None else None
 
         def open_vectors(request: SourceRequest) -> VectorSet:
-            return open_hf_vectors(label, str(target), ids, hf_options, package)
+            return open_hf_vectors(label, ids[0], ids, hf_options, package)
 
         return PretrainedSource(label, open_vectors, alignment)
 
@@ -272,13 +293,13 @@ def hf_source_factory(name: str, model: str | None, repo_ids: Sequence[str] = ()
 
 SOURCES.add(
     "hf",
-    lambda argument, **options: hf_source_factory("hf", None)(argument, **options),
+    hf_source_factory("hf"),
     takes_argument=True,
     summary="a Hugging Face model's input embeddings: hf:<model id or local directory>",
 )
 for _name, _model in KNOWN_MODELS.items():
     SOURCES.add(
         _name,
-        hf_source_factory(_name, _model.repo_ids[0], _model.repo_ids, _model.package),
+        hf_source_factory(_name, _model),
         summary=f"{_model.title} input embeddings ({_model.repo_ids[0]})",
     )

@@ -139,7 +139,13 @@ def safetensors_keys(path: str) -> dict[str, tuple[int, ...]]:
         ) from None
 
 
-def open_safetensors_tensor(path: str, key: str) -> EmbeddingTensor:
+def open_safetensors_tensor(
+    path: str, key: str | None = None, *, vocab_size: int | None = None, explicit: str | None = None
+) -> EmbeddingTensor:
+    """The tensor ``key`` of a safetensors file (found by :func:`find_embedding_key` when None), read lazily."""
+    if key is None:
+        shapes = safetensors_keys(path)
+        key = find_embedding_key(shapes, shapes=shapes, vocab_size=vocab_size, explicit=explicit, where=path)
     header, data_start = safetensors_header(path)
     if key not in header:
         raise ValueError(f"{path} has no tensor {key!r}")
@@ -151,8 +157,7 @@ def open_safetensors_tensor(path: str, key: str) -> EmbeddingTensor:
     if dtype is None:
         raise ValueError(f"{path}: tensor {key!r} has unsupported dtype {entry['dtype']}")
     begin, end = entry["data_offsets"]
-    item = torch.empty((), dtype=dtype).element_size()
-    if end - begin != shape[0] * shape[1] * item:
+    if end - begin != shape[0] * shape[1] * dtype.itemsize:
         raise ValueError(f"{path}: tensor {key!r} has {end - begin} bytes for shape {shape}")
     offset = data_start + begin
     if os.path.getsize(path) < offset + (end - begin):
@@ -199,13 +204,8 @@ def open_bin_tensor(
     if not isinstance(state, Mapping):
         raise ValueError(f"{path} does not hold a state dict")
     tensors = {k: v for k, v in state.items() if isinstance(v, torch.Tensor)}
-    key = key or find_embedding_key(
-        tensors,
-        shapes={k: tuple(v.shape) for k, v in tensors.items()},
-        vocab_size=vocab_size,
-        explicit=explicit,
-        where=path,
-    )
+    shapes = {k: tuple(v.shape) for k, v in tensors.items()}
+    key = key or find_embedding_key(tensors, shapes=shapes, vocab_size=vocab_size, explicit=explicit, where=path)
     tensor = tensors[key]
     if tensor.dim() != 2:
         raise ValueError(f"{path}: tensor {key!r} has shape {tuple(tensor.shape)}, not (vocabulary, dim)")
@@ -228,38 +228,22 @@ def locate_embedding(
     Tried in order: the safetensors index (then only the shard holding the tensor), a single
     safetensors file, the ``.bin`` index, a single ``pytorch_model.bin``.
     """
-    index_path = fetch(SAFETENSORS_INDEX)
-    if index_path is not None:
-        weight_map = _weight_map(index_path)
-        key = find_embedding_key(weight_map, explicit=tensor, where=index_path)
-        shard = _fetch_shard(fetch, weight_map[key], index_path)
-        return open_safetensors_tensor(shard, key)
-    single = fetch(SAFETENSORS)
-    if single is not None:
-        shapes = safetensors_keys(single)
-        key = find_embedding_key(shapes, shapes=shapes, vocab_size=vocab_size, explicit=tensor, where=single)
-        return open_safetensors_tensor(single, key)
-    index_path = fetch(BIN_INDEX)
-    if index_path is not None:
-        weight_map = _weight_map(index_path)
-        key = find_embedding_key(weight_map, explicit=tensor, where=index_path)
-        return open_bin_tensor(_fetch_shard(fetch, weight_map[key], index_path), key)
-    single = fetch(BIN)
-    if single is not None:
-        return open_bin_tensor(single, None, vocab_size=vocab_size, explicit=tensor)
+    for index_name, single_name, open_tensor in (
+        (SAFETENSORS_INDEX, SAFETENSORS, open_safetensors_tensor),
+        (BIN_INDEX, BIN, open_bin_tensor),
+    ):
+        index_path = fetch(index_name)
+        if index_path is not None:
+            with open(index_path, encoding="utf-8") as handle:
+                weight_map = json.load(handle).get("weight_map")
+            if not isinstance(weight_map, dict) or not weight_map:
+                raise ValueError(f"{index_path} has no weight_map")
+            key = find_embedding_key(weight_map, explicit=tensor, where=index_path)
+            shard = fetch(weight_map[key])
+            if shard is None or not os.path.exists(shard):
+                raise FileNotFoundError(f"{index_path} names shard {weight_map[key]!r}, which is missing")
+            return open_tensor(shard, key)
+        single = fetch(single_name)
+        if single is not None:
+            return open_tensor(single, None, vocab_size=vocab_size, explicit=tensor)
     raise FileNotFoundError(f"{where}: no {SAFETENSORS}, {SAFETENSORS_INDEX}, {BIN} or {BIN_INDEX} found")
-
-
-def _weight_map(index_path: str) -> dict[str, str]:
-    with open(index_path, encoding="utf-8") as handle:
-        weight_map = json.load(handle).get("weight_map")
-    if not isinstance(weight_map, dict) or not weight_map:
-        raise ValueError(f"{index_path} has no weight_map")
-    return weight_map
-
-
-def _fetch_shard(fetch: Callable[[str], str | None], name: str, index_path: str) -> str:
-    shard = fetch(name)
-    if shard is None or not os.path.exists(shard):
-        raise FileNotFoundError(f"{index_path} names shard {name!r}, which is missing")
-    return shard

@@ -76,25 +76,22 @@ class _Context:
 
     @cached_property
     def lower_index(self) -> dict[str, int]:
-        return lower_case_index(self.lookup)
+        """Lower-cased token → row, the lowest row winning, whatever the order of ``lookup`` (a tokenizer's
+        ``get_vocab()`` order varies from process to process)."""
+        index: dict[str, int] = {}
+        for key, value in sorted(self.lookup.items(), key=lambda item: item[1]):
+            index.setdefault(key.lower(), value)
+        return index
 
     def first_affix_variant(self, variant: str) -> int | None:
         """The row of ``variant``, else (with the ``lower`` rule in force) of its lower-cased form."""
-        lowered = variant.lower()
-        return _first_in(self.lookup, [variant, lowered] if self.use_lower and lowered != variant else [variant])
-
-
-def _special_map(token: str, context: _Context) -> int | None:
-    return context.explicit.get(token)
-
-
-def _exact(token: str, context: _Context) -> int | None:
-    return context.lookup.get(token)
+        return self.lookup.get(variant, self.lookup.get(variant.lower()) if self.use_lower else None)
 
 
 def _special(token: str, context: _Context) -> int | None:
     role = context.role_of_token.get(token)
-    return None if role is None else _first_in(context.lookup, _role_candidates(role, context.source_special))
+    candidates = _role_candidates(role, context.source_special) if role is not None else []
+    return next((context.lookup[c] for c in candidates if c in context.lookup), None)
 
 
 def _lower(token: str, context: _Context) -> int | None:
@@ -121,7 +118,10 @@ def _ngrams(token: str, context: _Context) -> int | None:
 
 Rule = Callable[[str, _Context], int | None]
 """A matching rule: (slot token, context) → a source row, :data:`LATER`, or None when it does not apply."""
-FIRST_RULES: dict[str, Rule] = {"special_map": _special_map, "exact": _exact}
+FIRST_RULES: dict[str, Rule] = {
+    "special_map": lambda token, context: context.explicit.get(token),
+    "exact": lambda token, context: context.lookup.get(token),
+}
 """The rules tried before the fallbacks, always."""
 FALLBACKS: dict[str, Rule] = {
     "special": _special,
@@ -144,23 +144,9 @@ def match_tokens(
     options: MatchingOptions,
 ) -> Match:
     """Match each slot token to a row of ``vectors``: ``special_map``, exact, then ``options.rules`` in order."""
-    context = _context(vectors, slot_special, options)
-    order = (*FIRST_RULES, *options.rules)
-    rows, rules = [], []
-    for token in tokens:
-        row, rule = _match_one(token, context, order)
-        rows.append(row)
-        rules.append(rule)
-    composed = {position: tokens[position] for position, rule in enumerate(rules) if rule == "ngrams"}
-    pieces = _split_into_pieces(tokens, rules, context.split)
-    return Match(rows, rules, composed, pieces)
-
-
-def _context(vectors: VectorSet, slot_special: Mapping[str, str], options: MatchingOptions) -> _Context:
-    lookup = vectors.lookup()
-    fallbacks = options.rules
+    lookup, fallbacks = vectors.lookup(), options.rules
     can_compose = "ngrams" in fallbacks and getattr(vectors, "can_compose", True)
-    return _Context(
+    context = _Context(
         lookup=lookup,
         source_special=dict(vectors.special_tokens),
         role_of_token={token: role for role, token in slot_special.items()},
@@ -169,15 +155,21 @@ def _context(vectors: VectorSet, slot_special: Mapping[str, str], options: Match
         compose=getattr(vectors, "compose", None) if can_compose else None,
         split=getattr(vectors, "split_into_pieces", None) if "pieces" in fallbacks else None,
     )
-
-
-def _match_one(token: str, context: _Context, order: Sequence[str]) -> tuple[int, str | None]:
-    """(row or −1, the first rule of ``order`` that answers ``token``, None when none does)."""
-    for rule in order:
-        row = _RULES[rule](token, context)
-        if row is not None:
-            return row, rule
-    return -1, None
+    order = (*FIRST_RULES, *options.rules)
+    rows: list[int] = []
+    rules: list[str | None] = []
+    for token in tokens:
+        for rule in order:
+            row = _RULES[rule](token, context)
+            if row is not None:
+                break
+        else:
+            row, rule = -1, None
+        rows.append(row)
+        rules.append(rule)
+    composed = {position: tokens[position] for position, rule in enumerate(rules) if rule == "ngrams"}
+    pieces = _split_into_pieces(tokens, rules, context.split)
+    return Match(rows, rules, composed, pieces)
 
 
 def _split_into_pieces(
@@ -195,15 +187,6 @@ def _split_into_pieces(
         else:
             rules[position] = None
     return pieces
-
-
-def lower_case_index(lookup: Mapping[str, int]) -> dict[str, int]:
-    """Lower-cased token → row, the lowest row winning, whatever the order of ``lookup`` (a tokenizer's
-    ``get_vocab()`` order varies from process to process)."""
-    index: dict[str, int] = {}
-    for key, value in sorted(lookup.items(), key=lambda item: item[1]):
-        index.setdefault(key.lower(), value)
-    return index
 
 
 def _explicit_special_map(
@@ -224,11 +207,3 @@ def _role_candidates(role: str, source_special: Mapping[str, str]) -> list[str]:
     own = [source_special[name] for name in names if source_special.get(name)]
     defaults = [c for name in names for c in ROLE_CANDIDATES.get(name, ())]
     return own + defaults
-
-
-def _first_in(lookup: Mapping[str, int], candidates: Sequence[str]) -> int | None:
-    for candidate in candidates:
-        row = lookup.get(candidate)
-        if row is not None:
-            return row
-    return None

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Any
 
 import numpy as np
@@ -64,14 +65,9 @@ class ArrayVectorSet:
 
     def gather(self, rows: Sequence[int]) -> torch.Tensor:
         if self.row_file is not None:
-            path, offset = self.row_file
-            shape = (int(self.matrix.shape[0]), int(self.matrix.shape[1]))
-            return gather_rows(
-                rows,
-                shape[0],
-                lambda unique: read_rows(path, offset, shape, torch.float32, unique),
-                where=self.description,
-            )
+            count = int(self.matrix.shape[0])
+            read_sorted = partial(read_rows, *self.row_file, (count, self.dim), torch.float32)
+            return gather_rows(rows, count, read_sorted, where=self.description)
         if isinstance(self.matrix, torch.Tensor):
             return self.matrix[torch.as_tensor(list(rows), dtype=torch.long)].to(torch.float32)
         picked = np.asarray(self.matrix[np.asarray(rows, dtype=np.int64)], dtype=np.float32)
@@ -89,8 +85,3 @@ def split_options(
         valid = sorted(set(allowed) | set(AlignmentOptions.KEYS))
         raise ValueError(f"source {source_name!r} got unknown option(s) {unknown}; valid options: {', '.join(valid)}")
     return alignment, remaining
-
-
-def seed_from(generator: torch.Generator | None) -> int:
-    """A 31-bit seed drawn from ``generator`` (torch's global RNG when None), for libraries that take ints."""
-    return int(torch.randint(0, 2**31 - 1, (1,), generator=generator).item())

@@ -1,4 +1,4 @@
-"""Positioned reads of rows of a row-major matrix stored in a file (safetensors, ``.npy``).
+"""Positioned reads of rows of a row-major matrix stored in a file (safetensors, the vector cache's ``.npy``).
 
 Reading with ``readinto`` straight into the output keeps memory to the rows asked for: a memory
 map would count every page it touches (and the kernel's read-ahead around it) in the process's
@@ -36,8 +36,6 @@ def read_rows(
     """Rows ``rows`` (sorted, unique; all when None) of a little-endian C-order matrix at ``data_offset``."""
     count = shape[0] if rows is None else len(rows)
     out = torch.empty(count, shape[1], dtype=dtype)
-    if count == 0:
-        return out
     row_bytes = shape[1] * out.element_size()
     buffer = out.view(torch.uint8).numpy().reshape(-1)
     runs = [(0, shape[0], 0)] if rows is None else row_runs(np.asarray(rows, dtype=np.int64))
@@ -70,14 +68,3 @@ def gather_rows(
     if len(unique) == len(wanted) and np.array_equal(unique, wanted):
         return block
     return block[torch.from_numpy(inverse.reshape(-1))]
-
-
-def npy_data_offset(path: str | os.PathLike[str]) -> tuple[int, tuple[int, ...], np.dtype]:
-    """(byte offset of the data, shape, dtype) of a C-order ``.npy`` file."""
-    with open(path, "rb") as handle:
-        version = np.lib.format.read_magic(handle)
-        reader = np.lib.format.read_array_header_1_0 if version == (1, 0) else np.lib.format.read_array_header_2_0
-        shape, fortran_order, dtype = reader(handle)
-        if fortran_order:
-            raise ValueError(f"{path}: a Fortran-order array cannot be read by rows")
-        return handle.tell(), shape, dtype

@@ -1,14 +1,10 @@
 """Static word vectors as sources: GloVe, word2vec, fastText ([K], [KB]; docs/concepts.md).
 
-``file:<path>`` reads any local vector file; the format is detected and can be forced with
-``format=``:
-
-- ``word2vec`` — text with a ``count dim`` header (also fastText ``.vec``),
-- ``glove`` — header-less text (tokens may contain spaces: the vector is the last D fields),
-- ``text`` — text, header detected from the first line,
-- ``word2vec_binary`` — word2vec's binary format, read with gensim,
-- ``fasttext_bin`` — a fastText model (``.bin``), read with gensim's fastText loader; unmatched
-  tokens can then get vectors composed from character n-grams (fallback rule ``ngrams``).
+``file:<path>`` reads any local vector file. Its ``format=`` (:data:`FORMATS`; detected by default) is
+``word2vec`` text with a ``count dim`` header (also fastText ``.vec``), ``glove`` header-less text (tokens may
+contain spaces: the vector is the last D fields), ``text`` (the header detected), ``word2vec_binary`` (read with
+gensim) or ``fasttext_bin``, a fastText model read with gensim, whose character n-grams compose vectors for
+unmatched tokens (fallback rule ``ngrams``; docs/sources.md#vector-files).
 
 Text and word2vec-binary files are parsed once into the cache (:mod:`.vector_cache`); later
 loads memory-map it. The well-known sets by name are :mod:`.well_known`'s.
@@ -19,7 +15,7 @@ from __future__ import annotations
 import os
 import struct
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass, fields
 from functools import partial
 from typing import Any
 
@@ -31,7 +27,6 @@ from lightning_embinit.init.sources import vector_cache, vector_file
 from lightning_embinit.init.sources.base import SOURCES, SourceRequest, VectorSet
 from lightning_embinit.init.sources.compressed import is_compressed, read_head
 from lightning_embinit.init.sources.pretrained import ArrayVectorSet, PretrainedSource, split_options
-from lightning_embinit.init.sources.row_reader import npy_data_offset
 
 FORMATS = ("auto", "word2vec", "glove", "text", "word2vec_binary", "fasttext_bin")
 _FORMAT_ALIASES = {
@@ -42,19 +37,9 @@ _FORMAT_ALIASES = {
     "fasttext": "fasttext_bin",
 }
 _FASTTEXT_MAGIC = (793712314).to_bytes(4, "little")
-FILE_OPTIONS = (
-    "path",
-    "format",
-    "dim",
-    "header",
-    "on_bad_line",
-    "encoding_errors",
-    "allow_numeric_token_words",
-    "cache",
-    "cache_dir",
-    "progress",
-)
 _FORMAT_HEADER = {"word2vec": True, "glove": False}  # text formats that fix whether a header line exists
+#: The options that change what a parse returns (with the format, they key the cache).
+_PARSE_OPTIONS = ("dim", "header", "on_bad_line", "encoding_errors", "allow_numeric_token_words")
 
 
 def detect_format(path: str) -> str:
@@ -102,6 +87,9 @@ class FileVectorsOptions:
             raise ValueError(f"dim must be a positive integer, got {self.dim!r}")
 
 
+FILE_OPTIONS = ("path", *(option.name for option in fields(FileVectorsOptions)))
+
+
 def open_vector_file(path: str, options: FileVectorsOptions) -> VectorSet:
     """The :class:`VectorSet` of a local vector file, parsed once and cached (text, word2vec binary)."""
     path = os.path.abspath(os.path.expanduser(path))
@@ -109,67 +97,41 @@ def open_vector_file(path: str, options: FileVectorsOptions) -> VectorSet:
         raise ValueError(f"vector file {path} does not exist")
     fmt = detect_format(path) if options.format == "auto" else options.format
     if fmt == "fasttext_bin":
-        return _open_fasttext_bin(path)
+        return FastTextVectorSet(path)
     if options.format == "auto" and fmt in _FORMAT_HEADER and options.header is not None:
         fmt = "word2vec" if options.header else "glove"  # an explicit header= beats detection
-    parse_options = {
-        "format": fmt,
-        "dim": options.dim,
-        "header": options.header,
-        "on_bad_line": options.on_bad_line,
-        "encoding_errors": options.encoding_errors,
-        "allow_numeric_token_words": options.allow_numeric_token_words,
-    }
+    parse_options = {key: getattr(options, key) for key in _PARSE_OPTIONS}
     if fmt == "word2vec_binary":
         build = partial(_build_word2vec_binary, path, options)
     else:
-        build = partial(_build_text, path, options, _FORMAT_HEADER.get(fmt, options.header))
+        text_options = {**parse_options, "header": _FORMAT_HEADER.get(fmt, options.header)}
+        parser = vector_file.TextVectorParser(path, **text_options, progress=options.progress, emit_warnings=False)
+        build = partial(_build_text, parser)
     row_file = None
     entry = None
     if options.cache:
         try:
-            entry = vector_cache.load_or_build(path, parse_options, build, cache_dir=options.cache_dir)
+            entry = vector_cache.load_or_build(
+                path, {"format": fmt, **parse_options}, build, cache_dir=options.cache_dir
+            )
         except vector_cache.CacheUnavailable as error:
             vector_cache.warn_cache_unavailable(error, f"parsing {path}")
     if entry is not None:
         tokens, matrix, meta = entry.tokens, entry.matrix, entry.meta
-        matrix_path = str(entry.directory / "matrix.npy")
-        row_file = (matrix_path, npy_data_offset(matrix_path)[0])
+        row_file = (str(entry.directory / "matrix.npy"), entry.matrix.offset)
     else:
         tokens, matrix, meta = vector_cache.build_in_memory(build)
     vector_file.emit(meta.get("report", {}).get("warnings", []), stacklevel=3)  # also on a cache hit
-    notes = meta.get("summary") or ""
-    description = (
-        f"{os.path.basename(path)} ({fmt}, {matrix.shape[0]}×{matrix.shape[1]}{'; ' + notes if notes else ''})"
-    )
+    notes = f"; {meta['summary']}" if meta.get("summary") else ""
+    description = f"{os.path.basename(path)} ({fmt}, {matrix.shape[0]}×{matrix.shape[1]}{notes})"
     return ArrayVectorSet(tokens=tokens, matrix=matrix, description=description, row_file=row_file)
 
 
 def _build_text(
-    path: str,
-    options: FileVectorsOptions,
-    header: bool | None,
-    open_sink: Callable[[int], Callable[[np.ndarray], None]],
+    parser: vector_file.TextVectorParser, open_sink: Callable[[int], Callable[[np.ndarray], None]]
 ) -> tuple[list[str], dict[str, Any]]:
-    parser = vector_file.TextVectorParser(
-        path,
-        dim=options.dim,
-        header=header,
-        on_bad_line=options.on_bad_line,
-        encoding_errors=options.encoding_errors,
-        allow_numeric_token_words=options.allow_numeric_token_words,
-        progress=options.progress,
-        emit_warnings=False,
-    )
-    sinks: list[Callable[[np.ndarray], None]] = []
-
-    def sink(block: np.ndarray) -> None:
-        if not sinks:
-            sinks.append(open_sink(block.shape[1]))
-        sinks[0](block)
-
-    tokens = parser.parse(sink)
-    return tokens, {"report": parser.report.as_dict(), "summary": parser.report.summary()}
+    tokens = parser.parse(lambda block: open_sink(block.shape[1])(block))
+    return tokens, {"report": asdict(parser.report), "summary": parser.report.summary()}
 
 
 def _build_word2vec_binary(
@@ -177,9 +139,7 @@ def _build_word2vec_binary(
 ) -> tuple[list[str], dict[str, Any]]:
     from gensim.models import KeyedVectors
 
-    header = read_head(path, 256).partition(b"\n")[0].split()
-    announced = int(header[0]) if len(header) == 2 and header[0].isdigit() else None
-    check_announced_size(path, announced, int(header[1]) if announced is not None and header[1].isdigit() else None)
+    announced = announced_size(path)
     try:
         kv = KeyedVectors.load_word2vec_format(path, binary=True, unicode_errors=options.encoding_errors)
     except UnicodeDecodeError as error:
@@ -211,13 +171,19 @@ def _build_word2vec_binary(
     )
     if problems and options.on_bad_line == "warn":
         report.warnings.append(f"{path}: skipped {len(problems)} vector(s) with NaN/inf, e.g. {problems[:3]}")
-    return tokens, {"report": report.as_dict(), "summary": report.summary()}
+    return tokens, {"report": asdict(report), "summary": report.summary()}
 
 
-def check_announced_size(path: str, count: int | None, dim: int | None) -> None:
-    """Refuse a word2vec binary header whose vector count cannot fit in the file (gensim would allocate it first)."""
-    if count is None or dim is None:
-        return
+def announced_size(path: str) -> int | None:
+    """The vector count of a word2vec binary header, refused when it cannot fit in the file (gensim would allocate
+    it first)."""
+    header = read_head(path, 256).partition(b"\n")[0].split()
+    if len(header) != 2 or not header[0].isdigit():
+        return None
+    count = int(header[0])
+    if not header[1].isdigit():
+        return count
+    dim = int(header[1])
     needed = count * (dim * 4 + 2)  # float32 values plus at least a one-byte token and a separator per vector
     size = os.path.getsize(path)
     compressed = is_compressed(path)
@@ -227,64 +193,44 @@ def check_announced_size(path: str, count: int | None, dim: int | None) -> None:
             f"file has {size:,} bytes{' compressed' if compressed else ''}: "
             "the header is wrong or the file is truncated"
         )
+    return count
 
 
-class FastTextVectorSet:
+class FastTextVectorSet(ArrayVectorSet):
     """A fastText model's vectors; ``compose`` builds vectors for unseen tokens from character n-grams."""
 
     def __init__(self, path: str) -> None:
         from gensim.models.fasttext import load_facebook_vectors
 
-        self.kv = load_facebook_vectors(path)
-        self.dim = int(self.kv.vector_size)
-        self.description = (
-            f"{os.path.basename(path)} (fasttext_bin, {len(self.kv)}×{self.dim}, bucket={self.kv.bucket})"
-        )
-        self.special_tokens: dict[str, str] = {}
-        self.can_compose = bool(self.kv.bucket)
-
-    def lookup(self) -> dict[str, int]:
-        return self.kv.key_to_index
-
-    def gather(self, rows: Any) -> torch.Tensor:
-        return torch.from_numpy(
-            np.ascontiguousarray(self.kv.vectors[np.asarray(rows, dtype=np.int64)], dtype=np.float32)
-        )
+        try:
+            kv = load_facebook_vectors(path)
+        except (ValueError, EOFError, RuntimeError, AssertionError, struct.error, MemoryError, IndexError) as error:
+            # gensim: RuntimeError subclasses for unsupported models, AssertionError or struct.error when truncated
+            detail = f"{type(error).__name__}: {error}" if str(error) else type(error).__name__
+            raise ValueError(
+                f"{path}: not a readable fastText .bin model ({detail}); the file is truncated, damaged or "
+                "not a fastText model"
+            ) from None
+        description = f"{os.path.basename(path)} (fasttext_bin, {len(kv)}×{kv.vector_size}, bucket={kv.bucket})"
+        super().__init__(tokens=kv.index_to_key, matrix=kv.vectors, description=description, index=kv.key_to_index)
+        self.kv, self.can_compose = kv, bool(kv.bucket)
 
     def compose(self, tokens: list[str]) -> torch.Tensor:
         return torch.from_numpy(np.stack([np.asarray(self.kv.get_vector(t), dtype=np.float32) for t in tokens]))
 
 
-def _open_fasttext_bin(path: str) -> VectorSet:
-    try:
-        return FastTextVectorSet(path)
-    except (ValueError, EOFError, RuntimeError, AssertionError, struct.error, MemoryError, IndexError) as error:
-        # gensim: RuntimeError subclasses for unsupported models, a bare AssertionError or struct.error when truncated
-        detail = f"{type(error).__name__}: {error}" if str(error) else type(error).__name__
-        raise ValueError(
-            f"{path}: not a readable fastText .bin model ({detail}); the file is truncated, damaged or "
-            "not a fastText model"
-        ) from None
-
-
-# --- sources -------------------------------------------------------------------------------
-
-
 def file_source(path: str, **options: Any) -> PretrainedSource:
     """Any local vector file: word2vec text/binary, GloVe text, fastText .vec/.bin (optionally .gz/.bz2/.xz)."""
-    return named_file_source(f"file:{path}", path, options)
+    return named_file_source(f"file:{path}", {**options, "path": options.get("path") or path})
 
 
 def named_file_source(
-    name: str,
-    path: str | None,
-    options: dict[str, Any],
-    locate: Callable[[], str] | None = None,
-    expected_dim: int | None = None,
+    name: str, options: dict[str, Any], locate: Callable[[], str] | None = None, expected_dim: int | None = None
 ) -> PretrainedSource:
-    """A vector file source; ``expected_dim`` (a published set's width) is checked against the file's."""
+    """The source of the vector file ``path=`` names, else of ``locate()``'s (a published set's, whose width
+    ``expected_dim`` is checked against the file's)."""
     alignment, own = split_options(name, options, FILE_OPTIONS)
-    path = own.pop("path", None) or path
+    path = own.pop("path", None)
     file_options = FileVectorsOptions(**own)
     if path is not None:
         path = os.path.expanduser(str(path))

@@ -14,10 +14,14 @@ from __future__ import annotations
 
 import zlib
 from collections.abc import Callable, Iterable, Iterator, Sequence
+from dataclasses import dataclass
+from functools import partial
 from typing import Any
 
+import torch
+
 from lightning_embinit.init.sources.base import SOURCES, SourceRequest, VectorSet
-from lightning_embinit.init.sources.pretrained import ArrayVectorSet, PretrainedSource, seed_from, split_options
+from lightning_embinit.init.sources.pretrained import ArrayVectorSet, PretrainedSource, split_options
 
 WORD2VEC_DEFAULTS: dict[str, Any] = {
     "vector_size": None,  # the slot's embedding_dim
@@ -40,15 +44,14 @@ def stable_hash(text: str) -> int:
     return zlib.crc32(text.encode("utf-8"))
 
 
+@dataclass
 class _Restartable:
     """An iterable that calls ``corpus()`` afresh for every gensim pass."""
 
-    def __init__(self, corpus: Callable[[], Iterable[Sequence[str]]]) -> None:
-        self.corpus = corpus
+    corpus: Callable[[], Iterable[Sequence[str]]]
 
     def __iter__(self) -> Iterator[list[str]]:
-        for sentence in self.corpus():
-            yield list(sentence)
+        return (list(sentence) for sentence in self.corpus())
 
 
 def train_word2vec(request: SourceRequest, options: dict[str, Any]) -> VectorSet:
@@ -64,7 +67,7 @@ def train_word2vec(request: SourceRequest, options: dict[str, Any]) -> VectorSet
     if params["vector_size"] is None:
         params["vector_size"] = request.embedding_dim
     if params["seed"] is None:
-        params["seed"] = seed_from(request.generator)
+        params["seed"] = int(torch.randint(0, 2**31 - 1, (1,), generator=request.generator).item())
     for key in ("vector_size", "window", "min_count", "epochs", "workers"):
         if int(params[key]) < 1:
             raise ValueError(f"word2vec-trainset: {key} must be ≥ 1, got {params[key]!r}")
@@ -88,8 +91,4 @@ def word2vec_trainset(**options: Any) -> PretrainedSource:
     for key, value in own.items():
         if value is not None and not isinstance(value, (int, float)):
             raise ValueError(f"word2vec-trainset: option {key} must be a number, got {value!r}")
-
-    def open_vectors(request: SourceRequest) -> VectorSet:
-        return train_word2vec(request, own)
-
-    return PretrainedSource("word2vec-trainset", open_vectors, alignment)
+    return PretrainedSource("word2vec-trainset", partial(train_word2vec, options=own), alignment)

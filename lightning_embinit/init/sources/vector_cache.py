@@ -43,7 +43,6 @@ STALE_STAGING_S = 3600.0
 _PLACEHOLDER_ROWS = 10**15
 _STAGING_MARK = ".tmp."
 
-
 _CONFIGURED: contextvars.ContextVar[str | None] = contextvars.ContextVar("embinit_cache_dir", default=None)
 _WARNED: set[str] = set()
 
@@ -125,8 +124,7 @@ class NpyRowWriter:
     def __init__(self, path: Path, dim: int) -> None:
         self.path, self.dim, self.rows = path, dim, 0
         self._file = open(path, "wb")
-        self._header_size = len(self._header(_PLACEHOLDER_ROWS))
-        self._file.write(self._header(_PLACEHOLDER_ROWS))
+        self._header_size = self._file.write(self._header(_PLACEHOLDER_ROWS))
 
     def _header(self, rows: int) -> bytes:
         buffer = io.BytesIO()
@@ -156,15 +154,14 @@ class CachedVectors:
 
     directory: Path
     tokens: list[str]
-    matrix: np.ndarray
+    matrix: np.memmap
     meta: dict[str, Any]
 
     @classmethod
     def open(cls, directory: Path) -> CachedVectors:
         meta = json.loads((directory / "meta.json").read_text(encoding="utf-8"))
         with open(directory / "tokens.txt", encoding="utf-8", newline="") as handle:
-            text = handle.read()
-        tokens = text.split("\n") if meta["rows"] else []
+            tokens = handle.read().split("\n") if meta["rows"] else []
         matrix = np.load(directory / "matrix.npy", mmap_mode="r")
         if len(tokens) != matrix.shape[0] or matrix.shape[0] != meta["rows"]:
             raise ValueError(f"corrupt vector cache entry {directory}: {len(tokens)} tokens for {matrix.shape[0]} rows")
@@ -183,8 +180,8 @@ def load_or_build(
 ) -> CachedVectors:
     """The cache entry for ``path`` parsed with ``options``; ``build`` runs only on a miss.
 
-    ``build(open_sink)`` parses the file: it calls ``open_sink(dim)`` once the dimension is known,
-    feeds the returned sink float32 row blocks, and returns ``(tokens, meta)``. Raises
+    ``build(open_sink)`` parses the file: it calls ``open_sink(dim)`` once the dimension is known (a
+    later call returns the same sink), feeds the sink float32 row blocks, and returns ``(tokens, meta)``. Raises
     :class:`CacheUnavailable` before parsing when the cache directory cannot be used.
     """
     root = writable_cache_dir("vectors", cache_dir)
@@ -197,8 +194,9 @@ def load_or_build(
     writers: list[NpyRowWriter] = []
 
     def open_sink(dim: int) -> Callable[[np.ndarray], None]:
-        writers.append(NpyRowWriter(staging / "matrix.npy", dim))
-        return writers[-1]
+        if not writers:
+            writers.append(NpyRowWriter(staging / "matrix.npy", dim))
+        return writers[0]
 
     try:
         tokens, meta = build(open_sink)
@@ -226,8 +224,7 @@ def load_or_build(
             entry = CachedVectors.open(final)
     except BaseException:
         for writer in writers:
-            if not writer._file.closed:
-                writer._file.close()
+            writer._file.close()
         shutil.rmtree(staging, ignore_errors=True)
         raise
     return entry
@@ -235,14 +232,11 @@ def load_or_build(
 
 def _existing_entry(final: Path) -> CachedVectors | None:
     """The entry at ``final`` when it opens; a damaged or unfinished one is removed (to be rebuilt)."""
-    if (final / "meta.json").exists():
-        try:
-            return CachedVectors.open(final)
-        except (OSError, ValueError):
-            pass
-    if final.exists():
+    try:
+        return CachedVectors.open(final)
+    except (OSError, ValueError):
         shutil.rmtree(final, ignore_errors=True)
-    return None
+        return None
 
 
 def remove_stale_staging(root: Path, max_age_s: float = STALE_STAGING_S) -> None:
@@ -253,24 +247,15 @@ def remove_stale_staging(root: Path, max_age_s: float = STALE_STAGING_S) -> None
     cutoff = time.time() - max_age_s
     for candidate in root.glob(f"*{_STAGING_MARK}*"):
         try:
-            if not candidate.is_dir():
-                continue
             newest = max([candidate.stat().st_mtime] + [item.stat().st_mtime for item in candidate.iterdir()])
             if newest < cutoff:
                 shutil.rmtree(candidate, ignore_errors=True)
-        except OSError:  # finished or removed by another process meanwhile
+        except OSError:  # not a directory, or finished or removed by another process meanwhile
             continue
 
 
 def build_in_memory(build: Builder) -> tuple[list[str], np.ndarray, dict[str, Any]]:
     """Run ``build`` without a cache: the rows are collected in memory (``cache=False``)."""
     blocks: list[np.ndarray] = []
-    dims: list[int] = []
-
-    def open_sink(dim: int) -> Callable[[np.ndarray], None]:
-        dims.append(dim)
-        return blocks.append
-
-    tokens, meta = build(open_sink)
-    matrix = np.concatenate(blocks) if blocks else np.zeros((0, dims[0] if dims else 0), dtype=np.float32)
-    return tokens, matrix, meta
+    tokens, meta = build(lambda dim: blocks.append)
+    return tokens, np.concatenate(blocks), meta

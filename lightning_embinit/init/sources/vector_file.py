@@ -5,28 +5,13 @@ One pass over the file, in blocks of lines, with a progress bar. Tokens are spli
 (one ``count`` per line); the numbers of a whole block are parsed at once by pandas' C reader
 when pandas is installed, else by ``numpy.fromstring``; only a block that fails is re-read line
 by line to name the bad line. Compression (gzip, bz2, xz, single-file zip) is detected from the
-magic bytes (:mod:`.compressed`).
+magic bytes (:mod:`.compressed`); a truncated or corrupt compressed file raises ``ValueError`` naming the file.
 
-Messy-file policies (each deliberate, each counted in :class:`ParseReport`):
-
-- header: a first line of exactly two integers is a word2vec header (``count dim``); ``header=``
-  forces either way. Without a header the dimension is the most common field count − 1 of the
-  first lines, or ``dim=``.
-- tokens with spaces (GloVe 840B): the vector is the *last* D fields, the token is everything
-  before. A spaced "token" whose last word is a number (``new york 9 1 2 3`` with D = 3) is a line
-  with too many values (bad line), unless ``allow_numeric_token_words=True``.
-- blank lines: skipped and counted. A UTF-8 byte-order mark on the first line is dropped.
-- bad lines — too few or too many values, a non-numeric value, NaN or ±inf, an empty token:
-  ``on_bad_line="error"`` (default) raises ``ValueError`` naming the file and line number;
-  ``"skip"`` skips and counts them; ``"warn"`` skips, counts and warns once.
-- repeated tokens: the first occurrence is kept, later ones are counted as ``duplicates``.
-- invalid UTF-8 in a token: decoded with ``encoding_errors`` (default ``"replace"``: U+FFFD,
-  counted as ``invalid_utf8``; ``"strict"`` raises naming the line; ``"ignore"`` and
-  ``"backslashreplace"`` as in Python).
-- a header count that disagrees with the number of data lines: a warning.
-
-Warnings are also kept in :attr:`ParseReport.warnings`, so a cached parse can repeat them.
-A truncated or corrupt compressed file raises ``ValueError`` naming the file.
+The messy-file policies are the table of docs/sources.md#messy-files: header detection (``header=``, else the
+dimension is the most common field count − 1, or ``dim=``), tokens with spaces (the vector is the last D fields;
+``allow_numeric_token_words=``), blank lines and a byte-order mark, bad lines (``on_bad_line=``), repeated tokens
+(the first is kept), invalid UTF-8 in a token (``encoding_errors=``), a header count that disagrees with the data
+lines (a warning). Each irregularity is counted in :class:`ParseReport`, whose warnings a cached parse repeats.
 """
 
 from __future__ import annotations
@@ -37,7 +22,7 @@ import os
 import warnings
 from collections import Counter
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, field
+from dataclasses import KW_ONLY, dataclass, field
 from typing import Any
 
 import numpy as np
@@ -75,31 +60,20 @@ class ParseReport:
     problems: list[str] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
 
-    def as_dict(self) -> dict[str, Any]:
-        return asdict(self)
-
     def summary(self) -> str:
         """The non-zero irregularities, e.g. ``"2 duplicates, 1 skipped line"``; empty when clean."""
-        parts = [
-            f"{value} {label}"
-            for value, label in (
-                (self.duplicates, "duplicate tokens"),
-                (self.skipped, "skipped bad lines"),
-                (self.invalid_utf8, "tokens with invalid UTF-8"),
-                (self.blank_lines, "blank lines"),
-            )
-            if value
-        ]
-        return ", ".join(parts)
+        counts = {
+            "duplicate tokens": self.duplicates,
+            "skipped bad lines": self.skipped,
+            "tokens with invalid UTF-8": self.invalid_utf8,
+            "blank lines": self.blank_lines,
+        }
+        return ", ".join(f"{value} {label}" for label, value in counts.items() if value)
 
 
-def _is_int(field_: bytes) -> bool:
-    return field_.isdigit()
-
-
-def _is_number(field_: bytes) -> bool:
+def _is_number(text: bytes) -> bool:
     try:
-        float(field_)
+        float(text)
     except ValueError:
         return False
     return True
@@ -166,63 +140,49 @@ def _parse_line(values: bytes, dim: int) -> tuple[np.ndarray | None, str]:
     return array, ""
 
 
+@dataclass
 class TextVectorParser:
     """One pass over a text vector file, writing float32 row blocks to ``sink`` (see module doc)."""
 
-    def __init__(
-        self,
-        path: str,
-        *,
-        dim: int | None = None,
-        header: bool | None = None,
-        on_bad_line: str = "error",
-        encoding_errors: str = "replace",
-        allow_numeric_token_words: bool = False,
-        progress: bool = True,
-        emit_warnings: bool = True,
-    ) -> None:
-        check_policies(on_bad_line, encoding_errors)
-        self.path = path
-        self.dim = dim
-        self.header = header
-        self.on_bad_line = on_bad_line
-        self.encoding_errors = encoding_errors
-        self.allow_numeric_token_words = allow_numeric_token_words
-        self.progress = progress
-        self.emit_warnings = emit_warnings
-        self.report = ParseReport(path=path)
-        self.tokens: list[str] = []
-        self._index: dict[str, int] = {}
+    path: str
+    _: KW_ONLY
+    dim: int | None = None
+    header: bool | None = None
+    on_bad_line: str = "error"
+    encoding_errors: str = "replace"
+    allow_numeric_token_words: bool = False
+    progress: bool = True
+    emit_warnings: bool = True
+    tokens: list[str] = field(init=False, default_factory=list)
+
+    def __post_init__(self) -> None:
+        check_policies(self.on_bad_line, self.encoding_errors)
+        self.report = ParseReport(path=self.path)
+        self._seen: set[str] = set()
 
     def parse(self, sink: Callable[[np.ndarray], None]) -> list[str]:
         """Parse the whole file; returns the kept tokens (row order) and fills ``report``."""
         from tqdm.auto import tqdm
 
         stream, raw = open_decompressed(self.path)
-        total = os.path.getsize(self.path)
         bar = tqdm(
-            total=total,
+            total=os.path.getsize(self.path),
             unit="B",
             unit_scale=True,
             desc=f"parsing {os.path.basename(self.path)}",
             disable=None if self.progress else True,
             leave=False,
         )
-        first_line_no: int | None = None
         line_no = 0
         try:
-            while True:
-                lines = stream.readlines(BLOCK_BYTES)
-                if not lines:
-                    break
+            while lines := stream.readlines(BLOCK_BYTES):
                 start = line_no
                 line_no += len(lines)
-                if first_line_no is None:
+                if not self.report.dim:  # the header (or first data line) is still to come
                     first = next((k for k, line in enumerate(lines) if line.strip()), None)
                     if first is None:
                         self.report.blank_lines += len(lines)
                         continue
-                    first_line_no = start + first
                     self.report.blank_lines += first
                     lines, start = self._read_header(lines[first:], start + first)
                 self._block(lines, start, sink)
@@ -233,16 +193,15 @@ class TextVectorParser:
             bar.close()
             stream.close()
             raw.close()
-        if first_line_no is None:
+        if not self.report.dim:
             raise ValueError(f"{self.path}: the file has no vectors")
         self._finish()
         return self.tokens
 
     def _read_header(self, lines: list[bytes], start: int) -> tuple[list[bytes], int]:
-        if lines[0].startswith(_BOM):
-            lines[0] = lines[0][len(_BOM) :]
+        lines[0] = lines[0].removeprefix(_BOM)
         fields = lines[0].split()
-        looks_like_header = len(fields) == 2 and all(_is_int(f) for f in fields)
+        looks_like_header = len(fields) == 2 and all(f.isdigit() for f in fields)
         if self.header is True and not looks_like_header:
             raise ValueError(
                 f"{self.path}: line {start + 1}: header=True but the line is not '<count> <dim>': {lines[0][:80]!r}"
@@ -260,7 +219,7 @@ class TextVectorParser:
         self.report.dim = self.dim
         return lines, start
 
-    def _bad(self, line_no: int, reason: str, line: bytes) -> None:
+    def _bad(self, line_no: int, line: bytes, reason: str) -> None:
         message = f"{self.path}: line {line_no}: {reason}: {line[:80]!r}"
         if self.on_bad_line == "error":
             raise ValueError(f"{message} (pass source_options on_bad_line='skip' to skip such lines)")
@@ -269,12 +228,10 @@ class TextVectorParser:
             self.report.problems.append(message)
 
     def _block(self, lines: list[bytes], start: int, sink: Callable[[np.ndarray], None]) -> None:
-        dim = self.dim
-        assert dim is not None
+        dim = self.report.dim
         tokens: list[bytes] = []
         values: list[bytes] = []
-        numbers: list[int] = []
-        raws: list[bytes] = []
+        origins: list[tuple[int, bytes]] = []  # (line number, line) of each kept line, to name a bad one
         for offset, raw_line in enumerate(lines):
             line = raw_line.rstrip()
             if not line:
@@ -288,7 +245,7 @@ class TextVectorParser:
             else:
                 parts = line.rsplit(None, dim)
                 if len(parts) != dim + 1 or not parts[0].strip():
-                    self._bad(line_no, f"expected a token and {dim} values, found {len(line.split())} fields", line)
+                    self._bad(line_no, line, f"expected a token and {dim} values, found {len(line.split())} fields")
                     continue
                 token, rest = parts[0], b" ".join(parts[1:])
                 words = token.split()
@@ -296,16 +253,15 @@ class TextVectorParser:
                     spaced = token.decode("utf-8", errors="replace")
                     self._bad(
                         line_no,
+                        line,
                         f"more than {dim} values — or the token {spaced!r} has spaces and ends in a "
                         "number (pass source_options allow_numeric_token_words=True if such tokens "
                         "are real)",
-                        line,
                     )
                     continue
             tokens.append(token)
             values.append(rest)
-            numbers.append(line_no)
-            raws.append(line)
+            origins.append((line_no, line))
         if not tokens:
             return
         array = _parse_numbers(values, dim)
@@ -315,17 +271,17 @@ class TextVectorParser:
             for k, rest in enumerate(values):
                 parsed, reason = _parse_line(rest, dim)
                 if parsed is None:
-                    self._bad(numbers[k], reason, raws[k])
+                    self._bad(*origins[k], reason)
                     keep[k] = False
                 else:
                     array[k] = parsed
         finite = np.isfinite(array).all(axis=1)
         for k in np.flatnonzero(~finite & keep):
-            self._bad(numbers[k], "non-finite value (NaN or inf)", raws[k])
+            self._bad(*origins[k], "non-finite value (NaN or inf)")
             keep[k] = False
         for k, token in enumerate(tokens):
             if keep[k]:
-                keep[k] = self._add_token(token, numbers[k])
+                keep[k] = self._add_token(token, origins[k][0])
         if keep.any():
             sink(np.ascontiguousarray(array[keep] if not keep.all() else array, dtype="<f4"))
 
@@ -340,10 +296,10 @@ class TextVectorParser:
                 ) from None
             token = raw_token.decode("utf-8", errors=self.encoding_errors)
             self.report.invalid_utf8 += 1
-        if token in self._index:
+        if token in self._seen:
             self.report.duplicates += 1
             return False
-        self._index[token] = len(self.tokens)
+        self._seen.add(token)
         self.tokens.append(token)
         self.report.rows += 1
         return True

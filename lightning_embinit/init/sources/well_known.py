@@ -7,8 +7,8 @@ then read as ``file:<path>`` reads it (:mod:`.static`).
 from __future__ import annotations
 
 import os
-from collections.abc import Callable
 from dataclasses import dataclass
+from functools import partial
 from typing import Any
 
 from lightning_embinit.init.sources import network
@@ -26,6 +26,20 @@ class WellKnown:
     file_name: str
     url: str
     dim: int
+    summary: str = ""
+
+    def locate(self, name: str) -> str:
+        """The set's local file (gensim-data's copy, downloaded when a network is reachable); else how to get it."""
+        how = (
+            f"download {self.file_name} from {self.url} (unzip if needed) and pass "
+            f"source='file:/path/to/{self.file_name}' or source_options={{'path': '/path/to/{self.file_name}'}}"
+        )
+        if self.gensim_name is None:
+            raise RuntimeError(f"source {name!r} ({self.title}) is not downloaded automatically: {how}")
+        try:
+            return gensim_data_path(self.gensim_name)
+        except RuntimeError as error:
+            raise RuntimeError(f"source {name!r} ({self.title}): {error}. Without a network, {how}") from None
 
 
 _GLOVE_6B = "https://nlp.stanford.edu/data/glove.6B.zip"
@@ -65,7 +79,15 @@ GENSIM_DATA = {
     "fasttext-wiki-news-subwords-300": 300,
     "conceptnet-numberbatch-17-06-300": 300,
 }
-
+for _name, _dim in GENSIM_DATA.items():
+    WELL_KNOWN[_name] = WellKnown(
+        f"gensim-data {_name}, {_dim}d",
+        _name,
+        f"{_name}.gz",
+        "https://github.com/RaRe-Technologies/gensim-data",
+        _dim,
+        f"gensim-data {_name} ({_dim}d), through gensim.downloader or path=",
+    )
 
 GENSIM_DATA_HOST = "https://raw.githubusercontent.com"  # where gensim.downloader reads its catalogue
 
@@ -92,42 +114,13 @@ def gensim_data_path(gensim_name: str) -> str:
         raise RuntimeError(f"downloading gensim-data {gensim_name!r} failed: {error}") from error
 
 
-def _locator(name: str, title: str, gensim_name: str | None, file_name: str, url: str) -> Callable[[], str]:
-    def locate() -> str:
-        how = (
-            f"download {file_name} from {url} (unzip if needed) and pass source='file:/path/to/{file_name}' "
-            f"or source_options={{'path': '/path/to/{file_name}'}}"
-        )
-        if gensim_name is None:
-            raise RuntimeError(f"source {name!r} ({title}) is not downloaded automatically: {how}")
-        try:
-            return gensim_data_path(gensim_name)
-        except RuntimeError as error:
-            raise RuntimeError(f"source {name!r} ({title}): {error}. Without a network, {how}") from None
-
-    return locate
-
-
-def _register_well_known(name: str, entry: WellKnown) -> None:
+def _register(name: str, entry: WellKnown) -> None:
     def factory(**options: Any) -> PretrainedSource:
-        locate = _locator(name, entry.title, entry.gensim_name, entry.file_name, entry.url)
-        return named_file_source(name, None, options, locate, entry.dim)
+        return named_file_source(name, options, partial(entry.locate, name), entry.dim)
 
-    factory.__doc__ = f"{entry.title}; local file with path=, else gensim-data {entry.gensim_name or '(none)'}"
-    SOURCES.add(name, factory, summary=factory.__doc__)
-
-
-def _register_gensim(name: str, dim: int) -> None:
-    def factory(**options: Any) -> PretrainedSource:
-        locate = _locator(
-            name, f"gensim-data {name}, {dim}d", name, f"{name}.gz", "https://github.com/RaRe-Technologies/gensim-data"
-        )
-        return named_file_source(name, None, options, locate, dim)
-
-    SOURCES.add(name, factory, summary=f"gensim-data {name} ({dim}d), through gensim.downloader or path=")
+    summary = entry.summary or f"{entry.title}; local file with path=, else gensim-data {entry.gensim_name or '(none)'}"
+    SOURCES.add(name, factory, summary=summary)
 
 
 for _name, _entry in WELL_KNOWN.items():
-    _register_well_known(_name, _entry)
-for _name, _dim in GENSIM_DATA.items():
-    _register_gensim(_name, _dim)
+    _register(_name, _entry)
