@@ -133,11 +133,9 @@ def _tune(
         records = {}
         for result in tuner.fit():
             job = jobs[int(result.config["trial_index"])]
+            record = own_record(job, (result.metrics or {}).get(REPORTED_RECORD))
             message = f"the Ray trial ended before reporting: {result.error!r}"
-            reported = (result.metrics or {}).get(REPORTED_RECORD)
-            records[job["trial"]["trial_id"]] = own_record(job, reported) or failed_record(
-                job, "RayTrialError", message
-            )
+            records[job["trial"]["trial_id"]] = record or failed_record(job, "RayTrialError", message)
         return records
     finally:
         _PROGRESS_BARS.clear()

@@ -190,12 +190,8 @@ def summary_markdown(
     level = f"{100 * confidence:g} %"
     lines = _header_lines(results, list(summary.index), reference, extra) + [""] + _failures_lines(results.records)
     for title, chosen in _groups(results.records, names):
-        lines += [
-            "",
-            f"## {title}: mean ± std (n) over seeds",
-            "",
-            *_table(summary.index, chosen, partial(_summary_cell, summary)),
-        ]
+        table = _table(summary.index, chosen, partial(_summary_cell, summary))
+        lines += ["", f"## {title}: mean ± std (n) over seeds", "", *table]
     if len(differences):
         lines += _differences_lines(results, differences, names, reference, level)
     if figures:
