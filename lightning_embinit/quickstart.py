@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import dataclasses
 import logging
 import math
 import os
@@ -32,7 +33,6 @@ import textwrap
 import time
 import warnings
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -43,48 +43,24 @@ from lightning_embinit.callbacks.initial_loss import InitialLossMonitor
 from lightning_embinit.data import LanguageModelDataModule
 from lightning_embinit.models import CausalLMConfig, OptimizerConfig, TiedEmbeddingLM
 
-
-@dataclass(frozen=True)
-class Setting:
-    head: str
-    source: str  # passed to EmbeddingInitCallback as is
-
-
-SETTINGS: dict[str, Setting] = {
-    "tied-normal": Setting("tied", "normal:1/sqrt(d)"),
-    "tied-log_n_over_d": Setting("tied", "log_n_over_d"),
-    "untied-normal": Setting("untied", "normal:1/sqrt(d)"),
-    "half_swap-normal": Setting("tied_half_swap", "normal:1/sqrt(d)"),
+SETTINGS: dict[str, tuple[str, str]] = {  # name → (head, source given to EmbeddingInitCallback as is)
+    "tied-normal": ("tied", "normal:1/sqrt(d)"),
+    "tied-log_n_over_d": ("tied", "log_n_over_d"),
+    "untied-normal": ("untied", "normal:1/sqrt(d)"),
+    "half_swap-normal": ("tied_half_swap", "normal:1/sqrt(d)"),
 }
 
 
 def run_setting(
-    name: str,
-    data: LanguageModelDataModule,
-    *,
-    steps: int,
-    d_model: int,
-    num_layers: int,
-    lr: float,
-    seed: int,
-    **trainer_options,
+    name: str, data: LanguageModelDataModule, architecture: CausalLMConfig, *, steps: int, lr: float, seed: int
 ) -> dict[str, float | str]:
-    """Train one setting for ``steps`` optimizer steps; return its row of the table."""
-    setting = SETTINGS[name]
+    """Train one setting (``architecture`` with the setting's head) for ``steps`` optimizer steps; its table row."""
+    head, source = SETTINGS[name]
     started = time.perf_counter()
     L.seed_everything(seed, verbose=False)
-    seq_len = data.hparams.seq_len
     model = TiedEmbeddingLM(
         vocabulary=data.vocabulary,
-        architecture=CausalLMConfig(
-            d_model=d_model,
-            num_heads=4,
-            num_layers=num_layers,
-            ffn_dim=2 * d_model,
-            max_len=seq_len,
-            positional="learned",
-            head=setting.head,
-        ),
+        architecture=dataclasses.replace(architecture, head=head),
         optimizer=OptimizerConfig(lr=lr),
     )
     monitor = InitialLossMonitor(track_steps=steps, warn=False)
@@ -97,14 +73,13 @@ def run_setting(
         enable_checkpointing=False,
         enable_progress_bar=False,
         enable_model_summary=False,
-        callbacks=[EmbeddingInitCallback(source=setting.source, seed=seed, verbose=False), monitor],
-        **trainer_options,
+        callbacks=[EmbeddingInitCallback(source=source, seed=seed, verbose=False), monitor],
     )
     trainer.fit(model, data)
     val_loss = float(trainer.callback_metrics["val_loss"])
     return {
         "setting": name,
-        "source": setting.source,
+        "source": source,
         "init_loss": monitor.init_loss,
         "ln_n": monitor.ln_vocab,
         "spec_prediction": math.nan if monitor.predicted is None else monitor.predicted,
@@ -137,14 +112,13 @@ def format_table(rows: Sequence[dict[str, float | str]]) -> str:
         f"{'setting':<19} {'source':<{src}} {'init loss':>9} {'ln n':>6} {FORMULA_LABEL:>{formula}} "
         f"{MODEL_LABEL:>{model}} {'val loss':>8} {'val ppl':>8} {'time':>6}"
     )
-    lines = [header, "-" * len(header)]
-    for r in rows:
-        lines.append(
-            f"{r['setting']:<19} {r['source']:<{src}} {r['init_loss']:>9.3f} {r['ln_n']:>6.3f} "
-            f"{_number(r['spec_prediction'], formula)} {_number(r['model_estimate'], model)} "
-            f"{r['val_loss']:>8.3f} {r['val_ppl']:>8.1f} {r['seconds']:>5.1f}s"
-        )
-    return "\n".join(lines)
+    lines = [
+        f"{r['setting']:<19} {r['source']:<{src}} {r['init_loss']:>9.3f} {r['ln_n']:>6.3f} "
+        f"{_number(r['spec_prediction'], formula)} {_number(r['model_estimate'], model)} "
+        f"{r['val_loss']:>8.3f} {r['val_ppl']:>8.1f} {r['seconds']:>5.1f}s"
+        for r in rows
+    ]
+    return "\n".join([header, "-" * len(header), *lines])
 
 
 def run(
@@ -158,19 +132,16 @@ def run(
     max_vocab: int | None = None,
     lr: float = 1e-3,
     seed: int = 0,
-    **trainer_options,
 ) -> list[dict[str, float | str]]:
     """Run ``settings`` on the Lee corpus; the rows of the table."""
     unknown = [s for s in settings if s not in SETTINGS]
     if unknown:
         raise ValueError(f"unknown settings {unknown}; choose from: {', '.join(SETTINGS)}")
     data = LanguageModelDataModule(seq_len=seq_len, batch_size=batch_size, max_size=max_vocab)
-    return [
-        run_setting(
-            name, data, steps=steps, d_model=d_model, num_layers=num_layers, lr=lr, seed=seed, **trainer_options
-        )
-        for name in settings
-    ]
+    architecture = CausalLMConfig(
+        d_model=d_model, num_heads=4, num_layers=num_layers, ffn_dim=2 * d_model, max_len=seq_len, positional="learned"
+    )
+    return [run_setting(name, data, architecture, steps=steps, lr=lr, seed=seed) for name in settings]
 
 
 def headline_verdict(config: Path) -> str:
@@ -180,16 +151,15 @@ def headline_verdict(config: Path) -> str:
 
     result = run_inspection(build_parser().parse_args(["--config", str(config)]))
     lines = ["sound" if result["verdict"] == "ok" else "fix the start before training"]
-    for row in result["slots"]:
-        lines += [
-            f"  slot {row['name']!r}: {p['problem']}; countermeasures: {p['countermeasures']}" for p in row["problems"]
-        ]
+    lines += [
+        f"  slot {row['name']!r}: {problem['problem']}; countermeasures: {problem['countermeasures']}"
+        for row in result["slots"]
+        for problem in row["problems"]
+    ]
     return "\n".join(lines)
 
 
-def run_headline(
-    results: str | Path, *, variant: str = "smoke", workers: int | None = None, progress: bool = True
-) -> dict[str, Any]:
+def run_headline(results: str | Path, *, variant: str = "smoke") -> dict[str, Any]:
     """Run the headline study's ``variant`` into ``results`` and report it: ``embinit report``'s result
     (:func:`~lightning_embinit.studies.report.write_report`) with ``verdicts`` (setting → seed 0's verdict) added."""
     from lightning_embinit.studies import run_study, write_report
@@ -199,8 +169,7 @@ def run_headline(
     from lightning_embinit.studies.spec import trial_id
 
     study = headline_study()
-    workers = workers or max(1, min(2, available_cores()))
-    records = run_study(study, results, variant=variant, workers=workers, progress=progress)
+    records = run_study(study, results, variant=variant, workers=min(2, available_cores()))
     failed = [r["trial_id"] for r in records if r.get("status") != "done"]
     if failed:
         raise RuntimeError(
@@ -259,18 +228,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--skip-headline", action="store_true", help="run part 1 only")
     args = parser.parse_args(argv)
     started = time.perf_counter()
+    settings = [s.strip() for s in args.settings.split(",") if s.strip()]
+    options = {
+        name: getattr(args, name) for name in ("steps", "d_model", "seq_len", "batch_size", "max_vocab", "lr", "seed")
+    }
     with quiet_lightning():
-        rows = run(
-            [s.strip() for s in args.settings.split(",") if s.strip()],
-            steps=args.steps,
-            d_model=args.d_model,
-            num_layers=args.layers,
-            seq_len=args.seq_len,
-            batch_size=args.batch_size,
-            max_vocab=args.max_vocab,
-            lr=args.lr,
-            seed=args.seed,
-        )
+        rows = run(settings, num_layers=args.layers, **options)
     print(
         f"\nPart 1 — TiedEmbeddingLM d={args.d_model}, {args.layers} layers, {args.steps} steps, "
         "Lee corpus (gensim test data)"

@@ -13,11 +13,10 @@ prints one line on failure (``embinit sweep: error: ...``).
 from __future__ import annotations
 
 import argparse
-import inspect
+import functools
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
 
 ENGINES = ("local", "ray")
 
@@ -52,23 +51,6 @@ def _fail(command: str, message: str) -> int:
     return 2
 
 
-def _ray_runner() -> Callable[..., list[dict[str, Any]]]:
-    """The Ray engine's ``run_study_on_ray``; a StudyError naming the install command when Ray is missing."""
-    from lightning_embinit.studies.ray_train import require_ray
-
-    require_ray()
-    from lightning_embinit.studies.ray_engine import run_study_on_ray
-
-    return run_study_on_ray
-
-
-def _call(runner: Callable[..., Any], study: Any, results: Path, options: dict[str, Any]) -> Any:
-    """``runner(study, results, **options)`` with the options its signature takes."""
-    parameters = inspect.signature(runner).parameters
-    takes_any = any(p.kind is inspect.Parameter.VAR_KEYWORD for p in parameters.values())
-    return runner(study, results, **{k: v for k, v in options.items() if takes_any or k in parameters})
-
-
 def sweep_main(argv: Sequence[str] | None = None) -> int:
     """``embinit sweep``: 0 when every trial is done, 1 when some failed, 2 when the study cannot start."""
     args = sweep_parser().parse_args(list(sys.argv[1:] if argv is None else argv))
@@ -85,32 +67,19 @@ def sweep_main(argv: Sequence[str] | None = None) -> int:
                 f"--ddp-workers {args.ddp_workers} needs --engine ray (Ray Train runs each trial on "
                 "several workers); locally, give the study trainer.devices and trainer.strategy: ddp"
             )
-        runner = _ray_runner() if args.engine == "ray" else None
+        options = ["variant", "workers", "threads", "retry_failed", "progress"]
+        if args.engine == "ray":
+            from lightning_embinit.studies.ray_engine import run_study_on_ray
+            from lightning_embinit.studies.ray_train import require_ray
+
+            require_ray()  # before the study is read: the missing install is the first thing to fix
+            runner = functools.partial(run_study_on_ray, address=args.ray_address)
+            options += ["gpus_per_trial", "ddp_workers"]
+        else:
+            from lightning_embinit.studies.local import run_study as runner
         study = Study.from_yaml(args.study)
         results = Path(args.results or f"runs/{study.name}" + (f"-{args.variant}" if args.variant else ""))
-        options = {
-            "variant": args.variant,
-            "workers": args.workers,
-            "threads": args.threads,
-            "retry_failed": args.retry_failed,
-            "progress": args.progress,
-        }
-        if runner is None:
-            from lightning_embinit.studies.local import run_study
-
-            records = run_study(study, results, **options)
-        else:
-            records = _call(
-                runner,
-                study,
-                results,
-                {
-                    **options,
-                    "address": args.ray_address,
-                    "gpus_per_trial": args.gpus_per_trial,
-                    "ddp_workers": args.ddp_workers,
-                },
-            )
+        records = runner(study, results, **{option: getattr(args, option) for option in options})
     except (StudyError, ImportError, OSError) as error:  # a study or results directory that cannot be read or written
         return _fail("sweep", str(error))
     except KeyboardInterrupt:
@@ -143,7 +112,6 @@ def report_main(argv: Sequence[str] | None = None) -> int:
         report = write_report(args.results, args.out, reference=args.reference, metrics=metrics)
     except (StudyError, OSError) as error:
         return _fail("report", str(error))
-    if report.get("markdown"):
-        print(report["markdown"])
-    print(f"report written to {report.get('out_dir') or args.out}", file=sys.stderr)
+    print(report["markdown"])
+    print(f"report written to {report['out_dir']}", file=sys.stderr)
     return 0

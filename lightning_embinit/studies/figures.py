@@ -53,13 +53,11 @@ def curve_series(
     series = {}
     for setting in settings:
         curves = [
-            curve_points((record.get("curves") or {}).get(metric))
-            for record in done(records)
-            if setting_name(record) == setting
+            curve_points((r.get("curves") or {}).get(metric)) for r in done(records) if setting_name(r) == setting
         ]
-        steps, mean, std, n = align_curves(curves)
-        if n:
-            series[setting] = (steps, mean, std, n)
+        aligned = align_curves(curves)
+        if aligned[3]:  # seeds with the curve
+            series[setting] = aligned
     return series
 
 
@@ -80,10 +78,8 @@ def curves_figure(
     axes.set_ylabel(metric)
     axes.set_title(title or f"{metric}: mean ± std over seeds", fontsize=10)
     axes.grid(alpha=0.3)
-    if outside:
-        axes.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0.0)
-    else:
-        axes.legend(fontsize=8)
+    beside = {"loc": "upper left", "bbox_to_anchor": (1.01, 1.0), "borderaxespad": 0.0} if outside else {}
+    axes.legend(fontsize=8, **beside)
     return figure
 
 
@@ -121,11 +117,6 @@ def learning_speed_figure(summary: pd.DataFrame, metrics: Sequence[str]) -> Figu
     return figure
 
 
-def learning_speed_metrics(metrics: Sequence[str]) -> list[str]:
-    """The learning-speed metrics among ``metrics`` (``.../examples_to_threshold``)."""
-    return [metric for metric in metrics if metric.endswith(LEARNING_SPEED_SUFFIX)]
-
-
 def write_figures(
     records: Sequence[Mapping[str, Any]],
     settings: Sequence[str],
@@ -144,7 +135,9 @@ def write_figures(
             title = f"{study}: {metric}, mean ± std over seeds" if study else ""
             path = out_dir / f"curves_{file_stem(metric)}.png"
             written.append(save(curves_figure(series, metric, title=title), path))
-    speed = learning_speed_metrics(list(summary.columns.get_level_values(0).unique()))
+    speed = [
+        metric for metric in summary.columns.get_level_values(0).unique() if metric.endswith(LEARNING_SPEED_SUFFIX)
+    ]
     if speed:
         written.append(save(learning_speed_figure(summary, speed), out_dir / "learning_speed.png"))
     return written

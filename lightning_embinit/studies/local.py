@@ -20,7 +20,7 @@ from typing import Any
 from lightning_embinit.studies.keys import StudyError
 from lightning_embinit.studies.plan import prepare_sweep
 from lightning_embinit.studies.progress import SweepProgress
-from lightning_embinit.studies.records import now, read_record, record_path, write_json
+from lightning_embinit.studies.records import now
 from lightning_embinit.studies.spec import Study, Trial
 
 PRELOAD = (
@@ -61,8 +61,6 @@ def visible_gpus() -> list[str]:
     import torch
 
     count = torch.cuda.device_count()
-    if count == 0:
-        return []
     given = [entry.strip() for entry in os.environ.get("CUDA_VISIBLE_DEVICES", "").split(",") if entry.strip()]
     return given[:count] if given else [str(index) for index in range(count)]
 
@@ -121,69 +119,51 @@ def _run_all(
 
     context = multiprocessing.get_context(start_method())
     pending, free_gpus = deque(trials), deque(gpus)
-    running: dict[Any, tuple[Any, Trial, dict[str, Any], str]] = {}
+    running: dict[Any, tuple[Any, dict[str, Any], str]] = {}
     results: dict[str, dict[str, Any]] = {}
     try:
         while pending or running:
             while pending and len(running) < workers:
                 trial = pending.popleft()
+                gpu = free_gpus.popleft() if gpus else None
                 job = trial_job(
-                    trial,
-                    results_dir,
-                    threads,
-                    gpu=free_gpus.popleft() if gpus else None,
-                    sweep_pid=os.getpid(),
-                    environment=dict(os.environ),
+                    trial, results_dir, threads, gpu=gpu, sweep_pid=os.getpid(), environment=dict(os.environ)
                 )
                 process = context.Process(target=run_job, args=(job,), name=f"embinit-trial-{trial.trial_id}")
                 process.start()
-                running[process.sentinel] = (process, trial, job, now())
-                bar.started(trial)
+                running[process.sentinel] = (process, job, now())
+                bar.started(trial.trial_id)
             for sentinel in multiprocessing.connection.wait(list(running), timeout=1.0):
-                process, trial, job, started = running.pop(sentinel)
+                process, job, started = running.pop(sentinel)
                 process.join()
                 if job["gpu"] is not None:
                     free_gpus.append(job["gpu"])
-                results[trial.trial_id] = _collect(trial, results_dir, job, process.exitcode, started)
-                bar.finished(results[trial.trial_id])
+                results[job["trial"]["trial_id"]] = record = _collect(job, process.exitcode, started)
+                bar.finished(record)
     except BaseException:
-        _stop([entry[0] for entry in running.values()])
+        processes = [process for process, _, _ in running.values()]
+        for process in processes:
+            process.terminate()
+        for process in processes:
+            process.join(timeout=10)
+            if process.is_alive():
+                process.kill()
         raise
     return results
 
 
-def _stop(processes: list[Any]) -> None:
-    for process in processes:
-        process.terminate()
-    for process in processes:
-        process.join(timeout=10)
-        if process.is_alive():
-            process.kill()
-
-
-def _collect(
-    trial: Trial, results_dir: Path, job: dict[str, Any], exitcode: int | None, started: str
-) -> dict[str, Any]:
+def _collect(job: dict[str, Any], exitcode: int | None, started: str) -> dict[str, Any]:
     """The record the trial's process wrote; a ``failed`` one written here when the process died before writing."""
-    record = read_record(results_dir, trial.trial_id)
-    if record is not None and record.get("run_id") == job["run_id"]:
-        return record
-    from lightning_embinit.studies.trial import failed_record
+    from lightning_embinit.studies.trial import failed_record, own_record
 
+    record = own_record(job)
+    if record is not None:
+        return record
     how = f"code {exitcode}"
     if exitcode is not None and exitcode < 0:
         name = signal.Signals(-exitcode).name if -exitcode in {s.value for s in signal.Signals} else str(-exitcode)
         how = f"signal {name}" + (" (killed: out of memory?)" if -exitcode == signal.SIGKILL else "")
     log = Path(job["log_file"])
     tail = log.read_text(encoding="utf-8", errors="replace").splitlines()[-LOG_TAIL_LINES:] if log.exists() else []
-    record = failed_record(
-        trial,
-        results_dir,
-        run_id=job["run_id"],
-        error_type="TrialProcessDied",
-        started=started,
-        message=f"the trial's process ended with {how} before writing its record",
-        log_tail="\n".join(tail),
-    )
-    write_json(record_path(results_dir, trial.trial_id), record)
-    return record
+    message = f"the trial's process ended with {how} before writing its record"
+    return failed_record(job, "TrialProcessDied", message, "\n".join(tail), started)

@@ -47,13 +47,6 @@ def scalars(metrics: Mapping[str, Any]) -> dict[str, float]:
     return {name: value for name, value in found.items() if value is not None}
 
 
-def non_finite(values: Mapping[str, Any]) -> list[str]:
-    """``name = value`` for each NaN or infinite number of ``values``."""
-    return [
-        f"{name} = {value}" for name, value in values.items() if isinstance(value, float) and not math.isfinite(value)
-    ]
-
-
 def is_model_metric(name: str) -> bool:
     return bool(MODEL_METRIC.search(name))
 
@@ -156,8 +149,7 @@ class EpochClock(Callback):
 
     def __init__(self) -> None:
         self.epochs: list[tuple[float, bool]] = []
-        self._started: float | None = None
-        self._batches = 0
+        self._started, self._batches = 0.0, 0
 
     @override
     def on_train_epoch_start(self, trainer: Trainer, pl_module: LightningModule) -> None:
@@ -169,11 +161,9 @@ class EpochClock(Callback):
 
     @override
     def on_train_epoch_end(self, trainer: Trainer, pl_module: LightningModule) -> None:
-        if self._started is not None:
-            expected = trainer.num_training_batches
-            whole = not math.isfinite(expected) or self._batches >= expected
-            self.epochs.append((time.perf_counter() - self._started, whole))
-            self._started = None
+        expected = trainer.num_training_batches
+        whole = not math.isfinite(expected) or self._batches >= expected
+        self.epochs.append((time.perf_counter() - self._started, whole))
 
 
 def cost_values(model: torch.nn.Module, clock: EpochClock, fit_seconds: float, steps: int) -> dict[str, Any]:

@@ -3,7 +3,6 @@ split its trials into those to run and the records kept from earlier runs."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -30,11 +29,20 @@ class SweepPlan:
         return [found[trial.trial_id] for trial in self.trials if trial.trial_id in found]
 
 
-def plan_trials(
-    trials: Sequence[Trial], results_dir: Path, retry_failed: bool
-) -> tuple[list[Trial], list[dict[str, Any]]]:
-    """(trials to run, records kept): a record with the trial's config hash is kept when ``done``, or ``failed``
-    without ``retry_failed``; a changed config (another hash) or a missing record runs."""
+def prepare_sweep(
+    study: Study | str | Path, results_dir: str | Path, *, variant: str | None = None, retry_failed: bool = False
+) -> SweepPlan:
+    """Check everything a sweep needs before any trial starts — the study, every trial's config (the ``embinit``
+    parser), the results directory — then write ``study.json`` and plan the trials; StudyError when one fails.
+
+    A record with the trial's config hash is kept when ``done``, or ``failed`` without ``retry_failed``; a changed
+    config (another hash) or a missing record runs."""
+    study = study if isinstance(study, Study) else Study.from_yaml(study)
+    results_dir = Path(results_dir)
+    trials = study.trials(variant)
+    validate_trials(study, trials)
+    check_results_dir(results_dir, study, variant)
+    write_json(results_dir / STUDY_FILE, study_summary(study, variant, trials))
     to_run, kept = [], []
     for trial in trials:
         record = read_record(results_dir, trial.trial_id)
@@ -43,19 +51,4 @@ def plan_trials(
             kept.append(record)
         else:
             to_run.append(trial)
-    return to_run, kept
-
-
-def prepare_sweep(
-    study: Study | str | Path, results_dir: str | Path, *, variant: str | None = None, retry_failed: bool = False
-) -> SweepPlan:
-    """Check everything a sweep needs before any trial starts — the study, every trial's config (the ``embinit``
-    parser), the results directory — then write ``study.json`` and plan the trials. StudyError when one fails."""
-    study = study if isinstance(study, Study) else Study.from_yaml(study)
-    results_dir = Path(results_dir)
-    trials = study.trials(variant)
-    validate_trials(study, trials)
-    check_results_dir(results_dir, study, variant)
-    write_json(results_dir / STUDY_FILE, study_summary(study, variant, trials))
-    to_run, kept = plan_trials(trials, results_dir, retry_failed)
     return SweepPlan(study, variant, results_dir, trials, to_run, kept)

@@ -11,13 +11,6 @@ from rich.console import Console
 from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 
-from lightning_embinit.studies.spec import Trial
-
-
-def _first_line(text: Any) -> str:
-    lines = str(text or "").strip().splitlines()
-    return lines[0] if lines else ""
-
 
 def outcome_line(record: dict[str, Any]) -> str:
     """One line about a finished trial: its id, status, wall time and the protocol's best score or its error."""
@@ -31,10 +24,8 @@ def outcome_line(record: dict[str, Any]) -> str:
         )
         return f"done    {record['trial_id']}  {timing}  {scores}"
     error = record.get("error") or {}
-    return (
-        f"FAILED  {record['trial_id']}  {timing}  {error.get('type')}: {_first_line(error.get('message'))}"
-        f"  (log: {record.get('log')})"
-    )
+    message = next(iter(str(error.get("message") or "").strip().splitlines()), "")
+    return f"FAILED  {record['trial_id']}  {timing}  {error.get('type')}: {message}  (log: {record.get('log')})"
 
 
 class SweepProgress:
@@ -60,7 +51,6 @@ class SweepProgress:
                 TimeRemainingColumn(),
                 TextColumn("{task.fields[running]}"),
                 console=self.console,
-                transient=False,
             )
             self._progress.start()
             self._task = self._progress.add_task(
@@ -78,8 +68,8 @@ class SweepProgress:
         if self._progress is not None:
             self._progress.update(self._task, advance=advance, running=escape(", ".join(self.running)), **self.counts)
 
-    def started(self, trial: Trial) -> None:
-        self.running.append(trial.trial_id)
+    def started(self, trial_id: str) -> None:
+        self.running.append(trial_id)
         self._update()
 
     def finished(self, record: dict[str, Any]) -> None:

@@ -14,7 +14,6 @@ With ``ddp_workers`` > 1 (``--ddp-workers``) each Tune trial runs its trial as a
 from __future__ import annotations
 
 import json
-import os
 import uuid
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -24,10 +23,10 @@ from lightning_embinit.studies.keys import StudyError
 from lightning_embinit.studies.local import available_cores
 from lightning_embinit.studies.plan import prepare_sweep
 from lightning_embinit.studies.progress import SweepProgress
-from lightning_embinit.studies.ray_train import REPORTED_RECORD, ray_train_job, require_ray, run_ray_train_job
-from lightning_embinit.studies.records import now, read_record, record_path, write_json
-from lightning_embinit.studies.spec import Study, Trial
-from lightning_embinit.studies.trial import failed_record, trial_job
+from lightning_embinit.studies.ray_train import REPORTED_RECORD, require_ray, run_ray_train_job
+from lightning_embinit.studies.records import now
+from lightning_embinit.studies.spec import Study
+from lightning_embinit.studies.trial import failed_record, own_record, trial_job
 
 try:
     from ray.tune import Callback as TuneCallback
@@ -68,33 +67,13 @@ def run_study_on_ray(
         )
     plan = prepare_sweep(study, results_dir, variant=variant, retry_failed=retry_failed)
     results_dir = plan.results_dir.resolve()
-    if ddp_workers > 1:
-        jobs = [
-            ray_train_job(
-                trial, results_dir, num_workers=ddp_workers, gpus_per_worker=gpus_per_trial, cpus_per_worker=cpus
-            )
-            for trial in plan.to_run
-        ]
-        cpus, gpus_per_trial = 0, 0  # the Train workers hold the resources, not the Tune trial that waits on them
-    else:
-        jobs = [trial_job(trial, results_dir, cpus) for trial in plan.to_run]
+    ddp = {"num_workers": ddp_workers, "gpus_per_worker": gpus_per_trial} if ddp_workers > 1 else {}
+    jobs = [trial_job(trial, results_dir, cpus, **ddp) for trial in plan.to_run]
+    # A Tune trial that waits on its Ray Train workers holds a byte of memory, no CPU: the workers hold the resources
+    resources = {"cpu": 0, "memory": 1} if ddp else {"cpu": cpus, "gpu": gpus_per_trial}
+    run_name = f"{plan.study.name}-{variant or 'default'}-{now().replace(':', '')}"
     with SweepProgress(plan.study.name, total=len(plan.trials), skipped=plan.kept, enabled=progress) as bar:
-        records = (
-            _tune(
-                jobs,
-                results_dir,
-                plan.study.name,
-                variant,
-                cpus=cpus,
-                gpus=gpus_per_trial,
-                workers=workers,
-                address=address,
-                bar=bar,
-            )
-            if jobs
-            else {}
-        )
-        ordered = plan.ordered(records)
+        ordered = plan.ordered(_tune(jobs, results_dir, run_name, resources, workers, address, bar) if jobs else {})
         bar.summary(ordered, results_dir, ran=len(jobs))
     return ordered
 
@@ -104,17 +83,13 @@ def ray_trial(config: Mapping[str, Any], jobs: Sequence[Mapping[str, Any]]) -> N
     from ray import tune
 
     from lightning_embinit.studies.trial import run_trial
-    from lightning_embinit.studies.worker import limit_threads, redirect_output
+    from lightning_embinit.studies.worker import enter_job
 
     job = jobs[int(config["trial_index"])]
-    if job.get("cwd") and os.path.isdir(job["cwd"]):
-        os.chdir(job["cwd"])  # relative data paths in the study resolve as they do for the local engine
-    os.makedirs(os.path.dirname(job["log_file"]), exist_ok=True)
     if job.get("num_workers"):
         record = run_ray_train_job(job)
     else:
-        redirect_output(job["log_file"])
-        limit_threads(int(job["threads"]))
+        enter_job(job)
         record = run_trial(job["trial"], job["results_dir"], run_id=job["run_id"])
     numbers = {
         name: value
@@ -127,11 +102,8 @@ def ray_trial(config: Mapping[str, Any], jobs: Sequence[Mapping[str, Any]]) -> N
 def _tune(
     jobs: list[dict[str, Any]],
     results_dir: Path,
-    name: str,
-    variant: str | None,
-    *,
-    cpus: int,
-    gpus: int,
+    run_name: str,
+    resources: dict[str, int],
     workers: int | None,
     address: str | None,
     bar: SweepProgress,
@@ -145,54 +117,30 @@ def _tune(
         options = {"address": address} if address else {"num_cpus": available_cores(), "include_dashboard": False}
         ray.init(**options, configure_logging=False, log_to_driver=False)
     try:
-        # A Tune trial needs some resource; one that waits on its Ray Train workers holds a byte of memory, no CPU
-        resources = {"cpu": cpus, "gpu": gpus} if cpus or gpus else {"cpu": 0, "memory": 1}
         trainable = tune.with_resources(tune.with_parameters(ray_trial, jobs=jobs), resources)
         tuner = tune.Tuner(
             trainable,
             param_space={"trial_index": tune.grid_search(list(range(len(jobs))))},
             tune_config=tune.TuneConfig(max_concurrent_trials=workers),
             run_config=tune.RunConfig(
-                name=f"{name}-{variant or 'default'}-{now().replace(':', '')}",
+                name=run_name,
                 storage_path=str(results_dir / "ray"),
                 verbose=0,
                 failure_config=tune.FailureConfig(max_failures=0),
                 callbacks=[_ProgressCallback(jobs, bar)],
             ),
         )
-        grid = tuner.fit()
-        return {
-            job["trial"]["trial_id"]: _record_of(job, grid[index], results_dir)
-            for index, job in enumerate(_jobs_in_grid_order(jobs, grid))
-        }
+        records = {}
+        for result in tuner.fit():
+            job = jobs[int(result.config["trial_index"])]
+            record = own_record(job, (result.metrics or {}).get(REPORTED_RECORD))
+            message = f"the Ray trial ended before reporting: {result.error!r}"
+            records[job["trial"]["trial_id"]] = record or failed_record(job, "RayTrialError", message)
+        return records
     finally:
         _PROGRESS_BARS.clear()
         if started_here:
             ray.shutdown()
-
-
-def _jobs_in_grid_order(jobs: list[dict[str, Any]], grid: Any) -> list[dict[str, Any]]:
-    return [jobs[int(grid[index].config["trial_index"])] for index in range(len(grid))]
-
-
-def _record_of(job: Mapping[str, Any], result: Any, results_dir: Path) -> dict[str, Any]:
-    """The record a trial reported, written here; a ``failed`` record when its worker died before reporting."""
-    reported = (result.metrics or {}).get(REPORTED_RECORD)
-    trial_id = job["trial"]["trial_id"]
-    if reported is not None:
-        record = json.loads(reported)
-    else:
-        record = read_record(results_dir, trial_id)
-        if record is None or record.get("run_id") != job["run_id"]:
-            record = failed_record(
-                Trial.from_dict(job["trial"]),
-                results_dir,
-                run_id=job["run_id"],
-                error_type="RayTrialError",
-                message=f"the Ray trial ended before reporting: {result.error!r}",
-            )
-    write_json(record_path(results_dir, trial_id), record)
-    return read_record(results_dir, trial_id)  # as the local engine returns it: JSON-safe (non-finite as strings)
 
 
 class _ProgressCallback(TuneCallback):
@@ -203,11 +151,11 @@ class _ProgressCallback(TuneCallback):
         self.jobs, self.token = jobs, uuid.uuid4().hex
         _PROGRESS_BARS[self.token] = bar
 
-    def _job(self, trial: Any) -> dict[str, Any]:
-        return self.jobs[int(trial.config["trial_index"])]["trial"]
+    def _trial_id(self, trial: Any) -> str:
+        return self.jobs[int(trial.config["trial_index"])]["trial"]["trial_id"]
 
     def on_trial_start(self, iteration: int, trials: list, trial: Any, **info: Any) -> None:
-        _PROGRESS_BARS[self.token].started(Trial.from_dict(self._job(trial)))
+        _PROGRESS_BARS[self.token].started(self._trial_id(trial))
 
     def on_trial_complete(self, iteration: int, trials: list, trial: Any, **info: Any) -> None:
         reported = (trial.last_result or {}).get(REPORTED_RECORD)
@@ -215,10 +163,5 @@ class _ProgressCallback(TuneCallback):
             _PROGRESS_BARS[self.token].finished(json.loads(reported))
 
     def on_trial_error(self, iteration: int, trials: list, trial: Any, **info: Any) -> None:
-        _PROGRESS_BARS[self.token].finished(
-            {
-                "trial_id": self._job(trial)["trial_id"],
-                "status": "failed",
-                "error": {"type": "RayTrialError", "message": "the Ray trial ended before reporting"},
-            }
-        )
+        error = {"type": "RayTrialError", "message": "the Ray trial ended before reporting"}
+        _PROGRESS_BARS[self.token].finished({"trial_id": self._trial_id(trial), "status": "failed", "error": error})

@@ -16,15 +16,13 @@ from __future__ import annotations
 
 import importlib.util
 import json
-import os
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 from lightning_embinit.studies.keys import RAY_INSTALL, StudyError
-from lightning_embinit.studies.records import read_record, record_path, write_json
 from lightning_embinit.studies.spec import Trial
-from lightning_embinit.studies.trial import TrialLaunch, failed_record, trial_job
+from lightning_embinit.studies.trial import TrialLaunch, failed_record, own_record, trial_job
 
 RAY_TRAINER_KEYS = ("strategy", "plugins", "devices", "num_nodes", "accelerator")
 """Trainer settings Ray Train supplies; a trial's config values for them are set aside."""
@@ -38,27 +36,6 @@ def require_ray() -> None:
         raise StudyError(f"--engine ray needs Ray Tune and Ray Train, which are not installed: {RAY_INSTALL}")
 
 
-def ray_train_job(
-    trial: Trial,
-    results_dir: Path,
-    *,
-    num_workers: int,
-    gpus_per_worker: int,
-    cpus_per_worker: int,
-    run_id: str | None = None,
-) -> dict[str, Any]:
-    """The job a Ray Train run of ``trial`` carries: :func:`~.trial.trial_job` plus its scaling."""
-    if num_workers < 1 or cpus_per_worker < 1 or gpus_per_worker < 0:
-        raise StudyError(
-            f"a Ray Train trial needs ≥ 1 worker, ≥ 1 CPU and ≥ 0 GPUs per worker; got {num_workers}, "
-            f"{cpus_per_worker} and {gpus_per_worker}"
-        )
-    job = trial_job(trial, results_dir, cpus_per_worker, num_workers=num_workers, gpus_per_worker=gpus_per_worker)
-    if run_id is not None:
-        job["run_id"] = run_id
-    return job
-
-
 def run_trial_on_ray_train(
     trial: Trial | Mapping[str, Any],
     results_dir: str | Path,
@@ -66,30 +43,26 @@ def run_trial_on_ray_train(
     num_workers: int = 2,
     gpus_per_worker: int = 0,
     cpus_per_worker: int = 1,
-    run_id: str | None = None,
 ) -> dict[str, Any]:
     """Run ``trial`` as a DDP run of ``num_workers`` Ray Train workers on the running Ray instance (``ray.init``
     first, or one is started); write and return its record (``failed`` with the error when the run failed)."""
     require_ray()
+    if num_workers < 1 or cpus_per_worker < 1 or gpus_per_worker < 0:
+        raise StudyError(
+            f"a Ray Train trial needs ≥ 1 worker, ≥ 1 CPU and ≥ 0 GPUs per worker; got {num_workers}, "
+            f"{cpus_per_worker} and {gpus_per_worker}"
+        )
     trial = trial if isinstance(trial, Trial) else Trial.from_dict(trial)
-    results_dir = Path(results_dir).resolve()
-    job = ray_train_job(
-        trial,
-        results_dir,
-        num_workers=num_workers,
-        gpus_per_worker=gpus_per_worker,
-        cpus_per_worker=cpus_per_worker,
-        run_id=run_id,
-    )
-    return run_ray_train_job(job)
+    scaling = {"num_workers": num_workers, "gpus_per_worker": gpus_per_worker}
+    return run_ray_train_job(trial_job(trial, Path(results_dir).resolve(), cpus_per_worker, **scaling))
 
 
 def run_ray_train_job(job: Mapping[str, Any]) -> dict[str, Any]:
-    """Run one :func:`ray_train_job` on Ray Train; the record its rank 0 reported or wrote, else a failed one."""
+    """Run one trial's job (:func:`~.trial.trial_job` with ``num_workers`` and ``gpus_per_worker``) on Ray Train;
+    the record its rank 0 reported or wrote, else a failed one."""
     from ray.train import RunConfig, ScalingConfig
     from ray.train.torch import TorchConfig, TorchTrainer
 
-    trial, results_dir = Trial.from_dict(job["trial"]), Path(job["results_dir"])
     gpus = int(job["gpus_per_worker"])
     trainer = TorchTrainer(
         ray_train_worker,
@@ -100,26 +73,16 @@ def run_ray_train_job(job: Mapping[str, Any]) -> dict[str, Any]:
             resources_per_worker={"CPU": int(job["threads"]), **({"GPU": gpus} if gpus else {})},
         ),
         torch_config=TorchConfig(backend="nccl" if gpus else "gloo"),
-        run_config=RunConfig(name=f"{trial.trial_id}-{job['run_id'][:8]}", storage_path=str(results_dir / "ray")),
+        run_config=RunConfig(
+            name=f"{job['trial']['trial_id']}-{job['run_id'][:8]}", storage_path=str(Path(job["results_dir"]) / "ray")
+        ),
     )
-    failure: Exception | None = None
-    reported = None
     try:
-        result = trainer.fit()
-        reported = (result.metrics or {}).get(REPORTED_RECORD) or None
+        reported, failure = (trainer.fit().metrics or {}).get(REPORTED_RECORD), None
     except Exception as error:  # noqa: BLE001 - the trial fails, the sweep goes on
-        failure = error
-    record = json.loads(reported) if reported else read_record(results_dir, trial.trial_id)
-    if record is None or record.get("run_id") != job["run_id"]:
-        record = failed_record(
-            trial,
-            results_dir,
-            run_id=job["run_id"],
-            error_type="RayTrainError",
-            message=f"the Ray Train run ended before its rank 0 reported the record: {failure!r}",
-        )
-    write_json(record_path(results_dir, trial.trial_id), record)
-    return read_record(results_dir, trial.trial_id)
+        reported, failure = None, error
+    message = f"the Ray Train run ended before its rank 0 reported the record: {failure!r}"
+    return own_record(job, reported) or failed_record(job, "RayTrainError", message)
 
 
 def ray_train_worker(config: Mapping[str, Any]) -> None:
@@ -130,16 +93,12 @@ def ray_train_worker(config: Mapping[str, Any]) -> None:
     from ray.train.lightning import RayDDPStrategy, RayLightningEnvironment, RayTrainReportCallback, prepare_trainer
 
     from lightning_embinit.studies.trial import run_trial
-    from lightning_embinit.studies.worker import limit_threads, redirect_output
+    from lightning_embinit.studies.worker import enter_job
 
     job = config["job"]
     context = ray.train.get_context()
     rank, world_size = context.get_world_rank(), context.get_world_size()
-    if job.get("cwd") and os.path.isdir(job["cwd"]):
-        os.chdir(job["cwd"])
-    log_file = job["log_file"] if rank == 0 else str(Path(job["log_file"]).with_suffix(f".rank{rank}.log"))
-    redirect_output(log_file)
-    limit_threads(int(job["threads"]))
+    enter_job(job, None if rank == 0 else str(Path(job["log_file"]).with_suffix(f".rank{rank}.log")))
     launch = TrialLaunch(
         rank=rank,
         world_size=world_size,

@@ -80,13 +80,8 @@ def read_records(results_dir: str | Path, *, current_only: bool = True) -> list[
     results_dir = Path(results_dir)
     study = read_json(results_dir / STUDY_FILE)
     if current_only and isinstance(study, dict) and isinstance(study.get("trials"), list):
-        found = [read_record(results_dir, entry["trial_id"]) for entry in study["trials"]]
-        hashes = [entry.get("config_hash") for entry in study["trials"]]
-        return [
-            record
-            for record, expected in zip(found, hashes)
-            if record is not None and record.get("config_hash") == expected
-        ]
+        found = [(read_record(results_dir, entry["trial_id"]), entry.get("config_hash")) for entry in study["trials"]]
+        return [record for record, expected in found if record is not None and record.get("config_hash") == expected]
     paths = sorted((results_dir / "trials").glob("*.json"))
     return [record for record in map(read_json, paths) if isinstance(record, dict)]
 

@@ -1,17 +1,16 @@
-"""``embinit report``: a sweep's results directory as tables (Markdown, CSV) and figures (PNG).
+"""``embinit report``: a sweep's results directory (:mod:`.records`) as tables (Markdown, CSV) and figures (PNG).
 
-A results directory holds ``study.json`` (``name``, ``hash``, ``variant``, ``study``: the study with its
-``settings`` in order and its ``reference``) and ``trials/*.json``, one record per trial. The report gives
-mean ± std (n) per setting for each metric (settings as rows, the papers' shape), each setting's difference
-from the reference with Welch's 95 % interval, the failed trials grouped by error, the versions, host and
-wall time, and the figures of :mod:`~lightning_embinit.studies.figures`.
+It gives mean ± std (n) per setting for each metric (settings as rows, the papers' shape), each setting's difference
+from the reference with Welch's 95 % interval, the failed trials grouped by error, the versions, host and wall time,
+and the figures of :mod:`~lightning_embinit.studies.figures`.
 """
 
 from __future__ import annotations
 
 import json
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -28,15 +27,7 @@ from lightning_embinit.studies.results import (
     load_results,
     settings_with_records,
 )
-from lightning_embinit.studies.statistics import (
-    WALL_TIME,
-    aggregate,
-    compare,
-    done,
-    long_form,
-    metric_names,
-    number,
-)
+from lightning_embinit.studies.statistics import WALL_TIME, aggregate, compare, done, long_form, metric_names, number
 
 REPORT_DIR = "report"
 CURVE_METRIC = "val_loss"
@@ -53,7 +44,7 @@ def failure_groups(records: Sequence[Mapping[str, Any]]) -> list[tuple[str, list
     return sorted(groups.items(), key=lambda item: -len(item[1]))
 
 
-def _cell(summary: pd.DataFrame, setting: str, metric: str) -> str:
+def _summary_cell(summary: pd.DataFrame, setting: str, metric: str) -> str:
     """``mean ± std (n)`` of ``metric`` for ``setting``."""
     mean, std, n = (summary.loc[setting, (metric, part)] for part in ("mean", "std", "n"))
     if n == 0:
@@ -70,24 +61,14 @@ def _difference_cell(row: Mapping[str, Any]) -> str:
     return f"**{cell}**" if row["excludes_zero"] else cell
 
 
-def _table(header: Sequence[str], rows: Sequence[Sequence[str]]) -> list[str]:
+def _table(settings: Iterable[str], names: Sequence[str], cell: Callable[[str, str], str]) -> list[str]:
+    """A Markdown table: a row per setting, a column per metric, ``cell(setting, metric)`` in each."""
+
     def line(cells: Sequence[str]) -> str:
         return "| " + " | ".join(str(cell).replace("|", "\\|") for cell in cells) + " |"
 
-    return [line(header), line(["---"] * len(header)), *(line(row) for row in rows)]
-
-
-def _summary_table(summary: pd.DataFrame, names: Sequence[str]) -> list[str]:
-    rows = [[setting, *(_cell(summary, setting, m) for m in names)] for setting in summary.index]
-    return _table(["setting", *names], rows)
-
-
-def _difference_table(differences: pd.DataFrame, names: Sequence[str]) -> list[str]:
-    rows = []
-    for setting in dict.fromkeys(differences["setting"]):
-        chosen = differences[differences["setting"] == setting].set_index("metric")
-        rows.append([setting, *(_difference_cell(chosen.loc[m]) for m in names)])
-    return _table(["setting", *names], rows)
+    header = ["setting", *names]
+    return [line(header), line(["---"] * len(header)), *(line([s, *(cell(s, m) for m in names)]) for s in settings)]
 
 
 def _groups(records: Sequence[Mapping[str, Any]], names: Sequence[str]) -> list[tuple[str, list[str]]]:
@@ -179,14 +160,10 @@ def _header_lines(results: Results, settings: Sequence[str], reference: str, ext
 def _differences_lines(
     results: Results, differences: pd.DataFrame, names: Sequence[str], reference: str, level: str
 ) -> list[str]:
-    lines = []
+    lines, by_pair, settings = [], differences.set_index(["setting", "metric"]), dict.fromkeys(differences["setting"])
     for title, chosen in _groups(results.records, names):
-        lines += [
-            "",
-            f"## {title}: difference from {reference}, Δ [{level} CI]",
-            "",
-            *_difference_table(differences, chosen),
-        ]
+        table = _table(settings, chosen, lambda setting, metric: _difference_cell(by_pair.loc[(setting, metric)]))
+        lines += ["", f"## {title}: difference from {reference}, Δ [{level} CI]", "", *table]
     lines += [
         "",
         f"Δ = setting − {reference}, difference of means; Welch's {level} interval (Welch–Satterthwaite "
@@ -213,7 +190,8 @@ def summary_markdown(
     level = f"{100 * confidence:g} %"
     lines = _header_lines(results, list(summary.index), reference, extra) + [""] + _failures_lines(results.records)
     for title, chosen in _groups(results.records, names):
-        lines += ["", f"## {title}: mean ± std (n) over seeds", "", *_summary_table(summary, chosen)]
+        table = _table(summary.index, chosen, partial(_summary_cell, summary))
+        lines += ["", f"## {title}: mean ± std (n) over seeds", "", *table]
     if len(differences):
         lines += _differences_lines(results, differences, names, reference, level)
     if figures:
@@ -222,18 +200,15 @@ def summary_markdown(
 
 
 def curve_metrics(results: Results, summary: pd.DataFrame) -> list[str]:
-    """The curves to draw: validation loss, the protocol's monitor (``protocol.monitor`` of the study or the
-    records, or ``x`` of a metric ``best_x``), and the metrics learning speed watches; those some trial logged."""
-    study = results.study
-    protocol = study.get("protocol") if isinstance(study.get("protocol"), Mapping) else {}
-    protocols = [r.get("protocol") for r in results.records if isinstance(r.get("protocol"), Mapping)]
-    wanted = [CURVE_METRIC, study.get("monitor"), protocol.get("monitor"), *(p.get("monitor") for p in protocols)]
-    wanted += [m[len("best_") :] for m in summary.columns.get_level_values(0) if m.startswith("best_")]
-    wanted += [
-        m.split("/")[-2]
-        for m in summary.columns.get_level_values(0)
-        if m.endswith("/examples_to_threshold") and m.count("/") >= 2
+    """The curves to draw: validation loss, the protocol's monitor (the records' ``protocol.monitor``, or ``x`` of a
+    metric ``best_x``), and the metrics learning speed watches; those some trial logged."""
+    names = summary.columns.get_level_values(0)
+    wanted = [
+        CURVE_METRIC,
+        *(r["protocol"].get("monitor") for r in results.records if isinstance(r.get("protocol"), Mapping)),
     ]
+    wanted += [m[len("best_") :] for m in names if m.startswith("best_")]
+    wanted += [m.split("/")[-2] for m in names if m.endswith("/examples_to_threshold") and m.count("/") >= 2]
     logged = {name for r in done(results.records) if isinstance(r.get("curves"), Mapping) for name in r["curves"]}
     return [m for m in dict.fromkeys(w for w in wanted if isinstance(w, str)) if m in logged]
 
@@ -289,13 +264,12 @@ def write_report(
     paths[0].write_text(markdown, encoding="utf-8")
     long_form(summary).to_csv(paths[1], index=False)
     differences.to_csv(paths[2], index=False)
-    failed = sum(1 for r in results.records if r.get("status") == "failed")
     return {
         "paths": paths + figures,
         "markdown": markdown,
         "summary": summary,
         "differences": differences,
         "reference": chosen,
-        "failed": failed,
+        "failed": sum(r.get("status") == "failed" for r in records),
         "out_dir": out,
     }

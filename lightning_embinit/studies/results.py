@@ -40,20 +40,14 @@ class Results:
         return str(self.header.get("name") or self.study.get("name") or self.directory.name)
 
 
-def _read_json(path: Path) -> Any:
-    with path.open(encoding="utf-8") as handle:
-        return json.load(handle)
-
-
-def _latest_per_trial(paths: list[Path], records: list[dict[str, Any]]) -> tuple[list[dict], list[str]]:
+def _latest_per_trial(found: dict[Path, dict[str, Any]]) -> tuple[list[dict[str, Any]], list[str]]:
     """One record per (setting, seed): the latest written; the older ones' trial ids (a setting changed since)."""
-    order = sorted(range(len(paths)), key=lambda i: (paths[i].stat().st_mtime, paths[i].name))
     latest: dict[Any, dict[str, Any]] = {}
     superseded = []
-    for index in order:
-        record = records[index]
+    for path in sorted(found, key=lambda path: (path.stat().st_mtime, path.name)):
+        record = found[path]
         seed = record.get("seed")
-        key = (setting_name(record), seed) if seed is not None else ("", record.get("trial_id", paths[index].name))
+        key = (setting_name(record), seed) if seed is not None else ("", record.get("trial_id", path.name))
         if key in latest:
             superseded.append(str(latest[key].get("trial_id", "?")))
         latest[key] = record
@@ -73,25 +67,25 @@ def load_results(results_dir: str | Path) -> Results:
     if not study_path.is_file():
         raise ReportError(f"{directory} has no {STUDY_FILE}: not a results directory written by `embinit sweep`")
     try:
-        header = _read_json(study_path)
+        header = json.loads(study_path.read_text(encoding="utf-8"))
     except (OSError, ValueError) as error:
         raise ReportError(f"{study_path} is not readable JSON: {error}") from error
     if not isinstance(header, dict):
         raise ReportError(f"{study_path} holds no study (a JSON object with name, hash, variant, study)")
-    paths, records, unreadable = [], [], []
+    found: dict[Path, dict[str, Any]] = {}
+    unreadable = []
     for path in sorted((directory / TRIALS_DIR).glob("*.json")):
         try:
-            record = _read_json(path)
+            record = json.loads(path.read_text(encoding="utf-8"))
         except (OSError, ValueError) as error:
             warnings.warn(f"trial record {path} left out: {error}", stacklevel=2)
             unreadable.append(path.name)
             continue
         if isinstance(record, dict):
-            paths.append(path)
-            records.append(record)
-    if not records:
+            found[path] = record
+    if not found:
         raise ReportError(f"{directory} has no trial records ({TRIALS_DIR}/*.json): run the sweep first")
-    records, superseded = _latest_per_trial(paths, records)
+    records, superseded = _latest_per_trial(found)
     return Results(directory, header, records, superseded, unreadable)
 
 

@@ -34,7 +34,7 @@ from __future__ import annotations
 import copy
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field, fields
 from importlib import metadata
 from pathlib import Path
 from typing import Any
@@ -50,19 +50,6 @@ from lightning_embinit.studies.keys import (
     substitute_environment,
 )
 
-STUDY_KEYS = (
-    "name",
-    "description",
-    "base",
-    "overrides",
-    "settings",
-    "grid",
-    "seeds",
-    "seed_keys",
-    "reference",
-    "protocol",
-    "variants",
-)
 VARIANT_KEYS = ("overrides", "seeds", "description")
 TEST_CHOICES = ("auto", True, False)
 
@@ -95,7 +82,7 @@ class Protocol:
         return cls(**data)
 
     def to_dict(self) -> dict[str, Any]:
-        return {"monitor": self.monitor, "mode": self.mode, "test": self.test, "keep_checkpoint": self.keep_checkpoint}
+        return asdict(self)
 
 
 @dataclass(frozen=True)
@@ -110,46 +97,31 @@ class Variant:
     def from_dict(cls, data: Mapping[str, Any] | None) -> Variant:
         """``{seeds, description, overrides: {...}}``; dotted keys next to them are overrides too."""
         data = dict(data or {})
-        overrides = {
-            **dict(data.pop("overrides", None) or {}),
-            **{k: v for k, v in data.items() if k not in VARIANT_KEYS},
-        }
-        return cls(
-            overrides=overrides, seeds=_seeds(data.get("seeds") or ()), description=str(data.get("description", ""))
-        )
+        overrides = {**(data.pop("overrides", None) or {}), **{k: v for k, v in data.items() if k not in VARIANT_KEYS}}
+        return cls(overrides=overrides, seeds=_seeds(data.get("seeds")), description=str(data.get("description", "")))
 
     def to_dict(self) -> dict[str, Any]:
         return {"overrides": dict(self.overrides), "seeds": list(self.seeds), "description": self.description}
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class Trial:
-    """One setting × one seed of a study, with its merged config (environment substituted) and hash."""
+    """One setting × one seed of a study, with its merged config (environment substituted) and hash; its fields
+    open its record, in this order."""
 
-    setting: str
-    seed: int
-    config: dict[str, Any]
-    config_hash: str
-    trial_id: str
-    overrides: dict[str, Any] = field(default_factory=dict)
     study: str = ""
     study_hash: str = ""
     variant: str | None = None
+    setting: str
+    seed: int
+    trial_id: str
+    config_hash: str
+    overrides: dict[str, Any] = field(default_factory=dict)
+    config: dict[str, Any]
     protocol: Protocol = field(default_factory=Protocol)
 
     def to_dict(self) -> dict[str, Any]:
-        return {
-            "setting": self.setting,
-            "seed": self.seed,
-            "config": self.config,
-            "config_hash": self.config_hash,
-            "trial_id": self.trial_id,
-            "overrides": self.overrides,
-            "study": self.study,
-            "study_hash": self.study_hash,
-            "variant": self.variant,
-            "protocol": self.protocol.to_dict(),
-        }
+        return asdict(self)
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> Trial:
@@ -171,21 +143,22 @@ def trial_id(setting: str, seed: int) -> str:
     return f"{re.sub(r'[^A-Za-z0-9._=,+-]+', '_', setting)}-seed{seed}"
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class Study:
-    """A study (see the module doc); :meth:`from_yaml` reads one, :meth:`trials` lists its trials for a variant."""
+    """A study (see the module doc); :meth:`from_yaml` reads one, :meth:`trials` lists its trials for a variant.
+    Its fields but ``path`` (the file it was read from) are the keys of its YAML, in this order."""
 
     name: str
+    description: str = ""
     base: str | dict[str, Any]
+    overrides: dict[str, Any] = field(default_factory=dict)
     settings: dict[str, dict[str, Any]] = field(default_factory=dict)
     grid: dict[str, Any] = field(default_factory=dict)
     seeds: tuple[int, ...] = ()
+    seed_keys: tuple[str, ...] = ()
     reference: str | None = None
     protocol: Protocol = field(default_factory=Protocol)
     variants: dict[str, Variant] = field(default_factory=dict)
-    overrides: dict[str, Any] = field(default_factory=dict)
-    seed_keys: tuple[str, ...] = ()
-    description: str = ""
     path: str | None = field(default=None, compare=False)
 
     def __post_init__(self) -> None:
@@ -237,8 +210,7 @@ class Study:
             base = str((Path(root or ".") / Path(base).expanduser()).resolve())
         elif not isinstance(base, Mapping):
             raise StudyError(f"base: expected a config path or mapping, got {base!r}")
-        fields = {key: data[key] for key in STUDY_KEYS if key in data and key != "base"}
-        return cls(base=copy.deepcopy(base) if isinstance(base, Mapping) else base, path=path, **fields)
+        return cls(**{**data, "base": copy.deepcopy(base)}, path=path)
 
     def to_dict(self) -> dict[str, Any]:
         """The study as its YAML mapping (``base`` as an absolute path or the inline config)."""
@@ -300,23 +272,17 @@ class Study:
             return copy.deepcopy(dict(self.base))
         return read_yaml_mapping(self.base, f"study {self.name!r}: base config")
 
-    def setting_config(self, setting: str, variant: str | None, base: dict[str, Any] | None = None) -> dict[str, Any]:
-        """The config of ``setting`` under ``variant`` before the seed: base and every override layer applied."""
-        config = copy.deepcopy(base) if base is not None else self.base_config()
-        for where, overrides in self.override_layers(setting, variant):
-            apply_overrides(config, overrides, where=f"study {self.name!r}, {where}")
-        return config
-
     def trials(self, variant: str | None = None) -> list[Trial]:
         """Every setting × seed of ``variant`` (None: the study as written), settings in order, seeds inside."""
-        chosen = self.variant(variant)
-        seeds = chosen.seeds or self.seeds
+        seeds = self.variant(variant).seeds or self.seeds
         if not seeds:
             where = f"variant {variant!r} nor the study" if variant else "the study"
             raise StudyError(f"study {self.name!r} has no seeds: neither {where} gives seeds: [0, 1, 2]")
         base, protocol, study_hash, trials = self.base_config(), self.protocol, self.study_hash, []
         for setting, overrides in self.all_settings().items():
-            template = self.setting_config(setting, variant, base)
+            template = copy.deepcopy(base)
+            for where, layer in self.override_layers(setting, variant):
+                apply_overrides(template, layer, where=f"study {self.name!r}, {where}")
             for seed in seeds:
                 config = copy.deepcopy(template)
                 for key in ("seed_everything", *self.seed_keys):
@@ -344,11 +310,13 @@ class Study:
 
 
 def _check_unique_ids(trials: list[Trial]) -> None:
-    seen: dict[str, str] = {}
+    settings: dict[str, str] = {}
     for trial in trials:
-        if trial.trial_id in seen and seen[trial.trial_id] != trial.setting:
+        setting = settings.setdefault(trial.trial_id, trial.setting)
+        if setting != trial.setting:
             raise StudyError(
-                f"settings {seen[trial.trial_id]!r} and {trial.setting!r} share the file name "
-                f"{trial.trial_id!r}: rename one"
+                f"settings {setting!r} and {trial.setting!r} share the file name {trial.trial_id!r}: rename one"
             )
-        seen[trial.trial_id] = trial.setting
+
+
+STUDY_KEYS = tuple(f.name for f in fields(Study) if f.name != "path")

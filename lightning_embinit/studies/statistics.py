@@ -10,7 +10,7 @@ from __future__ import annotations
 import math
 import warnings
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass, fields
 from typing import Any
 
 import numpy as np
@@ -40,6 +40,9 @@ class Welch:
     @property
     def excludes_zero(self) -> bool:
         return bool(self.low > 0 or self.high < 0)
+
+
+COMPARE_COLUMNS = ["setting", "metric", *(f.name for f in fields(Welch) if f.name != "note"), "excludes_zero", "note"]
 
 
 def number(value: Any) -> float | None:
@@ -87,13 +90,6 @@ def metric_names(records: Iterable[Mapping[str, Any]], group: str | None = None)
     return list(names)
 
 
-def setting_order(records: Iterable[Mapping[str, Any]], settings: Sequence[str] | None = None) -> list[str]:
-    """``settings`` when given, else the settings of the records in first-seen order."""
-    if settings is not None:
-        return list(settings)
-    return list(dict.fromkeys(setting_name(record) for record in records))
-
-
 def samples(records: Iterable[Mapping[str, Any]], setting: str, metric: str) -> np.ndarray:
     """The values of ``metric`` over the finished trials (seeds) of ``setting``."""
     values = (value_of(record, metric) for record in done(records) if setting_name(record) == setting)
@@ -118,12 +114,15 @@ def describe(values: np.ndarray) -> tuple[float, float, int]:
     return mean(values), math.sqrt(variance(values)) if n > 1 else math.nan, n
 
 
-def _chosen(records: Sequence[Mapping[str, Any]], metrics: Sequence[str] | None) -> list[str]:
+def _table_axes(
+    records: Sequence[Mapping[str, Any]], metrics: Sequence[str] | None, settings: Sequence[str] | None
+) -> tuple[list[str], list[str]]:
+    """(the metrics: ``metrics``, checked, else every one; the settings: ``settings``, else the records' in order)."""
     known = metric_names(records)
-    if metrics is None:
-        return known
-    check_known("metrics", metrics, known)
-    return list(metrics)
+    if metrics is not None:
+        check_known("metrics", metrics, known)
+    order = list(settings) if settings is not None else list(dict.fromkeys(setting_name(record) for record in records))
+    return known if metrics is None else list(metrics), order
 
 
 def aggregate(
@@ -134,8 +133,7 @@ def aggregate(
     One row per setting (``settings``' order, else first-seen), columns ``(metric, "mean"|"std"|"n")``.
     """
     records = list(records)
-    names = _chosen(records, metrics)
-    order = setting_order(records, settings)
+    names, order = _table_axes(records, metrics, settings)
     rows = {
         setting: [value for metric in names for value in describe(samples(records, setting, metric))]
         for setting in order
@@ -167,23 +165,13 @@ def welch(values: np.ndarray, reference: np.ndarray, confidence: float = 0.95) -
     """
     n, n_ref = len(values), len(reference)
     difference = mean(values) - mean(reference)
+    no_interval = (math.nan,) * 4
     if n < 2 or n_ref < 2:
-        return Welch(
-            difference,
-            math.nan,
-            math.nan,
-            math.nan,
-            math.nan,
-            n,
-            n_ref,
-            f"n < 2 ({n} against {n_ref} for the reference)",
-        )
+        return Welch(difference, *no_interval, n, n_ref, f"n < 2 ({n} against {n_ref} for the reference)")
     share, share_ref = variance(values) / n, variance(reference) / n_ref
     spread = share + share_ref
     if spread == 0:
-        return Welch(
-            difference, math.nan, math.nan, math.nan, math.nan, n, n_ref, "no spread over the seeds on either side"
-        )
+        return Welch(difference, *no_interval, n, n_ref, "no spread over the seeds on either side")
     df = float(spread**2 / (share**2 / (n - 1) + share_ref**2 / (n_ref - 1)))
     half = float(stats.t.ppf((1 + confidence) / 2, df) * math.sqrt(spread))
     with warnings.catch_warnings():
@@ -206,42 +194,14 @@ def compare(
     ``n``, ``n_reference``, ``excludes_zero``, ``note``.
     """
     records = list(records)
-    names = _chosen(records, metrics)
-    order = setting_order(records, settings)
+    names, order = _table_axes(records, metrics, settings)
     check_choice("reference setting", reference, order)
     rows = []
     for setting in (s for s in order if s != reference):
         for metric in names:
             result = welch(samples(records, setting, metric), samples(records, reference, metric), confidence)
-            rows.append(
-                {
-                    "setting": setting,
-                    "metric": metric,
-                    "difference": result.difference,
-                    "low": result.low,
-                    "high": result.high,
-                    "df": result.df,
-                    "p_value": result.p_value,
-                    "n": result.n,
-                    "n_reference": result.n_reference,
-                    "excludes_zero": result.excludes_zero,
-                    "note": result.note,
-                }
-            )
-    columns = [
-        "setting",
-        "metric",
-        "difference",
-        "low",
-        "high",
-        "df",
-        "p_value",
-        "n",
-        "n_reference",
-        "excludes_zero",
-        "note",
-    ]
-    return pd.DataFrame(rows, columns=columns)
+            rows.append({"setting": setting, "metric": metric, **asdict(result), "excludes_zero": result.excludes_zero})
+    return pd.DataFrame(rows, columns=COMPARE_COLUMNS)
 
 
 def curve_points(curve: Any) -> tuple[np.ndarray, np.ndarray]:

@@ -23,14 +23,16 @@ loss or score fails the trial.
 
 from __future__ import annotations
 
-import contextlib
+import json
+import math
 import os
 import shutil
 import sys
 import time
 import traceback
 import uuid
-from collections.abc import Callable, Iterator, Mapping
+import warnings
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -48,14 +50,13 @@ from lightning_embinit.studies.outcome import (
     cost_values,
     host,
     is_model_metric,
-    non_finite,
     number,
     read_curves,
     scalars,
     summaries,
     versions,
 )
-from lightning_embinit.studies.records import RECORD_SCHEMA, log_path, now, record_path, run_dir, write_json
+from lightning_embinit.studies.records import RECORD_SCHEMA, log_path, now, read_json, record_path, run_dir, write_json
 from lightning_embinit.studies.spec import Protocol, Trial
 
 TRACEBACK_LINES = 40
@@ -94,9 +95,7 @@ def describe(error: BaseException) -> dict[str, str]:
     return {"type": type(error).__name__, "message": str(error), "traceback": "\n".join(lines[-TRACEBACK_LINES:])}
 
 
-def _relative(path: Path | None, root: Path) -> str | None:
-    if path is None:
-        return None
+def _relative(path: Path, root: Path) -> str:
     try:
         return str(Path(path).resolve().relative_to(root.resolve()))
     except ValueError:
@@ -107,16 +106,7 @@ def new_record(trial: Trial, results_dir: Path, *, run_id: str | None = None) ->
     """The record of ``trial`` before it runs (``status: running``)."""
     return {
         "schema": RECORD_SCHEMA,
-        "study": trial.study,
-        "study_hash": trial.study_hash,
-        "variant": trial.variant,
-        "setting": trial.setting,
-        "seed": trial.seed,
-        "trial_id": trial.trial_id,
-        "config_hash": trial.config_hash,
-        "overrides": trial.overrides,
-        "config": trial.config,
-        "protocol": trial.protocol.to_dict(),
+        **trial.to_dict(),
         "status": "running",
         "error": None,
         "metrics": {},
@@ -137,27 +127,25 @@ def new_record(trial: Trial, results_dir: Path, *, run_id: str | None = None) ->
     }
 
 
+def own_record(job: Mapping[str, Any], reported: str | None = None) -> dict[str, Any] | None:
+    """The record ``job``'s trial wrote under the job's run id (``reported``: the JSON record a Ray worker sent,
+    written into the results directory first); None when the trial's process ended before writing one."""
+    path = record_path(job["results_dir"], job["trial"]["trial_id"])
+    if reported:
+        write_json(path, json.loads(reported))
+    record = read_json(path)
+    return record if isinstance(record, dict) and record.get("run_id") == job["run_id"] else None
+
+
 def failed_record(
-    trial: Trial,
-    results_dir: Path,
-    *,
-    run_id: str | None,
-    error_type: str,
-    message: str,
-    log_tail: str = "",
-    started: str | None = None,
+    job: Mapping[str, Any], error_type: str, message: str, log_tail: str = "", started: str | None = None
 ) -> dict[str, Any]:
-    """The ``failed`` record an engine writes for a trial whose process ended before writing its own."""
-    record = new_record(trial, results_dir, run_id=run_id)
-    record.update(
-        status="failed",
-        finished=now(),
-        wall_time_s=None,
-        error={"type": error_type, "message": message, "traceback": log_tail},
-    )
-    if started is not None:
-        record["started"] = started
-    return record
+    """The ``failed`` record an engine writes for ``job``'s trial when its process ended before writing its own."""
+    trial, results_dir = Trial.from_dict(job["trial"]), Path(job["results_dir"])
+    record = new_record(trial, results_dir, run_id=job["run_id"])
+    error = {"type": error_type, "message": message, "traceback": log_tail}
+    record.update(status="failed", finished=now(), error=error, started=started or record["started"])
+    return read_json(write_json(record_path(results_dir, trial.trial_id), record))
 
 
 def trial_job(trial: Trial, results_dir: Path, threads: int, **extra: Any) -> dict[str, Any]:
@@ -211,39 +199,26 @@ def run_trial(
     return record
 
 
-@contextlib.contextmanager
-def _own_arguments() -> Iterator[None]:
-    """``sys.argv`` without the caller's arguments while the CLI is built (they are not the trial's)."""
-    saved = sys.argv
-    sys.argv = saved[:1]
-    try:
-        yield
-    finally:
-        sys.argv = saved
-
-
-def write_config(trial: Trial, directory: Path, launch: TrialLaunch | None = None) -> Path:
+def write_config(trial: Trial, directory: Path, launch: TrialLaunch) -> None:
     """The trial's config as ``<directory>/config.yaml``, less the trainer keys the engine supplies (``launch``)."""
     config = trial.config
-    if launch is not None and launch.trainer_keys:
+    if launch.trainer_keys:
         config = {
             **config,
             "trainer": {
                 key: value for key, value in (config.get("trainer") or {}).items() if key not in launch.trainer_keys
             },
         }
-    config_file = directory / "config.yaml"
-    config_file.write_text(yaml.safe_dump(config, sort_keys=False), encoding="utf-8")
-    return config_file
+    (directory / "config.yaml").write_text(yaml.safe_dump(config, sort_keys=False), encoding="utf-8")
 
 
-def build_cli(trial: Trial, directory: Path, launch: TrialLaunch | None = None) -> EmbinitCLI:
+def build_cli(trial: Trial, directory: Path, launch: TrialLaunch) -> EmbinitCLI:
     """``embinit``'s LightningCLI on the trial's config (``<directory>/config.yaml``, written by rank 0), not run."""
-    launch = launch or TrialLaunch()
     args = ["--config", str(directory / "config.yaml"), f"--trainer.default_root_dir={directory}"]
     if (trial.config.get("trainer") or {}).get("enable_progress_bar") is None:
         args.append("--trainer.enable_progress_bar=false")
-    with _own_arguments():
+    with warnings.catch_warnings():  # the trial's own args, not the caller's sys.argv
+        warnings.filterwarnings("ignore", message="LightningCLI's args parameter")
         return embinit_cli(
             args=args, run=False, save_config_kwargs={"overwrite": True}, trainer_defaults=dict(launch.trainer_defaults)
         )
@@ -252,22 +227,14 @@ def build_cli(trial: Trial, directory: Path, launch: TrialLaunch | None = None) 
 def protocol_checkpoint(trainer: Trainer, protocol: Protocol, directory: Path) -> ModelCheckpoint:
     """The config's ``ModelCheckpoint`` on the protocol's monitor and mode, else a new one; without a ``dirpath`` of
     its own, it saves to ``<directory>/checkpoints``."""
+    checkpoints = str(directory / "checkpoints")
     for callback in trainer.checkpoint_callbacks:
-        if (
-            isinstance(callback, ModelCheckpoint)
-            and callback.monitor == protocol.monitor
-            and callback.mode == protocol.mode
-            and callback.save_top_k != 0
-        ):
-            if callback.dirpath is None:
-                callback.dirpath = str(directory / "checkpoints")
-            return callback
+        if isinstance(callback, ModelCheckpoint) and callback.save_top_k != 0:
+            if (callback.monitor, callback.mode) == (protocol.monitor, protocol.mode):
+                callback.dirpath = callback.dirpath or checkpoints
+                return callback
     callback = ModelCheckpoint(
-        dirpath=directory / "checkpoints",
-        filename="best-{epoch}-{step}",
-        monitor=protocol.monitor,
-        mode=protocol.mode,
-        save_top_k=1,
+        dirpath=checkpoints, filename="best-{epoch}-{step}", monitor=protocol.monitor, mode=protocol.mode
     )
     trainer.callbacks.append(callback)
     return callback
@@ -314,12 +281,9 @@ def _fit_and_evaluate(trial: Trial, results_dir: Path, record: dict[str, Any], l
     fit_seconds = time.perf_counter() - started
     fit_metrics = scalars(trainer.callback_metrics)
     record["final"] = {name: value for name, value in fit_metrics.items() if is_model_metric(name)}
-    record["trained"] = {
-        "steps": trainer.global_step,
-        "epochs": trainer.current_epoch,
-        "world_size": trainer.world_size,
-    }
-    record["cost"] = cost_values(cli.model, clock, fit_seconds, trainer.global_step)
+    steps = trainer.global_step
+    record["trained"] = {"steps": steps, "epochs": trainer.current_epoch, "world_size": trainer.world_size}
+    record["cost"] = cost_values(cli.model, clock, fit_seconds, steps)
     record.update(summaries(trainer, fit_metrics, record))
     _score_best(trainer, cli, checkpoint, trial.protocol, record)
     if trial.protocol.keep_checkpoint:
@@ -333,9 +297,7 @@ def _score_best(
     trainer: Trainer, cli: EmbinitCLI, checkpoint: ModelCheckpoint, protocol: Protocol, record: dict[str, Any]
 ) -> None:
     """``metrics``: the best checkpoint's score and position, then its test (or validation) metrics."""
-    problems = non_finite(record["final"])
-    if problems:
-        raise TrialFailure(f"non-finite metrics at the end of fit: {', '.join(problems)}")
+    _check_finite(record["final"], "metrics at the end of fit")
     best = checkpoint.best_model_path
     if not best:
         logged = ", ".join(sorted(trainer.callback_metrics)) or "none"
@@ -346,14 +308,19 @@ def _score_best(
     score = number(checkpoint.best_model_score)
     epoch, step = checkpoint_position(best)
     record["metrics"] = {f"best_{protocol.monitor}": score, "best_epoch": epoch, "best_step": step}
-    problems = non_finite({f"best_{protocol.monitor}": score})
-    if problems:
-        raise TrialFailure(f"non-finite best score: {', '.join(problems)}")
+    _check_finite({f"best_{protocol.monitor}": score}, "best score")
     test = has_test_split(cli.datamodule) if protocol.test == "auto" else protocol.test
     evaluate = trainer.test if test else trainer.validate
     results = evaluate(cli.model, datamodule=cli.datamodule, ckpt_path=best, verbose=False)
     evaluated = scalars({name: value for result in results for name, value in result.items()})
     record["metrics"].update(evaluated)
-    problems = non_finite(evaluated)
+    _check_finite(evaluated, "metrics of the best checkpoint")
+
+
+def _check_finite(values: Mapping[str, Any], what: str) -> None:
+    """TrialFailure naming each NaN or infinite number of ``values``."""
+    problems = [
+        f"{name} = {value}" for name, value in values.items() if isinstance(value, float) and not math.isfinite(value)
+    ]
     if problems:
-        raise TrialFailure(f"non-finite metrics of the best checkpoint: {', '.join(problems)}")
+        raise TrialFailure(f"non-finite {what}: {', '.join(problems)}")

@@ -18,6 +18,9 @@ from lightning_embinit.lightning_cli import EmbinitCLI
 from lightning_embinit.studies.keys import StudyError, set_key, substitute_environment
 from lightning_embinit.studies.spec import Study, Trial
 
+NOISE = ("Given value", "- Expected a <class 'NoneType'>")
+"""Lines of a jsonargparse error that repeat the value or list the None it could also have been."""
+
 
 class ConfigChecker(EmbinitCLI):
     """An :class:`EmbinitCLI` that parses no arguments and instantiates nothing: use :attr:`parser`."""
@@ -49,24 +52,12 @@ def parser_reason(error: BaseException | str) -> str:
     lines = [line for line in str(error).splitlines() if line.strip()]
     for number, line in enumerate(lines):
         if "Problem with given class_path" in line:
-            indent = len(line) - len(line.lstrip())
-            nested = []
-            for inner in lines[number + 1 :]:
-                if len(inner) - len(inner.lstrip()) <= indent:
-                    break
-                nested.append(inner)
+            indent, rest = len(line) - len(line.lstrip()), lines[number + 1 :]
+            end = next((i for i, inner in enumerate(rest) if len(inner) - len(inner.lstrip()) <= indent), len(rest))
             class_path = line.split("class_path", 1)[1].strip(" :'\"")
-            return f"{class_path}: {parser_reason(chr(10).join(nested))}"
-    kept = [
-        line.strip()
-        for line in lines
-        if not line.strip().startswith(("Given value", "- Expected a <class 'NoneType'>"))
-    ]
+            return f"{class_path}: {parser_reason(chr(10).join(rest[:end]))}"
+    kept = [line.strip() for line in lines if not line.strip().startswith(NOISE)]
     return " ".join(kept[:3])
-
-
-def _parse(checker: ConfigChecker, config: dict[str, Any]) -> None:
-    checker.parser.parse_object(copy.deepcopy(config))
 
 
 def _blame(study: Study, trial: Trial, checker: ConfigChecker, error: BaseException) -> str:
@@ -80,7 +71,7 @@ def _blame(study: Study, trial: Trial, checker: ConfigChecker, error: BaseExcept
             if key is not None:
                 set_key(config, key, value)
             try:
-                _parse(checker, substitute_environment(config))
+                checker.parser.parse_object(substitute_environment(config))
             except Exception as failure:  # noqa: BLE001 - the parser raises several types
                 if key is None:
                     return f"{where}: {origin}: {parser_reason(failure)}"
@@ -89,16 +80,15 @@ def _blame(study: Study, trial: Trial, checker: ConfigChecker, error: BaseExcept
     return f"{where}: {parser_reason(error)}"
 
 
-def validate_trials(study: Study, trials: Iterable[Trial], checker: ConfigChecker | None = None) -> None:
+def validate_trials(study: Study, trials: Iterable[Trial]) -> None:
     """Parse each setting's config (its first seed's: seeds only change seed values); StudyError on the
     first refused."""
-    checker = checker or config_checker()
-    checked: set[str] = set()
+    checker = config_checker()
+    first_seeds: dict[str, Trial] = {}
     for trial in trials:
-        if trial.setting in checked:
-            continue
-        checked.add(trial.setting)
+        first_seeds.setdefault(trial.setting, trial)
+    for trial in first_seeds.values():
         try:
-            _parse(checker, trial.config)
+            checker.parser.parse_object(copy.deepcopy(trial.config))
         except Exception as error:  # noqa: BLE001 - jsonargparse raises ArgumentError, TypeError, ValueError
             raise StudyError(_blame(study, trial, checker, error)) from None

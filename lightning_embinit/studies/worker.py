@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import sys
 import threading
@@ -15,29 +16,6 @@ import torch
 from lightning_embinit.studies.trial import run_trial
 
 PARENT_CHECK_S = 1.0
-
-
-def redirect_output(path: str) -> None:
-    """fds 1 and 2 (and so ``print``, warnings, Lightning's logging) into ``path``."""
-    os.makedirs(os.path.dirname(path), exist_ok=True)
-    descriptor = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
-    sys.stdout.flush()
-    sys.stderr.flush()
-    os.dup2(descriptor, 1)
-    os.dup2(descriptor, 2)
-    os.close(descriptor)
-
-
-def limit_threads(threads: int) -> None:
-    """The trial's thread budget for torch, OpenMP, MKL and tokenizers."""
-    for name in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS"):
-        os.environ[name] = str(threads)
-    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
-    torch.set_num_threads(threads)
-    try:
-        torch.set_num_interop_threads(threads)
-    except RuntimeError:
-        pass
 
 
 def _end_with(pid: int) -> None:
@@ -60,20 +38,39 @@ def _end_with(pid: int) -> None:
     threading.Thread(target=watch, name="embinit-sweep-watch", daemon=True).start()
 
 
+def enter_job(job: Mapping[str, Any], log_file: str | None = None) -> None:
+    """This process set up for a trial's ``job``: the sweep's working directory (relative data paths in the study
+    resolve from it, where it exists), fds 1 and 2 (and so ``print``, warnings, Lightning's logging) into
+    ``log_file`` (default: the job's), and the job's thread budget for torch, OpenMP, MKL and tokenizers."""
+    if job.get("cwd") and os.path.isdir(job["cwd"]):
+        os.chdir(job["cwd"])
+    log_file = log_file or job["log_file"]
+    os.makedirs(os.path.dirname(log_file), exist_ok=True)
+    descriptor = os.open(log_file, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os.dup2(descriptor, 1)
+    os.dup2(descriptor, 2)
+    os.close(descriptor)
+    threads = int(job["threads"])
+    for name in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS"):
+        os.environ[name] = str(threads)
+    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+    torch.set_num_threads(threads)
+    with contextlib.suppress(RuntimeError):  # torch refuses once inter-op work has started
+        torch.set_num_interop_threads(threads)
+
+
 def run_job(job: Mapping[str, Any]) -> None:
     """Run one trial as the local engine hands it over: ``trial`` (its dict), ``results_dir``, ``run_id``,
     ``log_file``, ``threads``, ``gpu`` (None: leave CUDA_VISIBLE_DEVICES), ``sweep_pid``, and the sweep's
     ``environment`` and ``cwd`` (which replace those this process inherited from the server it was forked from)."""
-    if job.get("environment") is not None:
-        os.environ.clear()
-        os.environ.update(job["environment"])
-    if job.get("cwd"):
-        os.chdir(job["cwd"])
-    redirect_output(job["log_file"])
-    _end_with(int(job["sweep_pid"]))
-    if job.get("gpu") is not None:
+    os.environ.clear()
+    os.environ.update(job["environment"])
+    if job["gpu"] is not None:
         os.environ["CUDA_VISIBLE_DEVICES"] = str(job["gpu"])
-    limit_threads(int(job["threads"]))
+    enter_job(job)
+    _end_with(int(job["sweep_pid"]))
     try:
         run_trial(job["trial"], job["results_dir"], run_id=job["run_id"])
     finally:
