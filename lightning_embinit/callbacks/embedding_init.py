@@ -25,7 +25,7 @@ from typing_extensions import override
 from lightning_embinit.callbacks.lifecycle import FitOnceCallback
 from lightning_embinit.callbacks.strategies import check_no_meta, check_strategy, tables_ready, wrapped_for_ddp
 from lightning_embinit.init.engine import EmbeddingInitializer, PreparedSlots, SlotSelection
-from lightning_embinit.init.freezing import check_trainability, decays, pin_rows
+from lightning_embinit.init.freezing import check_trainability, pin_rows
 from lightning_embinit.init.host import discover_slots
 from lightning_embinit.init.pipeline import BuiltSlot
 from lightning_embinit.init.recipe import InitRecipe
@@ -80,10 +80,6 @@ class EmbeddingInitCallback(FitOnceCallback):
         """The init report per slot (``reports``)."""
         return self.reports
 
-    @property
-    def recipe(self) -> InitRecipe:
-        return self.initializer.recipe
-
     @override
     @property
     def state_key(self) -> str:
@@ -123,8 +119,7 @@ class EmbeddingInitCallback(FitOnceCallback):
         for name, rows in self._masks.items():
             weight = self.prepared.slots[name].weight
             for optimizer in trainer.optimizers:
-                if decays(optimizer, weight):
-                    pin_rows(optimizer, weight, rows)
+                pin_rows(optimizer, weight, rows)
 
     def initialize(self, module: torch.nn.Module, datamodule: Any = None) -> dict[str, dict[str, Any]]:
         """The callback's setting without a Trainer: prepare, build, write, freeze; returns (and keeps in
@@ -204,7 +199,10 @@ class EmbeddingInitCallback(FitOnceCallback):
         names = {id(parameter): name for name, parameter in pl_module.named_parameters()}
         checkpoint[CHECKPOINT_KEY] = {
             "slots": {
-                name: {"parameter": names.get(id(slot.weight), ""), "tokens": _tokens(slot.tokens)}
+                name: {
+                    "parameter": names.get(id(slot.weight), ""),
+                    "tokens": None if slot.tokens is None else list(slot.tokens),
+                }
                 for name, slot in slots.items()
             }
         }
@@ -219,7 +217,3 @@ class EmbeddingInitCallback(FitOnceCallback):
         self.seed_used = state_dict.get("seed")
         self._pretrained_rows.clear()  # in place: the gradient masks read this dict
         self._pretrained_rows.update(state_dict.get("pretrained_rows", {}))
-
-
-def _tokens(tokens: Any) -> list[str] | None:
-    return list(tokens) if tokens is not None else None

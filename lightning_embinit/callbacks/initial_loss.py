@@ -23,6 +23,7 @@ from typing_extensions import override
 
 from lightning_embinit.callbacks.loggers import log_scalars
 from lightning_embinit.callbacks.summary import MONITORS
+from lightning_embinit.checks import check_int
 from lightning_embinit.diagnostics.initial_loss import tied_initial_loss, token_std
 from lightning_embinit.init.host import EmbeddingSlot, discover_slots, select_slots
 from lightning_embinit.init.sharding import whole_table
@@ -93,8 +94,7 @@ class InitialLossMonitor(Callback):
     ) -> None:
         if vocab_size is not None and vocab_size < 2:
             raise ValueError(f"vocab_size must be ≥ 2, got {vocab_size}")
-        if track_steps < 1:
-            raise ValueError(f"track_steps must be ≥ 1, got {track_steps}")
+        check_int("track_steps", track_steps, minimum=1)
         self.vocab_size = vocab_size
         self.slot = slot
         self.track_steps = track_steps

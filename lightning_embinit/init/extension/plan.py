@@ -16,7 +16,7 @@ from lightning_embinit.init.extension.report import plan_report
 from lightning_embinit.init.extension.rules import NewRowsRequest, new_bias_value, resolve_rule
 from lightning_embinit.init.extension.tables import SlotTables, non_padding
 from lightning_embinit.init.statistics import matrix_statistics
-from lightning_embinit.init.transforms import StatisticsTarget, TargetStatistics, resolve_target, standardize
+from lightning_embinit.init.transforms import StatisticsTarget, resolve_target, standardize
 
 
 @dataclass(frozen=True)
@@ -118,26 +118,19 @@ def check_vocabulary_change(
     return torch.tensor([index.get(token, -1) for token in new_tokens], dtype=torch.long)
 
 
-def _statistics_target(
-    target: StatisticsTarget | bool | None, old_rows: torch.Tensor, shape: tuple[int, int]
-) -> TargetStatistics | None:
-    if target is None or target is False:
-        return None
-    if target is True or target == "old":
-        stats = matrix_statistics(old_rows)
-        return TargetStatistics(stats.mean, stats.std)
-    return resolve_target(target, *shape)
-
-
 def _new_rows(
     rule: Any, request: NewRowsRequest, target: StatisticsTarget | bool | None
 ) -> tuple[torch.Tensor, dict[str, int]]:
     made = rule(request)
     rows = made.rows.float()
-    wanted = _statistics_target(target, request.old_rows, (request.num_embeddings, request.dim))
-    if wanted is not None and rows.shape[0]:
+    if target is True or target == "old":  # the old rows' own mean and std
+        stats = matrix_statistics(request.old_rows)
+        target = (stats.mean, stats.std)
+    elif target is not None and target is not False:  # a scheme's std for the extended (N′, D) table
+        target = resolve_target(target, request.num_embeddings, request.dim)
+    if target is not None and target is not False and rows.shape[0]:
         try:
-            rows = standardize(rows, wanted)
+            rows = standardize(rows, target)
         except ValueError as error:
             raise ValueError(f"{request.what}: standardize the new rows: {error}") from None
     if not bool(torch.isfinite(rows).all()):
@@ -190,9 +183,7 @@ def plan_extension(
     }
 
     def request(table: torch.Tensor, what: str) -> NewRowsRequest:
-        table = (
-            table.detach().cpu()
-        )  # the rows are made on the CPU, with the CPU generator, whatever the table's device
+        table = table.detach().cpu()  # the rows are made on the CPU (its generator), whatever the table's device
         return NewRowsRequest(
             table, non_padding(table, padding_idx), added_tokens, len(new_tokens), generator, what, split
         )

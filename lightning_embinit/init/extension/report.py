@@ -8,6 +8,7 @@ from typing import Any
 import torch
 
 from lightning_embinit.init.extension.tables import SlotTables, non_padding
+from lightning_embinit.init.report import text_table
 from lightning_embinit.init.statistics import matrix_statistics
 
 _COLUMNS = (
@@ -34,11 +35,7 @@ def _pair(old: float | None, new: float | None) -> str:
 
 def format_extension_report(reports: Mapping[str, Mapping[str, Any]]) -> str:
     """A fixed-width table, one line per slot, then a line per untied output layer and per standardization."""
-    header = [title for title, _ in _COLUMNS]
-    rows = [[cell(report) for _, cell in _COLUMNS] for report in reports.values()]
-    widths = [max(len(cell) for cell in column) for column in zip(header, *rows)]
-    lines = ["  ".join(cell.ljust(width) for cell, width in zip(line, widths)).rstrip() for line in [header, *rows]]
-    lines.insert(1, "  ".join("-" * width for width in widths))
+    lines = text_table([title for title, _ in _COLUMNS], [[cell(r) for _, cell in _COLUMNS] for r in reports.values()])
     notes = []
     for name, report in reports.items():
         if report.get("standardize"):

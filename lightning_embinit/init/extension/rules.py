@@ -27,8 +27,9 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
-from typing import Any, Protocol
+from dataclasses import dataclass
+from functools import cached_property
+from typing import Any
 
 import torch
 
@@ -63,17 +64,15 @@ class NewRowsRequest:
     generator: torch.Generator
     what: str
     split: Splitter | None = None
-    _mean: torch.Tensor | None = field(default=None, repr=False)
 
     @property
     def dim(self) -> int:
         return self.old_table.shape[1]
 
+    @cached_property
     def mean_row(self) -> torch.Tensor:
         """μ, in float64."""
-        if self._mean is None:
-            self._mean = self.old_rows.double().mean(dim=0)
-        return self._mean
+        return self.old_rows.double().mean(dim=0)
 
 
 @dataclass
@@ -84,21 +83,11 @@ class NewRows:
     counts: dict[str, int]
 
 
-class ExtensionRule(Protocol):
-    name: str
-    serves_output_layers: bool
-    needs_split: bool
-
-    def __call__(self, request: NewRowsRequest) -> NewRows: ...
-
-
-RULES: Registry[ExtensionRule] = Registry("extension rule")
-"""Extension rules by name: ``mean``, ``mean_cov[:<scale>]``, ``pieces`` (schemes and sources are their own
-registries)."""
-
-
 @dataclass(frozen=True)
-class _Rule:
+class ExtensionRule:
+    """A named way to make new rows; ``serves_output_layers``: it also makes an untied output layer's rows (a
+    pre-trained source does not: they get ``mean``); ``needs_split``: it reads the old tokenizer's pieces."""
+
     name: str
     make: Callable[[NewRowsRequest], NewRows]
     serves_output_layers: bool = True
@@ -108,12 +97,17 @@ class _Rule:
         return self.make(request)
 
 
+RULES: Registry[ExtensionRule] = Registry("extension rule")
+"""Extension rules by name: ``mean``, ``mean_cov[:<scale>]``, ``pieces`` (schemes and sources are their own
+registries)."""
+
+
 @RULES.register(
     "mean", summary="every new row is the old rows' mean μ (Hewitt 2021): no new token outweighs the average"
 )
 def mean_rule() -> ExtensionRule:
-    return _Rule(
-        "mean", lambda r: NewRows(r.mean_row().float().expand(len(r.tokens), -1).clone(), {"mean": len(r.tokens)})
+    return ExtensionRule(
+        "mean", lambda r: NewRows(r.mean_row.float().expand(len(r.tokens), -1).clone(), {"mean": len(r.tokens)})
     )
 
 
@@ -139,18 +133,14 @@ def mean_cov_rule(scale: str | None = None) -> ExtensionRule:
     if not math.isfinite(value) or value < 0:
         raise ValueError(f"extension rule 'mean_cov:{scale}': the covariance scale must be a finite number ≥ 0")
     name = "mean_cov" if scale in (None, "") else f"mean_cov:{scale}"
-    return _Rule(
+    return ExtensionRule(
         name, lambda r: NewRows(sample_mean_cov(r.old_rows, len(r.tokens), value, r.generator), {name: len(r.tokens)})
     )
 
 
 def _pieces(request: NewRowsRequest) -> NewRows:
-    if request.split is None:
-        raise ValueError(
-            f"{request.what}: rule 'pieces' needs the old tokenizer (old_tokenizer=...) to split new tokens"
-        )
     size = request.old_table.shape[0]
-    mean = request.mean_row().float()
+    mean = request.mean_row.float()
     rows, served = [], 0
     for token in request.tokens:
         pieces = [i for i in request.split(token) if 0 <= i < size]
@@ -168,7 +158,7 @@ def _pieces(request: NewRowsRequest) -> NewRows:
 
 @RULES.register("pieces", summary="the mean of the old rows of the pieces the old tokenizer splits the new token into")
 def pieces_rule() -> ExtensionRule:
-    return _Rule("pieces", _pieces, needs_split=True)
+    return ExtensionRule("pieces", _pieces, needs_split=True)
 
 
 def scheme_rule(scheme: RandomScheme) -> ExtensionRule:
@@ -185,7 +175,7 @@ def scheme_rule(scheme: RandomScheme) -> ExtensionRule:
             rows.normal_(center, std, generator=request.generator)
         return NewRows(rows, {scheme.describe(request.num_embeddings, request.dim): count})
 
-    return _Rule(scheme.name, make)
+    return ExtensionRule(scheme.name, make)
 
 
 def source_rule(source: EmbeddingSource) -> ExtensionRule:
@@ -207,10 +197,10 @@ def source_rule(source: EmbeddingSource) -> ExtensionRule:
                 f"has {request.dim} (source_options={{'project': 'pca'}} projects a wider source)"
             )
         found = built.pretrained_rows
-        rows = torch.where(found.unsqueeze(1), built.weight.float(), request.mean_row().float())
+        rows = torch.where(found.unsqueeze(1), built.weight.float(), request.mean_row.float())
         return NewRows(rows, {source.name: int(found.sum()), "mean (not in the source)": int((~found).sum())})
 
-    return _Rule(source.name, make, serves_output_layers=False)
+    return ExtensionRule(source.name, make, serves_output_layers=False)
 
 
 def known_rules() -> str:
@@ -225,7 +215,7 @@ def resolve_rule(spec: str | ExtensionRule, **source_options: Any) -> ExtensionR
     name, colon, _ = spec.partition(":")
     if name in set(RULES):
         return RULES.create(name) if not colon else RULES.build(spec)  # mean_cov without a scale: its default
-    if spec in SCHEMES or spec.partition(":")[0] in set(SCHEMES):
+    if name in set(SCHEMES):
         return scheme_rule(get_scheme(spec))
     try:
         source = resolve_source(spec, **source_options)
