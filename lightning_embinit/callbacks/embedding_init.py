@@ -27,7 +27,6 @@ from lightning_embinit.callbacks.strategies import check_no_meta, check_strategy
 from lightning_embinit.init.engine import EmbeddingInitializer, PreparedSlots, SlotSelection
 from lightning_embinit.init.freezing import check_trainability, pin_rows
 from lightning_embinit.init.host import discover_slots
-from lightning_embinit.init.pipeline import BuiltSlot
 from lightning_embinit.init.recipe import InitRecipe
 from lightning_embinit.init.report import format_report, report_hyperparameters, report_metrics
 from lightning_embinit.init.sources.checkpoint import CHECKPOINT_KEY
@@ -96,7 +95,8 @@ class EmbeddingInitCallback(FitOnceCallback):
         self._pretrained_rows, self._masks = {}, {}  # new ones: a restore into this fit fills them in place
         self._deferred = not tables_ready(pl_module, self.initializer.slot_names)
         if not self._deferred:
-            self._initialize_in_fit(trainer, pl_module, deferred=False)
+            self._initialize(pl_module, getattr(trainer, "datamodule", None), trainer)
+            self.mark_done(pl_module)
             self._built_at_setup = {id(slot.embedding) for slot in self.prepared.slots.values()}
 
     @override
@@ -107,7 +107,8 @@ class EmbeddingInitCallback(FitOnceCallback):
             self._deferred = False
             check_strategy(trainer.strategy, deferred=True)
             check_no_meta(pl_module, self.initializer.slot_names, trainer.strategy)
-            self._initialize_in_fit(trainer, pl_module, deferred=True)
+            self._initialize(pl_module, getattr(trainer, "datamodule", None), trainer, deferred=True)
+            self.mark_done(pl_module)
         elif self._built_at_setup is not None:
             self._check_after_configure_model(pl_module)
 
@@ -125,27 +126,26 @@ class EmbeddingInitCallback(FitOnceCallback):
         """The callback's setting without a Trainer: prepare, build, write, freeze; returns (and keeps in
         ``reports``) the report rows ``fit`` would produce. ``datamodule`` supplies token strings and the training
         corpus as in ``fit``. Under ``torch.distributed`` every rank must call it: rank 0 builds, every rank writes."""
-        self.prepared = self.initializer.prepare(module, datamodule=datamodule)
-        self._write(*self.initializer.build(self.prepared))
-        self._freeze(by_mask=False)
+        self._initialize(module, datamodule)
         return self.reports
 
     # -- what --------------------------------------------------------------------------------
 
-    def _initialize_in_fit(self, trainer: Trainer, pl_module: LightningModule, *, deferred: bool) -> None:
-        """Prepare, then build and write unless a checkpoint was already restored into this fit, then freeze."""
-        self.prepared = self.initializer.prepare(pl_module, datamodule=getattr(trainer, "datamodule", None))
-        if not self.resumed:
-            broadcast = lambda value: trainer.strategy.broadcast(value, src=0)  # noqa: E731
-            self._write(*self.initializer.build(self.prepared, broadcast_object=broadcast))
+    def _initialize(
+        self, module: torch.nn.Module, datamodule: Any, trainer: Trainer | None = None, *, deferred: bool = False
+    ) -> None:
+        """Prepare; build and write unless a checkpoint was already restored into this fit; freeze (by a gradient
+        mask for tables that ``configure_model`` created under a DDP wrapper)."""
+        self.prepared = self.initializer.prepare(module, datamodule=datamodule)
+        if trainer is None or not self.resumed:
+            broadcast = None if trainer is None else lambda value: trainer.strategy.broadcast(value, src=0)
+            initialized = self.initializer.write(
+                self.prepared, *self.initializer.build(self.prepared, broadcast_object=broadcast)
+            )
+            self.reports, self.seed_used = initialized.reports, initialized.seed
+            self._pretrained_rows.clear()  # in place: the gradient masks read this dict
+            self._pretrained_rows.update(initialized.pretrained_rows)
         self._freeze(by_mask=deferred and wrapped_for_ddp(trainer))
-        self.mark_done(pl_module)
-
-    def _write(self, built: Mapping[str, BuiltSlot], seed: int) -> None:
-        initialized = self.initializer.write(self.prepared, built, seed)
-        self.reports, self.seed_used = initialized.reports, seed
-        self._pretrained_rows.clear()  # in place: the gradient masks read this dict
-        self._pretrained_rows.update(initialized.pretrained_rows)
 
     def _freeze(self, *, by_mask: bool) -> None:
         self._masks, messages = self.initializer.freeze(self.prepared, self._pretrained_rows, by_mask=by_mask)

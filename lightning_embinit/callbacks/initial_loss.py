@@ -2,9 +2,7 @@
 
 A uniform predictor over n classes has cross-entropy ln n. A tied LM whose embeddings have a
 large std σ starts far above it: ≈ ln(e^{dσ} + n − 1) ≈ dσ when dσ ≫ ln n (σ = 1/√d gives
-≈ √d). The monitor measures the loss of the first optimizer step's batches (all computed with
-the initial weights), averages it over ranks, logs it next to ln n, [S]'s formula and the
-module's own estimate, warns when it is far above ln n, and logs and keeps the first K step losses.
+≈ √d).
 """
 
 from __future__ import annotations

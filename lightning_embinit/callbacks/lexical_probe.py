@@ -1,9 +1,7 @@
 """``LexicalProbe``: word analogy and similarity of a word-level slot at the start and end of training.
 
-A thin adapter over :func:`lightning_embinit.diagnostics.lexical_probe` ([K] Table 4, [KB] §5):
-it runs the probe on the slot's table (padding row left out) with the slot's own input scale and
-positional encoding, logs the numbers and a table, and a 2-D PCA scatter of chosen words
-([KB] Fig. 2) where the logger takes figures.
+A thin adapter over :func:`lightning_embinit.diagnostics.lexical_probe` ([K] Table 4, [KB] §5); the PCA scatter of
+chosen words is [KB] Fig. 2.
 """
 
 from __future__ import annotations

@@ -1,11 +1,7 @@
 """``EmbeddingVarianceMonitor``: the token table against the positional encoding while training ([K];
 docs/concepts.md#absorption).
 
-A thin adapter over :mod:`lightning_embinit.diagnostics.variance` and
-:mod:`~lightning_embinit.diagnostics.absorption`: per slot, at the start of training, every
-``every_n_steps`` optimizer steps and at the end, it logs the table's statistics raw and scaled,
-the positional encoding's std and range, their ratio, and the absorption measures; it warns once
-when one signal drowns the other, and logs a histogram figure where the logger takes figures.
+A thin adapter over :mod:`lightning_embinit.diagnostics.variance` and :mod:`~lightning_embinit.diagnostics.absorption`.
 """
 
 from __future__ import annotations

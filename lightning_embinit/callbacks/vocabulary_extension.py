@@ -34,21 +34,14 @@ from lightning_embinit.callbacks.lifecycle import FitOnceCallback
 from lightning_embinit.checks import check_choice
 from lightning_embinit.init.distributed import run_on_rank_zero
 from lightning_embinit.init.extension import (
-    TRAINABLE_EXTENSION,
     ExtensionPlan,
-    apply_plan,
     extension_metrics,
-    finish_report,
     format_extension_report,
     freeze_old_rows,
     pin_old_rows,
 )
-from lightning_embinit.init.extension.checkpoint import (
-    extend_state,
-    extension_jobs,
-    load_extended_state,
-    plan_job,
-)
+from lightning_embinit.init.extension.checkpoint import extend_state, extension_jobs, load_extended_state, plan_job
+from lightning_embinit.init.extension.extend import TRAINABLE_EXTENSION, apply_plan, finish_report
 from lightning_embinit.init.extension.rules import new_bias_value, resolve_rule
 from lightning_embinit.init.host import select_slots
 from lightning_embinit.init.sources.checkpoint import CHECKPOINT_KEY

@@ -24,13 +24,6 @@ def is_distributed() -> bool:
     return dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1
 
 
-def default_device() -> torch.device:
-    """Where the default group's collectives run: the current CUDA device under NCCL, else the CPU."""
-    if dist.get_backend() == "nccl":
-        return torch.device("cuda", torch.cuda.current_device())
-    return torch.device("cpu")
-
-
 def build_on_rank_zero(
     slots: Mapping[str, EmbeddingSlot],
     build: Callable[[], tuple[dict[str, BuiltSlot], Any]],
@@ -41,8 +34,8 @@ def build_on_rank_zero(
 
     ``build`` builds every slot on this process and returns (slot → built matrix, a picklable summary such as the
     seed). Every rank must call this with the same slots. ``broadcast_object`` sends a picklable object from rank 0
-    (default: ``torch.distributed.broadcast_object_list``); the tensors travel on :func:`default_device`. Without a
-    process group of several ranks this is ``build()``.
+    (default: ``torch.distributed.broadcast_object_list``); the tensors travel on the current CUDA device under
+    NCCL, else on the CPU. Without a process group of several ranks this is ``build()``.
     """
     if not is_distributed():
         return build()
@@ -57,7 +50,7 @@ def build_on_rank_zero(
     summary, described = run_on_rank_zero(
         build_and_describe, what="embedding initialization", broadcast_object=broadcast_object
     )
-    device = default_device()
+    device = torch.device("cuda", torch.cuda.current_device()) if dist.get_backend() == "nccl" else torch.device("cpu")
     for name, slot in slots.items():
         source, dtype, transforms, coverage = described[name]
         mine = built.get(name)

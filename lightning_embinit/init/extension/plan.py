@@ -14,8 +14,8 @@ import torch
 
 from lightning_embinit.init.extension.report import plan_report
 from lightning_embinit.init.extension.rules import NewRowsRequest, new_bias_value, resolve_rule
-from lightning_embinit.init.extension.tables import SlotTables, non_padding
-from lightning_embinit.init.statistics import matrix_statistics
+from lightning_embinit.init.extension.tables import SlotTables
+from lightning_embinit.init.statistics import matrix_statistics, rows_without
 from lightning_embinit.init.transforms import StatisticsTarget, resolve_target, standardize
 
 
@@ -179,13 +179,14 @@ def plan_extension(
     added_tokens = [t for t, source in zip(new_tokens, source_ids.tolist()) if source < 0]
     generator = torch.Generator().manual_seed(seed)
     values = {
-        path: None if b is None else new_bias_value(bias, non_padding(b, padding_idx)) for path, b in old.biases.items()
+        path: None if b is None else new_bias_value(bias, rows_without(b, padding_idx))
+        for path, b in old.biases.items()
     }
 
     def request(table: torch.Tensor, what: str) -> NewRowsRequest:
         table = table.detach().cpu()  # the rows are made on the CPU (its generator), whatever the table's device
         return NewRowsRequest(
-            table, non_padding(table, padding_idx), added_tokens, len(new_tokens), generator, what, split
+            table, rows_without(table, padding_idx), added_tokens, len(new_tokens), generator, what, split
         )
 
     rows, counts = _new_rows(row_rule, request(old.embedding, f"slot {slot!r}"), standardize)

@@ -103,8 +103,11 @@ def write_tables(root: nn.Module, slot: EmbeddingSlot, tables: SlotTables, paddi
     old = slot.weight
     weight = nn.Parameter(tables.embedding, requires_grad=old.requires_grad)
     for path in tied_modules_of(root, slot.embedding):
-        root.get_submodule(path).weight = weight
-        _set_size(root.get_submodule(path), tables.embedding.shape[0])
+        tied = root.get_submodule(path)
+        tied.weight = weight
+        for attribute in ("out_features", "num_embeddings"):
+            if hasattr(tied, attribute):
+                setattr(tied, attribute, tables.embedding.shape[0])
     slot.embedding.weight = weight
     slot.embedding.num_embeddings = tables.embedding.shape[0]
     slot.embedding.padding_idx = padding_idx
@@ -114,12 +117,6 @@ def write_tables(root: nn.Module, slot: EmbeddingSlot, tables: SlotTables, paddi
         if layer.bias is not None:
             layer.bias = nn.Parameter(tables.biases[path], requires_grad=layer.bias.requires_grad)
         layer.out_features = rows.shape[0]
-
-
-def _set_size(module: nn.Module, rows: int) -> None:
-    for attribute in ("out_features", "num_embeddings"):
-        if hasattr(module, attribute):
-            setattr(module, attribute, rows)
 
 
 def trainable_tensors(root: nn.Module, slot: EmbeddingSlot, outputs: Iterable[str]) -> list[nn.Parameter]:
@@ -149,11 +146,3 @@ def new_token_mass(
         log_p = logits.log_softmax(dim=-1)
         total += float(log_p[:, mask].logsumexp(dim=-1).exp().sum()) if bool(mask.any()) else 0.0
     return total / max(states.shape[0], 1)
-
-
-def non_padding(matrix: torch.Tensor, padding_idx: int | None) -> torch.Tensor:
-    if padding_idx is None:
-        return matrix
-    keep = torch.ones(matrix.shape[0], dtype=torch.bool)
-    keep[padding_idx] = False
-    return matrix[keep.to(matrix.device)]
