@@ -65,19 +65,13 @@ class EmbeddingInitCallback(FitOnceCallback):
         self.initializer = EmbeddingInitializer(InitRecipe(**recipe), slots=slots, seed=seed, tokens=tokens)
         self.verbose = verbose
         self.prepared: PreparedSlots | None = None
-        self.reports: dict[str, dict[str, Any]] = {}
         self.seed_used: int | None = None
         self._pretrained_rows: dict[str, torch.Tensor] = {}
         self._masks: dict[str, Callable[[], torch.Tensor | None]] = {}
-        self._deferred = False
-        self._built_at_setup: set[int] | None = None
+        self._built_at_setup: set[int] | None = None  # the tables built at setup; None: at on_fit_start
 
     summary_key = "init_report"
     """Studies record :meth:`summary` under this key (``PublishesSummary``)."""
-
-    def summary(self) -> dict[str, dict[str, Any]]:
-        """The init report per slot (``reports``)."""
-        return self.reports
 
     @override
     @property
@@ -88,13 +82,12 @@ class EmbeddingInitCallback(FitOnceCallback):
 
     @override
     def setup(self, trainer: Trainer, pl_module: LightningModule, stage: str) -> None:
-        self._deferred, self._built_at_setup = False, None
+        self._built_at_setup = None
         if not self.begin_fit(pl_module, stage):
             return
         check_strategy(trainer.strategy)
         self._pretrained_rows, self._masks = {}, {}  # new ones: a restore into this fit fills them in place
-        self._deferred = not tables_ready(pl_module, self.initializer.slot_names)
-        if not self._deferred:
+        if tables_ready(pl_module, self.initializer.slot_names):
             self._initialize(pl_module, getattr(trainer, "datamodule", None), trainer)
             self.mark_done(pl_module)
             self._built_at_setup = {id(slot.embedding) for slot in self.prepared.slots.values()}
@@ -103,13 +96,14 @@ class EmbeddingInitCallback(FitOnceCallback):
     def on_fit_start(self, trainer: Trainer, pl_module: LightningModule) -> None:
         """Build the tables that ``configure_model`` created (Lightning calls no callback hook between it and the
         strategy's setup, which materializes, wraps and creates the optimizers; the writes are in place)."""
-        if self._deferred:
-            self._deferred = False
+        if not self._active:
+            return
+        if self._built_at_setup is None:
             check_strategy(trainer.strategy, deferred=True)
             check_no_meta(pl_module, self.initializer.slot_names, trainer.strategy)
             self._initialize(pl_module, getattr(trainer, "datamodule", None), trainer, deferred=True)
             self.mark_done(pl_module)
-        elif self._built_at_setup is not None:
+        else:
             self._check_after_configure_model(pl_module)
 
     @override

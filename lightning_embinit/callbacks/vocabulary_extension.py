@@ -105,16 +105,11 @@ class VocabularyExtensionCallback(FitOnceCallback):
         }
         self.slots, self.tokens, self.old_tokens, self.old_tokenizer = slots, tokens, old_tokens, old_tokenizer
         self.trainable, self.probe, self.verbose = trainable, probe, verbose
-        self.reports: dict[str, dict[str, Any]] = {}
         self.added: dict[str, torch.Tensor] = {}
         self._frozen: dict[str, list[torch.nn.Parameter]] = {}
 
     summary_key = "vocabulary_extension"
     """Studies record :meth:`summary` under this key (``PublishesSummary``)."""
-
-    def summary(self) -> dict[str, dict[str, Any]]:
-        """The extension report per slot (``reports``)."""
-        return self.reports
 
     @override
     def __getstate__(self) -> dict[str, Any]:

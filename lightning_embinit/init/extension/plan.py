@@ -121,8 +121,8 @@ def check_vocabulary_change(
 def _new_rows(
     rule: Any, request: NewRowsRequest, target: StatisticsTarget | bool | None
 ) -> tuple[torch.Tensor, dict[str, int]]:
-    made = rule(request)
-    rows = made.rows.float()
+    rows, counts = rule(request)
+    rows = rows.float()
     if target is True or target == "old":  # the old rows' own mean and std
         stats = matrix_statistics(request.old_rows)
         target = (stats.mean, stats.std)
@@ -135,7 +135,7 @@ def _new_rows(
             raise ValueError(f"{request.what}: standardize the new rows: {error}") from None
     if not bool(torch.isfinite(rows).all()):
         raise ValueError(f"{request.what}: rule {rule.name!r} made rows with NaN or inf; nothing was written")
-    return rows, made.counts
+    return rows, counts
 
 
 def plan_extension(

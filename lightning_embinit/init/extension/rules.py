@@ -75,12 +75,8 @@ class NewRowsRequest:
         return self.old_rows.double().mean(dim=0)
 
 
-@dataclass
-class NewRows:
-    """A rule's answer: the (m, D) float32 rows, and how many tokens each rule (or fallback) served."""
-
-    rows: torch.Tensor
-    counts: dict[str, int]
+NewRows = tuple[torch.Tensor, dict[str, int]]
+"""A rule's answer: the (m, D) float32 rows, and how many tokens each rule (or fallback) served."""
 
 
 @dataclass(frozen=True)
@@ -107,7 +103,7 @@ registries)."""
 )
 def mean_rule() -> ExtensionRule:
     return ExtensionRule(
-        "mean", lambda r: NewRows(r.mean_row.float().expand(len(r.tokens), -1).clone(), {"mean": len(r.tokens)})
+        "mean", lambda r: (r.mean_row.float().expand(len(r.tokens), -1).clone(), {"mean": len(r.tokens)})
     )
 
 
@@ -129,12 +125,12 @@ def sample_mean_cov(old_rows: torch.Tensor, count: int, scale: float, generator:
     summary="N(μ, s·Σ) of the old rows; s = 1e-9 without an argument (Hugging Face's mean_resizing)",
 )
 def mean_cov_rule(scale: str | None = None) -> ExtensionRule:
-    value = MEAN_COV_SCALE if scale in (None, "") else _number(scale, "mean_cov:<scale>")
+    value = MEAN_COV_SCALE if scale is None else _number(scale, "mean_cov:<scale>")
     if not math.isfinite(value) or value < 0:
         raise ValueError(f"extension rule 'mean_cov:{scale}': the covariance scale must be a finite number ≥ 0")
-    name = "mean_cov" if scale in (None, "") else f"mean_cov:{scale}"
+    name = "mean_cov" if scale is None else f"mean_cov:{scale}"
     return ExtensionRule(
-        name, lambda r: NewRows(sample_mean_cov(r.old_rows, len(r.tokens), value, r.generator), {name: len(r.tokens)})
+        name, lambda r: (sample_mean_cov(r.old_rows, len(r.tokens), value, r.generator), {name: len(r.tokens)})
     )
 
 
@@ -153,7 +149,7 @@ def _pieces(request: NewRowsRequest) -> NewRows:
             f"another rule ({known_rules()})"
         )
     counts = {"pieces": served, "mean (no known piece)": len(request.tokens) - served}
-    return NewRows(torch.stack(rows) if rows else request.old_table.new_zeros(0, request.dim).float(), counts)
+    return torch.stack(rows) if rows else request.old_table.new_zeros(0, request.dim).float(), counts
 
 
 @RULES.register("pieces", summary="the mean of the old rows of the pieces the old tokenizer splits the new token into")
@@ -173,7 +169,7 @@ def scheme_rule(scheme: RandomScheme) -> ExtensionRule:
             rows.uniform_(center - std * math.sqrt(3.0), center + std * math.sqrt(3.0), generator=request.generator)
         else:
             rows.normal_(center, std, generator=request.generator)
-        return NewRows(rows, {scheme.describe(request.num_embeddings, request.dim): count})
+        return rows, {scheme.describe(request.num_embeddings, request.dim): count}
 
     return ExtensionRule(scheme.name, make)
 
@@ -198,7 +194,7 @@ def source_rule(source: EmbeddingSource) -> ExtensionRule:
             )
         found = built.pretrained_rows
         rows = torch.where(found.unsqueeze(1), built.weight.float(), request.mean_row.float())
-        return NewRows(rows, {source.name: int(found.sum()), "mean (not in the source)": int((~found).sum())})
+        return rows, {source.name: int(found.sum()), "mean (not in the source)": int((~found).sum())}
 
     return ExtensionRule(source.name, make, serves_output_layers=False)
 
