@@ -32,8 +32,7 @@ def freeze_rows(weight: nn.Parameter, frozen_rows: FrozenRows) -> RemovableHandl
         if rows is None:
             return gradient
         keep = (~rows).to(device=gradient.device, dtype=gradient.dtype)
-        keep = keep.view(-1, *([1] * (gradient.dim() - 1)))
-        return gradient * keep
+        return gradient * keep.view(-1, *([1] * (gradient.dim() - 1)))
 
     return weight.register_hook(mask_gradient)
 

@@ -32,7 +32,7 @@ class RandomScheme:
     name: str
     distribution: str
     std_of_shape: Callable[[int, int], float]
-    center: float = 0.0
+    mean: float = 0.0
     shape_dependent: bool = False  # a σ the user wrote in terms of n and d
 
     def std(self, num_embeddings: int, embedding_dim: int) -> float:
@@ -44,9 +44,6 @@ class RandomScheme:
         if not self.shape_dependent:
             return self.name
         return f"{self.name} (σ = {self.std(num_embeddings, embedding_dim):.6g})"
-
-    def mean(self) -> float:
-        return self.center
 
     def sample(
         self,
@@ -66,7 +63,7 @@ class RandomScheme:
         if out.dim() != 2:
             raise ValueError(f"an embedding table is 2-D (N, D), got shape {tuple(out.shape)}")
         n, d = out.shape
-        std, mean = self.std(n, d), self.mean()
+        std, mean = self.std(n, d), self.mean
         if self.distribution == "constant":
             return out.fill_(mean)
         chunks = row_blocks(out.detach())  # worker threads do not inherit the caller's no_grad
@@ -200,8 +197,8 @@ _FIXED_SCHEMES: dict[str, tuple[str, Callable[[int, int], float], float, str]] =
     "torch_default": ("normal", lambda n, d: 1.0, 0.0, "N(0, 1): torch's nn.Embedding default"),
 }
 """The schemes without an argument: name → (distribution, σ of the shape (n, d), mean, summary)."""
-for _name, (_distribution, _std, _center, _summary) in _FIXED_SCHEMES.items():
-    SCHEMES.add(_name, partial(RandomScheme, _name, _distribution, _std, _center), summary=_summary)
+for _name, (_distribution, _std, _mean, _summary) in _FIXED_SCHEMES.items():
+    SCHEMES.add(_name, partial(RandomScheme, _name, _distribution, _std, _mean), summary=_summary)
 
 
 def get_scheme(spec: str | RandomScheme) -> RandomScheme:

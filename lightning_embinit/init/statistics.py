@@ -62,12 +62,6 @@ def rows_without(weight: torch.Tensor, padding_idx: int | None) -> torch.Tensor:
     return torch.cat((weight[:padding_idx], weight[padding_idx + 1 :]))
 
 
-def _accumulator_dtype(matrix: torch.Tensor) -> torch.dtype:
-    if matrix.dtype == torch.float64 or matrix.shape[-1] > _MAX_FLOAT32_ROW:
-        return torch.float64
-    return torch.float32
-
-
 def _shift(matrix: torch.Tensor) -> float:
     """A value near the mean, from a strided sample of rows, to centre the single pass on."""
     rows = as_rows(matrix)
@@ -83,7 +77,8 @@ def matrix_statistics(matrix: torch.Tensor) -> MatrixStats:
     if matrix.numel() == 0:
         raise ValueError("statistics of an empty matrix are undefined")
     matrix = matrix.detach()
-    partial = _accumulator_dtype(matrix)
+    wide = matrix.dtype == torch.float64 or matrix.shape[-1] > _MAX_FLOAT32_ROW  # a row's partial sum in float64
+    partial = torch.float64 if wide else torch.float32
     shift = torch.tensor(_shift(matrix), dtype=partial).item()
     total, squares = 0.0, 0.0
     low, high = math.inf, -math.inf

@@ -33,7 +33,7 @@ def resolve_target(target: StatisticsTarget, num_embeddings: int, embedding_dim:
     """The (mean, std) that ``target`` stands for on an N×D table; invalid targets raise ``ValueError``."""
     if isinstance(target, (str, RandomScheme)):
         scheme = get_scheme(target)
-        mean, std = scheme.mean(), scheme.std(num_embeddings, embedding_dim)
+        mean, std = scheme.mean, scheme.std(num_embeddings, embedding_dim)
     elif isinstance(target, (torch.Tensor, MatrixStats)):
         stats = matrix_statistics(target) if isinstance(target, torch.Tensor) else target
         mean, std = stats.mean, stats.std
@@ -127,13 +127,10 @@ def scale(matrix: torch.Tensor, factor: float, *, out: torch.Tensor | None = Non
     return affine(matrix, factor, 0.0, out=out)
 
 
-def shuffle(
-    matrix: torch.Tensor, generator: torch.Generator | None = None, *, rows: bool = True, columns: bool = True
-) -> torch.Tensor:
+def shuffle(matrix: torch.Tensor, generator: torch.Generator | None = None) -> torch.Tensor:
     """Pre-trained_Shuffled ([K] §3.4): permute rows and columns; keeps the values, destroys the semantics."""
     row_order, column_order = (torch.randperm(size, generator=generator) for size in matrix.shape)
-    out = matrix[row_order] if rows else matrix.clone()
-    return out[:, column_order] if columns else out
+    return matrix[row_order][:, column_order]
 
 
 # -- steps over a SourceMatrix, selected by name ---------------------------------------------

@@ -38,7 +38,7 @@ from lightning_embinit.init.extension.tables import (
     new_token_mass,
     output_layers,
     read_tables,
-    trainable_tensors,
+    vocabulary_tensors,
     write_tables,
 )
 from lightning_embinit.init.freezing import freeze_rows, pin_rows
@@ -214,7 +214,8 @@ def freeze_old_rows(
     tensors = {}
     for name in frozen:
         target = _one_slot(module, name)
-        tensors[name] = trainable_tensors(module, target, output_layers(module, target, (outputs or {}).get(name)))
+        layers = output_layers(module, target, (outputs or {}).get(name))
+        tensors[name] = list(vocabulary_tensors(module, target, layers).values())
     keep = {id(t) for group in tensors.values() for t in group}
     for parameter in module.parameters():
         parameter.requires_grad_(id(parameter) in keep)

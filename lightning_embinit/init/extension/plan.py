@@ -6,6 +6,7 @@ rows come from a rule (:mod:`~lightning_embinit.init.extension.rules`), optional
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -92,11 +93,8 @@ def check_vocabulary_change(
     for what, tokens in (("new vocabulary", new_tokens), ("old vocabulary", old_tokens)):
         if bad := [t for t in tokens if not isinstance(t, str)]:
             raise ValueError(f"slot {slot!r}: the {what} holds non-string tokens, e.g. {bad[:3]!r}")
-        seen: dict[str, list[int]] = {}
-        for i, token in enumerate(tokens):
-            seen.setdefault(token, []).append(i)
-        if duplicates := {t: ids for t, ids in seen.items() if len(ids) > 1}:
-            shown = ", ".join(f"{t!r} (ids {ids[:3]})" for t, ids in list(duplicates.items())[:5])
+        if duplicates := [token for token, count in Counter(tokens).items() if count > 1]:
+            shown = ", ".join(f"{t!r} (ids {[i for i, u in enumerate(tokens) if u == t][:3]})" for t in duplicates[:5])
             raise ValueError(
                 f"slot {slot!r}: {len(duplicates)} tokens occur twice in the {what}: {shown}; each token needs one row"
             )

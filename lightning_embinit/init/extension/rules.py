@@ -161,7 +161,7 @@ def scheme_rule(scheme: RandomScheme) -> ExtensionRule:
     """New rows drawn from ``scheme``, its mean and std those of the extended (N′, D) table."""
 
     def make(request: NewRowsRequest) -> NewRows:
-        count, std, center = len(request.tokens), scheme.std(request.num_embeddings, request.dim), scheme.mean()
+        count, std, center = len(request.tokens), scheme.std(request.num_embeddings, request.dim), scheme.mean
         rows = torch.empty(count, request.dim)
         if scheme.distribution == "constant":
             rows.fill_(center)
