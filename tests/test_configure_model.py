@@ -174,7 +174,7 @@ def test_meta_tables_wait_for_the_strategy_and_fail_if_none_materializes_them():
         model.configure_model()
     trainer = fake_trainer()
     callback.setup(trainer, model, "fit")
-    assert callback._deferred  # nothing to write into yet
+    assert callback.prepared is None and callback._built_at_setup is None  # nothing to write into yet: deferred
     with pytest.raises(
         ValueError, match=r"embed are still on the meta device after SingleDeviceStrategy set the model up"
     ):

@@ -25,9 +25,8 @@ from typing_extensions import override
 from lightning_embinit.callbacks.lifecycle import FitOnceCallback
 from lightning_embinit.callbacks.strategies import check_no_meta, check_strategy, tables_ready, wrapped_for_ddp
 from lightning_embinit.init.engine import EmbeddingInitializer, PreparedSlots, SlotSelection
-from lightning_embinit.init.freezing import check_trainability, decays, pin_rows
+from lightning_embinit.init.freezing import check_trainability, pin_rows
 from lightning_embinit.init.host import discover_slots
-from lightning_embinit.init.pipeline import BuiltSlot
 from lightning_embinit.init.recipe import InitRecipe
 from lightning_embinit.init.report import format_report, report_hyperparameters, report_metrics
 from lightning_embinit.init.sources.checkpoint import CHECKPOINT_KEY
@@ -66,23 +65,13 @@ class EmbeddingInitCallback(FitOnceCallback):
         self.initializer = EmbeddingInitializer(InitRecipe(**recipe), slots=slots, seed=seed, tokens=tokens)
         self.verbose = verbose
         self.prepared: PreparedSlots | None = None
-        self.reports: dict[str, dict[str, Any]] = {}
         self.seed_used: int | None = None
         self._pretrained_rows: dict[str, torch.Tensor] = {}
         self._masks: dict[str, Callable[[], torch.Tensor | None]] = {}
-        self._deferred = False
-        self._built_at_setup: set[int] | None = None
+        self._built_at_setup: set[int] | None = None  # the tables built at setup; None: at on_fit_start
 
     summary_key = "init_report"
     """Studies record :meth:`summary` under this key (``PublishesSummary``)."""
-
-    def summary(self) -> dict[str, dict[str, Any]]:
-        """The init report per slot (``reports``)."""
-        return self.reports
-
-    @property
-    def recipe(self) -> InitRecipe:
-        return self.initializer.recipe
 
     @override
     @property
@@ -93,26 +82,28 @@ class EmbeddingInitCallback(FitOnceCallback):
 
     @override
     def setup(self, trainer: Trainer, pl_module: LightningModule, stage: str) -> None:
-        self._deferred, self._built_at_setup = False, None
+        self._built_at_setup = None
         if not self.begin_fit(pl_module, stage):
             return
         check_strategy(trainer.strategy)
         self._pretrained_rows, self._masks = {}, {}  # new ones: a restore into this fit fills them in place
-        self._deferred = not tables_ready(pl_module, self.initializer.slot_names)
-        if not self._deferred:
-            self._initialize_in_fit(trainer, pl_module, deferred=False)
+        if tables_ready(pl_module, self.initializer.slot_names):
+            self._initialize(pl_module, getattr(trainer, "datamodule", None), trainer)
+            self.mark_done(pl_module)
             self._built_at_setup = {id(slot.embedding) for slot in self.prepared.slots.values()}
 
     @override
     def on_fit_start(self, trainer: Trainer, pl_module: LightningModule) -> None:
         """Build the tables that ``configure_model`` created (Lightning calls no callback hook between it and the
         strategy's setup, which materializes, wraps and creates the optimizers; the writes are in place)."""
-        if self._deferred:
-            self._deferred = False
+        if not self._active:
+            return
+        if self._built_at_setup is None:
             check_strategy(trainer.strategy, deferred=True)
             check_no_meta(pl_module, self.initializer.slot_names, trainer.strategy)
-            self._initialize_in_fit(trainer, pl_module, deferred=True)
-        elif self._built_at_setup is not None:
+            self._initialize(pl_module, getattr(trainer, "datamodule", None), trainer, deferred=True)
+            self.mark_done(pl_module)
+        else:
             self._check_after_configure_model(pl_module)
 
     @override
@@ -123,34 +114,32 @@ class EmbeddingInitCallback(FitOnceCallback):
         for name, rows in self._masks.items():
             weight = self.prepared.slots[name].weight
             for optimizer in trainer.optimizers:
-                if decays(optimizer, weight):
-                    pin_rows(optimizer, weight, rows)
+                pin_rows(optimizer, weight, rows)
 
     def initialize(self, module: torch.nn.Module, datamodule: Any = None) -> dict[str, dict[str, Any]]:
         """The callback's setting without a Trainer: prepare, build, write, freeze; returns (and keeps in
         ``reports``) the report rows ``fit`` would produce. ``datamodule`` supplies token strings and the training
         corpus as in ``fit``. Under ``torch.distributed`` every rank must call it: rank 0 builds, every rank writes."""
-        self.prepared = self.initializer.prepare(module, datamodule=datamodule)
-        self._write(*self.initializer.build(self.prepared))
-        self._freeze(by_mask=False)
+        self._initialize(module, datamodule)
         return self.reports
 
     # -- what --------------------------------------------------------------------------------
 
-    def _initialize_in_fit(self, trainer: Trainer, pl_module: LightningModule, *, deferred: bool) -> None:
-        """Prepare, then build and write unless a checkpoint was already restored into this fit, then freeze."""
-        self.prepared = self.initializer.prepare(pl_module, datamodule=getattr(trainer, "datamodule", None))
-        if not self.resumed:
-            broadcast = lambda value: trainer.strategy.broadcast(value, src=0)  # noqa: E731
-            self._write(*self.initializer.build(self.prepared, broadcast_object=broadcast))
+    def _initialize(
+        self, module: torch.nn.Module, datamodule: Any, trainer: Trainer | None = None, *, deferred: bool = False
+    ) -> None:
+        """Prepare; build and write unless a checkpoint was already restored into this fit; freeze (by a gradient
+        mask for tables that ``configure_model`` created under a DDP wrapper)."""
+        self.prepared = self.initializer.prepare(module, datamodule=datamodule)
+        if trainer is None or not self.resumed:
+            broadcast = None if trainer is None else lambda value: trainer.strategy.broadcast(value, src=0)
+            initialized = self.initializer.write(
+                self.prepared, *self.initializer.build(self.prepared, broadcast_object=broadcast)
+            )
+            self.reports, self.seed_used = initialized.reports, initialized.seed
+            self._pretrained_rows.clear()  # in place: the gradient masks read this dict
+            self._pretrained_rows.update(initialized.pretrained_rows)
         self._freeze(by_mask=deferred and wrapped_for_ddp(trainer))
-        self.mark_done(pl_module)
-
-    def _write(self, built: Mapping[str, BuiltSlot], seed: int) -> None:
-        initialized = self.initializer.write(self.prepared, built, seed)
-        self.reports, self.seed_used = initialized.reports, seed
-        self._pretrained_rows.clear()  # in place: the gradient masks read this dict
-        self._pretrained_rows.update(initialized.pretrained_rows)
 
     def _freeze(self, *, by_mask: bool) -> None:
         self._masks, messages = self.initializer.freeze(self.prepared, self._pretrained_rows, by_mask=by_mask)
@@ -204,7 +193,10 @@ class EmbeddingInitCallback(FitOnceCallback):
         names = {id(parameter): name for name, parameter in pl_module.named_parameters()}
         checkpoint[CHECKPOINT_KEY] = {
             "slots": {
-                name: {"parameter": names.get(id(slot.weight), ""), "tokens": _tokens(slot.tokens)}
+                name: {
+                    "parameter": names.get(id(slot.weight), ""),
+                    "tokens": None if slot.tokens is None else list(slot.tokens),
+                }
                 for name, slot in slots.items()
             }
         }
@@ -219,7 +211,3 @@ class EmbeddingInitCallback(FitOnceCallback):
         self.seed_used = state_dict.get("seed")
         self._pretrained_rows.clear()  # in place: the gradient masks read this dict
         self._pretrained_rows.update(state_dict.get("pretrained_rows", {}))
-
-
-def _tokens(tokens: Any) -> list[str] | None:
-    return list(tokens) if tokens is not None else None

@@ -2,9 +2,7 @@
 
 A uniform predictor over n classes has cross-entropy ln n. A tied LM whose embeddings have a
 large std σ starts far above it: ≈ ln(e^{dσ} + n − 1) ≈ dσ when dσ ≫ ln n (σ = 1/√d gives
-≈ √d). The monitor measures the loss of the first optimizer step's batches (all computed with
-the initial weights), averages it over ranks, logs it next to ln n, [S]'s formula and the
-module's own estimate, warns when it is far above ln n, and logs and keeps the first K step losses.
+≈ √d).
 """
 
 from __future__ import annotations
@@ -23,6 +21,7 @@ from typing_extensions import override
 
 from lightning_embinit.callbacks.loggers import log_scalars
 from lightning_embinit.callbacks.summary import MONITORS
+from lightning_embinit.checks import check_int
 from lightning_embinit.diagnostics.initial_loss import tied_initial_loss, token_std
 from lightning_embinit.init.host import EmbeddingSlot, discover_slots, select_slots
 from lightning_embinit.init.sharding import whole_table
@@ -93,8 +92,7 @@ class InitialLossMonitor(Callback):
     ) -> None:
         if vocab_size is not None and vocab_size < 2:
             raise ValueError(f"vocab_size must be ≥ 2, got {vocab_size}")
-        if track_steps < 1:
-            raise ValueError(f"track_steps must be ≥ 1, got {track_steps}")
+        check_int("track_steps", track_steps, minimum=1)
         self.vocab_size = vocab_size
         self.slot = slot
         self.track_steps = track_steps

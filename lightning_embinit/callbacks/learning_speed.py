@@ -17,7 +17,7 @@ from typing_extensions import override
 
 from lightning_embinit.callbacks.loggers import log_scalars
 from lightning_embinit.callbacks.summary import MONITORS
-from lightning_embinit.checks import check_choice
+from lightning_embinit.checks import check_choice, check_int
 from lightning_embinit.diagnostics.learning_speed import CrossingTracker, check_mode, check_weight
 
 CHECK_ON = ("validation", "train_step")
@@ -64,8 +64,7 @@ class LearningSpeedMonitor(Callback):
         check_mode(mode)
         check_weight(smoothing)
         check_choice("check_on", check_on, CHECK_ON)
-        if every_n_steps is not None and every_n_steps < 1:
-            raise ValueError(f"every_n_steps must be ≥ 1 or None, got {every_n_steps}")
+        check_int("every_n_steps", every_n_steps, minimum=1, optional=True)
         self.monitor = monitor
         self.check_on = check_on
         self.every_n_steps = every_n_steps

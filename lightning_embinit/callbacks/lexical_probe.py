@@ -1,9 +1,7 @@
 """``LexicalProbe``: word analogy and similarity of a word-level slot at the start and end of training.
 
-A thin adapter over :func:`lightning_embinit.diagnostics.lexical_probe` ([K] Table 4, [KB] §5):
-it runs the probe on the slot's table (padding row left out) with the slot's own input scale and
-positional encoding, logs the numbers and a table, and a 2-D PCA scatter of chosen words
-([KB] Fig. 2) where the logger takes figures.
+A thin adapter over :func:`lightning_embinit.diagnostics.lexical_probe` ([K] Table 4, [KB] §5); the PCA scatter of
+chosen words is [KB] Fig. 2.
 """
 
 from __future__ import annotations
@@ -37,31 +35,9 @@ from lightning_embinit.init.transforms import StatisticsTarget
 from lightning_embinit.text_files import check_encoding
 
 #: The words of the PCA scatter when ``words=`` is not given (those in the vocabulary are drawn).
-DEFAULT_WORDS = (
-    "man",
-    "woman",
-    "king",
-    "queen",
-    "boy",
-    "girl",
-    "father",
-    "mother",
-    "france",
-    "paris",
-    "germany",
-    "berlin",
-    "italy",
-    "rome",
-    "dog",
-    "cat",
-    "horse",
-    "red",
-    "blue",
-    "green",
-    "walk",
-    "walking",
-    "run",
-    "running",
+DEFAULT_WORDS = tuple(
+    "man woman king queen boy girl father mother france paris germany berlin italy rome dog cat horse red blue green "
+    "walk walking run running".split()
 )
 
 
@@ -122,7 +98,7 @@ class LexicalProbe(Callback):
         similarity = [similarity] if isinstance(similarity, str) else list(similarity or [])
         try:
             check_probe_inputs(analogies, similarity, max_analogies)
-            self._test_words: set[str] | None = probe_words(analogies, similarity, encoding=check_encoding(encoding))
+            self.test_words = probe_words(analogies, similarity, encoding=check_encoding(encoding))
         except ValueError as error:
             raise ValueError(f"LexicalProbe: {error}") from None
         self.encoding = encoding
@@ -141,13 +117,6 @@ class LexicalProbe(Callback):
         self.probed_slot: str | None = None
         self.slot_coverage: dict[str, int] = {}
         self._announced = False
-
-    @property
-    def test_words(self) -> set[str]:
-        """The distinct words of the analogy questions and similarity pairs (case-folded), read once."""
-        if self._test_words is None:
-            self._test_words = probe_words(self.analogies, self.similarity, encoding=self.encoding)
-        return self._test_words
 
     @override
     @property

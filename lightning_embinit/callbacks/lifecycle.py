@@ -29,10 +29,11 @@ class FitOnceCallback(Callback):
 
     Subclasses do their work from :meth:`setup` when :meth:`begin_fit` says so and call :meth:`mark_done` once it
     succeeded; they implement :meth:`discard` (forget the result a restore replaces) and :meth:`publish` (show the
-    report of a fresh fit).
+    report of a fresh fit). The report per slot is ``reports``, also their :meth:`summary` (``PublishesSummary``).
     """
 
     def __init__(self) -> None:
+        self.reports: dict[str, dict[str, Any]] = {}
         self.resumed = False
         self._active = False
         self._done: weakref.WeakSet[LightningModule] = weakref.WeakSet()
@@ -43,6 +44,10 @@ class FitOnceCallback(Callback):
     def __setstate__(self, state: dict[str, Any]) -> None:
         self.__dict__.update(state)
         self._done = weakref.WeakSet()
+
+    def summary(self) -> dict[str, dict[str, Any]]:
+        """The report per slot (``reports``)."""
+        return self.reports
 
     def begin_fit(self, pl_module: LightningModule, stage: str) -> bool:
         """At ``setup``: whether this is a fit of a model the callback has not changed yet (then it does its work)."""

@@ -13,11 +13,6 @@ from lightning.pytorch.callbacks import RichProgressBar
 from typing_extensions import override
 
 
-def step_budgeted(trainer: L.Trainer) -> bool:
-    """True when ``max_steps`` alone bounds the run."""
-    return trainer.max_epochs in (None, -1) and trainer.max_steps is not None and trainer.max_steps > 0
-
-
 class StepBudgetProgressBar(RichProgressBar):
     """:class:`RichProgressBar` whose training title counts steps when no epoch limit is set."""
 
@@ -25,7 +20,8 @@ class StepBudgetProgressBar(RichProgressBar):
         return f"Epoch {trainer.current_epoch} · step {trainer.global_step}/{trainer.max_steps}"
 
     def _retitle(self, trainer: L.Trainer) -> None:
-        if step_budgeted(trainer) and self.progress is not None and self.train_progress_bar_id is not None:
+        step_budgeted = trainer.max_epochs in (None, -1) and trainer.max_steps is not None and trainer.max_steps > 0
+        if step_budgeted and self.progress is not None and self.train_progress_bar_id is not None:
             self.progress.update(self.train_progress_bar_id, description=self.train_title(trainer))
 
     @override

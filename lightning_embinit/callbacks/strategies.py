@@ -27,11 +27,6 @@ SUPPORTED = (
 )
 
 
-def builds_in_configure_model(module: nn.Module) -> bool:
-    """Whether ``module`` is a LightningModule with its own ``configure_model`` (which may create tables)."""
-    return isinstance(module, LightningModule) and type(module).configure_model is not LightningModule.configure_model
-
-
 def tables_ready(module: nn.Module, names: Sequence[str] | None) -> bool:
     """Whether the selected tables exist and hold values (not on the meta device) now, at ``setup``.
 
@@ -41,8 +36,8 @@ def tables_ready(module: nn.Module, names: Sequence[str] | None) -> bool:
     try:
         slots = select_slots(module, names)
     except (ValueError, AttributeError):  # AttributeError: embedding_slots() names a table configure_model makes
-        if builds_in_configure_model(module):
-            return False
+        if isinstance(module, LightningModule) and type(module).configure_model is not LightningModule.configure_model:
+            return False  # a module with its own configure_model, which may create the tables
         raise
     return not any(is_meta(slot.weight) for slot in slots.values())
 

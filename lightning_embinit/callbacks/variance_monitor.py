@@ -1,11 +1,7 @@
 """``EmbeddingVarianceMonitor``: the token table against the positional encoding while training ([K];
 docs/concepts.md#absorption).
 
-A thin adapter over :mod:`lightning_embinit.diagnostics.variance` and
-:mod:`~lightning_embinit.diagnostics.absorption`: per slot, at the start of training, every
-``every_n_steps`` optimizer steps and at the end, it logs the table's statistics raw and scaled,
-the positional encoding's std and range, their ratio, and the absorption measures; it warns once
-when one signal drowns the other, and logs a histogram figure where the logger takes figures.
+A thin adapter over :mod:`lightning_embinit.diagnostics.variance` and :mod:`~lightning_embinit.diagnostics.absorption`.
 """
 
 from __future__ import annotations
@@ -22,6 +18,7 @@ from typing_extensions import override
 from lightning_embinit.callbacks.loggers import figure_loggers, log_figure, log_scalars
 from lightning_embinit.callbacks.strategies import tables_ready
 from lightning_embinit.callbacks.summary import MONITORS
+from lightning_embinit.checks import check_int
 from lightning_embinit.diagnostics.absorption import (
     POSITIONAL_THRESHOLD,
     SEMANTIC_THRESHOLD,
@@ -78,12 +75,9 @@ class EmbeddingVarianceMonitor(Callback):
     ) -> None:
         if every_n_steps is not None and every_n_steps < 1:
             raise ValueError(f"every_n_steps must be ≥ 1 or None (start and end only), got {every_n_steps}")
-        if sample_rows < 2:
-            raise ValueError(f"sample_rows must be ≥ 2, got {sample_rows}")
-        if neighbours < 1:
-            raise ValueError(f"neighbours must be ≥ 1, got {neighbours}")
-        if max_position is not None and max_position < 1:
-            raise ValueError(f"max_position must be ≥ 1 or None, got {max_position}")
+        check_int("sample_rows", sample_rows, minimum=2)
+        check_int("neighbours", neighbours, minimum=1)
+        check_int("max_position", max_position, minimum=1, optional=True)
         check_threshold("positional_threshold", positional_threshold)
         check_threshold("semantic_threshold", semantic_threshold)
         self.slot_names = None if slots is None else ([slots] if isinstance(slots, str) else list(slots))
@@ -110,9 +104,8 @@ class EmbeddingVarianceMonitor(Callback):
     @override
     def setup(self, trainer: L.Trainer, pl_module: L.LightningModule, stage: str) -> None:
         if stage == "fit":
-            tables_ready(
-                pl_module, self.slot_names
-            )  # unknown slot names fail now, or at train start for configure_model's
+            # unknown slot names fail now, or at train start for those configure_model makes
+            tables_ready(pl_module, self.slot_names)
             # a new fit starts a new record; Lightning restores a resumed run's after setup (load_state_dict)
             self.start, self.latest, self.latest_step, self._warned = None, None, None, False
 
@@ -139,11 +132,8 @@ class EmbeddingVarianceMonitor(Callback):
             max_position=self.max_position,
             positional=positional,
         )
-        values.update(
-            semantic_retention=None if measured is None else measured.semantic_retention,
-            positional_retention=None if measured is None else measured.positional_retention,
-            neighbour_survival=None if measured is None else measured.neighbour_survival,
-        )
+        for key in ("semantic_retention", "positional_retention", "neighbour_survival"):
+            values[key] = None if measured is None else getattr(measured, key)
         if self.warn and not self._warned and measured is not None:
             found = drowning(
                 measured, positional_threshold=self.positional_threshold, semantic_threshold=self.semantic_threshold

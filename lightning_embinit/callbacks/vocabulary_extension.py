@@ -34,21 +34,14 @@ from lightning_embinit.callbacks.lifecycle import FitOnceCallback
 from lightning_embinit.checks import check_choice
 from lightning_embinit.init.distributed import run_on_rank_zero
 from lightning_embinit.init.extension import (
-    TRAINABLE_EXTENSION,
     ExtensionPlan,
-    apply_plan,
     extension_metrics,
-    finish_report,
     format_extension_report,
     freeze_old_rows,
     pin_old_rows,
 )
-from lightning_embinit.init.extension.checkpoint import (
-    extend_state,
-    extension_jobs,
-    load_extended_state,
-    plan_job,
-)
+from lightning_embinit.init.extension.checkpoint import extend_state, extension_jobs, load_extended_state, plan_job
+from lightning_embinit.init.extension.extend import TRAINABLE_EXTENSION, apply_plan, finish_report
 from lightning_embinit.init.extension.rules import new_bias_value, resolve_rule
 from lightning_embinit.init.host import select_slots
 from lightning_embinit.init.sources.checkpoint import CHECKPOINT_KEY
@@ -112,16 +105,11 @@ class VocabularyExtensionCallback(FitOnceCallback):
         }
         self.slots, self.tokens, self.old_tokens, self.old_tokenizer = slots, tokens, old_tokens, old_tokenizer
         self.trainable, self.probe, self.verbose = trainable, probe, verbose
-        self.reports: dict[str, dict[str, Any]] = {}
         self.added: dict[str, torch.Tensor] = {}
         self._frozen: dict[str, list[torch.nn.Parameter]] = {}
 
     summary_key = "vocabulary_extension"
     """Studies record :meth:`summary` under this key (``PublishesSummary``)."""
-
-    def summary(self) -> dict[str, dict[str, Any]]:
-        """The extension report per slot (``reports``)."""
-        return self.reports
 
     @override
     def __getstate__(self) -> dict[str, Any]:

@@ -76,7 +76,7 @@ class ChainInputs:
 
     @cached_property
     def target_std(self) -> float:
-        return resolve_target(self.target, *self.matrix.shape).std
+        return resolve_target(self.target, *self.matrix.shape)[1]
 
 
 def chain_inputs(

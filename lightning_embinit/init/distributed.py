@@ -16,7 +16,7 @@ import torch.distributed as dist
 
 from lightning_embinit.init.host import EmbeddingSlot
 from lightning_embinit.init.pipeline import BuiltSlot
-from lightning_embinit.init.sources.base import Coverage, SourceMatrix
+from lightning_embinit.init.sources.base import SourceMatrix
 
 
 def is_distributed() -> bool:
@@ -24,50 +24,41 @@ def is_distributed() -> bool:
     return dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1
 
 
-def default_device() -> torch.device:
-    """Where the default group's collectives run: the current CUDA device under NCCL, else the CPU."""
-    if dist.get_backend() == "nccl":
-        return torch.device("cuda", torch.cuda.current_device())
-    return torch.device("cpu")
-
-
 def build_on_rank_zero(
     slots: Mapping[str, EmbeddingSlot],
-    build: Callable[[], tuple[dict[str, BuiltSlot], dict[str, Any]]],
+    build: Callable[[], tuple[dict[str, BuiltSlot], Any]],
     *,
     broadcast_object: Callable[[Any], Any] | None = None,
-    device: torch.device | None = None,
-) -> tuple[dict[str, BuiltSlot], dict[str, Any]]:
+) -> tuple[dict[str, BuiltSlot], Any]:
     """Run ``build`` on global rank 0 only; every rank returns the same matrices, masks and summary.
 
-    ``build`` builds every slot on this process and returns (slot → built matrix, a picklable
-    summary such as ``{"seed": ...}``). Every rank must call this with the same slots.
-    ``broadcast_object`` sends a picklable object from rank 0 (default:
-    ``torch.distributed.broadcast_object_list``); ``device`` is where the tensors travel (default:
-    :func:`default_device`). Without a process group of several ranks this is ``build()``.
+    ``build`` builds every slot on this process and returns (slot → built matrix, a picklable summary such as the
+    seed). Every rank must call this with the same slots. ``broadcast_object`` sends a picklable object from rank 0
+    (default: ``torch.distributed.broadcast_object_list``); the tensors travel on the current CUDA device under
+    NCCL, else on the CPU. Without a process group of several ranks this is ``build()``.
     """
     if not is_distributed():
         return build()
     built: dict[str, BuiltSlot] = {}
 
-    def build_and_describe() -> dict[str, Any]:
+    def build_and_describe() -> tuple[Any, dict[str, tuple]]:
         nonlocal built
         built, summary = build()
-        return {**summary, "slots": {name: _describe(b) for name, b in built.items()}}
+        described = {n: (b.source, b.matrix.weight.dtype, b.transforms, b.matrix.coverage) for n, b in built.items()}
+        return summary, described
 
-    summary = run_on_rank_zero(build_and_describe, what="embedding initialization", broadcast_object=broadcast_object)
-    device = device or default_device()
+    summary, described = run_on_rank_zero(
+        build_and_describe, what="embedding initialization", broadcast_object=broadcast_object
+    )
+    device = torch.device("cuda", torch.cuda.current_device()) if dist.get_backend() == "nccl" else torch.device("cpu")
     for name, slot in slots.items():
-        description = summary["slots"][name]
+        source, dtype, transforms, coverage = described[name]
         mine = built.get(name)
-        weight = (
-            mine.matrix.weight
-            if mine
-            else torch.empty(slot.num_embeddings, slot.embedding_dim, dtype=getattr(torch, description["dtype"]))
-        )
+        weight = mine.matrix.weight if mine else torch.empty(slot.num_embeddings, slot.embedding_dim, dtype=dtype)
         rows = mine.matrix.pretrained_rows if mine else torch.empty(slot.num_embeddings, dtype=torch.bool)
-        built[name] = _rebuild(name, _broadcast(weight, device), _broadcast(rows, device), description)
-    return built, {key: value for key, value in summary.items() if key != "slots"}
+        matrix = SourceMatrix(_broadcast(weight, device), _broadcast(rows, device), source, coverage)
+        built[name] = BuiltSlot(name, matrix, source, list(transforms))
+    return built, summary
 
 
 def run_on_rank_zero(
@@ -100,30 +91,6 @@ def _broadcast_object(value: Any) -> Any:
     holder = [value]
     dist.broadcast_object_list(holder, src=0)
     return holder[0]
-
-
-def _describe(built: BuiltSlot) -> dict[str, Any]:
-    coverage = built.matrix.coverage
-    return {
-        "source": built.source,
-        "dtype": str(built.matrix.weight.dtype).removeprefix("torch."),
-        "transforms": built.transforms,
-        "coverage": coverage.as_dict() if coverage is not None else None,
-    }
-
-
-def _rebuild(name: str, weight: torch.Tensor, rows: torch.Tensor, description: Mapping[str, Any]) -> BuiltSlot:
-    coverage = description["coverage"]
-    if coverage is not None:
-        coverage = Coverage(
-            coverage["found"],
-            coverage["total"],
-            dict(coverage["by_rule"]),
-            list(coverage["missing"]),
-            coverage.get("extra_rows", 0),
-        )
-    matrix = SourceMatrix(weight, rows, description["source"], coverage)
-    return BuiltSlot(name, matrix, description["source"], list(description["transforms"]))
 
 
 def _broadcast(tensor: torch.Tensor, device: torch.device) -> torch.Tensor:

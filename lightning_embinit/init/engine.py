@@ -123,29 +123,22 @@ class EmbeddingInitializer:
         return prepared
 
     def build(
-        self,
-        prepared: PreparedSlots,
-        *,
-        broadcast_object: Callable[[Any], Any] | None = None,
-        device: torch.device | None = None,
+        self, prepared: PreparedSlots, *, broadcast_object: Callable[[Any], Any] | None = None
     ) -> tuple[dict[str, BuiltSlot], int]:
         """Every slot's checked matrix and the seed. Under ``torch.distributed`` (every rank calls this) global rank 0
-        builds and broadcasts (``broadcast_object``: how a picklable object travels; ``device``: where tensors do),
-        so every rank holds the same matrices."""
+        builds and broadcasts (``broadcast_object``: how a picklable object travels), so every rank holds the same
+        matrices."""
 
-        def build_here() -> tuple[dict[str, BuiltSlot], dict[str, Any]]:
+        def build_here() -> tuple[dict[str, BuiltSlot], int]:
             seed = self.seed if self.seed is not None else secrets.randbelow(2**31)
             generator = torch.Generator().manual_seed(seed)
             built = {
                 name: build_slot(slot, prepared.recipes[name], generator=generator, corpus=prepared.corpora.get(name))
                 for name, slot in prepared.slots.items()
             }
-            return built, {"seed": seed}
+            return built, seed
 
-        built, summary = build_on_rank_zero(
-            prepared.slots, build_here, broadcast_object=broadcast_object, device=device
-        )
-        return built, summary["seed"]
+        return build_on_rank_zero(prepared.slots, build_here, broadcast_object=broadcast_object)
 
     def write(self, prepared: PreparedSlots, built: Mapping[str, BuiltSlot], seed: int) -> Initialized:
         """Write every built matrix into its table (zeroing the padding row) and report how each was born."""
@@ -169,13 +162,13 @@ class EmbeddingInitializer:
         for name, slot in prepared.slots.items():
             trainable = prepared.recipes[name].trainable
             rows = lambda name=name: pretrained_rows.get(name)  # noqa: E731
-            if message := apply_trainability(slot, trainable, rows, by_mask=by_mask):
-                messages.append(message)
-            if trainable == "pretrained_rows":
-                masks[name] = rows
-            elif trainable is False and by_mask:
-                every_row = torch.ones(slot.num_embeddings, dtype=torch.bool)
-                masks[name] = lambda every_row=every_row: every_row
+            if (mask := apply_trainability(slot, trainable, rows, by_mask=by_mask)) is not None:
+                masks[name] = mask
+            if trainable is False and slot.is_tied:
+                messages.append(
+                    f"slot {name!r} is frozen, and so is the output layer tied to it "
+                    f"({', '.join(slot.tied_modules)}): they share one weight. Untie the head to train it alone."
+                )
         return masks, messages
 
     def run(self, module: nn.Module, *, datamodule: Any = None, corpus: SlotCorpus | None = None) -> Initialized:

@@ -32,22 +32,19 @@ def freeze_rows(weight: nn.Parameter, frozen_rows: FrozenRows) -> RemovableHandl
         if rows is None:
             return gradient
         keep = (~rows).to(device=gradient.device, dtype=gradient.dtype)
-        keep = keep.view(-1, *([1] * (gradient.dim() - 1)))
-        return gradient * keep
+        return gradient * keep.view(-1, *([1] * (gradient.dim() - 1)))
 
     return weight.register_hook(mask_gradient)
 
 
-def decays(optimizer: torch.optim.Optimizer, weight: nn.Parameter) -> bool:
-    """Whether ``optimizer`` applies weight decay to ``weight`` (moving it even with a zero gradient)."""
-    return any(
+def pin_rows(optimizer: torch.optim.Optimizer, weight: nn.Parameter, frozen_rows: FrozenRows) -> list[RemovableHandle]:
+    """Put the frozen rows back after every ``optimizer.step()`` when ``optimizer`` decays ``weight`` (weight decay
+    moves rows even at a zero gradient; other optimizers get no hook). Their values are taken before the first step."""
+    if not any(
         group.get("weight_decay", 0) and any(parameter is weight for parameter in group["params"])
         for group in optimizer.param_groups
-    )
-
-
-def pin_rows(optimizer: torch.optim.Optimizer, weight: nn.Parameter, frozen_rows: FrozenRows) -> list[RemovableHandle]:
-    """Put the frozen rows back after every ``optimizer.step()``; their values are taken before the first step."""
+    ):
+        return []
     pinned: dict[str, torch.Tensor] = {}
 
     def remember(opt: torch.optim.Optimizer, args: tuple, kwargs: dict) -> None:
@@ -75,27 +72,22 @@ def check_trainability(slot: EmbeddingSlot, trainable: Trainable) -> None:
 
 
 def apply_trainability(
-    slot: EmbeddingSlot, trainable: Trainable, frozen_rows: FrozenRows, *, by_mask: bool = False
-) -> str | None:
-    """Freeze ``slot`` as ``trainable`` says; returns a warning to show when a tied head freezes with it.
+    slot: EmbeddingSlot, trainable: Trainable, pretrained_rows: FrozenRows, *, by_mask: bool = False
+) -> FrozenRows | None:
+    """Freeze ``slot`` as ``trainable`` says; returns the gradient mask it set (the rows to pin, :func:`pin_rows`).
 
     ``by_mask`` freezes a ``trainable=False`` table with a gradient mask over all rows instead of
     ``requires_grad=False``: for a table that a wrapper (DDP) already registered as trainable, whose
-    reducer fails on a gradient that never comes. Pin its rows (:func:`pin_rows`) for optimizers
-    that decay it.
+    reducer fails on a gradient that never comes.
     """
-    check_trainability(slot, trainable)
-    if trainable is False and by_mask:
+    if trainable == "pretrained_rows":
+        mask = pretrained_rows
+    elif trainable is False and by_mask:
         every_row = torch.ones(slot.num_embeddings, dtype=torch.bool)
-        freeze_rows(slot.weight, lambda: every_row)
-    elif trainable is False:
-        slot.weight.requires_grad_(False)
-    if trainable is False:
-        if slot.is_tied:
-            return (
-                f"slot {slot.name!r} is frozen, and so is the output layer tied to it "
-                f"({', '.join(slot.tied_modules)}): they share one weight. Untie the head to train it alone."
-            )
-    elif trainable == "pretrained_rows":
-        freeze_rows(slot.weight, frozen_rows)
-    return None
+        mask = lambda: every_row  # noqa: E731
+    else:
+        if trainable is False:
+            slot.weight.requires_grad_(False)
+        return None
+    freeze_rows(slot.weight, mask)
+    return mask

@@ -31,12 +31,6 @@ class BuiltSlot:
     transforms: list[str] = field(default_factory=list)
     statistics: MatrixStats | None = None
 
-    def written_statistics(self, slot: EmbeddingSlot) -> MatrixStats | None:
-        """The statistics of the table's non-padding rows as written, when writing cannot change them (same dtype)."""
-        if self.statistics is None or slot.weight.dtype != self.matrix.weight.dtype:
-            return None
-        return self.statistics
-
 
 def check_matrix(
     weight: torch.Tensor, num_embeddings: int, embedding_dim: int, *, where: str, padding_idx: int | None = None
@@ -70,7 +64,7 @@ def build_slot(
     corpus: Callable[[], Iterable[Sequence[str]]] | None = None,
 ) -> BuiltSlot:
     """The source's matrix for ``slot`` after the recipe's transforms, checked; no weight is touched."""
-    source = recipe.validate(slot.num_embeddings, slot.embedding_dim, slot=slot.name)
+    source = recipe.resolved_source
     request = SourceRequest(
         slot_name=slot.name,
         num_embeddings=slot.num_embeddings,
@@ -83,21 +77,15 @@ def build_slot(
     )
     where = f"slot {slot.name!r}, source {source.name!r}"
     with cache_directory(recipe.cache_directory()):
-        return _build_checked(slot, recipe, source, request, where)
-
-
-def _build_checked(
-    slot: EmbeddingSlot, recipe: InitRecipe, source: Any, request: SourceRequest, where: str
-) -> BuiltSlot:
-    matrix = source.build(request)
-    if tuple(matrix.weight.shape) != (slot.num_embeddings, slot.embedding_dim):
-        check_matrix(matrix.weight, slot.num_embeddings, slot.embedding_dim, where=where)
-    if matrix.coverage is not None and matrix.coverage.found == 0:
-        raise ValueError(f"{where}: the source covers none of the slot's {matrix.coverage.total} tokens")
-    steps = recipe.steps()
-    body = _without_padding(matrix, slot.padding_idx)
-    for step in steps:
-        body = step(body, request)
+        matrix = source.build(request)
+        if tuple(matrix.weight.shape) != (slot.num_embeddings, slot.embedding_dim):
+            check_matrix(matrix.weight, slot.num_embeddings, slot.embedding_dim, where=where)
+        if matrix.coverage is not None and matrix.coverage.found == 0:
+            raise ValueError(f"{where}: the source covers none of the slot's {matrix.coverage.total} tokens")
+        steps = recipe.steps()
+        body = _without_padding(matrix, slot.padding_idx)
+        for step in steps:
+            body = step(body, request)
     statistics = check_matrix(body.weight, *body.weight.shape, where=where, padding_idx=slot.padding_idx)
     matrix = _with_padding(matrix, body, slot.padding_idx)
     if source.is_pretrained and not bool(matrix.pretrained_rows.any()):
@@ -134,9 +122,9 @@ def _with_padding(full: SourceMatrix, body: SourceMatrix, padding_idx: int | Non
     return replace(body, weight=weight, pretrained_rows=rows)
 
 
-@torch.no_grad()
 def write_slot(slot: EmbeddingSlot, weight: torch.Tensor) -> None:
-    """Copy ``weight`` into the table (casting to its dtype and device) and zero the padding row.
+    """Copy ``weight`` into the table (casting to its dtype and device) with a zero padding row (zeroed in
+    ``weight`` too).
 
     A sharded table (``DTensor``) receives its rank's slice of ``weight``, the whole matrix. A bf16
     table receives stochastically rounded values (fixed seed, so every rank writes the same), which
@@ -144,15 +132,9 @@ def write_slot(slot: EmbeddingSlot, weight: torch.Tensor) -> None:
     """
     if slot.weight.dtype == torch.bfloat16 and weight.dtype != torch.bfloat16:
         weight = affine(weight, 1.0, 0.0, out=torch.empty(weight.shape, dtype=torch.bfloat16))
-    if is_sharded(slot.weight):  # every rank holds the whole matrix and writes its own slice
-        if slot.padding_idx is not None:
-            weight = weight.clone()
-            weight[slot.padding_idx] = 0
-        write_whole(slot.weight, weight)
-        return
-    slot.weight.copy_(weight)
     if slot.padding_idx is not None:
-        slot.weight[slot.padding_idx].zero_()
+        weight[slot.padding_idx] = 0
+    write_whole(slot.weight, weight)
 
 
 def slot_report(
@@ -171,14 +153,12 @@ def slot_report(
         "tied_modules": list(slot.tied_modules),
         "seed": seed,
     }
-    statistics = built.written_statistics(slot) if built and not is_sharded(slot.weight) else None
+    statistics = None  # the built matrix's own, when writing cannot change them (same dtype, not sharded)
+    if built and not is_sharded(slot.weight) and slot.weight.dtype == built.matrix.weight.dtype:
+        statistics = built.statistics
     if statistics is None:  # a sharded table is gathered on every rank alike, so the collective matches
         statistics = matrix_statistics(rows_without(whole_table(slot.weight), slot.padding_idx))
-    report.update(
-        embedding_statistics(
-            None, input_scale=float(slot.input_scale), positional_encoding=positional, statistics=statistics
-        )
-    )
+    report.update(embedding_statistics(statistics, input_scale=float(slot.input_scale), positional_encoding=positional))
     coverage = built.matrix.coverage if built else None
     report["coverage"] = coverage.as_dict() if coverage is not None else None
     report["pretrained_rows"] = int(built.matrix.pretrained_rows.sum()) if built else 0

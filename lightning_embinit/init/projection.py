@@ -47,7 +47,14 @@ def fit_projection(
     """Fit ``method`` (``"pca"`` or ``"random_orthogonal"``) on the found rows (n, D_s) for width ``target_dim``."""
     if check_choice("projection", method, PROJECTIONS) == "pca":
         return _fit_pca(rows, target_dim)
-    return _fit_random_orthogonal(rows.shape[1], target_dim, generator)
+    source_dim = rows.shape[1]
+    kind = "isometric embedding" if target_dim >= source_dim else "projection onto a random subspace"
+    return Projection(
+        "random_orthogonal",
+        random_orthogonal_matrix(source_dim, target_dim, generator),
+        torch.zeros(source_dim, dtype=torch.float64),
+        f"random_orthogonal {source_dim}→{target_dim} ({kind})",
+    )
 
 
 def _fit_pca(rows: torch.Tensor, target_dim: int) -> Projection:
@@ -86,14 +93,3 @@ def random_orthogonal_matrix(
     diagonal = torch.sign(torch.diagonal(r))
     q = q * torch.where(diagonal == 0, torch.ones_like(diagonal), diagonal)
     return q if source_dim >= target_dim else q.T
-
-
-def _fit_random_orthogonal(source_dim: int, target_dim: int, generator: torch.Generator | None) -> Projection:
-    matrix = random_orthogonal_matrix(source_dim, target_dim, generator)
-    kind = "isometric embedding" if target_dim >= source_dim else "projection onto a random subspace"
-    return Projection(
-        "random_orthogonal",
-        matrix,
-        torch.zeros(source_dim, dtype=torch.float64),
-        f"random_orthogonal {source_dim}→{target_dim} ({kind})",
-    )

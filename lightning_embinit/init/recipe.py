@@ -62,54 +62,40 @@ class InitRecipe:
         if self.cache_dir is not None:
             object.__setattr__(self, "cache_dir", os.fspath(self.cache_dir))
 
-    @classmethod
-    def option_names(cls) -> tuple[str, ...]:
-        return tuple(f.name for f in fields(cls))
-
     def updated(self, overrides: Mapping[str, Any] | None, *, where: str = "slot options") -> InitRecipe:
         """A copy with ``overrides`` applied; unknown option names raise ``ValueError``."""
         if not overrides:
             return self
-        unknown = sorted(set(overrides) - set(self.option_names()))
-        if unknown:
-            raise ValueError(f"unknown {where} {unknown}; valid options: {', '.join(self.option_names())}")
+        names = [f.name for f in fields(self)]
+        if unknown := sorted(set(overrides) - set(names)):
+            raise ValueError(f"unknown {where} {unknown}; valid options: {', '.join(names)}")
         return replace(self, **dict(overrides))
 
+    @cached_property
     def resolved_source(self) -> EmbeddingSource:
         """The source object, resolved once per recipe, so slots sharing a recipe share its caches."""
-        return self._source
-
-    @cached_property
-    def _source(self) -> EmbeddingSource:
-        return resolve_source(self.source, **dict(self.source_options or {}))
+        return resolve_source(self.source, **self.source_options)
 
     def cache_directory(self) -> str | None:
         """The one cache directory of this recipe's sources: ``cache_dir``, else the main source's own."""
-        return self.cache_dir or getattr(self.resolved_source(), "cache_dir", None)
+        return self.cache_dir or getattr(self.resolved_source, "cache_dir", None)
 
     def __getstate__(self) -> dict[str, Any]:
-        return {key: value for key, value in self.__dict__.items() if key != "_source"}  # resolved again after pickling
-
-    def __setstate__(self, state: dict[str, Any]) -> None:
-        self.__dict__.update(state)
+        return {key: value for key, value in self.__dict__.items() if key != "resolved_source"}  # resolved again
 
     def steps(self) -> list[Transform]:
         """The transform steps in the order they run."""
-        keyword_steps: list[Transform] = []
         if self.standardize is not None and self.match is not None:
             raise ValueError(
                 "contradictory options: 'standardize' and 'match' both set the table's mean and std; choose one"
             )
-        if self.match is not None:
-            keyword_steps.append(build_transform("match", self.match, **dict(self.match_options or {})))
-        elif self.match_options:
-            raise ValueError("match_options are given but match= is not set")
-        if self.standardize is not None:
-            keyword_steps.append(
-                build_transform("standardize", self.standardize, **dict(self.standardize_options or {}))
-            )
-        elif self.standardize_options:
-            raise ValueError("standardize_options are given but standardize= is not set")
+        keyword_steps: list[Transform] = []
+        for name in ("match", "standardize"):
+            target, options = getattr(self, name), getattr(self, f"{name}_options")
+            if target is not None:
+                keyword_steps.append(build_transform(name, target, **options))
+            elif options:
+                raise ValueError(f"{name}_options are given but {name}= is not set")
         if not isinstance(self.shuffle, bool):
             raise ValueError(f"'shuffle' is True or False, got {self.shuffle!r}")
         if self.shuffle:
@@ -137,14 +123,10 @@ class InitRecipe:
         """Check every option against an N×D table without touching any weight; return the source."""
         where = f"slot {slot!r}: " if slot else ""
         try:
-            source = self.resolved_source()
+            source = self.resolved_source
             for step in self.steps():
                 step.validate(num_embeddings, embedding_dim)
-            if (
-                self.trainable not in TRAINABLE_CHOICES
-                or isinstance(self.trainable, int)
-                and not isinstance(self.trainable, bool)
-            ):
+            if not (isinstance(self.trainable, bool) or self.trainable == "pretrained_rows"):
                 raise choice_error("trainable=", self.trainable, TRAINABLE_CHOICES)
         except ValueError as error:
             raise ValueError(f"{where}{error}") from None

@@ -84,8 +84,6 @@ class Registry(Generic[T]):
         return entry.factory(*args, **kwargs)
 
     def __contains__(self, spec: object) -> bool:
-        if not isinstance(spec, str):
-            return False
         try:
             self.split(spec)
         except ValueError:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 _COLUMNS = (
@@ -39,13 +39,17 @@ def _cell(key: str, value: Any) -> str:
     return str(value)
 
 
-def format_report(reports: Mapping[str, Mapping[str, Any]]) -> str:
-    """A fixed-width table, one line per slot."""
-    header = [title for title, _ in _COLUMNS]
-    rows = [[_cell(key, report.get(key)) for _, key in _COLUMNS] for report in reports.values()]
+def text_table(header: Sequence[str], rows: Sequence[Sequence[str]]) -> list[str]:
+    """The lines of a fixed-width table: the header, a rule, then the rows."""
     widths = [max(len(cell) for cell in column) for column in zip(header, *rows)]
     lines = ["  ".join(cell.ljust(width) for cell, width in zip(line, widths)).rstrip() for line in [header, *rows]]
-    lines.insert(1, "  ".join("-" * width for width in widths))
+    return [lines[0], "  ".join("-" * width for width in widths), *lines[1:]]
+
+
+def format_report(reports: Mapping[str, Mapping[str, Any]]) -> str:
+    """A fixed-width table, one line per slot."""
+    rows = [[_cell(key, report.get(key)) for _, key in _COLUMNS] for report in reports.values()]
+    lines = text_table([title for title, _ in _COLUMNS], rows)
     notes = [
         f"slot {name!r}: the tied output layer(s) {', '.join(r['tied_modules'])} now hold these weights too"
         + (" and are frozen with it" if r.get("trainable") is False else "")

@@ -15,6 +15,7 @@ import os
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
+from functools import partial
 
 import torch
 
@@ -31,7 +32,7 @@ class RandomScheme:
     name: str
     distribution: str
     std_of_shape: Callable[[int, int], float]
-    center: float = 0.0
+    mean: float = 0.0
     shape_dependent: bool = False  # a σ the user wrote in terms of n and d
 
     def std(self, num_embeddings: int, embedding_dim: int) -> float:
@@ -43,9 +44,6 @@ class RandomScheme:
         if not self.shape_dependent:
             return self.name
         return f"{self.name} (σ = {self.std(num_embeddings, embedding_dim):.6g})"
-
-    def mean(self) -> float:
-        return self.center
 
     def sample(
         self,
@@ -65,7 +63,7 @@ class RandomScheme:
         if out.dim() != 2:
             raise ValueError(f"an embedding table is 2-D (N, D), got shape {tuple(out.shape)}")
         n, d = out.shape
-        std, mean = self.std(n, d), self.mean()
+        std, mean = self.std(n, d), self.mean
         if self.distribution == "constant":
             return out.fill_(mean)
         chunks = row_blocks(out.detach())  # worker threads do not inherit the caller's no_grad
@@ -96,21 +94,6 @@ def _check_std(std: float, where: str) -> float:
     if std > 1e30:
         raise ValueError(f"{where}: std {std!r} would overflow float32 embeddings")
     return std
-
-
-@SCHEMES.register("xavier", summary="Glorot uniform U(−a, a), a = √(6/(N+D)); σ = √(2/(N+D)) [K] default")
-def xavier() -> RandomScheme:
-    return RandomScheme("xavier", "uniform", lambda n, d: math.sqrt(2.0 / (n + d)))
-
-
-@SCHEMES.register("xavier_normal", summary="Glorot normal N(0, 2/(N+D))")
-def xavier_normal() -> RandomScheme:
-    return RandomScheme("xavier_normal", "normal", lambda n, d: math.sqrt(2.0 / (n + d)))
-
-
-@SCHEMES.register("he", summary="Kaiming normal with fan_in = D: N(0, 2/D)")
-def he() -> RandomScheme:
-    return RandomScheme("he", "normal", lambda n, d: math.sqrt(2.0 / d))
 
 
 _FUNCTIONS: dict[str, Callable[[float], float]] = {"sqrt": math.sqrt, "ln": math.log, "log": math.log, "exp": math.exp}
@@ -193,29 +176,29 @@ def normal(std: str | float) -> RandomScheme:
     return RandomScheme(f"normal:{std}", "normal", lambda n, d: value)
 
 
-@SCHEMES.register("zeros", summary="all zeros [KB]")
-def zeros() -> RandomScheme:
-    return RandomScheme("zeros", "constant", lambda n, d: 0.0, 0.0)
-
-
-@SCHEMES.register("ones", summary="all ones [KB]")
-def ones() -> RandomScheme:
-    return RandomScheme("ones", "constant", lambda n, d: 0.0, 1.0)
-
-
-@SCHEMES.register("log_n_over_d", summary="N(0, (ln N / D)²): the tied-embedding countermeasure of [S]")
-def log_n_over_d() -> RandomScheme:
-    return RandomScheme("log_n_over_d", "normal", lambda n, d: math.log(n) / d)
-
-
-@SCHEMES.register("hf", summary="N(0, 0.02²): Hugging Face / BERT initializer_range")
-def hf() -> RandomScheme:
-    return RandomScheme("hf", "normal", lambda n, d: 0.02)
-
-
-@SCHEMES.register("torch_default", summary="N(0, 1): torch's nn.Embedding default")
-def torch_default() -> RandomScheme:
-    return RandomScheme("torch_default", "normal", lambda n, d: 1.0)
+_FIXED_SCHEMES: dict[str, tuple[str, Callable[[int, int], float], float, str]] = {
+    "xavier": (
+        "uniform",
+        lambda n, d: math.sqrt(2.0 / (n + d)),
+        0.0,
+        "Glorot uniform U(−a, a), a = √(6/(N+D)); σ = √(2/(N+D)) [K] default",
+    ),
+    "xavier_normal": ("normal", lambda n, d: math.sqrt(2.0 / (n + d)), 0.0, "Glorot normal N(0, 2/(N+D))"),
+    "he": ("normal", lambda n, d: math.sqrt(2.0 / d), 0.0, "Kaiming normal with fan_in = D: N(0, 2/D)"),
+    "zeros": ("constant", lambda n, d: 0.0, 0.0, "all zeros [KB]"),
+    "ones": ("constant", lambda n, d: 0.0, 1.0, "all ones [KB]"),
+    "log_n_over_d": (
+        "normal",
+        lambda n, d: math.log(n) / d,
+        0.0,
+        "N(0, (ln N / D)²): the tied-embedding countermeasure of [S]",
+    ),
+    "hf": ("normal", lambda n, d: 0.02, 0.0, "N(0, 0.02²): Hugging Face / BERT initializer_range"),
+    "torch_default": ("normal", lambda n, d: 1.0, 0.0, "N(0, 1): torch's nn.Embedding default"),
+}
+"""The schemes without an argument: name → (distribution, σ of the shape (n, d), mean, summary)."""
+for _name, (_distribution, _std, _mean, _summary) in _FIXED_SCHEMES.items():
+    SCHEMES.add(_name, partial(RandomScheme, _name, _distribution, _std, _mean), summary=_summary)
 
 
 def get_scheme(spec: str | RandomScheme) -> RandomScheme:

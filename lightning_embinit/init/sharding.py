@@ -43,12 +43,6 @@ def whole_table(weight: torch.Tensor) -> torch.Tensor:
     return weight.detach()
 
 
-def local_slice(full: torch.Tensor, like: torch.Tensor) -> torch.Tensor:
-    """This rank's slice of ``full`` as ``like`` (a DTensor) holds it: same mesh and placements, no communication."""
-    sharded = distribute_tensor(full, like.device_mesh, like.placements, src_data_rank=None)
-    return sharded.to_local()
-
-
 @torch.no_grad()
 def write_whole(weight: torch.Tensor, full: torch.Tensor) -> None:
     """Copy the whole matrix ``full`` into ``weight`` in place (casting dtype and device); a DTensor gets its own slice.
@@ -60,7 +54,10 @@ def write_whole(weight: torch.Tensor, full: torch.Tensor) -> None:
             f"cannot write a matrix of shape {tuple(full.shape)} into a table of shape {tuple(weight.shape)}"
         )
     if is_sharded(weight):
-        weight.to_local().copy_(local_slice(full, weight))
+        # this rank's slice, cut as the weight's own mesh and placements cut it: no communication
+        weight.to_local().copy_(
+            distribute_tensor(full, weight.device_mesh, weight.placements, src_data_rank=None).to_local()
+        )
     else:
         weight.copy_(full)
 

@@ -9,7 +9,7 @@ accumulated in float64.
 from __future__ import annotations
 
 import math
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 
 import torch
 
@@ -32,9 +32,6 @@ class MatrixStats:
         """The statistics of ``factor · X``, derived without another pass."""
         low, high = sorted((self.min * factor, self.max * factor))
         return MatrixStats(self.mean * factor, self.std * abs(factor), low, high, self.numel)
-
-    def as_dict(self) -> dict[str, float]:
-        return asdict(self)
 
 
 def as_rows(matrix: torch.Tensor) -> torch.Tensor:
@@ -65,12 +62,6 @@ def rows_without(weight: torch.Tensor, padding_idx: int | None) -> torch.Tensor:
     return torch.cat((weight[:padding_idx], weight[padding_idx + 1 :]))
 
 
-def _accumulator_dtype(matrix: torch.Tensor) -> torch.dtype:
-    if matrix.dtype == torch.float64 or matrix.shape[-1] > _MAX_FLOAT32_ROW:
-        return torch.float64
-    return torch.float32
-
-
 def _shift(matrix: torch.Tensor) -> float:
     """A value near the mean, from a strided sample of rows, to centre the single pass on."""
     rows = as_rows(matrix)
@@ -86,7 +77,8 @@ def matrix_statistics(matrix: torch.Tensor) -> MatrixStats:
     if matrix.numel() == 0:
         raise ValueError("statistics of an empty matrix are undefined")
     matrix = matrix.detach()
-    partial = _accumulator_dtype(matrix)
+    wide = matrix.dtype == torch.float64 or matrix.shape[-1] > _MAX_FLOAT32_ROW  # a row's partial sum in float64
+    partial = torch.float64 if wide else torch.float32
     shift = torch.tensor(_shift(matrix), dtype=partial).item()
     total, squares = 0.0, 0.0
     low, high = math.inf, -math.inf
@@ -106,38 +98,20 @@ def matrix_statistics(matrix: torch.Tensor) -> MatrixStats:
 
 
 def embedding_statistics(
-    weight: torch.Tensor | None,
-    *,
-    input_scale: float,
-    positional_encoding: torch.Tensor | None = None,
-    statistics: MatrixStats | None = None,
+    weight: torch.Tensor | MatrixStats, *, input_scale: float, positional_encoding: torch.Tensor | None = None
 ) -> dict[str, float | None]:
-    """The per-slot numbers of the init report.
+    """The per-slot numbers of the init report, of a table or of its statistics when they are already known.
 
     ``scaled_*`` describe ``input_scale · X`` (√D in Vaswani's input, as [K]); ``pe_std`` is the
     positional encoding's own std and ``ratio`` = σ(scaled X) / σ(P): far above 1 the tokens drown
     the position signal, far below it the positions drown the word–word structure ("absorption").
-    ``statistics`` may pass the weight's own statistics when they are already known (``weight`` may then be None).
     """
-    if statistics is None and weight is None:
-        raise ValueError("embedding_statistics needs the weight or its statistics")
-    raw = statistics or matrix_statistics(weight)
+    raw = weight if isinstance(weight, MatrixStats) else matrix_statistics(weight)
     scaled = raw.scaled(input_scale)
-    report: dict[str, float | None] = {
-        "mean": raw.mean,
-        "std": raw.std,
-        "min": raw.min,
-        "max": raw.max,
-        "input_scale": input_scale,
-        "scaled_mean": scaled.mean,
-        "scaled_std": scaled.std,
-        "scaled_min": scaled.min,
-        "scaled_max": scaled.max,
-        "pe_std": None,
-        "pe_min": None,
-        "pe_max": None,
-        "ratio": None,
-    }
+    report: dict[str, float | None] = {key: getattr(raw, key) for key in ("mean", "std", "min", "max")}
+    report["input_scale"] = input_scale
+    report |= {f"scaled_{key}": getattr(scaled, key) for key in ("mean", "std", "min", "max")}
+    report |= dict.fromkeys(("pe_std", "pe_min", "pe_max", "ratio"))
     if positional_encoding is not None:
         pe = matrix_statistics(positional_encoding)
         report.update(

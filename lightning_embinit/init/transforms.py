@@ -25,29 +25,18 @@ from lightning_embinit.init.schemes import SCHEMES, RandomScheme, get_scheme
 from lightning_embinit.init.sources.base import SourceMatrix, SourceRequest, resolve_source
 from lightning_embinit.init.statistics import CHUNK_ELEMENTS, MatrixStats, matrix_statistics
 
-
-@dataclass(frozen=True)
-class TargetStatistics:
-    mean: float
-    std: float
-
-
-StatisticsTarget = str | float | int | Sequence[float] | torch.Tensor | MatrixStats | RandomScheme | TargetStatistics
+StatisticsTarget = str | float | int | Sequence[float] | torch.Tensor | MatrixStats | RandomScheme
 """A scheme name, a std, a (mean, std) pair, a matrix whose statistics to copy, or MatrixStats."""
 
 
-def resolve_target(target: StatisticsTarget, num_embeddings: int, embedding_dim: int) -> TargetStatistics:
+def resolve_target(target: StatisticsTarget, num_embeddings: int, embedding_dim: int) -> tuple[float, float]:
     """The (mean, std) that ``target`` stands for on an N×D table; invalid targets raise ``ValueError``."""
-    if isinstance(target, TargetStatistics):
-        mean, std = target.mean, target.std
-    elif isinstance(target, (str, RandomScheme)):
+    if isinstance(target, (str, RandomScheme)):
         scheme = get_scheme(target)
-        mean, std = scheme.mean(), scheme.std(num_embeddings, embedding_dim)
-    elif isinstance(target, torch.Tensor):
-        stats = matrix_statistics(target)
+        mean, std = scheme.mean, scheme.std(num_embeddings, embedding_dim)
+    elif isinstance(target, (torch.Tensor, MatrixStats)):
+        stats = matrix_statistics(target) if isinstance(target, torch.Tensor) else target
         mean, std = stats.mean, stats.std
-    elif isinstance(target, MatrixStats):
-        mean, std = target.mean, target.std
     elif isinstance(target, (int, float)) and not isinstance(target, bool):
         mean, std = 0.0, float(target)
     elif isinstance(target, Sequence) and len(target) == 2:
@@ -61,7 +50,7 @@ def resolve_target(target: StatisticsTarget, num_embeddings: int, embedding_dim:
         raise ValueError(
             f"a standardization target needs a finite mean and a finite std > 0, got mean={mean}, std={std}"
         )
-    return TargetStatistics(mean, std)
+    return mean, std
 
 
 def round_to_bfloat16(values: torch.Tensor, generator: torch.Generator | None = None) -> torch.Tensor:
@@ -118,12 +107,12 @@ def standardize(
     ``target`` gives (μ_t, σ_t): a scheme's std for this shape (σ_x = √(2/(N+D)) for ``"xavier"``),
     an explicit std, a (mean, std) pair, or another matrix's statistics.
     """
-    target_stats = resolve_target(target, *matrix.shape)
+    target_mean, target_std = resolve_target(target, *matrix.shape)
     stats = statistics or matrix_statistics(matrix)
     if stats.std == 0:
         raise ValueError("cannot standardize a constant matrix (its std is 0)")
-    scale = target_stats.std / stats.std
-    return affine(matrix, scale, target_stats.mean - stats.mean * scale, out=out, generator=generator)
+    scale = target_std / stats.std
+    return affine(matrix, scale, target_mean - stats.mean * scale, out=out, generator=generator)
 
 
 def match(random: torch.Tensor, reference: StatisticsTarget, *, out: torch.Tensor | None = None) -> torch.Tensor:
@@ -138,20 +127,10 @@ def scale(matrix: torch.Tensor, factor: float, *, out: torch.Tensor | None = Non
     return affine(matrix, factor, 0.0, out=out)
 
 
-def random_permutations(
-    num_rows: int, num_columns: int, generator: torch.Generator | None = None
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """A (row, column) permutation pair drawn from ``generator``."""
-    return torch.randperm(num_rows, generator=generator), torch.randperm(num_columns, generator=generator)
-
-
-def shuffle(
-    matrix: torch.Tensor, generator: torch.Generator | None = None, *, rows: bool = True, columns: bool = True
-) -> torch.Tensor:
+def shuffle(matrix: torch.Tensor, generator: torch.Generator | None = None) -> torch.Tensor:
     """Pre-trained_Shuffled ([K] §3.4): permute rows and columns; keeps the values, destroys the semantics."""
-    row_order, column_order = random_permutations(*matrix.shape, generator=generator)
-    out = matrix[row_order] if rows else matrix.clone()
-    return out[:, column_order] if columns else out
+    row_order, column_order = (torch.randperm(size, generator=generator) for size in matrix.shape)
+    return matrix[row_order][:, column_order]
 
 
 # -- steps over a SourceMatrix, selected by name ---------------------------------------------
@@ -187,26 +166,22 @@ class Transform(ABC):
 TRANSFORMS: Registry[Transform] = Registry("transform")
 
 
-def is_source_reference(argument: Any) -> bool:
-    """Whether a statistics target names a source (``"glove"``, ``"hf:<dir>"``) rather than a scheme or a number."""
-    if not isinstance(argument, str) or argument in SCHEMES:
-        return False
-    try:
-        float(argument)
-    except ValueError:
-        return True
-    return False
-
-
 @dataclass(frozen=True)
 class ReferenceStatistics(Transform):
-    """Move the matrix onto a target's mean and std; a source name is built for the same slot (with ``options``)
-    and its statistics over its pre-trained rows are the target."""
+    """``standardize`` (Pre-trained_Xavier, generalized) or ``match`` (Xavier_Pre-trained): move the matrix onto a
+    target's mean and std; a source name is built for the same slot (with ``options``) and its statistics over its
+    pre-trained rows are the target."""
+
+    @property
+    def names_a_source(self) -> bool:
+        """Whether the target names a source (``"glove"``, ``"hf:<dir>"``) rather than a scheme or a number (a
+        numeric text became a number when the step was made)."""
+        return isinstance(self.argument, str) and self.argument not in SCHEMES
 
     def validate(self, num_embeddings: int, embedding_dim: int) -> None:
-        if is_source_reference(self.argument):
+        if self.names_a_source:
             try:
-                resolve_source(self.argument, **dict(self.options))
+                resolve_source(self.argument, **self.options)
             except ValueError as error:
                 raise ValueError(
                     f"{self.name}={self.argument!r} is not a scheme ({SCHEMES.known()}), a number, "
@@ -220,31 +195,21 @@ class ReferenceStatistics(Transform):
             )
         resolve_target(self.argument, num_embeddings, embedding_dim)
 
-    def target(self, request: SourceRequest) -> TargetStatistics:
-        argument = self.argument
-        if is_source_reference(argument):
-            built = resolve_source(argument, **dict(self.options)).build(request)
-            rows = built.weight[built.pretrained_rows] if bool(built.pretrained_rows.any()) else built.weight
-            argument = matrix_statistics(rows)
-        return resolve_target(argument, request.num_embeddings, request.embedding_dim)
-
     def __call__(self, matrix: SourceMatrix, request: SourceRequest) -> SourceMatrix:
-        weight = standardize(matrix.weight, self.target(request), out=matrix.weight, generator=request.generator)
+        target = self.argument
+        if self.names_a_source:
+            built = resolve_source(target, **self.options).build(request)
+            rows = built.weight[built.pretrained_rows] if bool(built.pretrained_rows.any()) else built.weight
+            target = matrix_statistics(rows)
+        target = resolve_target(target, request.num_embeddings, request.embedding_dim)  # the whole table's shape
+        weight = standardize(matrix.weight, target, out=matrix.weight, generator=request.generator)
         return replace(matrix, weight=weight)
-
-
-class Standardize(ReferenceStatistics):
-    """Pre-trained_Xavier, generalized: onto a scheme's std, a std, (mean, std), a matrix's or a source's statistics."""
-
-
-class Match(ReferenceStatistics):
-    """Xavier_Pre-trained: a (random) table onto a reference source's statistics."""
 
 
 @dataclass(frozen=True)
 class Shuffle(Transform):
     def __call__(self, matrix: SourceMatrix, request: SourceRequest) -> SourceMatrix:
-        row_order, column_order = random_permutations(*matrix.weight.shape, generator=request.generator)
+        row_order, column_order = (torch.randperm(size, generator=request.generator) for size in matrix.weight.shape)
         return replace(
             matrix,
             weight=matrix.weight[row_order][:, column_order],
@@ -273,14 +238,14 @@ def _number_or_text(argument: Any) -> Any:
 
 TRANSFORMS.add(
     "standardize",
-    lambda target, **options: Standardize("standardize", _number_or_text(target), options),
+    lambda target, **options: ReferenceStatistics("standardize", _number_or_text(target), options),
     takes_argument=True,
     summary="Pre-trained_Xavier generalized: move onto a scheme's std, a std, "
     "(mean, std), a matrix's or a source's statistics",
 )
 TRANSFORMS.add(
     "match",
-    lambda reference, **options: Match("match", _number_or_text(reference), options),
+    lambda reference, **options: ReferenceStatistics("match", _number_or_text(reference), options),
     takes_argument=True,
     summary="Xavier_Pre-trained: move onto a reference source's mean and std",
 )

@@ -2,16 +2,7 @@
 (:mod:`.rules`), the tensors read and written (:mod:`.tables`), the report (:mod:`.report`), a trained model's
 checkpoint (:mod:`.checkpoint`)."""
 
-from lightning_embinit.init.extension.extend import (
-    TRAINABLE_EXTENSION,
-    apply_plan,
-    extend_vocabulary,
-    finish_report,
-    freeze_old_rows,
-    pin_old_rows,
-    plan_for_module,
-    token_list,
-)
+from lightning_embinit.init.extension.extend import extend_vocabulary, freeze_old_rows, pin_old_rows, plan_for_module
 from lightning_embinit.init.extension.plan import ExtensionPlan, VocabularyChange, plan_extension
 from lightning_embinit.init.extension.report import extension_metrics, format_extension_report
 from lightning_embinit.init.extension.rules import BIAS_RULES, RULES
@@ -19,17 +10,13 @@ from lightning_embinit.init.extension.rules import BIAS_RULES, RULES
 __all__ = [
     "BIAS_RULES",
     "RULES",
-    "TRAINABLE_EXTENSION",
     "ExtensionPlan",
     "VocabularyChange",
-    "apply_plan",
     "extend_vocabulary",
     "extension_metrics",
-    "finish_report",
     "format_extension_report",
     "freeze_old_rows",
     "pin_old_rows",
     "plan_extension",
     "plan_for_module",
-    "token_list",
 ]

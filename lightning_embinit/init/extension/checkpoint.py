@@ -64,7 +64,9 @@ def extension_jobs(
             )
         old_padding = slot.padding_idx
         if into_state and slot.padding_idx is not None:
-            old_padding = _index(old, new_tokens[slot.padding_idx], name, "padding token")
+            if (padding := new_tokens[slot.padding_idx]) not in old:
+                raise ValueError(f"slot {name!r}: the old vocabulary has no padding token {padding!r}")
+            old_padding = old.index(padding)
         jobs[name] = ExtensionJob(
             slot,
             old,
@@ -109,13 +111,6 @@ def datamodule_tokenizer(datamodule: Any, slot: str, tokens: Sequence[str]) -> A
         if isinstance(getattr(found, "tokens", None), list) and list(found.tokens) == list(tokens):
             return found
     return None
-
-
-def _index(tokens: Sequence[str], token: str, slot: str, what: str) -> int:
-    try:
-        return list(tokens).index(token)
-    except ValueError:
-        raise ValueError(f"slot {slot!r}: the old vocabulary has no {what} {token!r}") from None
 
 
 def recorded_vocabularies(module: nn.Module, checkpoint: Mapping[str, Any] | None) -> dict[str, tuple[Any, Any]]:

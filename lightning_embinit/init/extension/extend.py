@@ -38,10 +38,10 @@ from lightning_embinit.init.extension.tables import (
     new_token_mass,
     output_layers,
     read_tables,
-    trainable_tensors,
+    vocabulary_tensors,
     write_tables,
 )
-from lightning_embinit.init.freezing import decays, freeze_rows, pin_rows
+from lightning_embinit.init.freezing import freeze_rows, pin_rows
 from lightning_embinit.init.host import EmbeddingSlot, select_slots
 from lightning_embinit.init.tokens import load_tokens
 from lightning_embinit.init.transforms import StatisticsTarget
@@ -174,23 +174,14 @@ def apply_plan(module: nn.Module, plan: ExtensionPlan, *, tokenizer: Any = None)
             f"slot {plan.slot!r}: the plan was made for a table of {plan.report.get('old_rows')} rows, "
             f"this one has {old.embedding.shape[0]}"
         )
-    commit = prepare_host(module, plan, target, tokenizer)
-    write_tables(module, target, plan.assemble(old), plan.padding_idx)
-    commit()
-
-
-def prepare_host(
-    module: nn.Module, plan: ExtensionPlan, slot: EmbeddingSlot, tokenizer: Any = None
-) -> Callable[[], None]:
-    """The host's ``prepare_vocabulary_change(change)`` (it checks now and returns what to run after the write);
-    a no-op for modules without one."""
-    prepare = getattr(module, "prepare_vocabulary_change", None)
-    if not callable(prepare):
-        return lambda: None
+    prepare = getattr(module, "prepare_vocabulary_change", None)  # it checks now, and returns what to run after
     change = VocabularyChange(
-        plan.slot, list(plan.tokens), dict(slot.special_tokens), plan.source_ids.tolist(), tokenizer
+        plan.slot, list(plan.tokens), dict(target.special_tokens), plan.source_ids.tolist(), tokenizer
     )
-    return prepare(change) or (lambda: None)
+    commit = prepare(change) if callable(prepare) else None
+    write_tables(module, target, plan.assemble(old), plan.padding_idx)
+    if commit:
+        commit()
 
 
 def finish_report(module: nn.Module, plan: ExtensionPlan, probe: Any) -> dict[str, Any]:
@@ -223,7 +214,8 @@ def freeze_old_rows(
     tensors = {}
     for name in frozen:
         target = _one_slot(module, name)
-        tensors[name] = trainable_tensors(module, target, output_layers(module, target, (outputs or {}).get(name)))
+        layers = output_layers(module, target, (outputs or {}).get(name))
+        tensors[name] = list(vocabulary_tensors(module, target, layers).values())
     keep = {id(t) for group in tensors.values() for t in group}
     for parameter in module.parameters():
         parameter.requires_grad_(id(parameter) in keep)
@@ -239,5 +231,4 @@ def pin_old_rows(
     """Put the frozen rows of ``tensors`` back after every step of an optimizer that decays them (AdamW with weight
     decay moves rows even at zero gradient)."""
     for tensor in tensors:
-        if decays(optimizer, tensor):
-            pin_rows(optimizer, tensor, frozen)
+        pin_rows(optimizer, tensor, frozen)

@@ -6,6 +6,7 @@ rows come from a rule (:mod:`~lightning_embinit.init.extension.rules`), optional
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -14,9 +15,9 @@ import torch
 
 from lightning_embinit.init.extension.report import plan_report
 from lightning_embinit.init.extension.rules import NewRowsRequest, new_bias_value, resolve_rule
-from lightning_embinit.init.extension.tables import SlotTables, non_padding
-from lightning_embinit.init.statistics import matrix_statistics
-from lightning_embinit.init.transforms import StatisticsTarget, TargetStatistics, resolve_target, standardize
+from lightning_embinit.init.extension.tables import SlotTables
+from lightning_embinit.init.statistics import matrix_statistics, rows_without
+from lightning_embinit.init.transforms import StatisticsTarget, resolve_target, standardize
 
 
 @dataclass(frozen=True)
@@ -92,11 +93,8 @@ def check_vocabulary_change(
     for what, tokens in (("new vocabulary", new_tokens), ("old vocabulary", old_tokens)):
         if bad := [t for t in tokens if not isinstance(t, str)]:
             raise ValueError(f"slot {slot!r}: the {what} holds non-string tokens, e.g. {bad[:3]!r}")
-        seen: dict[str, list[int]] = {}
-        for i, token in enumerate(tokens):
-            seen.setdefault(token, []).append(i)
-        if duplicates := {t: ids for t, ids in seen.items() if len(ids) > 1}:
-            shown = ", ".join(f"{t!r} (ids {ids[:3]})" for t, ids in list(duplicates.items())[:5])
+        if duplicates := [token for token, count in Counter(tokens).items() if count > 1]:
+            shown = ", ".join(f"{t!r} (ids {[i for i, u in enumerate(tokens) if u == t][:3]})" for t in duplicates[:5])
             raise ValueError(
                 f"slot {slot!r}: {len(duplicates)} tokens occur twice in the {what}: {shown}; each token needs one row"
             )
@@ -118,31 +116,24 @@ def check_vocabulary_change(
     return torch.tensor([index.get(token, -1) for token in new_tokens], dtype=torch.long)
 
 
-def _statistics_target(
-    target: StatisticsTarget | bool | None, old_rows: torch.Tensor, shape: tuple[int, int]
-) -> TargetStatistics | None:
-    if target is None or target is False:
-        return None
-    if target is True or target == "old":
-        stats = matrix_statistics(old_rows)
-        return TargetStatistics(stats.mean, stats.std)
-    return resolve_target(target, *shape)
-
-
 def _new_rows(
     rule: Any, request: NewRowsRequest, target: StatisticsTarget | bool | None
 ) -> tuple[torch.Tensor, dict[str, int]]:
-    made = rule(request)
-    rows = made.rows.float()
-    wanted = _statistics_target(target, request.old_rows, (request.num_embeddings, request.dim))
-    if wanted is not None and rows.shape[0]:
+    rows, counts = rule(request)
+    rows = rows.float()
+    if target is True or target == "old":  # the old rows' own mean and std
+        stats = matrix_statistics(request.old_rows)
+        target = (stats.mean, stats.std)
+    elif target is not None and target is not False:  # a scheme's std for the extended (N′, D) table
+        target = resolve_target(target, request.num_embeddings, request.dim)
+    if target is not None and target is not False and rows.shape[0]:
         try:
-            rows = standardize(rows, wanted)
+            rows = standardize(rows, target)
         except ValueError as error:
             raise ValueError(f"{request.what}: standardize the new rows: {error}") from None
     if not bool(torch.isfinite(rows).all()):
         raise ValueError(f"{request.what}: rule {rule.name!r} made rows with NaN or inf; nothing was written")
-    return rows, made.counts
+    return rows, counts
 
 
 def plan_extension(
@@ -186,15 +177,14 @@ def plan_extension(
     added_tokens = [t for t, source in zip(new_tokens, source_ids.tolist()) if source < 0]
     generator = torch.Generator().manual_seed(seed)
     values = {
-        path: None if b is None else new_bias_value(bias, non_padding(b, padding_idx)) for path, b in old.biases.items()
+        path: None if b is None else new_bias_value(bias, rows_without(b, padding_idx))
+        for path, b in old.biases.items()
     }
 
     def request(table: torch.Tensor, what: str) -> NewRowsRequest:
-        table = (
-            table.detach().cpu()
-        )  # the rows are made on the CPU, with the CPU generator, whatever the table's device
+        table = table.detach().cpu()  # the rows are made on the CPU (its generator), whatever the table's device
         return NewRowsRequest(
-            table, non_padding(table, padding_idx), added_tokens, len(new_tokens), generator, what, split
+            table, rows_without(table, padding_idx), added_tokens, len(new_tokens), generator, what, split
         )
 
     rows, counts = _new_rows(row_rule, request(old.embedding, f"slot {slot!r}"), standardize)

@@ -7,8 +7,9 @@ from typing import Any
 
 import torch
 
-from lightning_embinit.init.extension.tables import SlotTables, non_padding
-from lightning_embinit.init.statistics import matrix_statistics
+from lightning_embinit.init.extension.tables import SlotTables
+from lightning_embinit.init.report import text_table
+from lightning_embinit.init.statistics import matrix_statistics, rows_without
 
 _COLUMNS = (
     ("slot", lambda r: r["slot"]),
@@ -34,11 +35,7 @@ def _pair(old: float | None, new: float | None) -> str:
 
 def format_extension_report(reports: Mapping[str, Mapping[str, Any]]) -> str:
     """A fixed-width table, one line per slot, then a line per untied output layer and per standardization."""
-    header = [title for title, _ in _COLUMNS]
-    rows = [[cell(report) for _, cell in _COLUMNS] for report in reports.values()]
-    widths = [max(len(cell) for cell in column) for column in zip(header, *rows)]
-    lines = ["  ".join(cell.ljust(width) for cell, width in zip(line, widths)).rstrip() for line in [header, *rows]]
-    lines.insert(1, "  ".join("-" * width for width in widths))
+    lines = text_table([title for title, _ in _COLUMNS], [[cell(r) for _, cell in _COLUMNS] for r in reports.values()])
     notes = []
     for name, report in reports.items():
         if report.get("standardize"):
@@ -114,7 +111,7 @@ def plan_report(
         "kept_rows": int((~plan.added).sum()),
         "dropped_rows": int(old.embedding.shape[0] - int((~plan.added).sum())),
         "added_tokens": [t for t, new in zip(plan.tokens, plan.added.tolist()) if new][:10],
-        **_row_numbers("old", non_padding(old.embedding, padding_idx)),
+        **_row_numbers("old", rows_without(old.embedding, padding_idx)),
         **_row_numbers("new", plan.embedding_rows),
         "outputs": {},
         "new_token_mass": None,
@@ -123,11 +120,11 @@ def plan_report(
     for path, weight in old.outputs.items():
         entry = {
             "rule": head_rule,
-            **_row_numbers("old", non_padding(weight, padding_idx)),
+            **_row_numbers("old", rows_without(weight, padding_idx)),
             **_row_numbers("new", plan.output_rows[path]),
         }
         if old.biases.get(path) is not None:
-            old_mean = float(non_padding(old.biases[path], padding_idx).double().mean())
+            old_mean = float(rows_without(old.biases[path], padding_idx).double().mean())
             entry.update(bias_rule=str(bias), old_bias_mean=old_mean, new_bias=plan.bias_values[path])
         report["outputs"][path] = entry
     return report

@@ -27,8 +27,9 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
-from typing import Any, Protocol
+from dataclasses import dataclass
+from functools import cached_property
+from typing import Any
 
 import torch
 
@@ -63,42 +64,26 @@ class NewRowsRequest:
     generator: torch.Generator
     what: str
     split: Splitter | None = None
-    _mean: torch.Tensor | None = field(default=None, repr=False)
 
     @property
     def dim(self) -> int:
         return self.old_table.shape[1]
 
+    @cached_property
     def mean_row(self) -> torch.Tensor:
         """μ, in float64."""
-        if self._mean is None:
-            self._mean = self.old_rows.double().mean(dim=0)
-        return self._mean
+        return self.old_rows.double().mean(dim=0)
 
 
-@dataclass
-class NewRows:
-    """A rule's answer: the (m, D) float32 rows, and how many tokens each rule (or fallback) served."""
-
-    rows: torch.Tensor
-    counts: dict[str, int]
-
-
-class ExtensionRule(Protocol):
-    name: str
-    serves_output_layers: bool
-    needs_split: bool
-
-    def __call__(self, request: NewRowsRequest) -> NewRows: ...
-
-
-RULES: Registry[ExtensionRule] = Registry("extension rule")
-"""Extension rules by name: ``mean``, ``mean_cov[:<scale>]``, ``pieces`` (schemes and sources are their own
-registries)."""
+NewRows = tuple[torch.Tensor, dict[str, int]]
+"""A rule's answer: the (m, D) float32 rows, and how many tokens each rule (or fallback) served."""
 
 
 @dataclass(frozen=True)
-class _Rule:
+class ExtensionRule:
+    """A named way to make new rows; ``serves_output_layers``: it also makes an untied output layer's rows (a
+    pre-trained source does not: they get ``mean``); ``needs_split``: it reads the old tokenizer's pieces."""
+
     name: str
     make: Callable[[NewRowsRequest], NewRows]
     serves_output_layers: bool = True
@@ -108,12 +93,17 @@ class _Rule:
         return self.make(request)
 
 
+RULES: Registry[ExtensionRule] = Registry("extension rule")
+"""Extension rules by name: ``mean``, ``mean_cov[:<scale>]``, ``pieces`` (schemes and sources are their own
+registries)."""
+
+
 @RULES.register(
     "mean", summary="every new row is the old rows' mean μ (Hewitt 2021): no new token outweighs the average"
 )
 def mean_rule() -> ExtensionRule:
-    return _Rule(
-        "mean", lambda r: NewRows(r.mean_row().float().expand(len(r.tokens), -1).clone(), {"mean": len(r.tokens)})
+    return ExtensionRule(
+        "mean", lambda r: (r.mean_row.float().expand(len(r.tokens), -1).clone(), {"mean": len(r.tokens)})
     )
 
 
@@ -135,22 +125,18 @@ def sample_mean_cov(old_rows: torch.Tensor, count: int, scale: float, generator:
     summary="N(μ, s·Σ) of the old rows; s = 1e-9 without an argument (Hugging Face's mean_resizing)",
 )
 def mean_cov_rule(scale: str | None = None) -> ExtensionRule:
-    value = MEAN_COV_SCALE if scale in (None, "") else _number(scale, "mean_cov:<scale>")
+    value = MEAN_COV_SCALE if scale is None else _number(scale, "mean_cov:<scale>")
     if not math.isfinite(value) or value < 0:
         raise ValueError(f"extension rule 'mean_cov:{scale}': the covariance scale must be a finite number ≥ 0")
-    name = "mean_cov" if scale in (None, "") else f"mean_cov:{scale}"
-    return _Rule(
-        name, lambda r: NewRows(sample_mean_cov(r.old_rows, len(r.tokens), value, r.generator), {name: len(r.tokens)})
+    name = "mean_cov" if scale is None else f"mean_cov:{scale}"
+    return ExtensionRule(
+        name, lambda r: (sample_mean_cov(r.old_rows, len(r.tokens), value, r.generator), {name: len(r.tokens)})
     )
 
 
 def _pieces(request: NewRowsRequest) -> NewRows:
-    if request.split is None:
-        raise ValueError(
-            f"{request.what}: rule 'pieces' needs the old tokenizer (old_tokenizer=...) to split new tokens"
-        )
     size = request.old_table.shape[0]
-    mean = request.mean_row().float()
+    mean = request.mean_row.float()
     rows, served = [], 0
     for token in request.tokens:
         pieces = [i for i in request.split(token) if 0 <= i < size]
@@ -163,19 +149,19 @@ def _pieces(request: NewRowsRequest) -> NewRows:
             f"another rule ({known_rules()})"
         )
     counts = {"pieces": served, "mean (no known piece)": len(request.tokens) - served}
-    return NewRows(torch.stack(rows) if rows else request.old_table.new_zeros(0, request.dim).float(), counts)
+    return torch.stack(rows) if rows else request.old_table.new_zeros(0, request.dim).float(), counts
 
 
 @RULES.register("pieces", summary="the mean of the old rows of the pieces the old tokenizer splits the new token into")
 def pieces_rule() -> ExtensionRule:
-    return _Rule("pieces", _pieces, needs_split=True)
+    return ExtensionRule("pieces", _pieces, needs_split=True)
 
 
 def scheme_rule(scheme: RandomScheme) -> ExtensionRule:
     """New rows drawn from ``scheme``, its mean and std those of the extended (N′, D) table."""
 
     def make(request: NewRowsRequest) -> NewRows:
-        count, std, center = len(request.tokens), scheme.std(request.num_embeddings, request.dim), scheme.mean()
+        count, std, center = len(request.tokens), scheme.std(request.num_embeddings, request.dim), scheme.mean
         rows = torch.empty(count, request.dim)
         if scheme.distribution == "constant":
             rows.fill_(center)
@@ -183,9 +169,9 @@ def scheme_rule(scheme: RandomScheme) -> ExtensionRule:
             rows.uniform_(center - std * math.sqrt(3.0), center + std * math.sqrt(3.0), generator=request.generator)
         else:
             rows.normal_(center, std, generator=request.generator)
-        return NewRows(rows, {scheme.describe(request.num_embeddings, request.dim): count})
+        return rows, {scheme.describe(request.num_embeddings, request.dim): count}
 
-    return _Rule(scheme.name, make)
+    return ExtensionRule(scheme.name, make)
 
 
 def source_rule(source: EmbeddingSource) -> ExtensionRule:
@@ -207,10 +193,10 @@ def source_rule(source: EmbeddingSource) -> ExtensionRule:
                 f"has {request.dim} (source_options={{'project': 'pca'}} projects a wider source)"
             )
         found = built.pretrained_rows
-        rows = torch.where(found.unsqueeze(1), built.weight.float(), request.mean_row().float())
-        return NewRows(rows, {source.name: int(found.sum()), "mean (not in the source)": int((~found).sum())})
+        rows = torch.where(found.unsqueeze(1), built.weight.float(), request.mean_row.float())
+        return rows, {source.name: int(found.sum()), "mean (not in the source)": int((~found).sum())}
 
-    return _Rule(source.name, make, serves_output_layers=False)
+    return ExtensionRule(source.name, make, serves_output_layers=False)
 
 
 def known_rules() -> str:
@@ -225,7 +211,7 @@ def resolve_rule(spec: str | ExtensionRule, **source_options: Any) -> ExtensionR
     name, colon, _ = spec.partition(":")
     if name in set(RULES):
         return RULES.create(name) if not colon else RULES.build(spec)  # mean_cov without a scale: its default
-    if spec in SCHEMES or spec.partition(":")[0] in set(SCHEMES):
+    if name in set(SCHEMES):
         return scheme_rule(get_scheme(spec))
     try:
         source = resolve_source(spec, **source_options)

@@ -72,17 +72,23 @@ def read_tables(root: nn.Module, slot: EmbeddingSlot, outputs: Iterable[str]) ->
     )
 
 
+def vocabulary_tensors(root: nn.Module, slot: EmbeddingSlot, outputs: Iterable[str]) -> dict[str, nn.Parameter]:
+    """The slot's parameters whose rows follow the vocabulary, by what they are: the table, each output layer's
+    weight and bias."""
+    tensors = {f"slot {slot.name!r}": slot.weight}
+    for path in outputs:
+        layer = root.get_submodule(path)
+        tensors[f"output layer {path!r}"] = layer.weight
+        if layer.bias is not None:
+            tensors[f"output layer {path!r} bias"] = layer.bias
+    return tensors
+
+
 def check_unhooked(root: nn.Module, slot: EmbeddingSlot, outputs: Iterable[str]) -> None:
     """Refuse a table (or output layer) whose weight carries gradient hooks — a frozen-rows mask
     (``trainable="pretrained_rows"``, :func:`~lightning_embinit.init.freezing.freeze_rows`): the mask has the
     old row count and would not follow the new tensor."""
-    weights = {f"slot {slot.name!r}": slot.weight}
-    for path in outputs:
-        layer = root.get_submodule(path)
-        weights[f"output layer {path!r}"] = layer.weight
-        if layer.bias is not None:
-            weights[f"output layer {path!r} bias"] = layer.bias
-    for what, weight in weights.items():
+    for what, weight in vocabulary_tensors(root, slot, outputs).items():
         if getattr(weight, "_backward_hooks", None):
             raise ValueError(
                 f"{what} has gradient hooks (a frozen pre-trained-rows mask from trainable='pretrained_rows' or "
@@ -103,8 +109,11 @@ def write_tables(root: nn.Module, slot: EmbeddingSlot, tables: SlotTables, paddi
     old = slot.weight
     weight = nn.Parameter(tables.embedding, requires_grad=old.requires_grad)
     for path in tied_modules_of(root, slot.embedding):
-        root.get_submodule(path).weight = weight
-        _set_size(root.get_submodule(path), tables.embedding.shape[0])
+        tied = root.get_submodule(path)
+        tied.weight = weight
+        for attribute in ("out_features", "num_embeddings"):
+            if hasattr(tied, attribute):
+                setattr(tied, attribute, tables.embedding.shape[0])
     slot.embedding.weight = weight
     slot.embedding.num_embeddings = tables.embedding.shape[0]
     slot.embedding.padding_idx = padding_idx
@@ -114,21 +123,6 @@ def write_tables(root: nn.Module, slot: EmbeddingSlot, tables: SlotTables, paddi
         if layer.bias is not None:
             layer.bias = nn.Parameter(tables.biases[path], requires_grad=layer.bias.requires_grad)
         layer.out_features = rows.shape[0]
-
-
-def _set_size(module: nn.Module, rows: int) -> None:
-    for attribute in ("out_features", "num_embeddings"):
-        if hasattr(module, attribute):
-            setattr(module, attribute, rows)
-
-
-def trainable_tensors(root: nn.Module, slot: EmbeddingSlot, outputs: Iterable[str]) -> list[nn.Parameter]:
-    """The slot's parameters whose rows follow the vocabulary: the table, each output layer's weight and bias."""
-    tensors: list[nn.Parameter] = [slot.weight]
-    for path in outputs:
-        layer = root.get_submodule(path)
-        tensors += [layer.weight] + ([layer.bias] if layer.bias is not None else [])
-    return tensors
 
 
 @torch.no_grad()
@@ -149,11 +143,3 @@ def new_token_mass(
         log_p = logits.log_softmax(dim=-1)
         total += float(log_p[:, mask].logsumexp(dim=-1).exp().sum()) if bool(mask.any()) else 0.0
     return total / max(states.shape[0], 1)
-
-
-def non_padding(matrix: torch.Tensor, padding_idx: int | None) -> torch.Tensor:
-    if padding_idx is None:
-        return matrix
-    keep = torch.ones(matrix.shape[0], dtype=torch.bool)
-    keep[padding_idx] = False
-    return matrix[keep.to(matrix.device)]
