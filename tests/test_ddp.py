@@ -103,3 +103,26 @@ def test_a_resume_under_ddp_starts_every_rank_from_the_checkpoints_tables(tmp_pa
         tables = torch.load(tmp_path / f"start-rank{rank}.pt")
         assert torch.equal(tables["encoder_embedding"], saved["encoder_embedding.weight"])
         assert torch.equal(tables["head"], saved["head.weight"])
+
+
+class HFTables(Callback):
+    """Each rank's Hugging Face token table right after the init callback's setup."""
+
+    def __init__(self, directory):
+        self.directory = directory
+
+    def setup(self, trainer, pl_module, stage):
+        table = pl_module.net.transformer.wte.weight.detach()
+        record = {"sum": float(table.double().sum()), "abs": float(table.double().abs().sum())}
+        (self.directory / f"hf-rank{trainer.global_rank}.json").write_text(json.dumps(record))
+
+
+def test_a_hugging_face_model_gets_identical_tables_on_both_ranks(tmp_path):
+    from tests.test_callback_families import Wrapped, gpt2
+
+    callback = EmbeddingInitCallback(source="normal:0.3", verbose=False)  # the seed is drawn on rank 0
+    ids = torch.randint(1, 200, (8, 12), generator=torch.Generator().manual_seed(0))
+    data = torch.utils.data.DataLoader(torch.utils.data.TensorDataset(ids), batch_size=2)
+    ddp_trainer(tmp_path, [callback, HFTables(tmp_path)]).fit(Wrapped(gpt2(200, 32)), data)
+    ranks = [json.loads((tmp_path / f"hf-rank{rank}.json").read_text()) for rank in (0, 1)]
+    assert ranks[0] == ranks[1] and ranks[0]["abs"] > 0

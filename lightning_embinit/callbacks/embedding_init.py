@@ -131,6 +131,8 @@ class EmbeddingInitCallback(FitOnceCallback):
         """Prepare; build and write unless a checkpoint was already restored into this fit; freeze (by a gradient
         mask for tables that ``configure_model`` created under a DDP wrapper)."""
         self.prepared = self.initializer.prepare(module, datamodule=datamodule)
+        for message in self.prepared.skipped.values():
+            rank_zero_warn(f"EmbeddingInitCallback: {message}")
         if trainer is None or not self.resumed:
             broadcast = None if trainer is None else lambda value: trainer.strategy.broadcast(value, src=0)
             initialized = self.initializer.write(

@@ -19,10 +19,11 @@ from torch import nn
 
 from lightning_embinit.init.distributed import build_on_rank_zero
 from lightning_embinit.init.freezing import FrozenRows, apply_trainability, check_trainability
-from lightning_embinit.init.host import EmbeddingSlot, select_slots
+from lightning_embinit.init.host import ANY_EMBEDDING, EmbeddingSlot, select_slots
 from lightning_embinit.init.pipeline import BuiltSlot, build_slot, slot_report, write_slot
 from lightning_embinit.init.recipe import InitRecipe
 from lightning_embinit.init.tokens import (
+    TableTooSmall,
     TokenSpec,
     check_token_option,
     corpus_for_slot,
@@ -46,6 +47,8 @@ class PreparedSlots:
     recipes: dict[str, InitRecipe]
     token_origins: dict[str, str | None] = field(default_factory=dict)
     corpora: dict[str, Corpus | None] = field(default_factory=dict)
+    skipped: dict[str, str] = field(default_factory=dict)
+    """Tables of an unrecognized model left as they are, with the reason: too small for the token list."""
 
 
 @dataclass
@@ -110,16 +113,27 @@ class EmbeddingInitializer:
         datamodule's ``training_corpus``) is the slot's tokenized training text."""
         prepared = PreparedSlots({}, {})
         for name, slot in select_slots(module, self.slot_names).items():
-            slot, prepared.token_origins[name] = resolve_slot_tokens(
-                slot, given=self.tokens, datamodule=datamodule, model=module
-            )
+            try:
+                slot, prepared.token_origins[name] = resolve_slot_tokens(
+                    slot, given=self.tokens, datamodule=datamodule, model=module
+                )
+            except TableTooSmall as error:
+                if self.slot_names is not None or slot.family != ANY_EMBEDDING:
+                    raise
+                prepared.skipped[name] = f"{error}: left as it is (a position or token-type table?)"
+                continue
             recipe = self.slot_recipes.get(name, self.recipe)
             source = recipe.validate(slot.num_embeddings, slot.embedding_dim, slot=name)
             if source.is_pretrained and slot.tokens is None:
-                raise missing_tokens_error(name, source.name)
+                raise missing_tokens_error(name, source.name, slot.family)
             check_trainability(slot, recipe.trainable)
             prepared.slots[name], prepared.recipes[name] = slot, recipe
             prepared.corpora[name] = (lambda n=name: corpus(n)) if corpus else corpus_for_slot(datamodule, name)
+        if not prepared.slots:
+            raise ValueError(
+                f"{type(module).__name__} has no table that fits the token list: {'; '.join(prepared.skipped.values())}"
+                ". Name its token table with slots=[...]"
+            )
         return prepared
 
     def build(
@@ -176,7 +190,7 @@ class EmbeddingInitializer:
         when a tied head freezes with its table)."""
         prepared = self.prepare(module, datamodule=datamodule, corpus=corpus)
         initialized = self.write(prepared, *self.build(prepared))
-        for message in self.freeze(prepared, initialized.pretrained_rows)[1]:
+        for message in [*prepared.skipped.values(), *self.freeze(prepared, initialized.pretrained_rows)[1]]:
             warnings.warn(message, stacklevel=3)
         return initialized
 

@@ -152,6 +152,8 @@ def slot_report(
         "trainable": recipe.trainable,
         "tied_modules": list(slot.tied_modules),
         "seed": seed,
+        "family": slot.family,
+        "positions": slot.positions,
     }
     statistics = None  # the built matrix's own, when writing cannot change them (same dtype, not sharded)
     if built and not is_sharded(slot.weight) and slot.weight.dtype == built.matrix.weight.dtype:

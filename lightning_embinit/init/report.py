@@ -92,7 +92,8 @@ def report_hyperparameters(reports: Mapping[str, Mapping[str, Any]], prefix: str
     return {
         f"{prefix}/{name}/{key}": str(report[key])
         for name, report in reports.items()
-        for key in ("source", "transforms", "trainable", "tied_modules", "seed")
+        for key in ("source", "transforms", "trainable", "tied_modules", "seed", "family", "positions")
+        if report.get(key) is not None or key not in ("family", "positions")
     } | {
         f"{prefix}/{name}/missing_tokens": ", ".join(report["coverage"]["missing"])
         for name, report in reports.items()

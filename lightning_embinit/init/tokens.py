@@ -16,7 +16,7 @@ from dataclasses import replace
 from typing import Any
 
 from lightning_embinit.checks import looks_like_local_path
-from lightning_embinit.init.host import EmbeddingSlot
+from lightning_embinit.init.host import ANY_EMBEDDING, EmbeddingSlot
 from lightning_embinit.vocabulary import SPECIAL_ROLES, Vocabulary, read_token_file
 
 TokenSpec = Sequence[str] | str | os.PathLike
@@ -213,7 +213,7 @@ def resolve_slot_tokens(
     if found is None:
         return slot, None
     if len(found.tokens) > slot.num_embeddings:
-        raise ValueError(
+        raise TableTooSmall(
             f"slot {slot.name!r}: {found.origin} lists {len(found.tokens)} tokens, but the table has only "
             f"{slot.num_embeddings} rows; the vocabulary does not belong to this table"
         )
@@ -221,9 +221,14 @@ def resolve_slot_tokens(
     return replace(slot, tokens=list(found.tokens), special_tokens=special), found.origin
 
 
-def missing_tokens_error(slot_name: str, source_name: str) -> ValueError:
-    """The error for a pre-trained source on a slot without token strings, listing the four ways to give them."""
+class TableTooSmall(ValueError):
+    """A vocabulary longer than the table it was given for: the table is not a token table of that vocabulary."""
+
+
+def missing_tokens_error(slot_name: str, source_name: str, family: str | None = None) -> ValueError:
+    """The error for a pre-trained source on a slot without token strings, listing the ways to give them."""
+    of = f" (the token table of {family})" if family and family != ANY_EMBEDDING else ""
     return ValueError(
-        f"pre-trained source {source_name!r} aligns rows by token string, but slot {slot_name!r} has none. "
+        f"pre-trained source {source_name!r} aligns rows by token string, but slot {slot_name!r}{of} has none. "
         f"Give them in one of five ways: {WAYS_TO_GIVE_TOKENS}"
     )
