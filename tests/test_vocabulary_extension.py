@@ -33,7 +33,7 @@ def lm(head: str = "tied", seed: int = 0) -> TiedEmbeddingLM:
 
 
 class Plain(nn.Module):
-    """No EmbeddingHost: a table and an untied output layer with a bias, found by shape."""
+    """No EmbeddingHost: a table and an untied output layer with a bias, named by outputs=["out"]."""
 
     def __init__(self, rows: int = 6, dim: int = 4, seed: int = 0) -> None:
         super().__init__()
@@ -99,7 +99,9 @@ def test_a_reordered_superset_tokenizer_maps_every_old_token_to_its_old_row(seed
 def _plain_plan(rule, **options):
     model = Plain()
     old = model.embed.weight.detach().double().numpy()
-    report = extend_vocabulary(model, PLAIN_TOKENS + ["abcd", "zz"], rule=rule, old_tokens=PLAIN_TOKENS, **options)
+    report = extend_vocabulary(
+        model, PLAIN_TOKENS + ["abcd", "zz"], rule=rule, old_tokens=PLAIN_TOKENS, outputs=["out"], **options
+    )
     return model, old, report
 
 
@@ -191,7 +193,9 @@ def test_bias_rules(bias, expected):
 def test_the_new_token_mass_is_the_softmax_share_of_the_new_rows():
     model = Plain()
     states = torch.randn(5, 4, generator=torch.Generator().manual_seed(3))
-    report = extend_vocabulary(model, PLAIN_TOKENS + ["abcd"], old_tokens=PLAIN_TOKENS, rule="mean", probe=states)
+    report = extend_vocabulary(
+        model, PLAIN_TOKENS + ["abcd"], old_tokens=PLAIN_TOKENS, rule="mean", probe=states, outputs=["out"]
+    )
     logits = states.double() @ model.out.weight.detach().double().T + model.out.bias.detach().double()
     expected = logits.softmax(dim=-1)[:, 6].mean()
     assert report["new_token_mass"] == pytest.approx(float(expected), rel=1e-5)
@@ -348,3 +352,12 @@ def test_a_host_slot_with_a_tied_linear_head_follows():
     assert (
         host.head.weight is host.embed.weight and host.head.out_features == 5 and host.head(torch.ones(3)).shape == (5,)
     )
+
+
+def test_a_layer_as_wide_as_the_vocabulary_is_never_grown_for_its_width_alone():
+    model = Plain()
+    model.hidden = nn.Linear(4, 6)  # unrelated, its width happens to equal the vocabulary size
+    hidden = model.hidden.weight.detach().clone()
+    with pytest.warns(UserWarning, match=r"out, hidden has one output per row of the table but is neither tied"):
+        extend_vocabulary(model, PLAIN_TOKENS + ["abcd"], old_tokens=PLAIN_TOKENS, rule="mean")
+    assert torch.equal(model.hidden.weight, hidden) and model.out.out_features == 6 and model.embed.num_embeddings == 7

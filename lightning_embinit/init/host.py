@@ -37,7 +37,8 @@ class EmbeddingSlot:
     A slot found in a model of a known family also carries ``family`` (which model it belongs to), ``positions``
     (what the model adds to the token vectors, in words: "none: rotary embeddings in attention" when nothing is
     added), the untied ``output_layers`` over its vocabulary and the ``vocabulary_biases`` (parameters or buffers
-    with one entry per token) that follow the table when its vocabulary changes.
+    with one entry per token) that follow the table when its vocabulary changes, and ``after_resize(n)``, which
+    keeps the model's record of its vocabulary size in step.
     """
 
     name: str
@@ -52,6 +53,7 @@ class EmbeddingSlot:
     positions: str | None = None
     output_layers: tuple[str, ...] = ()
     vocabulary_biases: tuple[str, ...] = ()
+    after_resize: Callable[[int], None] | None = None
 
     def __post_init__(self) -> None:
         if not isinstance(self.embedding, nn.Embedding):
@@ -127,6 +129,7 @@ def family_slot(root: nn.Module, prefix: str, family: str, table: TokenTable) ->
         positions=table.positions,
         output_layers=tuple(join(prefix, layer) for layer in table.output_layers),
         vocabulary_biases=tuple(join(prefix, bias) for bias in table.vocabulary_biases),
+        after_resize=table.after_resize,
     )
 
 

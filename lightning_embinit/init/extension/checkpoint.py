@@ -19,7 +19,13 @@ from torch import nn
 from lightning_embinit.init.extension.extend import token_list
 from lightning_embinit.init.extension.plan import ExtensionPlan, plan_extension
 from lightning_embinit.init.extension.rules import splitter_of
-from lightning_embinit.init.extension.tables import SlotTables, output_layers, parameter_names, read_tables
+from lightning_embinit.init.extension.tables import (
+    SlotTables,
+    output_layers,
+    parameter_names,
+    read_tables,
+    tensor_at,
+)
 from lightning_embinit.init.host import EmbeddingSlot, select_slots
 from lightning_embinit.init.sources.checkpoint import CHECKPOINT_KEY
 
@@ -176,6 +182,7 @@ def state_tables(state: Mapping[str, torch.Tensor], module: nn.Module, job: Exte
         state[key],
         {path: state[f"{path}.weight"] for path in job.outputs},
         {path: state.get(f"{path}.bias") for path in job.outputs},
+        {path: state[path] for path in job.slot.vocabulary_biases},
     )
 
 
@@ -189,6 +196,9 @@ def extend_state(state: dict[str, torch.Tensor], module: nn.Module, job: Extensi
         state[f"{path}.weight"] = tables.outputs[path]
         if tables.biases.get(path) is not None:
             state[f"{path}.bias"] = tables.biases[path]
+    for path, grown in tables.vocabulary_biases.items():
+        for key in parameter_names(module, tensor_at(module, path)):
+            state[key] = grown
 
 
 def load_extended_state(module: nn.Module, state: Mapping[str, torch.Tensor], path: str | None) -> None:

@@ -25,6 +25,7 @@ is frozen and the old rows are masked (:func:`freeze_old_rows`; pin them for wei
 from __future__ import annotations
 
 import os
+import warnings
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
@@ -38,6 +39,8 @@ from lightning_embinit.init.extension.tables import (
     new_token_mass,
     output_layers,
     read_tables,
+    tensor_at,
+    unclaimed_layers,
     vocabulary_tensors,
     write_tables,
 )
@@ -50,23 +53,10 @@ TRAINABLE_EXTENSION = (True, "new_rows")
 
 
 def token_list(spec: Any) -> tuple[list[str], Any]:
-    """(token strings by id, the tokenizer when ``spec`` is one) from a list, a tokenizer object (``tokens``, or
-    Hugging Face's ``get_vocab()``), a one-token-per-line file, or a Hugging Face tokenizer directory or name."""
-    if isinstance(spec, (str, os.PathLike)):
-        return list(load_tokens(spec, what="tokens=").tokens), None
-    if isinstance(getattr(spec, "tokens", None), (list, tuple)):
-        return [str(t) for t in spec.tokens], spec
-    if callable(getattr(spec, "get_vocab", None)):
-        vocabulary = spec.get_vocab()
-        tokens = [f"\x00<no token for id {k}>" for k in range(max(vocabulary.values(), default=-1) + 1)]
-        for token, index in vocabulary.items():
-            tokens[index] = token
-        return tokens, spec
-    if isinstance(spec, Sequence):
-        return list(spec), None
-    raise ValueError(
-        f"tokens= takes a token list, a tokenizer, a token file or a tokenizer directory; got {type(spec).__name__}"
-    )
+    """(token strings by id, the tokenizer when ``spec`` is one) from anything ``tokens=`` takes
+    (:func:`~lightning_embinit.init.tokens.load_tokens`: a list, a file, a tokenizer name, directory or object)."""
+    tokenizer = None if isinstance(spec, (str, os.PathLike, Sequence)) else spec
+    return list(load_tokens(spec, what="tokens=").tokens), tokenizer
 
 
 def _one_slot(module: nn.Module, slot: str | None) -> EmbeddingSlot:
@@ -86,7 +76,7 @@ def extend_vocabulary(
     bias: str | float = "mean",
     standardize: StatisticsTarget | bool | None = None,
     old_tokenizer: Any = None,
-    old_tokens: Sequence[str] | None = None,
+    old_tokens: Any = None,
     outputs: Sequence[str] | None = None,
     allow_dropping: bool = False,
     seed: int = 0,
@@ -105,7 +95,8 @@ def extend_vocabulary(
         standardize: ``True`` (the old rows' mean and std, per tensor) or a target of
             :func:`~lightning_embinit.init.transforms.standardize`, applied to the new rows only.
         old_tokenizer: splits new tokens into old pieces (``pieces``).
-        old_tokens: the old token strings when the slot does not name them.
+        old_tokens: the old token strings when the slot does not name them (anything ``tokens`` takes; a tokenizer
+            object also serves as ``old_tokenizer``).
         outputs: the untied output layers (dotted paths); default the host's ``vocabulary_outputs()`` or found by shape.
         probe: the states that meet the output matrix, or a function of the extended module returning them:
             the report's ``new_token_mass``.
@@ -136,19 +127,27 @@ def plan_for_module(
     *,
     slot: str | None = None,
     outputs: Sequence[str] | None = None,
-    old_tokens: Sequence[str] | None = None,
+    old_tokens: Any = None,
     old_tokenizer: Any = None,
     **options: Any,
 ) -> ExtensionPlan:
     """:func:`plan_extension` for a slot of ``module`` (its tensors, tokens, padding row and output layers);
     ``options`` as :func:`extend_vocabulary`'s. Nothing is written."""
     target = _one_slot(module, slot)
-    old_tokens = (
-        list(target.tokens) if target.tokens is not None else (None if old_tokens is None else list(old_tokens))
-    )
+    if target.tokens is not None:
+        old_tokens = list(target.tokens)
+    elif old_tokens is not None:
+        old_tokens, given_tokenizer = token_list(old_tokens)
+        old_tokenizer = given_tokenizer if old_tokenizer is None else old_tokenizer
     if old_tokens is None:
         raise ValueError(f"slot {target.name!r} names no tokens: pass old_tokens= (its token strings by id)")
     layers = output_layers(module, target, outputs)
+    if unclaimed := unclaimed_layers(module, target, layers):
+        warnings.warn(
+            f"slot {target.name!r}: {', '.join(unclaimed)} has one output per row of the table but is neither tied to "
+            "it nor named as its output layer, so it keeps its size; pass outputs=[...] if it is the output layer",
+            stacklevel=3,
+        )
     check_unhooked(module, target, layers)
     return plan_extension(
         read_tables(module, target, layers),
@@ -180,6 +179,8 @@ def apply_plan(module: nn.Module, plan: ExtensionPlan, *, tokenizer: Any = None)
     )
     commit = prepare(change) if callable(prepare) else None
     write_tables(module, target, plan.assemble(old), plan.padding_idx)
+    if target.after_resize is not None:
+        target.after_resize(len(plan.tokens))
     if commit:
         commit()
 
@@ -197,7 +198,8 @@ def finish_report(module: nn.Module, plan: ExtensionPlan, probe: Any) -> dict[st
         head = module.get_submodule(layers[0])
         report["new_token_mass"] = new_token_mass(states, head.weight, head.bias, plan.added)
     elif target.is_tied:
-        report["new_token_mass"] = new_token_mass(states, target.weight, None, plan.added)
+        biases = [tensor_at(module, path).reshape(-1) for path in target.vocabulary_biases]
+        report["new_token_mass"] = new_token_mass(states, target.weight, sum(biases) if biases else None, plan.added)
     return report
 
 

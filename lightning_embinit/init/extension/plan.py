@@ -76,6 +76,10 @@ class ExtensionPlan:
                 path: None if bias is None else grow(bias, float(self.bias_values[path]))
                 for path, bias in old.biases.items()
             },
+            {
+                path: grow(bias.movedim(-1, 0), float(self.bias_values[path])).movedim(0, -1)
+                for path, bias in old.vocabulary_biases.items()
+            },
         )
 
 
@@ -136,6 +140,17 @@ def _new_rows(
     return rows, counts
 
 
+def _new_bias_values(old: SlotTables, bias: str | float, padding_idx: int | None) -> dict[str, float | None]:
+    """The value each new entry of every bias over the vocabulary takes (output layers' and vocabulary biases')."""
+    values = {
+        path: None if b is None else new_bias_value(bias, rows_without(b, padding_idx))
+        for path, b in old.biases.items()
+    }
+    for path, b in old.vocabulary_biases.items():
+        values[path] = new_bias_value(bias, rows_without(b.reshape(-1, b.shape[-1])[0], padding_idx))
+    return values
+
+
 def plan_extension(
     old: SlotTables,
     *,
@@ -176,10 +191,7 @@ def plan_extension(
         )
     added_tokens = [t for t, source in zip(new_tokens, source_ids.tolist()) if source < 0]
     generator = torch.Generator().manual_seed(seed)
-    values = {
-        path: None if b is None else new_bias_value(bias, rows_without(b, padding_idx))
-        for path, b in old.biases.items()
-    }
+    values = _new_bias_values(old, bias, padding_idx)
 
     def request(table: torch.Tensor, what: str) -> NewRowsRequest:
         table = table.detach().cpu()  # the rows are made on the CPU (its generator), whatever the table's device

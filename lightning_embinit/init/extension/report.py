@@ -50,6 +50,11 @@ def format_extension_report(reports: Mapping[str, Mapping[str, Any]]) -> str:
                 f"slot {name!r}: output layer {path} rows by {output['rule']}, std old/new "
                 f"{_pair(output['old_std'], output['new_std'])}{bias}"
             )
+        for path, entry in report.get("biases", {}).items():
+            notes.append(
+                f"slot {name!r}: {path}: {entry['bias_rule']} → {entry['new_bias']:.4g} "
+                f"(old mean {entry['old_bias_mean']:.4g})"
+            )
         if report.get("added_tokens"):
             notes.append(
                 f"slot {name!r}: new tokens (first {len(report['added_tokens'])}): {', '.join(report['added_tokens'])}"
@@ -127,4 +132,12 @@ def plan_report(
             old_mean = float(rows_without(old.biases[path], padding_idx).double().mean())
             entry.update(bias_rule=str(bias), old_bias_mean=old_mean, new_bias=plan.bias_values[path])
         report["outputs"][path] = entry
+    report["biases"] = {
+        path: {
+            "bias_rule": str(bias),
+            "old_bias_mean": float(rows_without(values.reshape(-1, values.shape[-1])[0], padding_idx).double().mean()),
+            "new_bias": plan.bias_values[path],
+        }
+        for path, values in old.vocabulary_biases.items()
+    }
     return report

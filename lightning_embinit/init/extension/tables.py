@@ -1,11 +1,13 @@
 """The tensors a vocabulary extension reads and writes.
 
 A slot's vocabulary-indexed tensors are its embedding (every module whose ``weight`` *is* it follows: a tied
-head) and, per untied output layer, the ``nn.Linear``'s weight rows and bias entries. The output layers are
-the host's own answer (``vocabulary_outputs()``: slot → dotted paths), the caller's ``outputs=``, or else found
-by shape: an ``nn.Linear`` with one output per row of the table. Writing replaces each tensor by a new
-``nn.Parameter`` of the extended shape (``requires_grad`` kept) in the same modules, so every reference to the
-modules stays valid; an optimizer made before holds the old tensors, so make it after.
+head), per untied output layer the ``nn.Linear``'s weight rows and bias entries, and the slot's other vocabulary
+biases (a tied head's bias, BART's ``final_logits_bias`` buffer: one entry per token along the last dimension). The
+untied output layers are the caller's ``outputs=``, else the host's own answer (``vocabulary_outputs()``: slot →
+dotted paths), else the ones its model family names; a layer is never taken for an output layer because of its
+width alone. Writing replaces each tensor by a new one of the extended shape (a parameter keeps ``requires_grad``)
+wherever the model holds it, so every reference to the modules stays valid; an optimizer made before holds the old
+tensors, so make it after.
 """
 
 from __future__ import annotations
@@ -21,30 +23,22 @@ from lightning_embinit.init.host import EmbeddingSlot, tied_modules_of
 
 @dataclass
 class SlotTables:
-    """A slot's vocabulary-indexed tensors: the (N, D) embedding, and per untied output layer (dotted path) its
-    (N, D′) weight and its (N,) bias (None when it has none)."""
+    """A slot's vocabulary-indexed tensors: the (N, D) embedding, per untied output layer (dotted path) its (N, D′)
+    weight and its (N,) bias (None when it has none), and the other vocabulary biases by path (…, N)."""
 
     embedding: torch.Tensor
     outputs: dict[str, torch.Tensor] = field(default_factory=dict)
     biases: dict[str, torch.Tensor | None] = field(default_factory=dict)
+    vocabulary_biases: dict[str, torch.Tensor] = field(default_factory=dict)
 
 
 def output_layers(root: nn.Module, slot: EmbeddingSlot, given: Sequence[str] | None = None) -> tuple[str, ...]:
     """The untied output layers whose rows follow ``slot``'s vocabulary: ``given``, else the host's
-    ``vocabulary_outputs()[slot]``, else every ``nn.Linear`` with ``slot.num_embeddings`` outputs whose weight is
-    not the table itself. Each must be an ``nn.Linear`` of that many outputs (``ValueError`` otherwise)."""
+    ``vocabulary_outputs()[slot]``, else the ones the slot's model family names. Each must be an ``nn.Linear`` with
+    one output per row of the table, not tied to it (``ValueError`` otherwise)."""
     if given is None:
         declared = getattr(root, "vocabulary_outputs", None)
-        if callable(declared):
-            given = tuple(declared().get(slot.name, ()))
-        else:
-            given = tuple(
-                path
-                for path, module in root.named_modules()
-                if isinstance(module, nn.Linear)
-                and module.out_features == slot.num_embeddings
-                and module.weight is not slot.weight
-            )
+        given = tuple(declared().get(slot.name, ())) if callable(declared) else slot.output_layers
     for path in given:
         try:
             module = root.get_submodule(path)
@@ -62,6 +56,19 @@ def output_layers(root: nn.Module, slot: EmbeddingSlot, given: Sequence[str] | N
     return tuple(given)
 
 
+def unclaimed_layers(root: nn.Module, slot: EmbeddingSlot, layers: Sequence[str]) -> list[str]:
+    """``nn.Linear`` layers as wide as the vocabulary that are neither tied to the table nor among ``layers``: left
+    as they are (width alone makes no output layer), and worth a word to the user."""
+    return [
+        path
+        for path, module in root.named_modules()
+        if isinstance(module, nn.Linear)
+        and module.out_features == slot.num_embeddings
+        and module.weight is not slot.weight
+        and path not in layers
+    ]
+
+
 def read_tables(root: nn.Module, slot: EmbeddingSlot, outputs: Iterable[str]) -> SlotTables:
     """The slot's current tensors (detached views, not copies)."""
     layers = {path: root.get_submodule(path) for path in outputs}
@@ -69,7 +76,18 @@ def read_tables(root: nn.Module, slot: EmbeddingSlot, outputs: Iterable[str]) ->
         slot.weight.detach(),
         {path: layer.weight.detach() for path, layer in layers.items()},
         {path: None if layer.bias is None else layer.bias.detach() for path, layer in layers.items()},
+        {path: tensor_at(root, path).detach() for path in slot.vocabulary_biases},
     )
+
+
+def tensor_at(root: nn.Module, path: str) -> torch.Tensor:
+    """The parameter or buffer at dotted ``path``."""
+    module_path, _, name = path.rpartition(".")
+    module = root.get_submodule(module_path)
+    found = module._parameters.get(name, module._buffers.get(name))
+    if found is None:
+        raise ValueError(f"no parameter or buffer at {path!r} in {type(root).__name__}")
+    return found
 
 
 def vocabulary_tensors(root: nn.Module, slot: EmbeddingSlot, outputs: Iterable[str]) -> dict[str, nn.Parameter]:
@@ -81,6 +99,8 @@ def vocabulary_tensors(root: nn.Module, slot: EmbeddingSlot, outputs: Iterable[s
         tensors[f"output layer {path!r}"] = layer.weight
         if layer.bias is not None:
             tensors[f"output layer {path!r} bias"] = layer.bias
+    for path in slot.vocabulary_biases:
+        tensors[f"vocabulary bias {path!r}"] = tensor_at(root, path)
     return tensors
 
 
@@ -98,8 +118,20 @@ def check_unhooked(root: nn.Module, slot: EmbeddingSlot, outputs: Iterable[str])
 
 
 def parameter_names(root: nn.Module, parameter: torch.Tensor) -> list[str]:
-    """Every name ``parameter`` has in ``root``'s state dict (a tied weight has several)."""
-    return [name for name, p in root.named_parameters(remove_duplicate=False) if p is parameter]
+    """Every name ``parameter`` (or buffer) has in ``root``'s state dict (a tied weight has several)."""
+    named = [*root.named_parameters(remove_duplicate=False), *root.named_buffers(remove_duplicate=False)]
+    return [name for name, p in named if p is parameter]
+
+
+def _replace(root: nn.Module, old: torch.Tensor, new: torch.Tensor) -> None:
+    """Put ``new`` wherever ``root`` holds ``old``: one parameter (keeping ``requires_grad``) shared by every holder,
+    so ties survive, or the tensor itself as a buffer."""
+    replacement = nn.Parameter(new, requires_grad=old.requires_grad) if isinstance(old, nn.Parameter) else new
+    for module in root.modules():
+        for store in (module._parameters, module._buffers):
+            for name, held in store.items():
+                if held is old:
+                    store[name] = replacement
 
 
 @torch.no_grad()
@@ -123,6 +155,8 @@ def write_tables(root: nn.Module, slot: EmbeddingSlot, tables: SlotTables, paddi
         if layer.bias is not None:
             layer.bias = nn.Parameter(tables.biases[path], requires_grad=layer.bias.requires_grad)
         layer.out_features = rows.shape[0]
+    for path, grown in tables.vocabulary_biases.items():
+        _replace(root, tensor_at(root, path), grown)
 
 
 @torch.no_grad()

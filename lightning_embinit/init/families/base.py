@@ -27,8 +27,10 @@ class TokenTable:
     transformer.wpe", "none: rotary embeddings in attention", ...); ``positional_rows`` returns that additive (L, D)
     matrix, or None when the model adds none. ``tied`` names output layers that share the table's weight (a tied
     head, also one that does not hold the weight as its own attribute, as torchtune's ``TiedLinear``);
-    ``output_layers`` the untied output layers over the same vocabulary; ``vocabulary_biases`` the parameters or
-    buffers with one entry per token (a tied head's bias, BART's ``final_logits_bias``).
+    ``output_layers`` the untied output layers over the same vocabulary (their biases follow them);
+    ``vocabulary_biases`` the other parameters or buffers with one entry per token along their last dimension (a
+    tied head's bias, BART's ``final_logits_bias``); ``after_resize(n)`` brings the model's own record of its
+    vocabulary size (a Hugging Face config's ``vocab_size``) in step after a vocabulary change.
     """
 
     path: str
@@ -39,6 +41,7 @@ class TokenTable:
     tied: tuple[str, ...] = ()
     output_layers: tuple[str, ...] = ()
     vocabulary_biases: tuple[str, ...] = ()
+    after_resize: Callable[[int], None] | None = None
 
 
 @dataclass(frozen=True)

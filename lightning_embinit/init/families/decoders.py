@@ -31,9 +31,14 @@ def _litgpt_tables(model: nn.Module) -> list[TokenTable]:
             input_scale=math.sqrt(table.embedding_dim) if getattr(model.config, "scale_embeddings", False) else 1.0,
             positions="none: rotary embeddings in attention",
             output_layers=() if tied else ("lm_head",),
-            vocabulary_biases=("lm_head.bias",) if head.bias is not None else (),
+            vocabulary_biases=("lm_head.bias",) if tied and head.bias is not None else (),
+            after_resize=lambda size: _set_litgpt_size(model, size),
         )
     ]
+
+
+def _set_litgpt_size(model: nn.Module, size: int) -> None:
+    model.config.vocab_size = model.config.padded_vocab_size = size
 
 
 def _is_torchtune(module: nn.Module) -> bool:
@@ -53,7 +58,6 @@ def _torchtune_tables(model: nn.Module) -> list[TokenTable]:
             positions="none: rotary embeddings in attention",
             tied=("output",) if tied else (),
             output_layers=() if tied or not isinstance(output, nn.Linear) else ("output",),
-            vocabulary_biases=("output.bias",) if isinstance(output, nn.Linear) and output.bias is not None else (),
         )
     ]
 
@@ -79,7 +83,7 @@ def _nanogpt_tables(model: nn.Module) -> list[TokenTable]:
             positions="learned table transformer.wpe",
             positional_rows=learned_rows(model.transformer.wpe),
             output_layers=() if tied else ("lm_head",),
-            vocabulary_biases=("lm_head.bias",) if head.bias is not None else (),
+            vocabulary_biases=("lm_head.bias",) if tied and head.bias is not None else (),
         )
     ]
 

@@ -80,7 +80,7 @@ def token_tables(model: nn.Module) -> list[TokenTable]:
     output = model.get_output_embeddings()
     tied = output is not None and getattr(output, "weight", None) is table.weight
     biases = []
-    if output is not None and getattr(output, "bias", None) is not None:
+    if tied and getattr(output, "bias", None) is not None:
         biases.append(f"{module_path(model, output)}.bias")
     if isinstance(getattr(model, "final_logits_bias", None), torch.Tensor):
         biases.append("final_logits_bias")
@@ -95,8 +95,18 @@ def token_tables(model: nn.Module) -> list[TokenTable]:
             padding_idx=padding if isinstance(padding, int) and 0 <= padding < table.num_embeddings else None,
             output_layers=() if output is None or tied else (module_path(model, output),),
             vocabulary_biases=tuple(biases),
+            after_resize=lambda size: _set_vocab_size(model, size),
         )
     ]
+
+
+def _set_vocab_size(model: nn.Module, size: int) -> None:
+    """What ``resize_token_embeddings`` keeps in step: the (text) config's ``vocab_size`` and the model's own."""
+    config = model.config
+    text_config = config.get_text_config() if callable(getattr(config, "get_text_config", None)) else config
+    text_config.vocab_size = size
+    if hasattr(model, "vocab_size"):
+        model.vocab_size = size
 
 
 @FAMILIES.register("hugging_face", summary="transformers PreTrainedModel (get_input_embeddings, its config)")
