@@ -170,8 +170,11 @@ def embinit_cli(args: Any = None, **options: Any) -> EmbinitCLI:
     )
 
 
-def _checkpoint_file(ckpt_path: str, name: str, suffix: str) -> Path:
-    """Where a checkpoint's ``name`` is written once per checkpoint version (cache, else a temporary directory)."""
+def _checkpoint_file(ckpt_path: str, name: str, value: Any) -> str:
+    """The checkpoint's vocabulary (one token per line) or tokenizer (a saved config, which the datamodule reads as
+    its tokenizer spec) as a file, written once per checkpoint version (cache, else a temporary directory)."""
+    from lightning_embinit.text.tokenization import TextTokenizer
+
     stat = Path(ckpt_path).stat()
     key = hashlib.sha1(f"{Path(ckpt_path).resolve()}:{stat.st_size}:{stat.st_mtime_ns}".encode()).hexdigest()[:16]
     try:
@@ -179,32 +182,20 @@ def _checkpoint_file(ckpt_path: str, name: str, suffix: str) -> Path:
     except CacheUnavailable as error:
         warn_cache_unavailable(error, f"the checkpoint's {name} is written to a temporary directory")
         directory = Path(tempfile.mkdtemp(prefix="embinit-vocabulary-"))
-    return directory / f"{key}.{name}{suffix}"
-
-
-def _vocabulary_file(ckpt_path: str, name: str, vocabulary: list[str]) -> str:
-    """The checkpoint's vocabulary as a one-token-per-line file."""
-    path = _checkpoint_file(ckpt_path, name, ".txt")
+    path = directory / f"{key}.{name}{'.txt' if name == 'vocabulary' else '.json'}"
     if not path.exists():
-        Vocabulary(vocabulary).write(path)
-    return str(path)
-
-
-def _tokenizer_file(ckpt_path: str, name: str, config: dict[str, Any]) -> str:
-    """The checkpoint's tokenizer as a saved config, which the datamodule reads as its tokenizer spec."""
-    from lightning_embinit.text.tokenization import TextTokenizer
-
-    path = _checkpoint_file(ckpt_path, name, ".json")
-    if not path.exists():
-        TextTokenizer.from_config(config).save(path)
+        if name == "vocabulary":
+            Vocabulary(value).write(path)
+        else:
+            TextTokenizer.from_config(value).save(path)
     return str(path)
 
 
 CHECKPOINT_TO_DATA: dict[str, Callable[[str, str, Any], Any]] = {
-    "vocabulary": _vocabulary_file,
-    "src_tokenizer": _tokenizer_file,
-    "tgt_tokenizer": _tokenizer_file,
-    "tokenizer": _tokenizer_file,
+    "vocabulary": _checkpoint_file,
+    "src_tokenizer": _checkpoint_file,
+    "tgt_tokenizer": _checkpoint_file,
+    "tokenizer": _checkpoint_file,
     "label_names": lambda ckpt_path, name, value: list(value),
 }
 """Model hyperparameters that go to the datamodule's argument of the same name with ``--ckpt_path``: a

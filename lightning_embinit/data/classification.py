@@ -199,11 +199,8 @@ class ClassificationDataModule(TokenizedTextDataModule):
                 f"{', '.join(CLASSIFICATION_DATASETS)}), or give train_file/val_files"
             )
         elif not files_given:
-            raise ValueError(
-                "no text: give dataset (one of: "
-                + ", ".join(CLASSIFICATION_DATASETS)
-                + ") or train_file/val_files/test_file"
-            )
+            names = ", ".join(CLASSIFICATION_DATASETS)
+            raise ValueError(f"no text: give dataset (one of: {names}) or train_file/val_files/test_file")
         if label_names is not None and (len(label_names) < 2 or len(set(label_names)) != len(label_names)):
             raise ValueError(f"label_names must be ≥ 2 distinct names, got {label_names}")
         self._specs = {"tokens": tokenizer}
@@ -259,10 +256,10 @@ class ClassificationDataModule(TokenizedTextDataModule):
     def _read_text(self) -> RawSplits[LabelledTexts]:
         hp = self.hparams
         text_col, pair_col, label_col = self._columns()
-        sources = self._sources()
-        rows: dict[str, tuple[list[str], list[str] | None, list[int], list[Any]]] = {}
-        for key, (where, text) in sources.items():
-            where = f"{display(key)} ({where})"
+        read: dict[str, tuple[str, list[str], list[str] | None, list[Any]]] = {}
+        blank: dict[str, int] = {}
+        for key, (source, text) in self._sources().items():
+            where = f"{display(key)} ({source})"
             require_columns(text.columns, [text_col, pair_col, label_col], where)
             texts = [str(t or "").strip() for t in text.columns[text_col]]
             pairs = [str(t or "").strip() for t in text.columns[pair_col]] if pair_col else None
@@ -272,21 +269,20 @@ class ClassificationDataModule(TokenizedTextDataModule):
                     f"{where}: no row has text in column {text_col!r}" + (f" and {pair_col!r}" if pair_col else "")
                 )
             labels = [text.columns[label_col][k] for k in kept]
-            check_labels_present(labels, text, kept, f"{where}, column {label_col!r}")
-            rows[key] = (texts, pairs, kept, labels)
+            where = f"{where}, column {label_col!r}"
+            check_labels_present(labels, text, kept, where)
+            blank[key] = len(texts) - len(kept)
+            kept = kept[: hp.max_examples]
+            read[key] = (where, [texts[k] for k in kept], [pairs[k] for k in kept] if pairs else None, labels)
         names = list(
             hp.label_names
             or (CLASSIFICATION_DATASETS[hp.dataset].label_names if hp.dataset else [])
-            or infer_label_names(next(iter(rows.values()))[3])
+            or infer_label_names(next(iter(read.values()))[3])
         )
-        splits: dict[str, LabelledTexts] = {}
-        for key, (texts, pairs, kept, labels) in rows.items():
-            count = len(kept[: hp.max_examples])
-            ids = label_ids(labels[:count], names, f"{display(key)} ({sources[key][0]}), column {label_col!r}")
-            splits[key] = LabelledTexts(
-                [texts[k] for k in kept[:count]], [pairs[k] for k in kept[:count]] if pairs else None, ids
-            )
-        blank = {key: len(texts) - len(kept) for key, (texts, _, kept, _) in rows.items()}
+        splits = {
+            key: LabelledTexts(texts, pairs, label_ids(labels[: len(texts)], names, where))
+            for key, (where, texts, pairs, labels) in read.items()
+        }
         return RawSplits(splits, blank, tuple(names))
 
     @property
@@ -317,9 +313,7 @@ class ClassificationDataModule(TokenizedTextDataModule):
 
     # ------------------------------------------------------------------ tokenizer and slot
     def _tokenizer_plans(self) -> dict[str, TokenizerPlan | str]:
-        spec = self.hparams.tokenizer
-        options = self._tokenizer_options(spec, default_min_freq=2, roles=["cls", "sep"])
-        return {"tokens": TokenizerPlan(spec, options, lambda: self._training_text(FIELDS))}
+        return {"tokens": self._plan(self.hparams.tokenizer, FIELDS, default_min_freq=2, roles=["cls", "sep"])}
 
     def _tokenizer_name(self, field: str) -> str:
         return "tokens"
@@ -358,7 +352,7 @@ class ClassificationDataModule(TokenizedTextDataModule):
         template = self.tokenizer.input_template(pair=b is not None, add_cls=self.hparams.add_cls)
         specials = sum(isinstance(part, int) for part, _ in template)
         lengths = a.lengths + (b.lengths if b is not None else 0) + specials
-        rows = self._limit_lengths(key.removeprefix("val:"), lengths, self.hparams.max_length)
+        rows = self._limit_lengths(key.removeprefix("val:"), lengths)
         if not len(rows):
             raise ValueError(f"the {display(key)} split has no example within max_length={self.hparams.max_length}")
         dataset = LabelledDataset(a, b, split.labels, split.texts, split.pairs, template, self.hparams.max_length, rows)

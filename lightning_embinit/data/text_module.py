@@ -20,10 +20,10 @@ from lightning_embinit.checks import check_choice, check_int, check_non_negative
 from lightning_embinit.data.batching import BucketBatchSampler, EpochSampler
 from lightning_embinit.data.raw_splits import RawSplits
 from lightning_embinit.data.text_cache import TokenizedCorpus, cache_key, load_or_build, text_digest
-from lightning_embinit.data.tokenizer_plans import ReadyTokenizers, TokenizerPlan, TokenizerSpec, plan_key
+from lightning_embinit.data.tokenizer_plans import TRAINED_KINDS, TokenizerPlan, TokenizerSpec
 from lightning_embinit.text.batches import Ragged
 from lightning_embinit.text.text_tokenizer import WORD_TOKENIZERS
-from lightning_embinit.text.tokenization import TextTokenizer, check_tokenizer_spec
+from lightning_embinit.text.tokenization import TRAINED_OPTIONS, TextTokenizer, check_tokenizer_spec
 from lightning_embinit.text_files import check_encoding
 
 __all__ = ["Collate", "TOO_LONG", "TokenizedTextDataModule", "TokenizerPlan", "TokenizerSpec"]
@@ -109,7 +109,6 @@ class TokenizedTextDataModule(L.LightningDataModule, abc.ABC):
         self.save_hyperparameters(ignore=["tokenizer_specs"])  # with the subclass's own arguments
         self._raw: RawSplits | None = None
         self._corpus: TokenizedCorpus | None = None
-        self._ready = ReadyTokenizers()
         self._datasets: dict[str, tuple[Dataset, Collate]] = {}
         self._checked_world = False
         self._token_corpora: dict[tuple[str, ...], list[list[str]]] = {}
@@ -159,48 +158,37 @@ class TokenizedTextDataModule(L.LightningDataModule, abc.ABC):
     def corpus(self) -> TokenizedCorpus:
         """The tokenized corpus: from this object, the process's memory, the disk cache, or built now."""
         if self._corpus is None:
-            raw = self.raw_splits
-            tokenizers = {
-                name: plan if isinstance(plan, str) else plan_key(name, plan, self._ready)
-                for name, plan in self._tokenizer_plans().items()
-            }
+            raw, plans = self.raw_splits, self._tokenizer_plans()
+            tokenizers = {name: plan if isinstance(plan, str) else plan.key() for name, plan in plans.items()}
             key = cache_key(text=text_digest(raw.texts()), tokenizers=tokenizers, module=type(self).__name__)
-            self._corpus, self.cache_origin = load_or_build(key, lambda: self._tokenize(raw), disk=self.hparams.cache)
+            self._corpus, self.cache_origin = load_or_build(
+                key, lambda: self._tokenize(raw, plans), disk=self.hparams.cache
+            )
         return self._corpus
 
-    def _tokenizer_options(
-        self, spec: TokenizerSpec, *, default_min_freq: int, roles: list[str] | None = None
-    ) -> dict[str, Any]:
-        """The ``build_tokenizer`` options of ``spec`` from this module's hyperparameters
-        (``roles``: trained kinds only)."""
+    def _plan(
+        self, spec: TokenizerSpec, fields: Sequence[str], *, default_min_freq: int, roles: list[str] | None = None
+    ) -> TokenizerPlan:
+        """How to get the tokenizer of ``spec``, trained on the training text of ``fields``; its ``build_tokenizer``
+        options come from this module's hyperparameters (``roles``: trained kinds only)."""
         hp = self.hparams
-        extra = {"roles": roles} if roles else {}
-        min_freq = default_min_freq if hp.min_freq is None else hp.min_freq
-        if spec == "word":
-            return {
-                "min_freq": min_freq,
+        if spec in TRAINED_KINDS:
+            options = {
+                "min_freq": default_min_freq if hp.min_freq is None else hp.min_freq,
                 "max_size": hp.max_size,
+                "vocab_size": hp.vocab_size,
                 "lowercase": hp.lowercase,
                 "word_tokenizer": hp.word_tokenizer,
-                **extra,
+                "roles": roles or None,
             }
-        if spec == "wordpiece":
-            return {"vocab_size": hp.vocab_size, "min_freq": min_freq, "lowercase": hp.lowercase, **extra}
-        return (
-            {"restrict_vocabulary": True, "min_freq": 1 if hp.min_freq is None else hp.min_freq}
-            if hp.restrict_vocabulary
-            else {}
-        )
+            options = {key: value for key, value in options.items() if key in TRAINED_OPTIONS[spec]}
+        else:
+            options = {"restrict_vocabulary": True, "min_freq": hp.min_freq or 1} if hp.restrict_vocabulary else {}
+        return TokenizerPlan(spec, options, lambda: self._training_text(fields))
 
-    def _tokenize(self, raw: RawSplits) -> TokenizedCorpus:
-        plans = self._tokenizer_plans()
-        tokenizers: dict[str, TextTokenizer] = {}
-        for name, plan in plans.items():
-            if isinstance(plan, TokenizerPlan):
-                tokenizers[name] = self._ready.build(name, plan)
-        for name, plan in plans.items():
-            if isinstance(plan, str):
-                tokenizers[name] = tokenizers[plan]
+    def _tokenize(self, raw: RawSplits, plans: dict[str, TokenizerPlan | str]) -> TokenizedCorpus:
+        built = {name: plan.build(name) for name, plan in plans.items() if isinstance(plan, TokenizerPlan)}
+        tokenizers = {name: built[plan if isinstance(plan, str) else name] for name, plan in plans.items()}
         sequences = {
             f"{name}/{field}": Ragged.from_lists(tokenizers[self._tokenizer_name(field)].encode_batch(texts))
             for name, split in raw.splits.items()
@@ -287,29 +275,25 @@ class TokenizedTextDataModule(L.LightningDataModule, abc.ABC):
         """The dataset of ``split``, made once."""
         return self._split_data(split)[0]
 
-    def collate(self, split: str) -> Collate:
-        """The function that makes ``split``'s batch dicts (its loader's ``collate_fn``)."""
-        return self._split_data(split)[1]
-
-    def _limit_lengths(self, split: str, lengths: np.ndarray, limit: int) -> np.ndarray:
+    def _limit_lengths(self, split: str, lengths: np.ndarray) -> np.ndarray:
         """Rows of ``split`` to keep under the ``too_long`` policy (``drop`` acts on the training split only:
         evaluation keeps every example, truncated, so its scores cover the whole set); counts go to
         :attr:`length_report` and are logged once."""
-        over = lengths > limit
+        max_length = self.hparams.max_length
+        over = lengths > max_length
+        too_long = int(over.sum())
         drop = self.hparams.too_long == "drop" and split == "train"
-        report = {
-            "examples": int(len(lengths)),
-            "too_long": int(over.sum()),
-            "max_length": self.hparams.max_length,
-            "truncated": 0 if drop else int(over.sum()),
-            "dropped": int(over.sum()) if drop else 0,
+        self.length_report[split] = {
+            "examples": len(lengths),
+            "too_long": too_long,
+            "max_length": max_length,
+            "truncated": 0 if drop else too_long,
+            "dropped": too_long if drop else 0,
         }
-        self.length_report[split] = report
-        if report["too_long"]:
-            action = "dropped" if drop else "truncated"
+        if too_long:
             rank_zero_info(
-                f"{type(self).__name__}: {report['too_long']} of {report['examples']} {split} examples are "
-                f"longer than max_length={self.hparams.max_length} tokens; {action}"
+                f"{type(self).__name__}: {too_long} of {len(lengths)} {split} examples are longer than "
+                f"max_length={max_length} tokens; {'dropped' if drop else 'truncated'}"
             )
         return np.flatnonzero(~over) if drop else np.arange(len(lengths))
 
@@ -333,31 +317,24 @@ class TokenizedTextDataModule(L.LightningDataModule, abc.ABC):
         return self._split_loader("test" if "test" in self.raw_splits.splits or not val else val[0], train=False)
 
     def _split_loader(self, split: str, *, train: bool) -> DataLoader:
+        """Bucketed batches of ``split``; Lightning's distributed sampler is read, not applied twice (see .batching)."""
         if split not in self.raw_splits.splits:
             raise ValueError(self._missing_split(split))
-        return self._loader(split, train=train)
-
-    def _seed(self) -> int:
-        if self.hparams.seed is not None:
-            return int(self.hparams.seed)
-        return int(os.environ.get("PL_GLOBAL_SEED", 0))
-
-    def _loader(self, split: str, *, train: bool) -> DataLoader:
-        """Bucketed batches of ``split``; Lightning's distributed sampler is read, not applied twice (see .batching)."""
         self.corpus  # noqa: B018 (tokenizes or reads the cache)
         self._check_world()
         data, collate = self._split_data(split)
-        eval_batch_size = self.hparams.eval_batch_size
-        batch_size = self.hparams.batch_size if train or eval_batch_size is None else eval_batch_size
+        hp = self.hparams
+        batch_size = hp.batch_size if train or hp.eval_batch_size is None else hp.eval_batch_size
+        seed = int(os.environ.get("PL_GLOBAL_SEED", 0)) if hp.seed is None else hp.seed
         # With use_distributed_sampler=True Lightning re-creates this batch sampler around a DistributedSampler;
         # BucketBatchSampler only reads its rank, world size and epoch and shards the batches itself (never twice).
-        options = {"shuffle": train, "seed": self._seed(), "pool_batches": self.hparams.pool_batches}
+        options = {"shuffle": train, "seed": seed, "pool_batches": hp.pool_batches}
         data.bucket_options = options  # what a batch sampler Lightning re-creates from the dataset alone needs
         sampler = BucketBatchSampler(EpochSampler(len(data)), data.lengths, batch_size, **options)
         return DataLoader(
             data,
             batch_sampler=sampler,
             collate_fn=collate,
-            num_workers=self.hparams.num_workers,
-            persistent_workers=self.hparams.num_workers > 0,
+            num_workers=hp.num_workers,
+            persistent_workers=hp.num_workers > 0,
         )

@@ -27,7 +27,6 @@ from lightning_embinit.data.text_module import TokenizedTextDataModule, Tokenize
 from lightning_embinit.text.batches import Ragged, pad_sequences
 from lightning_embinit.text.tokenization import TextTokenizer
 
-SPLITS = ("train", "val", "test")
 HUB_SPLITS = {"train": "train", "val": "validation", "test": "test"}
 SIDES = ("src", "tgt")
 
@@ -86,7 +85,8 @@ of the reverse direction is used as is, with the columns swapped."""
 
 
 class ParallelDataset(Dataset):
-    """Token ids and raw text of one split's pairs (``rows`` kept under the length policy)."""
+    """Token ids and raw text of one split's pairs (``rows`` kept under the length policy) and their ``lengths``,
+    special tokens included, at most ``max_length``."""
 
     def __init__(
         self,
@@ -95,13 +95,12 @@ class ParallelDataset(Dataset):
         src_texts: Sequence[str],
         tgt_texts: Sequence[str],
         rows: np.ndarray,
+        lengths: np.ndarray,
         max_length: int,
     ) -> None:
         self.src, self.tgt, self.src_texts, self.tgt_texts, self.rows = src, tgt, src_texts, tgt_texts, rows
         self.src_cap, self.tgt_cap = max_length - 1, max_length - 2  # room for eos; for bos and eos
-        src_len = np.minimum(src.lengths[rows] + 1, max_length)
-        tgt_len = np.minimum(tgt.lengths[rows] + 2, max_length)
-        self.lengths = np.maximum(src_len, tgt_len)
+        self.lengths = np.minimum(lengths[rows], max_length)
 
     def __len__(self) -> int:
         return len(self.rows)
@@ -225,21 +224,20 @@ class TranslationDataModule(TokenizedTextDataModule):
         """(split, (source texts, target texts, blank pairs left out)) of each split of ``dataset``."""
         name = self.hparams.dataset
         loaded, src_key, tgt_key = self._hub_dataset()
-        layout = TRANSLATION_DATASETS[name].layout
+        by_column = TRANSLATION_DATASETS[name].layout == "columns"
         for split, hub_split in HUB_SPLITS.items():
             if hub_split not in loaded:
                 raise ValueError(f"dataset {name!r} has no split {hub_split!r}; splits: {list(loaded)}")
             table = loaded[hub_split]
-            wanted = [src_key, tgt_key] if layout == "columns" else ["translation"]
+            wanted = [src_key, tgt_key] if by_column else ["translation"]
             if missing := [c for c in wanted if c not in table.column_names]:
                 raise ValueError(
                     f"dataset {name!r} split {hub_split!r}: no column {missing}; columns found: {table.column_names}"
                 )
-            if layout == "columns":
+            if by_column:
                 src, tgt = table[src_key], table[tgt_key]
             else:
-                pairs = table["translation"]
-                src, tgt = [p.get(src_key) or "" for p in pairs], [p.get(tgt_key) or "" for p in pairs]
+                src, tgt = ([pair.get(key) for pair in table["translation"]] for key in (src_key, tgt_key))
             yield (
                 split,
                 keep_complete_pairs(
@@ -248,23 +246,21 @@ class TranslationDataModule(TokenizedTextDataModule):
             )
 
     def _read_files(self) -> Iterator[tuple[str, tuple[list[str], list[str], int]]]:
-        for split in SPLITS:
-            paths = self._split_files(split)
-            if paths is not None:
-                yield split, read_parallel(*paths, what=f"{split} split", encoding=self.hparams.encoding)
-
-    def _split_files(self, split: str) -> tuple[str, str] | None:
+        """(split, (source texts, target texts, blank pairs left out)) of each split with files or a stem."""
         hp = self.hparams
-        files = {"train": hp.train_files, "val": hp.val_files, "test": hp.test_files}[split]
-        if files is not None:
-            return str(files[0]), str(files[1])
-        stem = {"train": hp.train_stem, "val": hp.val_stem, "test": hp.test_stem}[split]
-        if hp.data_dir is None or stem is None:
-            return None
-        return tuple(
-            find_file(hp.data_dir, f"{stem}.{lang}", f"{split} {side}")  # type: ignore[return-value]
-            for side, lang in (("source", hp.src_lang), ("target", hp.tgt_lang))
-        )
+        sources = {
+            "train": (hp.train_files, hp.train_stem),
+            "val": (hp.val_files, hp.val_stem),
+            "test": (hp.test_files, hp.test_stem),
+        }
+        for split, (files, stem) in sources.items():
+            if files is None and (hp.data_dir is None or stem is None):
+                continue
+            paths = files or [
+                find_file(hp.data_dir, f"{stem}.{lang}", f"{split} {side}")
+                for side, lang in (("source", hp.src_lang), ("target", hp.tgt_lang))
+            ]
+            yield split, read_parallel(str(paths[0]), str(paths[1]), f"{split} split", hp.encoding)
 
     def split_texts(self, split: str) -> tuple[list[str], list[str]]:
         """(source texts, target texts) of ``split`` (``train``, ``val``, ``test``), in ``index`` order."""
@@ -279,10 +275,8 @@ class TranslationDataModule(TokenizedTextDataModule):
         default_min_freq = TRANSLATION_DATASETS[hp.dataset].min_freq if hp.dataset is not None else 2
         plans: dict[str, TokenizerPlan | str] = {}
         for side in SIDES:
-            spec = self._specs[side]
-            options = self._tokenizer_options(spec, default_min_freq=default_min_freq)
             sides = SIDES if hp.shared_vocabulary else (side,)
-            plans[side] = TokenizerPlan(spec, options, lambda sides=sides: self._training_text(sides))
+            plans[side] = self._plan(self._specs[side], sides, default_min_freq=default_min_freq)
         if hp.shared_vocabulary:
             plans["tgt"] = "src"
         return plans
@@ -338,9 +332,9 @@ class TranslationDataModule(TokenizedTextDataModule):
         src_texts, tgt_texts = self.split_texts(split)
         src, tgt = self.corpus.sequences[f"{split}/src"], self.corpus.sequences[f"{split}/tgt"]
         lengths = np.maximum(src.lengths + 1, tgt.lengths + 2)
-        rows = self._limit_lengths(split, lengths, self.hparams.max_length)
+        rows = self._limit_lengths(split, lengths)
         if not len(rows):
             raise ValueError(f"the {split} split has no pair within max_length={self.hparams.max_length}")
         src_tok, tgt_tok = self.src_tokenizer, self.tgt_tokenizer
         collate = TranslationCollator(src_tok.pad_id, src_tok.eos_id, tgt_tok.pad_id, tgt_tok.bos_id, tgt_tok.eos_id)
-        return ParallelDataset(src, tgt, src_texts, tgt_texts, rows, self.hparams.max_length), collate
+        return ParallelDataset(src, tgt, src_texts, tgt_texts, rows, lengths, self.hparams.max_length), collate

@@ -222,13 +222,6 @@ class TextTokenizer(abc.ABC):
     def _from_config(cls, config: dict[str, Any]) -> TextTokenizer:
         """Rebuild this kind from its config."""
 
-    @staticmethod
-    def _kind(kind: str) -> Any:
-        """The registered class of ``kind`` (the sub-word kinds register when :mod:`.subword` is imported)."""
-        if kind not in TextTokenizer._kinds:
-            raise ValueError(f"no {kind!r} tokenizer kind is registered; import lightning_embinit.text.tokenization")
-        return TextTokenizer._kinds[kind]
-
     # ------------------------------------------------------------------ constructors
     @classmethod
     def word(
@@ -258,7 +251,7 @@ class TextTokenizer(abc.ABC):
         roles: Sequence[str] = (),
     ) -> TextTokenizer:
         """WordPiece trained on ``texts`` with the ``tokenizers`` library ([R]'s tutorial; see :mod:`.tokenization`)."""
-        return cls._kind("wordpiece").train(
+        return cls._kinds["wordpiece"].train(
             texts, vocab_size=vocab_size, min_frequency=min_frequency, lowercase=lowercase, roles=_check_roles(roles)
         )
 
@@ -272,7 +265,7 @@ class TextTokenizer(abc.ABC):
         (:meth:`~lightning_embinit.text.subword.PretrainedTokenizer.restricted`); their strings still
         match the model's rows.
         """
-        tokenizer = cls._kind("pretrained").load(name_or_path)
+        tokenizer = cls._kinds["pretrained"].load(name_or_path)
         return tokenizer if restrict_to is None else tokenizer.restricted(restrict_to, min_freq=min_freq)
 
 

@@ -67,26 +67,44 @@ def _known_model_location(name: str) -> str:
     return _package_dir(known.package) or known.repo_ids[0]
 
 
-WORD_OPTIONS = {"min_freq", "max_size", "lowercase", "word_tokenizer", "roles"}
-WORDPIECE_OPTIONS = {"vocab_size", "min_freq", "lowercase", "roles"}
-PRETRAINED_OPTIONS = {"restrict_vocabulary", "min_freq"}
-BUILD_OPTIONS = WORD_OPTIONS | WORDPIECE_OPTIONS | PRETRAINED_OPTIONS
+TRAINED_OPTIONS = {
+    "word": {"min_freq", "max_size", "lowercase", "word_tokenizer", "roles"},
+    "wordpiece": {"vocab_size", "min_freq", "lowercase", "roles"},
+}
+"""The ``build_tokenizer`` options each trained kind takes; a pretrained tokenizer takes ``restrict_vocabulary`` and
+``min_freq``."""
+BUILD_OPTIONS = {"restrict_vocabulary", "min_freq"}.union(*TRAINED_OPTIONS.values())
+
+
+def _spec_form(spec: Any) -> str | None:
+    """Which of :data:`SPEC_FORMS` ``spec`` is (``tokenizer``, ``config``, ``word``, ``wordpiece``, ``hf``,
+    ``directory``, ``file``); None: none of them."""
+    if isinstance(spec, TextTokenizer):
+        return "tokenizer"
+    if isinstance(spec, Mapping):
+        return "config"
+    if not isinstance(spec, str) or not spec:
+        return None
+    if spec in TRAINED_OPTIONS:
+        return spec
+    if spec.startswith("hf:"):
+        return "hf"
+    path = os.path.expanduser(spec)
+    if os.path.isdir(path):
+        return "directory"
+    return "file" if os.path.isfile(path) and path.endswith(".json") else None
 
 
 def check_tokenizer_spec(spec: Any, what: str = "tokenizer") -> None:
     """Raise now for a spec :func:`build_tokenizer` would refuse later (without loading or training anything)."""
-    if isinstance(spec, (TextTokenizer, Mapping)):
-        if isinstance(spec, Mapping):
-            try:
-                TextTokenizer.check_config(spec)
-            except ValueError as error:
-                raise ValueError(f"{what}: {error}") from None
-        return
-    if isinstance(spec, str) and (spec in ("word", "wordpiece") or spec.startswith("hf:")):
-        return
-    path = os.path.expanduser(spec) if isinstance(spec, str) and spec else ""
-    if not (os.path.isdir(path) or (os.path.isfile(path) and path.endswith(".json"))):
+    form = _spec_form(spec)
+    if form is None:
         raise ValueError(f"{what}: unknown tokenizer spec {spec!r}; valid forms: {', '.join(SPEC_FORMS)}")
+    if form == "config":
+        try:
+            TextTokenizer.check_config(spec)
+        except ValueError as error:
+            raise ValueError(f"{what}: {error}") from None
 
 
 def build_tokenizer(
@@ -104,35 +122,26 @@ def build_tokenizer(
     if unknown := sorted(set(options) - BUILD_OPTIONS):
         raise ValueError(f"unknown tokenizer options {unknown}; options: {', '.join(sorted(BUILD_OPTIONS))}")
     given = {k: v for k, v in options.items() if v is not None}
-    if isinstance(spec, TextTokenizer):
-        return spec
-    if isinstance(spec, Mapping):
-        return TextTokenizer.from_config(spec)
-    if not isinstance(spec, str) or not spec:
+    form = _spec_form(spec)
+    if form in ("tokenizer", "config"):
+        return spec if form == "tokenizer" else TextTokenizer.from_config(spec)  # type: ignore[return-value]
+    if form is None and (not isinstance(spec, str) or not spec):
         raise ValueError(f"tokenizer spec {spec!r}: expected one of {', '.join(SPEC_FORMS)}")
-
-    def training_text() -> Sequence[str]:
-        return texts() if callable(texts) else texts
-
-    if spec == "word":
-        return TextTokenizer.word(
-            training_text(),
-            **{("tokenizer" if k == "word_tokenizer" else k): v for k, v in given.items() if k in WORD_OPTIONS},
-        )
-    if spec == "wordpiece":
-        kwargs = {("min_frequency" if k == "min_freq" else k): v for k, v in given.items() if k in WORDPIECE_OPTIONS}
-        return TextTokenizer.wordpiece(training_text(), **kwargs)
+    training_text = texts if callable(texts) else lambda: texts
+    if form in TRAINED_OPTIONS:
+        renamed = {"word_tokenizer": "tokenizer"} if form == "word" else {"min_freq": "min_frequency"}
+        kwargs = {renamed.get(k, k): v for k, v in given.items() if k in TRAINED_OPTIONS[form]}
+        return (TextTokenizer.word if form == "word" else TextTokenizer.wordpiece)(training_text(), **kwargs)
     restrict = (
         {"restrict_to": training_text(), "min_freq": given.get("min_freq", 1)}
         if given.get("restrict_vocabulary")
         else {}
     )
-    if spec.startswith("hf:"):
-        return TextTokenizer.pretrained(_known_model_location(spec[3:]), **restrict)
-    path = os.path.expanduser(spec)
-    if os.path.isdir(path):
-        return TextTokenizer.pretrained(path, **restrict)
-    if os.path.isfile(path) and path.endswith(".json"):
+    if form in ("hf", "directory"):
+        location = _known_model_location(spec[3:]) if form == "hf" else os.path.expanduser(spec)
+        return TextTokenizer.pretrained(location, **restrict)
+    if form == "file":
+        path = os.path.expanduser(spec)
         with open(path, encoding="utf-8") as handle:
             try:
                 return TextTokenizer.from_config(json.load(handle))
