@@ -164,6 +164,7 @@ class ClassificationDataModule(TokenizedTextDataModule):
     """
 
     training_text_hint = "train_file"
+    field_tokenizers = dict.fromkeys(FIELDS, "tokens")
 
     def __init__(
         self,
@@ -314,9 +315,6 @@ class ClassificationDataModule(TokenizedTextDataModule):
     # ------------------------------------------------------------------ tokenizer and slot
     def _tokenizer_plans(self) -> dict[str, TokenizerPlan | str]:
         return {"tokens": self._plan(self.hparams.tokenizer, FIELDS, default_min_freq=2, roles=["cls", "sep"])}
-
-    def _tokenizer_name(self, field: str) -> str:
-        return "tokens"
 
     @property
     def tokenizer(self) -> TextTokenizer:

@@ -8,6 +8,7 @@ from __future__ import annotations
 import abc
 import os
 from collections.abc import Callable, Mapping, Sequence
+from functools import cached_property
 from typing import Any, ClassVar
 
 import lightning as L
@@ -37,7 +38,7 @@ class TokenizedTextDataModule(L.LightningDataModule, abc.ABC):
     :class:`~lightning_embinit.data.classification.ClassificationDataModule`.
 
     Subclasses read their raw text (:meth:`_read_text`), say which tokenizers they need
-    (:meth:`_tokenizer_plans`) and which tokenizer encodes each text field (:meth:`_tokenizer_name`),
+    (:meth:`_tokenizer_plans`) and which tokenizer encodes each text field (:attr:`field_tokenizers`),
     make one split's dataset and collate function (:meth:`_make_dataset`) and name their slots
     (:meth:`_slot_fields`) and validation splits (:meth:`_val_splits`). The tokenized corpus is cached
     under a key made of the raw text and the tokenizer plans (:mod:`.text_cache`); a second ``setup``
@@ -64,6 +65,8 @@ class TokenizedTextDataModule(L.LightningDataModule, abc.ABC):
     """
 
     training_text_hint: ClassVar[str] = "training text"
+    field_tokenizers: ClassVar[dict[str, str]]
+    """Text field → the tokenizer that encodes it in every split."""
     _specs: dict[str, TokenizerSpec]
 
     def __init__(
@@ -107,8 +110,6 @@ class TokenizedTextDataModule(L.LightningDataModule, abc.ABC):
             if spec is not None:
                 check_tokenizer_spec(spec, what)
         self.save_hyperparameters(ignore=["tokenizer_specs"])  # with the subclass's own arguments
-        self._raw: RawSplits | None = None
-        self._corpus: TokenizedCorpus | None = None
         self._datasets: dict[str, tuple[Dataset, Collate]] = {}
         self._checked_world = False
         self._token_corpora: dict[tuple[str, ...], list[list[str]]] = {}
@@ -124,10 +125,6 @@ class TokenizedTextDataModule(L.LightningDataModule, abc.ABC):
     @abc.abstractmethod
     def _tokenizer_plans(self) -> dict[str, TokenizerPlan | str]:
         """Tokenizer name → plan, or → the name of another tokenizer it shares."""
-
-    @abc.abstractmethod
-    def _tokenizer_name(self, field: str) -> str:
-        """The tokenizer that encodes the text field ``field`` of every split."""
 
     @abc.abstractmethod
     def _make_dataset(self, split: str) -> tuple[Dataset, Collate]:
@@ -147,24 +144,19 @@ class TokenizedTextDataModule(L.LightningDataModule, abc.ABC):
         """The error message for a loader of a split without text."""
 
     # ------------------------------------------------------------------ text, tokenizers, cache
-    @property
+    @cached_property
     def raw_splits(self) -> RawSplits:
         """The raw text of every split, read on first access."""
-        if self._raw is None:
-            self._raw = self._read_text()
-        return self._raw
+        return self._read_text()
 
-    @property
+    @cached_property
     def corpus(self) -> TokenizedCorpus:
-        """The tokenized corpus: from this object, the process's memory, the disk cache, or built now."""
-        if self._corpus is None:
-            raw, plans = self.raw_splits, self._tokenizer_plans()
-            tokenizers = {name: plan if isinstance(plan, str) else plan.key() for name, plan in plans.items()}
-            key = cache_key(text=text_digest(raw.texts()), tokenizers=tokenizers, module=type(self).__name__)
-            self._corpus, self.cache_origin = load_or_build(
-                key, lambda: self._tokenize(raw, plans), disk=self.hparams.cache
-            )
-        return self._corpus
+        """The tokenized corpus: from the process's memory, the disk cache, or built now (once per datamodule)."""
+        raw, plans = self.raw_splits, self._tokenizer_plans()
+        tokenizers = {name: plan if isinstance(plan, str) else plan.key() for name, plan in plans.items()}
+        key = cache_key(text=text_digest(raw.texts()), tokenizers=tokenizers, module=type(self).__name__)
+        corpus, self.cache_origin = load_or_build(key, lambda: self._tokenize(raw, plans), disk=self.hparams.cache)
+        return corpus
 
     def _plan(
         self, spec: TokenizerSpec, fields: Sequence[str], *, default_min_freq: int, roles: list[str] | None = None
@@ -190,7 +182,7 @@ class TokenizedTextDataModule(L.LightningDataModule, abc.ABC):
         built = {name: plan.build(name) for name, plan in plans.items() if isinstance(plan, TokenizerPlan)}
         tokenizers = {name: built[plan if isinstance(plan, str) else name] for name, plan in plans.items()}
         sequences = {
-            f"{name}/{field}": Ragged.from_lists(tokenizers[self._tokenizer_name(field)].encode_batch(texts))
+            f"{name}/{field}": Ragged.from_lists(tokenizers[self.field_tokenizers[field]].encode_batch(texts))
             for name, split in raw.splits.items()
             for field, texts in split.fields().items()
         }
@@ -200,7 +192,7 @@ class TokenizedTextDataModule(L.LightningDataModule, abc.ABC):
         """The training split's texts of ``fields`` (those it has), in order; the vocabularies learn from them."""
         train = self.raw_splits.splits.get("train")
         if train is None:
-            spec = self._specs[self._tokenizer_name(fields[0])]
+            spec = self._specs[self.field_tokenizers[fields[0]]]
             raise ValueError(
                 f"tokenizer {spec!r} learns its vocabulary from the training split, which is missing; "
                 f"give {self.training_text_hint} or a saved tokenizer config (dict or .json)"
@@ -226,7 +218,7 @@ class TokenizedTextDataModule(L.LightningDataModule, abc.ABC):
 
     # ------------------------------------------------------------------ slots
     def _slot_tokenizer(self, slot: str | None) -> TextTokenizer:
-        return self.corpus.tokenizer(self._tokenizer_name(self._slot_fields(slot)[0]))
+        return self.corpus.tokenizer(self.field_tokenizers[self._slot_fields(slot)[0]])
 
     def vocabulary_for(self, slot: str | None = None) -> list[str]:
         """Token strings by id of ``slot``'s tokenizer: the rows of that embedding (None: a one-slot module's slot)."""
@@ -243,7 +235,7 @@ class TokenizedTextDataModule(L.LightningDataModule, abc.ABC):
             self._token_corpora[fields] = [
                 tokens
                 for field in fields
-                for tokens in self.corpus.tokenizer(self._tokenizer_name(field)).tokenize_batch(
+                for tokens in self.corpus.tokenizer(self.field_tokenizers[field]).tokenize_batch(
                     self._training_text((field,))
                 )
             ]
@@ -251,29 +243,22 @@ class TokenizedTextDataModule(L.LightningDataModule, abc.ABC):
 
     # ------------------------------------------------------------------ setup and datasets
     def setup(self, stage: str | None = None) -> None:
-        """Tokenize (or read the cache) and build the datasets of the stage's splits."""
+        """Tokenize (or read the cache) and build the datasets of the stage's splits (every split without a stage)."""
         self.corpus  # noqa: B018 (tokenizes or reads the cache)
         self._check_world()
-        for split in self._splits_for(stage):
-            self.dataset(split)
-
-    def _splits_for(self, stage: str | None) -> list[str]:
-        """The splits ``setup(stage)`` prepares (every split without a stage)."""
-        present = list(self.raw_splits.splits)
-        val = self._val_splits()
+        present, val = self.raw_splits.splits, self._val_splits()
         wanted = {"fit": ["train", *val], "validate": val, "test": ["test"], "predict": ["test"]}.get(
             stage or "", present
         )
-        return [split for split in wanted if split in present]
-
-    def _split_data(self, split: str) -> tuple[Dataset, Collate]:
-        if split not in self._datasets:
-            self._datasets[split] = self._make_dataset(split)
-        return self._datasets[split]
+        for split in wanted:
+            if split in present:
+                self.dataset(split)
 
     def dataset(self, split: str) -> Dataset:
-        """The dataset of ``split``, made once."""
-        return self._split_data(split)[0]
+        """The dataset of ``split``, made once with its collate function (:meth:`_make_dataset`)."""
+        if split not in self._datasets:
+            self._datasets[split] = self._make_dataset(split)
+        return self._datasets[split][0]
 
     def _limit_lengths(self, split: str, lengths: np.ndarray) -> np.ndarray:
         """Rows of ``split`` to keep under the ``too_long`` policy (``drop`` acts on the training split only:
@@ -322,7 +307,7 @@ class TokenizedTextDataModule(L.LightningDataModule, abc.ABC):
             raise ValueError(self._missing_split(split))
         self.corpus  # noqa: B018 (tokenizes or reads the cache)
         self._check_world()
-        data, collate = self._split_data(split)
+        data, collate = self.dataset(split), self._datasets[split][1]
         hp = self.hparams
         batch_size = hp.batch_size if train or hp.eval_batch_size is None else hp.eval_batch_size
         seed = int(os.environ.get("PL_GLOBAL_SEED", 0)) if hp.seed is None else hp.seed

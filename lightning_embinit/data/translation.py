@@ -53,28 +53,17 @@ class TranslationDataset:
         return config, keys.get(src, src), keys.get(tgt, tgt)
 
 
-TED_HRLR_PAIRS = (
-    "az_en",
-    "aztr_en",
-    "be_en",
-    "beru_en",
-    "es_pt",
-    "fr_pt",
-    "gl_en",
-    "glpt_en",
-    "he_pt",
-    "it_pt",
-    "pt_en",
-    "ru_en",
-    "ru_pt",
-    "tr_en",
-)
+TED_HRLR_PAIRS = {
+    "en": ("az", "aztr", "be", "beru", "gl", "glpt", "pt", "ru", "tr"),
+    "pt": ("es", "fr", "he", "it", "ru"),
+}
+"""Target language → the source languages ``neulab/ted_hrlr`` pairs with it (config ``<source>_to_<target>``)."""
 TRANSLATION_DATASETS: dict[str, TranslationDataset] = {
     "multi30k": TranslationDataset("bentrevett/multi30k", {("de", "en"): None}, "columns"),
     "iwslt2017": TranslationDataset("IWSLT/iwslt2017", {("de", "en"): "iwslt2017-de-en"}, "translation", min_freq=5),
     "ted_hrlr": TranslationDataset(
         "neulab/ted_hrlr",
-        {tuple(p.split("_")): p.replace("_", "_to_") for p in TED_HRLR_PAIRS},
+        {(src, tgt): f"{src}_to_{tgt}" for tgt, sources in TED_HRLR_PAIRS.items() for src in sources},
         "translation",
         keys=(("aztr", "az_tr"), ("beru", "be_ru"), ("glpt", "gl_pt")),
     ),
@@ -156,6 +145,8 @@ class TranslationDataModule(TokenizedTextDataModule):
     each rank an equal, disjoint share (:mod:`.batching`). Tokenized text is cached (:mod:`.text_cache`).
     The other ``settings`` are :class:`~lightning_embinit.data.text_module.TokenizedTextDataModule`'s.
     """
+
+    field_tokenizers = {side: side for side in SIDES}
 
     def __init__(
         self,
@@ -280,9 +271,6 @@ class TranslationDataModule(TokenizedTextDataModule):
         if hp.shared_vocabulary:
             plans["tgt"] = "src"
         return plans
-
-    def _tokenizer_name(self, field: str) -> str:
-        return field
 
     @property
     def src_tokenizer(self) -> TextTokenizer:

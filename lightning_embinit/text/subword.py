@@ -28,68 +28,6 @@ from lightning_embinit.text.text_tokenizer import (
 from lightning_embinit.vocabulary import SPECIAL_TOKENS
 
 
-def train_wordpiece(
-    texts: Sequence[str], *, vocab_size: int, min_frequency: int, lowercase: bool, roles: Sequence[str]
-) -> WordPieceTokenizer:
-    """A WordPiece vocabulary of ≤ ``vocab_size`` pieces seen ≥ ``min_frequency`` times in ``texts``."""
-    if vocab_size < 1 or min_frequency < 1:
-        raise ValueError(f"vocab_size and min_frequency must be ≥ 1, got {vocab_size} and {min_frequency}")
-    specials = {r: WORDPIECE_TOKENS[r] for r in (*REQUIRED_ROLES, *roles)}
-    if not any(text.strip() for text in texts):
-        raise ValueError("cannot train a WordPiece vocabulary on empty text")
-    backend = Tokenizer(models.WordPiece(unk_token=specials["unk"], continuing_subword_prefix="##"))
-    backend.normalizer = normalizers.Sequence(
-        [
-            normalizers.NFC(),
-            normalizers.BertNormalizer(
-                clean_text=True, handle_chinese_chars=True, strip_accents=False, lowercase=lowercase
-            ),
-        ]
-    )
-    # spaces become "▁" word starts and punctuation is split off; the decoder drops the spaces WordPiece
-    # puts between pieces and turns "▁" back into spaces, so decoding restores the text's own spacing
-    backend.pre_tokenizer = pre_tokenizers.Sequence(
-        [
-            pre_tokenizers.Metaspace(replacement="▁", prepend_scheme="always", split=True),
-            pre_tokenizers.Punctuation(behavior="isolated"),
-        ]
-    )
-    backend.decoder = decoders.Sequence(
-        [
-            decoders.WordPiece(prefix="##", cleanup=False),
-            decoders.Replace(" ", ""),
-            decoders.Metaspace(replacement="▁", prepend_scheme="always"),
-        ]
-    )
-    trainer = trainers.WordPieceTrainer(
-        vocab_size=vocab_size,
-        min_frequency=min_frequency,
-        show_progress=False,
-        special_tokens=list(specials.values()),
-        continuing_subword_prefix="##",
-    )
-    backend.train_from_iterator(texts, trainer, length=len(texts))
-    if (size := backend.get_vocab_size(with_added_tokens=True)) > vocab_size:
-        raise ValueError(
-            f"vocab_size={vocab_size} cannot be met: a WordPiece vocabulary holds its {len(specials)} special "
-            f"tokens and every character of the training text, {size} tokens here; ask for "
-            f"vocab_size ≥ {size} (well above it to learn whole words)"
-        )
-    return WordPieceTokenizer(backend, specials)
-
-
-def load_pretrained(name_or_path: str) -> PretrainedTokenizer:
-    """``transformers.AutoTokenizer`` (fast) of a hub id or local directory, wrapped."""
-    from transformers import AutoTokenizer
-
-    location = os.path.expanduser(name_or_path)
-    try:
-        hf = AutoTokenizer.from_pretrained(location if os.path.isdir(location) else name_or_path, use_fast=True)
-    except (OSError, ValueError) as error:
-        raise ValueError(f"cannot load the Hugging Face tokenizer {name_or_path!r}: {error}") from None
-    return PretrainedTokenizer.from_hf(hf, name_or_path)
-
-
 class _BackendTokenizer(TextTokenizer):
     """Shared by WordPiece and pretrained: a ``tokenizers.Tokenizer`` without padding or truncation.
 
@@ -159,7 +97,56 @@ class WordPieceTokenizer(_BackendTokenizer):
 
     kind = "wordpiece"
     config_keys = ("tokenizer_json", "special_tokens")
-    train = staticmethod(train_wordpiece)
+
+    @classmethod
+    def train(
+        cls, texts: Sequence[str], *, vocab_size: int, min_frequency: int, lowercase: bool, roles: Sequence[str]
+    ) -> WordPieceTokenizer:
+        """A WordPiece vocabulary of ≤ ``vocab_size`` pieces seen ≥ ``min_frequency`` times in ``texts``."""
+        if vocab_size < 1 or min_frequency < 1:
+            raise ValueError(f"vocab_size and min_frequency must be ≥ 1, got {vocab_size} and {min_frequency}")
+        specials = {r: WORDPIECE_TOKENS[r] for r in (*REQUIRED_ROLES, *roles)}
+        if not any(text.strip() for text in texts):
+            raise ValueError("cannot train a WordPiece vocabulary on empty text")
+        backend = Tokenizer(models.WordPiece(unk_token=specials["unk"], continuing_subword_prefix="##"))
+        backend.normalizer = normalizers.Sequence(
+            [
+                normalizers.NFC(),
+                normalizers.BertNormalizer(
+                    clean_text=True, handle_chinese_chars=True, strip_accents=False, lowercase=lowercase
+                ),
+            ]
+        )
+        # spaces become "▁" word starts and punctuation is split off; the decoder drops the spaces WordPiece
+        # puts between pieces and turns "▁" back into spaces, so decoding restores the text's own spacing
+        backend.pre_tokenizer = pre_tokenizers.Sequence(
+            [
+                pre_tokenizers.Metaspace(replacement="▁", prepend_scheme="always", split=True),
+                pre_tokenizers.Punctuation(behavior="isolated"),
+            ]
+        )
+        backend.decoder = decoders.Sequence(
+            [
+                decoders.WordPiece(prefix="##", cleanup=False),
+                decoders.Replace(" ", ""),
+                decoders.Metaspace(replacement="▁", prepend_scheme="always"),
+            ]
+        )
+        trainer = trainers.WordPieceTrainer(
+            vocab_size=vocab_size,
+            min_frequency=min_frequency,
+            show_progress=False,
+            special_tokens=list(specials.values()),
+            continuing_subword_prefix="##",
+        )
+        backend.train_from_iterator(texts, trainer, length=len(texts))
+        if (size := backend.get_vocab_size(with_added_tokens=True)) > vocab_size:
+            raise ValueError(
+                f"vocab_size={vocab_size} cannot be met: a WordPiece vocabulary holds its {len(specials)} special "
+                f"tokens and every character of the training text, {size} tokens here; ask for "
+                f"vocab_size ≥ {size} (well above it to learn whole words)"
+            )
+        return cls(backend, specials)
 
     def to_config(self) -> dict[str, Any]:
         return {
@@ -179,7 +166,18 @@ class PretrainedTokenizer(_BackendTokenizer):
 
     kind = "pretrained"
     config_keys = ("files", "special_tokens")
-    load = staticmethod(load_pretrained)
+
+    @classmethod
+    def load(cls, name_or_path: str) -> PretrainedTokenizer:
+        """``transformers.AutoTokenizer`` (fast) of a hub id or local directory, wrapped."""
+        from transformers import AutoTokenizer
+
+        location = os.path.expanduser(name_or_path)
+        try:
+            hf = AutoTokenizer.from_pretrained(location if os.path.isdir(location) else name_or_path, use_fast=True)
+        except (OSError, ValueError) as error:
+            raise ValueError(f"cannot load the Hugging Face tokenizer {name_or_path!r}: {error}") from None
+        return cls.from_hf(hf, name_or_path)
 
     def __init__(self, hf: Any, special_tokens: Mapping[str, str], config: dict[str, Any]) -> None:
         self.hf = hf
@@ -194,14 +192,13 @@ class PretrainedTokenizer(_BackendTokenizer):
         if min_freq < 1:
             raise ValueError(f"min_freq must be ≥ 1, got {min_freq}")
         counts = Counter(i for ids in self.encode_batch(list(texts)) for i in ids)
-        specials = [self.role_ids[role] for role in self.special_tokens] + sorted(self.special_ids)
-        kept = list(dict.fromkeys(specials))
-        kept += sorted(
+        kept = sorted(
             (i for i, c in counts.items() if c >= min_freq and i not in self.special_ids), key=lambda i: (-counts[i], i)
         )
-        if len(kept) == len(dict.fromkeys(specials)):
+        if not kept:
             raise ValueError(f"no token of the training text occurs ≥ min_freq={min_freq} times")
-        return PretrainedTokenizer(self.hf, self.special_tokens, {**self._config, "subset": kept})
+        specials = dict.fromkeys([self.role_ids[role] for role in self.special_tokens] + sorted(self.special_ids))
+        return PretrainedTokenizer(self.hf, self.special_tokens, {**self._config, "subset": [*specials, *kept]})
 
     @classmethod
     def from_hf(cls, hf: Any, name: str) -> PretrainedTokenizer:

@@ -48,16 +48,8 @@ class WordTokenizer:
 
 REQUIRED_ROLES = tuple(SPECIAL_TOKENS)
 EXTRA_ROLES = SPECIAL_ROLES[len(REQUIRED_ROLES) :]
-WORD_EXTRA_TOKENS = {"cls": "<cls>", "sep": "<sep>", "mask": "<mask>"}
-WORDPIECE_TOKENS = {
-    "pad": "[PAD]",
-    "unk": "[UNK]",
-    "bos": "[START]",
-    "eos": "[END]",
-    "cls": "[CLS]",
-    "sep": "[SEP]",
-    "mask": "[MASK]",
-}
+WORD_EXTRA_TOKENS = {role: f"<{role}>" for role in EXTRA_ROLES}
+WORDPIECE_TOKENS = {role: f"[{role.upper()}]" for role in SPECIAL_ROLES} | {"bos": "[START]", "eos": "[END]"}
 ROLE_FALLBACKS = {"bos": ("bos", "cls"), "eos": ("eos", "sep"), "pad": ("pad",), "unk": ("unk",)}
 CONFIG_VERSION = 1
 
