@@ -50,11 +50,7 @@ def __getattr__(name: str) -> Any:
 
 def main(args: Any = None) -> int:
     """Entry point of the ``embinit`` console script and ``python -m lightning_embinit``: the exit status.
-
-    ``embinit inspect ...`` checks a start without training (:mod:`lightning_embinit.inspect_cli`),
-    ``embinit sweep|report ...`` run and tabulate a study (:mod:`lightning_embinit.study_cli`); every other
-    subcommand is LightningCLI's (:func:`lightning_main`).
-    """
+    :data:`OTHER_COMMANDS` run in their own modules, the others are LightningCLI's (:func:`lightning_main`)."""
     argv = sys.argv[1:] if args is None else list(args)
     if not argv:
         print(

@@ -12,6 +12,7 @@ reason, with long values (vocabularies, tokenizer configs) summarized by kind, s
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import importlib.util
 import os
@@ -70,7 +71,8 @@ class EmbinitCLI(LightningCLI):
             super().__init__(*args, **kwargs)
         except Exception as error:
             if not self._classes_ready:
-                mark_config_error(error)
+                with contextlib.suppress(AttributeError):  # an exception type that takes no attributes stays unmarked
+                    setattr(error, CONFIG_ERROR, True)
             raise
 
     def after_instantiate_classes(self) -> None:
@@ -218,14 +220,6 @@ _CLOSING = {"(": ")", "[": "]", "{": "}"}
 _STRUCTURE = ("Does not validate against any of the Union subtypes", "Subtypes:", "Errors:", "Given value")
 _NONE_ALTERNATIVE = "Expected a <class 'NoneType'>"
 _CONTEXT = re.compile(r"""Parser key "([^"]+)":|Problem with given class_path '([^']+)':""")
-
-
-def mark_config_error(error: BaseException) -> None:
-    """Mark ``error`` as raised while the config was read and the classes built (:data:`CONFIG_ERROR`)."""
-    try:
-        setattr(error, CONFIG_ERROR, True)
-    except AttributeError:  # an exception type that takes no attributes stays unmarked
-        pass
 
 
 def _skip(text: str, start: int) -> int:

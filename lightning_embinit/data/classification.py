@@ -24,7 +24,7 @@ from typing import Any
 import numpy as np
 
 from lightning_embinit.data.parallel_text import TextColumns, find_file, load_hub_dataset, read_columns, require_columns
-from lightning_embinit.data.raw_splits import LabelledTexts, RawSplits
+from lightning_embinit.data.raw_splits import RawSplits, SplitText
 from lightning_embinit.data.text_module import TokenizedTextDataModule, TokenizerPlan, TokenizerSpec
 from lightning_embinit.text.batches import ClassificationCollator, LabelledDataset
 from lightning_embinit.text.tokenization import TextTokenizer
@@ -254,17 +254,20 @@ class ClassificationDataModule(TokenizedTextDataModule):
         task = CLASSIFICATION_DATASETS[hp.dataset]
         return task.tsv_columns if hp.data_dir is not None else task.columns
 
-    def _read_text(self) -> RawSplits[LabelledTexts]:
+    def _read_text(self) -> RawSplits:
         hp = self.hparams
         text_col, pair_col, label_col = self._columns()
-        read: dict[str, tuple[str, list[str], list[str] | None, list[Any]]] = {}
+        read: dict[str, tuple[str, dict[str, list[str]], list[Any]]] = {}
         blank: dict[str, int] = {}
         for key, (source, text) in self._sources().items():
             where = f"{display(key)} ({source})"
             require_columns(text.columns, [text_col, pair_col, label_col], where)
-            texts = [str(t or "").strip() for t in text.columns[text_col]]
-            pairs = [str(t or "").strip() for t in text.columns[pair_col]] if pair_col else None
-            kept = [k for k in range(len(texts)) if texts[k] and (pairs is None or pairs[k])]
+            fields = {
+                field: [str(t or "").strip() for t in text.columns[column]]
+                for field, column in zip(FIELDS, (text_col, pair_col))
+                if column
+            }
+            kept = [k for k in range(len(fields["a"])) if all(texts[k] for texts in fields.values())]
             if not kept:
                 raise ValueError(
                     f"{where}: no row has text in column {text_col!r}" + (f" and {pair_col!r}" if pair_col else "")
@@ -272,17 +275,17 @@ class ClassificationDataModule(TokenizedTextDataModule):
             labels = [text.columns[label_col][k] for k in kept]
             where = f"{where}, column {label_col!r}"
             check_labels_present(labels, text, kept, where)
-            blank[key] = len(texts) - len(kept)
+            blank[key] = len(fields["a"]) - len(kept)
             kept = kept[: hp.max_examples]
-            read[key] = (where, [texts[k] for k in kept], [pairs[k] for k in kept] if pairs else None, labels)
+            read[key] = (where, {field: [texts[k] for k in kept] for field, texts in fields.items()}, labels)
         names = list(
             hp.label_names
             or (CLASSIFICATION_DATASETS[hp.dataset].label_names if hp.dataset else [])
-            or infer_label_names(next(iter(read.values()))[3])
+            or infer_label_names(next(iter(read.values()))[2])
         )
         splits = {
-            key: LabelledTexts(texts, pairs, label_ids(labels[: len(texts)], names, where))
-            for key, (where, texts, pairs, labels) in read.items()
+            key: SplitText(fields, label_ids(labels[: len(fields["a"])], names, where))
+            for key, (where, fields, labels) in read.items()
         }
         return RawSplits(splits, blank, tuple(names))
 
@@ -310,7 +313,7 @@ class ClassificationDataModule(TokenizedTextDataModule):
         splits = self.raw_splits.splits
         if key not in splits:
             raise ValueError(f"no split {split!r}; splits: {['train', 'test', *self.val_dataloader_names]}")
-        return splits[key].texts, splits[key].pairs, splits[key].labels
+        return splits[key].fields["a"], splits[key].fields.get("b"), splits[key].labels
 
     # ------------------------------------------------------------------ tokenizer and slot
     def _tokenizer_plans(self) -> dict[str, TokenizerPlan | str]:
@@ -353,5 +356,6 @@ class ClassificationDataModule(TokenizedTextDataModule):
         rows = self._limit_lengths(key.removeprefix("val:"), lengths)
         if not len(rows):
             raise ValueError(f"the {display(key)} split has no example within max_length={self.hparams.max_length}")
-        dataset = LabelledDataset(a, b, split.labels, split.texts, split.pairs, template, self.hparams.max_length, rows)
+        texts, pairs = split.fields["a"], split.fields.get("b")
+        dataset = LabelledDataset(a, b, split.labels, texts, pairs, template, self.hparams.max_length, rows)
         return dataset, ClassificationCollator(self.tokenizer.pad_id, b is not None)

@@ -18,9 +18,9 @@ import torch
 from torch.utils.data import DataLoader, TensorDataset
 
 from lightning_embinit.checks import check_non_negative_int, check_positive_int, check_range
-from lightning_embinit.data.parallel_text import existing_file
+from lightning_embinit.data.parallel_text import read_lines as read_file_lines
 from lightning_embinit.text.text_tokenizer import WordTokenizer
-from lightning_embinit.text_files import check_encoding, read_text_lines
+from lightning_embinit.text_files import check_encoding
 from lightning_embinit.vocabulary import Vocabulary
 
 
@@ -36,12 +36,7 @@ def read_lines(
 ) -> list[str]:
     """The non-blank lines of a file or of each file, stripped (``.gz`` files are decompressed); missing files raise."""
     paths = [files] if isinstance(files, (str, os.PathLike)) else files
-    return [
-        line.strip()
-        for path in paths
-        for line in read_text_lines(existing_file(path, what), what, encoding=encoding)
-        if line.strip()
-    ]
+    return [line for path in paths for line in read_file_lines(path, what, encoding) if line]
 
 
 def given_vocabulary(vocabulary: Sequence[str] | str | os.PathLike[str]) -> Vocabulary:

@@ -184,7 +184,7 @@ class TokenizedTextDataModule(L.LightningDataModule, abc.ABC):
         sequences = {
             f"{name}/{field}": Ragged.from_lists(tokenizers[self.field_tokenizers[field]].encode_batch(texts))
             for name, split in raw.splits.items()
-            for field, texts in split.fields().items()
+            for field, texts in split.fields.items()
         }
         return TokenizedCorpus({name: t.to_config() for name, t in tokenizers.items()}, sequences, built=tokenizers)
 
@@ -197,7 +197,7 @@ class TokenizedTextDataModule(L.LightningDataModule, abc.ABC):
                 f"tokenizer {spec!r} learns its vocabulary from the training split, which is missing; "
                 f"give {self.training_text_hint} or a saved tokenizer config (dict or .json)"
             )
-        texts = train.fields()
+        texts = train.fields
         return [text for field in fields if field in texts for text in texts[field]]
 
     def _check_world(self) -> None:

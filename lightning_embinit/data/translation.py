@@ -22,7 +22,7 @@ import torch
 from torch.utils.data import Dataset
 
 from lightning_embinit.data.parallel_text import find_file, keep_complete_pairs, load_hub_dataset, read_parallel
-from lightning_embinit.data.raw_splits import RawSplits, TextPairs
+from lightning_embinit.data.raw_splits import RawSplits, SplitText
 from lightning_embinit.data.text_module import TokenizedTextDataModule, TokenizerPlan, TokenizerSpec
 from lightning_embinit.text.batches import Ragged, pad_sequences
 from lightning_embinit.text.tokenization import TextTokenizer
@@ -41,14 +41,12 @@ class TranslationDataset:
     min_freq: int = 2
     keys: tuple[tuple[str, str], ...] = ()  # language → the dict key, where they differ
 
-    def pairs(self) -> list[str]:
-        return sorted(f"{a}-{b}" for first, second in self.configs for a, b in ((first, second), (second, first)))
-
     def resolve(self, name: str, src: str, tgt: str) -> tuple[str | None, str, str]:
         """(config, source key, target key) of the pair ``src``→``tgt``; a ValueError lists the known pairs."""
         config = self.configs.get((src, tgt), self.configs.get((tgt, src), "?"))
         if config == "?":
-            raise ValueError(f"dataset {name!r} has no language pair {src}-{tgt}; pairs: {', '.join(self.pairs())}")
+            pairs = sorted(f"{a}-{b}" for first, second in self.configs for a, b in ((first, second), (second, first)))
+            raise ValueError(f"dataset {name!r} has no language pair {src}-{tgt}; pairs: {', '.join(pairs)}")
         keys = dict(self.keys)
         return config, keys.get(src, src), keys.get(tgt, tgt)
 
@@ -200,13 +198,13 @@ class TranslationDataModule(TokenizedTextDataModule):
         config, src_key, tgt_key = spec.resolve(self.hparams.dataset, self.hparams.src_lang, self.hparams.tgt_lang)
         return load_hub_dataset(spec.hub_id, config, self.hparams.dataset_revision), src_key, tgt_key
 
-    def _read_text(self) -> RawSplits[TextPairs]:
+    def _read_text(self) -> RawSplits:
         hp = self.hparams
-        splits: dict[str, TextPairs] = {}
+        splits: dict[str, SplitText] = {}
         blank: dict[str, int] = {}
         for split, read in self._read_hub() if hp.dataset is not None else self._read_files():
             src, tgt, blank[split] = read
-            splits[split] = TextPairs(src[: hp.max_examples], tgt[: hp.max_examples])
+            splits[split] = SplitText({"src": src[: hp.max_examples], "tgt": tgt[: hp.max_examples]})
         if not splits:
             raise ValueError("no split has text: all stems are None and no files were given")
         return RawSplits(splits, blank)
@@ -258,7 +256,7 @@ class TranslationDataModule(TokenizedTextDataModule):
         splits = self.raw_splits.splits
         if split not in splits:
             raise ValueError(f"no {split!r} split; splits: {list(splits)}")
-        return splits[split].src, splits[split].tgt
+        return splits[split].fields["src"], splits[split].fields["tgt"]
 
     # ------------------------------------------------------------------ tokenizers and slots
     def _tokenizer_plans(self) -> dict[str, TokenizerPlan | str]:
