@@ -47,18 +47,11 @@ known before the model is built, so its tables have their rows and token strings
 
 
 class EmbinitCLI(LightningCLI):
-    """LightningCLI with this package's defaults.
-
-    The datamodule's vocabulary, tokenizers and label names (:data:`DATA_TO_MODEL_LINKS`: token
-    strings by id built from the training text, tokenizer configs) are passed to the model's
-    arguments of those names when both exist, so the embedding tables have their rows (and their
-    token strings) before ``EmbeddingInitCallback`` runs at setup; models or datamodules without
-    them are left alone.
-
-    With ``--ckpt_path``, the checkpoint's hyperparameters configure the model as in LightningCLI,
-    except its vocabulary, tokenizers and label names (:data:`CHECKPOINT_TO_DATA`): those go to the
-    datamodule (when it takes them), so the links hand the model the checkpoint's token ids and
-    labels rather than ones built from new text.
+    """LightningCLI with this package's defaults: the datamodule's vocabulary, tokenizers and label names go to the
+    model's arguments of those names when both exist (:data:`DATA_TO_MODEL_LINKS`), so the embedding tables have
+    their rows and token strings before ``EmbeddingInitCallback`` runs at setup. With ``--ckpt_path``, the
+    checkpoint's hyperparameters configure the model as in LightningCLI, except those (:data:`CHECKPOINT_TO_DATA`):
+    they go to the datamodule, so the model gets the checkpoint's token ids and labels, not ones built from new text.
     """
 
     _checkpoint_config_read = False

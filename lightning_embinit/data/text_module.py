@@ -1,7 +1,7 @@
-"""What translation and classification datamodules share: the settings, the raw splits, tokenizers from
-specs (:mod:`.tokenizer_plans`), the tokenized-text cache, the length limit, the bucketed loaders of every
-split, the slot API (``vocabulary_for``, ``special_tokens_for``, ``training_corpus``) and the cross-rank
-tokenizer check."""
+"""What translation and classification datamodules share: the settings, the raw splits, tokenizers from specs
+(:class:`~lightning_embinit.text.tokenization.TokenizerPlan`), the tokenized-text cache, the length limit, the
+bucketed loaders of every split, the slot API (``vocabulary_for``, ``special_tokens_for``, ``training_corpus``) and
+the cross-rank tokenizer check."""
 
 from __future__ import annotations
 
@@ -21,13 +21,16 @@ from lightning_embinit.checks import check_choice, check_int, check_non_negative
 from lightning_embinit.data.batching import BucketBatchSampler, EpochSampler
 from lightning_embinit.data.raw_splits import RawSplits
 from lightning_embinit.data.text_cache import TokenizedCorpus, cache_key, load_or_build, text_digest
-from lightning_embinit.data.tokenizer_plans import TRAINED_KINDS, TokenizerPlan, TokenizerSpec
 from lightning_embinit.text.batches import Ragged
 from lightning_embinit.text.text_tokenizer import WORD_TOKENIZERS
-from lightning_embinit.text.tokenization import TRAINED_OPTIONS, TextTokenizer, check_tokenizer_spec
+from lightning_embinit.text.tokenization import (
+    TRAINED_OPTIONS,
+    TextTokenizer,
+    TokenizerPlan,
+    TokenizerSpec,
+    check_tokenizer_spec,
+)
 from lightning_embinit.text_files import check_encoding
-
-__all__ = ["Collate", "TOO_LONG", "TokenizedTextDataModule", "TokenizerPlan", "TokenizerSpec"]
 
 TOO_LONG = ("truncate", "drop")
 Collate = Callable[[list[dict[str, Any]]], dict[str, Any]]
@@ -164,7 +167,7 @@ class TokenizedTextDataModule(L.LightningDataModule, abc.ABC):
         """How to get the tokenizer of ``spec``, trained on the training text of ``fields``; its ``build_tokenizer``
         options come from this module's hyperparameters (``roles``: trained kinds only)."""
         hp = self.hparams
-        if spec in TRAINED_KINDS:
+        if isinstance(spec, str) and spec in TRAINED_OPTIONS:
             options = {
                 "min_freq": default_min_freq if hp.min_freq is None else hp.min_freq,
                 "max_size": hp.max_size,

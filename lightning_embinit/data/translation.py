@@ -23,9 +23,9 @@ from torch.utils.data import Dataset
 
 from lightning_embinit.data.parallel_text import find_file, keep_complete_pairs, load_hub_dataset, read_parallel
 from lightning_embinit.data.raw_splits import RawSplits, SplitText
-from lightning_embinit.data.text_module import TokenizedTextDataModule, TokenizerPlan, TokenizerSpec
+from lightning_embinit.data.text_module import TokenizedTextDataModule
 from lightning_embinit.text.batches import Ragged, pad_sequences
-from lightning_embinit.text.tokenization import TextTokenizer
+from lightning_embinit.text.tokenization import TextTokenizer, TokenizerPlan, TokenizerSpec
 
 HUB_SPLITS = {"train": "train", "val": "validation", "test": "test"}
 SIDES = ("src", "tgt")

@@ -22,7 +22,8 @@ checkpoint decodes new text with its own ids, offline. WordPiece training is not
 (the trainer breaks frequency ties in hash-map order), so processes must share one trained
 tokenizer — the datamodules' cache does that (see :mod:`lightning_embinit.data.text_cache`).
 The interface and the word kind live in :mod:`lightning_embinit.text.text_tokenizer`, the sub-word
-kinds in :mod:`lightning_embinit.text.subword`; this module builds any of them from a spec.
+kinds in :mod:`lightning_embinit.text.subword`; this module builds any of them from a spec,
+and a datamodule's :class:`TokenizerPlan` (spec, options, training text) says how to get one.
 """
 
 from __future__ import annotations
@@ -30,6 +31,8 @@ from __future__ import annotations
 import json
 import os
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from functools import cached_property
 from typing import Any
 
 from lightning_embinit.text.subword import PretrainedTokenizer, WordPieceTokenizer
@@ -39,6 +42,8 @@ __all__ = [
     "SPEC_FORMS",
     "PretrainedTokenizer",
     "TextTokenizer",
+    "TokenizerPlan",
+    "TokenizerSpec",
     "WordLevelTokenizer",
     "WordPieceTokenizer",
     "build_tokenizer",
@@ -55,6 +60,8 @@ SPEC_FORMS = (
     "the path of a saved config .json",
 )
 TextSource = Sequence[str] | Callable[[], Sequence[str]]
+TokenizerSpec = str | dict[str, Any]
+"""A tokenizer spec a datamodule takes: one of :data:`SPEC_FORMS`."""
 
 
 def _known_model_location(name: str) -> str:
@@ -148,3 +155,44 @@ def build_tokenizer(
             except ValueError as error:
                 raise ValueError(f"tokenizer config file {path}: {error}") from None
     raise ValueError(f"unknown tokenizer spec {spec!r}; valid forms: {', '.join(SPEC_FORMS)}")
+
+
+@dataclass
+class TokenizerPlan:
+    """How to get one tokenizer: a spec (:func:`build_tokenizer`), its options, and the training text it learns from."""
+
+    spec: TokenizerSpec
+    options: dict[str, Any]
+    training_text: Callable[[], list[str]]
+
+    @property
+    def trained(self) -> bool:
+        """Whether the tokenizer learns its vocabulary from the training text (word level, WordPiece)."""
+        return isinstance(self.spec, str) and self.spec in TRAINED_OPTIONS
+
+    @cached_property
+    def ready(self) -> TextTokenizer:
+        """The tokenizer of a spec that needs no training (pretrained, or a saved config), loaded once."""
+        return build_tokenizer(self.spec)
+
+    def key(self) -> dict[str, Any]:
+        """What identifies the tokenizer before training: its options, and a trained kind's name or the
+        fingerprint of the pretrained (or saved) tokenizer it starts from."""
+        options = {k: v for k, v in sorted(self.options.items()) if v is not None}
+        if self.trained:
+            return {"spec": self.spec, "options": options}
+        return {"fingerprint": self.ready.fingerprint(), "options": options}
+
+    def build(self, name: str) -> TextTokenizer:
+        """The tokenizer ``name``: trained on its text, loaded, or loaded and restricted to the training text."""
+        if self.trained:
+            return build_tokenizer(self.spec, self.training_text, **self.options)
+        ready = self.ready
+        if not self.options.get("restrict_vocabulary"):
+            return ready
+        if not isinstance(ready, PretrainedTokenizer) or ready.subset is not None:
+            raise ValueError(
+                f"restrict_vocabulary=True applies to a full pretrained tokenizer; {name!r} is a "
+                f"{ready.kind} tokenizer{' already restricted' if ready.kind == 'pretrained' else ''}"
+            )
+        return ready.restricted(self.training_text(), min_freq=self.options.get("min_freq") or 1)
