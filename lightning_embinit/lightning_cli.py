@@ -187,10 +187,7 @@ def _checkpoint_file(ckpt_path: str, name: str, value: Any) -> str:
 
 
 CHECKPOINT_TO_DATA: dict[str, Callable[[str, str, Any], Any]] = {
-    "vocabulary": _checkpoint_file,
-    "src_tokenizer": _checkpoint_file,
-    "tgt_tokenizer": _checkpoint_file,
-    "tokenizer": _checkpoint_file,
+    **{argument: _checkpoint_file for _, argument in DATA_TO_MODEL_LINKS},
     "label_names": lambda ckpt_path, name, value: list(value),
 }
 """Model hyperparameters that go to the datamodule's argument of the same name with ``--ckpt_path``: a

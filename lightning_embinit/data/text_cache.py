@@ -83,7 +83,6 @@ def cache_file(key: str) -> Path:
 
 def _write(path: Path, corpus: TokenizedCorpus) -> None:
     """Write an entry next to ``path`` and link it into place unless another process got there first."""
-    path.parent.mkdir(parents=True, exist_ok=True)
     arrays: dict[str, np.ndarray] = {}
     for name, ragged in corpus.sequences.items():
         arrays[f"{name}.flat"], arrays[f"{name}.offsets"] = ragged.flat, ragged.offsets
@@ -122,8 +121,7 @@ def load_or_build(key: str, build: Callable[[], TokenizedCorpus], *, disk: bool 
             path = writable_cache_dir("data") / f"{key}.npz"
         except CacheUnavailable as error:
             warn_cache_unavailable(error, "tokenized text is kept in memory")
-    origin = "disk"
-    corpus = None
+    corpus, origin = None, "disk"
     if path is not None and path.is_file():
         try:
             corpus = _read(path)

@@ -227,12 +227,8 @@ class TranslationDataModule(TokenizedTextDataModule):
                 src, tgt = table[src_key], table[tgt_key]
             else:
                 src, tgt = ([pair.get(key) for pair in table["translation"]] for key in (src_key, tgt_key))
-            yield (
-                split,
-                keep_complete_pairs(
-                    [(s or "").strip() for s in src], [(t or "").strip() for t in tgt], f"{name} {split}"
-                ),
-            )
+            src, tgt = ([(text or "").strip() for text in side] for side in (src, tgt))
+            yield split, keep_complete_pairs(src, tgt, f"{name} {split}")
 
     def _read_files(self) -> Iterator[tuple[str, tuple[list[str], list[str], int]]]:
         """(split, (source texts, target texts, blank pairs left out)) of each split with files or a stem."""

@@ -41,9 +41,8 @@ class _BackendTokenizer(TextTokenizer):
         self.backend = backend
         vocab = backend.get_vocab(with_added_tokens=True)
         size = max(backend.get_vocab_size(with_added_tokens=True), max(vocab.values()) + 1)
-        tokens = [f"<unused id {i}>" for i in range(size)]  # ids the tokenizer never produces
-        for token, i in vocab.items():
-            tokens[i] = token
+        by_id = {i: token for token, i in vocab.items()}
+        tokens = [by_id.get(i, f"<unused id {i}>") for i in range(size)]  # ids the tokenizer never produces
         self.subset = None if subset is None else np.asarray(subset, dtype=np.int64)
         if self.subset is not None:
             tokens = [tokens[i] for i in self.subset]
