@@ -268,12 +268,10 @@ class LanguageModelDataModule(L.LightningDataModule):
         return sentences
 
     # ------------------------------------------------------------------ datasets and loaders
-    def _windows(self, sentences: list[list[str]], what: str) -> TensorDataset:
+    def _windows(self, what: str) -> TensorDataset:
+        """(inputs, targets) windows of the ``training`` or ``validation`` text, every line ending with eos."""
         eos = self.vocab.id("eos")
-        ids: list[int] = []
-        for sentence in sentences:
-            ids.extend(self.vocab.encode(sentence))
-            ids.append(eos)
+        ids = [i for sentence in self._sentences(what) for i in [*self.vocab.encode(sentence), eos]]
         windows = pack(ids, self.hparams.seq_len)
         if len(windows) == 0:
             raise ValueError(
@@ -284,9 +282,9 @@ class LanguageModelDataModule(L.LightningDataModule):
     def setup(self, stage: str | None = None) -> None:
         """Windows of the training (``fit`` or no stage) and validation text, read from files or the cache."""
         if stage in (None, "fit") and self.train_set is None:
-            self.train_set = self._windows(self._sentences("training"), "training")
+            self.train_set = self._windows("training")
         if self.val_set is None:
-            self.val_set = self._windows(self._sentences("validation"), "validation")
+            self.val_set = self._windows("validation")
 
     def train_dataloader(self) -> DataLoader:
         self.setup("fit")

@@ -19,13 +19,12 @@ from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers,
 
 from lightning_embinit.text.text_tokenizer import (
     CONFIG_VERSION,
-    EXTRA_ROLES,
     REQUIRED_ROLES,
     ROLE_FALLBACKS,
     WORDPIECE_TOKENS,
     TextTokenizer,
 )
-from lightning_embinit.vocabulary import SPECIAL_TOKENS
+from lightning_embinit.vocabulary import SPECIAL_ROLES, SPECIAL_TOKENS
 
 
 class _BackendTokenizer(TextTokenizer):
@@ -208,17 +207,15 @@ class PretrainedTokenizer(_BackendTokenizer):
             )
         vocab = hf.get_vocab()
         special: dict[str, str] = {}
-        for role in (*REQUIRED_ROLES, *EXTRA_ROLES):
-            for candidate in ROLE_FALLBACKS.get(role, (role,)):
-                token = getattr(hf, f"{candidate}_token", None)
-                if isinstance(token, str) and token in vocab:
-                    special[role] = token
-                    break
-        added = {f"{role}_token": SPECIAL_TOKENS[role] for role in REQUIRED_ROLES if role not in special}
-        if added:
-            hf.add_special_tokens(added)
-            special.update({key.removesuffix("_token"): token for key, token in added.items()})
-        special = {role: special[role] for role in (*REQUIRED_ROLES, *EXTRA_ROLES) if role in special}
+        for role in SPECIAL_ROLES:
+            tokens = (getattr(hf, f"{candidate}_token", None) for candidate in ROLE_FALLBACKS.get(role, (role,)))
+            token = next((token for token in tokens if isinstance(token, str) and token in vocab), None)
+            if token is not None:
+                special[role] = token
+        if added := {role: SPECIAL_TOKENS[role] for role in REQUIRED_ROLES if role not in special}:
+            hf.add_special_tokens({f"{role}_token": token for role, token in added.items()})
+        special |= added
+        special = {role: special[role] for role in SPECIAL_ROLES if role in special}
         if special["pad"] in (special["bos"], special["eos"]):
             raise ValueError(f"tokenizer {name!r}: its pad token {special['pad']!r} is also its bos or eos token")
         with tempfile.TemporaryDirectory() as directory:
