@@ -13,7 +13,6 @@ reason, with long values (vocabularies, tokenizer configs) summarized by kind, s
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import importlib.util
 import os
 import re
@@ -30,8 +29,8 @@ from lightning.pytorch.cli import LightningArgumentParser, LightningCLI
 
 from lightning_embinit.callbacks.lightning_internals import LightningInternalsWarning
 from lightning_embinit.callbacks.progress import StepBudgetProgressBar
+from lightning_embinit.init.sources import vector_cache
 from lightning_embinit.init.sources.checkpoint_file import load_checkpoint_file
-from lightning_embinit.init.sources.vector_cache import CacheUnavailable, warn_cache_unavailable, writable_cache_dir
 from lightning_embinit.models.module import EmbinitModule, class_from_path
 from lightning_embinit.vocabulary import Vocabulary
 
@@ -170,12 +169,11 @@ def _checkpoint_file(ckpt_path: str, name: str, value: Any) -> str:
     its tokenizer spec) as a file, written once per checkpoint version (cache, else a temporary directory)."""
     from lightning_embinit.text.tokenization import TextTokenizer
 
-    stat = Path(ckpt_path).stat()
-    key = hashlib.sha1(f"{Path(ckpt_path).resolve()}:{stat.st_size}:{stat.st_mtime_ns}".encode()).hexdigest()[:16]
+    key = vector_cache.file_key(ckpt_path, {})
     try:
-        directory = writable_cache_dir("vocabularies")
-    except CacheUnavailable as error:
-        warn_cache_unavailable(error, f"the checkpoint's {name} is written to a temporary directory")
+        directory = vector_cache.writable_cache_dir("vocabularies")
+    except vector_cache.CacheUnavailable as error:
+        vector_cache.warn_cache_unavailable(error, f"the checkpoint's {name} is written to a temporary directory")
         directory = Path(tempfile.mkdtemp(prefix="embinit-vocabulary-"))
     path = directory / f"{key}.{name}{'.txt' if name == 'vocabulary' else '.json'}"
     if not path.exists():
