@@ -41,7 +41,7 @@ class TokenizedTextDataModule(L.LightningDataModule, abc.ABC):
     :class:`~lightning_embinit.data.classification.ClassificationDataModule`.
 
     Subclasses read their raw text (:meth:`_read_text`), say which tokenizers they need
-    (:meth:`_tokenizer_plans`) and which tokenizer encodes each text field (:attr:`field_tokenizers`),
+    (:meth:`_tokenizer_plans`) and which tokenizer encodes each text field (``field_tokenizers``),
     make one split's dataset and collate function (:meth:`_make_dataset`) and name their slots
     (:meth:`_slot_fields`) and validation splits (:meth:`_val_splits`). The tokenized corpus is cached
     under a key made of the raw text and the tokenizer plans (:mod:`.text_cache`); a second ``setup``
@@ -308,14 +308,11 @@ class TokenizedTextDataModule(L.LightningDataModule, abc.ABC):
         """Bucketed batches of ``split``; Lightning's distributed sampler is read, not applied twice (see .batching)."""
         if split not in self.raw_splits.splits:
             raise ValueError(self._missing_split(split))
-        self.corpus  # noqa: B018 (tokenizes or reads the cache)
         self._check_world()
         data, collate = self.dataset(split), self._datasets[split][1]
         hp = self.hparams
         batch_size = hp.batch_size if train or hp.eval_batch_size is None else hp.eval_batch_size
         seed = int(os.environ.get("PL_GLOBAL_SEED", 0)) if hp.seed is None else hp.seed
-        # With use_distributed_sampler=True Lightning re-creates this batch sampler around a DistributedSampler;
-        # BucketBatchSampler only reads its rank, world size and epoch and shards the batches itself (never twice).
         options = {"shuffle": train, "seed": seed, "pool_batches": hp.pool_batches}
         data.bucket_options = options  # what a batch sampler Lightning re-creates from the dataset alone needs
         sampler = BucketBatchSampler(EpochSampler(len(data)), data.lengths, batch_size, **options)
