@@ -251,12 +251,9 @@ class TextTokenizer(abc.ABC):
     def pretrained(
         cls, name_or_path: str, *, restrict_to: Sequence[str] | None = None, min_freq: int = 1
     ) -> TextTokenizer:
-        """A Hugging Face tokenizer by hub id or local directory (``transformers.AutoTokenizer``, fast).
-
-        With ``restrict_to`` (training text), only the tokens it uses ≥ ``min_freq`` times are kept
-        (:meth:`~lightning_embinit.text.subword.PretrainedTokenizer.restricted`); their strings still
-        match the model's rows.
-        """
+        """A Hugging Face tokenizer by hub id or local directory (``transformers.AutoTokenizer``, fast); with
+        ``restrict_to`` (training text), only the tokens it uses ≥ ``min_freq`` times are kept, their strings still
+        matching the model's rows (:meth:`~lightning_embinit.text.subword.PretrainedTokenizer.restricted`)."""
         tokenizer = cls._kinds["pretrained"].load(name_or_path)
         return tokenizer if restrict_to is None else tokenizer.restricted(restrict_to, min_freq=min_freq)
 
