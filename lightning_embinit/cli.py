@@ -16,6 +16,7 @@ re-raises it with its traceback).
 
 from __future__ import annotations
 
+import importlib
 import sys
 from collections.abc import Sequence
 from typing import Any
@@ -25,6 +26,12 @@ from lightning_embinit import __version__
 _FROM_LIGHTNING_CLI = ("CHECKPOINT_TO_DATA", "DATA_TO_MODEL_LINKS", "EmbinitCLI", "embinit_cli")
 
 __all__ = [*_FROM_LIGHTNING_CLI, "main"]
+OTHER_COMMANDS = {
+    "inspect": ("lightning_embinit.inspect_cli", "main"),
+    "sweep": ("lightning_embinit.study_cli", "sweep_main"),
+    "report": ("lightning_embinit.study_cli", "report_main"),
+}
+"""The commands beside LightningCLI's: the module and function that run each, imported on use."""
 MORE_COMMANDS = (
     "embinit also has: inspect (check an embedding start without training), sweep (run a study's "
     "trials), report (a study's tables and figures); `embinit COMMAND --help` for each."
@@ -43,11 +50,7 @@ def __getattr__(name: str) -> Any:
 
 def main(args: Any = None) -> int:
     """Entry point of the ``embinit`` console script and ``python -m lightning_embinit``: the exit status.
-
-    ``embinit inspect ...`` checks a start without training (:mod:`lightning_embinit.inspect_cli`),
-    ``embinit sweep|report ...`` run and tabulate a study (:mod:`lightning_embinit.study_cli`); every other
-    subcommand is LightningCLI's (:func:`lightning_main`).
-    """
+    :data:`OTHER_COMMANDS` run in their own modules, the others are LightningCLI's (:func:`lightning_main`)."""
     argv = sys.argv[1:] if args is None else list(args)
     if not argv:
         print(
@@ -59,18 +62,9 @@ def main(args: Any = None) -> int:
     if argv[:1] in (["--version"], ["-V"]):
         print(f"embinit (lightning_embinit) {__version__}")
         return 0
-    if argv[:1] == ["inspect"]:
-        from lightning_embinit.inspect_cli import main as inspect_main
-
-        return inspect_main(argv[1:])
-    if argv[:1] == ["sweep"]:
-        from lightning_embinit.study_cli import sweep_main
-
-        return sweep_main(argv[1:])
-    if argv[:1] == ["report"]:
-        from lightning_embinit.study_cli import report_main
-
-        return report_main(argv[1:])
+    if argv[0] in OTHER_COMMANDS:
+        module, function = OTHER_COMMANDS[argv[0]]
+        return getattr(importlib.import_module(module), function)(argv[1:])
     return lightning_main(args)
 
 

@@ -12,7 +12,7 @@ reason, with long values (vocabularies, tokenizer configs) summarized by kind, s
 
 from __future__ import annotations
 
-import hashlib
+import contextlib
 import importlib.util
 import os
 import re
@@ -29,8 +29,8 @@ from lightning.pytorch.cli import LightningArgumentParser, LightningCLI
 
 from lightning_embinit.callbacks.lightning_internals import LightningInternalsWarning
 from lightning_embinit.callbacks.progress import StepBudgetProgressBar
+from lightning_embinit.init.sources import vector_cache
 from lightning_embinit.init.sources.checkpoint_file import load_checkpoint_file
-from lightning_embinit.init.sources.vector_cache import CacheUnavailable, warn_cache_unavailable, writable_cache_dir
 from lightning_embinit.models.module import EmbinitModule, class_from_path
 from lightning_embinit.vocabulary import Vocabulary
 
@@ -46,18 +46,11 @@ known before the model is built, so its tables have their rows and token strings
 
 
 class EmbinitCLI(LightningCLI):
-    """LightningCLI with this package's defaults.
-
-    The datamodule's vocabulary, tokenizers and label names (:data:`DATA_TO_MODEL_LINKS`: token
-    strings by id built from the training text, tokenizer configs) are passed to the model's
-    arguments of those names when both exist, so the embedding tables have their rows (and their
-    token strings) before ``EmbeddingInitCallback`` runs at setup; models or datamodules without
-    them are left alone.
-
-    With ``--ckpt_path``, the checkpoint's hyperparameters configure the model as in LightningCLI,
-    except its vocabulary, tokenizers and label names (:data:`CHECKPOINT_TO_DATA`): those go to the
-    datamodule (when it takes them), so the links hand the model the checkpoint's token ids and
-    labels rather than ones built from new text.
+    """LightningCLI with this package's defaults: the datamodule's vocabulary, tokenizers and label names go to the
+    model's arguments of those names when both exist (:data:`DATA_TO_MODEL_LINKS`), so the embedding tables have
+    their rows and token strings before ``EmbeddingInitCallback`` runs at setup. With ``--ckpt_path``, the
+    checkpoint's hyperparameters configure the model as in LightningCLI, except those (:data:`CHECKPOINT_TO_DATA`):
+    they go to the datamodule, so the model gets the checkpoint's token ids and labels, not ones built from new text.
     """
 
     _checkpoint_config_read = False
@@ -70,7 +63,8 @@ class EmbinitCLI(LightningCLI):
             super().__init__(*args, **kwargs)
         except Exception as error:
             if not self._classes_ready:
-                mark_config_error(error)
+                with contextlib.suppress(AttributeError):  # an exception type that takes no attributes stays unmarked
+                    setattr(error, CONFIG_ERROR, True)
             raise
 
     def after_instantiate_classes(self) -> None:
@@ -170,41 +164,28 @@ def embinit_cli(args: Any = None, **options: Any) -> EmbinitCLI:
     )
 
 
-def _checkpoint_file(ckpt_path: str, name: str, suffix: str) -> Path:
-    """Where a checkpoint's ``name`` is written once per checkpoint version (cache, else a temporary directory)."""
-    stat = Path(ckpt_path).stat()
-    key = hashlib.sha1(f"{Path(ckpt_path).resolve()}:{stat.st_size}:{stat.st_mtime_ns}".encode()).hexdigest()[:16]
-    try:
-        directory = writable_cache_dir("vocabularies")
-    except CacheUnavailable as error:
-        warn_cache_unavailable(error, f"the checkpoint's {name} is written to a temporary directory")
-        directory = Path(tempfile.mkdtemp(prefix="embinit-vocabulary-"))
-    return directory / f"{key}.{name}{suffix}"
-
-
-def _vocabulary_file(ckpt_path: str, name: str, vocabulary: list[str]) -> str:
-    """The checkpoint's vocabulary as a one-token-per-line file."""
-    path = _checkpoint_file(ckpt_path, name, ".txt")
-    if not path.exists():
-        Vocabulary(vocabulary).write(path)
-    return str(path)
-
-
-def _tokenizer_file(ckpt_path: str, name: str, config: dict[str, Any]) -> str:
-    """The checkpoint's tokenizer as a saved config, which the datamodule reads as its tokenizer spec."""
+def _checkpoint_file(ckpt_path: str, name: str, value: Any) -> str:
+    """The checkpoint's vocabulary (one token per line) or tokenizer (a saved config, which the datamodule reads as
+    its tokenizer spec) as a file, written once per checkpoint version (cache, else a temporary directory)."""
     from lightning_embinit.text.tokenization import TextTokenizer
 
-    path = _checkpoint_file(ckpt_path, name, ".json")
+    key = vector_cache.file_key(ckpt_path, {})
+    try:
+        directory = vector_cache.writable_cache_dir("vocabularies")
+    except vector_cache.CacheUnavailable as error:
+        vector_cache.warn_cache_unavailable(error, f"the checkpoint's {name} is written to a temporary directory")
+        directory = Path(tempfile.mkdtemp(prefix="embinit-vocabulary-"))
+    path = directory / f"{key}.{name}{'.txt' if name == 'vocabulary' else '.json'}"
     if not path.exists():
-        TextTokenizer.from_config(config).save(path)
+        if name == "vocabulary":
+            Vocabulary(value).write(path)
+        else:
+            TextTokenizer.from_config(value).save(path)
     return str(path)
 
 
 CHECKPOINT_TO_DATA: dict[str, Callable[[str, str, Any], Any]] = {
-    "vocabulary": _vocabulary_file,
-    "src_tokenizer": _tokenizer_file,
-    "tgt_tokenizer": _tokenizer_file,
-    "tokenizer": _tokenizer_file,
+    **{argument: _checkpoint_file for _, argument in DATA_TO_MODEL_LINKS},
     "label_names": lambda ckpt_path, name, value: list(value),
 }
 """Model hyperparameters that go to the datamodule's argument of the same name with ``--ckpt_path``: a
@@ -227,14 +208,6 @@ _CLOSING = {"(": ")", "[": "]", "{": "}"}
 _STRUCTURE = ("Does not validate against any of the Union subtypes", "Subtypes:", "Errors:", "Given value")
 _NONE_ALTERNATIVE = "Expected a <class 'NoneType'>"
 _CONTEXT = re.compile(r"""Parser key "([^"]+)":|Problem with given class_path '([^']+)':""")
-
-
-def mark_config_error(error: BaseException) -> None:
-    """Mark ``error`` as raised while the config was read and the classes built (:data:`CONFIG_ERROR`)."""
-    try:
-        setattr(error, CONFIG_ERROR, True)
-    except AttributeError:  # an exception type that takes no attributes stays unmarked
-        pass
 
 
 def _skip(text: str, start: int) -> int:

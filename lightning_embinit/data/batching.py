@@ -135,8 +135,6 @@ class BucketBatchSampler(BatchSampler):
     # ------------------------------------------------------------------ batches
     def _batch_count(self, size: int, world: int) -> int:
         """B of the module doc: the same on every rank, a multiple of ``world``."""
-        if size == 0:
-            return 0
         if self.drop_last:
             return (size // (self.batch_size * world)) * world
         count = world * math.ceil(math.ceil(size / self.batch_size) / world)
@@ -164,14 +162,13 @@ class BucketBatchSampler(BatchSampler):
                 ]
             )
         else:
-            generator = None
             order = np.argsort(-self.lengths, kind="stable")
         if self.drop_last:
             order = order[: count * self.batch_size]
         elif size < count:  # fewer examples than batches: repeat some so every batch has one (module doc)
             order = np.resize(order, count)
         batches = near_equal_chunks(order, count)
-        if generator is not None:
+        if self.shuffle:
             groups = torch.randperm(count // world, generator=generator).tolist()
             batches = [batches[g * world + r] for g in groups for r in range(world)]
         return batches

@@ -24,10 +24,10 @@ from typing import Any
 import numpy as np
 
 from lightning_embinit.data.parallel_text import TextColumns, find_file, load_hub_dataset, read_columns, require_columns
-from lightning_embinit.data.raw_splits import LabelledTexts, RawSplits
-from lightning_embinit.data.text_module import TokenizedTextDataModule, TokenizerPlan, TokenizerSpec
+from lightning_embinit.data.raw_splits import RawSplits, SplitText
+from lightning_embinit.data.text_module import TokenizedTextDataModule
 from lightning_embinit.text.batches import ClassificationCollator, LabelledDataset
-from lightning_embinit.text.tokenization import TextTokenizer
+from lightning_embinit.text.tokenization import TextTokenizer, TokenizerPlan, TokenizerSpec
 
 FIELDS = ("a", "b")  # texts, pair texts
 
@@ -164,6 +164,7 @@ class ClassificationDataModule(TokenizedTextDataModule):
     """
 
     training_text_hint = "train_file"
+    field_tokenizers = dict.fromkeys(FIELDS, "tokens")
 
     def __init__(
         self,
@@ -199,11 +200,8 @@ class ClassificationDataModule(TokenizedTextDataModule):
                 f"{', '.join(CLASSIFICATION_DATASETS)}), or give train_file/val_files"
             )
         elif not files_given:
-            raise ValueError(
-                "no text: give dataset (one of: "
-                + ", ".join(CLASSIFICATION_DATASETS)
-                + ") or train_file/val_files/test_file"
-            )
+            names = ", ".join(CLASSIFICATION_DATASETS)
+            raise ValueError(f"no text: give dataset (one of: {names}) or train_file/val_files/test_file")
         if label_names is not None and (len(label_names) < 2 or len(set(label_names)) != len(label_names)):
             raise ValueError(f"label_names must be ≥ 2 distinct names, got {label_names}")
         self._specs = {"tokens": tokenizer}
@@ -256,37 +254,39 @@ class ClassificationDataModule(TokenizedTextDataModule):
         task = CLASSIFICATION_DATASETS[hp.dataset]
         return task.tsv_columns if hp.data_dir is not None else task.columns
 
-    def _read_text(self) -> RawSplits[LabelledTexts]:
+    def _read_text(self) -> RawSplits:
         hp = self.hparams
         text_col, pair_col, label_col = self._columns()
-        sources = self._sources()
-        rows: dict[str, tuple[list[str], list[str] | None, list[int], list[Any]]] = {}
-        for key, (where, text) in sources.items():
-            where = f"{display(key)} ({where})"
+        read: dict[str, tuple[str, dict[str, list[str]], list[Any]]] = {}
+        blank: dict[str, int] = {}
+        for key, (source, text) in self._sources().items():
+            where = f"{display(key)} ({source})"
             require_columns(text.columns, [text_col, pair_col, label_col], where)
-            texts = [str(t or "").strip() for t in text.columns[text_col]]
-            pairs = [str(t or "").strip() for t in text.columns[pair_col]] if pair_col else None
-            kept = [k for k in range(len(texts)) if texts[k] and (pairs is None or pairs[k])]
+            fields = {
+                field: [str(t or "").strip() for t in text.columns[column]]
+                for field, column in zip(FIELDS, (text_col, pair_col))
+                if column
+            }
+            kept = [k for k in range(len(fields["a"])) if all(texts[k] for texts in fields.values())]
             if not kept:
                 raise ValueError(
                     f"{where}: no row has text in column {text_col!r}" + (f" and {pair_col!r}" if pair_col else "")
                 )
             labels = [text.columns[label_col][k] for k in kept]
-            check_labels_present(labels, text, kept, f"{where}, column {label_col!r}")
-            rows[key] = (texts, pairs, kept, labels)
+            where = f"{where}, column {label_col!r}"
+            check_labels_present(labels, text, kept, where)
+            blank[key] = len(fields["a"]) - len(kept)
+            kept = kept[: hp.max_examples]
+            read[key] = (where, {field: [texts[k] for k in kept] for field, texts in fields.items()}, labels)
         names = list(
             hp.label_names
             or (CLASSIFICATION_DATASETS[hp.dataset].label_names if hp.dataset else [])
-            or infer_label_names(next(iter(rows.values()))[3])
+            or infer_label_names(next(iter(read.values()))[2])
         )
-        splits: dict[str, LabelledTexts] = {}
-        for key, (texts, pairs, kept, labels) in rows.items():
-            count = len(kept[: hp.max_examples])
-            ids = label_ids(labels[:count], names, f"{display(key)} ({sources[key][0]}), column {label_col!r}")
-            splits[key] = LabelledTexts(
-                [texts[k] for k in kept[:count]], [pairs[k] for k in kept[:count]] if pairs else None, ids
-            )
-        blank = {key: len(texts) - len(kept) for key, (texts, _, kept, _) in rows.items()}
+        splits = {
+            key: SplitText(fields, label_ids(labels[: len(fields["a"])], names, where))
+            for key, (where, fields, labels) in read.items()
+        }
         return RawSplits(splits, blank, tuple(names))
 
     @property
@@ -313,16 +313,11 @@ class ClassificationDataModule(TokenizedTextDataModule):
         splits = self.raw_splits.splits
         if key not in splits:
             raise ValueError(f"no split {split!r}; splits: {['train', 'test', *self.val_dataloader_names]}")
-        return splits[key].texts, splits[key].pairs, splits[key].labels
+        return splits[key].fields["a"], splits[key].fields.get("b"), splits[key].labels
 
     # ------------------------------------------------------------------ tokenizer and slot
     def _tokenizer_plans(self) -> dict[str, TokenizerPlan | str]:
-        spec = self.hparams.tokenizer
-        options = self._tokenizer_options(spec, default_min_freq=2, roles=["cls", "sep"])
-        return {"tokens": TokenizerPlan(spec, options, lambda: self._training_text(FIELDS))}
-
-    def _tokenizer_name(self, field: str) -> str:
-        return "tokens"
+        return {"tokens": self._plan(self.hparams.tokenizer, FIELDS, default_min_freq=2, roles=["cls", "sep"])}
 
     @property
     def tokenizer(self) -> TextTokenizer:
@@ -358,8 +353,9 @@ class ClassificationDataModule(TokenizedTextDataModule):
         template = self.tokenizer.input_template(pair=b is not None, add_cls=self.hparams.add_cls)
         specials = sum(isinstance(part, int) for part, _ in template)
         lengths = a.lengths + (b.lengths if b is not None else 0) + specials
-        rows = self._limit_lengths(key.removeprefix("val:"), lengths, self.hparams.max_length)
+        rows = self._limit_lengths(key.removeprefix("val:"), lengths)
         if not len(rows):
             raise ValueError(f"the {display(key)} split has no example within max_length={self.hparams.max_length}")
-        dataset = LabelledDataset(a, b, split.labels, split.texts, split.pairs, template, self.hparams.max_length, rows)
+        texts, pairs = split.fields["a"], split.fields.get("b")
+        dataset = LabelledDataset(a, b, split.labels, texts, pairs, template, self.hparams.max_length, rows)
         return dataset, ClassificationCollator(self.tokenizer.pad_id, b is not None)

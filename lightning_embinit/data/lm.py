@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import os
 from collections.abc import Iterable, Sequence
-from pathlib import Path
 from typing import Any
 
 import lightning as L
@@ -19,8 +18,9 @@ import torch
 from torch.utils.data import DataLoader, TensorDataset
 
 from lightning_embinit.checks import check_non_negative_int, check_positive_int, check_range
+from lightning_embinit.data.parallel_text import read_lines as read_file_lines
 from lightning_embinit.text.text_tokenizer import WordTokenizer
-from lightning_embinit.text_files import check_encoding, open_text
+from lightning_embinit.text_files import check_encoding
 from lightning_embinit.vocabulary import Vocabulary
 
 
@@ -31,16 +31,12 @@ def lee_corpus_paths() -> tuple[str, str]:
     return datapath("lee_background.cor"), datapath("lee.cor")
 
 
-def read_lines(paths: Sequence[str], *, encoding: str = "utf-8", what: str = "text") -> list[str]:
-    """The non-blank lines of each file (``.gz`` files are decompressed); missing files raise."""
-    lines: list[str] = []
-    for path in paths:
-        path = os.path.expanduser(str(path))
-        if not os.path.isfile(path):
-            raise ValueError(f"{what} file not found: {path}")
-        with open_text(path, what, encoding=encoding) as handle:
-            lines.extend(line.strip() for line in handle if line.strip())
-    return lines
+def read_lines(
+    files: str | os.PathLike[str] | Sequence[str], *, encoding: str = "utf-8", what: str = "text"
+) -> list[str]:
+    """The non-blank lines of a file or of each file, stripped (``.gz`` files are decompressed); missing files raise."""
+    paths = [files] if isinstance(files, (str, os.PathLike)) else files
+    return [line for path in paths for line in read_file_lines(path, what, encoding) if line]
 
 
 def given_vocabulary(vocabulary: Sequence[str] | str | os.PathLike[str]) -> Vocabulary:
@@ -81,10 +77,6 @@ def extended_vocabulary(
     if max_size is not None:
         new = new[: max(0, max_size - len(base))]
     return Vocabulary([*base.tokens, *new], base.special_tokens)
-
-
-def _as_list(files: str | Path | Sequence[str]) -> list[str]:
-    return [str(files)] if isinstance(files, (str, Path)) else [str(f) for f in files]
 
 
 def pack(ids: Sequence[int], seq_len: int) -> torch.Tensor:
@@ -168,15 +160,12 @@ class LanguageModelDataModule(L.LightningDataModule):
             raise ValueError("give val_files or dataset, not both")
         self.save_hyperparameters()
         self.tokenize = WordTokenizer(tokenizer, lowercase=lowercase)  # validates the tokenizer name
-        self._given_vocab = None if vocabulary is None else given_vocabulary(vocabulary)
+        self._vocab = None if vocabulary is None else given_vocabulary(vocabulary)
         # a given vocabulary wins: `embinit fit --ckpt_path` resuming a fine-tune passes its checkpoint's (extended) one
         self._base_vocab = (
             None if base_vocabulary is None or vocabulary is not None else base_vocabulary_of(base_vocabulary)
         )
-        self._text_loaded = False
-        self._train_sentences: list[list[str]] | None = None
-        self._val_sentences: list[list[str]] | None = None
-        self._vocab: Vocabulary | None = None
+        self._text: dict[str, list[list[str]] | None] = {}  # "training" and "validation" token lists, once read
         self.train_set: TensorDataset | None = None
         self.val_set: TensorDataset | None = None
 
@@ -199,18 +188,11 @@ class LanguageModelDataModule(L.LightningDataModule):
             return self._read_dataset()
         if hp.train_files is None and hp.val_files is None:
             train, val = lee_corpus_paths()
-            return read_lines([train], what="training"), read_lines([val], encoding="latin-1", what="validation")
-        train = (
-            None
-            if hp.train_files is None
-            else read_lines(_as_list(hp.train_files), encoding=hp.encoding, what="training")
+            return read_lines(train, what="training"), read_lines(val, encoding="latin-1", what="validation")
+        return (
+            None if hp.train_files is None else read_lines(hp.train_files, encoding=hp.encoding, what="training"),
+            None if hp.val_files is None else read_lines(hp.val_files, encoding=hp.encoding, what="validation"),
         )
-        val = (
-            None
-            if hp.val_files is None
-            else read_lines(_as_list(hp.val_files), encoding=hp.encoding, what="validation")
-        )
-        return train, val
 
     def _read_dataset(self) -> tuple[list[str], list[str] | None]:
         hp = self.hparams
@@ -227,40 +209,39 @@ class LanguageModelDataModule(L.LightningDataModule):
         val = lines(hp.val_split) if hp.val_split is not None and hp.val_split in loaded else None
         return lines(hp.train_split), val
 
+    def _tokenized(self, lines: list[str], what: str) -> list[list[str]]:
+        sentences = [sentence for sentence in map(self.tokenize, lines) if sentence]
+        if not sentences:
+            raise ValueError(f"the {what} text is empty: no tokens after tokenization")
+        return sentences
+
     def _load(self) -> None:
         """Read and tokenize the text (once); build the vocabulary unless one was given."""
-        if self._text_loaded:
+        if self._text:
             return
+        hp = self.hparams
         train, val = self._read_text()
-        train_sentences = None if train is None else [s for s in map(self.tokenize, train) if s]
-        if train_sentences is not None and not train_sentences:
-            raise ValueError("the training text is empty: no tokens after tokenization")
+        train_sentences = None if train is None else self._tokenized(train, "training")
         if val is None:
-            held_out = max(1, round(len(train_sentences) * self.hparams.val_fraction))
+            held_out = max(1, round(len(train_sentences) * hp.val_fraction))
             if held_out >= len(train_sentences):
                 raise ValueError(f"{len(train_sentences)} training lines are too few to hold out a validation share")
             train_sentences, val_sentences = train_sentences[:-held_out], train_sentences[-held_out:]
         else:
-            val_sentences = [s for s in map(self.tokenize, val) if s]
-            if not val_sentences:
-                raise ValueError("the validation text is empty: no tokens after tokenization")
-        if self._given_vocab is None:
-            hp = self.hparams
-            if self._base_vocab is not None:
-                self._vocab = extended_vocabulary(
-                    self._base_vocab, train_sentences or [], min_freq=hp.min_freq, max_size=hp.max_size
-                )
-            else:
-                self._vocab = Vocabulary.build(train_sentences, min_freq=hp.min_freq, max_size=hp.max_size)
-        self._train_sentences, self._val_sentences = train_sentences, val_sentences
-        self._text_loaded = True
+            val_sentences = self._tokenized(val, "validation")
+        if self._vocab is None and self._base_vocab is not None:
+            self._vocab = extended_vocabulary(
+                self._base_vocab, train_sentences, min_freq=hp.min_freq, max_size=hp.max_size
+            )
+        elif self._vocab is None:
+            self._vocab = Vocabulary.build(train_sentences, min_freq=hp.min_freq, max_size=hp.max_size)
+        self._text = {"training": train_sentences, "validation": val_sentences}
 
     @property
     def vocab(self) -> Vocabulary:
         """The given :class:`Vocabulary`, else the one built from the training text (on first access)."""
-        if self._given_vocab is not None:
-            return self._given_vocab
-        self._load()
+        if self._vocab is None:
+            self._load()
         return self._vocab  # type: ignore[return-value]
 
     @property
@@ -279,7 +260,7 @@ class LanguageModelDataModule(L.LightningDataModule):
 
     def _sentences(self, what: str) -> list[list[str]]:
         self._load()
-        sentences = self._train_sentences if what == "training" else self._val_sentences
+        sentences = self._text[what]
         if sentences is None:
             raise ValueError(
                 "this datamodule has validation text only (val_files without train_files): no training text"
@@ -287,12 +268,10 @@ class LanguageModelDataModule(L.LightningDataModule):
         return sentences
 
     # ------------------------------------------------------------------ datasets and loaders
-    def _windows(self, sentences: list[list[str]], what: str) -> TensorDataset:
+    def _windows(self, what: str) -> TensorDataset:
+        """(inputs, targets) windows of the ``training`` or ``validation`` text, every line ending with eos."""
         eos = self.vocab.id("eos")
-        ids: list[int] = []
-        for sentence in sentences:
-            ids.extend(self.vocab.encode(sentence))
-            ids.append(eos)
+        ids = [i for sentence in self._sentences(what) for i in [*self.vocab.encode(sentence), eos]]
         windows = pack(ids, self.hparams.seq_len)
         if len(windows) == 0:
             raise ValueError(
@@ -303,9 +282,9 @@ class LanguageModelDataModule(L.LightningDataModule):
     def setup(self, stage: str | None = None) -> None:
         """Windows of the training (``fit`` or no stage) and validation text, read from files or the cache."""
         if stage in (None, "fit") and self.train_set is None:
-            self.train_set = self._windows(self._sentences("training"), "training")
+            self.train_set = self._windows("training")
         if self.val_set is None:
-            self.val_set = self._windows(self._sentences("validation"), "validation")
+            self.val_set = self._windows("validation")
 
     def train_dataloader(self) -> DataLoader:
         self.setup("fit")

@@ -48,11 +48,10 @@ log = logging.getLogger(__name__)
 
 @dataclass
 class TokenizedCorpus:
-    """Tokenizer configs by name, ragged id arrays by ``"<split>/<field>"``, and JSON ``meta``."""
+    """Tokenizer configs by name and ragged id arrays by ``"<split>/<field>"``."""
 
     tokenizers: dict[str, dict[str, Any]]
     sequences: dict[str, Ragged]
-    meta: dict[str, Any] = field(default_factory=dict)
     built: dict[str, TextTokenizer] = field(default_factory=dict, repr=False, compare=False)
 
     def tokenizer(self, name: str) -> TextTokenizer:
@@ -84,11 +83,10 @@ def cache_file(key: str) -> Path:
 
 def _write(path: Path, corpus: TokenizedCorpus) -> None:
     """Write an entry next to ``path`` and link it into place unless another process got there first."""
-    path.parent.mkdir(parents=True, exist_ok=True)
     arrays: dict[str, np.ndarray] = {}
     for name, ragged in corpus.sequences.items():
         arrays[f"{name}.flat"], arrays[f"{name}.offsets"] = ragged.flat, ragged.offsets
-    header = {"tokenizers": corpus.tokenizers, "meta": corpus.meta, "sequences": sorted(corpus.sequences)}
+    header = {"tokenizers": corpus.tokenizers, "sequences": sorted(corpus.sequences)}
     arrays[_META] = np.frombuffer(json.dumps(header).encode("utf-8"), dtype=np.uint8)
     handle, staging = tempfile.mkstemp(prefix=f".{path.stem}.", suffix=".tmp", dir=path.parent)
     try:
@@ -109,7 +107,7 @@ def _read(path: Path) -> TokenizedCorpus:
     with np.load(path, allow_pickle=False) as archive:
         header = json.loads(archive[_META].tobytes().decode("utf-8"))
         sequences = {name: Ragged(archive[f"{name}.flat"], archive[f"{name}.offsets"]) for name in header["sequences"]}
-    return TokenizedCorpus(header["tokenizers"], sequences, header["meta"])
+    return TokenizedCorpus(header["tokenizers"], sequences)
 
 
 def load_or_build(key: str, build: Callable[[], TokenizedCorpus], *, disk: bool = True) -> tuple[TokenizedCorpus, str]:
@@ -123,8 +121,7 @@ def load_or_build(key: str, build: Callable[[], TokenizedCorpus], *, disk: bool 
             path = writable_cache_dir("data") / f"{key}.npz"
         except CacheUnavailable as error:
             warn_cache_unavailable(error, "tokenized text is kept in memory")
-    origin = "disk"
-    corpus = None
+    corpus, origin = None, "disk"
     if path is not None and path.is_file():
         try:
             corpus = _read(path)

@@ -1,13 +1,14 @@
-"""What translation and classification datamodules share: the settings, the raw splits, tokenizers from
-specs (:mod:`.tokenizer_plans`), the tokenized-text cache, the length limit, the bucketed loaders of every
-split, the slot API (``vocabulary_for``, ``special_tokens_for``, ``training_corpus``) and the cross-rank
-tokenizer check."""
+"""What translation and classification datamodules share: the settings, the raw splits, tokenizers from specs
+(:class:`~lightning_embinit.text.tokenization.TokenizerPlan`), the tokenized-text cache, the length limit, the
+bucketed loaders of every split, the slot API (``vocabulary_for``, ``special_tokens_for``, ``training_corpus``) and
+the cross-rank tokenizer check."""
 
 from __future__ import annotations
 
 import abc
 import os
 from collections.abc import Callable, Mapping, Sequence
+from functools import cached_property
 from typing import Any, ClassVar
 
 import lightning as L
@@ -20,13 +21,16 @@ from lightning_embinit.checks import check_choice, check_int, check_non_negative
 from lightning_embinit.data.batching import BucketBatchSampler, EpochSampler
 from lightning_embinit.data.raw_splits import RawSplits
 from lightning_embinit.data.text_cache import TokenizedCorpus, cache_key, load_or_build, text_digest
-from lightning_embinit.data.tokenizer_plans import ReadyTokenizers, TokenizerPlan, TokenizerSpec, plan_key
 from lightning_embinit.text.batches import Ragged
 from lightning_embinit.text.text_tokenizer import WORD_TOKENIZERS
-from lightning_embinit.text.tokenization import TextTokenizer, check_tokenizer_spec
+from lightning_embinit.text.tokenization import (
+    TRAINED_OPTIONS,
+    TextTokenizer,
+    TokenizerPlan,
+    TokenizerSpec,
+    check_tokenizer_spec,
+)
 from lightning_embinit.text_files import check_encoding
-
-__all__ = ["Collate", "TOO_LONG", "TokenizedTextDataModule", "TokenizerPlan", "TokenizerSpec"]
 
 TOO_LONG = ("truncate", "drop")
 Collate = Callable[[list[dict[str, Any]]], dict[str, Any]]
@@ -37,7 +41,7 @@ class TokenizedTextDataModule(L.LightningDataModule, abc.ABC):
     :class:`~lightning_embinit.data.classification.ClassificationDataModule`.
 
     Subclasses read their raw text (:meth:`_read_text`), say which tokenizers they need
-    (:meth:`_tokenizer_plans`) and which tokenizer encodes each text field (:meth:`_tokenizer_name`),
+    (:meth:`_tokenizer_plans`) and which tokenizer encodes each text field (``field_tokenizers``),
     make one split's dataset and collate function (:meth:`_make_dataset`) and name their slots
     (:meth:`_slot_fields`) and validation splits (:meth:`_val_splits`). The tokenized corpus is cached
     under a key made of the raw text and the tokenizer plans (:mod:`.text_cache`); a second ``setup``
@@ -64,6 +68,8 @@ class TokenizedTextDataModule(L.LightningDataModule, abc.ABC):
     """
 
     training_text_hint: ClassVar[str] = "training text"
+    field_tokenizers: ClassVar[dict[str, str]]
+    """Text field → the tokenizer that encodes it in every split."""
     _specs: dict[str, TokenizerSpec]
 
     def __init__(
@@ -107,9 +113,6 @@ class TokenizedTextDataModule(L.LightningDataModule, abc.ABC):
             if spec is not None:
                 check_tokenizer_spec(spec, what)
         self.save_hyperparameters(ignore=["tokenizer_specs"])  # with the subclass's own arguments
-        self._raw: RawSplits | None = None
-        self._corpus: TokenizedCorpus | None = None
-        self._ready = ReadyTokenizers()
         self._datasets: dict[str, tuple[Dataset, Collate]] = {}
         self._checked_world = False
         self._token_corpora: dict[tuple[str, ...], list[list[str]]] = {}
@@ -125,10 +128,6 @@ class TokenizedTextDataModule(L.LightningDataModule, abc.ABC):
     @abc.abstractmethod
     def _tokenizer_plans(self) -> dict[str, TokenizerPlan | str]:
         """Tokenizer name → plan, or → the name of another tokenizer it shares."""
-
-    @abc.abstractmethod
-    def _tokenizer_name(self, field: str) -> str:
-        """The tokenizer that encodes the text field ``field`` of every split."""
 
     @abc.abstractmethod
     def _make_dataset(self, split: str) -> tuple[Dataset, Collate]:
@@ -148,63 +147,47 @@ class TokenizedTextDataModule(L.LightningDataModule, abc.ABC):
         """The error message for a loader of a split without text."""
 
     # ------------------------------------------------------------------ text, tokenizers, cache
-    @property
+    @cached_property
     def raw_splits(self) -> RawSplits:
         """The raw text of every split, read on first access."""
-        if self._raw is None:
-            self._raw = self._read_text()
-        return self._raw
+        return self._read_text()
 
-    @property
+    @cached_property
     def corpus(self) -> TokenizedCorpus:
-        """The tokenized corpus: from this object, the process's memory, the disk cache, or built now."""
-        if self._corpus is None:
-            raw = self.raw_splits
-            tokenizers = {
-                name: plan if isinstance(plan, str) else plan_key(name, plan, self._ready)
-                for name, plan in self._tokenizer_plans().items()
-            }
-            key = cache_key(text=text_digest(raw.texts()), tokenizers=tokenizers, module=type(self).__name__)
-            self._corpus, self.cache_origin = load_or_build(key, lambda: self._tokenize(raw), disk=self.hparams.cache)
-        return self._corpus
+        """The tokenized corpus: from the process's memory, the disk cache, or built now (once per datamodule)."""
+        raw, plans = self.raw_splits, self._tokenizer_plans()
+        tokenizers = {name: plan if isinstance(plan, str) else plan.key() for name, plan in plans.items()}
+        key = cache_key(text=text_digest(raw.texts()), tokenizers=tokenizers, module=type(self).__name__)
+        corpus, self.cache_origin = load_or_build(key, lambda: self._tokenize(raw, plans), disk=self.hparams.cache)
+        return corpus
 
-    def _tokenizer_options(
-        self, spec: TokenizerSpec, *, default_min_freq: int, roles: list[str] | None = None
-    ) -> dict[str, Any]:
-        """The ``build_tokenizer`` options of ``spec`` from this module's hyperparameters
-        (``roles``: trained kinds only)."""
+    def _plan(
+        self, spec: TokenizerSpec, fields: Sequence[str], *, default_min_freq: int, roles: list[str] | None = None
+    ) -> TokenizerPlan:
+        """How to get the tokenizer of ``spec``, trained on the training text of ``fields``; its ``build_tokenizer``
+        options come from this module's hyperparameters (``roles``: trained kinds only)."""
         hp = self.hparams
-        extra = {"roles": roles} if roles else {}
-        min_freq = default_min_freq if hp.min_freq is None else hp.min_freq
-        if spec == "word":
-            return {
-                "min_freq": min_freq,
+        if isinstance(spec, str) and spec in TRAINED_OPTIONS:
+            options = {
+                "min_freq": default_min_freq if hp.min_freq is None else hp.min_freq,
                 "max_size": hp.max_size,
+                "vocab_size": hp.vocab_size,
                 "lowercase": hp.lowercase,
                 "word_tokenizer": hp.word_tokenizer,
-                **extra,
+                "roles": roles or None,
             }
-        if spec == "wordpiece":
-            return {"vocab_size": hp.vocab_size, "min_freq": min_freq, "lowercase": hp.lowercase, **extra}
-        return (
-            {"restrict_vocabulary": True, "min_freq": 1 if hp.min_freq is None else hp.min_freq}
-            if hp.restrict_vocabulary
-            else {}
-        )
+            options = {key: value for key, value in options.items() if key in TRAINED_OPTIONS[spec]}
+        else:
+            options = {"restrict_vocabulary": True, "min_freq": hp.min_freq or 1} if hp.restrict_vocabulary else {}
+        return TokenizerPlan(spec, options, lambda: self._training_text(fields))
 
-    def _tokenize(self, raw: RawSplits) -> TokenizedCorpus:
-        plans = self._tokenizer_plans()
-        tokenizers: dict[str, TextTokenizer] = {}
-        for name, plan in plans.items():
-            if isinstance(plan, TokenizerPlan):
-                tokenizers[name] = self._ready.build(name, plan)
-        for name, plan in plans.items():
-            if isinstance(plan, str):
-                tokenizers[name] = tokenizers[plan]
+    def _tokenize(self, raw: RawSplits, plans: dict[str, TokenizerPlan | str]) -> TokenizedCorpus:
+        built = {name: plan.build(name) for name, plan in plans.items() if isinstance(plan, TokenizerPlan)}
+        tokenizers = {name: built[plan if isinstance(plan, str) else name] for name, plan in plans.items()}
         sequences = {
-            f"{name}/{field}": Ragged.from_lists(tokenizers[self._tokenizer_name(field)].encode_batch(texts))
+            f"{name}/{field}": Ragged.from_lists(tokenizers[self.field_tokenizers[field]].encode_batch(texts))
             for name, split in raw.splits.items()
-            for field, texts in split.fields().items()
+            for field, texts in split.fields.items()
         }
         return TokenizedCorpus({name: t.to_config() for name, t in tokenizers.items()}, sequences, built=tokenizers)
 
@@ -212,12 +195,12 @@ class TokenizedTextDataModule(L.LightningDataModule, abc.ABC):
         """The training split's texts of ``fields`` (those it has), in order; the vocabularies learn from them."""
         train = self.raw_splits.splits.get("train")
         if train is None:
-            spec = self._specs[self._tokenizer_name(fields[0])]
+            spec = self._specs[self.field_tokenizers[fields[0]]]
             raise ValueError(
                 f"tokenizer {spec!r} learns its vocabulary from the training split, which is missing; "
                 f"give {self.training_text_hint} or a saved tokenizer config (dict or .json)"
             )
-        texts = train.fields()
+        texts = train.fields
         return [text for field in fields if field in texts for text in texts[field]]
 
     def _check_world(self) -> None:
@@ -238,7 +221,7 @@ class TokenizedTextDataModule(L.LightningDataModule, abc.ABC):
 
     # ------------------------------------------------------------------ slots
     def _slot_tokenizer(self, slot: str | None) -> TextTokenizer:
-        return self.corpus.tokenizer(self._tokenizer_name(self._slot_fields(slot)[0]))
+        return self.corpus.tokenizer(self.field_tokenizers[self._slot_fields(slot)[0]])
 
     def vocabulary_for(self, slot: str | None = None) -> list[str]:
         """Token strings by id of ``slot``'s tokenizer: the rows of that embedding (None: a one-slot module's slot)."""
@@ -255,7 +238,7 @@ class TokenizedTextDataModule(L.LightningDataModule, abc.ABC):
             self._token_corpora[fields] = [
                 tokens
                 for field in fields
-                for tokens in self.corpus.tokenizer(self._tokenizer_name(field)).tokenize_batch(
+                for tokens in self.corpus.tokenizer(self.field_tokenizers[field]).tokenize_batch(
                     self._training_text((field,))
                 )
             ]
@@ -263,53 +246,42 @@ class TokenizedTextDataModule(L.LightningDataModule, abc.ABC):
 
     # ------------------------------------------------------------------ setup and datasets
     def setup(self, stage: str | None = None) -> None:
-        """Tokenize (or read the cache) and build the datasets of the stage's splits."""
+        """Tokenize (or read the cache) and build the datasets of the stage's splits (every split without a stage)."""
         self.corpus  # noqa: B018 (tokenizes or reads the cache)
         self._check_world()
-        for split in self._splits_for(stage):
-            self.dataset(split)
-
-    def _splits_for(self, stage: str | None) -> list[str]:
-        """The splits ``setup(stage)`` prepares (every split without a stage)."""
-        present = list(self.raw_splits.splits)
-        val = self._val_splits()
+        present, val = self.raw_splits.splits, self._val_splits()
         wanted = {"fit": ["train", *val], "validate": val, "test": ["test"], "predict": ["test"]}.get(
             stage or "", present
         )
-        return [split for split in wanted if split in present]
-
-    def _split_data(self, split: str) -> tuple[Dataset, Collate]:
-        if split not in self._datasets:
-            self._datasets[split] = self._make_dataset(split)
-        return self._datasets[split]
+        for split in wanted:
+            if split in present:
+                self.dataset(split)
 
     def dataset(self, split: str) -> Dataset:
-        """The dataset of ``split``, made once."""
-        return self._split_data(split)[0]
+        """The dataset of ``split``, made once with its collate function (:meth:`_make_dataset`)."""
+        if split not in self._datasets:
+            self._datasets[split] = self._make_dataset(split)
+        return self._datasets[split][0]
 
-    def collate(self, split: str) -> Collate:
-        """The function that makes ``split``'s batch dicts (its loader's ``collate_fn``)."""
-        return self._split_data(split)[1]
-
-    def _limit_lengths(self, split: str, lengths: np.ndarray, limit: int) -> np.ndarray:
+    def _limit_lengths(self, split: str, lengths: np.ndarray) -> np.ndarray:
         """Rows of ``split`` to keep under the ``too_long`` policy (``drop`` acts on the training split only:
         evaluation keeps every example, truncated, so its scores cover the whole set); counts go to
         :attr:`length_report` and are logged once."""
-        over = lengths > limit
+        max_length = self.hparams.max_length
+        over = lengths > max_length
+        too_long = int(over.sum())
         drop = self.hparams.too_long == "drop" and split == "train"
-        report = {
-            "examples": int(len(lengths)),
-            "too_long": int(over.sum()),
-            "max_length": self.hparams.max_length,
-            "truncated": 0 if drop else int(over.sum()),
-            "dropped": int(over.sum()) if drop else 0,
+        self.length_report[split] = {
+            "examples": len(lengths),
+            "too_long": too_long,
+            "max_length": max_length,
+            "truncated": 0 if drop else too_long,
+            "dropped": too_long if drop else 0,
         }
-        self.length_report[split] = report
-        if report["too_long"]:
-            action = "dropped" if drop else "truncated"
+        if too_long:
             rank_zero_info(
-                f"{type(self).__name__}: {report['too_long']} of {report['examples']} {split} examples are "
-                f"longer than max_length={self.hparams.max_length} tokens; {action}"
+                f"{type(self).__name__}: {too_long} of {len(lengths)} {split} examples are longer than "
+                f"max_length={max_length} tokens; {'dropped' if drop else 'truncated'}"
             )
         return np.flatnonzero(~over) if drop else np.arange(len(lengths))
 
@@ -333,31 +305,21 @@ class TokenizedTextDataModule(L.LightningDataModule, abc.ABC):
         return self._split_loader("test" if "test" in self.raw_splits.splits or not val else val[0], train=False)
 
     def _split_loader(self, split: str, *, train: bool) -> DataLoader:
+        """Bucketed batches of ``split``; Lightning's distributed sampler is read, not applied twice (see .batching)."""
         if split not in self.raw_splits.splits:
             raise ValueError(self._missing_split(split))
-        return self._loader(split, train=train)
-
-    def _seed(self) -> int:
-        if self.hparams.seed is not None:
-            return int(self.hparams.seed)
-        return int(os.environ.get("PL_GLOBAL_SEED", 0))
-
-    def _loader(self, split: str, *, train: bool) -> DataLoader:
-        """Bucketed batches of ``split``; Lightning's distributed sampler is read, not applied twice (see .batching)."""
-        self.corpus  # noqa: B018 (tokenizes or reads the cache)
         self._check_world()
-        data, collate = self._split_data(split)
-        eval_batch_size = self.hparams.eval_batch_size
-        batch_size = self.hparams.batch_size if train or eval_batch_size is None else eval_batch_size
-        # With use_distributed_sampler=True Lightning re-creates this batch sampler around a DistributedSampler;
-        # BucketBatchSampler only reads its rank, world size and epoch and shards the batches itself (never twice).
-        options = {"shuffle": train, "seed": self._seed(), "pool_batches": self.hparams.pool_batches}
+        data, collate = self.dataset(split), self._datasets[split][1]
+        hp = self.hparams
+        batch_size = hp.batch_size if train or hp.eval_batch_size is None else hp.eval_batch_size
+        seed = int(os.environ.get("PL_GLOBAL_SEED", 0)) if hp.seed is None else hp.seed
+        options = {"shuffle": train, "seed": seed, "pool_batches": hp.pool_batches}
         data.bucket_options = options  # what a batch sampler Lightning re-creates from the dataset alone needs
         sampler = BucketBatchSampler(EpochSampler(len(data)), data.lengths, batch_size, **options)
         return DataLoader(
             data,
             batch_sampler=sampler,
             collate_fn=collate,
-            num_workers=self.hparams.num_workers,
-            persistent_workers=self.hparams.num_workers > 0,
+            num_workers=hp.num_workers,
+            persistent_workers=hp.num_workers > 0,
         )

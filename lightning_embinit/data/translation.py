@@ -22,12 +22,11 @@ import torch
 from torch.utils.data import Dataset
 
 from lightning_embinit.data.parallel_text import find_file, keep_complete_pairs, load_hub_dataset, read_parallel
-from lightning_embinit.data.raw_splits import RawSplits, TextPairs
-from lightning_embinit.data.text_module import TokenizedTextDataModule, TokenizerPlan, TokenizerSpec
+from lightning_embinit.data.raw_splits import RawSplits, SplitText
+from lightning_embinit.data.text_module import TokenizedTextDataModule
 from lightning_embinit.text.batches import Ragged, pad_sequences
-from lightning_embinit.text.tokenization import TextTokenizer
+from lightning_embinit.text.tokenization import TextTokenizer, TokenizerPlan, TokenizerSpec
 
-SPLITS = ("train", "val", "test")
 HUB_SPLITS = {"train": "train", "val": "validation", "test": "test"}
 SIDES = ("src", "tgt")
 
@@ -42,40 +41,27 @@ class TranslationDataset:
     min_freq: int = 2
     keys: tuple[tuple[str, str], ...] = ()  # language → the dict key, where they differ
 
-    def pairs(self) -> list[str]:
-        return sorted(f"{a}-{b}" for first, second in self.configs for a, b in ((first, second), (second, first)))
-
     def resolve(self, name: str, src: str, tgt: str) -> tuple[str | None, str, str]:
         """(config, source key, target key) of the pair ``src``→``tgt``; a ValueError lists the known pairs."""
         config = self.configs.get((src, tgt), self.configs.get((tgt, src), "?"))
         if config == "?":
-            raise ValueError(f"dataset {name!r} has no language pair {src}-{tgt}; pairs: {', '.join(self.pairs())}")
+            pairs = sorted(f"{a}-{b}" for first, second in self.configs for a, b in ((first, second), (second, first)))
+            raise ValueError(f"dataset {name!r} has no language pair {src}-{tgt}; pairs: {', '.join(pairs)}")
         keys = dict(self.keys)
         return config, keys.get(src, src), keys.get(tgt, tgt)
 
 
-TED_HRLR_PAIRS = (
-    "az_en",
-    "aztr_en",
-    "be_en",
-    "beru_en",
-    "es_pt",
-    "fr_pt",
-    "gl_en",
-    "glpt_en",
-    "he_pt",
-    "it_pt",
-    "pt_en",
-    "ru_en",
-    "ru_pt",
-    "tr_en",
-)
+TED_HRLR_PAIRS = {
+    "en": ("az", "aztr", "be", "beru", "gl", "glpt", "pt", "ru", "tr"),
+    "pt": ("es", "fr", "he", "it", "ru"),
+}
+"""Target language → the source languages ``neulab/ted_hrlr`` pairs with it (config ``<source>_to_<target>``)."""
 TRANSLATION_DATASETS: dict[str, TranslationDataset] = {
     "multi30k": TranslationDataset("bentrevett/multi30k", {("de", "en"): None}, "columns"),
     "iwslt2017": TranslationDataset("IWSLT/iwslt2017", {("de", "en"): "iwslt2017-de-en"}, "translation", min_freq=5),
     "ted_hrlr": TranslationDataset(
         "neulab/ted_hrlr",
-        {tuple(p.split("_")): p.replace("_", "_to_") for p in TED_HRLR_PAIRS},
+        {(src, tgt): f"{src}_to_{tgt}" for tgt, sources in TED_HRLR_PAIRS.items() for src in sources},
         "translation",
         keys=(("aztr", "az_tr"), ("beru", "be_ru"), ("glpt", "gl_pt")),
     ),
@@ -86,7 +72,8 @@ of the reverse direction is used as is, with the columns swapped."""
 
 
 class ParallelDataset(Dataset):
-    """Token ids and raw text of one split's pairs (``rows`` kept under the length policy)."""
+    """Token ids and raw text of one split's pairs (``rows`` kept under the length policy) and their ``lengths``,
+    special tokens included, at most ``max_length``."""
 
     def __init__(
         self,
@@ -95,13 +82,12 @@ class ParallelDataset(Dataset):
         src_texts: Sequence[str],
         tgt_texts: Sequence[str],
         rows: np.ndarray,
+        lengths: np.ndarray,
         max_length: int,
     ) -> None:
         self.src, self.tgt, self.src_texts, self.tgt_texts, self.rows = src, tgt, src_texts, tgt_texts, rows
         self.src_cap, self.tgt_cap = max_length - 1, max_length - 2  # room for eos; for bos and eos
-        src_len = np.minimum(src.lengths[rows] + 1, max_length)
-        tgt_len = np.minimum(tgt.lengths[rows] + 2, max_length)
-        self.lengths = np.maximum(src_len, tgt_len)
+        self.lengths = np.minimum(lengths[rows], max_length)
 
     def __len__(self) -> int:
         return len(self.rows)
@@ -158,6 +144,8 @@ class TranslationDataModule(TokenizedTextDataModule):
     The other ``settings`` are :class:`~lightning_embinit.data.text_module.TokenizedTextDataModule`'s.
     """
 
+    field_tokenizers = {side: side for side in SIDES}
+
     def __init__(
         self,
         data_dir: str | None = None,
@@ -210,13 +198,13 @@ class TranslationDataModule(TokenizedTextDataModule):
         config, src_key, tgt_key = spec.resolve(self.hparams.dataset, self.hparams.src_lang, self.hparams.tgt_lang)
         return load_hub_dataset(spec.hub_id, config, self.hparams.dataset_revision), src_key, tgt_key
 
-    def _read_text(self) -> RawSplits[TextPairs]:
+    def _read_text(self) -> RawSplits:
         hp = self.hparams
-        splits: dict[str, TextPairs] = {}
+        splits: dict[str, SplitText] = {}
         blank: dict[str, int] = {}
         for split, read in self._read_hub() if hp.dataset is not None else self._read_files():
             src, tgt, blank[split] = read
-            splits[split] = TextPairs(src[: hp.max_examples], tgt[: hp.max_examples])
+            splits[split] = SplitText({"src": src[: hp.max_examples], "tgt": tgt[: hp.max_examples]})
         if not splits:
             raise ValueError("no split has text: all stems are None and no files were given")
         return RawSplits(splits, blank)
@@ -225,53 +213,46 @@ class TranslationDataModule(TokenizedTextDataModule):
         """(split, (source texts, target texts, blank pairs left out)) of each split of ``dataset``."""
         name = self.hparams.dataset
         loaded, src_key, tgt_key = self._hub_dataset()
-        layout = TRANSLATION_DATASETS[name].layout
+        by_column = TRANSLATION_DATASETS[name].layout == "columns"
         for split, hub_split in HUB_SPLITS.items():
             if hub_split not in loaded:
                 raise ValueError(f"dataset {name!r} has no split {hub_split!r}; splits: {list(loaded)}")
             table = loaded[hub_split]
-            wanted = [src_key, tgt_key] if layout == "columns" else ["translation"]
+            wanted = [src_key, tgt_key] if by_column else ["translation"]
             if missing := [c for c in wanted if c not in table.column_names]:
                 raise ValueError(
                     f"dataset {name!r} split {hub_split!r}: no column {missing}; columns found: {table.column_names}"
                 )
-            if layout == "columns":
+            if by_column:
                 src, tgt = table[src_key], table[tgt_key]
             else:
-                pairs = table["translation"]
-                src, tgt = [p.get(src_key) or "" for p in pairs], [p.get(tgt_key) or "" for p in pairs]
-            yield (
-                split,
-                keep_complete_pairs(
-                    [(s or "").strip() for s in src], [(t or "").strip() for t in tgt], f"{name} {split}"
-                ),
-            )
+                src, tgt = ([pair.get(key) for pair in table["translation"]] for key in (src_key, tgt_key))
+            src, tgt = ([(text or "").strip() for text in side] for side in (src, tgt))
+            yield split, keep_complete_pairs(src, tgt, f"{name} {split}")
 
     def _read_files(self) -> Iterator[tuple[str, tuple[list[str], list[str], int]]]:
-        for split in SPLITS:
-            paths = self._split_files(split)
-            if paths is not None:
-                yield split, read_parallel(*paths, what=f"{split} split", encoding=self.hparams.encoding)
-
-    def _split_files(self, split: str) -> tuple[str, str] | None:
+        """(split, (source texts, target texts, blank pairs left out)) of each split with files or a stem."""
         hp = self.hparams
-        files = {"train": hp.train_files, "val": hp.val_files, "test": hp.test_files}[split]
-        if files is not None:
-            return str(files[0]), str(files[1])
-        stem = {"train": hp.train_stem, "val": hp.val_stem, "test": hp.test_stem}[split]
-        if hp.data_dir is None or stem is None:
-            return None
-        return tuple(
-            find_file(hp.data_dir, f"{stem}.{lang}", f"{split} {side}")  # type: ignore[return-value]
-            for side, lang in (("source", hp.src_lang), ("target", hp.tgt_lang))
-        )
+        sources = {
+            "train": (hp.train_files, hp.train_stem),
+            "val": (hp.val_files, hp.val_stem),
+            "test": (hp.test_files, hp.test_stem),
+        }
+        for split, (files, stem) in sources.items():
+            if files is None and (hp.data_dir is None or stem is None):
+                continue
+            paths = files or [
+                find_file(hp.data_dir, f"{stem}.{lang}", f"{split} {side}")
+                for side, lang in (("source", hp.src_lang), ("target", hp.tgt_lang))
+            ]
+            yield split, read_parallel(str(paths[0]), str(paths[1]), f"{split} split", hp.encoding)
 
     def split_texts(self, split: str) -> tuple[list[str], list[str]]:
         """(source texts, target texts) of ``split`` (``train``, ``val``, ``test``), in ``index`` order."""
         splits = self.raw_splits.splits
         if split not in splits:
             raise ValueError(f"no {split!r} split; splits: {list(splits)}")
-        return splits[split].src, splits[split].tgt
+        return splits[split].fields["src"], splits[split].fields["tgt"]
 
     # ------------------------------------------------------------------ tokenizers and slots
     def _tokenizer_plans(self) -> dict[str, TokenizerPlan | str]:
@@ -279,16 +260,11 @@ class TranslationDataModule(TokenizedTextDataModule):
         default_min_freq = TRANSLATION_DATASETS[hp.dataset].min_freq if hp.dataset is not None else 2
         plans: dict[str, TokenizerPlan | str] = {}
         for side in SIDES:
-            spec = self._specs[side]
-            options = self._tokenizer_options(spec, default_min_freq=default_min_freq)
             sides = SIDES if hp.shared_vocabulary else (side,)
-            plans[side] = TokenizerPlan(spec, options, lambda sides=sides: self._training_text(sides))
+            plans[side] = self._plan(self._specs[side], sides, default_min_freq=default_min_freq)
         if hp.shared_vocabulary:
             plans["tgt"] = "src"
         return plans
-
-    def _tokenizer_name(self, field: str) -> str:
-        return field
 
     @property
     def src_tokenizer(self) -> TextTokenizer:
@@ -338,9 +314,9 @@ class TranslationDataModule(TokenizedTextDataModule):
         src_texts, tgt_texts = self.split_texts(split)
         src, tgt = self.corpus.sequences[f"{split}/src"], self.corpus.sequences[f"{split}/tgt"]
         lengths = np.maximum(src.lengths + 1, tgt.lengths + 2)
-        rows = self._limit_lengths(split, lengths, self.hparams.max_length)
+        rows = self._limit_lengths(split, lengths)
         if not len(rows):
             raise ValueError(f"the {split} split has no pair within max_length={self.hparams.max_length}")
         src_tok, tgt_tok = self.src_tokenizer, self.tgt_tokenizer
         collate = TranslationCollator(src_tok.pad_id, src_tok.eos_id, tgt_tok.pad_id, tgt_tok.bos_id, tgt_tok.eos_id)
-        return ParallelDataset(src, tgt, src_texts, tgt_texts, rows, self.hparams.max_length), collate
+        return ParallelDataset(src, tgt, src_texts, tgt_texts, rows, lengths, self.hparams.max_length), collate

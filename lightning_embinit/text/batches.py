@@ -44,8 +44,7 @@ def pad_sequences(sequences: Sequence[Sequence[int] | np.ndarray], pad_id: int) 
     width = max((len(s) for s in sequences), default=0)
     out = torch.full((len(sequences), width), pad_id, dtype=torch.long)
     for row, sequence in enumerate(sequences):
-        if len(sequence):
-            out[row, : len(sequence)] = torch.as_tensor(np.asarray(sequence, dtype=np.int64))
+        out[row, : len(sequence)] = torch.as_tensor(np.asarray(sequence, dtype=np.int64))
     return out
 
 

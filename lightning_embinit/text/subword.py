@@ -19,75 +19,12 @@ from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers,
 
 from lightning_embinit.text.text_tokenizer import (
     CONFIG_VERSION,
-    EXTRA_ROLES,
     REQUIRED_ROLES,
     ROLE_FALLBACKS,
     WORDPIECE_TOKENS,
     TextTokenizer,
 )
-from lightning_embinit.vocabulary import SPECIAL_TOKENS
-
-
-def train_wordpiece(
-    texts: Sequence[str], *, vocab_size: int, min_frequency: int, lowercase: bool, roles: Sequence[str]
-) -> WordPieceTokenizer:
-    """A WordPiece vocabulary of ≤ ``vocab_size`` pieces seen ≥ ``min_frequency`` times in ``texts``."""
-    if vocab_size < 1 or min_frequency < 1:
-        raise ValueError(f"vocab_size and min_frequency must be ≥ 1, got {vocab_size} and {min_frequency}")
-    specials = {r: WORDPIECE_TOKENS[r] for r in (*REQUIRED_ROLES, *roles)}
-    if not any(text.strip() for text in texts):
-        raise ValueError("cannot train a WordPiece vocabulary on empty text")
-    backend = Tokenizer(models.WordPiece(unk_token=specials["unk"], continuing_subword_prefix="##"))
-    backend.normalizer = normalizers.Sequence(
-        [
-            normalizers.NFC(),
-            normalizers.BertNormalizer(
-                clean_text=True, handle_chinese_chars=True, strip_accents=False, lowercase=lowercase
-            ),
-        ]
-    )
-    # spaces become "▁" word starts and punctuation is split off; the decoder drops the spaces WordPiece
-    # puts between pieces and turns "▁" back into spaces, so decoding restores the text's own spacing
-    backend.pre_tokenizer = pre_tokenizers.Sequence(
-        [
-            pre_tokenizers.Metaspace(replacement="▁", prepend_scheme="always", split=True),
-            pre_tokenizers.Punctuation(behavior="isolated"),
-        ]
-    )
-    backend.decoder = decoders.Sequence(
-        [
-            decoders.WordPiece(prefix="##", cleanup=False),
-            decoders.Replace(" ", ""),
-            decoders.Metaspace(replacement="▁", prepend_scheme="always"),
-        ]
-    )
-    trainer = trainers.WordPieceTrainer(
-        vocab_size=vocab_size,
-        min_frequency=min_frequency,
-        show_progress=False,
-        special_tokens=list(specials.values()),
-        continuing_subword_prefix="##",
-    )
-    backend.train_from_iterator(texts, trainer, length=len(texts))
-    if (size := backend.get_vocab_size(with_added_tokens=True)) > vocab_size:
-        raise ValueError(
-            f"vocab_size={vocab_size} cannot be met: a WordPiece vocabulary holds its {len(specials)} special "
-            f"tokens and every character of the training text, {size} tokens here; ask for "
-            f"vocab_size ≥ {size} (well above it to learn whole words)"
-        )
-    return WordPieceTokenizer(backend, specials)
-
-
-def load_pretrained(name_or_path: str) -> PretrainedTokenizer:
-    """``transformers.AutoTokenizer`` (fast) of a hub id or local directory, wrapped."""
-    from transformers import AutoTokenizer
-
-    location = os.path.expanduser(name_or_path)
-    try:
-        hf = AutoTokenizer.from_pretrained(location if os.path.isdir(location) else name_or_path, use_fast=True)
-    except (OSError, ValueError) as error:
-        raise ValueError(f"cannot load the Hugging Face tokenizer {name_or_path!r}: {error}") from None
-    return PretrainedTokenizer.from_hf(hf, name_or_path)
+from lightning_embinit.vocabulary import SPECIAL_ROLES, SPECIAL_TOKENS
 
 
 class _BackendTokenizer(TextTokenizer):
@@ -103,9 +40,8 @@ class _BackendTokenizer(TextTokenizer):
         self.backend = backend
         vocab = backend.get_vocab(with_added_tokens=True)
         size = max(backend.get_vocab_size(with_added_tokens=True), max(vocab.values()) + 1)
-        tokens = [f"<unused id {i}>" for i in range(size)]  # ids the tokenizer never produces
-        for token, i in vocab.items():
-            tokens[i] = token
+        by_id = {i: token for token, i in vocab.items()}
+        tokens = [by_id.get(i, f"<unused id {i}>") for i in range(size)]  # ids the tokenizer never produces
         self.subset = None if subset is None else np.asarray(subset, dtype=np.int64)
         if self.subset is not None:
             tokens = [tokens[i] for i in self.subset]
@@ -159,7 +95,56 @@ class WordPieceTokenizer(_BackendTokenizer):
 
     kind = "wordpiece"
     config_keys = ("tokenizer_json", "special_tokens")
-    train = staticmethod(train_wordpiece)
+
+    @classmethod
+    def train(
+        cls, texts: Sequence[str], *, vocab_size: int, min_frequency: int, lowercase: bool, roles: Sequence[str]
+    ) -> WordPieceTokenizer:
+        """A WordPiece vocabulary of ≤ ``vocab_size`` pieces seen ≥ ``min_frequency`` times in ``texts``."""
+        if vocab_size < 1 or min_frequency < 1:
+            raise ValueError(f"vocab_size and min_frequency must be ≥ 1, got {vocab_size} and {min_frequency}")
+        specials = {r: WORDPIECE_TOKENS[r] for r in (*REQUIRED_ROLES, *roles)}
+        if not any(text.strip() for text in texts):
+            raise ValueError("cannot train a WordPiece vocabulary on empty text")
+        backend = Tokenizer(models.WordPiece(unk_token=specials["unk"], continuing_subword_prefix="##"))
+        backend.normalizer = normalizers.Sequence(
+            [
+                normalizers.NFC(),
+                normalizers.BertNormalizer(
+                    clean_text=True, handle_chinese_chars=True, strip_accents=False, lowercase=lowercase
+                ),
+            ]
+        )
+        # spaces become "▁" word starts and punctuation is split off; the decoder drops the spaces WordPiece
+        # puts between pieces and turns "▁" back into spaces, so decoding restores the text's own spacing
+        backend.pre_tokenizer = pre_tokenizers.Sequence(
+            [
+                pre_tokenizers.Metaspace(replacement="▁", prepend_scheme="always", split=True),
+                pre_tokenizers.Punctuation(behavior="isolated"),
+            ]
+        )
+        backend.decoder = decoders.Sequence(
+            [
+                decoders.WordPiece(prefix="##", cleanup=False),
+                decoders.Replace(" ", ""),
+                decoders.Metaspace(replacement="▁", prepend_scheme="always"),
+            ]
+        )
+        trainer = trainers.WordPieceTrainer(
+            vocab_size=vocab_size,
+            min_frequency=min_frequency,
+            show_progress=False,
+            special_tokens=list(specials.values()),
+            continuing_subword_prefix="##",
+        )
+        backend.train_from_iterator(texts, trainer, length=len(texts))
+        if (size := backend.get_vocab_size(with_added_tokens=True)) > vocab_size:
+            raise ValueError(
+                f"vocab_size={vocab_size} cannot be met: a WordPiece vocabulary holds its {len(specials)} special "
+                f"tokens and every character of the training text, {size} tokens here; ask for "
+                f"vocab_size ≥ {size} (well above it to learn whole words)"
+            )
+        return cls(backend, specials)
 
     def to_config(self) -> dict[str, Any]:
         return {
@@ -179,7 +164,18 @@ class PretrainedTokenizer(_BackendTokenizer):
 
     kind = "pretrained"
     config_keys = ("files", "special_tokens")
-    load = staticmethod(load_pretrained)
+
+    @classmethod
+    def load(cls, name_or_path: str) -> PretrainedTokenizer:
+        """``transformers.AutoTokenizer`` (fast) of a hub id or local directory, wrapped."""
+        from transformers import AutoTokenizer
+
+        location = os.path.expanduser(name_or_path)
+        try:
+            hf = AutoTokenizer.from_pretrained(location if os.path.isdir(location) else name_or_path, use_fast=True)
+        except (OSError, ValueError) as error:
+            raise ValueError(f"cannot load the Hugging Face tokenizer {name_or_path!r}: {error}") from None
+        return cls.from_hf(hf, name_or_path)
 
     def __init__(self, hf: Any, special_tokens: Mapping[str, str], config: dict[str, Any]) -> None:
         self.hf = hf
@@ -194,14 +190,13 @@ class PretrainedTokenizer(_BackendTokenizer):
         if min_freq < 1:
             raise ValueError(f"min_freq must be ≥ 1, got {min_freq}")
         counts = Counter(i for ids in self.encode_batch(list(texts)) for i in ids)
-        specials = [self.role_ids[role] for role in self.special_tokens] + sorted(self.special_ids)
-        kept = list(dict.fromkeys(specials))
-        kept += sorted(
+        kept = sorted(
             (i for i, c in counts.items() if c >= min_freq and i not in self.special_ids), key=lambda i: (-counts[i], i)
         )
-        if len(kept) == len(dict.fromkeys(specials)):
+        if not kept:
             raise ValueError(f"no token of the training text occurs ≥ min_freq={min_freq} times")
-        return PretrainedTokenizer(self.hf, self.special_tokens, {**self._config, "subset": kept})
+        specials = dict.fromkeys([self.role_ids[role] for role in self.special_tokens] + sorted(self.special_ids))
+        return PretrainedTokenizer(self.hf, self.special_tokens, {**self._config, "subset": [*specials, *kept]})
 
     @classmethod
     def from_hf(cls, hf: Any, name: str) -> PretrainedTokenizer:
@@ -212,17 +207,15 @@ class PretrainedTokenizer(_BackendTokenizer):
             )
         vocab = hf.get_vocab()
         special: dict[str, str] = {}
-        for role in (*REQUIRED_ROLES, *EXTRA_ROLES):
-            for candidate in ROLE_FALLBACKS.get(role, (role,)):
-                token = getattr(hf, f"{candidate}_token", None)
-                if isinstance(token, str) and token in vocab:
-                    special[role] = token
-                    break
-        added = {f"{role}_token": SPECIAL_TOKENS[role] for role in REQUIRED_ROLES if role not in special}
-        if added:
-            hf.add_special_tokens(added)
-            special.update({key.removesuffix("_token"): token for key, token in added.items()})
-        special = {role: special[role] for role in (*REQUIRED_ROLES, *EXTRA_ROLES) if role in special}
+        for role in SPECIAL_ROLES:
+            tokens = (getattr(hf, f"{candidate}_token", None) for candidate in ROLE_FALLBACKS.get(role, (role,)))
+            token = next((token for token in tokens if isinstance(token, str) and token in vocab), None)
+            if token is not None:
+                special[role] = token
+        if added := {role: SPECIAL_TOKENS[role] for role in REQUIRED_ROLES if role not in special}:
+            hf.add_special_tokens({f"{role}_token": token for role, token in added.items()})
+        special |= added
+        special = {role: special[role] for role in SPECIAL_ROLES if role in special}
         if special["pad"] in (special["bos"], special["eos"]):
             raise ValueError(f"tokenizer {name!r}: its pad token {special['pad']!r} is also its bos or eos token")
         with tempfile.TemporaryDirectory() as directory:

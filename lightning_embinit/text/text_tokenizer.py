@@ -48,16 +48,8 @@ class WordTokenizer:
 
 REQUIRED_ROLES = tuple(SPECIAL_TOKENS)
 EXTRA_ROLES = SPECIAL_ROLES[len(REQUIRED_ROLES) :]
-WORD_EXTRA_TOKENS = {"cls": "<cls>", "sep": "<sep>", "mask": "<mask>"}
-WORDPIECE_TOKENS = {
-    "pad": "[PAD]",
-    "unk": "[UNK]",
-    "bos": "[START]",
-    "eos": "[END]",
-    "cls": "[CLS]",
-    "sep": "[SEP]",
-    "mask": "[MASK]",
-}
+WORD_EXTRA_TOKENS = {role: f"<{role}>" for role in EXTRA_ROLES}
+WORDPIECE_TOKENS = {role: f"[{role.upper()}]" for role in SPECIAL_ROLES} | {"bos": "[START]", "eos": "[END]"}
 ROLE_FALLBACKS = {"bos": ("bos", "cls"), "eos": ("eos", "sep"), "pad": ("pad",), "unk": ("unk",)}
 CONFIG_VERSION = 1
 
@@ -222,13 +214,6 @@ class TextTokenizer(abc.ABC):
     def _from_config(cls, config: dict[str, Any]) -> TextTokenizer:
         """Rebuild this kind from its config."""
 
-    @staticmethod
-    def _kind(kind: str) -> Any:
-        """The registered class of ``kind`` (the sub-word kinds register when :mod:`.subword` is imported)."""
-        if kind not in TextTokenizer._kinds:
-            raise ValueError(f"no {kind!r} tokenizer kind is registered; import lightning_embinit.text.tokenization")
-        return TextTokenizer._kinds[kind]
-
     # ------------------------------------------------------------------ constructors
     @classmethod
     def word(
@@ -258,7 +243,7 @@ class TextTokenizer(abc.ABC):
         roles: Sequence[str] = (),
     ) -> TextTokenizer:
         """WordPiece trained on ``texts`` with the ``tokenizers`` library ([R]'s tutorial; see :mod:`.tokenization`)."""
-        return cls._kind("wordpiece").train(
+        return cls._kinds["wordpiece"].train(
             texts, vocab_size=vocab_size, min_frequency=min_frequency, lowercase=lowercase, roles=_check_roles(roles)
         )
 
@@ -266,13 +251,10 @@ class TextTokenizer(abc.ABC):
     def pretrained(
         cls, name_or_path: str, *, restrict_to: Sequence[str] | None = None, min_freq: int = 1
     ) -> TextTokenizer:
-        """A Hugging Face tokenizer by hub id or local directory (``transformers.AutoTokenizer``, fast).
-
-        With ``restrict_to`` (training text), only the tokens it uses ≥ ``min_freq`` times are kept
-        (:meth:`~lightning_embinit.text.subword.PretrainedTokenizer.restricted`); their strings still
-        match the model's rows.
-        """
-        tokenizer = cls._kind("pretrained").load(name_or_path)
+        """A Hugging Face tokenizer by hub id or local directory (``transformers.AutoTokenizer``, fast); with
+        ``restrict_to`` (training text), only the tokens it uses ≥ ``min_freq`` times are kept, their strings still
+        matching the model's rows (:meth:`~lightning_embinit.text.subword.PretrainedTokenizer.restricted`)."""
+        tokenizer = cls._kinds["pretrained"].load(name_or_path)
         return tokenizer if restrict_to is None else tokenizer.restricted(restrict_to, min_freq=min_freq)
 
 

@@ -22,7 +22,8 @@ checkpoint decodes new text with its own ids, offline. WordPiece training is not
 (the trainer breaks frequency ties in hash-map order), so processes must share one trained
 tokenizer — the datamodules' cache does that (see :mod:`lightning_embinit.data.text_cache`).
 The interface and the word kind live in :mod:`lightning_embinit.text.text_tokenizer`, the sub-word
-kinds in :mod:`lightning_embinit.text.subword`; this module builds any of them from a spec.
+kinds in :mod:`lightning_embinit.text.subword`; this module builds any of them from a spec,
+and a datamodule's :class:`TokenizerPlan` (spec, options, training text) says how to get one.
 """
 
 from __future__ import annotations
@@ -30,6 +31,8 @@ from __future__ import annotations
 import json
 import os
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from functools import cached_property
 from typing import Any
 
 from lightning_embinit.text.subword import PretrainedTokenizer, WordPieceTokenizer
@@ -39,6 +42,8 @@ __all__ = [
     "SPEC_FORMS",
     "PretrainedTokenizer",
     "TextTokenizer",
+    "TokenizerPlan",
+    "TokenizerSpec",
     "WordLevelTokenizer",
     "WordPieceTokenizer",
     "build_tokenizer",
@@ -55,6 +60,8 @@ SPEC_FORMS = (
     "the path of a saved config .json",
 )
 TextSource = Sequence[str] | Callable[[], Sequence[str]]
+TokenizerSpec = str | dict[str, Any]
+"""A tokenizer spec a datamodule takes: one of :data:`SPEC_FORMS`."""
 
 
 def _known_model_location(name: str) -> str:
@@ -67,26 +74,44 @@ def _known_model_location(name: str) -> str:
     return _package_dir(known.package) or known.repo_ids[0]
 
 
-WORD_OPTIONS = {"min_freq", "max_size", "lowercase", "word_tokenizer", "roles"}
-WORDPIECE_OPTIONS = {"vocab_size", "min_freq", "lowercase", "roles"}
-PRETRAINED_OPTIONS = {"restrict_vocabulary", "min_freq"}
-BUILD_OPTIONS = WORD_OPTIONS | WORDPIECE_OPTIONS | PRETRAINED_OPTIONS
+TRAINED_OPTIONS = {
+    "word": {"min_freq", "max_size", "lowercase", "word_tokenizer", "roles"},
+    "wordpiece": {"vocab_size", "min_freq", "lowercase", "roles"},
+}
+"""The ``build_tokenizer`` options each trained kind takes; a pretrained tokenizer takes ``restrict_vocabulary`` and
+``min_freq``."""
+BUILD_OPTIONS = {"restrict_vocabulary", "min_freq"}.union(*TRAINED_OPTIONS.values())
+
+
+def _spec_form(spec: Any) -> str | None:
+    """Which of :data:`SPEC_FORMS` ``spec`` is (``tokenizer``, ``config``, ``word``, ``wordpiece``, ``hf``,
+    ``directory``, ``file``); None: none of them."""
+    if isinstance(spec, TextTokenizer):
+        return "tokenizer"
+    if isinstance(spec, Mapping):
+        return "config"
+    if not isinstance(spec, str) or not spec:
+        return None
+    if spec in TRAINED_OPTIONS:
+        return spec
+    if spec.startswith("hf:"):
+        return "hf"
+    path = os.path.expanduser(spec)
+    if os.path.isdir(path):
+        return "directory"
+    return "file" if os.path.isfile(path) and path.endswith(".json") else None
 
 
 def check_tokenizer_spec(spec: Any, what: str = "tokenizer") -> None:
     """Raise now for a spec :func:`build_tokenizer` would refuse later (without loading or training anything)."""
-    if isinstance(spec, (TextTokenizer, Mapping)):
-        if isinstance(spec, Mapping):
-            try:
-                TextTokenizer.check_config(spec)
-            except ValueError as error:
-                raise ValueError(f"{what}: {error}") from None
-        return
-    if isinstance(spec, str) and (spec in ("word", "wordpiece") or spec.startswith("hf:")):
-        return
-    path = os.path.expanduser(spec) if isinstance(spec, str) and spec else ""
-    if not (os.path.isdir(path) or (os.path.isfile(path) and path.endswith(".json"))):
+    form = _spec_form(spec)
+    if form is None:
         raise ValueError(f"{what}: unknown tokenizer spec {spec!r}; valid forms: {', '.join(SPEC_FORMS)}")
+    if form == "config":
+        try:
+            TextTokenizer.check_config(spec)
+        except ValueError as error:
+            raise ValueError(f"{what}: {error}") from None
 
 
 def build_tokenizer(
@@ -104,38 +129,70 @@ def build_tokenizer(
     if unknown := sorted(set(options) - BUILD_OPTIONS):
         raise ValueError(f"unknown tokenizer options {unknown}; options: {', '.join(sorted(BUILD_OPTIONS))}")
     given = {k: v for k, v in options.items() if v is not None}
-    if isinstance(spec, TextTokenizer):
-        return spec
-    if isinstance(spec, Mapping):
-        return TextTokenizer.from_config(spec)
-    if not isinstance(spec, str) or not spec:
+    form = _spec_form(spec)
+    if form in ("tokenizer", "config"):
+        return spec if form == "tokenizer" else TextTokenizer.from_config(spec)  # type: ignore[return-value]
+    if form is None and (not isinstance(spec, str) or not spec):
         raise ValueError(f"tokenizer spec {spec!r}: expected one of {', '.join(SPEC_FORMS)}")
-
-    def training_text() -> Sequence[str]:
-        return texts() if callable(texts) else texts
-
-    if spec == "word":
-        return TextTokenizer.word(
-            training_text(),
-            **{("tokenizer" if k == "word_tokenizer" else k): v for k, v in given.items() if k in WORD_OPTIONS},
-        )
-    if spec == "wordpiece":
-        kwargs = {("min_frequency" if k == "min_freq" else k): v for k, v in given.items() if k in WORDPIECE_OPTIONS}
-        return TextTokenizer.wordpiece(training_text(), **kwargs)
+    training_text = texts if callable(texts) else lambda: texts
+    if form in TRAINED_OPTIONS:
+        renamed = {"word_tokenizer": "tokenizer"} if form == "word" else {"min_freq": "min_frequency"}
+        kwargs = {renamed.get(k, k): v for k, v in given.items() if k in TRAINED_OPTIONS[form]}
+        return (TextTokenizer.word if form == "word" else TextTokenizer.wordpiece)(training_text(), **kwargs)
     restrict = (
         {"restrict_to": training_text(), "min_freq": given.get("min_freq", 1)}
         if given.get("restrict_vocabulary")
         else {}
     )
-    if spec.startswith("hf:"):
-        return TextTokenizer.pretrained(_known_model_location(spec[3:]), **restrict)
-    path = os.path.expanduser(spec)
-    if os.path.isdir(path):
-        return TextTokenizer.pretrained(path, **restrict)
-    if os.path.isfile(path) and path.endswith(".json"):
+    if form in ("hf", "directory"):
+        location = _known_model_location(spec[3:]) if form == "hf" else os.path.expanduser(spec)
+        return TextTokenizer.pretrained(location, **restrict)
+    if form == "file":
+        path = os.path.expanduser(spec)
         with open(path, encoding="utf-8") as handle:
             try:
                 return TextTokenizer.from_config(json.load(handle))
             except ValueError as error:
                 raise ValueError(f"tokenizer config file {path}: {error}") from None
     raise ValueError(f"unknown tokenizer spec {spec!r}; valid forms: {', '.join(SPEC_FORMS)}")
+
+
+@dataclass
+class TokenizerPlan:
+    """How to get one tokenizer: a spec (:func:`build_tokenizer`), its options, and the training text it learns from."""
+
+    spec: TokenizerSpec
+    options: dict[str, Any]
+    training_text: Callable[[], list[str]]
+
+    @property
+    def trained(self) -> bool:
+        """Whether the tokenizer learns its vocabulary from the training text (word level, WordPiece)."""
+        return isinstance(self.spec, str) and self.spec in TRAINED_OPTIONS
+
+    @cached_property
+    def ready(self) -> TextTokenizer:
+        """The tokenizer of a spec that needs no training (pretrained, or a saved config), loaded once."""
+        return build_tokenizer(self.spec)
+
+    def key(self) -> dict[str, Any]:
+        """What identifies the tokenizer before training: its options, and a trained kind's name or the
+        fingerprint of the pretrained (or saved) tokenizer it starts from."""
+        options = {k: v for k, v in sorted(self.options.items()) if v is not None}
+        if self.trained:
+            return {"spec": self.spec, "options": options}
+        return {"fingerprint": self.ready.fingerprint(), "options": options}
+
+    def build(self, name: str) -> TextTokenizer:
+        """The tokenizer ``name``: trained on its text, loaded, or loaded and restricted to the training text."""
+        if self.trained:
+            return build_tokenizer(self.spec, self.training_text, **self.options)
+        ready = self.ready
+        if not self.options.get("restrict_vocabulary"):
+            return ready
+        if not isinstance(ready, PretrainedTokenizer) or ready.subset is not None:
+            raise ValueError(
+                f"restrict_vocabulary=True applies to a full pretrained tokenizer; {name!r} is a "
+                f"{ready.kind} tokenizer{' already restricted' if ready.kind == 'pretrained' else ''}"
+            )
+        return ready.restricted(self.training_text(), min_freq=self.options.get("min_freq") or 1)
