@@ -183,35 +183,26 @@ def evaluate(
     vectors: Any, analogies: str | None, similarity: Sequence[str], *, case_insensitive: bool = True
 ) -> dict[str, Any]:
     """Analogy accuracy (all, semantic, syntactic, counts) and Spearman's ρ per similarity file, by gensim."""
+    restrict = len(vectors)
+    vocabulary = {fold(word, case_insensitive) for word in vectors.index_to_key}
+    sections: list[dict[str, Any]] = []
+    # gensim divides by the file's question count: a sampled file of no in-vocabulary question would fail
+    if analogies is not None and count_questions(analogies, vocabulary, case_insensitive=case_insensitive):
+        _, sections = vectors.evaluate_word_analogies(
+            analogies, restrict_vocab=restrict, case_insensitive=case_insensitive
+        )
+        sections = sections[:-1]  # the last entry is gensim's total, whose score is _accuracy(sections)
+    parts = {
+        "analogy": _accuracy(sections),
+        "analogy_semantic": _accuracy([s for s in sections if not is_syntactic(s["section"])]),
+        "analogy_syntactic": _accuracy([s for s in sections if is_syntactic(s["section"])]),
+    }
     result: dict[str, Any] = {
-        "analogy": None,
-        "analogy_semantic": None,
-        "analogy_syntactic": None,
-        "analogy_count": 0,
-        "analogy_semantic_count": 0,
-        "analogy_syntactic_count": 0,
+        **{name: accuracy for name, (accuracy, _) in parts.items()},
+        **{f"{name}_count": count for name, (_, count) in parts.items()},
         "similarity": {},
         "similarity_count": {},
     }
-    restrict = len(vectors)
-    vocabulary = {fold(word, case_insensitive) for word in vectors.index_to_key}
-    # gensim divides by the file's question count: a sampled file of no in-vocabulary question would fail
-    if analogies is not None and count_questions(analogies, vocabulary, case_insensitive=case_insensitive):
-        score, sections = vectors.evaluate_word_analogies(
-            analogies, restrict_vocab=restrict, case_insensitive=case_insensitive
-        )
-        parts = sections[:-1]  # the last entry is gensim's total
-        _, count = _accuracy(parts)
-        semantic, semantic_count = _accuracy([s for s in parts if not is_syntactic(s["section"])])
-        syntactic, syntactic_count = _accuracy([s for s in parts if is_syntactic(s["section"])])
-        result.update(
-            analogy=float(score) if count else None,
-            analogy_count=count,
-            analogy_semantic=semantic,
-            analogy_semantic_count=semantic_count,
-            analogy_syntactic=syntactic,
-            analogy_syntactic_count=syntactic_count,
-        )
     for path in similarity:
         name = Path(path).stem
         count = count_pairs(path, vocabulary, case_insensitive=case_insensitive)
