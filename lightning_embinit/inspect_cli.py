@@ -18,7 +18,6 @@ shows the model's own initialization.
 from __future__ import annotations
 
 import argparse
-import importlib
 import inspect as pyinspect
 import json
 import sys
@@ -195,11 +194,11 @@ def _callback_overrides(args: argparse.Namespace) -> dict[str, Any]:
 def _config_callback(cli: Any) -> tuple[Any, dict[str, Any]] | None:
     """The config's EmbeddingInitCallback (instantiated) and its init arguments, or None."""
     from lightning_embinit.callbacks.embedding_init import EmbeddingInitCallback
+    from lightning_embinit.models.module import class_from_path
 
     found = []
     for entry in cli.config.get("trainer.callbacks") or []:
-        module_name, _, name = str(entry.class_path).rpartition(".")
-        cls = getattr(importlib.import_module(module_name), name, None)
+        cls = class_from_path(str(entry.class_path))
         if isinstance(cls, type) and issubclass(cls, EmbeddingInitCallback):
             found.append(dict(entry.init_args.as_dict()) if entry.get("init_args") is not None else {})
     instances = [c for c in cli.trainer.callbacks if isinstance(c, EmbeddingInitCallback)]

@@ -10,8 +10,6 @@ Each takes its typed config (:mod:`~lightning_embinit.architectures.config`) and
 from lightning_embinit.architectures.causal_lm import CausalLM
 from lightning_embinit.architectures.classifier import EncoderClassifier
 from lightning_embinit.architectures.config import (
-    POOLINGS,
-    TARGET_NORMALIZATIONS,
     CausalLMConfig,
     EncoderClassifierConfig,
     EncoderDecoderConfig,
@@ -27,8 +25,6 @@ __all__ = [
     "EncoderClassifierConfig",
     "EncoderDecoder",
     "EncoderDecoderConfig",
-    "POOLINGS",
     "ReinforcedEncoderDecoder",
     "ReinforcedEncoderDecoderConfig",
-    "TARGET_NORMALIZATIONS",
 ]

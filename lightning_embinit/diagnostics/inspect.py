@@ -120,7 +120,7 @@ def diagnose_slot(
     result = _slot_numbers(slot, report, measured, predicted_model)
     result["probed_initial_loss"] = probed
     found = (
-        _tied_head_problem(result, loss_margin) or _probed_loss_problem(result, loss_margin),
+        _tied_head_problem(result, loss_margin),
         _drowning_problem(measured, report, positional_threshold, semantic_threshold),
         _spread_problem(measured, report, result["xavier_std"]),
         _coverage_problem(report.get("coverage")),
@@ -164,44 +164,36 @@ def _slot_numbers(
 
 
 def _tied_head_problem(numbers: Mapping[str, Any], loss_margin: float) -> Problem | None:
-    """A tied head whose predicted initial loss is above ln n by more than ``loss_margin`` ([S])."""
-    predicted, ln_vocab = numbers["predicted_initial_loss"], numbers["ln_vocab"]
-    if predicted is None or not predicted > ln_vocab + loss_margin:
+    """A tied head whose start is far from uniform ([S]): its predicted initial loss exceeds ln n by more than
+    ``loss_margin``, or its loss on random tokens does although the i.i.d. prediction does not (rows that share
+    directions: many logits are large, not only the token's own)."""
+    predicted, probed, ln_vocab = numbers["predicted_initial_loss"], numbers["probed_initial_loss"], numbers["ln_vocab"]
+    if predicted is None:  # untied
         return None
-    n, d, std, xavier_std = numbers["num_embeddings"], numbers["embedding_dim"], numbers["std"], numbers["xavier_std"]
-    advice, probed = TIED_HEAD_COUNTERMEASURES, numbers.get("probed_initial_loss")
-    correlated = probed is not None and probed > predicted + loss_margin
-    if tied_initial_loss(n, d, xavier_std) <= ln_vocab + loss_margin and not correlated:
-        advice += (
-            f", or standardize='xavier' (σ = {xavier_std:.3g}, predicted {tied_initial_loss(n, d, xavier_std):.2f})"
-        )
-    also = (
-        (
+    if predicted > ln_vocab + loss_margin:
+        n, d, xavier_std = numbers["num_embeddings"], numbers["embedding_dim"], numbers["xavier_std"]
+        advice, correlated = TIED_HEAD_COUNTERMEASURES, probed is not None and probed > predicted + loss_margin
+        if tied_initial_loss(n, d, xavier_std) <= ln_vocab + loss_margin and not correlated:
+            advice += (
+                f", or standardize='xavier' (σ = {xavier_std:.3g}, predicted {tied_initial_loss(n, d, xavier_std):.2f})"
+            )
+        also = (
             f"; the model's loss on random tokens is higher still, {probed:.2f}: the rows share directions, which "
             "rescaling does not change"
+            if correlated
+            else ""
         )
-        if correlated
-        else ""
-    )
-    return {
-        "problem": f"tied head: predicted initial loss ln(e^(dσ) + n − 1) = {predicted:.2f} is above ln n = "
-        f"{ln_vocab:.2f} by more than {loss_margin:g} (dσ = {d * std:.2f}, [S]){also}",
-        "countermeasures": advice,
-    }
-
-
-def _probed_loss_problem(numbers: Mapping[str, Any], loss_margin: float) -> Problem | None:
-    """A tied head whose loss on random tokens is above ln n by more than ``loss_margin`` although the i.i.d.
-    prediction is not: the rows share directions, so many logits are large, not only the token's own ([S])."""
-    probed, ln_vocab = numbers.get("probed_initial_loss"), numbers["ln_vocab"]
-    if not numbers["tied"] or probed is None or not probed > ln_vocab + loss_margin:
+        return {
+            "problem": f"tied head: predicted initial loss ln(e^(dσ) + n − 1) = {predicted:.2f} is above ln n = "
+            f"{ln_vocab:.2f} by more than {loss_margin:g} (dσ = {d * numbers['std']:.2f}, [S]){also}",
+            "countermeasures": advice,
+        }
+    if probed is None or not probed > ln_vocab + loss_margin:
         return None
-    predicted = numbers["predicted_initial_loss"]
-    iid = "" if predicted is None else f" although [S]'s prediction for i.i.d. rows of this std is {predicted:.2f}"
     return {
         "problem": f"tied head: the model's loss on random tokens is {probed:.2f}, above ln n = {ln_vocab:.2f} by more "
-        f"than {loss_margin:g}{iid}; the rows are not i.i.d. (they share directions), so the start is "
-        "far from uniform",
+        f"than {loss_margin:g} although [S]'s prediction for i.i.d. rows of this std is {predicted:.2f}; the rows are "
+        "not i.i.d. (they share directions), so the start is far from uniform",
         "countermeasures": "untie the output head, or keep the tie with head='tied_orthogonal' or "
         "head='tied_half_swap'; watch the first steps with InitialLossMonitor",
     }

@@ -107,7 +107,7 @@ class CrossingTracker:
         check_mode(self.mode)
         if not math.isfinite(self.threshold):
             raise ValueError(f"the threshold must be a finite number, got {self.threshold}")
-        self.reset()
+        self.smoothing = ExponentialSmoothing(self.weight, self.debias)
 
     def reset(self) -> None:
         """Forget the curve and the crossing (a new run)."""

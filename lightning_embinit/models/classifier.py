@@ -120,10 +120,6 @@ class TransformerClassifier(EmbinitModule):
         self.eval_metrics = nn.ModuleDict({prefix: self._new_metrics() for prefix in ("val", "test")})
         self._eval_prefixes: list[str] = []
 
-    def forward(self, input_ids: torch.Tensor, token_type_ids: torch.Tensor | None = None) -> torch.Tensor:
-        """(B, L) token ids (and segment ids) → (B, C) class logits."""
-        return self.model(input_ids, token_type_ids)
-
     def _follow_vocabulary(self, change: Any, vocab: Vocabulary) -> Callable[[], None]:
         return self._follow_tokenizers(change, ("tokenizer",))
 

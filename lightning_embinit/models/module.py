@@ -129,6 +129,10 @@ class EmbinitModule(L.LightningModule):
         self.save_hyperparameters({**own, "architecture": asdict(config), "optimizer": asdict(self.optimizer_config)})
         return config
 
+    def forward(self, *inputs: Any, **options: Any) -> Any:
+        """The architecture's forward: ids → logits (:attr:`model`'s ``forward``)."""
+        return self.model(*inputs, **options)
+
     def embedding_slots(self) -> dict[str, EmbeddingSlot]:
         """The architecture's slots, with tied modules named by their path in this system (``model.head``)."""
         return {

@@ -46,8 +46,7 @@ def split_translation_batch(batch: Any) -> tuple[torch.Tensor, torch.Tensor | No
         return batch["src"], batch.get("tgt"), batch.get("tgt_text")
     if isinstance(batch, torch.Tensor):
         return batch, None, None
-    src, tgt = batch[0], batch[1]
-    return src, tgt, None
+    return batch[0], batch[1], None
 
 
 def check_decoding(
@@ -117,11 +116,7 @@ class Seq2SeqModule(EmbinitModule):
         self._warned: set[str] = set()
         self.model = self.architecture_class(config, src_vocab, tgt_vocab)
 
-    # ----------------------------------------------------------------- forward, loss
-    def forward(self, src: torch.Tensor, tgt_in: torch.Tensor) -> torch.Tensor:
-        """(B, S) source ids + (B, T) decoder input ids → (B, T, ``|V_tgt|``) next-token logits."""
-        return self.model(src, tgt_in)
-
+    # ----------------------------------------------------------------- loss
     def teacher_forced_loss(
         self, src: torch.Tensor, tgt: torch.Tensor, *, label_smoothing: float
     ) -> tuple[torch.Tensor, torch.Tensor]:
@@ -171,26 +166,15 @@ class Seq2SeqModule(EmbinitModule):
         self._log_token_loss("train", loss, count, src.shape[0])
         return loss
 
-    def on_fit_start(self) -> None:
-        super().on_fit_start()
-        self._signature_logged = False  # each run's logger gets the signature once
-
-    def on_validation_start(self) -> None:
-        super().on_validation_start()
-        if self.trainer.state.fn != "fit":  # a validate() run; within fit the fit's logger has it already
-            self._signature_logged = False
-
-    def on_test_start(self) -> None:
-        super().on_test_start()
-        self._signature_logged = False
+    def setup(self, stage: str) -> None:
+        self._signature_logged = False  # once per fit/validate/test run: each run's logger gets the signature
 
     def on_validation_epoch_start(self) -> None:
         super().on_validation_epoch_start()
         every = self.hparams.bleu_every_n_validations
-        trainer = self.trainer
-        if trainer.sanity_checking:
+        if self.trainer.sanity_checking:
             self._bleu_this_run = False
-        elif trainer.state.fn != "fit":  # a validate() call: always BLEU ("at the end" = validate after fit)
+        elif self.trainer.state.fn != "fit":  # a validate() call: always BLEU ("at the end" = validate after fit)
             self._bleu_this_run = True
         else:
             self._validation_runs += 1

@@ -80,10 +80,6 @@ class TiedEmbeddingLM(EmbinitModule):
         self.model = CausalLM(config, vocab)
         self._add_token_loss_metrics()
 
-    def forward(self, input_ids: torch.Tensor) -> torch.Tensor:
-        """(B, L) token ids → (B, L, n) next-token logits."""
-        return self.model(input_ids)
-
     def output_states(self, batch: Any) -> torch.Tensor:
         """The (K, D) states that meet the output matrix at the batch's non-padding positions."""
         inputs, _ = split_batch(batch)
@@ -120,10 +116,8 @@ class TiedEmbeddingLM(EmbinitModule):
     def _step(self, batch: Any, stage: str) -> torch.Tensor:
         inputs, targets = split_batch(batch)
         loss = self.loss(self(inputs), targets)
-        if self.model.padding_idx is None:
-            count = torch.tensor(targets.numel(), device=loss.device)
-        else:
-            count = (targets != self.model.padding_idx).sum()  # stays on the device: no sync per step
+        pad = self.model.padding_idx  # the count stays on the device: no sync per step
+        count = torch.tensor(targets.numel(), device=loss.device) if pad is None else (targets != pad).sum()
         self._log_token_loss(stage, loss, count, inputs.shape[0])
         return loss
 

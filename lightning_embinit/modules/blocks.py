@@ -82,7 +82,6 @@ class FeedForward(nn.Module):
 
     def __init__(self, dim: int, hidden_dim: int, *, activation: str = "gelu", bias: bool = True, dropout: float = 0.0):
         super().__init__()
-        self.activation = activation
         self._act = activation_fn(activation)
         self.fc1 = nn.Linear(dim, hidden_dim, bias=bias)
         self.fc2 = nn.Linear(hidden_dim, dim, bias=bias)

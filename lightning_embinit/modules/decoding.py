@@ -16,7 +16,7 @@ Finished rows leave the batch.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, fields
+from dataclasses import dataclass
 from typing import Protocol
 
 import torch
@@ -36,12 +36,8 @@ class EncoderState:
 
     def select(self, indices: torch.Tensor) -> EncoderState:
         """The rows ``indices`` of every tensor (repeat for beams, drop finished sentences)."""
-        return EncoderState(
-            **{
-                f.name: None if (t := getattr(self, f.name)) is None else t.index_select(0, indices)
-                for f in fields(self)
-            }
-        )
+        tensors = (self.memory, self.padding_mask, self.values)
+        return EncoderState(*(None if t is None else t.index_select(0, indices) for t in tensors))
 
 
 class IncrementalDecoder(Protocol):
