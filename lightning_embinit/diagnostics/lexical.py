@@ -286,17 +286,15 @@ def format_probe(results: dict[str, dict[str, Any]]) -> str:
     """A fixed-width table: one line per chain, analogy accuracies and each similarity ρ."""
     names = sorted({name for result in results.values() for name in result["similarity"]})
     header = ["chain", "analogy", "semantic", "syntactic", "questions", *names]
-    rows = []
-    for chain, result in results.items():
-        cells = [result["analogy"], result["analogy_semantic"], result["analogy_syntactic"]]
-        rows.append(
-            [
-                chain,
-                *("-" if v is None else f"{v:.4f}" for v in cells),
-                str(result["analogy_count"]),
-                *("-" if result["similarity"].get(n) is None else f"{result['similarity'][n]:.4f}" for n in names),
-            ]
-        )
+
+    def number(value: float | None) -> str:
+        return "-" if value is None else f"{value:.4f}"
+
+    rows = [
+        [chain, *map(number, (r["analogy"], r["analogy_semantic"], r["analogy_syntactic"])), str(r["analogy_count"])]
+        + [number(r["similarity"].get(name)) for name in names]
+        for chain, r in results.items()
+    ]
     widths = [max(len(cell) for cell in column) for column in zip(header, *rows)]
     lines = ["  ".join(cell.ljust(width) for cell, width in zip(line, widths)).rstrip() for line in [header, *rows]]
     lines.insert(1, "  ".join("-" * width for width in widths))
