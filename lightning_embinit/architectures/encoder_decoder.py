@@ -1,9 +1,10 @@
 """Encoder–decoder transformers as plain ``nn.Module`` s ([R]'s baseline, [K]'s translation testbed;
 docs/concepts.md#reinforced-baseline, #kim-testbed).
 
-:class:`Seq2SeqArchitecture` is what both share: the two sides' vocabularies, ``forward(src, tgt_in)``, and the
-three methods decoding needs (``encode``, ``new_cache``, ``next_token_logits``;
-:mod:`lightning_embinit.modules.decoding`). :class:`EncoderDecoder` is the vanilla post-LN model:
+:class:`Seq2SeqArchitecture` is what both share: the two sides' vocabularies, slots, encoder and decoder passes,
+``forward(src, tgt_in)``, and the three methods decoding needs (``encode``, ``new_cache``, ``next_token_logits``;
+:mod:`lightning_embinit.modules.decoding`); an architecture gives its tables and the stacks' inputs.
+:class:`EncoderDecoder` is the vanilla post-LN model:
 
     X = s · E_src[x] + P,   Enc: X_M = LN(MHA(X) + X), X_E = LN(FFN(X_M) + X_M)
     Y = s · E_tgt[y] + P,   Dec: LN(MaskedMHA(Y) + Y), LN(CrossMHA(·, X_EN) + ·), LN(FFN(·) + ·)

@@ -95,8 +95,8 @@ def refresh_metric_states(module: nn.Module) -> int:
     """
     replaced = 0
     with torch.inference_mode(False):
-        for metric in module.modules():
-            for name, state in metric.metric_state.items() if isinstance(metric, Metric) else ():
+        for metric in (metric for metric in module.modules() if isinstance(metric, Metric)):
+            for name, state in metric.metric_state.items():
                 states = state if isinstance(state, list) else [state]
                 if any(isinstance(s, torch.Tensor) and s.is_inference() for s in states):
                     fresh = [s.clone() if isinstance(s, torch.Tensor) else s for s in states]
