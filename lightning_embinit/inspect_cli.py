@@ -18,7 +18,6 @@ shows the model's own initialization.
 from __future__ import annotations
 
 import argparse
-import importlib
 import inspect as pyinspect
 import json
 import sys
@@ -34,17 +33,18 @@ from lightning_embinit.diagnostics.absorption import POSITIONAL_THRESHOLD, SEMAN
 from lightning_embinit.diagnostics.inspect import format_inspection, inspection
 from lightning_embinit.init.host import EmbeddingSlot, discover_slots
 from lightning_embinit.init.pipeline import slot_report
-from lightning_embinit.init.positional import LAYOUTS, sinusoidal_encoding
+from lightning_embinit.init.positional import LAYOUTS
 from lightning_embinit.init.recipe import InitRecipe
 from lightning_embinit.init.tokens import load_tokens
-from lightning_embinit.modules.inputs import resolve_scale
+from lightning_embinit.modules.inputs import EmbeddingInput, resolve_scale
 
 POSITIONALS = ("sinusoidal", "none")
 CALLBACK_OPTIONS = ("source", "standardize", "match", "shuffle", "scale", "trainable", "seed", "tokens")
 
 
 class ShapeModel(nn.Module):
-    """A bare shape to inspect: one slot ``"tokens"`` (N × D), tied to an output layer when ``tied``."""
+    """A bare shape to inspect: one slot ``"tokens"`` (N × D; its input scale and sinusoidal P or none), tied to an
+    output layer when ``tied``."""
 
     def __init__(
         self,
@@ -52,7 +52,7 @@ class ShapeModel(nn.Module):
         dim: int,
         *,
         tied: bool = False,
-        input_scale: float | None = None,
+        input_scale: str | float = "sqrt_d",
         positional: str = "sinusoidal",
         layout: str = "interleaved",
         max_len: int = 512,
@@ -66,25 +66,21 @@ class ShapeModel(nn.Module):
                 f"--padding-idx {padding_idx} is not a row of the table's {vocab_size} rows (0 … {vocab_size - 1})"
             )
         check_choice("--positional", positional, POSITIONALS, hint="a learned table is inspected through --config")
-        self.token_embedding = nn.Embedding(vocab_size, dim, padding_idx=padding_idx)
-        self.input_scale = input_scale
-        self.tied = tied
+        table = nn.Embedding(vocab_size, dim, padding_idx=padding_idx)
+        self.input = EmbeddingInput(
+            table,
+            scale=input_scale,
+            positional=positional,
+            layout=layout,
+            max_len=max_len,
+            scale_option="--input-scale",
+        )
+        self.head = nn.Linear(dim, vocab_size, bias=False, device="meta") if tied else None
         if tied:
-            self.head = nn.Linear(dim, vocab_size, bias=False, device="meta")
-            self.head.weight = self.token_embedding.weight
-        encoding = sinusoidal_encoding(max_len, dim, layout=layout) if positional == "sinusoidal" else None
-        self.register_buffer("positional", encoding, persistent=False)
+            self.head.weight = table.weight
 
     def embedding_slots(self) -> dict[str, EmbeddingSlot]:
-        return {
-            "tokens": EmbeddingSlot(
-                "tokens",
-                self.token_embedding,
-                input_scale=self.input_scale,
-                positional_encoding=None if self.positional is None else (lambda: self.positional),
-                tied_modules=("head",) if self.tied else (),
-            )
-        }
+        return {"tokens": self.input.slot("tokens", tied_modules=() if self.head is None else ("head",))}
 
 
 def _scalar(text: str) -> Any:
@@ -198,11 +194,11 @@ def _callback_overrides(args: argparse.Namespace) -> dict[str, Any]:
 def _config_callback(cli: Any) -> tuple[Any, dict[str, Any]] | None:
     """The config's EmbeddingInitCallback (instantiated) and its init arguments, or None."""
     from lightning_embinit.callbacks.embedding_init import EmbeddingInitCallback
+    from lightning_embinit.models.module import class_from_path
 
     found = []
     for entry in cli.config.get("trainer.callbacks") or []:
-        module_name, _, name = str(entry.class_path).rpartition(".")
-        cls = getattr(importlib.import_module(module_name), name, None)
+        cls = class_from_path(str(entry.class_path))
         if isinstance(cls, type) and issubclass(cls, EmbeddingInitCallback):
             found.append(dict(entry.init_args.as_dict()) if entry.get("init_args") is not None else {})
     instances = [c for c in cli.trainer.callbacks if isinstance(c, EmbeddingInitCallback)]
@@ -271,25 +267,15 @@ def _own_reports(model: nn.Module) -> dict[str, dict[str, Any]]:
     return reports
 
 
-def _model_estimate(model: nn.Module, datamodule: Any) -> float | None:
-    """The module's own ``initial_loss_prediction`` (TiedEmbeddingLM), at the datamodule's ``seq_len`` when it
-    has one."""
-    predict = getattr(model, "initial_loss_prediction", None)
-    if not callable(predict):
+def _model_loss(model: nn.Module, datamodule: Any, method: str) -> float | None:
+    """The module's own ``initial_loss_prediction`` or ``initial_loss_probe`` (TiedEmbeddingLM's: [S]'s estimate, its
+    loss on random tokens), at the datamodule's ``seq_len`` when it has one and the method takes a ``length``."""
+    function = getattr(model, method, None)
+    if not callable(function):
         return None
     length = getattr(datamodule, "seq_len", None)
-    takes_length = "length" in pyinspect.signature(predict).parameters
-    return predict(length=length) if takes_length and isinstance(length, int) else predict()
-
-
-def _model_probe(model: nn.Module, datamodule: Any) -> float | None:
-    """The module's ``initial_loss_probe`` (TiedEmbeddingLM: its loss on random tokens), at the datamodule's
-    ``seq_len`` when it has one."""
-    probe = getattr(model, "initial_loss_probe", None)
-    if not callable(probe):
-        return None
-    length = getattr(datamodule, "seq_len", None)
-    return probe(length if isinstance(length, int) else None)
+    takes_length = "length" in pyinspect.signature(function).parameters
+    return function(length=length) if takes_length and isinstance(length, int) else function()
 
 
 @torch.no_grad()
@@ -300,9 +286,9 @@ def run_inspection(args: argparse.Namespace, extra: Sequence[str] = ()) -> dict[
     model, datamodule, callback = _from_config(args, extra) if args.config else _from_shape(args)
     reports = _own_reports(model) if callback is None else callback.initialize(model, datamodule=datamodule)
     slots = discover_slots(model)
-    estimate = _model_estimate(model, datamodule)
+    estimate = _model_loss(model, datamodule, "initial_loss_prediction")
     tied = [name for name in reports if slots[name].is_tied]
-    probe = _model_probe(model, datamodule) if len(tied) == 1 else None
+    probe = _model_loss(model, datamodule, "initial_loss_probe") if len(tied) == 1 else None
     return inspection(
         slots,
         reports,

@@ -10,34 +10,21 @@ Each takes its typed config (:mod:`~lightning_embinit.architectures.config`) and
 from lightning_embinit.architectures.causal_lm import CausalLM
 from lightning_embinit.architectures.classifier import EncoderClassifier
 from lightning_embinit.architectures.config import (
-    CLS_SOURCES,
-    CONCATENATED_POSITIONALS,
-    POOLINGS,
-    TARGET_NORMALIZATIONS,
     CausalLMConfig,
     EncoderClassifierConfig,
     EncoderDecoderConfig,
     ReinforcedEncoderDecoderConfig,
-    Seq2SeqConfig,
-    TransformerConfig,
 )
-from lightning_embinit.architectures.encoder_decoder import EncoderDecoder, Seq2SeqArchitecture
+from lightning_embinit.architectures.encoder_decoder import EncoderDecoder
 from lightning_embinit.architectures.reinforced import ReinforcedEncoderDecoder
 
 __all__ = [
-    "CLS_SOURCES",
-    "CONCATENATED_POSITIONALS",
     "CausalLM",
     "CausalLMConfig",
     "EncoderClassifier",
     "EncoderClassifierConfig",
     "EncoderDecoder",
     "EncoderDecoderConfig",
-    "POOLINGS",
     "ReinforcedEncoderDecoder",
     "ReinforcedEncoderDecoderConfig",
-    "Seq2SeqArchitecture",
-    "Seq2SeqConfig",
-    "TARGET_NORMALIZATIONS",
-    "TransformerConfig",
 ]

@@ -22,7 +22,6 @@ from lightning_embinit.architectures.config import CausalLMConfig
 from lightning_embinit.checks import check_positive_int
 from lightning_embinit.diagnostics.initial_loss import predicted_initial_loss, token_std
 from lightning_embinit.init.host import EmbeddingSlot
-from lightning_embinit.modules.blocks import TransformerStack
 from lightning_embinit.modules.heads import OutputHead
 from lightning_embinit.modules.initialization import init_non_embedding_
 from lightning_embinit.modules.inputs import EmbeddingInput, fill_token_table_
@@ -48,16 +47,7 @@ class CausalLM(nn.Module):
             dropout=config.dropout,
             scale_option="embedding_scale",
         )
-        self.stack = TransformerStack(
-            config.num_layers,
-            d,
-            config.num_heads,
-            config.hidden_dim,
-            causal=True,
-            pre_norm=True,
-            bias=config.bias,
-            **config.block_options(),
-        )
+        self.stack = config.stack(config.num_layers, causal=True, pre_norm=True, bias=config.bias)
         self.head = OutputHead(
             config.head,
             d,

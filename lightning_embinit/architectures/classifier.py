@@ -22,7 +22,6 @@ from torch import nn
 
 from lightning_embinit.architectures.config import EncoderClassifierConfig
 from lightning_embinit.init.host import EmbeddingSlot
-from lightning_embinit.modules.blocks import TransformerStack
 from lightning_embinit.modules.initialization import init_non_embedding_
 from lightning_embinit.modules.inputs import EmbeddingInput, fill_token_table_
 from lightning_embinit.vocabulary import Vocabulary, VocabularyLike
@@ -70,14 +69,7 @@ class EncoderClassifier(nn.Module):
         )
         self.cls_vector = nn.Parameter(torch.empty(d)) if config.pooling == "cls" and self.cls_id is None else None
         self.segment_embedding = nn.Embedding(config.num_segments, d) if config.num_segments else None
-        self.encoder = TransformerStack(
-            config.num_layers,
-            d,
-            config.num_heads,
-            config.hidden_dim,
-            pre_norm=config.pre_norm,
-            **config.block_options(),
-        )
+        self.encoder = config.stack(config.num_layers, pre_norm=config.pre_norm)
         self.head_dropout = nn.Dropout(config.dropout)
         self.head = nn.Linear(d, num_classes)
         self.reset_parameters()

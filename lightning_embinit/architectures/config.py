@@ -20,7 +20,7 @@ from lightning_embinit.checks import (
     check_probability,
 )
 from lightning_embinit.init.schemes import get_scheme
-from lightning_embinit.modules.blocks import ACTIVATIONS, NORMS
+from lightning_embinit.modules.blocks import ACTIVATIONS, NORMS, TransformerStack
 from lightning_embinit.modules.heads import HEAD_ACTIVATIONS, HEADS
 from lightning_embinit.modules.initialization import NON_EMBEDDING_SCHEMES
 from lightning_embinit.modules.inputs import POSITIONALS, resolve_scale
@@ -103,15 +103,23 @@ class TransformerConfig:
         """The feed-forward width: ``ffn_dim``, or 4 · ``d_model``."""
         return 4 * self.d_model if self.ffn_dim is None else self.ffn_dim
 
-    def block_options(self) -> dict[str, Any]:
-        """The :class:`~lightning_embinit.modules.blocks.TransformerStack` options every architecture passes alike."""
-        return {
-            "norm": self.norm,
-            "activation": self.activation,
-            "dropout": self.dropout,
-            "attention_dropout": self.attention_dropout,
-            "activation_dropout": self.activation_dropout,
-        }
+    def stack(self, num_layers: int, **options: Any) -> TransformerStack:
+        """A :class:`~lightning_embinit.modules.blocks.TransformerStack` of ``num_layers`` blocks of the layer width
+        with this config's heads (and per-head widths), FFN, norm, activation and dropouts; ``options``: the
+        architecture's own (``causal``, ``pre_norm``, ``cross_attention`` …)."""
+        return TransformerStack(
+            num_layers,
+            self.width_factor * self.d_model,
+            self.num_heads,
+            self.hidden_dim,
+            norm=self.norm,
+            activation=self.activation,
+            dropout=self.dropout,
+            attention_dropout=self.attention_dropout,
+            activation_dropout=self.activation_dropout,
+            **{name: getattr(self, name) for name in self.head_dims},
+            **options,
+        )
 
 
 @dataclass(frozen=True)
@@ -134,9 +142,6 @@ class Seq2SeqConfig(TransformerConfig):
 
     layer_counts: ClassVar[tuple[str, ...]] = ("num_encoder_layers", "num_decoder_layers")
     head_dims: ClassVar[tuple[str, ...]] = ("qk_head_dim", "v_head_dim")
-
-    def block_options(self) -> dict[str, Any]:
-        return {**super().block_options(), "qk_head_dim": self.qk_head_dim, "v_head_dim": self.v_head_dim}
 
 
 @dataclass(frozen=True)

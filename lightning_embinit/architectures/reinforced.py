@@ -22,18 +22,22 @@ and incremental decoding equals the full forward. The source side always uses th
 
 from __future__ import annotations
 
+from typing import Any
+
 import torch
+from torch import nn
 
 from lightning_embinit.architectures.config import ReinforcedEncoderDecoderConfig
 from lightning_embinit.architectures.encoder_decoder import Seq2SeqArchitecture
 from lightning_embinit.init.host import EmbeddingSlot
-from lightning_embinit.modules.blocks import DecoderCache, Dropout, TransformerStack
-from lightning_embinit.modules.decoding import EncoderState
+from lightning_embinit.modules.blocks import DecoderCache, Dropout
 from lightning_embinit.modules.heads import OutputHead
-from lightning_embinit.modules.initialization import init_non_embedding_
 from lightning_embinit.modules.inputs import build_positional, lookup_tokens
 from lightning_embinit.modules.token_normalization import causal_token_normalize, token_normalize
 from lightning_embinit.vocabulary import VocabularyLike
+
+TN_STATE = ("tn_sum", "tn_sum_sq", "tn_count")
+"""The running sums of causal target normalization in a :class:`DecoderCache`'s ``state``."""
 
 
 class ReinforcedEncoderDecoder(Seq2SeqArchitecture):
@@ -53,36 +57,24 @@ class ReinforcedEncoderDecoder(Seq2SeqArchitecture):
         self.src_embedding, self.tgt_embedding = self._token_tables(d)
         self.positional = build_positional(config.positional, config.max_len, d)
         self.input_dropout = Dropout(config.dropout)
-        stack = {"pre_norm": False, **config.block_options(), "value_dim": d}
-        self.encoder = TransformerStack(config.num_encoder_layers, width, config.num_heads, config.hidden_dim, **stack)
-        self.decoder = TransformerStack(
+        self.encoder = config.stack(config.num_encoder_layers, value_dim=d)
+        self.decoder = config.stack(
             config.num_decoder_layers,
-            width,
-            config.num_heads,
-            config.hidden_dim,
+            value_dim=d,
             causal=True,
             cross_attention=True,
             memory_dim=width,
             memory_value_dim=d,
-            **stack,
         )
         self.head = OutputHead("untied", width, self.tgt_vocab.size, bias=True)
         self.reset_parameters()
 
-    @torch.no_grad()
-    def reset_parameters(self) -> None:
-        """Non-embedding weights per ``init_scheme`` ([A], [K]), token tables per ``embedding_init``."""
-        init_non_embedding_(self, self.config.init_scheme)
-        self._reset_token_tables(self.src_embedding, self.tgt_embedding)
+    def token_tables(self) -> tuple[nn.Embedding, nn.Embedding]:
+        return self.src_embedding, self.tgt_embedding
 
-    def embedding_slots(self) -> dict[str, EmbeddingSlot]:
-        options = {"input_scale": 1.0, "positional_encoding": None}
-        if self.config.share_embeddings:
-            return {"shared": EmbeddingSlot("shared", self.src_embedding, **self.src_vocab.slot_arguments(), **options)}
-        return {
-            "src": EmbeddingSlot("src", self.src_embedding, **self.src_vocab.slot_arguments(), **options),
-            "tgt": EmbeddingSlot("tgt", self.tgt_embedding, **self.tgt_vocab.slot_arguments(), **options),
-        }
+    def side_slot(self, name: str, side: str, **options: Any) -> EmbeddingSlot:
+        table = getattr(self, f"{side}_embedding")
+        return EmbeddingSlot(name, table, input_scale=1.0, positional_encoding=None, **options)
 
     def _concatenate(self, normalized: torch.Tensor, offset: int = 0) -> torch.Tensor:
         """Drop([TN ‖ P[offset : offset + L]]); the positional table raises past ``max_len``."""
@@ -90,47 +82,28 @@ class ReinforcedEncoderDecoder(Seq2SeqArchitecture):
         position = self.positional(length, offset).to(normalized.dtype).expand(batch, length, -1)
         return self.input_dropout(torch.cat((normalized, position), dim=-1))
 
-    def encode(self, src: torch.Tensor) -> EncoderState:
-        padding = src == self.src_vocab.pad_id
+    def encoder_input(self, src: torch.Tensor, padding: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         values = token_normalize(lookup_tokens(self.src_embedding, src), padding, eps=self.config.tn_eps)
-        memory = self.encoder(self._concatenate(values), padding_mask=padding, values=values)
-        return EncoderState(memory, padding, values)
+        return self._concatenate(values), values
 
-    def normalize_target(self, tgt_in: torch.Tensor, cache: DecoderCache | None = None) -> torch.Tensor:
-        """TN(Y_e) of the decoder input per ``target_normalization`` (running sums kept in ``cache``)."""
-        padding = tgt_in == self.pad_id
+    def decoder_input(
+        self, tgt_in: torch.Tensor, offset: int, cache: DecoderCache | None
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """Drop([TN(Y_e) ‖ P]) and TN(Y_e) per ``target_normalization`` (the causal running sums kept in ``cache``)."""
+        padding, eps = tgt_in == self.pad_id, self.config.tn_eps
         embedded = lookup_tokens(self.tgt_embedding, tgt_in)
-        eps = self.config.tn_eps
         if self.config.target_normalization == "sequence":
             if cache is not None:
                 raise ValueError(
                     "target_normalization='sequence' cannot decode incrementally: each step renormalizes the prefix"
                 )
-            return token_normalize(embedded, padding, eps=eps)
-        running = None
-        if cache is not None and "tn_sum" in cache.state:
-            running = (cache.state["tn_sum"], cache.state["tn_sum_sq"], cache.state["tn_count"])
-        normalized, running = causal_token_normalize(embedded, padding, eps=eps, running=running)
-        if cache is not None:
-            cache.state.update(tn_sum=running[0], tn_sum_sq=running[1], tn_count=running[2])
-        return normalized
-
-    def decode(self, tgt_in: torch.Tensor, state: EncoderState, cache: DecoderCache | None = None) -> torch.Tensor:
-        self.check_batch(tgt_in, state)
-        offset = 0 if cache is None else cache.length
-        values = self.normalize_target(tgt_in, cache)
-        return self.decoder(
-            self._concatenate(values, offset),
-            state.memory,
-            padding_mask=self.target_padding(tgt_in, cache),
-            memory_padding_mask=state.padding_mask,
-            values=values,
-            memory_values=state.values,
-            cache=cache,
-        )
-
-    def head_logits(self, hidden: torch.Tensor) -> torch.Tensor:
-        return self.head(hidden, self.tgt_embedding.weight)
+            values = token_normalize(embedded, padding, eps=eps)
+        else:
+            running = tuple(cache.state[key] for key in TN_STATE) if cache and TN_STATE[0] in cache.state else None
+            values, running = causal_token_normalize(embedded, padding, eps=eps, running=running)
+            if cache is not None:
+                cache.state.update(zip(TN_STATE, running))
+        return self._concatenate(values, offset), values
 
     def new_cache(self) -> DecoderCache | None:
         """None under ``sequence`` normalization: every step renormalizes the whole prefix."""

@@ -11,25 +11,16 @@
 The Lightning callbacks in :mod:`lightning_embinit.callbacks` are thin adapters over these.
 """
 
-from lightning_embinit.diagnostics.absorption import Absorption, absorption, drowning, slot_absorption
-from lightning_embinit.diagnostics.inspect import diagnose_slot, format_inspection, inspection
-from lightning_embinit.diagnostics.learning_speed import (
-    CrossingTracker,
-    ExponentialSmoothing,
-    first_crossing,
-    tensorboard_smooth,
-)
-from lightning_embinit.diagnostics.lexical import CHAINS, DEFAULT_CHAINS, format_probe, lexical_probe
+from lightning_embinit.diagnostics.absorption import absorption, drowning, slot_absorption
+from lightning_embinit.diagnostics.inspect import format_inspection, inspection
+from lightning_embinit.diagnostics.learning_speed import CrossingTracker, first_crossing, tensorboard_smooth
+from lightning_embinit.diagnostics.lexical import CHAINS, format_probe, lexical_probe
 from lightning_embinit.diagnostics.variance import positional_matrix, slot_statistics
 
 __all__ = [
     "CHAINS",
-    "DEFAULT_CHAINS",
-    "Absorption",
     "CrossingTracker",
-    "ExponentialSmoothing",
     "absorption",
-    "diagnose_slot",
     "drowning",
     "first_crossing",
     "format_inspection",

@@ -24,7 +24,7 @@ r < 1/20: σ = 0.001 or zeros, say) is flagged.
 from __future__ import annotations
 
 import math
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
@@ -50,9 +50,6 @@ class Absorption:
     neighbour_survival: float
     sampled_rows: int
     neighbours: int
-
-    def as_dict(self) -> dict[str, float | int]:
-        return asdict(self)
 
 
 def _nearest(vectors: torch.Tensor, k: int) -> torch.Tensor:
@@ -85,15 +82,6 @@ def absorption(tokens: torch.Tensor, positions: torch.Tensor, *, neighbours: int
     return Absorption(semantic, positional, survival, count, k)
 
 
-def sample_rows_and_positions(
-    num_rows: int, num_positions: int, sample_rows: int, generator: torch.Generator
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """Up to ``sample_rows`` distinct row indices and one uniform position index per row (CPU, from ``generator``)."""
-    rows = torch.randperm(num_rows, generator=generator)[: min(sample_rows, num_rows)].sort().values
-    positions = torch.randint(0, num_positions, (rows.numel(),), generator=generator)
-    return rows, positions
-
-
 def slot_absorption(
     slot: EmbeddingSlot,
     *,
@@ -120,7 +108,8 @@ def slot_absorption(
         positional = positional[:max_position]
     table = token_rows(slot)
     generator = torch.Generator().manual_seed(seed)
-    rows, positions = sample_rows_and_positions(table.shape[0], positional.shape[0], sample_rows, generator)
+    rows = torch.randperm(table.shape[0], generator=generator)[:sample_rows].sort().values
+    positions = torch.randint(0, positional.shape[0], (rows.numel(),), generator=generator)
     tokens = table[rows.to(table.device)].to(torch.float32) * float(slot.input_scale)
     return absorption(tokens, positional[positions.to(positional.device)], neighbours=neighbours)
 

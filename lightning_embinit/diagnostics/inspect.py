@@ -31,6 +31,10 @@ from lightning_embinit.init.report import format_report
 from lightning_embinit.init.schemes import get_scheme
 
 SCHEMA = "embinit.inspect/1"
+SPREAD_LIMIT = 10.0
+"""A slot without positional encodings is flagged when its std exceeds this multiple of Xavier's."""
+MIN_COVERAGE = 0.5
+"""A pre-trained source is flagged when it covers less than this fraction of the slot's tokens."""
 TIED_HEAD_COUNTERMEASURES = (
     "initialize the table with log_n_over_d (σ = ln n / d, [S] (a)), untie the output head, or keep the tie "
     "with head='tied_orthogonal' or head='tied_half_swap'"
@@ -101,13 +105,10 @@ def diagnose_slot(
     *,
     sample_rows: int = 1024,
     neighbours: int = 5,
-    seed: int = 0,
     max_position: int | None = None,
     positional_threshold: float = POSITIONAL_THRESHOLD,
     semantic_threshold: float = SEMANTIC_THRESHOLD,
     loss_margin: float = 1.0,
-    spread_limit: float = 10.0,
-    min_coverage: float = 0.5,
     predicted_model: float | None = None,
     probed: float | None = None,
 ) -> dict[str, Any]:
@@ -115,16 +116,14 @@ def diagnose_slot(
 
     ``predicted_model``: the model's own [S] estimate; ``probed``: the model's loss on random tokens (its
     forward pass, no i.i.d. assumption), which catches a tied table whose correlated rows the formula misses."""
-    measured = slot_absorption(
-        slot, sample_rows=sample_rows, neighbours=neighbours, seed=seed, max_position=max_position
-    )
+    measured = slot_absorption(slot, sample_rows=sample_rows, neighbours=neighbours, max_position=max_position)
     result = _slot_numbers(slot, report, measured, predicted_model)
     result["probed_initial_loss"] = probed
     found = (
-        _tied_head_problem(result, loss_margin) or _probed_loss_problem(result, loss_margin),
+        _tied_head_problem(result, loss_margin),
         _drowning_problem(measured, report, positional_threshold, semantic_threshold),
-        _spread_problem(measured, report, result["xavier_std"], spread_limit),
-        _coverage_problem(report.get("coverage"), min_coverage),
+        _spread_problem(measured, report, result["xavier_std"]),
+        _coverage_problem(report.get("coverage")),
     )
     problems = [problem for problem in found if problem is not None]
     result["verdict"] = "bad" if problems else "ok"
@@ -150,14 +149,11 @@ def _slot_numbers(
         "tied_modules": list(slot.tied_modules),
         **{key: report[key] for key in ("mean", "std", "min", "max", "input_scale")},
         **{key: report[key] for key in ("scaled_mean", "scaled_std", "scaled_min", "scaled_max")},
-        "positional_std": report.get("pe_std"),
-        "positional_min": report.get("pe_min"),
-        "positional_max": report.get("pe_max"),
+        **{f"positional_{key}": report.get(f"pe_{key}") for key in ("std", "min", "max")},
         "positional_range": None if report.get("pe_std") is None else report["pe_max"] - report["pe_min"],
         "ratio": report.get("ratio"),
-        "semantic_retention": None if measured is None else measured.semantic_retention,
-        "positional_retention": None if measured is None else measured.positional_retention,
-        "neighbour_survival": None if measured is None else measured.neighbour_survival,
+        **{key: getattr(measured, key, None) for key in ("semantic_retention", "positional_retention")},
+        "neighbour_survival": getattr(measured, "neighbour_survival", None),
         "xavier_std": xavier_std,
         "std_over_xavier": report["std"] / xavier_std,
         "coverage": report.get("coverage"),
@@ -168,44 +164,36 @@ def _slot_numbers(
 
 
 def _tied_head_problem(numbers: Mapping[str, Any], loss_margin: float) -> Problem | None:
-    """A tied head whose predicted initial loss is above ln n by more than ``loss_margin`` ([S])."""
-    predicted, ln_vocab = numbers["predicted_initial_loss"], numbers["ln_vocab"]
-    if predicted is None or not predicted > ln_vocab + loss_margin:
+    """A tied head whose start is far from uniform ([S]): its predicted initial loss exceeds ln n by more than
+    ``loss_margin``, or its loss on random tokens does although the i.i.d. prediction does not (rows that share
+    directions: many logits are large, not only the token's own)."""
+    predicted, probed, ln_vocab = numbers["predicted_initial_loss"], numbers["probed_initial_loss"], numbers["ln_vocab"]
+    if predicted is None:  # untied
         return None
-    n, d, std, xavier_std = numbers["num_embeddings"], numbers["embedding_dim"], numbers["std"], numbers["xavier_std"]
-    advice, probed = TIED_HEAD_COUNTERMEASURES, numbers.get("probed_initial_loss")
-    correlated = probed is not None and probed > predicted + loss_margin
-    if tied_initial_loss(n, d, xavier_std) <= ln_vocab + loss_margin and not correlated:
-        advice += (
-            f", or standardize='xavier' (σ = {xavier_std:.3g}, predicted {tied_initial_loss(n, d, xavier_std):.2f})"
-        )
-    also = (
-        (
+    if predicted > ln_vocab + loss_margin:
+        n, d, xavier_std = numbers["num_embeddings"], numbers["embedding_dim"], numbers["xavier_std"]
+        advice, correlated = TIED_HEAD_COUNTERMEASURES, probed is not None and probed > predicted + loss_margin
+        if tied_initial_loss(n, d, xavier_std) <= ln_vocab + loss_margin and not correlated:
+            advice += (
+                f", or standardize='xavier' (σ = {xavier_std:.3g}, predicted {tied_initial_loss(n, d, xavier_std):.2f})"
+            )
+        also = (
             f"; the model's loss on random tokens is higher still, {probed:.2f}: the rows share directions, which "
             "rescaling does not change"
+            if correlated
+            else ""
         )
-        if correlated
-        else ""
-    )
-    return {
-        "problem": f"tied head: predicted initial loss ln(e^(dσ) + n − 1) = {predicted:.2f} is above ln n = "
-        f"{ln_vocab:.2f} by more than {loss_margin:g} (dσ = {d * std:.2f}, [S]){also}",
-        "countermeasures": advice,
-    }
-
-
-def _probed_loss_problem(numbers: Mapping[str, Any], loss_margin: float) -> Problem | None:
-    """A tied head whose loss on random tokens is above ln n by more than ``loss_margin`` although the i.i.d.
-    prediction is not: the rows share directions, so many logits are large, not only the token's own ([S])."""
-    probed, ln_vocab = numbers.get("probed_initial_loss"), numbers["ln_vocab"]
-    if not numbers["tied"] or probed is None or not probed > ln_vocab + loss_margin:
+        return {
+            "problem": f"tied head: predicted initial loss ln(e^(dσ) + n − 1) = {predicted:.2f} is above ln n = "
+            f"{ln_vocab:.2f} by more than {loss_margin:g} (dσ = {d * numbers['std']:.2f}, [S]){also}",
+            "countermeasures": advice,
+        }
+    if probed is None or not probed > ln_vocab + loss_margin:
         return None
-    predicted = numbers["predicted_initial_loss"]
-    iid = "" if predicted is None else f" although [S]'s prediction for i.i.d. rows of this std is {predicted:.2f}"
     return {
         "problem": f"tied head: the model's loss on random tokens is {probed:.2f}, above ln n = {ln_vocab:.2f} by more "
-        f"than {loss_margin:g}{iid}; the rows are not i.i.d. (they share directions), so the start is "
-        "far from uniform",
+        f"than {loss_margin:g} although [S]'s prediction for i.i.d. rows of this std is {predicted:.2f}; the rows are "
+        "not i.i.d. (they share directions), so the start is far from uniform",
         "countermeasures": "untie the output head, or keep the tie with head='tied_orthogonal' or "
         "head='tied_half_swap'; watch the first steps with InitialLossMonitor",
     }
@@ -226,11 +214,9 @@ def _drowning_problem(
     return {"problem": f"{drowned[0]}; σ(s·X)/σ(P) = {report['ratio']:.3g}", "countermeasures": drowned[1]}
 
 
-def _spread_problem(
-    measured: Absorption | None, report: Mapping[str, Any], xavier_std: float, spread_limit: float
-) -> Problem | None:
-    """A slot without positional encodings whose std is more than ``spread_limit`` × Xavier's."""
-    if measured is not None or not report["std"] > spread_limit * xavier_std:
+def _spread_problem(measured: Absorption | None, report: Mapping[str, Any], xavier_std: float) -> Problem | None:
+    """A slot without positional encodings whose std is more than :data:`SPREAD_LIMIT` × Xavier's."""
+    if measured is not None or not report["std"] > SPREAD_LIMIT * xavier_std:
         return None
     return {
         "problem": f"std {report['std']:.3g} is {report['std'] / xavier_std:.0f}× Xavier's {xavier_std:.3g} "
@@ -239,9 +225,9 @@ def _spread_problem(
     }
 
 
-def _coverage_problem(coverage: Mapping[str, Any] | None, min_coverage: float) -> Problem | None:
-    """A pre-trained source that covers less than ``min_coverage`` of the slot's tokens."""
-    if not coverage or not coverage["fraction"] < min_coverage:
+def _coverage_problem(coverage: Mapping[str, Any] | None) -> Problem | None:
+    """A pre-trained source that covers less than :data:`MIN_COVERAGE` of the slot's tokens."""
+    if not coverage or not coverage["fraction"] < MIN_COVERAGE:
         return None
     return {
         "problem": f"the source covers only {coverage['found']}/{coverage['total']} tokens "

@@ -79,6 +79,10 @@ def first_crossing(
     return None
 
 
+CURVE_STATE = ("last_smoothed", "points", "crossed_at_examples", "crossed_at_step")
+"""What a :class:`CrossingTracker` checkpoints besides its smoothing."""
+
+
 @dataclass
 class CrossingTracker:
     """Follows one metric's smoothed curve and records where it first reaches the threshold.
@@ -110,27 +114,17 @@ class CrossingTracker:
         self.smoothing = ExponentialSmoothing(self.weight, self.debias)
         self.last_smoothed, self.points, self.crossed_at_examples, self.crossed_at_step = None, 0, None, None
 
-    @property
-    def has_crossed(self) -> bool:
-        return self.crossed_at_examples is not None
-
     def update(self, value: float, examples: int, step: int) -> bool:
         """Add a point; True when this point is the first crossing."""
         self.last_smoothed = self.smoothing.update(float(value))
         self.points += 1
-        if self.has_crossed or not crossed(self.last_smoothed, self.threshold, self.mode):
+        if self.crossed_at_examples is not None or not crossed(self.last_smoothed, self.threshold, self.mode):
             return False
         self.crossed_at_examples, self.crossed_at_step = int(examples), int(step)
         return True
 
     def state_dict(self) -> dict[str, Any]:
-        return {
-            "smoothing": asdict(self.smoothing),
-            "last_smoothed": self.last_smoothed,
-            "points": self.points,
-            "crossed_at_examples": self.crossed_at_examples,
-            "crossed_at_step": self.crossed_at_step,
-        }
+        return {"smoothing": asdict(self.smoothing), **{name: getattr(self, name) for name in CURVE_STATE}}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         smoothing = state["smoothing"]
@@ -140,7 +134,6 @@ class CrossingTracker:
                 f"this monitor uses weight={self.weight}, debias={self.debias}"
             )
         self.smoothing = ExponentialSmoothing(**smoothing)
-        self.last_smoothed = state["last_smoothed"]
-        self.points = int(state["points"])
-        self.crossed_at_examples = state["crossed_at_examples"]
-        self.crossed_at_step = state["crossed_at_step"]
+        for name in CURVE_STATE:
+            setattr(self, name, state[name])
+        self.points = int(self.points)

@@ -183,35 +183,26 @@ def evaluate(
     vectors: Any, analogies: str | None, similarity: Sequence[str], *, case_insensitive: bool = True
 ) -> dict[str, Any]:
     """Analogy accuracy (all, semantic, syntactic, counts) and Spearman's ρ per similarity file, by gensim."""
+    restrict = len(vectors)
+    vocabulary = {fold(word, case_insensitive) for word in vectors.index_to_key}
+    sections: list[dict[str, Any]] = []
+    # gensim divides by the file's question count: a sampled file of no in-vocabulary question would fail
+    if analogies is not None and count_questions(analogies, vocabulary, case_insensitive=case_insensitive):
+        _, sections = vectors.evaluate_word_analogies(
+            analogies, restrict_vocab=restrict, case_insensitive=case_insensitive
+        )
+        sections = sections[:-1]  # the last entry is gensim's total, whose score is _accuracy(sections)
+    parts = {
+        "analogy": _accuracy(sections),
+        "analogy_semantic": _accuracy([s for s in sections if not is_syntactic(s["section"])]),
+        "analogy_syntactic": _accuracy([s for s in sections if is_syntactic(s["section"])]),
+    }
     result: dict[str, Any] = {
-        "analogy": None,
-        "analogy_semantic": None,
-        "analogy_syntactic": None,
-        "analogy_count": 0,
-        "analogy_semantic_count": 0,
-        "analogy_syntactic_count": 0,
+        **{name: accuracy for name, (accuracy, _) in parts.items()},
+        **{f"{name}_count": count for name, (_, count) in parts.items()},
         "similarity": {},
         "similarity_count": {},
     }
-    restrict = len(vectors)
-    vocabulary = {fold(word, case_insensitive) for word in vectors.index_to_key}
-    # gensim divides by the file's question count: a sampled file of no in-vocabulary question would fail
-    if analogies is not None and count_questions(analogies, vocabulary, case_insensitive=case_insensitive):
-        score, sections = vectors.evaluate_word_analogies(
-            analogies, restrict_vocab=restrict, case_insensitive=case_insensitive
-        )
-        parts = sections[:-1]  # the last entry is gensim's total
-        _, count = _accuracy(parts)
-        semantic, semantic_count = _accuracy([s for s in parts if not is_syntactic(s["section"])])
-        syntactic, syntactic_count = _accuracy([s for s in parts if is_syntactic(s["section"])])
-        result.update(
-            analogy=float(score) if count else None,
-            analogy_count=count,
-            analogy_semantic=semantic,
-            analogy_semantic_count=semantic_count,
-            analogy_syntactic=syntactic,
-            analogy_syntactic_count=syntactic_count,
-        )
     for path in similarity:
         name = Path(path).stem
         count = count_pairs(path, vocabulary, case_insensitive=case_insensitive)
@@ -295,17 +286,15 @@ def format_probe(results: dict[str, dict[str, Any]]) -> str:
     """A fixed-width table: one line per chain, analogy accuracies and each similarity ρ."""
     names = sorted({name for result in results.values() for name in result["similarity"]})
     header = ["chain", "analogy", "semantic", "syntactic", "questions", *names]
-    rows = []
-    for chain, result in results.items():
-        cells = [result["analogy"], result["analogy_semantic"], result["analogy_syntactic"]]
-        rows.append(
-            [
-                chain,
-                *("-" if v is None else f"{v:.4f}" for v in cells),
-                str(result["analogy_count"]),
-                *("-" if result["similarity"].get(n) is None else f"{result['similarity'][n]:.4f}" for n in names),
-            ]
-        )
+
+    def number(value: float | None) -> str:
+        return "-" if value is None else f"{value:.4f}"
+
+    rows = [
+        [chain, *map(number, (r["analogy"], r["analogy_semantic"], r["analogy_syntactic"])), str(r["analogy_count"])]
+        + [number(r["similarity"].get(name)) for name in names]
+        for chain, r in results.items()
+    ]
     widths = [max(len(cell) for cell in column) for column in zip(header, *rows)]
     lines = ["  ".join(cell.ljust(width) for cell, width in zip(line, widths)).rstrip() for line in [header, *rows]]
     lines.insert(1, "  ".join("-" * width for width in widths))

@@ -105,22 +105,16 @@ def sample_analogies(
 ) -> list[str]:
     """The lines of an analogy file with at most ``limit`` in-vocabulary questions (a seeded sample; every section
     header kept)."""
-    sections: list[tuple[str, list[str]]] = []
-    for header, line in entries:
-        if header is not None:
-            sections.append((line, []))
-        elif len(words := line.split()) == 4 and all(fold(w, case_insensitive) in vocabulary for w in words):
-            sections[-1][1].append(line)
-    total = sum(len(questions) for _, questions in sections)
-    chosen = set(torch.randperm(total, generator=torch.Generator().manual_seed(seed))[:limit].tolist())
-    lines, index = [], 0
-    for header, questions in sections:
-        lines.append(header)
-        for question in questions:
-            if index in chosen:
-                lines.append(question)
-            index += 1
-    return lines
+    questions = [
+        index
+        for index, (header, line) in enumerate(entries)
+        if header is None
+        and len(words := line.split()) == 4
+        and all(fold(w, case_insensitive) in vocabulary for w in words)
+    ]
+    order = torch.randperm(len(questions), generator=torch.Generator().manual_seed(seed))[:limit].tolist()
+    chosen = {questions[k] for k in order}
+    return [line for index, (header, line) in enumerate(entries) if header is not None or index in chosen]
 
 
 def _write(lines: Sequence[str], path: str) -> str:

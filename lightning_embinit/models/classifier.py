@@ -25,9 +25,8 @@ from lightning_embinit.architectures.config import EncoderClassifierConfig
 from lightning_embinit.checks import check_positive_int, check_texts
 from lightning_embinit.models.module import EmbinitModule
 from lightning_embinit.models.optimization import OptimizerConfig
-from lightning_embinit.models.vocabularies import followed_tokenizer, resolve_tokenizer
+from lightning_embinit.models.vocabularies import resolve_tokenizer, saved_tokenizer
 from lightning_embinit.text.batches import ClassificationCollator, LabelledDataset, Ragged
-from lightning_embinit.text.tokenization import TextTokenizer
 from lightning_embinit.vocabulary import Vocabulary
 
 NO_TOKENIZER_PAD_ID = 0  # the package's special-token order (pad, unk, bos, eos) when no tokenizer is given
@@ -96,11 +95,11 @@ class TransformerClassifier(EmbinitModule):
     ) -> None:
         super().__init__()
         config = self._configure(architecture, optimizer, own={"num_classes": num_classes})
-        self.tokenizer, size = resolve_tokenizer(tokenizer, vocab_size)
+        tokenizer, size = resolve_tokenizer(tokenizer, vocab_size)
+        self._set_tokenizer("tokenizer", tokenizer)
         self.label_names = resolve_label_names(label_names, num_classes)
-        # checkpointed, not sent to loggers: the datamodule logs its own (different) tokenizer spec, vocab_size
-        # and label_names, and Lightning refuses to merge differing values; a tokenizer config can be megabytes
-        self.hparams["tokenizer"] = None if self.tokenizer is None else self.tokenizer.to_config()
+        # checkpointed, not sent to loggers: the datamodule logs its own (different) vocab_size and label_names,
+        # and Lightning refuses to merge differing values
         self.hparams["vocab_size"] = vocab_size
         self.hparams["label_names"] = list(self.label_names)
         given_first = None if self.tokenizer is None else first_special_id(self.tokenizer)
@@ -121,26 +120,12 @@ class TransformerClassifier(EmbinitModule):
         self.eval_metrics = nn.ModuleDict({prefix: self._new_metrics() for prefix in ("val", "test")})
         self._eval_prefixes: list[str] = []
 
-    def forward(self, input_ids: torch.Tensor, token_type_ids: torch.Tensor | None = None) -> torch.Tensor:
-        """(B, L) token ids (and segment ids) → (B, C) class logits."""
-        return self.model(input_ids, token_type_ids)
-
     def _follow_vocabulary(self, change: Any, vocab: Vocabulary) -> Callable[[], None]:
-        tokenizer = followed_tokenizer(self.tokenizer, change.tokens, change.tokenizer, option="tokenizer")
-
-        def follow() -> None:
-            self.tokenizer = tokenizer
-            self.hparams["tokenizer"] = None if tokenizer is None else tokenizer.to_config()
-            if self.hparams.get("vocab_size") is not None:
-                self.hparams["vocab_size"] = len(change.tokens)
-
-        return follow
+        return self._follow_tokenizers(change, ("tokenizer",))
 
     @classmethod
     def checkpoint_vocabularies(cls, hparams: Mapping[str, Any]) -> dict[str, tuple[list[str] | None, Any]]:
-        config = hparams.get("tokenizer")
-        tokenizer = None if config is None else TextTokenizer.from_config(config)
-        return {"tokens": (None if tokenizer is None else list(tokenizer.tokens), tokenizer)}
+        return {"tokens": saved_tokenizer(hparams.get("tokenizer"))}
 
     # ----------------------------------------------------------------- Lightning steps
     def _logits(self, batch: Any, what: str) -> tuple[torch.Tensor, torch.Tensor]:

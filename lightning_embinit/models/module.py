@@ -18,7 +18,7 @@ from __future__ import annotations
 import importlib
 import inspect
 import os
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, fields, replace
 from typing import Any, ClassVar
 
@@ -26,6 +26,7 @@ import lightning as L
 import torch
 from torch import nn
 from torchmetrics import Metric
+from torchmetrics.aggregation import MeanMetric
 
 from lightning_embinit.init.host import EmbeddingSlot
 from lightning_embinit.init.sources.checkpoint_file import (
@@ -34,14 +35,12 @@ from lightning_embinit.init.sources.checkpoint_file import (
     load_checkpoint_file,
     saved_class,
 )
+from lightning_embinit.models.metrics import PerplexityFromLoss
 from lightning_embinit.models.optimization import OptimizerConfig, configure_adam
 from lightning_embinit.models.presets import preset_arguments
+from lightning_embinit.models.vocabularies import followed_tokenizer
+from lightning_embinit.text.tokenization import TextTokenizer
 from lightning_embinit.vocabulary import Vocabulary
-
-
-def class_path(cls: type) -> str:
-    """``module.QualifiedName`` of a class: what a checkpoint records under ``embinit_class``."""
-    return f"{cls.__module__}.{cls.__qualname__}"
 
 
 def class_from_path(class_path: str) -> Any:
@@ -96,15 +95,12 @@ def refresh_metric_states(module: nn.Module) -> int:
     """
     replaced = 0
     with torch.inference_mode(False):
-        for metric in module.modules():
-            if not isinstance(metric, Metric):
-                continue
+        for metric in (metric for metric in module.modules() if isinstance(metric, Metric)):
             for name, state in metric.metric_state.items():
-                if isinstance(state, torch.Tensor) and state.is_inference():
-                    setattr(metric, name, state.clone())
-                    replaced += 1
-                elif isinstance(state, list) and any(isinstance(s, torch.Tensor) and s.is_inference() for s in state):
-                    setattr(metric, name, [s.clone() if isinstance(s, torch.Tensor) else s for s in state])
+                states = state if isinstance(state, list) else [state]
+                if any(isinstance(s, torch.Tensor) and s.is_inference() for s in states):
+                    fresh = [s.clone() if isinstance(s, torch.Tensor) else s for s in states]
+                    setattr(metric, name, fresh if isinstance(state, list) else fresh[0])
                     replaced += 1
     return replaced
 
@@ -132,6 +128,10 @@ class EmbinitModule(L.LightningModule):
         self.optimizer_config = optimizer.resolved(config.d_model)
         self.save_hyperparameters({**own, "architecture": asdict(config), "optimizer": asdict(self.optimizer_config)})
         return config
+
+    def forward(self, *inputs: Any, **options: Any) -> Any:
+        """The architecture's forward: ids → logits (:attr:`model`'s ``forward``)."""
+        return self.model(*inputs, **options)
 
     def embedding_slots(self) -> dict[str, EmbeddingSlot]:
         """The architecture's slots, with tied modules named by their path in this system (``model.head``)."""
@@ -164,28 +164,61 @@ class EmbinitModule(L.LightningModule):
         """A system's own part of :meth:`prepare_vocabulary_change` (its tokenizers and hyperparameters)."""
         return lambda: None
 
+    def _set_tokenizer(self, name: str, tokenizer: TextTokenizer | None) -> None:
+        """``self.<name>`` and its config in the hyperparameters: in the checkpoint (which then encodes new text with
+        its own tokenizer) but not among those sent to loggers — a config is long, and a datamodule's own tokenizer
+        spec of the same name would clash with it there."""
+        setattr(self, name, tokenizer)
+        self.hparams[name] = None if tokenizer is None else tokenizer.to_config()
+
+    def _follow_tokenizers(self, change: Any, names: Sequence[str]) -> Callable[[], None]:
+        """:meth:`_follow_vocabulary` for the tokenizer attributes ``names`` (:func:`followed_tokenizer`, checked
+        now): each tokenizer and its config, and the matching ``…vocab_size`` hyperparameter when one was given."""
+        tokens, given = change.tokens, change.tokenizer
+        tokenizers = {name: followed_tokenizer(getattr(self, name), tokens, given, option=name) for name in names}
+
+        def follow() -> None:
+            for name, tokenizer in tokenizers.items():
+                self._set_tokenizer(name, tokenizer)
+                size = name.replace("tokenizer", "vocab_size")
+                if self.hparams.get(size) is not None:
+                    self.hparams[size] = len(tokens)
+
+        return follow
+
     @classmethod
     def checkpoint_vocabularies(cls, hparams: Mapping[str, Any]) -> dict[str, tuple[list[str] | None, Any]]:
         """Slot → (token strings by id, tokenizer or None) of a checkpoint of this system, from its hyperparameters."""
         return {}
 
+    def _add_token_loss_metrics(self) -> None:
+        """The metrics of :meth:`_log_token_loss`: the token-weighted loss per epoch, and perplexity."""
+        self.train_loss_epoch = MeanMetric()
+        self.val_loss, self.val_ppl = MeanMetric(), PerplexityFromLoss()
+        self.test_loss, self.test_ppl = MeanMetric(), PerplexityFromLoss()
+
+    def _log_token_loss(self, stage: str, loss: torch.Tensor, count: torch.Tensor, batch_size: int) -> None:
+        """Log a mean loss over ``count`` tokens: ``train_loss`` per step and ``train_loss_epoch``, or
+        ``val_``/``test_`` ``loss`` and ``ppl`` per epoch (token-weighted)."""
+        value = loss.detach().float()
+        if stage == "train":
+            self.train_loss_epoch.update(value, weight=count)
+            self.log("train_loss", loss, prog_bar=True, on_step=True, on_epoch=False, batch_size=batch_size)
+            self.log("train_loss_epoch", self.train_loss_epoch, on_step=False, on_epoch=True, batch_size=batch_size)
+            return
+        for name in ("loss", "ppl"):
+            metric = getattr(self, f"{stage}_{name}")
+            metric.update(value, weight=count)
+            show = stage == "val" and name == "loss"
+            self.log(f"{stage}_{name}", metric, prog_bar=show, on_epoch=True, batch_size=batch_size)
+
     def on_fit_start(self) -> None:
         refresh_metric_states(self)
 
-    def on_train_start(self) -> None:
-        refresh_metric_states(self)
-
-    def on_validation_start(self) -> None:
-        refresh_metric_states(self)
-
-    def on_test_start(self) -> None:
-        refresh_metric_states(self)
-
-    def on_predict_start(self) -> None:
-        refresh_metric_states(self)
+    on_train_start = on_validation_start = on_test_start = on_predict_start = on_fit_start
 
     def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:
-        checkpoint[CLASS_KEY] = class_path(type(self))
+        checkpoint[CLASS_KEY] = f"{type(self).__module__}.{type(self).__qualname__}"
 
     @classmethod
     def load_from_checkpoint(cls, checkpoint_path: Any, *args: Any, **kwargs: Any) -> Any:

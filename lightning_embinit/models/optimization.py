@@ -40,28 +40,6 @@ def noam_peak_lr(d_model: int, warmup_steps: int) -> float:
     return check_positive_int("d_model", d_model) ** -0.5 * check_positive_int("warmup_steps", warmup_steps) ** -0.5
 
 
-def check_schedule(lr_schedule: str, warmup_steps: int) -> None:
-    """Raise ``ValueError`` for an unknown schedule or a Noam schedule without warmup."""
-    check_choice("lr schedule", lr_schedule, LR_SCHEDULES)
-    check_non_negative_int("warmup_steps", warmup_steps)
-    if lr_schedule == "noam" and warmup_steps < 1:
-        raise ValueError(f"the noam schedule needs warmup_steps ≥ 1, got {warmup_steps}")
-
-
-def resolve_lr(lr: float | None, lr_schedule: str, d_model: int, warmup_steps: int) -> float:
-    """``lr``, or for ``lr=None`` under the Noam schedule [R]'s peak m^−½·w^−½ for this ``d_model``
-    and ``warmup_steps`` (:func:`noam_peak_lr`)."""
-    check_schedule(lr_schedule, warmup_steps)
-    if lr is not None:
-        return lr
-    if lr_schedule != "noam":
-        raise ValueError(
-            f"lr=None stands for [R]'s Noam peak d_model^−½ · warmup_steps^−½ and needs lr_schedule='noam'; "
-            f"give a number for lr_schedule={lr_schedule!r}"
-        )
-    return noam_peak_lr(d_model, warmup_steps)
-
-
 @dataclass(frozen=True)
 class OptimizerConfig:
     """Adam and its learning-rate schedule ([K], [R]).
@@ -85,7 +63,10 @@ class OptimizerConfig:
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "betas", tuple(self.betas))
-        check_schedule(self.lr_schedule, self.warmup_steps)
+        check_choice("lr schedule", self.lr_schedule, LR_SCHEDULES)
+        check_non_negative_int("warmup_steps", self.warmup_steps)
+        if self.lr_schedule == "noam" and self.warmup_steps < 1:
+            raise ValueError(f"the noam schedule needs warmup_steps ≥ 1, got {self.warmup_steps}")
         check_range("lr", self.lr, 0, None, optional=True)
         if len(self.betas) != 2:
             raise ValueError(f"betas must be two numbers (β₁, β₂), got {self.betas}")
@@ -95,8 +76,15 @@ class OptimizerConfig:
         check_range("weight_decay", self.weight_decay, 0, None)
 
     def resolved(self, d_model: int) -> OptimizerConfig:
-        """This config with ``lr=None`` replaced by the Noam peak for ``d_model`` (:func:`resolve_lr`)."""
-        return replace(self, lr=resolve_lr(self.lr, self.lr_schedule, d_model, self.warmup_steps))
+        """This config with ``lr=None`` replaced by [R]'s Noam peak m^−½·w^−½ for ``d_model`` (:func:`noam_peak_lr`)."""
+        if self.lr is not None:
+            return self
+        if self.lr_schedule != "noam":
+            raise ValueError(
+                f"lr=None stands for [R]'s Noam peak d_model^−½ · warmup_steps^−½ and needs lr_schedule='noam'; "
+                f"give a number for lr_schedule={self.lr_schedule!r}"
+            )
+        return replace(self, lr=noam_peak_lr(d_model, self.warmup_steps))
 
 
 def configure_adam(parameters: Iterable[torch.nn.Parameter], config: OptimizerConfig) -> Any:

@@ -16,105 +16,74 @@ from lightning_embinit.models.optimization import noam_peak_lr
 
 Groups = tuple[dict[str, Any], dict[str, Any]]
 """A preset's ``architecture`` and ``optimizer`` fields."""
+Builder = Callable[[Mapping[str, Any], Mapping[str, Any]], Groups]
+"""The groups of a preset from the user's ``architecture`` and ``optimizer`` overrides."""
+ADAM = {"betas": (0.9, 0.98), "eps": 1e-9}
+"""The Adam of [K] and [R]; the learning rate and schedule are each preset's."""
 
 
-def kim_heads(d_model: int, preset: str) -> int:
-    """[K]'s head count: 8, or 10 when D is not a multiple of 8 (D = 300, 50)."""
-    for heads in (8, 10):
-        if d_model % heads == 0:
-            return heads
-    raise ValueError(f"{preset}: d_model={d_model} is divisible by neither 8 nor 10 heads; pass num_heads")
-
-
-def _heads(architecture: Mapping[str, Any], d_model: int, preset: str) -> Any:
-    """The overridden ``num_heads`` (checked by the config), else [K]'s count for ``d_model``."""
-    return kim_heads(d_model, preset) if architecture.get("num_heads") is None else architecture["num_heads"]
-
-
-KIM_OPTIMIZER = {"betas": (0.9, 0.98), "eps": 1e-9, "lr_schedule": "constant"}
-"""Kim et al.'s Adam ([K]); the learning rate is each preset's."""
-
-
-def _kim_multi30k(architecture: Mapping[str, Any], optimizer: Mapping[str, Any]) -> Groups:
-    d = architecture.get("d_model", 512)
-    return {
-        "d_model": d,
-        "num_heads": _heads(architecture, d, "kim_multi30k"),
-        "num_encoder_layers": 3,
-        "num_decoder_layers": 3,
-        "ffn_dim": 4 * d,
-        "dropout": 0.1,
-        "pre_norm": False,
-        "activation": "relu",
-        "positional": "interleaved",
-        "input_scale": "sqrt_d",
-        "init_scheme": "xavier",
-    }, {"lr": 2e-4, **KIM_OPTIMIZER}
-
-
-def _reinforced_sizes(
-    architecture: Mapping[str, Any], optimizer: Mapping[str, Any], d: int, heads: int, ffn: int, layers: int
-) -> Groups:
-    """[R]'s sizes and schedule (docs/concepts.md) with m = ``d``; r = q = m and the Noam peak lr = m^−½·w^−½ follow
-    an overridden ``d_model`` and ``warmup_steps``."""
-    d, warmup = architecture.get("d_model", d), optimizer.get("warmup_steps", 4000)
-    return {
-        "d_model": d,
-        "num_heads": heads,
-        "qk_head_dim": d,
-        "v_head_dim": d,
-        "ffn_dim": ffn,
-        "num_encoder_layers": layers,
-        "num_decoder_layers": layers,
-        "dropout": 0.1,
-        "activation": "relu",
-        "positional": "half",
-        "max_len": 128,
-    }, {"lr_schedule": "noam", "warmup_steps": warmup, "lr": noam_peak_lr(d, warmup), "betas": (0.9, 0.98), "eps": 1e-9}
-
-
-def _reinforced_baseline(architecture: Mapping[str, Any], optimizer: Mapping[str, Any]) -> Groups:
-    sizes, schedule = _reinforced_sizes(architecture, optimizer, 128, 8, 512, 4)
-    return {**sizes, "input_scale": "sqrt_d"}, schedule
-
-
-def _reinforced_proposed(architecture: Mapping[str, Any], optimizer: Mapping[str, Any]) -> Groups:
-    return _reinforced_sizes(architecture, optimizer, 64, 4, 256, 2)
-
-
-def _kim_classifier(preset: str, num_segments: int) -> Callable[[Mapping[str, Any], Mapping[str, Any]], Groups]:
-    """Kim et al.'s classifier ([K]): 3 post-LN layers, 8 heads (10 when d is not a multiple of 8), FFN 4d,
-    dropout 0.1, ReLU, Xavier, Adam(0.9, 0.98, 1e−9) at lr 1e−4; d = the embedding source's width, 512 by
-    default; ``num_segments`` learned segment vectors for sentence pairs (MNLI)."""
+def _kim(preset: str, lr: float, **fields: Any) -> Builder:
+    """Kim et al.'s transformer ([K]): post-LN, 8 heads (10 when d is not a multiple of 8), FFN 4d, dropout 0.1,
+    ReLU, interleaved P at √d, Xavier, Adam(0.9, 0.98, 1e−9) at ``lr``; d = the embedding source's width, 512 by
+    default; ``fields``: the preset's own (layers, pooling, segments)."""
 
     def build(architecture: Mapping[str, Any], optimizer: Mapping[str, Any]) -> Groups:
-        d = architecture.get("d_model", 512)
+        d, heads = architecture.get("d_model", 512), architecture.get("num_heads")  # an override: checked by the config
+        if heads is None:
+            heads = next((count for count in (8, 10) if d % count == 0), None)
+            if heads is None:
+                raise ValueError(f"{preset}: d_model={d} is divisible by neither 8 nor 10 heads; pass num_heads")
         return {
             "d_model": d,
-            "num_heads": _heads(architecture, d, preset),
-            "num_layers": 3,
+            "num_heads": heads,
+            **fields,
             "ffn_dim": 4 * d,
             "dropout": 0.1,
             "pre_norm": False,
             "activation": "relu",
             "positional": "interleaved",
             "input_scale": "sqrt_d",
-            "pooling": "cls",
-            "num_segments": num_segments,
             "init_scheme": "xavier",
-        }, {"lr": 1e-4, **KIM_OPTIMIZER}
+        }, {"lr": lr, "lr_schedule": "constant", **ADAM}
+
+    return build
+
+
+def _reinforced(d: int, heads: int, ffn: int, layers: int, **fields: Any) -> Builder:
+    """[R]'s sizes and schedule (docs/concepts.md) with m = ``d``; r = q = m and the Noam peak lr = m^−½·w^−½ follow
+    an overridden ``d_model`` and ``warmup_steps``."""
+
+    def build(architecture: Mapping[str, Any], optimizer: Mapping[str, Any]) -> Groups:
+        m, warmup = architecture.get("d_model", d), optimizer.get("warmup_steps", 4000)
+        return {
+            "d_model": m,
+            "num_heads": heads,
+            "qk_head_dim": m,
+            "v_head_dim": m,
+            "ffn_dim": ffn,
+            "num_encoder_layers": layers,
+            "num_decoder_layers": layers,
+            "dropout": 0.1,
+            "activation": "relu",
+            "positional": "half",
+            "max_len": 128,
+            **fields,
+        }, {"lr_schedule": "noam", "warmup_steps": warmup, "lr": noam_peak_lr(m, warmup), **ADAM}
 
     return build
 
 
 _SEQ2SEQ = "lightning_embinit.models.seq2seq.TransformerSeq2Seq"
 _CLASSIFIER = "lightning_embinit.models.classifier.TransformerClassifier"
-PRESETS: dict[str, tuple[str, Callable[[Mapping[str, Any], Mapping[str, Any]], Groups]]] = {
-    "kim_multi30k": (_SEQ2SEQ, _kim_multi30k),
-    "reinforced_baseline": (_SEQ2SEQ, _reinforced_baseline),
-    "reinforced_proposed": ("lightning_embinit.models.reinforced.ReinforcedTransformerSeq2Seq", _reinforced_proposed),
-    "kim_sst2": (_CLASSIFIER, _kim_classifier("kim_sst2", 0)),
-    "kim_mnli": (_CLASSIFIER, _kim_classifier("kim_mnli", 2)),
+PRESETS: dict[str, tuple[str, Builder]] = {
+    "kim_multi30k": (_SEQ2SEQ, _kim("kim_multi30k", 2e-4, num_encoder_layers=3, num_decoder_layers=3)),
+    "reinforced_baseline": (_SEQ2SEQ, _reinforced(128, 8, 512, 4, input_scale="sqrt_d")),
+    "reinforced_proposed": (
+        "lightning_embinit.models.reinforced.ReinforcedTransformerSeq2Seq",
+        _reinforced(64, 4, 256, 2),
+    ),
+    "kim_sst2": (_CLASSIFIER, _kim("kim_sst2", 1e-4, num_layers=3, pooling="cls", num_segments=0)),
+    "kim_mnli": (_CLASSIFIER, _kim("kim_mnli", 1e-4, num_layers=3, pooling="cls", num_segments=2)),
 }
 """Preset name → (model class path, the ``architecture`` and ``optimizer`` fields from their overrides).
 ``kim_multi30k``: Kim et al.'s protocol ([K]: 3+3 post-LN layers, 8 heads — 10 when d is not a multiple of 8 —
@@ -122,7 +91,8 @@ dropout 0.1, Adam lr 2e-4, FFN 4d; d = the embedding source's width, 512 by defa
 reinforced transformer paper's baseline ([R], docs/concepts.md: 4+4, m = 128, FFN 512, 8 heads, r = q = 128, tutorial
 PE layout, Noam with warmup 4000 and peak m^−½·w^−½). ``reinforced_proposed``: [R]'s proposed model (2+2, m = 64, FFN
 256, 4 heads, r = q = 64, same schedule with its own m). In both, r, q and the peak lr follow an overridden
-``d_model`` and ``warmup_steps``. ``kim_sst2``, ``kim_mnli``: [K]'s encoder classifier (:func:`_kim_classifier`)."""
+``d_model`` and ``warmup_steps``. ``kim_sst2``, ``kim_mnli``: [K]'s encoder classifier (3 post-LN layers, ``cls``
+pooling; MNLI's sentence pairs with 2 learned segment vectors)."""
 
 
 def preset_arguments(name: str, **overrides: Any) -> tuple[type, dict[str, Any]]:

@@ -1,6 +1,6 @@
 """What both translation systems share (docs/concepts.md#kim-testbed, #reinforced-training): :class:`Seq2SeqModule`.
 
-It holds an encoder–decoder architecture (:class:`~lightning_embinit.architectures.Seq2SeqArchitecture`) as
+It holds an encoder–decoder (:class:`~lightning_embinit.architectures.encoder_decoder.Seq2SeqArchitecture`) as
 ``self.model`` and owns the rest: the two sides' tokenizers (configs saved in the hyperparameters, so a
 checkpoint decodes new text with its own), masked cross-entropy, validation/test loss and corpus BLEU,
 decoding (:mod:`~lightning_embinit.modules.decoding`), ``translate``/``predict_step``.
@@ -16,7 +16,6 @@ from typing import Any, ClassVar
 import torch
 import torch.nn.functional as F
 from lightning.pytorch.utilities import rank_zero_info, rank_zero_warn
-from torchmetrics.aggregation import MeanMetric
 
 from lightning_embinit.architectures.encoder_decoder import Seq2SeqArchitecture
 from lightning_embinit.checks import (
@@ -27,11 +26,11 @@ from lightning_embinit.checks import (
     check_probability,
     check_texts,
 )
-from lightning_embinit.models.metrics import CorpusBLEU, PerplexityFromLoss
+from lightning_embinit.models.metrics import CorpusBLEU
 from lightning_embinit.models.module import EmbinitModule
-from lightning_embinit.models.vocabularies import followed_tokenizer, side_vocabulary
-from lightning_embinit.modules.decoding import decode
-from lightning_embinit.text.tokenization import TextTokenizer
+from lightning_embinit.models.vocabularies import saved_tokenizer, side_vocabulary
+from lightning_embinit.modules.decoding import beam_search, greedy_decode
+from lightning_embinit.text.batches import pad_sequences
 
 BLEU_REFERENCES = ("tokenizer", "raw")
 """What BLEU scores the detokenized hypotheses against: ``tokenizer`` — each reference as the target
@@ -47,8 +46,7 @@ def split_translation_batch(batch: Any) -> tuple[torch.Tensor, torch.Tensor | No
         return batch["src"], batch.get("tgt"), batch.get("tgt_text")
     if isinstance(batch, torch.Tensor):
         return batch, None, None
-    src, tgt = batch[0], batch[1]
-    return src, tgt, None
+    return batch[0], batch[1], None
 
 
 def check_decoding(
@@ -106,27 +104,19 @@ class Seq2SeqModule(EmbinitModule):
             "bleu_references": bleu_references,
         }
         config = self._configure(architecture, optimizer, own=own)
-        self.src_tokenizer, src_vocab = side_vocabulary("src", src_tokenizer, src_vocab_size)
-        self.tgt_tokenizer, tgt_vocab = side_vocabulary("tgt", tgt_tokenizer, tgt_vocab_size)
-        # In the checkpoint (so it decodes new text with its own vocabularies) but not among the
-        # hyperparameters sent to loggers: they are long, and a TranslationDataModule's own
-        # ``src_tokenizer``/``tgt_tokenizer`` (a spec such as "word") would clash with them there.
-        for name, tokenizer in (("src_tokenizer", self.src_tokenizer), ("tgt_tokenizer", self.tgt_tokenizer)):
-            self.hparams[name] = None if tokenizer is None else tokenizer.to_config()
-        self.train_loss_epoch = MeanMetric()
-        self.val_loss, self.val_ppl, self.val_bleu = MeanMetric(), PerplexityFromLoss(), CorpusBLEU()
-        self.test_loss, self.test_ppl, self.test_bleu = MeanMetric(), PerplexityFromLoss(), CorpusBLEU()
+        src_tokenizer, src_vocab = side_vocabulary("src", src_tokenizer, src_vocab_size)
+        tgt_tokenizer, tgt_vocab = side_vocabulary("tgt", tgt_tokenizer, tgt_vocab_size)
+        self._set_tokenizer("src_tokenizer", src_tokenizer)
+        self._set_tokenizer("tgt_tokenizer", tgt_tokenizer)
+        self._add_token_loss_metrics()
+        self.val_bleu, self.test_bleu = CorpusBLEU(), CorpusBLEU()
         self._validation_runs = 0
         self._bleu_this_run = False
         self._signature_logged = False
         self._warned: set[str] = set()
         self.model = self.architecture_class(config, src_vocab, tgt_vocab)
 
-    # ----------------------------------------------------------------- forward, loss
-    def forward(self, src: torch.Tensor, tgt_in: torch.Tensor) -> torch.Tensor:
-        """(B, S) source ids + (B, T) decoder input ids → (B, T, ``|V_tgt|``) next-token logits."""
-        return self.model(src, tgt_in)
-
+    # ----------------------------------------------------------------- loss
     def teacher_forced_loss(
         self, src: torch.Tensor, tgt: torch.Tensor, *, label_smoothing: float
     ) -> tuple[torch.Tensor, torch.Tensor]:
@@ -162,60 +152,29 @@ class Seq2SeqModule(EmbinitModule):
 
     def _follow_vocabulary(self, change: Any, vocab: Any) -> Callable[[], None]:
         sides = {"src": ("src",), "tgt": ("tgt",), "shared": ("src", "tgt")}[change.slot]
-        tokenizers = {
-            side: followed_tokenizer(
-                getattr(self, f"{side}_tokenizer"), change.tokens, change.tokenizer, option=f"{side}_tokenizer"
-            )
-            for side in sides
-        }
-
-        def follow() -> None:
-            for side, tokenizer in tokenizers.items():
-                setattr(self, f"{side}_tokenizer", tokenizer)
-                self.hparams[f"{side}_tokenizer"] = None if tokenizer is None else tokenizer.to_config()
-                if self.hparams.get(f"{side}_vocab_size") is not None:
-                    self.hparams[f"{side}_vocab_size"] = len(change.tokens)
-
-        return follow
+        return self._follow_tokenizers(change, [f"{side}_tokenizer" for side in sides])
 
     @classmethod
     def checkpoint_vocabularies(cls, hparams: Mapping[str, Any]) -> dict[str, tuple[list[str] | None, Any]]:
-        found = {}
-        for side in ("src", "tgt"):
-            config = hparams.get(f"{side}_tokenizer")
-            tokenizer = None if config is None else TextTokenizer.from_config(config)
-            found[side] = (None if tokenizer is None else list(tokenizer.tokens), tokenizer)
+        found = {side: saved_tokenizer(hparams.get(f"{side}_tokenizer")) for side in ("src", "tgt")}
         return {"shared": found["src"]} if hparams.get("architecture", {}).get("share_embeddings") else found
 
     # ----------------------------------------------------------------- Lightning steps
     def training_step(self, batch: Any, batch_idx: int) -> torch.Tensor:
         src, tgt, _ = split_translation_batch(batch)
         loss, count = self.teacher_forced_loss(src, tgt, label_smoothing=self.hparams.label_smoothing)
-        self.train_loss_epoch.update(loss.detach().float(), weight=count)
-        self.log("train_loss", loss, prog_bar=True, on_step=True, on_epoch=False, batch_size=src.shape[0])
-        self.log("train_loss_epoch", self.train_loss_epoch, on_step=False, on_epoch=True, batch_size=src.shape[0])
+        self._log_token_loss("train", loss, count, src.shape[0])
         return loss
 
-    def on_fit_start(self) -> None:
-        super().on_fit_start()
-        self._signature_logged = False  # each run's logger gets the signature once
-
-    def on_validation_start(self) -> None:
-        super().on_validation_start()
-        if self.trainer.state.fn != "fit":  # a validate() run; within fit the fit's logger has it already
-            self._signature_logged = False
-
-    def on_test_start(self) -> None:
-        super().on_test_start()
-        self._signature_logged = False
+    def setup(self, stage: str) -> None:
+        self._signature_logged = False  # once per fit/validate/test run: each run's logger gets the signature
 
     def on_validation_epoch_start(self) -> None:
         super().on_validation_epoch_start()
         every = self.hparams.bleu_every_n_validations
-        trainer = self.trainer
-        if trainer.sanity_checking:
+        if self.trainer.sanity_checking:
             self._bleu_this_run = False
-        elif trainer.state.fn != "fit":  # a validate() call: always BLEU ("at the end" = validate after fit)
+        elif self.trainer.state.fn != "fit":  # a validate() call: always BLEU ("at the end" = validate after fit)
             self._bleu_this_run = True
         else:
             self._validation_runs += 1
@@ -232,16 +191,11 @@ class Seq2SeqModule(EmbinitModule):
         if tgt is None:
             raise ValueError(f"{prefix} batches need targets ('tgt')")
         loss, count = self.teacher_forced_loss(src, tgt, label_smoothing=0.0)
-        loss_metric, ppl_metric = getattr(self, f"{prefix}_loss"), getattr(self, f"{prefix}_ppl")
-        loss_metric.update(loss.detach().float(), weight=count)
-        ppl_metric.update(loss.detach().float(), weight=count)
-        batch_size = src.shape[0]
-        self.log(f"{prefix}_loss", loss_metric, prog_bar=prefix == "val", on_epoch=True, batch_size=batch_size)
-        self.log(f"{prefix}_ppl", ppl_metric, on_epoch=True, batch_size=batch_size)
+        self._log_token_loss(prefix, loss, count, src.shape[0])
         if with_bleu and self._can_score(tgt_text):
             bleu = getattr(self, f"{prefix}_bleu")
             bleu.update(self._detokenize(self.generate(src)), self._references(tgt_text))
-            self.log(f"{prefix}_bleu", bleu, prog_bar=prefix == "val", on_epoch=True, batch_size=batch_size)
+            self.log(f"{prefix}_bleu", bleu, prog_bar=prefix == "val", on_epoch=True, batch_size=src.shape[0])
             self._log_signature(bleu)
         return loss
 
@@ -312,14 +266,13 @@ class Seq2SeqModule(EmbinitModule):
     ) -> torch.Tensor:
         """(B, S) source ids → (B, L) output ids (greedy for beam 1; None: the hyperparameter's value)."""
         check_decoding(beam_size, length_penalty, max_len, optional=True)
-        hp = self.hparams
-        return decode(
-            self.model,
-            src,
-            beam_size=hp.beam_size if beam_size is None else beam_size,
-            max_len=self.decode_length(src) if max_len is None else max_len,
-            length_penalty=hp.length_penalty if length_penalty is None else length_penalty,
-            use_cache=use_cache,
+        beam_size = self.hparams.beam_size if beam_size is None else beam_size
+        max_len = self.decode_length(src) if max_len is None else max_len
+        if beam_size == 1:
+            return greedy_decode(self.model, src, max_len=max_len, use_cache=use_cache)
+        length_penalty = self.hparams.length_penalty if length_penalty is None else length_penalty
+        return beam_search(
+            self.model, src, beam_size=beam_size, max_len=max_len, length_penalty=length_penalty, use_cache=use_cache
         )
 
     def translate(
@@ -350,10 +303,7 @@ class Seq2SeqModule(EmbinitModule):
         try:
             for start in range(0, len(order), batch_size):
                 chunk = order[start : start + batch_size]
-                width = max(len(encoded[i]) for i in chunk)
-                src = torch.full((len(chunk), width), source.pad_id, dtype=torch.long, device=self.device)
-                for row, i in enumerate(chunk):
-                    src[row, : len(encoded[i])] = torch.tensor(encoded[i])
+                src = pad_sequences([encoded[i] for i in chunk], source.pad_id).to(self.device)
                 outputs = self.generate(src, beam_size=beam_size, length_penalty=length_penalty, max_len=max_len)
                 for i, text in zip(chunk, self._detokenize(outputs)):
                     results[i] = text

@@ -15,11 +15,9 @@ from typing import Any
 
 import torch
 import torch.nn.functional as F
-from torchmetrics.aggregation import MeanMetric
 
 from lightning_embinit.architectures.causal_lm import CausalLM
 from lightning_embinit.architectures.config import CausalLMConfig
-from lightning_embinit.models.metrics import PerplexityFromLoss
 from lightning_embinit.models.module import EmbinitModule
 from lightning_embinit.models.optimization import OptimizerConfig
 from lightning_embinit.vocabulary import Vocabulary
@@ -80,15 +78,7 @@ class TiedEmbeddingLM(EmbinitModule):
         )
         self.special_tokens = dict(vocab.special_tokens)
         self.model = CausalLM(config, vocab)
-        self.train_loss_epoch = MeanMetric()
-        self.val_loss = MeanMetric()
-        self.val_ppl = PerplexityFromLoss()
-        self.test_loss = MeanMetric()
-        self.test_ppl = PerplexityFromLoss()
-
-    def forward(self, input_ids: torch.Tensor) -> torch.Tensor:
-        """(B, L) token ids → (B, L, n) next-token logits."""
-        return self.model(input_ids)
+        self._add_token_loss_metrics()
 
     def output_states(self, batch: Any) -> torch.Tensor:
         """The (K, D) states that meet the output matrix at the batch's non-padding positions."""
@@ -123,34 +113,19 @@ class TiedEmbeddingLM(EmbinitModule):
         ignore = -100 if self.model.padding_idx is None else self.model.padding_idx
         return F.cross_entropy(logits.flatten(0, 1), targets.flatten(), ignore_index=ignore)
 
-    def _step(self, batch: Any) -> tuple[torch.Tensor, torch.Tensor, int]:
+    def _step(self, batch: Any, stage: str) -> torch.Tensor:
         inputs, targets = split_batch(batch)
         loss = self.loss(self(inputs), targets)
-        if self.model.padding_idx is None:
-            count = torch.tensor(targets.numel(), device=loss.device)
-        else:
-            count = (targets != self.model.padding_idx).sum()  # stays on the device: no sync per step
-        return loss, count, inputs.shape[0]
+        pad = self.model.padding_idx  # the count stays on the device: no sync per step
+        count = torch.tensor(targets.numel(), device=loss.device) if pad is None else (targets != pad).sum()
+        self._log_token_loss(stage, loss, count, inputs.shape[0])
+        return loss
 
     def training_step(self, batch: Any, batch_idx: int) -> torch.Tensor:
-        loss, count, batch_size = self._step(batch)
-        self.train_loss_epoch.update(loss.detach().float(), weight=count)
-        self.log("train_loss", loss, prog_bar=True, on_step=True, on_epoch=False, batch_size=batch_size)
-        self.log("train_loss_epoch", self.train_loss_epoch, on_step=False, on_epoch=True, batch_size=batch_size)
-        return loss
+        return self._step(batch, "train")
 
     def validation_step(self, batch: Any, batch_idx: int) -> torch.Tensor:
-        return self._evaluate(batch, self.val_loss, self.val_ppl, "val")
+        return self._step(batch, "val")
 
     def test_step(self, batch: Any, batch_idx: int) -> torch.Tensor:
-        return self._evaluate(batch, self.test_loss, self.test_ppl, "test")
-
-    def _evaluate(
-        self, batch: Any, loss_metric: MeanMetric, ppl_metric: PerplexityFromLoss, prefix: str
-    ) -> torch.Tensor:
-        loss, count, batch_size = self._step(batch)
-        loss_metric.update(loss.detach().float(), weight=count)
-        ppl_metric.update(loss.detach().float(), weight=count)
-        self.log(f"{prefix}_loss", loss_metric, prog_bar=prefix == "val", on_epoch=True, batch_size=batch_size)
-        self.log(f"{prefix}_ppl", ppl_metric, on_epoch=True, batch_size=batch_size)
-        return loss
+        return self._step(batch, "test")

@@ -68,3 +68,10 @@ def followed_tokenizer(
         )
     config = {**current.to_config(), "tokens": list(tokens)}
     return TextTokenizer.from_config(config)
+
+
+def saved_tokenizer(config: Any) -> tuple[list[str] | None, TextTokenizer | None]:
+    """(token strings, tokenizer) of a tokenizer config kept in a checkpoint's hyperparameters; (None, None) for
+    None."""
+    tokenizer = None if config is None else TextTokenizer.from_config(config)
+    return (None if tokenizer is None else list(tokenizer.tokens), tokenizer)

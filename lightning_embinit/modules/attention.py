@@ -89,9 +89,6 @@ class MultiHeadAttention(nn.Module):
         bias = None if projections[0].bias is None else torch.cat([p.bias for p in projections])
         return F.linear(x, weight, bias).split([p.out_features for p in projections], dim=-1)
 
-    def _fused_qkv(self, x: torch.Tensor) -> tuple[torch.Tensor, ...]:
-        return self._fused(x, self.q_proj, self.k_proj, self.v_proj)
-
     def _heads(self, x: torch.Tensor, head_dim: int) -> torch.Tensor:
         return x.unflatten(-1, (self.num_heads, head_dim)).transpose(1, 2)  # (B, H, L, h)
 
@@ -119,34 +116,27 @@ class MultiHeadAttention(nn.Module):
         values from ``value``, else from ``key``). With a ``cache`` the new keys/values are appended
         to (self-attention) or read from (static cache, after its first call) the earlier steps'.
         """
-        if cache is not None and cache.static:  # a memory: projected once, then read back
-            q = self._heads(self.q_proj(query), self.qk_head_dim)
-            if cache.filled:
-                k, v = cache.key, cache.value
-            elif key is None:
-                raise ValueError("a static (cross-attention) cache is filled from a memory: pass key at the first step")
-            else:
-                k, v = cache.extend(*self._project_kv(key, value))
-        elif key is None:
+        static = cache is not None and cache.static
+        if key is None and not static:  # self-attention
             if value is None:
-                q, k, v = self._fused_qkv(query)
+                q, k, v = self._fused(query, self.q_proj, self.k_proj, self.v_proj)
             else:
                 q, k = self._fused(query, self.q_proj, self.k_proj)
                 v = self.v_proj(value)
-            q, k, v = (
-                self._heads(q, self.qk_head_dim),
-                self._heads(k, self.qk_head_dim),
-                self._heads(v, self.v_head_dim),
-            )
+            k, v = self._heads(k, self.qk_head_dim), self._heads(v, self.v_head_dim)
             if cache is not None:
                 k, v = cache.extend(k, v)
+        elif static and cache.filled:  # a memory projected at the first step, read back
+            q, k, v = self.q_proj(query), cache.key, cache.value
+        elif key is None:
+            raise ValueError("a static (cross-attention) cache is filled from a memory: pass key at the first step")
         else:
-            q = self._heads(self.q_proj(query), self.qk_head_dim)
-            k, v = self._project_kv(key, value)
+            q, (k, v) = self.q_proj(query), self._project_kv(key, value)
+            if static:
+                k, v = cache.extend(k, v)
+        q = self._heads(q, self.qk_head_dim)
         lq, lk = q.shape[-2], k.shape[-2]
-        mask = None
-        if key_padding_mask is not None:
-            mask = ~key_padding_mask[:, None, None, :]  # True = attend
+        mask = None if key_padding_mask is None else ~key_padding_mask[:, None, None, :]  # True = attend
         if causal and (mask is not None or lq != lk):
             if lq > 1:  # queries are the last lq of lk positions (incremental decoding)
                 allowed = torch.ones(lq, lk, dtype=torch.bool, device=q.device).tril(lk - lq)

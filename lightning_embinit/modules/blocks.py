@@ -29,7 +29,7 @@ NORMS = ("layernorm", "rmsnorm")
 
 
 def identity(x: torch.Tensor) -> torch.Tensor:
-    """The ``none`` activation."""
+    """The ``none`` activation (a named function: modules that hold it pickle)."""
     return x
 
 
@@ -82,7 +82,6 @@ class FeedForward(nn.Module):
 
     def __init__(self, dim: int, hidden_dim: int, *, activation: str = "gelu", bias: bool = True, dropout: float = 0.0):
         super().__init__()
-        self.activation = activation
         self._act = activation_fn(activation)
         self.fc1 = nn.Linear(dim, hidden_dim, bias=bias)
         self.fc2 = nn.Linear(hidden_dim, dim, bias=bias)
@@ -216,10 +215,9 @@ class TransformerStack(nn.Module):
     """``num_layers`` :class:`TransformerBlock` s of width ``dim``, and a final norm when pre-LN.
 
     ``causal``: self-attention sees positions ≤ t only (a decoder, a language model) or the whole padded
-    sequence (an encoder). ``cross_attention``: every layer also attends to a memory (an encoder–decoder's
-    decoder). Incremental decoding goes through a :class:`DecoderCache`. ``values``/``memory_values``
-    ([R]'s reinforced model) go to every layer's self-/cross-attention. ``block_options`` are
-    :class:`TransformerBlock`'s.
+    sequence (an encoder). ``block_options`` are :class:`TransformerBlock`'s; with ``cross_attention=True`` every
+    layer also attends to a memory (an encoder–decoder's decoder). Incremental decoding goes through a
+    :class:`DecoderCache`; masks and ``values``/``memory_values`` ([R]'s reinforced model) go to every layer.
     """
 
     def __init__(
@@ -230,7 +228,6 @@ class TransformerStack(nn.Module):
         hidden_dim: int,
         *,
         causal: bool = False,
-        cross_attention: bool = False,
         pre_norm: bool = False,
         norm: str = "layernorm",
         norm_eps: float = 1e-5,
@@ -240,17 +237,9 @@ class TransformerStack(nn.Module):
         if num_layers < 1:
             raise ValueError(f"num_layers must be ≥ 1, got {num_layers}")
         self.causal = causal
-        self.cross_attention = cross_attention
         self.layers = nn.ModuleList(
             TransformerBlock(
-                dim,
-                num_heads,
-                hidden_dim,
-                pre_norm=pre_norm,
-                cross_attention=cross_attention,
-                norm=norm,
-                norm_eps=norm_eps,
-                **block_options,
+                dim, num_heads, hidden_dim, pre_norm=pre_norm, norm=norm, norm_eps=norm_eps, **block_options
             )
             for _ in range(num_layers)
         )
@@ -261,29 +250,14 @@ class TransformerStack(nn.Module):
         return DecoderCache(len(self.layers))
 
     def forward(
-        self,
-        x: torch.Tensor,
-        memory: torch.Tensor | None = None,
-        *,
-        padding_mask: torch.Tensor | None = None,
-        memory_padding_mask: torch.Tensor | None = None,
-        values: torch.Tensor | None = None,
-        memory_values: torch.Tensor | None = None,
-        cache: DecoderCache | None = None,
+        self, x: torch.Tensor, memory: torch.Tensor | None = None, *, cache: DecoderCache | None = None, **inputs: Any
     ) -> torch.Tensor:
-        """(B, L, dim) → (B, L, dim); with ``cache`` ``x`` holds only the new positions."""
+        """(B, L, dim) → (B, L, dim); ``inputs`` go to every layer (:meth:`TransformerBlock.forward`'s masks and
+        values); with ``cache`` ``x`` holds only the new positions."""
         for i, layer in enumerate(self.layers):
-            x = layer(
-                x,
-                memory,
-                causal=self.causal,
-                padding_mask=padding_mask,
-                memory_padding_mask=memory_padding_mask,
-                values=values,
-                memory_values=memory_values,
-                self_cache=None if cache is None else cache.self_attention[i],
-                cross_cache=None if cache is None else cache.cross_attention[i],
-            )
+            if cache is not None:
+                inputs.update(self_cache=cache.self_attention[i], cross_cache=cache.cross_attention[i])
+            x = layer(x, memory, causal=self.causal, **inputs)
         if cache is not None:
             cache.length += x.shape[1]
         return x if self.final_norm is None else self.final_norm(x)

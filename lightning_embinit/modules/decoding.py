@@ -16,7 +16,7 @@ Finished rows leave the batch.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, fields
+from dataclasses import dataclass
 from typing import Protocol
 
 import torch
@@ -36,12 +36,8 @@ class EncoderState:
 
     def select(self, indices: torch.Tensor) -> EncoderState:
         """The rows ``indices`` of every tensor (repeat for beams, drop finished sentences)."""
-        return EncoderState(
-            **{
-                f.name: None if (t := getattr(self, f.name)) is None else t.index_select(0, indices)
-                for f in fields(self)
-            }
-        )
+        tensors = (self.memory, self.padding_mask, self.values)
+        return EncoderState(*(None if t is None else t.index_select(0, indices) for t in tensors))
 
 
 class IncrementalDecoder(Protocol):
@@ -107,36 +103,10 @@ Hypotheses = list[list[tuple[float, list[int]]]]
 """Per sentence: its finished hypotheses as (score, token ids ending in ``eos`` unless cut at max_len)."""
 
 
-def _finish_eos_candidates(
-    finished: Hypotheses,
-    alive: list[int],
-    prefix: torch.Tensor,
-    top_scores: torch.Tensor,
-    parents: torch.Tensor,
-    is_eos: torch.Tensor,
-    *,
-    k: int,
-    eos_id: int,
-    length: int,
-    length_penalty: float,
-) -> None:
-    """Finish the continuations ending in ``eos`` among each row's k best (score log p / ``|y|^α``)."""
-    for row, rank in (is_eos[:, :k] & (top_scores[:, :k] > float("-inf"))).nonzero().tolist():
-        sentence = alive[row]
-        if len(finished[sentence]) < k:
-            hypothesis = prefix[row * k + parents[row, rank], 1:].tolist() + [eos_id]
-            finished[sentence].append((top_scores[row, rank].item() / length**length_penalty, hypothesis))
-
-
-def _finish_live_beams(
-    finished: Hypotheses, alive: list[int], prefix: torch.Tensor, scores: torch.Tensor, *, k: int, length_penalty: float
-) -> None:
-    """At ``max_len``: the live beams finish as they are, without ``eos``."""
-    for row, sentence in enumerate(alive):
-        for beam in range(k):
-            if len(finished[sentence]) < k and scores[row, beam] > float("-inf"):
-                hypothesis = prefix[row * k + beam, 1:].tolist()
-                finished[sentence].append((scores[row, beam].item() / len(hypothesis) ** length_penalty, hypothesis))
+def _finish(hypotheses: list[tuple[float, list[int]]], k: int, log_p: float, tokens: list[int], alpha: float) -> None:
+    """Add a finished hypothesis, scored log p / ``|y|^α``, unless its sentence has ``k`` already."""
+    if len(hypotheses) < k:
+        hypotheses.append((log_p / len(tokens) ** alpha, tokens))
 
 
 def _best_hypotheses(finished: Hypotheses, *, pad_id: int, device: torch.device) -> torch.Tensor:
@@ -175,18 +145,9 @@ def beam_search(
         top_scores, top_index = candidates.topk(min(2 * k, k * vocab), dim=1)
         parents, tokens = top_index // vocab, top_index % vocab
         is_eos = tokens == model.eos_id
-        _finish_eos_candidates(
-            finished,
-            alive,
-            prefix,
-            top_scores,
-            parents,
-            is_eos,
-            k=k,
-            eos_id=model.eos_id,
-            length=step + 1,
-            length_penalty=length_penalty,
-        )
+        for row, rank in (is_eos[:, :k] & (top_scores[:, :k] > float("-inf"))).nonzero().tolist():
+            hypothesis = prefix[row * k + parents[row, rank], 1:].tolist() + [model.eos_id]
+            _finish(finished[alive[row]], k, top_scores[row, rank].item(), hypothesis, length_penalty)
         scores, position = top_scores.masked_fill(is_eos, float("-inf")).topk(k, dim=1)
         source_rows = (torch.arange(len(alive), device=device)[:, None] * k + parents.gather(1, position)).flatten()
         prefix = torch.cat((prefix[source_rows], tokens.gather(1, position).flatten()[:, None]), dim=1)
@@ -202,23 +163,8 @@ def beam_search(
             scores, prefix, state = scores[keep], prefix[flat], state.select(flat)
             if cache is not None:
                 cache.reorder_(flat)
-    _finish_live_beams(finished, alive, prefix, scores, k=k, length_penalty=length_penalty)
+    for row, sentence in enumerate(alive):  # at max_len the live beams finish as they are, without eos
+        for beam, score in enumerate(scores[row].tolist()):
+            if score > float("-inf"):
+                _finish(finished[sentence], k, score, prefix[row * k + beam, 1:].tolist(), length_penalty)
     return _best_hypotheses(finished, pad_id=model.pad_id, device=device)
-
-
-def decode(
-    model: IncrementalDecoder,
-    src: torch.Tensor,
-    *,
-    beam_size: int = 1,
-    max_len: int,
-    length_penalty: float = 1.0,
-    use_cache: bool = True,
-) -> torch.Tensor:
-    """Greedy decoding for ``beam_size=1``, beam search otherwise."""
-    _check(max_len, beam_size, length_penalty)
-    if beam_size == 1:
-        return greedy_decode(model, src, max_len=max_len, use_cache=use_cache)
-    return beam_search(
-        model, src, beam_size=beam_size, max_len=max_len, length_penalty=length_penalty, use_cache=use_cache
-    )

@@ -49,12 +49,9 @@ class OutputHead(nn.Module):
             raise ValueError(
                 f"tied_shuffle needs shuffle_groups ≥ 2 dividing the dimension {dim}, got {shuffle_groups}"
             )
-        self.proj: nn.Linear | None = None
-        if kind == "untied":
-            self.proj = nn.Linear(dim, vocab_size, bias=bias)
-        elif kind == "tied_orthogonal":
-            self.proj = nn.Linear(dim, dim, bias=bias)
-            self.reset_orthogonal()
+        width = {"untied": vocab_size, "tied_orthogonal": dim}.get(kind)  # the kinds with a projection
+        self.proj = None if width is None else nn.Linear(dim, width, bias=bias)
+        self.reset_orthogonal()
 
     @property
     def is_tied(self) -> bool:
@@ -63,7 +60,7 @@ class OutputHead(nn.Module):
     @torch.no_grad()
     def reset_orthogonal(self) -> None:
         """Q ← a random orthogonal matrix, b ← 0 (``tied_orthogonal`` only)."""
-        if self.kind == "tied_orthogonal" and self.proj is not None:
+        if self.kind == "tied_orthogonal":
             nn.init.orthogonal_(self.proj.weight)
             if self.proj.bias is not None:
                 self.proj.bias.zero_()

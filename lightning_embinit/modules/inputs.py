@@ -1,8 +1,8 @@
 """What the first layer of every model sees: s · E[ids] + P (docs/concepts.md#transformer-input).
 
 - :class:`EmbeddingInput`: token lookup (:func:`lookup_tokens`, ids checked against the table),
-  input scale s (:func:`resolve_scale`: √D, 1/√D, 1 or a number) and positional rows
-  (:func:`embed_tokens`); :func:`fill_token_table_` (re)initializes a token table;
+  input scale s (:func:`resolve_scale`: √D, 1/√D, 1 or a number) and positional rows;
+  :func:`fill_token_table_` (re)initializes a token table;
 - positional encodings by name (:data:`POSITIONALS`, :func:`build_positional`): sinusoidal in
   Vaswani's interleaved or the tutorial's half layout ([R]), learned, or none (docs/concepts.md#sinusoidal-encoding);
 
@@ -12,7 +12,6 @@ Nothing here imports Lightning.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
 from typing import Any
 
 import torch
@@ -20,7 +19,7 @@ from torch import nn
 
 from lightning_embinit.checks import check_choice, check_finite, check_positive_int
 from lightning_embinit.init.host import EmbeddingSlot
-from lightning_embinit.init.positional import LAYOUTS, canonical_layout, sinusoidal_encoding
+from lightning_embinit.init.positional import canonical_layout, sinusoidal_encoding
 from lightning_embinit.init.schemes import get_scheme
 from lightning_embinit.modules.blocks import Dropout
 
@@ -30,61 +29,51 @@ cosines, the TensorFlow tutorial's, [R]; ``halves`` is the same), ``sinusoidal``
 apart), ``learned`` (a trainable table) or ``none``."""
 
 
-def check_length(length: int, max_len: int) -> None:
-    """The one sequence-length check of the positional tables: ``length`` positions fit in ``max_len``."""
-    if length > max_len:
-        raise ValueError(f"sequence length {length} exceeds max_len={max_len}")
+class PositionalTable(nn.Module):
+    """A (max_len, D) table P of position vectors, ``weight``, whose rows are added to the (scaled) token vectors."""
+
+    weight: torch.Tensor
+
+    def encoding(self) -> torch.Tensor:
+        """The (max_len, D) matrix P, detached."""
+        return self.weight.detach()
+
+    def forward(self, length: int, offset: int = 0) -> torch.Tensor:
+        """Rows ``offset … offset + length − 1`` of P (``ValueError`` past ``max_len``)."""
+        if offset + length > self.weight.shape[0]:
+            raise ValueError(f"sequence length {offset + length} exceeds max_len={self.weight.shape[0]}")
+        return self.weight[offset : offset + length]
 
 
-class SinusoidalPositionalEncoding(nn.Module):
-    """Fixed P (``layout`` ``interleaved``, [K], or ``half``, [R]): added to the (scaled) token vectors."""
+class SinusoidalPositionalEncoding(PositionalTable):
+    """Fixed P (``layout`` ``interleaved``, [K], or ``half``, [R])."""
 
     def __init__(self, max_len: int, dim: int, *, layout: str = "interleaved") -> None:
         super().__init__()
         self.layout = canonical_layout(layout)
-        self.register_buffer("table", sinusoidal_encoding(max_len, dim, layout=layout), persistent=False)
-
-    def encoding(self) -> torch.Tensor:
-        """The (max_len, D) matrix P."""
-        return self.table
-
-    def forward(self, length: int, offset: int = 0) -> torch.Tensor:
-        """Rows ``offset … offset + length − 1`` of P (``ValueError`` past ``max_len``)."""
-        check_length(offset + length, self.table.shape[0])
-        return self.table[offset : offset + length]
+        self.register_buffer("weight", sinusoidal_encoding(max_len, dim, layout=layout), persistent=False)
 
 
-class LearnedPositionalEmbedding(nn.Module):
-    """A trainable (max_len, D) table of position vectors (GPT-2 style)."""
+class LearnedPositionalEmbedding(PositionalTable):
+    """A trainable P (GPT-2 style)."""
 
     def __init__(self, max_len: int, dim: int) -> None:
         super().__init__()
         self.weight = nn.Parameter(torch.empty(max_len, dim))
         nn.init.normal_(self.weight, std=0.02)
 
-    def encoding(self) -> torch.Tensor:
-        return self.weight.detach()
 
-    def forward(self, length: int, offset: int = 0) -> torch.Tensor:
-        """Rows ``offset … offset + length − 1`` (``ValueError`` past ``max_len``)."""
-        check_length(offset + length, self.weight.shape[0])
-        return self.weight[offset : offset + length]
-
-
-def build_positional(kind: str, max_len: int, dim: int, *, layout: str = "interleaved") -> nn.Module | None:
+def build_positional(kind: str, max_len: int, dim: int, *, layout: str = "interleaved") -> PositionalTable | None:
     """The positional module for a :data:`POSITIONALS` name (``none`` → None).
 
     ``interleaved`` and ``half`` (alias ``halves``) are sinusoidal tables in that layout;
     ``sinusoidal`` is a sinusoidal table in ``layout``; ``learned`` a trainable table.
     """
-    check_choice("positional encoding", kind, POSITIONALS)
-    if kind == "sinusoidal":
-        return SinusoidalPositionalEncoding(max_len, dim, layout=layout)
-    if kind in LAYOUTS:
-        return SinusoidalPositionalEncoding(max_len, dim, layout=kind)
+    if check_choice("positional encoding", kind, POSITIONALS) == "none":
+        return None
     if kind == "learned":
         return LearnedPositionalEmbedding(max_len, dim)
-    return None
+    return SinusoidalPositionalEncoding(max_len, dim, layout=layout if kind == "sinusoidal" else kind)
 
 
 def lookup_tokens(embedding: nn.Embedding, ids: torch.Tensor) -> torch.Tensor:
@@ -120,18 +109,6 @@ def resolve_scale(scale: str | float, dim: int, *, option: str = "embedding_scal
     return check_finite(option, scale)
 
 
-def embed_tokens(
-    embedding: nn.Embedding, ids: torch.Tensor, *, scale: float, positional: nn.Module | None, offset: int = 0
-) -> torch.Tensor:
-    """s · E[ids] + P[offset : offset + L]: (B, L) ids → (B, L, D), before the input dropout."""
-    x = lookup_tokens(embedding, ids)
-    if scale != 1.0:
-        x = x * scale
-    if positional is not None:
-        x = x + positional(ids.shape[1], offset)
-    return x
-
-
 @torch.no_grad()
 def fill_token_table_(table: nn.Embedding, scheme: str) -> None:
     """Fill a token table per the embedding scheme ``scheme`` (e.g. ``xavier``, ``normal:0.02``) until
@@ -163,13 +140,8 @@ class EmbeddingInput(nn.Module):
         super().__init__()
         self.embedding = embedding
         self.scale = resolve_scale(scale, embedding.embedding_dim, option=scale_option)
-        self.max_len = max_len
         self.positional = build_positional(positional, max_len, embedding.embedding_dim, layout=layout)
         self.dropout = Dropout(dropout)
-
-    def positional_encoding(self) -> Callable[[], torch.Tensor] | None:
-        """The callable an :class:`~lightning_embinit.init.EmbeddingSlot` takes (None when no P is added)."""
-        return None if self.positional is None else self.positional.encoding
 
     def slot(self, name: str, **options: Any) -> EmbeddingSlot:
         """An :class:`~lightning_embinit.init.EmbeddingSlot` for this input's table, its scale and P."""
@@ -177,12 +149,15 @@ class EmbeddingInput(nn.Module):
             name=name,
             embedding=self.embedding,
             input_scale=self.scale,
-            positional_encoding=self.positional_encoding(),
+            positional_encoding=None if self.positional is None else self.positional.encoding,
             **options,
         )
 
     def forward(self, ids: torch.Tensor, offset: int = 0) -> torch.Tensor:
         """(B, L) ids → (B, L, D); ``offset`` is the position of the first id (incremental decoding)."""
-        return self.dropout(
-            embed_tokens(self.embedding, ids, scale=self.scale, positional=self.positional, offset=offset)
-        )
+        x = lookup_tokens(self.embedding, ids)
+        if self.scale != 1.0:
+            x = x * self.scale
+        if self.positional is not None:
+            x = x + self.positional(ids.shape[1], offset)
+        return self.dropout(x)
