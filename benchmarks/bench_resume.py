@@ -11,7 +11,6 @@ alternating, and prints the resumed fit's wall time beside the callback's own se
 from __future__ import annotations
 
 import argparse
-import platform
 import statistics
 import tempfile
 import time
@@ -19,6 +18,7 @@ from pathlib import Path
 
 import torch
 from lightning.pytorch import Callback, LightningModule, Trainer
+from timing import cpu_name
 from torch import nn
 
 from lightning_embinit import EmbeddingInitCallback
@@ -47,13 +47,6 @@ class SetupClock(Callback):
 
     def setup(self, trainer: Trainer, pl_module: LightningModule, stage: str) -> None:
         self.marks.append(time.perf_counter())
-
-
-def cpu_name() -> str:
-    for line in Path("/proc/cpuinfo").read_text().splitlines() if Path("/proc/cpuinfo").exists() else []:
-        if line.startswith("model name"):
-            return line.split(":", 1)[1].strip()
-    return platform.processor() or "unknown CPU"
 
 
 def trainer(directory: str, callbacks: list, max_steps: int) -> Trainer:

@@ -5,7 +5,9 @@ A runner is anything with ``run(steps) -> tokens/s`` and a ``model`` (for the pa
 
 from __future__ import annotations
 
+import platform
 import statistics
+from pathlib import Path
 from typing import Protocol
 
 from torch import nn
@@ -43,3 +45,11 @@ def print_throughput(
             best = max(results[name]) / max(results[reference])
             print(f"ratio {name} / {reference}: median {medians[name] / medians[reference]:.3f}, best {best:.3f}")
     return medians
+
+
+def cpu_name() -> str:
+    """The CPU model, for the header of every table (ratios depend on it)."""
+    for line in Path("/proc/cpuinfo").read_text().splitlines() if Path("/proc/cpuinfo").exists() else []:
+        if line.startswith("model name"):
+            return line.split(":", 1)[1].strip()
+    return platform.processor() or "unknown CPU"

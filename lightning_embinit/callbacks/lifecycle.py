@@ -27,7 +27,7 @@ from typing_extensions import override
 class FitOnceCallback(Callback):
     """A callback whose work on a model runs once per model, when ``fit`` sets up (module docstring).
 
-    Subclasses do their work from :meth:`setup` when :meth:`begin_fit` says so and call :meth:`mark_done` once it
+    Subclasses do their work from ``setup`` when :meth:`begin_fit` says so and call :meth:`mark_done` once it
     succeeded; they implement :meth:`discard` (forget the result a restore replaces) and :meth:`publish` (show the
     report of a fresh fit). The report per slot is ``reports``, also their :meth:`summary` (``PublishesSummary``).
     """

@@ -48,29 +48,37 @@ def tokenizer_vocabulary(name_or_path: str) -> Vocabulary:
     return tokenizer_object_vocabulary(tokenizer, f"tokenizer {name_or_path}")
 
 
-def tokenizer_object_vocabulary(tokenizer: Any, origin: str) -> Vocabulary | None:
-    """The vocabulary of a tokenizer object in id order, or None when it is none the package reads: a transformers
-    tokenizer, a ``tokenizers.Tokenizer``, a SentencePiece processor, litgpt's ``Tokenizer`` (its ``processor``), the
-    package's ``TextTokenizer``. Ids without a token get a placeholder that matches nothing."""
+def tokenizer_object_tokens(tokenizer: Any) -> tuple[list[str], dict[str, Any]] | None:
+    """(token strings by id, role → special token) of a tokenizer object, or None when it is none the package reads:
+    a transformers tokenizer, a ``tokenizers.Tokenizer``, a SentencePiece processor, litgpt's ``Tokenizer`` (its
+    ``processor``), the package's ``TextTokenizer``. Ids without a token get a placeholder that matches nothing."""
     if type(tokenizer).__module__.startswith("litgpt") and getattr(tokenizer, "processor", None) is not None:
-        return tokenizer_object_vocabulary(tokenizer.processor, origin)
-    if isinstance(getattr(tokenizer, "vocabulary", None), Vocabulary):
-        own = tokenizer.vocabulary
-        return Vocabulary.from_tokens(list(own.tokens), own.special_tokens, origin=origin)
+        return tokenizer_object_tokens(tokenizer.processor)
+    if isinstance(own := getattr(tokenizer, "vocabulary", None), Vocabulary):
+        return list(own.tokens), dict(own.special_tokens)
     if callable(getattr(tokenizer, "id_to_piece", None)) and callable(getattr(tokenizer, "get_piece_size", None)):
         tokens = [tokenizer.id_to_piece(i) for i in range(tokenizer.get_piece_size())]
         ids = {role: getattr(tokenizer, f"{role}_id")() for role in ("pad", "unk", "bos", "eos")}
-        return _vocabulary(tokens, origin, {role: tokens[i] for role, i in ids.items() if 0 <= i < len(tokens)})
+        return tokens, {role: tokens[i] for role, i in ids.items() if 0 <= i < len(tokens)}
     if not callable(getattr(tokenizer, "get_vocab", None)):
         return None
     by_token = tokenizer.get_vocab()
     size = max(by_token.values(), default=-1) + 1
     if hasattr(tokenizer, "__len__"):
         size = max(size, len(tokenizer))
-    tokens = [f"\x00<no token for id {k}>" for k in range(size)]
+    tokens = [f"\x00<no token for id {k}>" for k in range(size)] if size != len(by_token) else [""] * size
     for token, index in by_token.items():
         tokens[index] = token
-    special = {role: getattr(tokenizer, f"{role}_token", None) for role in SPECIAL_ROLES}
+    return tokens, {role: getattr(tokenizer, f"{role}_token", None) for role in SPECIAL_ROLES}
+
+
+def tokenizer_object_vocabulary(tokenizer: Any, origin: str) -> Vocabulary | None:
+    """The vocabulary of a tokenizer object in id order (:func:`tokenizer_object_tokens`), or None."""
+    if (found := tokenizer_object_tokens(tokenizer)) is None:
+        return None
+    tokens, special = found
+    if isinstance(getattr(tokenizer, "vocabulary", None), Vocabulary):
+        return Vocabulary.from_tokens(tokens, special, origin=origin)
     return _vocabulary(tokens, origin, special)
 
 

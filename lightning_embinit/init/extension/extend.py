@@ -46,8 +46,9 @@ from lightning_embinit.init.extension.tables import (
 )
 from lightning_embinit.init.freezing import freeze_rows, pin_rows
 from lightning_embinit.init.host import EmbeddingSlot, select_slots
-from lightning_embinit.init.tokens import load_tokens
+from lightning_embinit.init.tokens import load_tokens, tokenizer_object_tokens
 from lightning_embinit.init.transforms import StatisticsTarget
+from lightning_embinit.vocabulary import Vocabulary
 
 TRAINABLE_EXTENSION = (True, "new_rows")
 
@@ -55,7 +56,11 @@ TRAINABLE_EXTENSION = (True, "new_rows")
 def token_list(spec: Any) -> tuple[list[str], Any]:
     """(token strings by id, the tokenizer when ``spec`` is one) from anything ``tokens=`` takes
     (:func:`~lightning_embinit.init.tokens.load_tokens`: a list, a file, a tokenizer name, directory or object)."""
-    tokenizer = None if isinstance(spec, (str, os.PathLike, Sequence)) else spec
+    if isinstance(spec, Sequence) and not isinstance(spec, str):
+        return list(spec), None  # checked with the old tokens (check_vocabulary_change)
+    if not isinstance(spec, (str, os.PathLike, Vocabulary)) and (found := tokenizer_object_tokens(spec)) is not None:
+        return found[0], spec
+    tokenizer = None if isinstance(spec, (str, os.PathLike)) else spec
     return list(load_tokens(spec, what="tokens=").tokens), tokenizer
 
 

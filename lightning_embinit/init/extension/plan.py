@@ -6,11 +6,13 @@ rows come from a rule (:mod:`~lightning_embinit.init.extension.rules`), optional
 
 from __future__ import annotations
 
+import itertools
 from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+import numpy as np
 import torch
 
 from lightning_embinit.init.extension.report import plan_report
@@ -62,7 +64,12 @@ class ExtensionPlan:
 
         def grow(tensor: torch.Tensor, rows: torch.Tensor | float) -> torch.Tensor:
             out = tensor.new_empty((len(self.source_ids), *tensor.shape[1:]))
-            out[keep] = tensor[self.source_ids[keep].to(tensor.device)]
+            kept = keep.nonzero().squeeze(1)
+            sources = self.source_ids[kept]
+            if torch.equal(sources, torch.arange(len(kept))) and torch.equal(kept, sources):  # old ids unchanged
+                out[: len(kept)] = tensor[: len(kept)]
+            else:
+                out.index_copy_(0, kept.to(tensor.device), tensor.index_select(0, sources.to(tensor.device)))
             out[added] = rows.to(tensor) if isinstance(rows, torch.Tensor) else rows
             return out
 
@@ -94,20 +101,25 @@ def check_vocabulary_change(
 ) -> torch.Tensor:
     """Each new id's old id (−1: a new token); ``ValueError`` for a duplicate token (old or new), an old token the new
     list drops or a table row without a token (unless ``allow_dropping``), or a special token dropped (always)."""
-    for what, tokens in (("new vocabulary", new_tokens), ("old vocabulary", old_tokens)):
-        if bad := [t for t in tokens if not isinstance(t, str)]:
+    appended = len(new_tokens) >= len(old_tokens) and list(new_tokens[: len(old_tokens)]) == list(old_tokens)
+    distinct: set[str] = set()
+    for what, tokens in (("old vocabulary", old_tokens), ("new vocabulary", new_tokens))[appended:]:
+        if set(map(type, tokens)) - {str} and (bad := [t for t in tokens if not isinstance(t, str)]):
             raise ValueError(f"slot {slot!r}: the {what} holds non-string tokens, e.g. {bad[:3]!r}")
-        if duplicates := [token for token, count in Counter(tokens).items() if count > 1]:
+        if len(distinct := set(tokens)) < len(tokens):
+            duplicates = [token for token, count in Counter(tokens).items() if count > 1]
             shown = ", ".join(f"{t!r} (ids {[i for i, u in enumerate(tokens) if u == t][:3]})" for t in duplicates[:5])
             raise ValueError(
                 f"slot {slot!r}: {len(duplicates)} tokens occur twice in the {what}: {shown}; each token needs one row"
             )
+    unnamed = num_rows - len(old_tokens)
+    if appended and (unnamed <= 0 or allow_dropping):  # the common case, new tokens after the old: no lookups
+        return torch.cat((torch.arange(len(old_tokens)), torch.full((len(new_tokens) - len(old_tokens),), -1)))
     index = {token: i for i, token in enumerate(old_tokens)}
-    new_index = set(new_tokens)
+    new_index = distinct  # the new tokens' (the loop's last)
     dropped = [t for t in old_tokens if t not in new_index]
     if lost := [t for t in (special_tokens or {}).values() if t in index and t not in new_index]:
         raise ValueError(f"slot {slot!r}: the new vocabulary drops the special tokens {lost}; they must stay")
-    unnamed = num_rows - len(old_tokens)
     if (dropped or unnamed > 0) and not allow_dropping:
         parts = [f"drops {len(dropped)} of the slot's {len(old_tokens)} old tokens (e.g. {dropped[:5]})"] * bool(
             dropped
@@ -117,7 +129,8 @@ def check_vocabulary_change(
             f"slot {slot!r}: the new vocabulary {' and '.join(parts)}; their rows would be lost. A new "
             "tokenizer must hold every old token (in any order); pass allow_dropping=True to drop them"
         )
-    return torch.tensor([index.get(token, -1) for token in new_tokens], dtype=torch.long)
+    sources = np.fromiter(map(index.get, new_tokens, itertools.repeat(-1)), dtype=np.int64, count=len(new_tokens))
+    return torch.from_numpy(sources)
 
 
 def _new_rows(

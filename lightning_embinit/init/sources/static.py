@@ -29,6 +29,7 @@ from lightning_embinit.init.sources.compressed import is_compressed, read_head
 from lightning_embinit.init.sources.pretrained import ArrayVectorSet, PretrainedSource, split_options
 
 FORMATS = ("auto", "word2vec", "glove", "text", "word2vec_binary", "fasttext_bin")
+"""The vector-file formats ``format=`` names (module docstring)."""
 _FORMAT_ALIASES = {
     "vec": "word2vec",
     "fasttext_vec": "word2vec",
