@@ -27,7 +27,7 @@ from lightning_embinit.diagnostics.lexical import (
     vocabulary_coverage,
 )
 from lightning_embinit.diagnostics.lexical_files import check_probe_inputs, probe_words
-from lightning_embinit.diagnostics.variance import positional_matrix, token_rows
+from lightning_embinit.diagnostics.variance import no_positions_note, positional_matrix, token_rows
 from lightning_embinit.init.host import EmbeddingSlot, select_slots
 from lightning_embinit.init.sharding import whole_slot
 from lightning_embinit.init.tokens import resolve_slot_tokens
@@ -69,7 +69,10 @@ class LexicalProbe(Callback):
     is first gathered on every rank):
     ``{prefix}/{slot}/{chain}/analogy`` (``analogy_semantic``, ``analogy_syntactic``) and
     ``{prefix}/{slot}/{chain}/similarity/{name}`` to every logger; the table as text and the
-    scatter (raw vectors, and s · x + P as the first layer sees them) to TensorBoard loggers.
+    scatter (raw vectors, and s · x + P as the first layer sees them) to TensorBoard loggers. s and P are the
+    model's own (a recognized family's, :mod:`lightning_embinit.init.families`); a model that adds no positions to
+    the token vectors (rotary, ALiBi, relative-bias attention) skips the chains with + P, says so in the table and
+    logs ``{prefix}/{slot}/no_additive_positional_encoding`` = 1.
     Results are kept in ``results`` (``{"start": ..., "end": ...}``) and in checkpoints; they
     start empty at every ``fit`` (a monitor reused for a new run measures that run), and a resumed
     run gets them back from its checkpoint, so it keeps the start of the first. :meth:`summary`
@@ -116,6 +119,7 @@ class LexicalProbe(Callback):
         self.results: dict[str, dict[str, Any]] = {}
         self.probed_slot: str | None = None
         self.slot_coverage: dict[str, int] = {}
+        self.skipped_chains: tuple[str, ...] = ()
         self._announced = False
 
     @override
@@ -171,6 +175,12 @@ class LexicalProbe(Callback):
     @torch.no_grad()
     def _probe_slot(self, slot: EmbeddingSlot) -> dict[str, dict[str, Any]]:
         token_rows(slot)  # checks the table is whole on this process
+        positional = positional_matrix(slot)
+        chains = self.chains
+        self.skipped_chains = ()
+        if positional is None and (slot.family is not None or slot.positional_encoding is not None):
+            self.skipped_chains = tuple(chain for chain in chains if "+pe" in chain)  # the model adds no P
+            chains = tuple(chain for chain in chains if "+pe" not in chain)
         rows = [row for row in range(len(slot.tokens)) if row != slot.padding_idx]  # rows past the tokens have no word
         matrix = slot.weight.detach()[torch.tensor(rows, device=slot.weight.device)]
         return lexical_probe(
@@ -178,9 +188,9 @@ class LexicalProbe(Callback):
             [slot.tokens[row] for row in rows],
             analogies=self.analogies,
             similarity=self.similarity,
-            chains=self.chains,
+            chains=chains,
             input_scale=float(slot.input_scale),
-            positional=positional_matrix(slot),
+            positional=positional,
             standardize_to=self.standardize_to,
             seed=self.seed,
             max_analogies=self.max_analogies,
@@ -201,6 +211,8 @@ class LexicalProbe(Callback):
         step = trainer.global_step
         log_scalars(trainer, self._scalars(slot.name, results), step)
         table = format_probe(results)
+        if self.skipped_chains:
+            table += f"\n{', '.join(self.skipped_chains)}: not measured, {no_positions_note(slot)}"
         if self.verbose:
             rank_zero_info(f"LexicalProbe, slot {slot.name!r}, train {when} (step {step}):\n{table}")
         for logger in figure_loggers(trainer):
@@ -219,6 +231,8 @@ class LexicalProbe(Callback):
                 if result[key] is not None:
                     scalars[f"{base}/{key}"] = result[key]
             scalars |= {f"{base}/similarity/{n}": v for n, v in result["similarity"].items() if v is not None}
+        if self.skipped_chains:
+            scalars[f"{self.prefix}/{slot}/no_additive_positional_encoding"] = 1.0
         return scalars
 
     def summary(self) -> dict[str, float]:

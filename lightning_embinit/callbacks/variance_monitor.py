@@ -12,7 +12,7 @@ from typing import Any
 import lightning as L
 import torch
 from lightning.pytorch.callbacks import Callback
-from lightning.pytorch.utilities import rank_zero_warn
+from lightning.pytorch.utilities import rank_zero_info, rank_zero_warn
 from typing_extensions import override
 
 from lightning_embinit.callbacks.loggers import figure_loggers, log_figure, log_scalars
@@ -27,7 +27,7 @@ from lightning_embinit.diagnostics.absorption import (
     slot_absorption,
 )
 from lightning_embinit.diagnostics.figures import value_histogram
-from lightning_embinit.diagnostics.variance import positional_matrix, slot_statistics, token_rows
+from lightning_embinit.diagnostics.variance import no_positions_note, positional_matrix, slot_statistics, token_rows
 from lightning_embinit.init.host import EmbeddingSlot, select_slots
 from lightning_embinit.init.sharding import whole_slot
 
@@ -40,7 +40,12 @@ class EmbeddingVarianceMonitor(Callback):
     ``pe_range`` of the positional encoding, ``ratio`` = σ(s · X)/σ(P), and — when the model adds
     positions — ``semantic_retention``, ``positional_retention`` and ``neighbour_survival`` on
     ``sample_rows`` rows at random positions below ``max_position`` (all rows when None), k =
-    ``neighbours`` (see :mod:`lightning_embinit.diagnostics.absorption`).
+    ``neighbours`` (see :mod:`lightning_embinit.diagnostics.absorption`). A model that adds no positions to the
+    token vectors (rotary, ALiBi, relative-bias attention) gets ``no_additive_positional_encoding`` = 1 instead of
+    the positional keys, and a message (once per fit) that says what it does instead.
+
+    s and P are the model's own: a recognized family's (:mod:`lightning_embinit.init.families`: BERT and GPT-2 add
+    their learned position table to the unscaled token vectors, s = 1) or what the slot declares.
 
     Computed on global rank zero only (every rank holds the same weights under DDP; a sharded table,
     FSDP2's DTensor, is first gathered on every rank: the only collective),
@@ -95,6 +100,7 @@ class EmbeddingVarianceMonitor(Callback):
         self.latest: dict[str, dict[str, Any]] | None = None
         self.latest_step: int | None = None
         self._warned = False
+        self._told: set[str] = set()
 
     @override
     @property
@@ -108,6 +114,7 @@ class EmbeddingVarianceMonitor(Callback):
             tables_ready(pl_module, self.slot_names)
             # a new fit starts a new record; Lightning restores a resumed run's after setup (load_state_dict)
             self.start, self.latest, self.latest_step, self._warned = None, None, None, False
+            self._told = set()
 
     # ------------------------------------------------------------------ measurement
     @torch.no_grad()
@@ -134,6 +141,14 @@ class EmbeddingVarianceMonitor(Callback):
         )
         for key in ("semantic_retention", "positional_retention", "neighbour_survival"):
             values[key] = None if measured is None else getattr(measured, key)
+        if positional is None:
+            values["no_additive_positional_encoding"] = 1.0
+            if slot.name not in self._told:
+                self._told.add(slot.name)
+                rank_zero_info(
+                    f"EmbeddingVarianceMonitor: slot {slot.name!r}: {no_positions_note(slot)}; the positional "
+                    "numbers and absorption are not measured"
+                )
         if self.warn and not self._warned and measured is not None:
             found = drowning(
                 measured, positional_threshold=self.positional_threshold, semantic_threshold=self.semantic_threshold

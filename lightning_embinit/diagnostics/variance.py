@@ -33,6 +33,14 @@ def positional_matrix(slot: EmbeddingSlot) -> torch.Tensor | None:
     return encoding.detach()
 
 
+def no_positions_note(slot: EmbeddingSlot) -> str:
+    """Why a slot has no positional numbers, in words: what its model does instead (a recognized family's rotary,
+    ALiBi or relative-bias positions), or that the slot declares no additive encoding."""
+    if slot.positions is not None:
+        return f"no additive positional encoding ({slot.positions.removeprefix('none: ')})"
+    return "no additive positional encoding declared for this slot (EmbeddingSlot.positional_encoding)"
+
+
 def token_rows(slot: EmbeddingSlot) -> torch.Tensor:
     """The slot's table without its padding row (a detached view when the padding row is first or last)."""
     weight = slot.weight.detach()
