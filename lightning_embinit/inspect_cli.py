@@ -2,10 +2,14 @@
 
     embinit inspect --config cfg.yaml [--model.init_args.architecture.d_model 512 ...]
         [--source glove --standardize xavier]
+    embinit inspect --hf-config DIR_OR_NAME | --model-type llama --vocab-size 32000 --dim 512 | --litgpt-config NAME
+        [--num-layers 2 --num-heads 8 --model-option KEY=VALUE ...] [--source minilm --tokens DIR ...]
     embinit inspect --vocab-size 30000 --dim 512 --tied --source normal:0.0625 [--format json]
 
 For a model config (parsed by the same LightningCLI parser ``embinit fit`` uses: model,
-datamodule and trainer callbacks are instantiated, nothing is trained) or a bare shape, the
+datamodule and trainer callbacks are instantiated, nothing is trained), a model someone else wrote
+(a Hugging Face or litgpt config, built on the meta device by :mod:`lightning_embinit.inspect_models`:
+its tables found, scaled and positioned as its family says) or a bare shape, the
 setting of the config's :class:`~lightning_embinit.callbacks.EmbeddingInitCallback` — with
 ``--source``/``--standardize``/``--match``/``--shuffle``/``--scale``/``--trainable``/``--seed``/
 ``--tokens`` overriding its options — is applied through the callback's own
@@ -28,59 +32,27 @@ from typing import Any
 import torch
 from torch import nn
 
-from lightning_embinit.checks import check_choice, check_finite, check_int, choice_error
+from lightning_embinit.checks import check_finite, check_int, choice_error
 from lightning_embinit.diagnostics.absorption import POSITIONAL_THRESHOLD, SEMANTIC_THRESHOLD
 from lightning_embinit.diagnostics.inspect import format_inspection, inspection
-from lightning_embinit.init.host import EmbeddingSlot, discover_slots
+from lightning_embinit.init.host import discover_slots
 from lightning_embinit.init.pipeline import slot_report
 from lightning_embinit.init.positional import LAYOUTS
 from lightning_embinit.init.recipe import InitRecipe
 from lightning_embinit.init.tokens import load_tokens
-from lightning_embinit.modules.inputs import EmbeddingInput, resolve_scale
+from lightning_embinit.inspect_models import POSITIONALS, ShapeModel, model_from_config
+from lightning_embinit.modules.inputs import resolve_scale
 
-POSITIONALS = ("sinusoidal", "none")
+SHAPE_DEFAULTS = {
+    "input_scale": "sqrt_d",
+    "positional": "sinusoidal",
+    "positional_layout": "interleaved",
+    "max_len": 512,
+    "padding_idx": None,
+}
+"""The options only a bare shape takes (a model brings its own), with their defaults."""
+SIZES = ("vocab_size", "dim", "num_layers", "num_heads")
 CALLBACK_OPTIONS = ("source", "standardize", "match", "shuffle", "scale", "trainable", "seed", "tokens")
-
-
-class ShapeModel(nn.Module):
-    """A bare shape to inspect: one slot ``"tokens"`` (N × D; its input scale and sinusoidal P or none), tied to an
-    output layer when ``tied``."""
-
-    def __init__(
-        self,
-        vocab_size: int,
-        dim: int,
-        *,
-        tied: bool = False,
-        input_scale: str | float = "sqrt_d",
-        positional: str = "sinusoidal",
-        layout: str = "interleaved",
-        max_len: int = 512,
-        padding_idx: int | None = None,
-    ) -> None:
-        super().__init__()
-        if vocab_size < 2 or dim < 1:
-            raise ValueError(f"a table needs --vocab-size ≥ 2 and --dim ≥ 1, got {vocab_size} × {dim}")
-        if padding_idx is not None and not 0 <= padding_idx < vocab_size:
-            raise ValueError(
-                f"--padding-idx {padding_idx} is not a row of the table's {vocab_size} rows (0 … {vocab_size - 1})"
-            )
-        check_choice("--positional", positional, POSITIONALS, hint="a learned table is inspected through --config")
-        table = nn.Embedding(vocab_size, dim, padding_idx=padding_idx)
-        self.input = EmbeddingInput(
-            table,
-            scale=input_scale,
-            positional=positional,
-            layout=layout,
-            max_len=max_len,
-            scale_option="--input-scale",
-        )
-        self.head = nn.Linear(dim, vocab_size, bias=False, device="meta") if tied else None
-        if tied:
-            self.head.weight = table.weight
-
-    def embedding_slots(self) -> dict[str, EmbeddingSlot]:
-        return {"tokens": self.input.slot("tokens", tied_modules=() if self.head is None else ("head",))}
 
 
 def _scalar(text: str) -> Any:
@@ -119,6 +91,46 @@ def _trainable(text: str) -> bool | str:
     return choices[text.lower()]
 
 
+def _add_model_arguments(parser: argparse.ArgumentParser) -> None:
+    model = parser.add_argument_group(
+        "model: a config as `embinit fit` takes it, a Hugging Face or litgpt config, or a bare shape"
+    )
+    which = model.add_mutually_exclusive_group()
+    which.add_argument("--config", help="a LightningCLI config (model, data, trainer.callbacks)")
+    which.add_argument(
+        "--hf-config", metavar="DIR_OR_NAME", help="a Hugging Face config: a directory holding config.json, a hub name"
+    )
+    which.add_argument("--model-type", help="a Hugging Face model type (llama, gpt2, bert, ...), sized by the options")
+    which.add_argument("--litgpt-config", metavar="NAME", help="a litgpt config name (pythia-14m, Llama-3.2-1B, ...)")
+    model.add_argument("--vocab-size", type=_integer(2), help="rows N (a bare shape's; overrides a model config's)")
+    model.add_argument("--dim", type=_integer(1), help="dimension D (a bare shape's; a model config's hidden size)")
+    model.add_argument("--num-layers", type=_integer(1), help="model config: layers (built on meta, never allocated)")
+    model.add_argument("--num-heads", type=_integer(1), help="model config: attention heads")
+    model.add_argument(
+        "--model-option",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="model config: any other field, the value read as JSON when it parses (repeatable)",
+    )
+    model.add_argument(
+        "--tied", action="store_true", help="the output layer reuses the table (HF: tie_word_embeddings)"
+    )
+
+
+def _add_shape_arguments(parser: argparse.ArgumentParser) -> None:
+    shape = parser.add_argument_group("bare shape (a model config brings its own)")
+    shape.add_argument(
+        "--input-scale", default=SHAPE_DEFAULTS["input_scale"], help="sqrt_d (default), inv_sqrt_d, none, or a number"
+    )
+    shape.add_argument("--positional", default=SHAPE_DEFAULTS["positional"], choices=POSITIONALS)
+    shape.add_argument("--positional-layout", default=SHAPE_DEFAULTS["positional_layout"], choices=LAYOUTS)
+    shape.add_argument(
+        "--max-len", type=_integer(1), default=SHAPE_DEFAULTS["max_len"], help="positions in the encoding"
+    )
+    shape.add_argument("--padding-idx", type=_integer(0), help="the padding row")
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="embinit inspect",
@@ -127,18 +139,8 @@ def build_parser() -> argparse.ArgumentParser:
         "Arguments not listed here are passed to the config's LightningCLI parser "
         "(e.g. --model.init_args.architecture.d_model 64).",
     )
-    model = parser.add_argument_group("model: a config as `embinit fit` takes it, or a bare shape")
-    model.add_argument("--config", help="a LightningCLI config (model, data, trainer.callbacks)")
-    model.add_argument("--vocab-size", type=_integer(2), help="bare shape: rows N")
-    model.add_argument("--dim", type=_integer(1), help="bare shape: dimension D")
-    model.add_argument("--tied", action="store_true", help="bare shape: the output layer reuses the table")
-    model.add_argument(
-        "--input-scale", default="sqrt_d", help="bare shape: sqrt_d (default), inv_sqrt_d, none, or a number"
-    )
-    model.add_argument("--positional", default="sinusoidal", choices=POSITIONALS, help="bare shape: the added encoding")
-    model.add_argument("--positional-layout", default="interleaved", choices=LAYOUTS)
-    model.add_argument("--max-len", type=_integer(1), default=512, help="bare shape: positions in the encoding")
-    model.add_argument("--padding-idx", type=_integer(0), help="bare shape: the padding row")
+    _add_model_arguments(parser)
+    _add_shape_arguments(parser)
     init = parser.add_argument_group("EmbeddingInitCallback options (override the config's)")
     init.add_argument("--source", help="a scheme (xavier, normal:0.02, ...), a source name, file:<path>, hf:<dir>, ...")
     init.add_argument("--standardize", type=_scalar, help="a scheme name or a std")
@@ -178,17 +180,38 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _key_values(option: str, items: Sequence[str], parse: Callable[[str], Any]) -> dict[str, Any]:
+    """``KEY=VALUE`` items of a repeatable option as a dict, each value parsed."""
+    parsed = {}
+    for item in items:
+        key, sep, value = item.partition("=")
+        if not sep or not key:
+            raise ValueError(f"{option} takes KEY=VALUE, got {item!r}")
+        parsed[key] = parse(value)
+    return parsed
+
+
+def _json_or_text(text: str) -> Any:
+    """``2`` → 2, ``true`` → True, ``1e6`` → 1000000.0, ``gelu`` → "gelu"."""
+    try:
+        return json.loads(text)
+    except ValueError:
+        return text
+
+
 def _callback_overrides(args: argparse.Namespace) -> dict[str, Any]:
     overrides = {name: getattr(args, name) for name in CALLBACK_OPTIONS if getattr(args, name) is not None}
     if args.source_option:
-        options = {}
-        for item in args.source_option:
-            key, sep, value = item.partition("=")
-            if not sep or not key:
-                raise ValueError(f"--source-option takes KEY=VALUE, got {item!r}")
-            options[key] = _scalar(value)
-        overrides["source_options"] = options
+        overrides["source_options"] = _key_values("--source-option", args.source_option, _scalar)
     return overrides
+
+
+def _option_callback(args: argparse.Namespace) -> Any:
+    """The callback of the command line's options alone (seed 0 unless given), or None without options."""
+    from lightning_embinit.callbacks.embedding_init import EmbeddingInitCallback
+
+    overrides = _callback_overrides(args)
+    return EmbeddingInitCallback(**{"seed": 0, **overrides, "verbose": False}) if overrides else None
 
 
 def _config_callback(cli: Any) -> tuple[Any, dict[str, Any]] | None:
@@ -225,7 +248,7 @@ def _from_config(args: argparse.Namespace, extra: Sequence[str]) -> tuple[nn.Mod
     overrides = _callback_overrides(args)
     configured = _config_callback(cli)
     if configured is None:
-        callback = EmbeddingInitCallback(**{"seed": 0, **overrides, "verbose": False}) if overrides else None
+        callback = _option_callback(args)
     elif overrides:
         callback = EmbeddingInitCallback(**{**configured[1], **overrides, "verbose": False})
     else:
@@ -234,6 +257,32 @@ def _from_config(args: argparse.Namespace, extra: Sequence[str]) -> tuple[nn.Mod
         if callback.initializer.seed is None:
             callback.initializer.seed = 0
     return cli.model, cli.datamodule, callback
+
+
+def _from_model_config(args: argparse.Namespace) -> tuple[nn.Module, Any, Any]:
+    """(model, None, callback or None) from a Hugging Face or litgpt config (:mod:`lightning_embinit.inspect_models`);
+    no option: the model's own initialization."""
+    shape_only = [
+        f"--{name.replace('_', '-')}" for name, default in SHAPE_DEFAULTS.items() if getattr(args, name) != default
+    ]
+    if shape_only:
+        raise ValueError(
+            f"{', '.join(shape_only)}: a bare shape's option; a model config brings its own input scale, positions "
+            "and padding row (set its config fields with --model-option KEY=VALUE)"
+        )
+    options = _key_values("--model-option", args.model_option, _json_or_text)
+    if args.tied:
+        if args.litgpt_config:
+            raise ValueError("--tied: litgpt's GPT has its own lm_head, never tied to the token table")
+        options["tie_word_embeddings"] = True
+    model = model_from_config(
+        hf_config=args.hf_config,
+        model_type=args.model_type,
+        litgpt_config=args.litgpt_config,
+        sizes={name: getattr(args, name) for name in SIZES if getattr(args, name) is not None},
+        options=options,
+    )
+    return model, None, _option_callback(args)
 
 
 def _from_shape(args: argparse.Namespace) -> tuple[nn.Module, Any, Any]:
@@ -283,7 +332,17 @@ def run_inspection(args: argparse.Namespace, extra: Sequence[str] = ()) -> dict[
     """The inspection (:func:`~lightning_embinit.diagnostics.inspect.inspection`) for parsed arguments."""
     if args.config is None and extra:
         raise ValueError(f"unrecognized arguments: {' '.join(extra)} (extra arguments go to a --config's parser)")
-    model, datamodule, callback = _from_config(args, extra) if args.config else _from_shape(args)
+    model_config = args.hf_config or args.model_type or args.litgpt_config
+    if not model_config and (args.num_layers is not None or args.num_heads is not None or args.model_option):
+        raise ValueError(
+            "--num-layers, --num-heads and --model-option size a --hf-config, --model-type or --litgpt-config"
+        )
+    if args.config:
+        model, datamodule, callback = _from_config(args, extra)
+    elif model_config:
+        model, datamodule, callback = _from_model_config(args)
+    else:
+        model, datamodule, callback = _from_shape(args)
     reports = _own_reports(model) if callback is None else callback.initialize(model, datamodule=datamodule)
     slots = discover_slots(model)
     estimate = _model_loss(model, datamodule, "initial_loss_prediction")

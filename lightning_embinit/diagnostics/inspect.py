@@ -9,7 +9,9 @@ next to ln n; then a verdict with the countermeasures for what is wrong.
 The JSON schema (``"schema": "embinit.inspect/1"``) is stable: a top-level ``slots`` list and
 ``verdict``; each slot has ``name``, ``num_embeddings``, ``embedding_dim``, ``std``,
 ``scaled_std``, ``positional_std``, ``predicted_initial_loss`` (null when untied), ``ln_vocab``
-and the fields of :data:`SLOT_FIELDS`, plus ``init_report`` (the callback's row verbatim).
+and the fields of :data:`SLOT_FIELDS`, plus ``init_report`` (the callback's row verbatim). ``positions`` says what
+the model adds to the scaled token vectors; for a model that adds nothing (rotary, ALiBi, relative-bias) it is the
+sentence :data:`NO_POSITIONS` with the reason, and the absorption fields are null.
 """
 
 from __future__ import annotations
@@ -27,10 +29,12 @@ from lightning_embinit.diagnostics.absorption import (
 )
 from lightning_embinit.diagnostics.initial_loss import tied_initial_loss
 from lightning_embinit.init.host import EmbeddingSlot
-from lightning_embinit.init.report import format_report
+from lightning_embinit.init.report import format_report, text_table
 from lightning_embinit.init.schemes import get_scheme
 
 SCHEMA = "embinit.inspect/1"
+NO_POSITIONS = "no additive positional encoding"
+"""What ``positions`` says of a slot whose model adds nothing to its token vectors (absorption does not apply)."""
 SPREAD_LIMIT = 10.0
 """A slot without positional encodings is flagged when its std exceeds this multiple of Xavier's."""
 MIN_COVERAGE = 0.5
@@ -54,6 +58,8 @@ SLOT_FIELDS = (
     "trainable",
     "tied",
     "tied_modules",
+    "family",
+    "positions",
     "mean",
     "std",
     "min",
@@ -147,6 +153,8 @@ def _slot_numbers(
         "trainable": report.get("trainable"),
         "tied": slot.is_tied,
         "tied_modules": list(slot.tied_modules),
+        "family": slot.family,
+        "positions": _positions(slot, measured),
         **{key: report[key] for key in ("mean", "std", "min", "max", "input_scale")},
         **{key: report[key] for key in ("scaled_mean", "scaled_std", "scaled_min", "scaled_max")},
         **{f"positional_{key}": report.get(f"pe_{key}") for key in ("std", "min", "max")},
@@ -161,6 +169,15 @@ def _slot_numbers(
         "predicted_initial_loss_model": predicted_model,
         "ln_vocab": math.log(n),
     }
+
+
+def _positions(slot: EmbeddingSlot, measured: Absorption | None) -> str:
+    """What the slot's model adds to the scaled token vectors, in words: the family's ("learned table
+    transformer.wpe"), or :data:`NO_POSITIONS` with the reason ("rotary embeddings in attention") when nothing."""
+    if measured is not None:
+        return slot.positions or "additive positional encoding"
+    reason = (slot.positions or "").removeprefix("none: ")
+    return f"{NO_POSITIONS} ({reason})" if reason else NO_POSITIONS
 
 
 def _tied_head_problem(numbers: Mapping[str, Any], loss_margin: float) -> Problem | None:
@@ -265,17 +282,26 @@ def _number(value: Any, digits: str = ".4g") -> str:
     return "-" if value is None else format(value, digits)
 
 
+def _positions_line(row: Mapping[str, Any]) -> str | None:
+    """For a slot of a known family, or one without positions: its input scale and what its model adds."""
+    absent = row["positions"].startswith(NO_POSITIONS)
+    if not (row["family"] or absent):
+        return None
+    family = f" ({row['family']})" if row["family"] else ""
+    added = f"{row['positions']}: absorption does not apply" if absent else f"positions: {row['positions']}"
+    return f"slot {row['name']!r}{family}: input scale {row['input_scale']:.4g}; {added}"
+
+
 def format_inspection(result: Mapping[str, Any]) -> str:
-    """The inspection as text: the init report table, the diagnostics table and the verdict lines."""
+    """The inspection as text: the init report table, the diagnostics table, what the model adds to the token
+    vectors (for a slot of a known family, or one without positions), and the verdict lines."""
     init = format_report({row["name"]: row["init_report"] for row in result["slots"]})
     header = ["slot", *(title for title, _, _ in TABLE_COLUMNS), "verdict"]
     rows = [
         [row["name"], *(_number(row.get(key), digits) for _, key, digits in TABLE_COLUMNS), row["verdict"]]
         for row in result["slots"]
     ]
-    widths = [max(len(cell) for cell in column) for column in zip(header, *rows)]
-    lines = ["  ".join(cell.ljust(width) for cell, width in zip(line, widths)).rstrip() for line in [header, *rows]]
-    lines.insert(1, "  ".join("-" * width for width in widths))
+    positions = [line for line in map(_positions_line, result["slots"]) if line is not None]
     verdict = [
         "Verdict: the start looks sound." if result["verdict"] == "ok" else "Verdict: fix the start before training."
     ]
@@ -284,4 +310,5 @@ def format_inspection(result: Mapping[str, Any]) -> str:
             verdict.append(
                 f"  slot {row['name']!r}: {problem['problem']}.\n    Countermeasures: {problem['countermeasures']}."
             )
-    return "\n".join([init, "", "Diagnostics (absorption, [K]; initial loss, [S])", *lines, "", *verdict])
+    diagnostics = ["Diagnostics (absorption, [K]; initial loss, [S])", *text_table(header, rows)]
+    return "\n".join([init, "", *diagnostics, *positions, "", *verdict])

@@ -1,0 +1,201 @@
+"""The models ``embinit inspect`` builds: a bare shape (:class:`ShapeModel`), or someone else's model from its config,
+on the meta device (docs/howto/inspect.md).
+
+A Hugging Face config — a directory holding ``config.json`` or a hub name, or a model type and sizes through
+``AutoConfig.for_model`` — becomes the model of the Auto class that fits it (the one whose model its
+``architectures`` names; else a seq2seq LM, a masked LM, a causal LM, the bare model, the first that has its model
+type). A litgpt config name becomes ``litgpt.GPT``. The model is built on the meta device; only its ``nn.Embedding``
+tables (token, position and token-type tables, small beside the transformer) get real CPU memory, initialized as the
+model initializes them, so that sources can be written into them and measured: inspecting a billion-parameter config
+allocates its embedding tables and nothing else.
+"""
+
+from __future__ import annotations
+
+import difflib
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import nn
+
+from lightning_embinit.checks import check_choice
+from lightning_embinit.init.host import EmbeddingSlot
+from lightning_embinit.modules.inputs import EmbeddingInput
+
+POSITIONALS = ("sinusoidal", "none")
+
+HF_SIZES = {
+    "vocab_size": "vocab_size",
+    "dim": "hidden_size",
+    "num_layers": "num_hidden_layers",
+    "num_heads": "num_attention_heads",
+}
+"""The Hugging Face config field each size sets (``dim`` sets ``hidden_size``); a config's ``attribute_map`` turns it
+into its own name (GPT-2's ``n_embd``)."""
+LITGPT_SIZES = {
+    "vocab_size": ("vocab_size", "padded_vocab_size"),
+    "dim": ("n_embd",),
+    "num_layers": ("n_layer",),
+    "num_heads": ("n_head",),
+}
+"""Size option → the litgpt ``Config`` fields it sets."""
+AUTO_CLASSES = (
+    ("AutoModelForSeq2SeqLM", "MODEL_FOR_SEQ_TO_SEQ_CAUSAL_LM_MAPPING_NAMES"),
+    ("AutoModelForMaskedLM", "MODEL_FOR_MASKED_LM_MAPPING_NAMES"),
+    ("AutoModelForCausalLM", "MODEL_FOR_CAUSAL_LM_MAPPING_NAMES"),
+    ("AutoModel", "MODEL_MAPPING_NAMES"),
+)
+"""The Auto classes a config may be built with, in the order tried, and their model-type → class-name tables."""
+
+
+class ShapeModel(nn.Module):
+    """A bare shape to inspect: one slot ``"tokens"`` (N × D; its input scale and sinusoidal P or none), tied to an
+    output layer when ``tied``."""
+
+    def __init__(
+        self,
+        vocab_size: int,
+        dim: int,
+        *,
+        tied: bool = False,
+        input_scale: str | float = "sqrt_d",
+        positional: str = "sinusoidal",
+        layout: str = "interleaved",
+        max_len: int = 512,
+        padding_idx: int | None = None,
+    ) -> None:
+        super().__init__()
+        if vocab_size < 2 or dim < 1:
+            raise ValueError(f"a table needs --vocab-size ≥ 2 and --dim ≥ 1, got {vocab_size} × {dim}")
+        if padding_idx is not None and not 0 <= padding_idx < vocab_size:
+            raise ValueError(
+                f"--padding-idx {padding_idx} is not a row of the table's {vocab_size} rows (0 … {vocab_size - 1})"
+            )
+        check_choice("--positional", positional, POSITIONALS, hint="a learned table is inspected through --config")
+        table = nn.Embedding(vocab_size, dim, padding_idx=padding_idx)
+        self.input = EmbeddingInput(
+            table,
+            scale=input_scale,
+            positional=positional,
+            layout=layout,
+            max_len=max_len,
+            scale_option="--input-scale",
+        )
+        self.head = nn.Linear(dim, vocab_size, bias=False, device="meta") if tied else None
+        if tied:
+            self.head.weight = table.weight
+
+    def embedding_slots(self) -> dict[str, EmbeddingSlot]:
+        return {"tokens": self.input.slot("tokens", tied_modules=() if self.head is None else ("head",))}
+
+
+def hugging_face_config(source: str | None, model_type: str | None, fields: Mapping[str, Any]) -> Any:
+    """A ``PretrainedConfig`` from ``source`` (a directory with ``config.json`` or a hub name) or ``model_type``, with
+    ``fields`` set (names as ``HF_SIZES`` gives them, or the config's own)."""
+    from transformers import AutoConfig
+    from transformers.models.auto.configuration_auto import CONFIG_MAPPING
+
+    if source is None:
+        if model_type not in CONFIG_MAPPING:
+            close = difflib.get_close_matches(str(model_type), list(CONFIG_MAPPING), n=3)
+            hint = f" (closest: {', '.join(close)})" if close else ""
+            raise ValueError(
+                f"unknown --model-type {model_type!r}{hint}; transformers knows: {', '.join(sorted(CONFIG_MAPPING))}"
+            )
+        defaults = CONFIG_MAPPING[model_type]()
+        _check_fields(defaults, fields)
+        return AutoConfig.for_model(model_type, **fields)
+    if Path(source).is_dir() and not (Path(source) / "config.json").is_file():
+        raise ValueError(
+            f"--hf-config {source}: the directory holds no config.json (write one with config.save_pretrained(dir))"
+        )
+    config, unused = AutoConfig.from_pretrained(source, return_unused_kwargs=True, **fields)
+    _check_fields(config, unused)
+    return config
+
+
+def _check_fields(config: Any, fields: Mapping[str, Any]) -> None:
+    unknown = [name for name in fields if not hasattr(config, name)]
+    if unknown:
+        sizes = ", ".join(f"--{option.replace('_', '-')} sets {field}" for option, field in HF_SIZES.items())
+        raise ValueError(
+            f"the {config.model_type} config has no field {', '.join(unknown)} (a --model-option, or {sizes})"
+        )
+
+
+def auto_class(config: Any) -> Any:
+    """The Auto class whose model fits ``config`` (module docstring)."""
+    import transformers
+    from transformers.models.auto import modeling_auto
+
+    fitting = []
+    for auto, table in AUTO_CLASSES:
+        names = getattr(modeling_auto, table).get(config.model_type)
+        if names is not None:
+            fitting.append((getattr(transformers, auto), {names} if isinstance(names, str) else set(names)))
+    if not fitting:
+        raise ValueError(f"transformers builds no model for model type {config.model_type!r} from a config")
+    named = [auto for auto, names in fitting if names & set(config.architectures or ())]
+    return (named or [auto for auto, _ in fitting])[0]
+
+
+def hugging_face_model(config: Any) -> nn.Module:
+    """``config``'s model (:func:`auto_class`) on meta with real embedding tables; ``init_weights()`` initializes
+    them as ``from_config`` on the CPU would (a no-op on the meta weights) and re-ties the output layer."""
+    model = on_meta(lambda: auto_class(config).from_config(config))
+    model.init_weights()
+    return model
+
+
+def litgpt_model(name: str, fields: Mapping[str, Any]) -> nn.Module:
+    """``litgpt.GPT(Config.from_name(name, **fields))`` on meta with a real token table, as ``GPT`` leaves it (torch's
+    N(0, 1); litgpt's pre-training re-initializes it)."""
+    try:
+        from litgpt import GPT, Config
+    except ImportError:
+        raise ImportError("--litgpt-config needs litgpt (pip install litgpt)") from None
+    config = Config.from_name(name, **fields)
+    model = on_meta(lambda: GPT(config))
+    for module in model.modules():
+        if isinstance(module, nn.Embedding):
+            module.reset_parameters()
+    return model
+
+
+def model_from_config(
+    *,
+    hf_config: str | None = None,
+    model_type: str | None = None,
+    litgpt_config: str | None = None,
+    sizes: Mapping[str, int] | None = None,
+    options: Mapping[str, Any] | None = None,
+) -> nn.Module:
+    """The model of a Hugging Face config (``hf_config`` or ``model_type``) or a litgpt config name, with ``sizes``
+    (``vocab_size``, ``dim``, ``num_layers``, ``num_heads``) and other config fields ``options`` set."""
+    sizes, options = dict(sizes or {}), dict(options or {})
+    if litgpt_config is not None:
+        fields = {field: value for size, value in sizes.items() for field in LITGPT_SIZES[size]}
+        return litgpt_model(litgpt_config, {**fields, **options})
+    fields = {HF_SIZES[size]: value for size, value in sizes.items()}
+    return hugging_face_model(hugging_face_config(hf_config, model_type, {**fields, **options}))
+
+
+def on_meta(build: Callable[[], nn.Module]) -> nn.Module:
+    """``build()`` on the meta device, then every ``nn.Embedding``'s parameters and buffers re-created (uninitialized)
+    on the CPU; a module that shares a table's weight (a tied head) shares the new one."""
+    with torch.device("meta"):
+        model = build()
+    real: dict[int, nn.Parameter] = {}
+    for table in model.modules():
+        if isinstance(table, nn.Embedding):
+            for name, buffer in table.named_buffers(recurse=False):  # Gemma's embed_scale
+                setattr(table, name, torch.empty_like(buffer, device="cpu"))
+            for weight in table.parameters(recurse=False):
+                real.setdefault(id(weight), nn.Parameter(torch.empty_like(weight, device="cpu"), weight.requires_grad))
+    for module in model.modules():
+        for name, weight in list(module.named_parameters(recurse=False)):
+            if id(weight) in real:
+                setattr(module, name, real[id(weight)])
+    return model
