@@ -122,8 +122,48 @@ def extend_vocabulary(
         seed=seed,
         source_options=source_options,
     )
+    _check_before_writing(module, plan, tokens, probe)
     apply_plan(module, plan, tokenizer=tokenizer)
     return finish_report(module, plan, probe)
+
+
+def _check_before_writing(module: nn.Module, plan: ExtensionPlan, tokens: Any, probe: Any) -> None:
+    """Whitespace-only new tokens from a list or a token file (no tokenizer splits text into them) and a probe
+    tensor of the wrong width, refused before anything is written."""
+    from_list = isinstance(tokens, Sequence) and not isinstance(tokens, str)
+    from_file = isinstance(tokens, (str, os.PathLike)) and os.path.isfile(os.path.expanduser(os.fspath(tokens)))
+    blank = [t for t, new in zip(plan.tokens, plan.added.tolist()) if new and not t.strip()]
+    if (from_list or from_file) and blank:
+        raise ValueError(
+            f"slot {plan.slot!r}: the new tokens hold whitespace-only strings {blank[:5]!r}, which no tokenizer "
+            "splits text into (CRLF line ends or stray blanks in a token file?); remove them, or pass the tokenizer "
+            "itself if it really holds such tokens"
+        )
+    if probe is not None and not callable(probe):
+        _check_probe_width(module, plan, probe)
+
+
+def _probe_width(module: nn.Module, plan: ExtensionPlan) -> int | None:
+    """The width of the states the output matrix takes: its first untied output layer's, else the tied table's."""
+    if plan.output_rows:
+        return module.get_submodule(next(iter(plan.output_rows))).weight.shape[1]
+    target = _one_slot(module, plan.slot)
+    return target.embedding_dim if target.is_tied else None
+
+
+def _check_probe_width(module: nn.Module, plan: ExtensionPlan, states: torch.Tensor, *, done: bool = False) -> None:
+    width = _probe_width(module, plan)
+    if width is not None and (not isinstance(states, torch.Tensor) or states.shape[-1] != width):
+        got = f"shape {tuple(states.shape)}" if isinstance(states, torch.Tensor) else type(states).__name__
+        where = (
+            "the model has been extended; only the report's new_token_mass is missing"
+            if done
+            else ("nothing was changed")
+        )
+        raise ValueError(
+            f"slot {plan.slot!r}: probe= gave states of {got}, but the output matrix takes states of width {width} "
+            f"(…, {width}): pass the states that meet the output layer ({where})"
+        )
 
 
 def plan_for_module(
@@ -199,6 +239,7 @@ def finish_report(module: nn.Module, plan: ExtensionPlan, probe: Any) -> dict[st
     layers = list(plan.output_rows)
     with torch.no_grad():
         states = probe(module) if callable(probe) else probe
+    _check_probe_width(module, plan, states, done=True)
     if layers:
         head = module.get_submodule(layers[0])
         report["new_token_mass"] = new_token_mass(states, head.weight, head.bias, plan.added)

@@ -112,6 +112,11 @@ def check_vocabulary_change(
             raise ValueError(
                 f"slot {slot!r}: {len(duplicates)} tokens occur twice in the {what}: {shown}; each token needs one row"
             )
+    if "" in distinct:
+        raise ValueError(
+            f"slot {slot!r}: the new vocabulary holds the empty token '' (id {list(new_tokens).index('')}); "
+            "a blank line in a token file? remove it"
+        )
     unnamed = num_rows - len(old_tokens)
     if appended and (unnamed <= 0 or allow_dropping):  # the common case, new tokens after the old: no lookups
         return torch.cat((torch.arange(len(old_tokens)), torch.full((len(new_tokens) - len(old_tokens),), -1)))
@@ -151,6 +156,27 @@ def _new_rows(
     if not bool(torch.isfinite(rows).all()):
         raise ValueError(f"{request.what}: rule {rule.name!r} made rows with NaN or inf; nothing was written")
     return rows, counts
+
+
+def check_old_tables(slot: str, old: SlotTables, rules: Sequence[Any], padding_idx: int | None) -> None:
+    """``ValueError`` before anything is built: an old tensor (table, output layer, bias) holding NaN or inf, named
+    with its first bad rows; a table with no row but the padding row for a rule that starts from the old rows."""
+    tensors = {"the table": old.embedding, **{f"output layer {p!r}": weight for p, weight in old.outputs.items()}}
+    tensors |= {f"the bias of {p!r}": b for p, b in old.biases.items() if b is not None}
+    tensors |= {f"bias {p!r}": bias.movedim(-1, 0) for p, bias in old.vocabulary_biases.items()}  # rows: token ids
+    for name, tensor in tensors.items():
+        finite = torch.isfinite(tensor.detach().reshape(tensor.shape[0], -1)).all(dim=1)
+        if not bool(finite.all()):
+            rows = (~finite).nonzero().flatten().tolist()
+            raise ValueError(
+                f"slot {slot!r}: {name} already holds NaN or inf (rows {rows[:5]}{' …' if len(rows) > 5 else ''}) "
+                "before any extension; new rows cannot be made from it — a diverged checkpoint? nothing was written"
+            )
+    if rows_without(old.embedding, padding_idx).shape[0] == 0 and (needy := [r.name for r in rules if r.uses_old_rows]):
+        raise ValueError(
+            f"slot {slot!r}: the table has no row but the padding row {padding_idx}, so rule {needy[0]!r} has no "
+            "mean or covariance to start new rows from; use a scheme (rule='xavier') or a source (rule='glove')"
+        )
 
 
 def _new_bias_values(old: SlotTables, bias: str | float, padding_idx: int | None) -> dict[str, float | None]:
@@ -197,6 +223,7 @@ def plan_extension(
     row_rule = resolve_rule(rule, **dict(source_options or {}))
     out_rule = row_rule if row_rule.serves_output_layers else resolve_rule("mean")
     out_rule = out_rule if head_rule is None else resolve_rule(head_rule)
+    check_old_tables(slot, old, [row_rule, *([out_rule] if old.outputs else [])], padding_idx)
     if (row_rule.needs_split or (old.outputs and out_rule.needs_split)) and split is None:
         raise ValueError(
             f"slot {slot!r}: rule 'pieces' needs the old tokenizer (old_tokenizer=: a tokenizer, a Hugging "

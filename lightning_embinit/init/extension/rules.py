@@ -83,12 +83,14 @@ NewRows = tuple[torch.Tensor, dict[str, int]]
 @dataclass(frozen=True)
 class ExtensionRule:
     """A named way to make new rows; ``serves_output_layers``: it also makes an untied output layer's rows (a
-    pre-trained source does not: they get ``mean``); ``needs_split``: it reads the old tokenizer's pieces."""
+    pre-trained source does not: they get ``mean``); ``needs_split``: it reads the old tokenizer's pieces;
+    ``uses_old_rows``: it starts from the old rows' statistics (μ, Σ)."""
 
     name: str
     make: Callable[[NewRowsRequest], NewRows]
     serves_output_layers: bool = True
     needs_split: bool = False
+    uses_old_rows: bool = False
 
     def __call__(self, request: NewRowsRequest) -> NewRows:
         return self.make(request)
@@ -104,7 +106,9 @@ registries)."""
 )
 def mean_rule() -> ExtensionRule:
     return ExtensionRule(
-        "mean", lambda r: (r.mean_row.float().expand(len(r.tokens), -1).clone(), {"mean": len(r.tokens)})
+        "mean",
+        lambda r: (r.mean_row.float().expand(len(r.tokens), -1).clone(), {"mean": len(r.tokens)}),
+        uses_old_rows=True,
     )
 
 
@@ -138,7 +142,9 @@ def mean_cov_rule(scale: str | None = None) -> ExtensionRule:
         raise ValueError(f"extension rule 'mean_cov:{scale}': the covariance scale must be a finite number ≥ 0")
     name = "mean_cov" if scale is None else f"mean_cov:{scale}"
     return ExtensionRule(
-        name, lambda r: (sample_mean_cov(r.old_rows, len(r.tokens), value, r.generator), {name: len(r.tokens)})
+        name,
+        lambda r: (sample_mean_cov(r.old_rows, len(r.tokens), value, r.generator), {name: len(r.tokens)}),
+        uses_old_rows=True,
     )
 
 
@@ -162,7 +168,7 @@ def _pieces(request: NewRowsRequest) -> NewRows:
 
 @RULES.register("pieces", summary="the mean of the old rows of the pieces the old tokenizer splits the new token into")
 def pieces_rule() -> ExtensionRule:
-    return ExtensionRule("pieces", _pieces, needs_split=True)
+    return ExtensionRule("pieces", _pieces, needs_split=True, uses_old_rows=True)
 
 
 def scheme_rule(scheme: RandomScheme) -> ExtensionRule:
