@@ -26,7 +26,14 @@ except ImportError as error:  # the test extra installs nbclient, nbformat and i
     pytest.skip(f"the notebook tests need nbclient, nbformat and ipykernel ({error})", allow_module_level=True)
 
 NOTEBOOKS_DIR = Path(__file__).resolve().parent.parent / "examples" / "notebooks"
-NAMES = ["01_quick_tour", "02_is_my_init_sane", "03_kim_lexical", "04_reinforced_and_the_tn_leak", "05_a_study"]
+NAMES = [
+    "01_quick_tour",
+    "02_is_my_init_sane",
+    "03_kim_lexical",
+    "04_reinforced_and_the_tn_leak",
+    "05_a_study",
+    "06_your_hugging_face_model",
+]
 NEEDS_SHARED_DATA = {"01_quick_tour", "02_is_my_init_sane", "03_kim_lexical", "04_reinforced_and_the_tn_leak"}
 PARAMETER_LINE = 'SCALE = os.environ.get("EMBINIT_NOTEBOOK_SCALE", "laptop")'
 CELL_TIMEOUT_S = 400
