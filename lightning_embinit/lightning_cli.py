@@ -30,7 +30,7 @@ from lightning.pytorch.cli import LightningArgumentParser, LightningCLI
 from lightning_embinit.callbacks.lightning_internals import LightningInternalsWarning
 from lightning_embinit.callbacks.progress import StepBudgetProgressBar
 from lightning_embinit.init.sources import vector_cache
-from lightning_embinit.init.sources.checkpoint_file import load_checkpoint_file
+from lightning_embinit.init.sources.checkpoint_file import checked_file, load_checkpoint_file
 from lightning_embinit.models.module import EmbinitModule, class_from_path
 from lightning_embinit.vocabulary import Vocabulary
 
@@ -79,6 +79,8 @@ class EmbinitCLI(LightningCLI):
         """(subcommand, its ``ckpt_path`` when that names an existing file)."""
         subcommand = self.config.get("subcommand")
         ckpt_path = self.config[subcommand].get("ckpt_path") if subcommand else None
+        if ckpt_path and Path(ckpt_path).is_dir():
+            checked_file(ckpt_path, f"--ckpt_path {ckpt_path}")
         return subcommand, ckpt_path if ckpt_path and Path(ckpt_path).is_file() else None
 
     def before_instantiate_classes(self) -> None:

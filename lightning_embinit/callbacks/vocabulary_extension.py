@@ -45,7 +45,7 @@ from lightning_embinit.init.extension.extend import TRAINABLE_EXTENSION, apply_p
 from lightning_embinit.init.extension.rules import new_bias_value, resolve_rule
 from lightning_embinit.init.host import select_slots
 from lightning_embinit.init.sources.checkpoint import CHECKPOINT_KEY
-from lightning_embinit.init.sources.checkpoint_file import load_checkpoint_file
+from lightning_embinit.init.sources.checkpoint_file import checked_file, load_checkpoint_file
 
 
 class VocabularyExtensionCallback(FitOnceCallback):
@@ -91,9 +91,9 @@ class VocabularyExtensionCallback(FitOnceCallback):
         if head_rule is not None:
             resolve_rule(head_rule)
         new_bias_value(bias, torch.zeros(1))
-        if from_checkpoint is not None and not os.path.isfile(os.path.expanduser(os.fspath(from_checkpoint))):
-            raise ValueError(f"from_checkpoint={os.fspath(from_checkpoint)!r}: no such file")
-        self.from_checkpoint = None if from_checkpoint is None else os.path.expanduser(os.fspath(from_checkpoint))
+        if from_checkpoint is not None:
+            from_checkpoint = checked_file(from_checkpoint, f"from_checkpoint={os.fspath(from_checkpoint)!r}")
+        self.from_checkpoint = from_checkpoint
         self.options = {
             "rule": rule,
             "head_rule": head_rule,

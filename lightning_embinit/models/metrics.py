@@ -3,9 +3,9 @@ computes it, accumulated over batches and processes (issue 8 §2).
 
 sacrebleu's corpus BLEU depends on the corpus only through sums of per-sentence statistics:
 hypothesis length, reference length, and matched and total n-grams for n = 1 … 4. Each batch's
-``BLEU.corpus_score`` statistics are added to a torchmetrics state (summed across ranks under
-DDP), and :meth:`CorpusBLEU.compute` scores the sums with ``BLEU.compute_bleu`` under the same
-settings — so the result equals ``sacrebleu.corpus_bleu`` on the whole corpus.
+unsmoothed statistics are added to an integer torchmetrics state (summed across ranks under DDP), and
+:meth:`CorpusBLEU.compute` smooths and scores the sums once with ``BLEU.compute_bleu`` — so the result
+equals ``sacrebleu.corpus_bleu`` on the whole corpus, in float64, for every batching.
 """
 
 from __future__ import annotations
@@ -16,6 +16,8 @@ import torch
 from sacrebleu.metrics import BLEU
 from torchmetrics import Metric
 from torchmetrics.aggregation import MeanMetric
+
+from lightning_embinit.checks import check_choice
 
 
 class PerplexityFromLoss(MeanMetric):
@@ -29,15 +31,28 @@ class CorpusBLEU(Metric):
     """sacrebleu corpus BLEU (default: 13a tokenization, mixed case, exp smoothing) as a torchmetrics Metric.
 
     ``update(hypotheses, references)`` takes detokenized strings, one reference per hypothesis.
+    ``smooth_method``: one of sacrebleu's ``none``, ``floor``, ``add-k``, ``exp``; ``smooth_value``: the
+    ``floor``/``add-k`` value, ``None`` for sacrebleu's default (0.1, 1).
     """
 
     full_state_update = False
     higher_is_better = True
     is_differentiable = False
 
-    def __init__(self, *, tokenize: str = "13a", lowercase: bool = False, smooth_method: str = "exp", **kwargs) -> None:
+    def __init__(
+        self,
+        *,
+        tokenize: str = "13a",
+        lowercase: bool = False,
+        smooth_method: str = "exp",
+        smooth_value: float | None = None,
+        **kwargs,
+    ) -> None:
         super().__init__(**kwargs)
-        self.bleu = BLEU(tokenize=tokenize, lowercase=lowercase, smooth_method=smooth_method)
+        check_choice("smooth_method=", smooth_method, BLEU.SMOOTH_DEFAULTS)
+        self.bleu = BLEU(tokenize=tokenize, lowercase=lowercase, smooth_method=smooth_method, smooth_value=smooth_value)
+        self.bleu.num_refs = 1  # what sacrebleu records when it scores: one reference per hypothesis (the signature's)
+        self.counter = BLEU(tokenize=tokenize, lowercase=lowercase, smooth_method="none")  # statistics, unsmoothed
         self.order = self.bleu.max_ngram_order
         self.add_state("statistics", torch.zeros(2 + 2 * self.order, dtype=torch.long), dist_reduce_fx="sum")
 
@@ -52,7 +67,7 @@ class CorpusBLEU(Metric):
             raise ValueError(f"{len(hypotheses)} hypotheses for {len(references)} references")
         if not hypotheses:
             return
-        score = self.bleu.corpus_score(list(hypotheses), [list(references)])
+        score = self.counter.corpus_score(list(hypotheses), [list(references)])
         batch = torch.tensor([score.sys_len, score.ref_len, *score.counts, *score.totals], dtype=torch.long)
         self.statistics += batch.to(self.statistics.device)
 
@@ -68,4 +83,4 @@ class CorpusBLEU(Metric):
             effective_order=self.bleu.effective_order,
             max_ngram_order=self.order,
         )
-        return torch.tensor(score.score, dtype=torch.float32)
+        return torch.tensor(score.score, dtype=torch.float64)

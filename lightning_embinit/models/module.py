@@ -53,24 +53,29 @@ def class_from_path(class_path: str) -> Any:
         return None
 
 
-def check_checkpoint_class(cls: type, path: str) -> str | None:
+def check_checkpoint_class(cls: type, path: str) -> tuple[str, bool]:
     """Check the checkpoint file at ``path`` (:func:`load_checkpoint_file`) and that ``cls``, a class derived from it
-    or its base saved it, as the checkpoint records (:func:`saved_class`); returns the saver's name or path (None:
-    unknown)."""
+    or its base saved it, as the checkpoint records (:func:`saved_class`). Returns who saved it, for messages, and
+    whether that is unverified — no class recorded, or one that does not import — so that an error building ``cls``
+    from its hyperparameters may come from another class's checkpoint."""
     try:
         checkpoint = load_checkpoint_file(path)
     except UnsafeCheckpointError:
-        return None  # not readable without trusting it; Lightning loads it as its own options say
+        return "an unknown class", False  # not readable without trusting it; Lightning loads it as its own options say
     recorded = saved_class(checkpoint)
-    saver = None if recorded is None else class_from_path(recorded)
+    if recorded is None:
+        hparams = checkpoint.get("hyper_parameters") if isinstance(checkpoint, Mapping) else None
+        held = ", ".join(map(str, hparams)) if isinstance(hparams, Mapping) and hparams else "none"
+        return f"a class it does not record; its hyper_parameters: {held}", True
+    saver = class_from_path(recorded)
     if not isinstance(saver, type):
-        return recorded
+        return f"{recorded}, as it records, which does not import here", True
     if not (issubclass(saver, cls) or issubclass(cls, saver)):
         raise ValueError(
             f"checkpoint {path} was saved by {saver.__name__}, not by {cls.__name__}: load it with "
             f"{saver.__name__}.load_from_checkpoint({str(path)!r})"
         )
-    return saver.__name__
+    return saver.__name__, False
 
 
 def group_config(config_type: type, value: Any, group: str, default: Any) -> Any:
@@ -225,17 +230,21 @@ class EmbinitModule(L.LightningModule):
         """Lightning's ``load_from_checkpoint`` (same arguments) after checking a local file first: its CRCs, that
         it is a whole checkpoint, and that this class (or one derived from it, or its base) saved it — each a
         ValueError naming the file and, when the checkpoint tells, the class that saved it
-        (:func:`~lightning_embinit.init.sources.checkpoint_file.load_checkpoint_file`)."""
+        (:func:`~lightning_embinit.init.sources.checkpoint_file.load_checkpoint_file`); when it does not, a
+        checkpoint that does not build or fit this class is a ValueError naming its hyperparameters."""
         local = isinstance(checkpoint_path, (str, os.PathLike)) and "://" not in os.fspath(checkpoint_path)
-        saver = check_checkpoint_class(cls, os.fspath(checkpoint_path)) if local else None
+        saver, unverified = (
+            check_checkpoint_class(cls, os.fspath(checkpoint_path)) if local else ("an unknown class", False)
+        )
         try:
             return super().load_from_checkpoint(checkpoint_path, *args, **kwargs)
-        except RuntimeError as error:
-            if "Error(s) in loading state_dict" not in str(error):
+        except (RuntimeError, TypeError, ValueError) as error:
+            if not ("Error(s) in loading state_dict" in str(error) if isinstance(error, RuntimeError) else unverified):
                 raise
+            hint = "; if another class saved it, load it with that class's load_from_checkpoint" if unverified else ""
             raise ValueError(
-                f"checkpoint {checkpoint_path} does not fit {cls.__name__} (saved by {saver or 'an unknown class'}"
-                f"): {' '.join(str(error).split())[:400]}"
+                f"checkpoint {checkpoint_path} does not fit {cls.__name__} (saved by {saver}{hint}): "
+                f"{' '.join(str(error).split())[:400]}"
             ) from None
 
     @classmethod

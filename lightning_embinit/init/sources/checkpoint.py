@@ -30,7 +30,7 @@ from typing import Any
 import torch
 
 from lightning_embinit.init.sources.base import SOURCES, SourceRequest, VectorSet
-from lightning_embinit.init.sources.checkpoint_file import load_checkpoint_file
+from lightning_embinit.init.sources.checkpoint_file import checked_file, load_checkpoint_file
 from lightning_embinit.init.sources.pretrained import ArrayVectorSet, PretrainedSource, split_options
 from lightning_embinit.vocabulary import read_token_file
 
@@ -117,8 +117,7 @@ def checkpoint_vectors(path: str, request: SourceRequest, options: Mapping[str, 
 def checkpoint_source(path: str, **options: Any) -> PretrainedSource:
     alignment, own = split_options(f"checkpoint:{path}", options, CHECKPOINT_OPTIONS)
     path = os.path.expanduser(path)
-    if not os.path.isfile(path):
-        raise ValueError(f"source 'checkpoint:{path}': the file does not exist")
+    checked_file(path, f"source 'checkpoint:{path}'")
     if own.get("slot_map") is not None and not isinstance(own["slot_map"], Mapping):
         raise ValueError(f"slot_map must map new slot names to old ones, got {own['slot_map']!r}")
 

@@ -31,6 +31,19 @@ class UnsafeCheckpointError(ValueError):
     """A checkpoint that holds objects beyond tensors and plain data, refused under ``weights_only=True``."""
 
 
+def checked_file(path: str | os.PathLike[str], label: str) -> str:
+    """``path``, ``~`` expanded, when it names a file; else a ValueError that starts with ``label``:
+    ``<label> is a directory, not a checkpoint file`` (naming the checkpoints inside) or ``<label>: no such file``."""
+    path = os.path.expanduser(os.fspath(path))
+    if os.path.isdir(path):
+        inside = sorted(name for name in os.listdir(path) if name.endswith(".ckpt"))
+        hint = f" (it holds {', '.join(inside[:5])}{', …' if len(inside) > 5 else ''})" if inside else ""
+        raise ValueError(f"{label} is a directory, not a checkpoint file: name a checkpoint file inside it{hint}")
+    if not os.path.isfile(path):
+        raise ValueError(f"{label}: no such file")
+    return path
+
+
 def verify_archive(path: str, what: str = "checkpoint") -> bool:
     """Check the CRC-32 of every member of a zip-format (torch ≥ 1.6) checkpoint, reading the file once.
 
@@ -72,8 +85,7 @@ def load_checkpoint_file(
     is a ValueError that starts with ``<what> <path>``; ``trust_hint``: how the caller's user loads a file of objects
     beyond tensors (refused under ``weights_only``)."""
     path = os.path.expanduser(os.fspath(path))
-    if not os.path.isfile(path):
-        raise ValueError(f"{what} {path}: no such file")
+    checked_file(path, f"{what} {path}")
     is_zip = verify_archive(path, what)
     try:
         try:
