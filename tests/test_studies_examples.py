@@ -78,6 +78,7 @@ def test_every_variant_of_every_study_validates(name, monkeypatch):
 def test_the_study_list_and_the_self_pretrain_step_needs_its_checkpoint(monkeypatch):
     assert NAMES == [
         "headline",
+        "hf_starts",
         "kim_classification",
         "kim_positional",
         "kim_translation",

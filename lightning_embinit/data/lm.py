@@ -1,4 +1,5 @@
-"""A word-level language-modelling datamodule: text → vocabulary → packed (input, target) windows.
+"""A language-modelling datamodule: text → word-level vocabulary or a pretrained sub-word tokenizer → packed
+(input, target) windows.
 
 Offline default corpus: the Lee corpus (Lee, Pincombe & Welsh 2005, "An empirical evaluation of
 models of text document similarity") — short English news articles from the Australian
@@ -19,7 +20,14 @@ from torch.utils.data import DataLoader, TensorDataset
 
 from lightning_embinit.checks import check_non_negative_int, check_positive_int, check_range
 from lightning_embinit.data.parallel_text import read_lines as read_file_lines
-from lightning_embinit.text.text_tokenizer import WordTokenizer
+from lightning_embinit.text.text_tokenizer import WORD_TOKENIZERS, WordTokenizer
+from lightning_embinit.text.tokenization import (
+    TRAINED_OPTIONS,
+    TextTokenizer,
+    TokenizerSpec,
+    build_tokenizer,
+    check_tokenizer_spec,
+)
 from lightning_embinit.text_files import check_encoding
 from lightning_embinit.vocabulary import Vocabulary
 
@@ -79,6 +87,21 @@ def extended_vocabulary(
     return Vocabulary([*base.tokens, *new], base.special_tokens)
 
 
+def pretrained_tokenizer(spec: TokenizerSpec) -> TextTokenizer:
+    """The sub-word tokenizer of a ``tokenizer=`` that names no word splitter: a pretrained tokenizer or a saved one."""
+    try:
+        if isinstance(spec, str) and spec in TRAINED_OPTIONS:  # trained on the text: not one stream for every rank
+            raise ValueError(spec)
+        check_tokenizer_spec(spec)
+    except ValueError:
+        raise ValueError(
+            f"unknown tokenizer {spec!r}: a word splitter ({', '.join(WORD_TOKENIZERS)}), or a pretrained tokenizer: "
+            "'hf:<hub id, local directory or known model name>' (e.g. hf:minilm), a tokenizer directory, a saved "
+            "config (.json or dict)"
+        ) from None
+    return build_tokenizer(spec)
+
+
 def pack(ids: Sequence[int], seq_len: int) -> torch.Tensor:
     """(S, seq_len + 1) windows of a token stream with stride ``seq_len``; the remainder is dropped.
 
@@ -100,13 +123,17 @@ class LanguageModelDataModule(L.LightningDataModule):
     text the last ``val_fraction`` of the training lines are held out. ``val_files`` alone
     (with ``vocabulary``) is validation-only: no training text.
 
-    Tokens: :class:`~lightning_embinit.text.text_tokenizer.WordTokenizer` (``tokenizer``, ``lowercase``);
-    every line ends with ``<eos>``. Vocabulary: ``vocabulary`` when given (token strings by id,
-    or the path of a one-token-per-line file, e.g. a checkpoint's — ``min_freq``/``max_size``
-    are then unused); else built from the training text (``min_freq``, ``max_size``; docs/concepts.md)
-    with ``<pad>``, ``<unk>``, ``<bos>``, ``<eos>`` at ids 0–3. ``base_vocabulary`` (a trained model's: token
-    strings by id, a file, or its ``.ckpt``) is extended instead: its tokens keep their ids and the training
-    text's words it lacks, seen ≥ ``min_freq`` times, are appended — fine-tuning with new tokens
+    Tokens: :class:`~lightning_embinit.text.text_tokenizer.WordTokenizer` (``tokenizer`` ``regex`` or
+    ``whitespace``, ``lowercase``), or a pretrained sub-word tokenizer (``tokenizer`` ``hf:minilm``, a Hugging Face
+    tokenizer name or directory, a saved config; :func:`~lightning_embinit.text.tokenization.build_tokenizer`) whose
+    tokens and special tokens are then the vocabulary (:attr:`tokenizer`, :attr:`tokenizer_config`: link it to a
+    model's ``tokenizer``; ``lowercase``, ``min_freq``, ``max_size`` and ``base_vocabulary`` are word-level options).
+    Every line ends with the eos token (``<eos>``; a BERT tokenizer's ``[SEP]``). Word-level vocabulary:
+    ``vocabulary`` when given (token strings by id, or the path of a one-token-per-line file, e.g. a checkpoint's —
+    ``min_freq``/``max_size`` are then unused); else built from the training text (``min_freq``, ``max_size``;
+    docs/concepts.md) with ``<pad>``, ``<unk>``, ``<bos>``, ``<eos>`` at ids 0–3. ``base_vocabulary`` (a trained
+    model's: token strings by id, a file, or its ``.ckpt``) is extended instead: its tokens keep their ids and the
+    training text's words it lacks, seen ≥ ``min_freq`` times, are appended — fine-tuning with new tokens
     (:class:`~lightning_embinit.callbacks.VocabularyExtensionCallback`, docs/vocabulary_extension.md); a
     ``vocabulary`` given beside it wins (``embinit fit --ckpt_path`` resuming a fine-tune gives its checkpoint's).
 
@@ -134,7 +161,7 @@ class LanguageModelDataModule(L.LightningDataModule):
         train_split: str = "train",
         val_split: str | None = "validation",
         encoding: str = "utf-8",
-        tokenizer: str = "regex",
+        tokenizer: TokenizerSpec = "regex",
         lowercase: bool = True,
         min_freq: int = 2,
         max_size: int | None = None,
@@ -159,8 +186,12 @@ class LanguageModelDataModule(L.LightningDataModule):
         if val_files is not None and dataset is not None:
             raise ValueError("give val_files or dataset, not both")
         self.save_hyperparameters()
-        self.tokenize = WordTokenizer(tokenizer, lowercase=lowercase)  # validates the tokenizer name
+        word_level = isinstance(tokenizer, str) and tokenizer in WORD_TOKENIZERS
+        self.tokenizer = None if word_level else pretrained_tokenizer(tokenizer)
+        self.tokenize = WordTokenizer(tokenizer, lowercase=lowercase) if word_level else self.tokenizer.tokenize
         self._vocab = None if vocabulary is None else given_vocabulary(vocabulary)
+        if self.tokenizer is not None:
+            self._vocab = self._tokenizer_vocabulary(base_vocabulary)
         # a given vocabulary wins: `embinit fit --ckpt_path` resuming a fine-tune passes its checkpoint's (extended) one
         self._base_vocab = (
             None if base_vocabulary is None or vocabulary is not None else base_vocabulary_of(base_vocabulary)
@@ -168,6 +199,22 @@ class LanguageModelDataModule(L.LightningDataModule):
         self._text: dict[str, list[list[str]] | None] = {}  # "training" and "validation" token lists, once read
         self.train_set: TensorDataset | None = None
         self.val_set: TensorDataset | None = None
+
+    def _tokenizer_vocabulary(self, base_vocabulary: Any) -> Vocabulary:
+        """The sub-word tokenizer's vocabulary; a given ``vocabulary`` (a checkpoint's) must be its tokens."""
+        own = self.tokenizer.vocabulary
+        if base_vocabulary is not None:
+            raise ValueError("base_vocabulary extends a word-level vocabulary; a pretrained tokenizer brings its own")
+        if self._vocab is not None and list(self._vocab.tokens) != list(own.tokens):
+            raise ValueError(
+                f"vocabulary= ({len(self._vocab)} tokens) is not the tokenizer's own vocabulary ({len(own)} tokens)"
+            )
+        return own
+
+    @property
+    def tokenizer_config(self) -> dict[str, Any] | None:
+        """The sub-word tokenizer's complete config (None for word-level text) — link it to a model's ``tokenizer``."""
+        return None if self.tokenizer is None else self.tokenizer.to_config()
 
     # ------------------------------------------------------------------ text and vocabulary
     def prepare_data(self) -> None:

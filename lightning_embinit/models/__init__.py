@@ -10,6 +10,7 @@ from lightning_embinit.architectures import (
 )
 from lightning_embinit.diagnostics.initial_loss import tied_initial_loss
 from lightning_embinit.models.classifier import TransformerClassifier
+from lightning_embinit.models.hf_lm import HuggingFaceLM
 from lightning_embinit.models.metrics import CorpusBLEU
 from lightning_embinit.models.optimization import OptimizerConfig
 from lightning_embinit.models.presets import PRESETS, preset_arguments
@@ -40,6 +41,7 @@ __all__ = [
     "EncoderClassifierConfig",
     "EncoderDecoderConfig",
     "FeedForward",
+    "HuggingFaceLM",
     "MultiHeadAttention",
     "OptimizerConfig",
     "ReinforcedEncoderDecoderConfig",

@@ -1,6 +1,7 @@
-"""What every Lightning system of the package shares (:class:`EmbinitModule`).
+"""What every Lightning system of the package shares (:class:`LightningSystem`), and the base of those over the
+package's own architectures (:class:`EmbinitModule`).
 
-A system holds its architecture — a plain ``nn.Module`` of :mod:`lightning_embinit.architectures` — as
+Such a system holds its architecture — a plain ``nn.Module`` of :mod:`lightning_embinit.architectures` — as
 ``self.model`` and owns what training needs around it: losses, metrics, decoding, the optimizer. Its settings
 come in two typed groups, ``architecture`` (the architecture's config) and ``optimizer``
 (:class:`~lightning_embinit.models.optimization.OptimizerConfig`), each a config or a mapping of its fields; the
@@ -110,64 +111,12 @@ def refresh_metric_states(module: nn.Module) -> int:
     return replaced
 
 
-class EmbinitModule(L.LightningModule):
-    """Base of the package's Lightning systems (module docstring): ``self.model``, settings, stage-safe metrics,
-    the optimizer of Kim et al. and [R], checkpoints that name their class. Subclasses set
-    :attr:`architecture_config`, call :meth:`_configure` in ``__init__``, and call ``super()`` in the
-    ``on_*_start`` hooks they override.
-    """
+class LightningSystem(L.LightningModule):
+    """What the package's Lightning systems share whatever network they train: token-loss metrics logged under one
+    set of names, stage-safe metric states, tokenizers kept in the checkpoint, checkpoints that name their class,
+    Adam per :attr:`optimizer_config`."""
 
-    architecture_config: ClassVar[type]
-    """The config type of the ``architecture`` group."""
-
-    model: nn.Module
     optimizer_config: OptimizerConfig
-
-    def _configure(self, architecture: Any, optimizer: Any, *, own: Mapping[str, Any]) -> Any:
-        """The architecture config (returned) and :attr:`optimizer_config` from the two groups (:func:`group_config`
-        with the system's defaults); saves ``own`` (the system's other arguments) and both groups, as mappings, as
-        the hyperparameters."""
-        defaults = inspect.signature(type(self)).parameters
-        config = group_config(self.architecture_config, architecture, "architecture", defaults["architecture"].default)
-        optimizer = group_config(OptimizerConfig, optimizer, "optimizer", defaults["optimizer"].default)
-        self.optimizer_config = optimizer.resolved(config.d_model)
-        self.save_hyperparameters({**own, "architecture": asdict(config), "optimizer": asdict(self.optimizer_config)})
-        return config
-
-    def forward(self, *inputs: Any, **options: Any) -> Any:
-        """The architecture's forward: ids → logits (:attr:`model`'s ``forward``)."""
-        return self.model(*inputs, **options)
-
-    def embedding_slots(self) -> dict[str, EmbeddingSlot]:
-        """The architecture's slots, with tied modules named by their path in this system (``model.head``)."""
-        return {
-            name: replace(slot, tied_modules=tuple(f"model.{module}" for module in slot.tied_modules))
-            for name, slot in self.model.embedding_slots().items()
-        }
-
-    def vocabulary_outputs(self) -> dict[str, tuple[str, ...]]:
-        """Slot → the untied output layers whose rows follow its vocabulary, by their path in this system."""
-        return {
-            slot: tuple(f"model.{path}" for path in paths) for slot, paths in self.model.vocabulary_outputs().items()
-        }
-
-    def prepare_vocabulary_change(self, change: Any) -> Callable[[], None]:
-        """Check that this system can follow ``change`` (a :class:`~lightning_embinit.init.extension.VocabularyChange`
-        of one slot, whose tables :func:`~lightning_embinit.init.extension.extend_vocabulary` rewrites) and return
-        what to run after the write: the architecture's vocabulary and ids, then ``_follow_vocabulary``'s
-        tokenizers and hyperparameters, so the checkpoint reloads with the new shapes."""
-        vocab = Vocabulary.from_tokens(change.tokens, change.special_tokens or None)
-        follow = self._follow_vocabulary(change, vocab)
-
-        def commit() -> None:
-            self.model.remap_vocabulary(change.slot, vocab, change.new_id)
-            follow()
-
-        return commit
-
-    def _follow_vocabulary(self, change: Any, vocab: Vocabulary) -> Callable[[], None]:
-        """A system's own part of :meth:`prepare_vocabulary_change` (its tokenizers and hyperparameters)."""
-        return lambda: None
 
     def _set_tokenizer(self, name: str, tokenizer: TextTokenizer | None) -> None:
         """``self.<name>`` and its config in the hyperparameters: in the checkpoint (which then encodes new text with
@@ -175,26 +124,6 @@ class EmbinitModule(L.LightningModule):
         spec of the same name would clash with it there."""
         setattr(self, name, tokenizer)
         self.hparams[name] = None if tokenizer is None else tokenizer.to_config()
-
-    def _follow_tokenizers(self, change: Any, names: Sequence[str]) -> Callable[[], None]:
-        """:meth:`_follow_vocabulary` for the tokenizer attributes ``names`` (:func:`followed_tokenizer`, checked
-        now): each tokenizer and its config, and the matching ``…vocab_size`` hyperparameter when one was given."""
-        tokens, given = change.tokens, change.tokenizer
-        tokenizers = {name: followed_tokenizer(getattr(self, name), tokens, given, option=name) for name in names}
-
-        def follow() -> None:
-            for name, tokenizer in tokenizers.items():
-                self._set_tokenizer(name, tokenizer)
-                size = name.replace("tokenizer", "vocab_size")
-                if self.hparams.get(size) is not None:
-                    self.hparams[size] = len(tokens)
-
-        return follow
-
-    @classmethod
-    def checkpoint_vocabularies(cls, hparams: Mapping[str, Any]) -> dict[str, tuple[list[str] | None, Any]]:
-        """Slot → (token strings by id, tokenizer or None) of a checkpoint of this system, from its hyperparameters."""
-        return {}
 
     def _add_token_loss_metrics(self) -> None:
         """The metrics of :meth:`_log_token_loss`: the token-weighted loss per epoch, and perplexity."""
@@ -247,6 +176,89 @@ class EmbinitModule(L.LightningModule):
                 f"{' '.join(str(error).split())[:400]}"
             ) from None
 
+    def configure_optimizers(self) -> Any:
+        """Adam per :attr:`optimizer_config` (:func:`~lightning_embinit.models.optimization.configure_adam`)."""
+        return configure_adam(self.parameters(), self.optimizer_config)
+
+
+class EmbinitModule(LightningSystem):
+    """Base of the package's systems over its own architectures (module docstring): ``self.model``, its two
+    settings groups, its slots and vocabulary changes, on top of :class:`LightningSystem`. Subclasses set
+    :attr:`architecture_config`, call :meth:`_configure` in ``__init__``, and call ``super()`` in the
+    ``on_*_start`` hooks they override.
+    """
+
+    architecture_config: ClassVar[type]
+    """The config type of the ``architecture`` group."""
+
+    model: nn.Module
+
+    def _configure(self, architecture: Any, optimizer: Any, *, own: Mapping[str, Any]) -> Any:
+        """The architecture config (returned) and :attr:`optimizer_config` from the two groups (:func:`group_config`
+        with the system's defaults); saves ``own`` (the system's other arguments) and both groups, as mappings, as
+        the hyperparameters."""
+        defaults = inspect.signature(type(self)).parameters
+        config = group_config(self.architecture_config, architecture, "architecture", defaults["architecture"].default)
+        optimizer = group_config(OptimizerConfig, optimizer, "optimizer", defaults["optimizer"].default)
+        self.optimizer_config = optimizer.resolved(config.d_model)
+        self.save_hyperparameters({**own, "architecture": asdict(config), "optimizer": asdict(self.optimizer_config)})
+        return config
+
+    def forward(self, *inputs: Any, **options: Any) -> Any:
+        """The architecture's forward: ids → logits (:attr:`model`'s ``forward``)."""
+        return self.model(*inputs, **options)
+
+    def embedding_slots(self) -> dict[str, EmbeddingSlot]:
+        """The architecture's slots, with tied modules named by their path in this system (``model.head``)."""
+        return {
+            name: replace(slot, tied_modules=tuple(f"model.{module}" for module in slot.tied_modules))
+            for name, slot in self.model.embedding_slots().items()
+        }
+
+    def vocabulary_outputs(self) -> dict[str, tuple[str, ...]]:
+        """Slot → the untied output layers whose rows follow its vocabulary, by their path in this system."""
+        return {
+            slot: tuple(f"model.{path}" for path in paths) for slot, paths in self.model.vocabulary_outputs().items()
+        }
+
+    def prepare_vocabulary_change(self, change: Any) -> Callable[[], None]:
+        """Check that this system can follow ``change`` (a :class:`~lightning_embinit.init.extension.VocabularyChange`
+        of one slot, whose tables :func:`~lightning_embinit.init.extension.extend_vocabulary` rewrites) and return
+        what to run after the write: the architecture's vocabulary and ids, then ``_follow_vocabulary``'s
+        tokenizers and hyperparameters, so the checkpoint reloads with the new shapes."""
+        vocab = Vocabulary.from_tokens(change.tokens, change.special_tokens or None)
+        follow = self._follow_vocabulary(change, vocab)
+
+        def commit() -> None:
+            self.model.remap_vocabulary(change.slot, vocab, change.new_id)
+            follow()
+
+        return commit
+
+    def _follow_vocabulary(self, change: Any, vocab: Vocabulary) -> Callable[[], None]:
+        """A system's own part of :meth:`prepare_vocabulary_change` (its tokenizers and hyperparameters)."""
+        return lambda: None
+
+    def _follow_tokenizers(self, change: Any, names: Sequence[str]) -> Callable[[], None]:
+        """:meth:`_follow_vocabulary` for the tokenizer attributes ``names`` (:func:`followed_tokenizer`, checked
+        now): each tokenizer and its config, and the matching ``…vocab_size`` hyperparameter when one was given."""
+        tokens, given = change.tokens, change.tokenizer
+        tokenizers = {name: followed_tokenizer(getattr(self, name), tokens, given, option=name) for name in names}
+
+        def follow() -> None:
+            for name, tokenizer in tokenizers.items():
+                self._set_tokenizer(name, tokenizer)
+                size = name.replace("tokenizer", "vocab_size")
+                if self.hparams.get(size) is not None:
+                    self.hparams[size] = len(tokens)
+
+        return follow
+
+    @classmethod
+    def checkpoint_vocabularies(cls, hparams: Mapping[str, Any]) -> dict[str, tuple[list[str] | None, Any]]:
+        """Slot → (token strings by id, tokenizer or None) of a checkpoint of this system, from its hyperparameters."""
+        return {}
+
     @classmethod
     def from_preset(cls, name: str, **overrides: Any) -> EmbinitModule:
         """A model configured as the preset ``name`` (:data:`~lightning_embinit.models.presets.PRESETS`), with
@@ -259,7 +271,3 @@ class EmbinitModule(L.LightningModule):
         if issubclass(target, cls):
             return target(**arguments)
         raise ValueError(f"preset {name!r} builds a {target.__name__}; call {target.__name__}.from_preset({name!r})")
-
-    def configure_optimizers(self) -> Any:
-        """Adam per :attr:`optimizer_config` (:func:`~lightning_embinit.models.optimization.configure_adam`)."""
-        return configure_adam(self.parameters(), self.optimizer_config)
