@@ -218,3 +218,24 @@ def test_bad_input_is_named(minilm, monkeypatch, tmp_path):
         LanguageModelDataModule(tokenizer="wordpiece")
     with pytest.raises(ValueError, match="base_vocabulary extends a word-level vocabulary"):
         LanguageModelDataModule(tokenizer="hf:minilm", base_vocabulary=["<pad>", "<unk>", "<bos>", "<eos>"])
+
+
+def test_a_vocabulary_extension_follows_into_the_tokenizer_and_the_saved_config(minilm, tmp_path):
+    from lightning_embinit.init.extension import extend_vocabulary
+    from lightning_embinit.text.text_tokenizer import TextTokenizer
+
+    model = HuggingFaceLM("gpt2", GPT2, tokenizer=minilm)
+    old = list(model.tokenizer.tokens)
+    with pytest.raises(ValueError, match="pretrained tokenizer, which a token list cannot rebuild"):
+        extend_vocabulary(model, [*old, "embinitword"])  # a token list cannot say how to split text
+    assert model.model.config.vocab_size == len(old) == model.model.transformer.wte.num_embeddings  # untouched
+    hf_tokenizer = T.AutoTokenizer.from_pretrained(MINILM_DIR)
+    hf_tokenizer.add_tokens(["embinitword", "embinitother"])
+    hf_tokenizer.save_pretrained(tmp_path / "extended")
+    extend_vocabulary(model, TextTokenizer.pretrained(str(tmp_path / "extended")))
+    assert model.tokenizer.encode("embinitword")[-2:] != [] and len(model.tokenizer) == len(old) + 2
+    again = HuggingFaceLM(**model.hparams)  # what load_from_checkpoint builds
+    again.load_state_dict(model.state_dict())
+    assert again.model.transformer.wte.num_embeddings == len(old) + 2 == again.model.config.vocab_size
+    assert again.model.lm_head.weight is again.model.transformer.wte.weight
+    assert torch.equal(again.model.transformer.wte.weight, model.model.transformer.wte.weight)

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import asdict
 from typing import Any
 
@@ -23,6 +23,7 @@ from lightning_embinit.checks import check_choice, check_range
 from lightning_embinit.models.module import LightningSystem, group_config
 from lightning_embinit.models.optimization import OptimizerConfig
 from lightning_embinit.models.tied_lm import split_batch
+from lightning_embinit.models.vocabularies import followed_tokenizer
 from lightning_embinit.text.tokenization import TokenizerSpec, build_tokenizer
 
 OBJECTIVES = ("causal", "masked")
@@ -171,6 +172,18 @@ class HuggingFaceLM(LightningSystem):
         auto = AutoModelForCausalLM if objective == "causal" else AutoModelForMaskedLM
         self.model = auto.from_config(hf_config)
         self._add_token_loss_metrics()
+
+    def prepare_vocabulary_change(self, change: Any) -> Callable[[], None]:
+        """Follow :func:`~lightning_embinit.init.extension.extend_vocabulary` of the token table (the family adapter
+        grows the table, the tied head and ``config.vocab_size``): the tokenizer — the new one given, checked now,
+        before any weight changes — and the saved config's ``vocab_size``, so the checkpoint reloads the new shapes."""
+        tokenizer = followed_tokenizer(self.tokenizer, list(change.tokens), change.tokenizer, option="tokenizer")
+
+        def commit() -> None:
+            self._set_tokenizer("tokenizer", tokenizer)
+            self.hparams["config"] = {**self.hparams["config"], "vocab_size": len(change.tokens)}
+
+        return commit
 
     def forward(self, *inputs: Any, **options: Any) -> Any:
         """The Hugging Face model's forward (its output, with ``logits`` and, given ``labels``, ``loss``)."""

@@ -46,7 +46,7 @@ from lightning_embinit.init.extension.tables import (
 )
 from lightning_embinit.init.freezing import freeze_rows, pin_rows
 from lightning_embinit.init.host import EmbeddingSlot, select_slots
-from lightning_embinit.init.tokens import load_tokens, tokenizer_object_tokens
+from lightning_embinit.init.tokens import load_tokens, resolve_slot_tokens, tokenizer_object_tokens
 from lightning_embinit.init.transforms import StatisticsTarget
 from lightning_embinit.vocabulary import Vocabulary
 
@@ -179,13 +179,21 @@ def plan_for_module(
     """:func:`plan_extension` for a slot of ``module`` (its tensors, tokens, padding row and output layers);
     ``options`` as :func:`extend_vocabulary`'s. Nothing is written."""
     target = _one_slot(module, slot)
+    if target.tokens is None and old_tokens is None:  # the module's tokenizer or vocabulary attribute, if any
+        target = resolve_slot_tokens(target, model=module)[0]
+        own = getattr(module, "tokenizer", None)
+        if old_tokenizer is None and (callable(getattr(own, "encode", None)) or callable(own)):
+            old_tokenizer = own  # splits new tokens into old pieces for rule='pieces'
     if target.tokens is not None:
         old_tokens = list(target.tokens)
     elif old_tokens is not None:
         old_tokens, given_tokenizer = token_list(old_tokens)
         old_tokenizer = given_tokenizer if old_tokenizer is None else old_tokenizer
     if old_tokens is None:
-        raise ValueError(f"slot {target.name!r} names no tokens: pass old_tokens= (its token strings by id)")
+        raise ValueError(
+            f"slot {target.name!r} names no tokens: pass old_tokens= (its token strings by id or its tokenizer), or "
+            "give the module a tokenizer or vocabulary attribute"
+        )
     layers = output_layers(module, target, outputs)
     if unclaimed := unclaimed_layers(module, target, layers):
         warnings.warn(
