@@ -23,6 +23,8 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any, NoReturn
 
+import yaml
+from jsonargparse import get_loader, set_loader
 from lightning.pytorch import LightningDataModule, LightningModule, Trainer
 from lightning.pytorch.callbacks import ProgressBar
 from lightning.pytorch.cli import LightningArgumentParser, LightningCLI
@@ -33,6 +35,7 @@ from lightning_embinit.init.sources import vector_cache
 from lightning_embinit.init.sources.checkpoint_file import checked_file, load_checkpoint_file
 from lightning_embinit.models.module import EmbinitModule, class_from_path
 from lightning_embinit.vocabulary import Vocabulary
+from lightning_embinit.yaml_files import load_yaml
 
 DATA_TO_MODEL_LINKS = (
     ("vocabulary", "vocabulary"),
@@ -320,10 +323,31 @@ def debug_requested() -> bool:
     return os.environ.get(DEBUG_VARIABLE, "").strip().lower() not in ("", "0", "false", "no")
 
 
+CONFIG_MODE = "embinit_yaml"
+"""The jsonargparse parser mode of :class:`EmbinitArgumentParser`: jsonargparse's YAML, a key given twice refused."""
+set_loader(
+    CONFIG_MODE,
+    lambda text, path="": load_yaml(text, path or "<string>", get_loader("yaml")),
+    (yaml.YAMLError,),
+)
+
+
 class EmbinitArgumentParser(LightningArgumentParser):
     """LightningCLI's parser, whose refusals end the command with one line of stderr (``embinit fit: error: ...``,
     :func:`error_summary`) and status 2, not with the usage and the whole refused value. A parser made with
-    ``exit_on_error=False`` raises as jsonargparse's does; ``JSONARGPARSE_DEBUG`` keeps jsonargparse's report."""
+    ``exit_on_error=False`` raises as jsonargparse's does; ``JSONARGPARSE_DEBUG`` keeps jsonargparse's report.
+    Its config files (:data:`CONFIG_MODE`) may not give a key twice, and one that is not text is named."""
+
+    def __init__(self, *args: Any, parser_mode: str = CONFIG_MODE, **kwargs: Any) -> None:
+        super().__init__(*args, parser_mode=parser_mode, **kwargs)
+
+    def parse_path(self, path: Any, *args: Any, **kwargs: Any) -> Any:
+        try:
+            return super().parse_path(path, *args, **kwargs)
+        except UnicodeDecodeError as error:
+            raise ValueError(
+                f"config file {path} is not a text file (binary?): byte {error.start} is not UTF-8; give a YAML file"
+            ) from None
 
     def error(self, message: str, ex: Exception | None = None) -> NoReturn:
         if not self.exit_on_error or os.environ.get("JSONARGPARSE_DEBUG"):

@@ -25,7 +25,8 @@ def check_encoding(encoding: str, option: str = "encoding") -> str:
 
 @contextmanager
 def open_text(path: str, what: str, *, encoding: str = "utf-8", newline: str | None = None) -> Iterator[IO[str]]:
-    """``path`` opened as text (``.gz``: gzip-decompressed), for reading inside the ``with`` block.
+    """``path`` opened as text (``.gz``: gzip-decompressed), for reading inside the ``with`` block; a UTF-8
+    byte-order mark at its start is not read.
 
     A byte sequence that is not ``encoding`` text, a ``.gz`` that is not gzip or is truncated: a ValueError
     naming the ``what`` file (and, for text, ``encoding=``), raised from wherever the block reads. ``newline``
@@ -33,7 +34,11 @@ def open_text(path: str, what: str, *, encoding: str = "utf-8", newline: str | N
     """
     opener = gzip.open if str(path).endswith(".gz") else open
     try:
-        with opener(path, "rt", encoding=encoding, newline=newline) as handle:
+        reading = "utf-8-sig" if codecs.lookup(encoding).name == "utf-8" else encoding
+    except (LookupError, TypeError):
+        reading = encoding  # open() names the unknown encoding
+    try:
+        with opener(path, "rt", encoding=reading, newline=newline) as handle:
             yield handle
     except UnicodeDecodeError as error:
         raise ValueError(

@@ -18,12 +18,13 @@ SPECIAL_ROLES = ("pad", "unk", "bos", "eos", "cls", "sep", "mask")
 
 
 def read_token_file(path: str | os.PathLike[str], what: str = "token") -> list[str]:
-    """One token per line, UTF-8, line k = id k − 1; a final newline is optional; ``\\r\\n`` endings are accepted."""
+    """One token per line, UTF-8, line k = id k − 1; ``\\r\\n`` endings are accepted; empty lines at the end (a
+    final newline, a trailing blank line) add no token."""
     with open_text(os.path.expanduser(os.fspath(path)), what, newline="") as handle:
-        lines = handle.read().split("\n")
-    if lines and lines[-1] == "":
+        lines = [line.removesuffix("\r") for line in handle.read().split("\n")]
+    while lines and lines[-1] == "":
         lines.pop()
-    return [line.removesuffix("\r") for line in lines]
+    return lines
 
 
 class Vocabulary(Sequence[str]):

@@ -20,7 +20,7 @@ PACKAGE = Path(__file__).resolve().parent.parent / "lightning_embinit"
 NAME = PACKAGE.name
 
 FLOORS: list[tuple[str, tuple[str, ...]]] = [
-    ("argument checks, text files, the vocabulary", ("checks", "text_files", "vocabulary")),
+    ("argument checks, text and YAML files, the vocabulary", ("checks", "text_files", "yaml_files", "vocabulary")),
     (
         "init core",
         (

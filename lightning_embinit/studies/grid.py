@@ -10,17 +10,23 @@ from typing import Any
 from lightning_embinit.studies.keys import StudyError, split_key
 
 
-def check_overrides(where: str, value: Any) -> dict[str, Any]:
-    """``value`` as overrides (dotted config key → value; None: none); a StudyError naming ``where`` otherwise."""
+def check_mapping(where: str, value: Any, what: str = "a mapping") -> dict[str, Any]:
+    """``value`` as a dict (None: {}); a StudyError naming ``where`` when it is not a mapping."""
     if value is None:
         return {}
     if not isinstance(value, Mapping):
-        raise StudyError(f"{where}: expected a mapping of config keys to values, got {value!r}")
+        raise StudyError(f"{where}: expected {what}, got {value!r}")
+    return dict(value)
+
+
+def check_overrides(where: str, value: Any) -> dict[str, Any]:
+    """``value`` as overrides (dotted config key → value; None: none); a StudyError naming ``where`` otherwise."""
+    value = check_mapping(where, value, "a mapping of config keys to values")
     for key in value:
         if not isinstance(key, str):
             raise StudyError(f"{where}: config key {key!r} is not a string")
         split_key(key)
-    return dict(value)
+    return value
 
 
 def _value_name(value: Any) -> str:

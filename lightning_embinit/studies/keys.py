@@ -20,7 +20,7 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
-import yaml
+from lightning_embinit.yaml_files import read_yaml
 
 _SEGMENT = re.compile(r"\[([^\]]*)\]|([^.\[\]]+)")
 _VARIABLE = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?::-([^}]*))?\}")
@@ -191,15 +191,13 @@ def digest(value: Any, length: int = 16) -> str:
 
 
 def read_yaml_mapping(path: str | Path, what: str) -> dict[str, Any]:
-    """The mapping in the YAML file ``path`` (empty file: {}); a StudyError naming ``what`` when it is missing, not
-    valid YAML or not a mapping."""
-    path = Path(path)
-    if not path.is_file():
-        raise StudyError(f"{what} {path} does not exist")
+    """The mapping in the YAML file ``path`` (empty file: {}); a StudyError naming ``what`` when it is missing, a
+    directory, not text, not valid YAML (a key given twice included: :func:`~lightning_embinit.yaml_files.read_yaml`)
+    or not a mapping."""
     try:
-        data = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
-    except yaml.YAMLError as error:
-        raise StudyError(f"{what} {path} is not valid YAML: {error}") from None
+        data = read_yaml(path, what) or {}
+    except ValueError as error:
+        raise StudyError(str(error)) from None
     if not isinstance(data, Mapping):
         raise StudyError(f"{what} {path}: expected a mapping, got {type(data).__name__}")
     return dict(data)

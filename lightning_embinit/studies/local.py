@@ -8,6 +8,7 @@ budget (``threads``; workers × threads ≤ cores) and, when there are GPUs, one
 
 from __future__ import annotations
 
+import contextlib
 import multiprocessing
 import multiprocessing.connection
 import os
@@ -92,8 +93,10 @@ def run_study(
     """Run every trial of ``study``'s ``variant`` not finished in ``results_dir``; return the records in trial order.
 
     Everything is checked before any trial starts (the thread budget, every config with the ``embinit`` parser,
-    the results directory), then ``study.json`` is written. Finished trials with the same config hash are
-    skipped; failed ones rerun with ``retry_failed``. A failed trial is recorded and the sweep goes on.
+    the results directory), then ``study.json`` is written; the sweep holds the results directory until it ends.
+    Finished trials with the same config hash are skipped; failed ones rerun with ``retry_failed``. A failed trial is
+    recorded and the sweep goes on. Interrupted (Ctrl-C, SIGINT), it interrupts the running trials the same way, so
+    they write no record, and raises KeyboardInterrupt.
     """
     start_trial_server()
     threads = thread_budget(workers, threads)
@@ -103,8 +106,10 @@ def run_study(
             f"--workers {workers} but {len(gpus)} GPU(s): each trial gets a GPU of its own; "
             f"use --workers {len(gpus)} or fewer"
         )
-    plan = prepare_sweep(study, results_dir, variant=variant, retry_failed=retry_failed)
-    with SweepProgress(plan.study.name, total=len(plan.trials), skipped=plan.kept, enabled=progress) as bar:
+    with (
+        prepare_sweep(study, results_dir, variant=variant, retry_failed=retry_failed) as plan,
+        SweepProgress(plan.study.name, total=len(plan.trials), skipped=plan.kept, enabled=progress) as bar,
+    ):
         ordered = plan.ordered(_run_all(plan.to_run, plan.results_dir, workers, threads, gpus, bar))
         bar.summary(ordered, plan.results_dir, ran=len(plan.to_run))
     return ordered
@@ -142,8 +147,9 @@ def _run_all(
                 bar.finished(record)
     except BaseException:
         processes = [process for process, _, _ in running.values()]
-        for process in processes:
-            process.terminate()
+        for process in processes:  # as Ctrl-C: an interrupted trial writes no record (SIGTERM would record a failure)
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(process.pid, signal.SIGINT)
         for process in processes:
             process.join(timeout=10)
             if process.is_alive():

@@ -1,13 +1,28 @@
-"""What every engine does before a trial starts: read and check the study, claim the results directory, and
-split its trials into those to run and the records kept from earlier runs."""
+"""What every engine does before a trial starts: read and check the study, claim the results directory (for the
+whole sweep), and split its trials into those to run and the records kept from earlier runs."""
 
 from __future__ import annotations
 
+import fcntl
+import json
+import os
+import socket
+import warnings
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from lightning_embinit.studies.records import STUDY_FILE, check_results_dir, read_record, study_summary, write_json
+from lightning_embinit.studies.keys import StudyError
+from lightning_embinit.studies.records import (
+    STUDY_FILE,
+    check_results_dir,
+    now,
+    read_record,
+    study_summary,
+    write_json,
+)
 from lightning_embinit.studies.spec import Study, Trial
 from lightning_embinit.studies.validate import validate_trials
 
@@ -29,11 +44,55 @@ class SweepPlan:
         return [found[trial.trial_id] for trial in self.trials if trial.trial_id in found]
 
 
+LOCK_FILE = ".sweep.lock"
+"""In a results directory: the sweep that holds it (pid, host, start time), empty when none does."""
+
+
+@contextmanager
+def hold_results_dir(results_dir: Path) -> Iterator[None]:
+    """Hold ``<results_dir>/.sweep.lock`` (``flock``, released even when the sweep is killed) for the block; a
+    StudyError naming the holder when another sweep holds it. A lock file a killed sweep left is taken over with a
+    warning."""
+    results_dir.mkdir(parents=True, exist_ok=True)
+    with open(results_dir / LOCK_FILE, "a+", encoding="utf-8") as handle:
+        handle.seek(0)
+        try:
+            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            raise StudyError(
+                f"results directory {results_dir} is in use by another sweep ({_holder(handle.read())}): wait for it "
+                "to end, or choose another --results directory"
+            ) from None
+        if left := handle.read().strip():
+            warnings.warn(
+                f"results directory {results_dir}: taking over the lock of a sweep that ended without releasing it "
+                f"({_holder(left)})",
+                stacklevel=2,
+            )
+        handle.truncate(0)
+        handle.write(json.dumps({"pid": os.getpid(), "host": socket.gethostname(), "started": now()}))
+        handle.flush()
+        try:
+            yield
+        finally:
+            handle.truncate(0)
+
+
+def _holder(text: str) -> str:
+    try:
+        found = json.loads(text)
+        return f"pid {found['pid']} on host {found['host']}, started {found['started']}"
+    except (ValueError, TypeError, KeyError):
+        return "its pid not yet written"
+
+
+@contextmanager
 def prepare_sweep(
     study: Study | str | Path, results_dir: str | Path, *, variant: str | None = None, retry_failed: bool = False
-) -> SweepPlan:
+) -> Iterator[SweepPlan]:
     """Check everything a sweep needs before any trial starts — the study, every trial's config (the ``embinit``
-    parser), the results directory — then write ``study.json`` and plan the trials; StudyError when one fails.
+    parser), the results directory — then hold the results directory for the block (:func:`hold_results_dir`),
+    write ``study.json`` and plan the trials; StudyError when one fails.
 
     A record with the trial's config hash is kept when ``done``, or ``failed`` without ``retry_failed``; a changed
     config (another hash) or a missing record runs."""
@@ -41,14 +100,15 @@ def prepare_sweep(
     results_dir = Path(results_dir)
     trials = study.trials(variant)
     validate_trials(study, trials)
-    check_results_dir(results_dir, study, variant)
-    write_json(results_dir / STUDY_FILE, study_summary(study, variant, trials))
-    to_run, kept = [], []
-    for trial in trials:
-        record = read_record(results_dir, trial.trial_id)
-        same = record is not None and record.get("config_hash") == trial.config_hash
-        if same and (record.get("status") == "done" or (record.get("status") == "failed" and not retry_failed)):
-            kept.append(record)
-        else:
-            to_run.append(trial)
-    return SweepPlan(study, variant, results_dir, trials, to_run, kept)
+    with hold_results_dir(results_dir):
+        check_results_dir(results_dir, study, variant)
+        write_json(results_dir / STUDY_FILE, study_summary(study, variant, trials))
+        to_run, kept = [], []
+        for trial in trials:
+            record = read_record(results_dir, trial.trial_id)
+            same = record is not None and record.get("config_hash") == trial.config_hash
+            if same and (record.get("status") == "done" or (record.get("status") == "failed" and not retry_failed)):
+                kept.append(record)
+            else:
+                to_run.append(trial)
+        yield SweepPlan(study, variant, results_dir, trials, to_run, kept)

@@ -65,14 +65,16 @@ def run_study_on_ray(
             f"--threads must be ≥ 1, GPUs per trial ≥ 0, --workers ≥ 1 and --ddp-workers ≥ 1; got "
             f"{cpus}, {gpus_per_trial}, {workers}, {ddp_workers}"
         )
-    plan = prepare_sweep(study, results_dir, variant=variant, retry_failed=retry_failed)
-    results_dir = plan.results_dir.resolve()
     ddp = {"num_workers": ddp_workers, "gpus_per_worker": gpus_per_trial} if ddp_workers > 1 else {}
-    jobs = [trial_job(trial, results_dir, cpus, **ddp) for trial in plan.to_run]
     # A Tune trial that waits on its Ray Train workers holds a byte of memory, no CPU: the workers hold the resources
     resources = {"cpu": 0, "memory": 1} if ddp else {"cpu": cpus, "gpu": gpus_per_trial}
-    run_name = f"{plan.study.name}-{variant or 'default'}-{now().replace(':', '')}"
-    with SweepProgress(plan.study.name, total=len(plan.trials), skipped=plan.kept, enabled=progress) as bar:
+    with (
+        prepare_sweep(study, results_dir, variant=variant, retry_failed=retry_failed) as plan,
+        SweepProgress(plan.study.name, total=len(plan.trials), skipped=plan.kept, enabled=progress) as bar,
+    ):
+        results_dir = plan.results_dir.resolve()
+        jobs = [trial_job(trial, results_dir, cpus, **ddp) for trial in plan.to_run]
+        run_name = f"{plan.study.name}-{variant or 'default'}-{now().replace(':', '')}"
         ordered = plan.ordered(_tune(jobs, results_dir, run_name, resources, workers, address, bar) if jobs else {})
         bar.summary(ordered, results_dir, ran=len(jobs))
     return ordered

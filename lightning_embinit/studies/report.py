@@ -154,6 +154,11 @@ def _header_lines(results: Results, settings: Sequence[str], reference: str, ext
         )
     if results.unreadable:
         lines.append(f"- left out: unreadable records ({', '.join(results.unreadable)})")
+    if results.stale:
+        lines.append(
+            f"- left out: stale or foreign records, whose trial and config hash {STUDY_FILE} does not list (a setting "
+            f"changed since, or another study's; rerun the sweep to replace them): {', '.join(results.stale)}"
+        )
     return lines
 
 

@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from lightning_embinit.studies.keys import StudyError
-from lightning_embinit.studies.records import STUDY_FILE
+from lightning_embinit.studies.records import RECORD_SCHEMA, STUDY_FILE
 from lightning_embinit.studies.statistics import setting_name
 
 TRIALS_DIR = "trials"
@@ -22,13 +22,15 @@ class ReportError(StudyError):
 
 @dataclass
 class Results:
-    """A results directory as read: ``study.json``'s fields, the current trial records, what was left out."""
+    """A results directory as read: ``study.json``'s fields, the current trial records, what was left out (the
+    trial ids of ``superseded`` records, the file names of ``unreadable`` and ``stale`` ones)."""
 
     directory: Path
     header: dict[str, Any]
     records: list[dict[str, Any]]
     superseded: list[str] = field(default_factory=list)
     unreadable: list[str] = field(default_factory=list)
+    stale: list[str] = field(default_factory=list)
 
     @property
     def study(self) -> dict[str, Any]:
@@ -54,15 +56,39 @@ def _latest_per_trial(found: dict[Path, dict[str, Any]]) -> tuple[list[dict[str,
     return list(latest.values()), superseded
 
 
+def _read_record(path: Path) -> tuple[dict[str, Any] | None, str]:
+    """(the trial record in ``path``, "") or (None, why it is not one)."""
+    try:
+        record = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as error:
+        return None, str(error)
+    if not isinstance(record, dict):
+        return None, f"it holds JSON {json.dumps(record)[:40]}, not a trial record (an object)"
+    if record.get("schema", RECORD_SCHEMA) != RECORD_SCHEMA or not {"setting", "status"} <= set(record):
+        return None, f"not a trial record of schema {RECORD_SCHEMA} (with setting and status)"
+    return record, ""
+
+
+def _current(record: dict[str, Any], trials: Any) -> bool:
+    """Whether ``record`` is one of ``study.json``'s ``trials`` with the same config hash (True when it lists none)."""
+    if not isinstance(trials, list):
+        return True
+    expected = {entry.get("trial_id"): entry.get("config_hash") for entry in trials if isinstance(entry, Mapping)}
+    return record.get("trial_id") in expected and record.get("config_hash") == expected[record["trial_id"]]
+
+
 def load_results(results_dir: str | Path) -> Results:
     """Read ``study.json`` and ``trials/*.json``; a ReportError naming the directory when either is missing.
 
-    A record that is not valid JSON is left out with a warning; of several records of the same setting and
-    seed, the latest written counts.
+    A record that cannot be read (not JSON, not an object, another schema) is left out with a warning, and so is a
+    stale or foreign one: a trial ``study.json`` does not list with that config hash (a setting changed since and
+    not rerun yet, or another study's record). Of several records of the same setting and seed, the latest written
+    counts.
     """
     directory = Path(results_dir)
     if not directory.is_dir():
-        raise ReportError(f"results directory {directory} does not exist")
+        how = "is a file, not a directory" if directory.exists() else "does not exist"
+        raise ReportError(f"results directory {directory} {how}: give the --results directory of `embinit sweep`")
     study_path = directory / STUDY_FILE
     if not study_path.is_file():
         raise ReportError(f"{directory} has no {STUDY_FILE}: not a results directory written by `embinit sweep`")
@@ -73,20 +99,23 @@ def load_results(results_dir: str | Path) -> Results:
     if not isinstance(header, dict):
         raise ReportError(f"{study_path} holds no study (a JSON object with name, hash, variant, study)")
     found: dict[Path, dict[str, Any]] = {}
-    unreadable = []
+    unreadable, stale = [], []
     for path in sorted((directory / TRIALS_DIR).glob("*.json")):
-        try:
-            record = json.loads(path.read_text(encoding="utf-8"))
-        except (OSError, ValueError) as error:
-            warnings.warn(f"trial record {path} left out: {error}", stacklevel=2)
-            unreadable.append(path.name)
-            continue
-        if isinstance(record, dict):
+        record, problem = _read_record(path)
+        if record is not None and not _current(record, header.get("trials")):
+            problem = (
+                f"{STUDY_FILE} lists no trial {record.get('trial_id')!r} with config hash {record.get('config_hash')!r}"
+            )
+        if problem:
+            warnings.warn(f"trial record {path} left out: {problem}", stacklevel=2)
+            (unreadable if record is None else stale).append(path.name)
+        else:
             found[path] = record
     if not found:
-        raise ReportError(f"{directory} has no trial records ({TRIALS_DIR}/*.json): run the sweep first")
+        left = f", only records left out ({', '.join(unreadable + stale)})" if unreadable or stale else ""
+        raise ReportError(f"{directory} has no trial records ({TRIALS_DIR}/*.json){left}: run the sweep first")
     records, superseded = _latest_per_trial(found)
-    return Results(directory, header, records, superseded, unreadable)
+    return Results(directory, header, records, superseded, unreadable, stale)
 
 
 def study_settings(study: Mapping[str, Any]) -> list[str]:

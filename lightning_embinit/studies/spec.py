@@ -40,7 +40,7 @@ from pathlib import Path
 from typing import Any
 
 from lightning_embinit.checks import check_choice, check_known
-from lightning_embinit.studies.grid import check_overrides, expand_grid
+from lightning_embinit.studies.grid import check_mapping, check_overrides, expand_grid
 from lightning_embinit.studies.keys import (
     StudyError,
     apply_overrides,
@@ -52,6 +52,8 @@ from lightning_embinit.studies.keys import (
 
 VARIANT_KEYS = ("overrides", "seeds", "description")
 TEST_CHOICES = ("auto", True, False)
+SEED_LIMIT = 2**32
+"""Seeds are below this: ``seed_everything`` (numpy's generator) takes 0 to 2**32 − 1."""
 
 
 def package_version() -> str:
@@ -72,12 +74,15 @@ class Protocol:
     keep_checkpoint: bool = True
 
     def __post_init__(self) -> None:
+        if not isinstance(self.monitor, str) or not self.monitor:
+            raise StudyError(f"protocol monitor: expected a logged metric's name (e.g. val_loss), got {self.monitor!r}")
         check_choice("protocol mode", self.mode, ("min", "max"))
         check_choice("protocol test", self.test, TEST_CHOICES)
+        check_choice("protocol keep_checkpoint", self.keep_checkpoint, (True, False))
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any] | None) -> Protocol:
-        data = dict(data or {})
+        data = check_mapping("protocol", data)
         check_known("protocol key", data, tuple(cls.__dataclass_fields__))
         return cls(**data)
 
@@ -94,11 +99,18 @@ class Variant:
     description: str = ""
 
     @classmethod
-    def from_dict(cls, data: Mapping[str, Any] | None) -> Variant:
+    def from_dict(cls, data: Mapping[str, Any] | None, where: str = "variant") -> Variant:
         """``{seeds, description, overrides: {...}}``; dotted keys next to them are overrides too."""
-        data = dict(data or {})
-        overrides = {**(data.pop("overrides", None) or {}), **{k: v for k, v in data.items() if k not in VARIANT_KEYS}}
-        return cls(overrides=overrides, seeds=_seeds(data.get("seeds")), description=str(data.get("description", "")))
+        data = check_mapping(where, data)
+        overrides = {
+            **check_overrides(f"{where}, overrides", data.pop("overrides", None)),
+            **check_overrides(where, {k: v for k, v in data.items() if k not in VARIANT_KEYS}),
+        }
+        return cls(
+            overrides=overrides,
+            seeds=_seeds(data.get("seeds"), f"{where}, seeds"),
+            description=str(data.get("description", "")),
+        )
 
     def to_dict(self) -> dict[str, Any]:
         return {"overrides": dict(self.overrides), "seeds": list(self.seeds), "description": self.description}
@@ -128,13 +140,17 @@ class Trial:
         return cls(**{**data, "protocol": Protocol.from_dict(data.get("protocol"))})
 
 
-def _seeds(values: Any) -> tuple[int, ...]:
-    values = [values] if isinstance(values, int) else list(values or ())
-    bad = [v for v in values if not isinstance(v, int) or isinstance(v, bool) or v < 0]
+def _seeds(values: Any, where: str) -> tuple[int, ...]:
+    values = [values] if isinstance(values, int) and not isinstance(values, bool) else values or ()
+    if not isinstance(values, (list, tuple)):
+        raise StudyError(f"{where}: expected a list of integers such as [0, 1, 2], got {values!r}")
+    bad = [v for v in values if not isinstance(v, int) or isinstance(v, bool) or not 0 <= v < SEED_LIMIT]
     if bad:
-        raise StudyError(f"seeds must be non-negative integers, got {bad}")
+        raise StudyError(
+            f"{where}: expected integers from 0 to {SEED_LIMIT - 1} (the range seed_everything takes), got {bad}"
+        )
     if len(set(values)) != len(values):
-        raise StudyError(f"seeds repeat: {values}")
+        raise StudyError(f"{where}: {values} repeat a seed")
     return tuple(values)
 
 
@@ -162,23 +178,30 @@ class Study:
     path: str | None = field(default=None, compare=False)
 
     def __post_init__(self) -> None:
+        if not isinstance(self.name, str) or not self.name:
+            raise StudyError(f"a study's name must be a non-empty string, got {self.name!r}")
         where = f"study {self.name!r}"
+        if not isinstance(self.description, str):
+            raise StudyError(f"{where}: description must be a string, got {self.description!r}")
         settings = {
             str(name): check_overrides(f"{where}, setting {name!r}", value)
-            for name, value in (self.settings or {}).items()
+            for name, value in check_mapping(f"{where}, settings", self.settings).items()
         }
         object.__setattr__(self, "settings", settings)
-        object.__setattr__(self, "grid", dict(self.grid or {}))
-        object.__setattr__(self, "seeds", _seeds(self.seeds))
+        object.__setattr__(self, "grid", check_mapping(f"{where}, grid", self.grid))
+        object.__setattr__(self, "seeds", _seeds(self.seeds, f"{where}, seeds"))
         object.__setattr__(self, "overrides", check_overrides(f"{where}, overrides", self.overrides))
+        if isinstance(self.seed_keys, str) or not all(isinstance(key, str) for key in self.seed_keys or ()):
+            raise StudyError(f"{where}, seed_keys: expected a list of config keys, got {self.seed_keys!r}")
         object.__setattr__(self, "seed_keys", tuple(self.seed_keys or ()))
         for key in self.seed_keys:
             split_key(key)
         variants = {
-            str(k): v if isinstance(v, Variant) else Variant.from_dict(v) for k, v in (self.variants or {}).items()
+            str(k): v if isinstance(v, Variant) else Variant.from_dict(v, f"{where}, variant {k!r}")
+            for k, v in check_mapping(f"{where}, variants", self.variants).items()
         }
         object.__setattr__(self, "variants", variants)
-        if isinstance(self.protocol, Mapping):
+        if not isinstance(self.protocol, Protocol):
             object.__setattr__(self, "protocol", Protocol.from_dict(self.protocol))
         names = self.setting_names()
         if not names:
@@ -194,23 +217,30 @@ class Study:
         data = {"name": path.stem, **read_yaml_mapping(path, "study file")}
         try:
             return cls.from_dict(data, root=path.parent, path=str(path))
-        except (StudyError, ValueError, TypeError) as error:
+        except StudyError as error:
             raise StudyError(f"study file {path}: {error}") from None
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any], *, root: str | Path | None = None, path: str | None = None) -> Study:
         """A study from its mapping; a relative ``base`` path is taken from ``root`` (default: the current
-        directory)."""
-        data = {key: value for key, value in data.items() if not str(key).startswith("x-")}
-        check_known("study key", data, STUDY_KEYS)
-        if "name" not in data or "base" not in data:
-            raise StudyError("a study needs a name and a base config")
-        base = data["base"]
-        if isinstance(base, (str, Path)):
-            base = str((Path(root or ".") / Path(base).expanduser()).resolve())
-        elif not isinstance(base, Mapping):
-            raise StudyError(f"base: expected a config path or mapping, got {base!r}")
-        return cls(**{**data, "base": copy.deepcopy(base)}, path=path)
+        directory). Any value that cannot make a study raises a StudyError naming it."""
+        try:
+            data = {
+                key: value for key, value in check_mapping("a study", data).items() if not str(key).startswith("x-")
+            }
+            check_known("study key", data, STUDY_KEYS)
+            if "name" not in data or "base" not in data:
+                raise StudyError("a study needs a name and a base config")
+            base = data["base"]
+            if isinstance(base, (str, Path)):
+                base = str((Path(root or ".") / Path(base).expanduser()).resolve())
+            elif not isinstance(base, Mapping):
+                raise StudyError(f"base: expected a config path or mapping, got {base!r}")
+            return cls(**{**data, "base": copy.deepcopy(base)}, path=path)
+        except StudyError:
+            raise
+        except (ValueError, TypeError) as error:
+            raise StudyError(str(error)) from None
 
     def to_dict(self) -> dict[str, Any]:
         """The study as its YAML mapping (``base`` as an absolute path or the inline config)."""
