@@ -26,6 +26,7 @@ _LAZY = {
     "LearningSpeedMonitor": "lightning_embinit.callbacks",
     "VocabularyExtensionCallback": "lightning_embinit.callbacks",
     "TiedEmbeddingLM": "lightning_embinit.models",
+    "HuggingFaceLM": "lightning_embinit.models",
     "TransformerSeq2Seq": "lightning_embinit.models",
     "ReinforcedTransformerSeq2Seq": "lightning_embinit.models",
     "TransformerClassifier": "lightning_embinit.models",
