@@ -28,6 +28,7 @@ from jsonargparse import get_loader, set_loader
 from lightning.pytorch import LightningDataModule, LightningModule, Trainer
 from lightning.pytorch.callbacks import ProgressBar
 from lightning.pytorch.cli import LightningArgumentParser, LightningCLI
+from typing_extensions import override
 
 from lightning_embinit.callbacks.lightning_internals import LightningInternalsWarning
 from lightning_embinit.callbacks.progress import StepBudgetProgressBar
@@ -70,10 +71,12 @@ class EmbinitCLI(LightningCLI):
                     setattr(error, CONFIG_ERROR, True)
             raise
 
+    @override
     def after_instantiate_classes(self) -> None:
         self._classes_ready = True
         super().after_instantiate_classes()
 
+    @override
     def add_arguments_to_parser(self, parser: Any) -> None:
         for source, target in DATA_TO_MODEL_LINKS:
             parser.link_arguments(f"data.{source}", f"model.init_args.{target}", apply_on="instantiate")
@@ -86,6 +89,7 @@ class EmbinitCLI(LightningCLI):
             checked_file(ckpt_path, f"--ckpt_path {ckpt_path}")
         return subcommand, ckpt_path if ckpt_path and Path(ckpt_path).is_file() else None
 
+    @override
     def before_instantiate_classes(self) -> None:
         if self._checkpoint_path()[1] and not self._checkpoint_config_read:
             # LightningCLI calls its private _parse_ckpt_path, which this class overrides; a release that
@@ -98,6 +102,7 @@ class EmbinitCLI(LightningCLI):
                 stacklevel=2,
             )
 
+    @override
     def instantiate_trainer(self, **kwargs: Any) -> Trainer:
         """The trainer, with :class:`StepBudgetProgressBar` when no progress bar is configured (no "Epoch 0/-2")."""
         config = self.config_init[self.subcommand] if self.subcommand else self.config_init
@@ -112,6 +117,7 @@ class EmbinitCLI(LightningCLI):
             kwargs["callbacks"] = [*callbacks, StepBudgetProgressBar()]
         return super().instantiate_trainer(**kwargs)
 
+    @override
     def init_parser(self, **kwargs: Any) -> LightningArgumentParser:
         """Every (sub)command's parser is an :class:`EmbinitArgumentParser` (one-line errors) unless another
         ``parser_class`` was given."""
@@ -119,6 +125,7 @@ class EmbinitCLI(LightningCLI):
             self.parser_class = EmbinitArgumentParser
         return super().init_parser(**kwargs)
 
+    @override
     def _parse_ckpt_path(self) -> None:
         self._checkpoint_config_read = True
         subcommand, ckpt_path = self._checkpoint_path()

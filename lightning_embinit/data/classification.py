@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
+from typing_extensions import override
 
 from lightning_embinit.data.parallel_text import TextColumns, find_file, load_hub_dataset, read_columns, require_columns
 from lightning_embinit.data.raw_splits import RawSplits, SplitText
@@ -207,6 +208,7 @@ class ClassificationDataModule(TokenizedTextDataModule):
         self._specs = {"tokens": tokenizer}
 
     # ------------------------------------------------------------------ text and labels
+    @override
     def prepare_data(self) -> None:
         """Download the GLUE task into the ``datasets`` cache (once per node); local files need nothing."""
         if self.hparams.dataset is not None and self.hparams.data_dir is None:
@@ -254,6 +256,7 @@ class ClassificationDataModule(TokenizedTextDataModule):
         task = CLASSIFICATION_DATASETS[hp.dataset]
         return task.tsv_columns if hp.data_dir is not None else task.columns
 
+    @override
     def _read_text(self) -> RawSplits:
         hp = self.hparams
         text_col, pair_col, label_col = self._columns()
@@ -316,6 +319,7 @@ class ClassificationDataModule(TokenizedTextDataModule):
         return splits[key].fields["a"], splits[key].fields.get("b"), splits[key].labels
 
     # ------------------------------------------------------------------ tokenizer and slot
+    @override
     def _tokenizer_plans(self) -> dict[str, TokenizerPlan | str]:
         return {"tokens": self._plan(self.hparams.tokenizer, FIELDS, default_min_freq=2, roles=["cls", "sep"])}
 
@@ -333,6 +337,7 @@ class ClassificationDataModule(TokenizedTextDataModule):
         """Token strings by id: the rows of the ``tokens`` embedding."""
         return list(self.tokenizer.tokens)
 
+    @override
     def _slot_fields(self, slot: str | None) -> tuple[str, ...]:
         """The one slot, ``tokens`` (also None): texts and pair texts."""
         if slot not in (None, "tokens"):
@@ -340,12 +345,15 @@ class ClassificationDataModule(TokenizedTextDataModule):
         return FIELDS
 
     # ------------------------------------------------------------------ datasets and loaders
+    @override
     def _val_splits(self) -> list[str]:
         return [key for key in self.raw_splits.splits if key.startswith("val:")]
 
+    @override
     def _missing_split(self, split: str) -> str:
         return f"no {display(split)} split; give its file (splits: {list(map(display, self.raw_splits.splits))})"
 
+    @override
     def _make_dataset(self, key: str) -> tuple[LabelledDataset, ClassificationCollator]:
         split = self.raw_splits.splits[key]
         sequences = self.corpus.sequences

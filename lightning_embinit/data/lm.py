@@ -17,6 +17,7 @@ from typing import Any
 import lightning as L
 import torch
 from torch.utils.data import DataLoader, TensorDataset
+from typing_extensions import override
 
 from lightning_embinit.checks import check_non_negative_int, check_positive_int, check_range
 from lightning_embinit.data.parallel_text import read_lines as read_file_lines
@@ -217,6 +218,7 @@ class LanguageModelDataModule(L.LightningDataModule):
         return None if self.tokenizer is None else self.tokenizer.to_config()
 
     # ------------------------------------------------------------------ text and vocabulary
+    @override
     def prepare_data(self) -> None:
         """Download ``dataset`` into the ``datasets`` cache; Lightning runs this once per node
         (local rank 0, before :meth:`setup` on any rank). Local files need nothing."""
@@ -326,6 +328,7 @@ class LanguageModelDataModule(L.LightningDataModule):
             )
         return TensorDataset(windows[:, :-1], windows[:, 1:])
 
+    @override
     def setup(self, stage: str | None = None) -> None:
         """Windows of the training (``fit`` or no stage) and validation text, read from files or the cache."""
         if stage in (None, "fit") and self.train_set is None:
@@ -333,6 +336,7 @@ class LanguageModelDataModule(L.LightningDataModule):
         if self.val_set is None:
             self.val_set = self._windows("validation")
 
+    @override
     def train_dataloader(self) -> DataLoader:
         self.setup("fit")
         return DataLoader(
@@ -343,6 +347,7 @@ class LanguageModelDataModule(L.LightningDataModule):
             drop_last=len(self.train_set) > self.hparams.batch_size,
         )
 
+    @override
     def val_dataloader(self) -> DataLoader:
         self.setup("validate")
         return DataLoader(self.val_set, batch_size=self.hparams.batch_size, num_workers=self.hparams.num_workers)

@@ -16,6 +16,7 @@ import numpy as np
 import torch.distributed as dist
 from lightning.pytorch.utilities import rank_zero_info
 from torch.utils.data import DataLoader, Dataset
+from typing_extensions import override
 
 from lightning_embinit.checks import check_choice, check_int, check_non_negative_int, check_positive_int
 from lightning_embinit.data.batching import BucketBatchSampler, EpochSampler
@@ -245,6 +246,7 @@ class TokenizedTextDataModule(L.LightningDataModule, abc.ABC):
         return self._token_corpora[fields]
 
     # ------------------------------------------------------------------ setup and datasets
+    @override
     def setup(self, stage: str | None = None) -> None:
         """Tokenize (or read the cache) and build the datasets of the stage's splits (every split without a stage)."""
         self.corpus  # noqa: B018 (tokenizes or reads the cache)
@@ -286,9 +288,11 @@ class TokenizedTextDataModule(L.LightningDataModule, abc.ABC):
         return np.flatnonzero(~over) if drop else np.arange(len(lengths))
 
     # ------------------------------------------------------------------ loaders
+    @override
     def train_dataloader(self) -> DataLoader:
         return self._split_loader("train", train=True)
 
+    @override
     def val_dataloader(self) -> DataLoader | list[DataLoader]:
         """One loader per validation split; a single one gives a single loader."""
         loaders = [self._split_loader(split, train=False) for split in self._val_splits()]
@@ -296,9 +300,11 @@ class TokenizedTextDataModule(L.LightningDataModule, abc.ABC):
             raise ValueError("no validation set: give val_files (or a dataset that has one)")
         return loaders[0] if len(loaders) == 1 else loaders
 
+    @override
     def test_dataloader(self) -> DataLoader:
         return self._split_loader("test", train=False)
 
+    @override
     def predict_dataloader(self) -> DataLoader:
         """The test split (else the first validation split), in length-sorted batches; ``index`` restores the order."""
         val = self._val_splits()

@@ -20,6 +20,7 @@ from typing import Any
 import numpy as np
 import torch
 from torch.utils.data import Dataset
+from typing_extensions import override
 
 from lightning_embinit.data.parallel_text import find_file, keep_complete_pairs, load_hub_dataset, read_parallel
 from lightning_embinit.data.raw_splits import RawSplits, SplitText
@@ -188,6 +189,7 @@ class TranslationDataModule(TokenizedTextDataModule):
         self._references: dict[str, list[str]] = {}
 
     # ------------------------------------------------------------------ text
+    @override
     def prepare_data(self) -> None:
         """Download ``dataset`` into the ``datasets`` cache (Lightning runs this once per node); files need nothing."""
         if self.hparams.dataset is not None:
@@ -198,6 +200,7 @@ class TranslationDataModule(TokenizedTextDataModule):
         config, src_key, tgt_key = spec.resolve(self.hparams.dataset, self.hparams.src_lang, self.hparams.tgt_lang)
         return load_hub_dataset(spec.hub_id, config, self.hparams.dataset_revision), src_key, tgt_key
 
+    @override
     def _read_text(self) -> RawSplits:
         hp = self.hparams
         splits: dict[str, SplitText] = {}
@@ -255,6 +258,7 @@ class TranslationDataModule(TokenizedTextDataModule):
         return splits[split].fields["src"], splits[split].fields["tgt"]
 
     # ------------------------------------------------------------------ tokenizers and slots
+    @override
     def _tokenizer_plans(self) -> dict[str, TokenizerPlan | str]:
         hp = self.hparams
         default_min_freq = TRANSLATION_DATASETS[hp.dataset].min_freq if hp.dataset is not None else 2
@@ -283,6 +287,7 @@ class TranslationDataModule(TokenizedTextDataModule):
     def tgt_tokenizer_config(self) -> dict[str, Any]:
         return self.corpus.tokenizers["tgt"]
 
+    @override
     def _slot_fields(self, slot: str | None) -> tuple[str, ...]:
         """Slots ``src``, ``tgt``, and ``shared`` (both sides' text) when one tokenizer serves both sides."""
         if slot in SIDES:
@@ -304,12 +309,15 @@ class TranslationDataModule(TokenizedTextDataModule):
         return self._references[split]
 
     # ------------------------------------------------------------------ datasets and loaders
+    @override
     def _val_splits(self) -> list[str]:
         return ["val"]
 
+    @override
     def _missing_split(self, split: str) -> str:
         return f"no {split!r} split: give its files (or stem) or use a dataset that has one"
 
+    @override
     def _make_dataset(self, split: str) -> tuple[ParallelDataset, TranslationCollator]:
         src_texts, tgt_texts = self.split_texts(split)
         src, tgt = self.corpus.sequences[f"{split}/src"], self.corpus.sequences[f"{split}/tgt"]

@@ -19,6 +19,7 @@ import torch.nn.functional as F
 from torch import nn
 from torchmetrics.aggregation import MeanMetric
 from torchmetrics.classification import MulticlassAccuracy, MulticlassF1Score
+from typing_extensions import override
 
 from lightning_embinit.architectures.classifier import EncoderClassifier
 from lightning_embinit.architectures.config import EncoderClassifierConfig
@@ -120,9 +121,11 @@ class TransformerClassifier(EmbinitModule):
         self.eval_metrics = nn.ModuleDict({prefix: self._new_metrics() for prefix in ("val", "test")})
         self._eval_prefixes: list[str] = []
 
+    @override
     def _follow_vocabulary(self, change: Any, vocab: Vocabulary) -> Callable[[], None]:
         return self._follow_tokenizers(change, ("tokenizer",))
 
+    @override
     @classmethod
     def checkpoint_vocabularies(cls, hparams: Mapping[str, Any]) -> dict[str, tuple[list[str] | None, Any]]:
         return {"tokens": saved_tokenizer(hparams.get("tokenizer"))}
@@ -134,6 +137,7 @@ class TransformerClassifier(EmbinitModule):
             raise ValueError(f"{what} batches need 'labels'")
         return self(input_ids, token_type_ids), labels
 
+    @override
     def training_step(self, batch: Any, batch_idx: int) -> torch.Tensor:
         logits, labels = self._logits(batch, "training")
         loss = F.cross_entropy(logits, labels)
@@ -143,17 +147,21 @@ class TransformerClassifier(EmbinitModule):
         self.log("train_acc", self.train_acc, on_step=False, on_epoch=True, batch_size=batch_size)
         return loss
 
+    @override
     def on_validation_epoch_start(self) -> None:
         super().on_validation_epoch_start()
         self._eval_prefixes = self._prefixes("val", len(self.trainer.num_val_batches), "val_dataloader_names")
 
+    @override
     def on_test_epoch_start(self) -> None:
         super().on_test_epoch_start()
         self._eval_prefixes = self._prefixes("test", len(self.trainer.num_test_batches), "test_dataloader_names")
 
+    @override
     def validation_step(self, batch: Any, batch_idx: int, dataloader_idx: int = 0) -> torch.Tensor:
         return self._evaluate(batch, dataloader_idx)
 
+    @override
     def test_step(self, batch: Any, batch_idx: int, dataloader_idx: int = 0) -> torch.Tensor:
         return self._evaluate(batch, dataloader_idx)
 
@@ -180,6 +188,7 @@ class TransformerClassifier(EmbinitModule):
             )
         return loss
 
+    @override
     def predict_step(self, batch: Any, batch_idx: int, dataloader_idx: int = 0) -> list[str]:
         """The predicted label name of every example in the batch (batch order; ClassificationDataModule
         batches carry each example's row in ``index``)."""

@@ -18,6 +18,7 @@ from typing import Any
 
 import torch
 import torch.nn.functional as F
+from typing_extensions import override
 
 from lightning_embinit.checks import check_choice, check_range
 from lightning_embinit.models.module import LightningSystem, group_config
@@ -185,6 +186,7 @@ class HuggingFaceLM(LightningSystem):
 
         return commit
 
+    @override
     def forward(self, *inputs: Any, **options: Any) -> Any:
         """The Hugging Face model's forward (its output, with ``logits`` and, given ``labels``, ``loss``)."""
         return self.model(*inputs, **options)
@@ -209,11 +211,14 @@ class HuggingFaceLM(LightningSystem):
         self._log_token_loss(stage, loss, (labels != IGNORE).sum(), labels.shape[0])
         return loss
 
+    @override
     def training_step(self, batch: Any, batch_idx: int) -> torch.Tensor:
         return self._step(batch, "train")
 
+    @override
     def validation_step(self, batch: Any, batch_idx: int) -> torch.Tensor:
         return self._step(batch, "val")
 
+    @override
     def test_step(self, batch: Any, batch_idx: int) -> torch.Tensor:
         return self._step(batch, "test")

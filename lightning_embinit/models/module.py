@@ -28,6 +28,7 @@ import torch
 from torch import nn
 from torchmetrics import Metric
 from torchmetrics.aggregation import MeanMetric
+from typing_extensions import override
 
 from lightning_embinit.init.host import EmbeddingSlot
 from lightning_embinit.init.sources.checkpoint_file import (
@@ -146,14 +147,17 @@ class LightningSystem(L.LightningModule):
             show = stage == "val" and name == "loss"
             self.log(f"{stage}_{name}", metric, prog_bar=show, on_epoch=True, batch_size=batch_size)
 
+    @override
     def on_fit_start(self) -> None:
         refresh_metric_states(self)
 
     on_train_start = on_validation_start = on_test_start = on_predict_start = on_fit_start
 
+    @override
     def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:
         checkpoint[CLASS_KEY] = f"{type(self).__module__}.{type(self).__qualname__}"
 
+    @override
     @classmethod
     def load_from_checkpoint(cls, checkpoint_path: Any, *args: Any, **kwargs: Any) -> Any:
         """Lightning's ``load_from_checkpoint`` (same arguments) after checking a local file first: its CRCs, that
@@ -176,6 +180,7 @@ class LightningSystem(L.LightningModule):
                 f"{' '.join(str(error).split())[:400]}"
             ) from None
 
+    @override
     def configure_optimizers(self) -> Any:
         """Adam per :attr:`optimizer_config` (:func:`~lightning_embinit.models.optimization.configure_adam`)."""
         return configure_adam(self.parameters(), self.optimizer_config)
@@ -204,6 +209,7 @@ class EmbinitModule(LightningSystem):
         self.save_hyperparameters({**own, "architecture": asdict(config), "optimizer": asdict(self.optimizer_config)})
         return config
 
+    @override
     def forward(self, *inputs: Any, **options: Any) -> Any:
         """The architecture's forward: ids → logits (:attr:`model`'s ``forward``)."""
         return self.model(*inputs, **options)

@@ -16,6 +16,7 @@ from typing import Any, ClassVar
 import torch
 import torch.nn.functional as F
 from lightning.pytorch.utilities import rank_zero_info, rank_zero_warn
+from typing_extensions import override
 
 from lightning_embinit.architectures.encoder_decoder import Seq2SeqArchitecture
 from lightning_embinit.checks import (
@@ -150,25 +151,30 @@ class Seq2SeqModule(EmbinitModule):
             raise ValueError("output_states needs a batch with targets ('tgt')")
         return self.model.output_states(src, tgt[:, :-1])[tgt[:, 1:] != self.model.pad_id]
 
+    @override
     def _follow_vocabulary(self, change: Any, vocab: Any) -> Callable[[], None]:
         sides = {"src": ("src",), "tgt": ("tgt",), "shared": ("src", "tgt")}[change.slot]
         return self._follow_tokenizers(change, [f"{side}_tokenizer" for side in sides])
 
+    @override
     @classmethod
     def checkpoint_vocabularies(cls, hparams: Mapping[str, Any]) -> dict[str, tuple[list[str] | None, Any]]:
         found = {side: saved_tokenizer(hparams.get(f"{side}_tokenizer")) for side in ("src", "tgt")}
         return {"shared": found["src"]} if hparams.get("architecture", {}).get("share_embeddings") else found
 
     # ----------------------------------------------------------------- Lightning steps
+    @override
     def training_step(self, batch: Any, batch_idx: int) -> torch.Tensor:
         src, tgt, _ = split_translation_batch(batch)
         loss, count = self.teacher_forced_loss(src, tgt, label_smoothing=self.hparams.label_smoothing)
         self._log_token_loss("train", loss, count, src.shape[0])
         return loss
 
+    @override
     def setup(self, stage: str) -> None:
         self._signature_logged = False  # once per fit/validate/test run: each run's logger gets the signature
 
+    @override
     def on_validation_epoch_start(self) -> None:
         super().on_validation_epoch_start()
         every = self.hparams.bleu_every_n_validations
@@ -180,9 +186,11 @@ class Seq2SeqModule(EmbinitModule):
             self._validation_runs += 1
             self._bleu_this_run = every > 0 and self._validation_runs % every == 0
 
+    @override
     def validation_step(self, batch: Any, batch_idx: int) -> torch.Tensor:
         return self._evaluate(batch, "val", with_bleu=self._bleu_this_run)
 
+    @override
     def test_step(self, batch: Any, batch_idx: int) -> torch.Tensor:
         return self._evaluate(batch, "test", with_bleu=True)
 
@@ -235,6 +243,7 @@ class Seq2SeqModule(EmbinitModule):
         if self.logger is not None:
             self.logger.log_hyperparams({"bleu_signature": bleu.signature, "bleu_references": references})
 
+    @override
     def predict_step(self, batch: Any, batch_idx: int, dataloader_idx: int = 0) -> list[str] | list[list[int]]:
         """Detokenized translations of the batch's ``src`` (token id lists without a target tokenizer)."""
         src, _, _ = split_translation_batch(batch)

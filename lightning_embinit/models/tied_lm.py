@@ -15,6 +15,7 @@ from typing import Any
 
 import torch
 import torch.nn.functional as F
+from typing_extensions import override
 
 from lightning_embinit.architectures.causal_lm import CausalLM
 from lightning_embinit.architectures.config import CausalLMConfig
@@ -86,6 +87,7 @@ class TiedEmbeddingLM(EmbinitModule):
         states = self.model.output_states(inputs)
         return states[inputs != self.model.padding_idx] if self.model.padding_idx is not None else states.flatten(0, 1)
 
+    @override
     def _follow_vocabulary(self, change: Any, vocab: Vocabulary) -> Callable[[], None]:
         def follow() -> None:
             self.vocabulary = list(change.tokens)
@@ -95,6 +97,7 @@ class TiedEmbeddingLM(EmbinitModule):
 
         return follow
 
+    @override
     @classmethod
     def checkpoint_vocabularies(cls, hparams: Mapping[str, Any]) -> dict[str, tuple[list[str] | None, Any]]:
         vocabulary = hparams.get("vocabulary")
@@ -121,11 +124,14 @@ class TiedEmbeddingLM(EmbinitModule):
         self._log_token_loss(stage, loss, count, inputs.shape[0])
         return loss
 
+    @override
     def training_step(self, batch: Any, batch_idx: int) -> torch.Tensor:
         return self._step(batch, "train")
 
+    @override
     def validation_step(self, batch: Any, batch_idx: int) -> torch.Tensor:
         return self._step(batch, "val")
 
+    @override
     def test_step(self, batch: Any, batch_idx: int) -> torch.Tensor:
         return self._step(batch, "test")
