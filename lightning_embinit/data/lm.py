@@ -127,7 +127,7 @@ class LanguageModelDataModule(L.LightningDataModule):
     Tokens: :class:`~lightning_embinit.text.text_tokenizer.WordTokenizer` (``tokenizer`` ``regex`` or
     ``whitespace``, ``lowercase``), or a pretrained sub-word tokenizer (``tokenizer`` ``hf:minilm``, a Hugging Face
     tokenizer name or directory, a saved config; :func:`~lightning_embinit.text.tokenization.build_tokenizer`) whose
-    tokens and special tokens are then the vocabulary (:attr:`tokenizer`, :attr:`tokenizer_config`: link it to a
+    tokens and special tokens are then the vocabulary (``tokenizer``, :attr:`tokenizer_config`: link it to a
     model's ``tokenizer``; ``lowercase``, ``min_freq``, ``max_size`` and ``base_vocabulary`` are word-level options).
     Every line ends with the eos token (``<eos>``; a BERT tokenizer's ``[SEP]``). Word-level vocabulary:
     ``vocabulary`` when given (token strings by id, or the path of a one-token-per-line file, e.g. a checkpoint's —

@@ -5,7 +5,7 @@ LLaMA- or BERT-shaped model.
 The network is ``transformers``' own (``AutoModelForCausalLM`` / ``AutoModelForMaskedLM`` ``.from_config``), and so
 is the loss's definition: mean cross-entropy over the labels that are not -100. The package's callbacks recognize the
 network as a Hugging Face model (its token table, positions, scale and tied head) and read its tokens from
-:attr:`HuggingFaceLM.tokenizer`.
+``HuggingFaceLM.tokenizer``.
 """
 
 from __future__ import annotations
@@ -114,7 +114,7 @@ class HuggingFaceLM(LightningSystem):
             for a type with a masked-LM head that is not configured as a decoder (BERT, RoBERTa), else causal
         tokenizer: a tokenizer spec (``hf:minilm``, a tokenizer directory, a saved config;
             :func:`~lightning_embinit.text.tokenization.build_tokenizer`) — the CLI links the datamodule's; kept in the
-            checkpoint and as :attr:`tokenizer`, where ``EmbeddingInitCallback`` finds the tokens
+            checkpoint and as ``tokenizer``, where ``EmbeddingInitCallback`` finds the tokens
         mlm_probability: the share of tokens the masked objective predicts
         optimizer: :class:`~lightning_embinit.models.optimization.OptimizerConfig` (Adam at 1e-3)
 
