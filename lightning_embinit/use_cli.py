@@ -67,7 +67,7 @@ def _read_lines(source: str) -> list[str]:
     path = Path(source)
     if path.is_dir():
         raise ValueError(f"--input {source} is a directory, not a text file")
-    if not path.is_file():
+    if not path.exists():
         raise ValueError(f"--input {source}: no such file")
     return path.read_text(encoding="utf-8").splitlines()
 
@@ -146,11 +146,8 @@ def main(command: str, args: Sequence[str]) -> int:
     parser = _parser(command)
     options = parser.parse_args(list(args))
     try:
-        if command == "generate" and options.prompt is not None:
-            lines = [options.prompt]
-        else:
-            lines = _read_lines(options.input)
         model, data = load_model(command, options.ckpt_path, options.device)
+        lines = [options.prompt] if getattr(options, "prompt", None) is not None else _read_lines(options.input)
         outputs = _outputs(command, model, data, lines, options)
     except (ValueError, TypeError) as error:
         print(f"{parser.prog}: error: {' '.join(str(error).split())}", file=sys.stderr)

@@ -27,7 +27,7 @@ PYPROJECT = Path(__file__).resolve().parent.parent / "pyproject.toml"
 SCRIPTS: dict[str, str] = tomllib.loads(PYPROJECT.read_text(encoding="utf-8"))["project"]["scripts"]
 COMMANDS = [
     ("embinit", ["--help"]),
-    *[("embinit", [sub, "--help"]) for sub in ("fit", "validate", "test", "predict", "inspect", "sweep", "report")],
+    *[("embinit", [sub, "--help"]) for sub in cli.COMMANDS],
     ("embinit-quickstart", ["--help"]),
 ]
 
