@@ -6,6 +6,8 @@ Models and data modules are chosen by ``class_path`` in the config; callbacks su
 go to ``trainer.default_root_dir`` (Lightning's default: ``lightning_logs/`` under the current
 directory). ``embinit inspect ...`` checks a start without training (:mod:`lightning_embinit.inspect_cli`);
 ``embinit sweep|report ...`` run a study and tabulate it (:mod:`lightning_embinit.study_cli`);
+``embinit translate|generate|classify --ckpt_path RUN.ckpt`` run a trained model on text
+(:mod:`lightning_embinit.use_cli`), which ``embinit predict`` points to rather than print nothing;
 ``embinit --version`` prints the package's version.
 The LightningCLI itself lives in :mod:`lightning_embinit.lightning_cli`.
 
@@ -30,11 +32,20 @@ OTHER_COMMANDS = {
     "inspect": ("lightning_embinit.inspect_cli", "main"),
     "sweep": ("lightning_embinit.study_cli", "sweep_main"),
     "report": ("lightning_embinit.study_cli", "report_main"),
+    "translate": ("lightning_embinit.use_cli", "translate_main"),
+    "generate": ("lightning_embinit.use_cli", "generate_main"),
+    "classify": ("lightning_embinit.use_cli", "classify_main"),
 }
 """The commands beside LightningCLI's: the module and function that run each, imported on use."""
 MORE_COMMANDS = (
     "embinit also has: inspect (check an embedding start without training), sweep (run a study's "
-    "trials), report (a study's tables and figures); `embinit COMMAND --help` for each."
+    "trials), report (a study's tables and figures), translate, generate and classify (a trained model on text); "
+    "`embinit COMMAND --help` for each."
+)
+COMMANDS = ("fit", "validate", "test", "predict", *OTHER_COMMANDS)
+PREDICT_REFUSAL = (
+    "embinit predict: error: predict writes no predictions; use `embinit translate`, `embinit generate` or "
+    "`embinit classify --ckpt_path CHECKPOINT` (text in, text out), or Trainer.predict from Python"
 )
 
 
@@ -52,9 +63,10 @@ def main(args: Any = None) -> int:
     """Entry point of the ``embinit`` console script and ``python -m lightning_embinit``: the exit status.
     :data:`OTHER_COMMANDS` run in their own modules, the others are LightningCLI's (:func:`lightning_main`)."""
     argv = sys.argv[1:] if args is None else list(args)
-    if not argv:
+    if not argv or not (argv[0] in COMMANDS or argv[0].startswith("-")):
+        named = f"unknown command {argv[0]!r}; " if argv else ""
         print(
-            "embinit: error: name a command: fit, validate, test, predict, inspect, sweep or report "
+            f"embinit: error: {named}name a command: {', '.join(COMMANDS[:-1])} or {COMMANDS[-1]} "
             "(`embinit --help` lists them)",
             file=sys.stderr,
         )
@@ -62,6 +74,9 @@ def main(args: Any = None) -> int:
     if argv[:1] in (["--version"], ["-V"]):
         print(f"embinit (lightning_embinit) {__version__}")
         return 0
+    if argv[0] == "predict" and not {"-h", "--help"} & set(argv):
+        print(PREDICT_REFUSAL, file=sys.stderr)
+        return 2
     if argv[0] in OTHER_COMMANDS:
         module, function = OTHER_COMMANDS[argv[0]]
         return getattr(importlib.import_module(module), function)(argv[1:])

@@ -27,7 +27,7 @@ PYPROJECT = Path(__file__).resolve().parent.parent / "pyproject.toml"
 SCRIPTS: dict[str, str] = tomllib.loads(PYPROJECT.read_text(encoding="utf-8"))["project"]["scripts"]
 COMMANDS = [
     ("embinit", ["--help"]),
-    *[("embinit", [sub, "--help"]) for sub in ("fit", "validate", "test", "predict", "inspect", "sweep", "report")],
+    *[("embinit", [sub, "--help"]) for sub in cli.COMMANDS],
     ("embinit-quickstart", ["--help"]),
 ]
 
@@ -69,8 +69,8 @@ def test_embinit_version(monkeypatch, capsys):
 def test_embinit_without_a_command_is_one_line_and_status_2(capsys):
     assert cli.main([]) == 2
     assert capsys.readouterr().err.splitlines() == [
-        "embinit: error: name a command: fit, validate, test, predict, inspect, sweep or report "
-        "(`embinit --help` lists them)"
+        "embinit: error: name a command: fit, validate, test, predict, inspect, sweep, report, translate, generate "
+        "or classify (`embinit --help` lists them)"
     ]
 
 

@@ -45,7 +45,7 @@ FLOORS: list[tuple[str, tuple[str, ...]]] = [
     ("callbacks", ("callbacks",)),
     ("LightningCLI", ("lightning_cli",)),
     ("studies", ("studies",)),
-    ("commands", ("cli", "inspect_cli", "inspect_models", "quickstart", "study_cli", "__main__")),
+    ("commands", ("cli", "inspect_cli", "inspect_models", "quickstart", "study_cli", "use_cli", "__main__")),
 ]
 """Floors, lowest first, by module-name prefix relative to the package (the longest prefix wins)."""
 

@@ -222,10 +222,17 @@ class TransformerClassifier(EmbinitModule):
         return self.eval_metrics[prefix]
 
     # ----------------------------------------------------------------- new text
-    @torch.no_grad()
     def classify(self, texts: Sequence[str], pairs: Sequence[str] | None = None, *, batch_size: int = 64) -> list[str]:
         """Label names for raw sentences (or sentence pairs), each a list of strings, with the model's own tokenizer
-        (evaluation mode).
+        (evaluation mode): the most probable class of :meth:`class_probabilities`."""
+        probabilities = self.class_probabilities(texts, pairs, batch_size=batch_size)
+        return [self.label_names[k] for k in probabilities.argmax(dim=-1).tolist()]
+
+    @torch.no_grad()
+    def class_probabilities(
+        self, texts: Sequence[str], pairs: Sequence[str] | None = None, *, batch_size: int = 64
+    ) -> torch.Tensor:
+        """(N, C) class probabilities (by :attr:`label_names`) of raw sentences or sentence pairs (evaluation mode).
 
         Inputs are assembled as ClassificationDataModule does (its default ``add_cls=True``), truncated
         longest-first to ``max_len``.
@@ -246,7 +253,7 @@ class TransformerClassifier(EmbinitModule):
         data = LabelledDataset(first, second, np.zeros(len(texts), dtype=np.int64), texts, pairs, template, limit, rows)
         collate = ClassificationCollator(tokenizer.pad_id, second is not None)
         order = np.argsort(-data.lengths, kind="stable")
-        results: list[str] = [""] * len(texts)
+        results = torch.zeros(len(texts), len(self.label_names))
         was_training = self.training
         self.eval()
         try:
@@ -255,8 +262,7 @@ class TransformerClassifier(EmbinitModule):
                 batch = collate([data[i] for i in chunk])
                 types = batch.get("token_type_ids")
                 logits = self(batch["input_ids"].to(self.device), None if types is None else types.to(self.device))
-                for i, k in zip(chunk, logits.argmax(dim=-1).tolist()):
-                    results[i] = self.label_names[k]
+                results[chunk] = logits.float().softmax(dim=-1).cpu()
         finally:
             self.train(was_training)
         return results

@@ -10,7 +10,7 @@ loss is about ln(e^{dσ} + n − 1) for N(0, σ²) embeddings ([S]; docs/concept
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import torch
@@ -19,8 +19,10 @@ from typing_extensions import override
 
 from lightning_embinit.architectures.causal_lm import CausalLM
 from lightning_embinit.architectures.config import CausalLMConfig
+from lightning_embinit.checks import check_non_negative_int, check_positive_int, check_range, check_texts
 from lightning_embinit.models.module import EmbinitModule
 from lightning_embinit.models.optimization import OptimizerConfig
+from lightning_embinit.text.text_tokenizer import WordTokenizer
 from lightning_embinit.vocabulary import Vocabulary
 
 
@@ -33,6 +35,16 @@ def split_batch(batch: Any) -> tuple[torch.Tensor, torch.Tensor]:
         return batch["input_ids"], targets
     inputs, targets = batch
     return inputs, targets
+
+
+def next_token(logits: torch.Tensor, temperature: float, top_k: int | None, generator: torch.Generator) -> int:
+    """The id chosen from (n,) logits: the most likely at temperature 0, else one drawn from softmax(logits /
+    temperature) over the ``top_k`` most likely (all when None)."""
+    if temperature == 0:
+        return int(logits.argmax())
+    if top_k is not None and top_k < logits.numel():
+        logits = logits.masked_fill(logits < logits.topk(top_k).values[-1], float("-inf"))
+    return int(torch.multinomial(torch.softmax(logits / temperature, dim=-1), 1, generator=generator))
 
 
 class TiedEmbeddingLM(EmbinitModule):
@@ -135,3 +147,55 @@ class TiedEmbeddingLM(EmbinitModule):
     @override
     def test_step(self, batch: Any, batch_idx: int) -> torch.Tensor:
         return self._step(batch, "test")
+
+    @torch.no_grad()
+    def generate(
+        self,
+        prompts: Sequence[str],
+        *,
+        max_new_tokens: int = 20,
+        temperature: float = 0.0,
+        top_k: int | None = None,
+        seed: int = 0,
+        tokenize: Callable[[str], list[str]] | None = None,
+    ) -> list[str]:
+        """Continue each prompt, a string split by ``tokenize`` (default: lowercased regex words, as
+        :class:`~lightning_embinit.data.LanguageModelDataModule` splits by default) and read after ``<eos>`` as a
+        line of the training text is, by up to ``max_new_tokens`` tokens, stopping at ``<eos>``: greedy at
+        ``temperature`` 0, else sampled (:func:`next_token`) with one generator seeded by ``seed``. Returns each
+        continuation's tokens joined by spaces (evaluation mode)."""
+        prompts = check_texts(prompts, "generate() prompts")
+        check_non_negative_int("max_new_tokens", max_new_tokens)
+        check_range("temperature", temperature, 0)
+        check_positive_int("top_k", top_k, optional=True)
+        tokenize = WordTokenizer() if tokenize is None else tokenize
+        vocab = self.model.vocab
+        eos = vocab.id("eos")
+        generator = torch.Generator(device=self.device).manual_seed(seed)
+        results = []
+        was_training = self.training
+        self.eval()
+        try:
+            for prompt in prompts:
+                ids = ([] if eos is None else [eos]) + vocab.encode(tokenize(prompt))
+                new = self._continue(ids, max_new_tokens, temperature, top_k, generator)
+                results.append(" ".join(vocab.decode(new)))
+        finally:
+            self.train(was_training)
+        return results
+
+    def _continue(
+        self, ids: list[int], count: int, temperature: float, top_k: int | None, generator: torch.Generator
+    ) -> list[int]:
+        """Up to ``count`` new ids after ``ids`` (never ``pad`` or ``bos``), ending before ``eos``."""
+        vocab, window = self.model.vocab, self.model.config.max_len
+        banned = [i for i in (vocab.pad_id, vocab.id("bos")) if i is not None]
+        new: list[int] = []
+        for _ in range(count):
+            logits = self(torch.tensor([(ids + new)[-window:]], device=self.device))[0, -1].float()
+            logits[banned] = float("-inf")
+            token = next_token(logits, temperature, top_k, generator)
+            if token == vocab.id("eos"):
+                break
+            new.append(token)
+        return new

@@ -1,0 +1,168 @@
+"""``embinit translate|generate|classify``: a trained model on new text, one output line per input line, in order.
+
+    embinit translate --ckpt_path RUN.ckpt [--input FILE|-] [--output FILE|-] [--beam-size N --max-length N]
+    embinit generate  --ckpt_path RUN.ckpt [--prompt TEXT | --input FILE|-] [--max-new-tokens N --temperature T
+                      --top-k K --seed S]
+    embinit classify  --ckpt_path RUN.ckpt [--input FILE|-] [--output FILE|-] [--format tsv|jsonl]
+
+Each loads the checkpoint with its class's ``load_from_checkpoint`` (on ``--device``, the CPU by default) and runs
+the model's own method with its saved tokenizers: ``translate`` (:class:`~lightning_embinit.models.TransformerSeq2Seq`,
+:class:`~lightning_embinit.models.ReinforcedTransformerSeq2Seq`), ``generate``
+(:class:`~lightning_embinit.models.TiedEmbeddingLM`) and ``classify`` / ``class_probabilities``
+(:class:`~lightning_embinit.models.TransformerClassifier`). Text is read from a file or stdin (``-``, the default)
+and written to a file or stdout. A bad argument, a missing file or a checkpoint of another class is exit status 2
+and one line on stderr.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+COMMANDS = {
+    "translate": ("TransformerSeq2Seq", "ReinforcedTransformerSeq2Seq"),
+    "generate": ("TiedEmbeddingLM",),
+    "classify": ("TransformerClassifier",),
+}
+"""Each command and the classes (of :mod:`lightning_embinit.models`, or derived from them) it serves."""
+
+
+def _parser(command: str) -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog=f"embinit {command}",
+        allow_abbrev=False,
+        description=f"Run a trained {' or '.join(COMMANDS[command])} checkpoint on text: one output line per line.",
+    )
+    parser.add_argument("--ckpt_path", "--ckpt-path", required=True, help="a checkpoint saved by training")
+    source = parser.add_mutually_exclusive_group()
+    source.add_argument("--input", default="-", help="a text file, one input per line; - (default): stdin")
+    parser.add_argument("--output", default="-", help="the file to write; - (default): stdout")
+    parser.add_argument("--device", default="cpu", help="where the model runs (cpu, cuda, cuda:1, ...)")
+    if command == "translate":
+        parser.add_argument("--beam-size", type=int, help="beams (1: greedy); default: the model's")
+        parser.add_argument("--max-length", type=int, help="most tokens per translation; default: the model's")
+        parser.add_argument("--batch-size", type=int, default=64, help="sentences decoded together")
+    elif command == "generate":
+        source.add_argument("--prompt", help="one prompt (instead of --input)")
+        parser.add_argument("--max-new-tokens", type=int, default=20, help="most tokens added to each prompt")
+        parser.add_argument("--temperature", type=float, default=0.0, help="0 (default): greedy; else sampling")
+        parser.add_argument("--top-k", type=int, help="sample among the K most likely tokens (default: all)")
+        parser.add_argument("--seed", type=int, default=0, help="the sampling generator's seed")
+    else:
+        parser.add_argument("--batch-size", type=int, default=64, help="sentences classified together")
+        parser.add_argument(
+            "--format", choices=("tsv", "jsonl"), default="tsv", help="label<TAB>text, or JSON with probabilities"
+        )
+    return parser
+
+
+def _read_lines(source: str) -> list[str]:
+    """The lines of a file or of stdin (``-``), line ends removed; a missing file or a directory is a ValueError."""
+    if source == "-":
+        return sys.stdin.read().splitlines()
+    path = Path(source)
+    if path.is_dir():
+        raise ValueError(f"--input {source} is a directory, not a text file")
+    if not path.exists():
+        raise ValueError(f"--input {source}: no such file")
+    return path.read_text(encoding="utf-8").splitlines()
+
+
+def _write_lines(target: str, lines: Sequence[str]) -> None:
+    text = "".join(f"{line}\n" for line in lines)
+    if target == "-":
+        sys.stdout.write(text)
+        sys.stdout.flush()
+    else:
+        Path(target).write_text(text, encoding="utf-8")
+
+
+def load_model(command: str, path: str, device: str = "cpu") -> tuple[Any, dict[str, Any]]:
+    """The model of checkpoint ``path`` in evaluation mode on ``device``, if its class is one ``command`` serves
+    (else a ValueError naming the checkpoint's class and the command that serves it), and the checkpoint's
+    datamodule hyperparameters."""
+    from lightning_embinit import models
+    from lightning_embinit.init.sources.checkpoint_file import load_checkpoint_file, saved_class
+    from lightning_embinit.models.module import class_from_path
+
+    checkpoint = load_checkpoint_file(path, what="--ckpt_path")
+    recorded = saved_class(checkpoint)
+    cls = class_from_path(recorded) if recorded else None
+    if not isinstance(cls, type):
+        raise ValueError(f"--ckpt_path {path} does not record a model class that imports here ({recorded})")
+    served = tuple(getattr(models, name) for name in COMMANDS[command])
+    if not issubclass(cls, served):
+        others = [
+            name for name, classes in COMMANDS.items() if issubclass(cls, tuple(getattr(models, c) for c in classes))
+        ]
+        hint = f"`embinit {others[0]}` serves it" if others else "no embinit command serves it"
+        raise ValueError(f"--ckpt_path {path} holds a {cls.__name__}, not a {' or '.join(COMMANDS[command])}: {hint}")
+    model = cls.load_from_checkpoint(path, map_location=device)
+    return model.to(device).eval(), dict(checkpoint.get("datamodule_hyper_parameters") or {})
+
+
+def _word_tokenizer(data: dict[str, Any]) -> Any:
+    """The word splitter of the data the LM was trained on (``data``: its datamodule hyperparameters)."""
+    from lightning_embinit.text.text_tokenizer import WORD_TOKENIZERS, WordTokenizer
+
+    kind = data.get("tokenizer", "regex")
+    if not isinstance(kind, str) or kind not in WORD_TOKENIZERS:
+        raise ValueError(f"generate reads word-level text; this model was trained on tokenizer {kind!r}")
+    return WordTokenizer(kind, lowercase=data.get("lowercase", True))
+
+
+def _outputs(
+    command: str, model: Any, data: dict[str, Any], lines: list[str], options: argparse.Namespace
+) -> list[str]:
+    if command == "translate":
+        return model.translate(
+            lines, beam_size=options.beam_size, max_len=options.max_length, batch_size=options.batch_size
+        )
+    if command == "generate":
+        return model.generate(
+            lines,
+            max_new_tokens=options.max_new_tokens,
+            temperature=options.temperature,
+            top_k=options.top_k,
+            seed=options.seed,
+            tokenize=_word_tokenizer(data),
+        )
+    probabilities = model.class_probabilities(lines, batch_size=options.batch_size)
+    labels = [model.label_names[k] for k in probabilities.argmax(dim=-1).tolist()]
+    if options.format == "tsv":
+        return [f"{label}\t{text}" for label, text in zip(labels, lines)]
+    return [
+        json.dumps({"text": text, "label": label, "probabilities": dict(zip(model.label_names, row))})
+        for text, label, row in zip(lines, labels, probabilities.tolist())
+    ]
+
+
+def main(command: str, args: Sequence[str]) -> int:
+    """``embinit COMMAND ...`` for a command of :data:`COMMANDS`: the exit status."""
+    parser = _parser(command)
+    options = parser.parse_args(list(args))
+    try:
+        model, data = load_model(command, options.ckpt_path, options.device)
+        lines = [options.prompt] if getattr(options, "prompt", None) is not None else _read_lines(options.input)
+        outputs = _outputs(command, model, data, lines, options)
+    except (ValueError, TypeError) as error:
+        print(f"{parser.prog}: error: {' '.join(str(error).split())}", file=sys.stderr)
+        return 2
+    _write_lines(options.output, outputs)
+    return 0
+
+
+def translate_main(args: Sequence[str]) -> int:
+    return main("translate", args)
+
+
+def generate_main(args: Sequence[str]) -> int:
+    return main("generate", args)
+
+
+def classify_main(args: Sequence[str]) -> int:
+    return main("classify", args)

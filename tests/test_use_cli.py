@@ -1,0 +1,197 @@
+"""``embinit translate|generate|classify``: a tiny trained checkpoint on text from a file or stdin, to a file or
+stdout, line for line the model's own method on the same input; ``embinit predict`` refuses and points to them."""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import subprocess
+
+import lightning as L
+import pytest
+import torch
+
+from lightning_embinit import cli
+from lightning_embinit.data import ClassificationDataModule, LanguageModelDataModule
+from lightning_embinit.models import (
+    ReinforcedTransformerSeq2Seq,
+    TiedEmbeddingLM,
+    TransformerClassifier,
+    TransformerSeq2Seq,
+)
+from lightning_embinit.text.text_tokenizer import WordTokenizer
+from tests.shared_data import require_shared_data
+from tests.test_cli_errors import console_script
+from tests.translation_helpers import TINY, TINY_REINFORCED, multi30k_data, multi30k_lines, tokenizer_configs, trainer
+
+WORDS = "The cat sat on the mat . A dog ran to the Park and the cat ran too .".split()
+CLASSIFIER = {"architecture": {"d_model": 32, "num_heads": 4, "num_layers": 1, "ffn_dim": 64, "max_len": 64}}
+REVIEWS = ["a gorgeous , witty , seductive movie .", "", "the story is a rambling mess ."]
+
+
+def fit_and_save(model, data, path) -> str:
+    torch.manual_seed(0)
+    run = trainer(path.parent, max_steps=2, limit_val_batches=0)
+    run.fit(model, datamodule=data)
+    run.save_checkpoint(path)
+    return str(path)
+
+
+@pytest.fixture(scope="module")
+def checkpoints(tmp_path_factory):
+    """name → (checkpoint path, the trained model in memory: the reference)."""
+    directory = tmp_path_factory.mktemp("use_cli")
+    made = {}
+    translation = multi30k_data(examples=16)
+    for name, cls, options in (
+        ("seq2seq", TransformerSeq2Seq, TINY),
+        ("reinforced", ReinforcedTransformerSeq2Seq, TINY_REINFORCED),
+    ):
+        L.seed_everything(0)
+        model = cls(**tokenizer_configs(translation), **options)
+        made[name] = (fit_and_save(model, translation, directory / f"{name}.ckpt"), model.eval())
+    text = directory / "train.txt"
+    text.write_text("\n".join(" ".join(WORDS[i:] + WORDS[:i]) for i in range(len(WORDS))) + "\n")
+    lm_data = LanguageModelDataModule(train_files=str(text), seq_len=8, batch_size=4, min_freq=1, lowercase=False)
+    lm_data.prepare_data()
+    lm_data.setup("fit")
+    L.seed_everything(0)
+    lm = TiedEmbeddingLM(
+        vocabulary=lm_data.vocabulary, architecture={"d_model": 32, "num_heads": 4, "num_layers": 1, "max_len": 8}
+    )
+    made["lm"] = (fit_and_save(lm, lm_data, directory / "lm.ckpt"), lm.eval())
+    sst2 = ClassificationDataModule(
+        dataset="sst2", data_dir=str(require_shared_data("sst2")), max_examples=16, min_freq=1, batch_size=8, seed=0
+    )
+    sst2.prepare_data()
+    sst2.setup("fit")
+    L.seed_everything(0)
+    classifier = TransformerClassifier(tokenizer=sst2.tokenizer_config, label_names=sst2.label_names, **CLASSIFIER)
+    made["classifier"] = (fit_and_save(classifier, sst2, directory / "classifier.ckpt"), classifier.eval())
+    return made
+
+
+def run_main(args, capsys, stdin: str | None = None, monkeypatch=None) -> tuple[int, str, str]:
+    if stdin is not None:
+        monkeypatch.setattr("sys.stdin", io.StringIO(stdin))
+    status = cli.main(args)
+    captured = capsys.readouterr()
+    return status, captured.out, captured.err
+
+
+@pytest.mark.parametrize("name", ["seq2seq", "reinforced"])
+def test_translate_a_file_to_a_file_is_the_models_own_translate(name, checkpoints, tmp_path, capsys):
+    path, model = checkpoints[name]
+    lines = multi30k_lines("test_2016_flickr", "de", 5, start=500)
+    source, target = tmp_path / "de.txt", tmp_path / "en.txt"
+    source.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    args = ["translate", "--ckpt_path", path, "--input", str(source), "--output", str(target), "--beam-size", "2"]
+    assert run_main(args, capsys) == (0, "", "")
+    assert target.read_text(encoding="utf-8").splitlines() == model.translate(lines, beam_size=2)
+    assert len(model.translate(lines, beam_size=2)) == 5
+
+
+def test_translate_from_stdin_to_stdout_through_the_console_script(checkpoints):
+    path, model = checkpoints["seq2seq"]
+    lines = [*multi30k_lines("test_2016_flickr", "de", 3, start=600), ""]
+    result = subprocess.run(
+        [console_script("embinit"), "translate", "--ckpt_path", path, "--max-length", "6"],
+        input="\n".join(lines) + "\n",
+        capture_output=True,
+        text=True,
+        env={**os.environ, "OMP_NUM_THREADS": "1"},
+        timeout=300,
+    )
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert result.stdout.splitlines() == model.translate(lines, max_len=6)
+
+
+def test_generate_greedy_and_sampled_follow_the_models_generate(checkpoints, capsys, monkeypatch):
+    path, model = checkpoints["lm"]
+    words = WordTokenizer("regex", lowercase=False)  # as the LM's data split its text (lowercase=False)
+    prompts = ["The cat", "A dog ran", "Zebras"]
+    status, out, err = run_main(["generate", "--ckpt_path", path], capsys, "\n".join(prompts), monkeypatch)
+    assert (status, err) == (0, "") and out.splitlines() == model.generate(prompts, tokenize=words)
+    sampled = ["generate", "--ckpt_path", path, "--temperature", "1.5", "--top-k", "3", "--seed", "7"]
+    status, out, _ = run_main([*sampled, "--max-new-tokens", "5"], capsys, "\n".join(prompts), monkeypatch)
+    expected = model.generate(prompts, max_new_tokens=5, temperature=1.5, top_k=3, seed=7, tokenize=words)
+    assert status == 0 and out.splitlines() == expected
+    assert all(len(line.split()) <= 5 for line in expected)
+    status, out, _ = run_main(["generate", "--ckpt_path", path, "--prompt", "The mat"], capsys)
+    assert status == 0 and out.splitlines() == model.generate(["The mat"], tokenize=words)
+
+
+def test_temperature_zero_takes_the_most_likely_token_and_a_seed_fixes_a_sample(checkpoints):
+    _, model = checkpoints["lm"]
+    vocab = model.model.vocab
+    logits = model(torch.tensor([[vocab.id("eos"), *vocab.encode(["The"])]]))[0, -1]
+    logits[[vocab.pad_id, vocab.id("bos")]] = float("-inf")
+    best = int(logits.argmax())
+    expected = "" if best == vocab.id("eos") else vocab[best]
+    assert model.generate(["The"], max_new_tokens=1, tokenize=str.split) == [expected]
+    samples = [model.generate(["The cat"] * 3, temperature=2.0, seed=3) for _ in range(2)]
+    assert samples[0] == samples[1]
+    with pytest.raises(ValueError, match="temperature"):
+        model.generate(["The"], temperature=-1.0)
+
+
+@pytest.mark.parametrize("form", ["tsv", "jsonl"])
+def test_classify_writes_labels_or_probabilities(form, checkpoints, tmp_path, capsys):
+    path, model = checkpoints["classifier"]
+    source = tmp_path / "reviews.txt"
+    source.write_text("\n".join(REVIEWS) + "\n", encoding="utf-8")
+    status, out, err = run_main(["classify", "--ckpt_path", path, "--input", str(source), "--format", form], capsys)
+    assert (status, err) == (0, "")
+    labels = model.classify(REVIEWS)
+    if form == "tsv":
+        assert out.splitlines() == [f"{label}\t{text}" for label, text in zip(labels, REVIEWS)]
+        return
+    rows = [json.loads(line) for line in out.splitlines()]
+    assert [row["text"] for row in rows] == REVIEWS and [row["label"] for row in rows] == labels
+    probabilities = model.class_probabilities(REVIEWS)
+    for row, expected in zip(rows, probabilities.tolist()):
+        assert list(row["probabilities"]) == model.label_names
+        assert list(row["probabilities"].values()) == pytest.approx(expected)
+        assert sum(expected) == pytest.approx(1.0)
+
+
+def test_a_checkpoint_of_another_class_names_its_class_and_command(checkpoints, tmp_path, capsys):
+    classifier, _ = checkpoints["classifier"]
+    status, out, err = run_main(["translate", "--ckpt_path", classifier, "--input", os.devnull], capsys)
+    assert (status, out) == (2, "")
+    assert err.splitlines() == [
+        f"embinit translate: error: --ckpt_path {classifier} holds a TransformerClassifier, not a "
+        "TransformerSeq2Seq or ReinforcedTransformerSeq2Seq: `embinit classify` serves it"
+    ]
+    lm, _ = checkpoints["lm"]
+    status, _, err = run_main(["classify", "--ckpt_path", lm, "--input", os.devnull], capsys)
+    assert status == 2 and err.strip().endswith(
+        "holds a TiedEmbeddingLM, not a TransformerClassifier: `embinit generate` serves it"
+    )
+
+
+def test_missing_files_and_directories_are_one_line_and_status_2(checkpoints, tmp_path, capsys):
+    lm, _ = checkpoints["lm"]
+    cases = [
+        (["generate", "--ckpt_path", str(tmp_path / "none.ckpt"), "--prompt", "a"], "none.ckpt: no such file"),
+        (["generate", "--ckpt_path", str(tmp_path), "--prompt", "a"], "is a directory, not a checkpoint file"),
+        (["generate", "--ckpt_path", lm, "--input", str(tmp_path / "none.txt")], "none.txt: no such file"),
+        (["generate", "--ckpt_path", lm, "--input", str(tmp_path)], "is a directory, not a text file"),
+        (["generate", "--ckpt_path", lm, "--prompt", "a", "--top-k", "0"], "top_k"),
+    ]
+    for args, problem in cases:
+        status, out, err = run_main(args, capsys)
+        assert (status, out) == (2, "") and len(err.splitlines()) == 1 and problem in err, err
+        assert err.startswith("embinit generate: error: ")
+
+
+def test_predict_refuses_in_one_line_and_unknown_commands_list_every_command(capsys):
+    status, _, err = run_main(["predict", "--config", "cfg.yaml", "--ckpt_path", "run.ckpt"], capsys)
+    assert status == 2 and len(err.splitlines()) == 1
+    assert all(f"embinit {command}" in err for command in ("translate", "generate", "classify"))
+    status, _, err = run_main(["translat"], capsys)
+    assert status == 2 and err.splitlines() == [
+        "embinit: error: unknown command 'translat'; name a command: fit, validate, test, predict, inspect, sweep, "
+        "report, translate, generate or classify (`embinit --help` lists them)"
+    ]
