@@ -22,6 +22,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from lightning_embinit import __version__
+from lightning_embinit.quiet import quiet_lightning_noise
 
 _FROM_LIGHTNING_CLI = ("CHECKPOINT_TO_DATA", "DATA_TO_MODEL_LINKS", "EmbinitCLI", "embinit_cli")
 
@@ -36,6 +37,13 @@ MORE_COMMANDS = (
     "embinit also has: inspect (check an embedding start without training), sweep (run a study's "
     "trials), report (a study's tables and figures); `embinit COMMAND --help` for each."
 )
+LIGHTNING_COMMANDS = {
+    "fit": "train a model (the config's trainer, model and data)",
+    "validate": "one pass over the validation set (of a checkpoint with --ckpt_path)",
+    "test": "one pass over the test set",
+    "predict": "the model's predictions on the data",
+}
+"""LightningCLI's subcommands, described without importing Lightning (``embinit --help`` stays fast)."""
 
 
 def __getattr__(name: str) -> Any:
@@ -62,10 +70,37 @@ def main(args: Any = None) -> int:
     if argv[:1] in (["--version"], ["-V"]):
         print(f"embinit (lightning_embinit) {__version__}")
         return 0
-    if argv[0] in OTHER_COMMANDS:
-        module, function = OTHER_COMMANDS[argv[0]]
-        return getattr(importlib.import_module(module), function)(argv[1:])
-    return lightning_main(args)
+    status = help_or_refusal(argv)
+    if status is not None:
+        return status
+    with quiet_lightning_noise():
+        if argv[0] in OTHER_COMMANDS:
+            module, function = OTHER_COMMANDS[argv[0]]
+            return getattr(importlib.import_module(module), function)(argv[1:])
+        return lightning_main(args)
+
+
+def help_or_refusal(argv: Sequence[str]) -> int | None:
+    """The exit status of ``embinit --help`` and of an unknown command, answered without importing Lightning; None
+    for the other arguments."""
+    if argv[0] in ("-h", "--help"):
+        print(
+            f"usage: embinit [-h] [-V] {{{','.join(LIGHTNING_COMMANDS)}}} [--config CONFIG] ...\n"
+            f"       embinit {{{','.join(OTHER_COMMANDS)}}} ...\n\ncommands:"
+        )
+        for command, description in LIGHTNING_COMMANDS.items():
+            print(f"  {command:<10}{description}")
+        print(f"\n{MORE_COMMANDS}\n`embinit fit --help` lists the config's options; -V, --version prints the version.")
+        return 0
+    if not argv[0].startswith("-") and argv[0] not in (*LIGHTNING_COMMANDS, *OTHER_COMMANDS):
+        choices = ", ".join(repr(command) for command in (*LIGHTNING_COMMANDS, *OTHER_COMMANDS))
+        print(
+            f"embinit: error: argument subcommand: invalid choice: {argv[0]!r} (choose from {choices}) "
+            "(`embinit --help` lists them)",
+            file=sys.stderr,
+        )
+        return 2
+    return None
 
 
 def lightning_main(args: Sequence[str] | None = None) -> int:
@@ -77,10 +112,6 @@ def lightning_main(args: Sequence[str] | None = None) -> int:
     command = " ".join(["embinit", *[a for a in argv if not a.startswith("-")][:1]])
     try:
         embinit_cli(args, save_config_kwargs={"overwrite": True}, parser_kwargs={"prog": "embinit"})
-    except SystemExit as done:
-        if argv[:1] in (["-h"], ["--help"]) and not done.code:
-            print(f"\n{MORE_COMMANDS}")
-        raise
     except Exception as error:
         if debug_requested():
             raise
