@@ -1,7 +1,7 @@
 """Token-embedding initialization for transformers, as PyTorch Lightning callbacks and modules.
 
-``import lightning_embinit.init`` stays torch-only: the Lightning-facing names below are
-imported on first use.
+Every name below is imported on first use: ``import lightning_embinit`` (and so ``embinit --help``) loads
+neither torch nor Lightning, and ``import lightning_embinit.init`` stays torch-only.
 """
 
 from __future__ import annotations
@@ -9,16 +9,16 @@ from __future__ import annotations
 import importlib
 from typing import Any
 
-from lightning_embinit.init import EmbeddingHost, EmbeddingSlot
-from lightning_embinit.init.engine import initialize_embeddings
-from lightning_embinit.init.extension import extend_vocabulary
-from lightning_embinit.init.recipe import InitRecipe
-
 __version__ = (
     "0.1.0.dev0"  # the one place: pyproject.toml reads it ([tool.setuptools.dynamic]), `embinit --version` prints it
 )
 
 _LAZY = {
+    "EmbeddingHost": "lightning_embinit.init",
+    "EmbeddingSlot": "lightning_embinit.init",
+    "InitRecipe": "lightning_embinit.init.recipe",
+    "initialize_embeddings": "lightning_embinit.init.engine",
+    "extend_vocabulary": "lightning_embinit.init.extension",
     "EmbeddingInitCallback": "lightning_embinit.callbacks",
     "InitialLossMonitor": "lightning_embinit.callbacks",
     "EmbeddingVarianceMonitor": "lightning_embinit.callbacks",
@@ -36,8 +36,7 @@ _LAZY = {
     "TextTokenizer": "lightning_embinit.text",
 }
 
-__all__ = ["EmbeddingHost", "EmbeddingSlot", "InitRecipe", "initialize_embeddings", *_LAZY]
-__all__ += ["extend_vocabulary"]
+__all__ = list(_LAZY)
 
 
 def __getattr__(name: str) -> Any:

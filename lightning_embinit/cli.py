@@ -24,6 +24,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from lightning_embinit import __version__
+from lightning_embinit.quiet import quiet_lightning_noise
 
 _FROM_LIGHTNING_CLI = ("CHECKPOINT_TO_DATA", "DATA_TO_MODEL_LINKS", "EmbinitCLI", "embinit_cli")
 
@@ -47,6 +48,13 @@ PREDICT_REFUSAL = (
     "embinit predict: error: predict writes no predictions; use `embinit translate`, `embinit generate` or "
     "`embinit classify --ckpt_path CHECKPOINT` (text in, text out), or Trainer.predict from Python"
 )
+LIGHTNING_COMMANDS = {
+    "fit": "train a model (the config's trainer, model and data)",
+    "validate": "one pass over the validation set (of a checkpoint with --ckpt_path)",
+    "test": "one pass over the test set",
+    "predict": "the model's predictions on the data",
+}
+"""LightningCLI's subcommands, described without importing Lightning (``embinit --help`` stays fast)."""
 
 
 def __getattr__(name: str) -> Any:
@@ -74,13 +82,28 @@ def main(args: Any = None) -> int:
     if argv[:1] in (["--version"], ["-V"]):
         print(f"embinit (lightning_embinit) {__version__}")
         return 0
+    if argv[0] in ("-h", "--help"):
+        print_help()
+        return 0
     if argv[0] == "predict" and not {"-h", "--help"} & set(argv):
         print(PREDICT_REFUSAL, file=sys.stderr)
         return 2
-    if argv[0] in OTHER_COMMANDS:
-        module, function = OTHER_COMMANDS[argv[0]]
-        return getattr(importlib.import_module(module), function)(argv[1:])
-    return lightning_main(args)
+    with quiet_lightning_noise():
+        if argv[0] in OTHER_COMMANDS:
+            module, function = OTHER_COMMANDS[argv[0]]
+            return getattr(importlib.import_module(module), function)(argv[1:])
+        return lightning_main(args)
+
+
+def print_help() -> None:
+    """``embinit --help``, answered without importing Lightning (``embinit fit --help`` lists a config's options)."""
+    print(
+        f"usage: embinit [-h] [-V] {{{','.join(LIGHTNING_COMMANDS)}}} [--config CONFIG] ...\n"
+        f"       embinit {{{','.join(OTHER_COMMANDS)}}} ...\n\ncommands:"
+    )
+    for command, description in LIGHTNING_COMMANDS.items():
+        print(f"  {command:<10}{description}")
+    print(f"\n{MORE_COMMANDS}\n`embinit fit --help` lists the config's options; -V, --version prints the version.")
 
 
 def lightning_main(args: Sequence[str] | None = None) -> int:
@@ -92,10 +115,6 @@ def lightning_main(args: Sequence[str] | None = None) -> int:
     command = " ".join(["embinit", *[a for a in argv if not a.startswith("-")][:1]])
     try:
         embinit_cli(args, save_config_kwargs={"overwrite": True}, parser_kwargs={"prog": "embinit"})
-    except SystemExit as done:
-        if argv[:1] in (["-h"], ["--help"]) and not done.code:
-            print(f"\n{MORE_COMMANDS}")
-        raise
     except Exception as error:
         if debug_requested():
             raise

@@ -32,7 +32,7 @@ import os
 import textwrap
 import time
 import warnings
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -42,6 +42,7 @@ from lightning_embinit.callbacks import EmbeddingInitCallback
 from lightning_embinit.callbacks.initial_loss import InitialLossMonitor
 from lightning_embinit.data import LanguageModelDataModule
 from lightning_embinit.models import CausalLMConfig, OptimizerConfig, TiedEmbeddingLM
+from lightning_embinit.quiet import quiet_lightning_noise
 
 SETTINGS: dict[str, tuple[str, str]] = {  # name → (head, source given to EmbeddingInitCallback as is)
     "tied-normal": ("tied", "normal:1/sqrt(d)"),
@@ -132,8 +133,9 @@ def run(
     max_vocab: int | None = None,
     lr: float = 1e-3,
     seed: int = 0,
+    on_row: Callable[[dict[str, float | str]], None] | None = None,
 ) -> list[dict[str, float | str]]:
-    """Run ``settings`` on the Lee corpus; the rows of the table."""
+    """Run ``settings`` on the Lee corpus; the rows of the table, each also handed to ``on_row`` as it is done."""
     unknown = [s for s in settings if s not in SETTINGS]
     if unknown:
         raise ValueError(f"unknown settings {unknown}; choose from: {', '.join(SETTINGS)}")
@@ -141,7 +143,21 @@ def run(
     architecture = CausalLMConfig(
         d_model=d_model, num_heads=4, num_layers=num_layers, ffn_dim=2 * d_model, max_len=seq_len, positional="learned"
     )
-    return [run_setting(name, data, architecture, steps=steps, lr=lr, seed=seed) for name in settings]
+    rows = []
+    for name in settings:
+        rows.append(run_setting(name, data, architecture, steps=steps, lr=lr, seed=seed))
+        if on_row is not None:
+            on_row(rows[-1])
+    return rows
+
+
+def print_progress(row: dict[str, float | str]) -> None:
+    """One line about a finished setting, flushed at once (a pipe or a file sees it before the table)."""
+    print(
+        f"  done {row['setting']}: initial loss {row['init_loss']:.3f} (ln n {row['ln_n']:.3f}), "
+        f"val loss {row['val_loss']:.3f}, {row['seconds']:.1f}s",
+        flush=True,
+    )
 
 
 def headline_verdict(config: Path) -> str:
@@ -186,15 +202,14 @@ def run_headline(results: str | Path, *, variant: str = "smoke") -> dict[str, An
 
 @contextlib.contextmanager
 def quiet_lightning() -> Iterator[None]:
-    """Lightning's per-fit banners and two harmless warnings off, for the quick start's own output."""
+    """Lightning's per-fit banners, tips and three harmless warnings off, for the quick start's own output."""
     loggers = [logging.getLogger(name) for name in ("lightning.pytorch", "lightning.fabric")]
     levels = [logger.level for logger in loggers]
     for logger in loggers:
         logger.setLevel(logging.WARNING)
     try:
-        with warnings.catch_warnings():
+        with quiet_lightning_noise(), warnings.catch_warnings():
             warnings.filterwarnings("ignore", message=".*does not have many workers.*")
-            warnings.filterwarnings("ignore", message=".*LeafSpec.*")
             yield
     finally:
         for logger, level in zip(loggers, levels):
@@ -232,8 +247,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     options = {
         name: getattr(args, name) for name in ("steps", "d_model", "seq_len", "batch_size", "max_vocab", "lr", "seed")
     }
+    print(f"Part 1: training {', '.join(settings)} ({args.steps} steps each)", flush=True)
     with quiet_lightning():
-        rows = run(settings, num_layers=args.layers, **options)
+        rows = run(settings, num_layers=args.layers, on_row=print_progress, **options)
     print(
         f"\nPart 1 — TiedEmbeddingLM d={args.d_model}, {args.layers} layers, {args.steps} steps, "
         "Lee corpus (gensim test data)"
@@ -243,7 +259,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     if not args.skip_headline:
         print(
             f"\nPart 2 — the headline study ({args.headline_variant}): "
-            "a pre-trained start raw vs standardized vs Xavier"
+            "a pre-trained start raw vs standardized vs Xavier",
+            flush=True,
         )
         with quiet_lightning():
             report = run_headline(args.results, variant=args.headline_variant)

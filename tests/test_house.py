@@ -20,7 +20,10 @@ PACKAGE = Path(__file__).resolve().parent.parent / "lightning_embinit"
 NAME = PACKAGE.name
 
 FLOORS: list[tuple[str, tuple[str, ...]]] = [
-    ("argument checks, text and YAML files, the vocabulary", ("checks", "text_files", "yaml_files", "vocabulary")),
+    (
+        "argument checks, quiet commands, text and YAML files, the vocabulary",
+        ("checks", "quiet", "text_files", "yaml_files", "vocabulary"),
+    ),
     (
         "init core",
         (

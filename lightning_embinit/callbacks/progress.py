@@ -4,9 +4,12 @@ Lightning's :class:`~lightning.pytorch.callbacks.RichProgressBar` titles the bar
 ``Epoch {e}/{max_epochs − 1}``, which reads "Epoch 0/-2" when only ``max_steps`` bounds the run
 (``max_epochs = −1``). This subclass titles such runs ``Epoch e · step s/max_steps`` through the
 bar's public ``progress`` and ``train_progress_bar_id`` attributes; other runs look as in Lightning.
+The bar leaves out the logger's version (``v_num``), which is not a metric of the run.
 """
 
 from __future__ import annotations
+
+from typing import Any
 
 import lightning as L
 from lightning.pytorch.callbacks import RichProgressBar
@@ -14,7 +17,13 @@ from typing_extensions import override
 
 
 class StepBudgetProgressBar(RichProgressBar):
-    """:class:`RichProgressBar` whose training title counts steps when no epoch limit is set."""
+    """:class:`RichProgressBar` whose training title counts steps when no epoch limit is set, without ``v_num``."""
+
+    @override
+    def get_metrics(self, trainer: L.Trainer, pl_module: L.LightningModule) -> dict[str, Any]:
+        metrics = super().get_metrics(trainer, pl_module)
+        metrics.pop("v_num", None)
+        return metrics
 
     def train_title(self, trainer: L.Trainer) -> str:
         return f"Epoch {trainer.current_epoch} · step {trainer.global_step}/{trainer.max_steps}"

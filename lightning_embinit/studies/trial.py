@@ -44,6 +44,7 @@ from lightning.pytorch.loggers import CSVLogger
 from lightning.pytorch.utilities.model_helpers import is_overridden
 
 from lightning_embinit.lightning_cli import EmbinitCLI, embinit_cli
+from lightning_embinit.quiet import quiet_lightning_noise
 from lightning_embinit.studies.outcome import (
     EpochClock,
     checkpoint_position,
@@ -182,7 +183,8 @@ def run_trial(
     start = time.perf_counter()
     failure: BaseException | None = None
     try:
-        _fit_and_evaluate(trial, results_dir, record, launch)
+        with quiet_lightning_noise():
+            _fit_and_evaluate(trial, results_dir, record, launch)
         record["status"] = "done"
     except (Exception, SystemExit) as error:  # noqa: BLE001 - every failure is recorded, the sweep goes on
         if isinstance(error, SystemExit) and isinstance(error.__context__, KeyboardInterrupt):

@@ -1,0 +1,41 @@
+"""Lightning's and torch's noise that the package's commands leave out, while they run (nothing changes on import).
+
+Lightning logs a "💡 Tip" advertising litlogger (and litmodels when a checkpoint is saved) at every fit, and its
+``_pytree.py`` trips torch's ``LeafSpec is deprecated`` FutureWarning; neither is about the user's run.
+Imports only the standard library, so that the commands' help stays fast.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import warnings
+from collections.abc import Iterator
+
+RANK_ZERO_LOGGERS = ("lightning.pytorch.utilities.rank_zero", "lightning.fabric.utilities.rank_zero")
+"""The loggers of Lightning's ``rank_zero_info``."""
+ADVERTISED = ("litlogger", "litmodels")
+
+
+class LightningTipFilter(logging.Filter):
+    """Drops Lightning's "💡 Tip" records that advertise :data:`ADVERTISED` packages."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        message = record.getMessage()
+        return not (message.startswith("💡 Tip") and any(name in message for name in ADVERTISED))
+
+
+@contextlib.contextmanager
+def quiet_lightning_noise() -> Iterator[None]:
+    """Within: Lightning's litlogger/litmodels tips and torch's ``LeafSpec`` deprecation warning are not shown."""
+    tip_filter = LightningTipFilter()
+    loggers = [logging.getLogger(name) for name in RANK_ZERO_LOGGERS]
+    for logger in loggers:
+        logger.addFilter(tip_filter)
+    try:
+        with warnings.catch_warnings():
+            warnings.filterwarnings("ignore", message=r"`isinstance\(treespec, LeafSpec\)` is deprecated")
+            yield
+    finally:
+        for logger in loggers:
+            logger.removeFilter(tip_filter)
