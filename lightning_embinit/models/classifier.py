@@ -232,7 +232,7 @@ class TransformerClassifier(EmbinitModule):
     def class_probabilities(
         self, texts: Sequence[str], pairs: Sequence[str] | None = None, *, batch_size: int = 64
     ) -> torch.Tensor:
-        """(N, C) class probabilities (by :attr:`label_names`) of raw sentences or sentence pairs (evaluation mode).
+        """(N, C) class probabilities (by ``label_names``) of raw sentences or sentence pairs (evaluation mode).
 
         Inputs are assembled as ClassificationDataModule does (its default ``add_cls=True``), truncated
         longest-first to ``max_len``.
