@@ -179,7 +179,11 @@ class TokenizedTextDataModule(L.LightningDataModule, abc.ABC):
             }
             options = {key: value for key, value in options.items() if key in TRAINED_OPTIONS[spec]}
         else:
-            options = {"restrict_vocabulary": True, "min_freq": hp.min_freq or 1} if hp.restrict_vocabulary else {}
+            options = (
+                {"restrict_vocabulary": True, "min_freq": 1 if hp.min_freq is None else hp.min_freq}
+                if hp.restrict_vocabulary
+                else {}
+            )
         return TokenizerPlan(spec, options, lambda: self._training_text(fields))
 
     def _tokenize(self, raw: RawSplits, plans: dict[str, TokenizerPlan | str]) -> TokenizedCorpus:

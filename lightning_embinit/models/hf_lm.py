@@ -21,7 +21,7 @@ import torch.nn.functional as F
 from typing_extensions import override
 
 from lightning_embinit.checks import check_choice, check_range
-from lightning_embinit.models.module import LightningSystem, group_config
+from lightning_embinit.models.module import LightningSystem, TokenLossSteps, group_config
 from lightning_embinit.models.optimization import OptimizerConfig
 from lightning_embinit.models.tied_lm import split_batch
 from lightning_embinit.models.vocabularies import followed_tokenizer
@@ -101,7 +101,7 @@ def masking(tokenizer: Any, probability: float) -> Any:
     return DataCollatorForLanguageModeling(tokenizer=hf, mlm=True, mlm_probability=probability)
 
 
-class HuggingFaceLM(LightningSystem):
+class HuggingFaceLM(TokenLossSteps, LightningSystem):
     """A Hugging Face language model built from a config (module docstring), trained with its LM loss.
 
     Args:
@@ -210,15 +210,3 @@ class HuggingFaceLM(LightningSystem):
         loss = F.cross_entropy(logits.flatten(0, 1).float(), labels.flatten(), ignore_index=IGNORE)
         self._log_token_loss(stage, loss, (labels != IGNORE).sum(), labels.shape[0])
         return loss
-
-    @override
-    def training_step(self, batch: Any, batch_idx: int) -> torch.Tensor:
-        return self._step(batch, "train")
-
-    @override
-    def validation_step(self, batch: Any, batch_idx: int) -> torch.Tensor:
-        return self._step(batch, "val")
-
-    @override
-    def test_step(self, batch: Any, batch_idx: int) -> torch.Tensor:
-        return self._step(batch, "test")

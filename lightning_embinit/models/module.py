@@ -112,6 +112,21 @@ def refresh_metric_states(module: nn.Module) -> int:
     return replaced
 
 
+class TokenLossSteps:
+    """``training_step``/``validation_step``/``test_step`` of a language model: each is the system's
+    ``_step(batch, stage)`` (the loss, logged by ``_log_token_loss``); listed first among the bases of a
+    :class:`LightningSystem`, so these are the hooks Lightning calls."""
+
+    def training_step(self, batch: Any, batch_idx: int) -> torch.Tensor:
+        return self._step(batch, "train")
+
+    def validation_step(self, batch: Any, batch_idx: int) -> torch.Tensor:
+        return self._step(batch, "val")
+
+    def test_step(self, batch: Any, batch_idx: int) -> torch.Tensor:
+        return self._step(batch, "test")
+
+
 class LightningSystem(L.LightningModule):
     """What the package's Lightning systems share whatever network they train: token-loss metrics logged under one
     set of names, stage-safe metric states, tokenizers kept in the checkpoint, checkpoints that name their class,

@@ -20,7 +20,7 @@ from typing_extensions import override
 from lightning_embinit.architectures.causal_lm import CausalLM
 from lightning_embinit.architectures.config import CausalLMConfig
 from lightning_embinit.checks import check_non_negative_int, check_positive_int, check_range, check_texts
-from lightning_embinit.models.module import EmbinitModule
+from lightning_embinit.models.module import EmbinitModule, TokenLossSteps
 from lightning_embinit.models.optimization import OptimizerConfig
 from lightning_embinit.text.text_tokenizer import WordTokenizer
 from lightning_embinit.vocabulary import Vocabulary
@@ -47,7 +47,7 @@ def next_token(logits: torch.Tensor, temperature: float, top_k: int | None, gene
     return int(torch.multinomial(torch.softmax(logits / temperature, dim=-1), 1, generator=generator))
 
 
-class TiedEmbeddingLM(EmbinitModule):
+class TiedEmbeddingLM(TokenLossSteps, EmbinitModule):
     """Causal transformer LM. Give ``vocabulary`` (token strings, saved with the model) or ``vocab_size``;
     ``special_tokens`` (role → string; default: the package's ``<pad>``, ``<unk>``, ``<bos>``, ``<eos>`` found in
     the vocabulary) name the padding row and the special tokens of the ``tokens`` slot.
@@ -135,18 +135,6 @@ class TiedEmbeddingLM(EmbinitModule):
         count = torch.tensor(targets.numel(), device=loss.device) if pad is None else (targets != pad).sum()
         self._log_token_loss(stage, loss, count, inputs.shape[0])
         return loss
-
-    @override
-    def training_step(self, batch: Any, batch_idx: int) -> torch.Tensor:
-        return self._step(batch, "train")
-
-    @override
-    def validation_step(self, batch: Any, batch_idx: int) -> torch.Tensor:
-        return self._step(batch, "val")
-
-    @override
-    def test_step(self, batch: Any, batch_idx: int) -> torch.Tensor:
-        return self._step(batch, "test")
 
     @torch.no_grad()
     def generate(

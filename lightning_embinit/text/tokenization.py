@@ -195,4 +195,6 @@ class TokenizerPlan:
                 f"restrict_vocabulary=True applies to a full pretrained tokenizer; {name!r} is a "
                 f"{ready.kind} tokenizer{' already restricted' if ready.kind == 'pretrained' else ''}"
             )
-        return ready.restricted(self.training_text(), min_freq=self.options.get("min_freq") or 1)
+        return ready.restricted(
+            self.training_text(), min_freq=1 if self.options.get("min_freq") is None else self.options["min_freq"]
+        )
