@@ -7,7 +7,7 @@ PYTEST_ARGS ?=
 LATEST_VENV ?= .venv-lightning-latest
 DIST_VENV ?= .venv-dist
 
-.PHONY: install lint format test test-fast test-lightning-latest quickstart bench dist wheel-check docs clean
+.PHONY: install lint format test test-fast test-lightning-latest quickstart bench gpu-check dist wheel-check docs clean
 
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -87,6 +87,11 @@ bench: install
 	$(PY) benchmarks/bench_seq2seq.py train --size small --fused-adam
 	$(PY) benchmarks/bench_classifier.py --size small
 	$(PY) benchmarks/bench_monitors.py --models tied_lm
+
+## on a machine with one NVIDIA GPU, within 8 minutes: the CUDA tests, a bf16 fit of every model family with the
+## callbacks, the training benchmarks in bf16 with MFU (benchmarks/gpu_check.py); without one: a line, exit 0
+gpu-check: install
+	$(PY) benchmarks/gpu_check.py
 
 clean:
 	rm -rf $(VENV) $(LATEST_VENV) $(DIST_VENV) dist build lightning_logs .pytest_cache docs/_build docs/notebooks docs/api/generated

@@ -29,7 +29,7 @@ import bench_seq2seq
 import torch
 import torch.nn.functional as F
 from bench_seq2seq import DTYPES
-from flops import gemm_ceiling, measure_training_flops, print_utilization
+from flops import device_peak, gemm_ceiling, measure_training_flops, print_utilization
 from timing import alternate, print_throughput
 from torch import nn
 
@@ -149,7 +149,9 @@ def main() -> None:
     medians = print_throughput(results, runners, reference="nn.TransformerEncoder")
     records = {name: measure_training_flops(runner.forward_backward) for name, runner in runners.items()}
     ceiling = gemm_ceiling(records["TransformerClassifier"], device=device, dtype=dtype)
-    print_utilization(records, dict.fromkeys(runners, tokens), medians, ceiling)
+    print_utilization(
+        records, dict.fromkeys(runners, tokens), medians, ceiling, dtype=args.dtype, peak=device_peak(device, dtype)
+    )
 
 
 if __name__ == "__main__":

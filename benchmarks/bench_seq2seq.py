@@ -33,7 +33,7 @@ from contextlib import nullcontext
 
 import torch
 import torch.nn.functional as F
-from flops import gemm_ceiling, measure_training_flops, print_utilization
+from flops import device_peak, gemm_ceiling, measure_training_flops, print_utilization
 from timing import alternate, print_throughput
 from torch import nn
 
@@ -157,7 +157,13 @@ def train(args: argparse.Namespace) -> None:
     records["nn.Transformer"] = measure_training_flops(runners["nn.Transformer"].forward_backward)
     ceiling = gemm_ceiling(record, device=device, dtype=dtype)
     print_utilization(
-        records, {name: runner.tokens for name, runner in runners.items()}, medians, ceiling, per="target token"
+        records,
+        {name: runner.tokens for name, runner in runners.items()},
+        medians,
+        ceiling,
+        per="target token",
+        dtype=args.dtype,
+        peak=device_peak(device, dtype),
     )
 
 

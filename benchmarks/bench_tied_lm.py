@@ -10,6 +10,7 @@ and its utilization of the fp32 GEMM ceiling measured at the model's own matrix 
 
     python benchmarks/bench_tied_lm.py                      # d=256, 2 layers, 32×64 tokens
     python benchmarks/bench_tied_lm.py --d-model 512 --seq-len 128 --repeats 3
+    python benchmarks/bench_tied_lm.py --d-model 512 --heads 8 --layers 6 --device cuda --dtype bf16
 """
 
 from __future__ import annotations
@@ -17,10 +18,12 @@ from __future__ import annotations
 import argparse
 import math
 import time
+from contextlib import nullcontext
 
 import torch
 import torch.nn.functional as F
-from flops import gemm_ceiling, measure_training_flops, print_utilization
+from bench_seq2seq import DTYPES
+from flops import device_peak, gemm_ceiling, measure_training_flops, print_utilization
 from timing import alternate, print_throughput
 from torch import nn
 
@@ -51,16 +54,18 @@ class ReferenceLM(nn.Module):
 
 
 class Runner:
-    """One model, its Adam optimizer and a fixed batch; :meth:`run` times ``steps`` training steps."""
+    """One model, its Adam optimizer and a fixed batch; :meth:`run` times ``steps`` training steps (forward and loss
+    under ``autocast``)."""
 
-    def __init__(self, model: nn.Module, batch: torch.Tensor) -> None:
-        self.model = model.train()
+    def __init__(self, model: nn.Module, batch: torch.Tensor, autocast=nullcontext) -> None:
+        self.model, self.autocast = model.train(), autocast
         self.optimizer = torch.optim.Adam(model.parameters(), lr=1e-4, betas=(0.9, 0.98), eps=1e-9)
         self.inputs, self.targets = batch[:, :-1], batch[:, 1:]
 
     def forward_backward(self) -> None:
-        logits = self.model(self.inputs)
-        F.cross_entropy(logits.flatten(0, 1), self.targets.flatten()).backward()
+        with self.autocast():
+            loss = F.cross_entropy(self.model(self.inputs).flatten(0, 1), self.targets.flatten())
+        loss.backward()
 
     def step(self) -> None:
         self.optimizer.zero_grad(set_to_none=True)
@@ -69,9 +74,12 @@ class Runner:
 
     def run(self, steps: int) -> float:
         """Training tokens per second over ``steps`` steps."""
+        sync = torch.cuda.synchronize if self.inputs.is_cuda else (lambda: None)
+        sync()
         started = time.perf_counter()
         for _ in range(steps):
             self.step()
+        sync()
         return steps * self.inputs.numel() / (time.perf_counter() - started)
 
 
@@ -87,8 +95,12 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=2, help="timed steps per run")
     parser.add_argument("--warmup", type=int, default=3)
     parser.add_argument("--repeats", type=int, default=20, help="runs per model, alternating")
+    parser.add_argument("--device", default="cpu")
+    parser.add_argument("--dtype", choices=DTYPES, default="fp32", help="bf16: forward and loss under autocast")
     args = parser.parse_args()
     ffn = args.ffn or 4 * args.d_model
+    device, dtype = torch.device(args.device), DTYPES[args.dtype]
+    autocast = (lambda: torch.autocast(device.type, dtype=dtype)) if dtype != torch.float32 else nullcontext
     torch.manual_seed(0)
     ours = TiedEmbeddingLM(
         vocab_size=args.vocab,
@@ -102,21 +114,29 @@ def main() -> None:
             "head": "tied",
             "dropout": 0.0,
         },
-    )
-    reference = ReferenceLM(args.vocab, args.d_model, args.heads, args.layers, ffn, args.seq_len)
-    batch = torch.randint(0, args.vocab, (args.batch_size, args.seq_len + 1))
-    runners = {"TiedEmbeddingLM": Runner(ours, batch), "nn.TransformerEncoder": Runner(reference, batch)}
+    ).to(device)
+    reference = ReferenceLM(args.vocab, args.d_model, args.heads, args.layers, ffn, args.seq_len).to(device)
+    batch = torch.randint(0, args.vocab, (args.batch_size, args.seq_len + 1), device=device)
+    runners = {
+        "TiedEmbeddingLM": Runner(ours, batch, autocast),
+        "nn.TransformerEncoder": Runner(reference, batch, autocast),
+    }
     results = alternate(runners, args.repeats, args.steps, args.warmup)
     print(
         f"training tokens/s, d={args.d_model}, heads={args.heads}, layers={args.layers}, ffn={ffn}, n={args.vocab}, "
-        f"batch {args.batch_size}×{args.seq_len}, {torch.get_num_threads()} threads, "
+        f"batch {args.batch_size}×{args.seq_len}, {args.device} {args.dtype}, {torch.get_num_threads()} threads, "
         f"{args.repeats} alternating runs × {args.steps} steps"
     )
     medians = print_throughput(results, runners, reference="nn.TransformerEncoder")
     records = {name: measure_training_flops(runner.forward_backward) for name, runner in runners.items()}
-    ceiling = gemm_ceiling(records["TiedEmbeddingLM"])
+    ceiling = gemm_ceiling(records["TiedEmbeddingLM"], device=device, dtype=dtype)
     print_utilization(
-        records, {name: runner.inputs.numel() for name, runner in runners.items()}, medians, ceiling, dtype="fp32"
+        records,
+        {name: runner.inputs.numel() for name, runner in runners.items()},
+        medians,
+        ceiling,
+        dtype=args.dtype,
+        peak=device_peak(device, dtype),
     )
 
 

@@ -12,12 +12,15 @@
    total FLOPs / Σ (FLOPs of a shape / best rate of that shape). Attention counts as the two
    batched products it consists of.
 3. Utilization = achieved model FLOP/s (FLOPs per step / measured seconds per step) / ceiling.
+4. On a GPU, model FLOP utilization (MFU) = achieved model FLOP/s / the GPU's dense bf16 tensor-core peak
+   (:data:`DENSE_BF16_PEAK_TFLOPS`, by device name): the vendor's figure, not a measured one.
 
     from flops import measure_training_flops, gemm_ceiling, format_utilization
 """
 
 from __future__ import annotations
 
+import re
 import time
 from collections import defaultdict
 from collections.abc import Callable
@@ -142,16 +145,84 @@ def gemm_ceiling(
     return Ceiling(record.total / ideal_seconds, per_shape)
 
 
+DENSE_BF16_PEAK_TFLOPS: tuple[tuple[str, float], ...] = (
+    (r"H100.*NVL", 835.0),
+    (r"H100.*PCIe", 756.0),
+    (r"H100", 989.0),
+    (r"H200.*NVL", 835.0),
+    (r"H200", 989.0),
+    (r"A100", 312.0),
+    (r"L40S", 362.0),
+    (r"L40\b", 181.0),
+    (r"\bL4\b", 121.0),
+    (r"RTX 4090", 165.0),
+)
+"""(pattern searched in ``torch.cuda.get_device_name()``, dense bf16 tensor-core TFLOPS), first match wins: NVIDIA's
+datasheet figures, half of the "with sparsity" ones (H100 SXM "NVIDIA H100 80GB HBM3" 1,979 → 989; PCIe 1,513 → 756;
+NVL 1,671 → 835; H200 as H100 SXM; A100 312; L40S 733 → 362; L40 362 → 181; L4 242 → 121; RTX 4090 165, the Ada
+whitepaper's bf16 with FP32 accumulation)."""
+
+
+def dense_bf16_peak(device_name: str) -> float | None:
+    """The dense bf16 peak (FLOP/s) of the GPU named ``device_name``; None for a GPU not in the table."""
+    for pattern, tflops in DENSE_BF16_PEAK_TFLOPS:
+        if re.search(pattern, device_name):
+            return tflops * 1e12
+    return None
+
+
+def model_flop_utilization(flops_per_token: float, tokens_per_second: float, peak: float) -> float:
+    """Achieved model FLOP/s over ``peak`` FLOP/s (a fraction)."""
+    return flops_per_token * tokens_per_second / peak
+
+
+@dataclass(frozen=True)
+class Peak:
+    """What MFU is measured against: ``flops`` (FLOP/s) of the GPU ``device``, or None and ``why`` there is none."""
+
+    device: str
+    flops: float | None
+    why: str = ""
+
+    def describe(self) -> str:
+        if self.flops is None:
+            return f"MFU n/a: {self.why}"
+        return f"MFU: against the dense bf16 peak of {self.device}, {self.flops / 1e12:.0f} TFLOPS (flops.py's table)"
+
+
+def device_peak(device: str | torch.device, dtype: torch.dtype) -> Peak | None:
+    """The peak for MFU on a CUDA ``device`` (a :class:`Peak` without ``flops`` when MFU is n/a); None on a CPU."""
+    device = torch.device(device)
+    if device.type != "cuda":
+        return None
+    name = torch.cuda.get_device_name(device)
+    if dtype != torch.bfloat16:
+        return Peak(name, None, f"the table holds dense bf16 peaks and this run is {dtype} (use --dtype bf16)")
+    flops = dense_bf16_peak(name)
+    why = "" if flops else f"{name!r} is not in flops.DENSE_BF16_PEAK_TFLOPS (add its dense bf16 datasheet figure)"
+    return Peak(name, flops, why)
+
+
 def format_utilization(
-    name: str, record: MatmulRecord, tokens_per_step: int, tokens_per_second: float, ceiling: Ceiling
+    name: str,
+    record: MatmulRecord,
+    tokens_per_step: int,
+    tokens_per_second: float,
+    ceiling: Ceiling,
+    peak: Peak | None = None,
 ) -> str:
-    """One table row: model FLOPs per token, achieved GFLOP/s, the ceiling and the utilization."""
+    """One table row: model FLOPs per token, achieved GFLOP/s, the ceiling and the utilization (and MFU on a GPU)."""
     per_token = record.total / tokens_per_step
     achieved = per_token * tokens_per_second
-    return (
+    row = (
         f"{name:<26} {per_token / 1e6:>12.1f} {achieved / 1e9:>12.1f} {ceiling.rate / 1e9:>12.1f} "
         f"{100 * achieved / ceiling.rate:>8.1f}%"
     )
+    if peak is None:
+        return row
+    if peak.flops is None:
+        return f"{row} {'n/a':>8}"
+    return f"{row} {100 * model_flop_utilization(per_token, tokens_per_second, peak.flops):>7.1f}%"
 
 
 UTILIZATION_HEADER = f"{'model':<26} {'MFLOP/token':>12} {'GFLOP/s':>12} {'ceiling':>12} {'util.':>9}"
@@ -165,14 +236,18 @@ def print_utilization(
     *,
     per: str = "token",
     dtype: str = "",
+    peak: Peak | None = None,
 ) -> None:
-    """The utilization block every training benchmark prints: the ceiling, then one row per model."""
+    """The utilization block every training benchmark prints: the ceiling, then one row per model; on a GPU
+    (``peak`` given, :func:`device_peak`) an MFU column and the peak it is measured against."""
     shapes = len(next(iter(records.values())).flops)
     print(
         f"\nmodel FLOPs per {per} (forward + backward matrix products) and utilization; {dtype + ' ' if dtype else ''}"
         f"GEMM ceiling {ceiling.rate / 1e9:.1f} GFLOP/s at the model's {shapes} shapes "
         f"(best single shape {ceiling.best_shape_rate / 1e9:.1f})"
     )
-    print(UTILIZATION_HEADER)
+    print(UTILIZATION_HEADER + ("" if peak is None else f" {'MFU':>8}"))
     for name, record in records.items():
-        print(format_utilization(name, record, tokens_per_step[name], tokens_per_second[name], ceiling))
+        print(format_utilization(name, record, tokens_per_step[name], tokens_per_second[name], ceiling, peak))
+    if peak is not None:
+        print(peak.describe())

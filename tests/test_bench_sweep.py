@@ -1,0 +1,49 @@
+"""benchmarks/bench_sweep.py without a sweep: its table and ratios from made-up timings, and the cut study."""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+from pathlib import Path
+
+import pytest
+
+from lightning_embinit.studies.spec import Study
+
+ROOT = Path(__file__).resolve().parent.parent
+_spec = importlib.util.spec_from_file_location("benchmarks_bench_sweep", ROOT / "benchmarks" / "bench_sweep.py")
+bench_sweep = sys.modules[_spec.name] = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(bench_sweep)
+SweepTiming = bench_sweep.SweepTiming
+
+
+def test_the_table_gives_each_sweeps_throughput_and_the_ratios_beside_the_targets():
+    timings = [
+        SweepTiming("local", 1, 6, 6, 60.0),
+        SweepTiming("local", 2, 6, 6, 40.0),
+        SweepTiming("Ray", 1, 6, 6, 75.0, startup=3.0),
+    ]
+    lines = bench_sweep.sweep_table(timings, "a header").splitlines()
+    assert lines[0] == "a header"
+    assert "| local | 1 | 6 (6) | 60.0 | 10.0 | 360 |" in lines  # 6 trials in 60 s: 10 s each, 360 an hour
+    assert "| local | 2 | 6 (6) | 40.0 | 6.7 | 540 |" in lines
+    assert "| Ray | 1 | 6 (6) | 75.0 (start-up 3.0) | 12.5 | 288 |" in lines
+    assert "`--workers 2` / `--workers 1` throughput: 1.50× (target ≥ 1.8×: not met)" in lines  # 540 / 360
+    assert "Ray − local per trial: +2.5 s (target ≤ 5 s: met)" in lines  # 12.5 − 10.0
+    assert not any("failed" in line for line in lines)
+
+
+def test_a_missing_ray_and_failed_trials_are_said():
+    timings = [SweepTiming("local", 1, 4, 3, 20.0), SweepTiming("local", 2, 4, 4, 10.0)]
+    lines = bench_sweep.sweep_table(timings, "h", ray_missing="Ray missing").splitlines()
+    assert "| Ray | 1 | — | — | — | — (Ray missing) |" in lines and not any(line.startswith("Ray −") for line in lines)
+    assert "`--workers 2` / `--workers 1` throughput: 2.00× (target ≥ 1.8×: met)" in lines
+    assert lines[-1].startswith("Some trials failed")
+
+
+def test_the_study_is_cut_to_its_first_settings_and_the_given_seeds():
+    data = bench_sweep.study_mapping(bench_sweep.DEFAULT_STUDY, "smoke", 1, [0])
+    study = Study.from_dict(data, root=bench_sweep.DEFAULT_STUDY.parent)
+    assert list(study.settings) == ["own_init"] and data["variants"]["smoke"]["seeds"] == [0]
+    with pytest.raises(SystemExit, match="no variant 'huge'; variants: smoke"):
+        bench_sweep.study_mapping(bench_sweep.DEFAULT_STUDY, "huge", None, None)
