@@ -20,10 +20,8 @@ from lightning.pytorch.callbacks import Callback
 from typing_extensions import override
 
 from lightning_embinit.callbacks.summary import MONITORS, PublishesSummary
+from lightning_embinit.studies.claims import MODEL_METRIC
 from lightning_embinit.studies.spec import package_version
-
-MODEL_METRIC = re.compile(r"^(train|val|test)_|^(epoch|step)$|^lr[-_]")
-"""Names the Lightning systems log themselves (losses, accuracies, BLEU); everything else is a monitor's."""
 
 CURVES_ONLY = re.compile(r"^(init_phase_loss|loss_over_ln_vocab)$|_smoothed$")
 """Per-step tracking curves: in ``curves``, not summed up as a monitor's value."""

@@ -18,6 +18,7 @@ import numpy as np
 import pandas as pd
 
 from lightning_embinit.checks import check_known, choice_error
+from lightning_embinit.studies.claims import Claim, ClaimResult, evaluate_claim
 from lightning_embinit.studies.figures import write_figures
 from lightning_embinit.studies.results import (
     STUDY_FILE,
@@ -27,7 +28,16 @@ from lightning_embinit.studies.results import (
     load_results,
     settings_with_records,
 )
-from lightning_embinit.studies.statistics import WALL_TIME, aggregate, compare, done, long_form, metric_names, number
+from lightning_embinit.studies.statistics import (
+    WALL_TIME,
+    aggregate,
+    block_references,
+    compare_each,
+    done,
+    long_form,
+    metric_names,
+    number,
+)
 
 REPORT_DIR = "report"
 CURVE_METRIC = "val_loss"
@@ -61,14 +71,15 @@ def _difference_cell(row: Mapping[str, Any]) -> str:
     return f"**{cell}**" if row["excludes_zero"] else cell
 
 
+def _line(cells: Sequence[str]) -> str:
+    """A Markdown table row."""
+    return "| " + " | ".join(str(cell).replace("|", "\\|") for cell in cells) + " |"
+
+
 def _table(settings: Iterable[str], names: Sequence[str], cell: Callable[[str, str], str]) -> list[str]:
     """A Markdown table: a row per setting, a column per metric, ``cell(setting, metric)`` in each."""
-
-    def line(cells: Sequence[str]) -> str:
-        return "| " + " | ".join(str(cell).replace("|", "\\|") for cell in cells) + " |"
-
     header = ["setting", *names]
-    return [line(header), line(["---"] * len(header)), *(line([s, *(cell(s, m) for m in names)]) for s in settings)]
+    return [_line(header), _line(["---"] * len(header)), *(_line([s, *(cell(s, m) for m in names)]) for s in settings)]
 
 
 def _groups(records: Sequence[Mapping[str, Any]], names: Sequence[str]) -> list[tuple[str, list[str]]]:
@@ -131,6 +142,15 @@ def _failures_lines(records: Sequence[Mapping[str, Any]]) -> list[str]:
     return lines
 
 
+def _reference_text(reference: str, references: Mapping[str, str]) -> str:
+    """The reference, and each block's: ``xavier; xavier_d384 for minilm_raw, minilm_xavier``."""
+    blocks: dict[str, list[str]] = {}
+    for setting, own in references.items():
+        if own != reference:
+            blocks.setdefault(own, []).append(setting)
+    return "; ".join([reference, *(f"{own} for {', '.join(members)}" for own, members in blocks.items())])
+
+
 def _header_lines(results: Results, settings: Sequence[str], reference: str, extra: Sequence[str]) -> list[str]:
     records = results.records
     statuses = pd.Series([str(r.get("status", "unknown")) for r in records]).value_counts()
@@ -165,19 +185,74 @@ def _header_lines(results: Results, settings: Sequence[str], reference: str, ext
 def _differences_lines(
     results: Results, differences: pd.DataFrame, names: Sequence[str], reference: str, level: str
 ) -> list[str]:
-    lines, by_pair, settings = [], differences.set_index(["setting", "metric"]), dict.fromkeys(differences["setting"])
+    lines, by_pair = [], differences.set_index(["setting", "metric"])
+    own = dict(zip(differences["setting"], differences["reference"]))
+    labels = {(s if ref == reference else f"{s} (vs {ref})"): s for s, ref in own.items()}
+    against = reference if set(own.values()) <= {reference} else "the block's reference"
     for title, chosen in _groups(results.records, names):
-        table = _table(settings, chosen, lambda setting, metric: _difference_cell(by_pair.loc[(setting, metric)]))
-        lines += ["", f"## {title}: difference from {reference}, Δ [{level} CI]", "", *table]
+        table = _table(labels, chosen, lambda label, metric: _difference_cell(by_pair.loc[(labels[label], metric)]))
+        lines += ["", f"## {title}: difference from {against}, Δ [{level} CI]", "", *table]
     lines += [
         "",
-        f"Δ = setting − {reference}, difference of means; Welch's {level} interval (Welch–Satterthwaite "
+        f"Δ = setting − {against}, difference of means; Welch's {level} interval (Welch–Satterthwaite "
         "degrees of freedom). **Bold**: the interval excludes 0, so the seeds support the difference.",
     ]
+    if against != reference:
+        lines.append(
+            f"A setting marked (vs …) is measured against its block's reference; the others against {reference}."
+        )
     notes = sorted({note for note in differences["note"] if note})
     if notes:
         lines.append("† no interval: " + "; ".join(notes) + ".")
     return lines
+
+
+def _claim_row(result: ClaimResult) -> list[str]:
+    claim, welch = result.claim, result.welch
+
+    def value(mean: float, n: int) -> str:
+        return "–" if math.isnan(mean) else f"{mean:.4g} ({n})"
+
+    if math.isnan(welch.difference):
+        difference = "–"
+    elif math.isnan(welch.low):
+        difference = f"{welch.difference:+.4g} [–] ({welch.note})"
+    else:
+        difference = f"{welch.difference:+.4g} [{welch.low:.3g}, {welch.high:.3g}]"
+        if result.interval_90 is not None:
+            difference += f"; 90 %: [{result.interval_90[0]:.3g}, {result.interval_90[1]:.3g}]"
+    stand_in = f" (stand-in: {claim.stand_in})" if isinstance(claim.stand_in, str) else " (stand-in)"
+    return [
+        claim.id + (stand_in if claim.stand_in else ""),
+        f"{claim.source}: {claim.says}",
+        f"{claim.setting} − {claim.versus}",
+        claim.metric,
+        claim.expected,
+        value(result.mean, welch.n),
+        value(result.mean_versus, welch.n_reference),
+        difference,
+        f"**{result.verdict}**",
+        "–" if result.seeds_needed is None else str(result.seeds_needed),
+    ]
+
+
+def _claims_lines(claims: Sequence[ClaimResult]) -> list[str]:
+    """The claims table and how its verdicts are reached."""
+    header = ["claim", "paper: says", "compared", "metric", "expected Δ", "mean (n)", "versus (n)", "Δ [95 % CI]"]
+    rows = [[*header, "verdict", "seeds for 80 % power"], ["---"] * (len(header) + 2), *map(_claim_row, claims)]
+    return [
+        "",
+        "## Claims: the papers' claims checked on these records",
+        "",
+        *map(_line, rows),
+        "",
+        "Δ = setting − versus, difference of the seeds' means, with Welch's 95 % interval. lower/higher: **supported** "
+        "when the interval lies wholly on the claimed side of 0, **contradicted** when wholly on the other side. "
+        "equal ±m: **supported** when the 90 % interval lies inside ±m (two one-sided tests at 5 %), **contradicted** "
+        "when the 95 % interval lies wholly beyond ±m. **inconclusive** otherwise; then the seeds each setting needs "
+        "for the observed Δ at 80 % power (Student's t, two-sided α = 0.05; for equal: Δ's distance to the margin, "
+        "one-sided α = 0.05 inside it).",
+    ]
 
 
 def summary_markdown(
@@ -189,16 +264,22 @@ def summary_markdown(
     extra: Sequence[str] = (),
     figures: Sequence[Path] = (),
     confidence: float = 0.95,
+    references: Mapping[str, str] | None = None,
+    claims: Sequence[ClaimResult] = (),
 ) -> str:
-    """The report's Markdown: the header, the mean ± std (n) tables, the difference tables, failures, figures."""
+    """The report's Markdown: the header, the mean ± std (n) tables, the difference tables (each setting against
+    ``references[setting]``, default ``reference``), the claims table, failures, figures."""
     names = list(summary.columns.get_level_values(0).unique())
     level = f"{100 * confidence:g} %"
-    lines = _header_lines(results, list(summary.index), reference, extra) + [""] + _failures_lines(results.records)
+    shown = _reference_text(reference, references or {})
+    lines = _header_lines(results, list(summary.index), shown, extra) + [""] + _failures_lines(results.records)
     for title, chosen in _groups(results.records, names):
         table = _table(summary.index, chosen, partial(_summary_cell, summary))
         lines += ["", f"## {title}: mean ± std (n) over seeds", "", *table]
     if len(differences):
         lines += _differences_lines(results, differences, names, reference, level)
+    if claims:
+        lines += _claims_lines(claims)
     if figures:
         lines += ["", "## Figures", ""] + [f"![{path.stem}]({path.name})" for path in figures]
     return "\n".join(lines) + "\n"
@@ -232,6 +313,22 @@ def _checked(results: Results, settings: Sequence[str], reference: str | None, m
     return chosen
 
 
+def study_claims(results: Results) -> list[Claim]:
+    """The claims ``study.json`` holds; a ReportError naming a malformed one."""
+    try:
+        return [Claim.from_dict(claim) for claim in results.study.get("claims") or []]
+    except ValueError as error:
+        raise ReportError(f"{results.directory}/{STUDY_FILE}: {error}") from None
+
+
+def write_claims(claims: Sequence[ClaimResult], out: Path) -> list[Path]:
+    """``claims.csv`` in ``out``, a row per claim (:meth:`~.claims.ClaimResult.to_dict`), when there are claims."""
+    if not claims:
+        return []
+    pd.DataFrame([result.to_dict() for result in claims]).to_csv(out / "claims.csv", index=False)
+    return [out / "claims.csv"]
+
+
 def write_report(
     results_dir: str | Path,
     out_dir: str | Path | None = None,
@@ -240,12 +337,14 @@ def write_report(
     metrics: Sequence[str] | None = None,
     confidence: float = 0.95,
 ) -> dict[str, Any]:
-    """Write ``summary.md``, ``summary.csv``, ``differences.csv`` and the figures into ``out_dir``
-    (default ``<results_dir>/report``).
+    """Write ``summary.md``, ``summary.csv``, ``differences.csv``, ``claims.csv`` (when the study has claims) and
+    the figures into ``out_dir`` (default ``<results_dir>/report``).
 
     Returns ``paths`` (everything written), ``markdown``, ``summary`` (:func:`~.statistics.aggregate`),
-    ``differences`` (:func:`~.statistics.compare`), ``reference``, ``failed`` (the number of failed trials)
-    and ``out_dir``. A ReportError when the directory has no study, no records or no finished trial.
+    ``differences`` (:func:`~.statistics.compare_each`), ``claims`` (a :class:`~.claims.ClaimResult` per claim of
+    the study, also in ``claims.csv``), ``reference``, ``references`` (setting → the setting it is measured against:
+    its block's reference unless ``reference`` is given), ``failed`` (the number of failed trials) and ``out_dir``.
+    A ReportError when the directory has no study, no records or no finished trial.
     """
     results = load_results(results_dir)
     settings, extra = settings_with_records(results)
@@ -257,15 +356,25 @@ def write_report(
             f"{results.directory} has no finished trial (status 'done') among {len(results.records)} records{why}"
         )
     chosen = _checked(results, settings, reference, metrics)
+    references = block_references(results.study.get("blocks") if reference is None else None, settings, chosen)
+    claims = [evaluate_claim(claim, records) for claim in study_claims(results)]
     summary = aggregate(records, metrics=metrics, settings=settings)
-    differences = compare(records, chosen, metrics=metrics, confidence=confidence, settings=settings)
+    differences = compare_each(records, references, metrics=metrics, confidence=confidence, settings=settings)
     out = Path(out_dir) if out_dir is not None else results.directory / REPORT_DIR
     out.mkdir(parents=True, exist_ok=True)
     figures = write_figures(records, settings, summary, curve_metrics(results, summary), out, study=results.name)
     markdown = summary_markdown(
-        results, summary, differences, reference=chosen, extra=extra, figures=figures, confidence=confidence
+        results,
+        summary,
+        differences,
+        reference=chosen,
+        extra=extra,
+        figures=figures,
+        confidence=confidence,
+        references=references,
+        claims=claims,
     )
-    paths = [out / "summary.md", out / "summary.csv", out / "differences.csv"]
+    paths = [out / "summary.md", out / "summary.csv", out / "differences.csv", *write_claims(claims, out)]
     paths[0].write_text(markdown, encoding="utf-8")
     long_form(summary).to_csv(paths[1], index=False)
     differences.to_csv(paths[2], index=False)
@@ -274,7 +383,9 @@ def write_report(
         "markdown": markdown,
         "summary": summary,
         "differences": differences,
+        "claims": claims,
         "reference": chosen,
+        "references": references,
         "failed": sum(r.get("status") == "failed" for r in records),
         "out_dir": out,
     }

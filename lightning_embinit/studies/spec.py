@@ -14,9 +14,11 @@ The YAML under ``examples/studies/`` and :class:`Study` are the same thing::
     seeds: [0, 1, 2]
     seed_keys: ["trainer.callbacks[EmbeddingInitCallback].init_args.seed"]   # also set to the trial's seed
     reference: xavier                           # differences are measured against it (default: the first)
+    blocks: {xavier_d384: [minilm_raw]}         # reference → settings measured against it instead (other widths)
     protocol: {monitor: val_loss, mode: min, test: auto, keep_checkpoint: true}
     variants:                                   # --variant NAME: its overrides (after the study's) and seeds
       smoke: {seeds: [0, 1], overrides: {trainer.max_steps: 20}}
+    claims: [{id: ..., source: ..., says: ..., setting: ..., versus: ..., metric: ..., direction: lower}]
     x-glove: &glove "file:..."                  # keys starting with x- are ignored: a place for YAML anchors
 
 Keys are :mod:`.keys`' dotted keys; a value replaces what is at its key (to change one field of a mapping,
@@ -40,6 +42,7 @@ from pathlib import Path
 from typing import Any
 
 from lightning_embinit.checks import check_choice, check_known
+from lightning_embinit.studies.claims import Claim, check_claim_metrics, read_claims
 from lightning_embinit.studies.grid import check_mapping, check_overrides, expand_grid
 from lightning_embinit.studies.keys import (
     StudyError,
@@ -49,6 +52,7 @@ from lightning_embinit.studies.keys import (
     split_key,
     substitute_environment,
 )
+from lightning_embinit.studies.statistics import block_references
 
 VARIANT_KEYS = ("overrides", "seeds", "description")
 TEST_CHOICES = ("auto", True, False)
@@ -173,8 +177,10 @@ class Study:
     seeds: tuple[int, ...] = ()
     seed_keys: tuple[str, ...] = ()
     reference: str | None = None
+    blocks: dict[str, list[str]] = field(default_factory=dict)
     protocol: Protocol = field(default_factory=Protocol)
     variants: dict[str, Variant] = field(default_factory=dict)
+    claims: tuple[Claim, ...] = ()
     path: str | None = field(default=None, compare=False)
 
     def __post_init__(self) -> None:
@@ -208,6 +214,8 @@ class Study:
             raise StudyError(f"{where} has no settings: give settings: (name → overrides) or grid:")
         if self.reference is not None:
             check_choice("reference setting", self.reference, names)
+        object.__setattr__(self, "blocks", _blocks(self.blocks, names, self.reference or names[0], where))
+        object.__setattr__(self, "claims", read_claims(self.claims, names, self.protocol, where))
 
     # ------------------------------------------------------------------ reading and writing
     @classmethod
@@ -254,8 +262,10 @@ class Study:
             "seeds": list(self.seeds),
             "seed_keys": list(self.seed_keys),
             "reference": self.reference,
+            "blocks": copy.deepcopy(self.blocks),
             "protocol": self.protocol.to_dict(),
             "variants": {name: variant.to_dict() for name, variant in self.variants.items()},
+            "claims": [claim.to_dict() for claim in self.claims],
         }
 
     @property
@@ -278,6 +288,10 @@ class Study:
     def reference_setting(self) -> str:
         """The setting differences are measured against: ``reference``, else the first."""
         return self.reference or self.setting_names()[0]
+
+    def references(self) -> dict[str, str]:
+        """Each setting but the references → the setting it is measured against: its block's, else the study's."""
+        return block_references(self.blocks, self.setting_names(), self.reference_setting)
 
     def variant(self, name: str | None) -> Variant:
         """The variant called ``name`` (None: no variant, the study as written)."""
@@ -336,7 +350,29 @@ class Study:
                     )
                 )
         _check_unique_ids(trials)
+        configs = {trial.setting: trial.config for trial in trials}
+        check_claim_metrics(self.claims, configs, f"study {self.name!r}")
         return trials
+
+
+def _blocks(blocks: Any, names: list[str], reference: str, where: str) -> dict[str, list[str]]:
+    """``blocks`` checked: a reference setting → the settings measured against it, each setting in one block."""
+    blocks = check_mapping(f"{where}, blocks", blocks)
+    checked, placed = {}, {}
+    for block_reference, members in blocks.items():
+        check_choice(f"{where}, blocks: reference setting", block_reference, names)
+        if isinstance(members, str) or not isinstance(members, (list, tuple)) or len(set(members)) != len(members):
+            raise StudyError(f"{where}, blocks: {block_reference!r} needs a list of distinct settings, got {members!r}")
+        for member in members:
+            check_choice(f"{where}, block {block_reference!r}: setting", member, names)
+            if member == reference or member in blocks:
+                raise StudyError(f"{where}, block {block_reference!r}: {member!r} is a reference, not a member")
+            if placed.setdefault(member, block_reference) != block_reference:
+                raise StudyError(
+                    f"{where}: setting {member!r} is in two blocks ({placed[member]!r}, {block_reference!r})"
+                )
+        checked[str(block_reference)] = list(members)
+    return checked
 
 
 def _check_unique_ids(trials: list[Trial]) -> None:

@@ -204,6 +204,33 @@ def compare(
     return pd.DataFrame(rows, columns=COMPARE_COLUMNS)
 
 
+def block_references(
+    blocks: Mapping[str, Sequence[str]] | None, settings: Sequence[str], reference: str
+) -> dict[str, str]:
+    """Each of ``settings`` but the references → the setting it is measured against: its block's reference (``blocks``:
+    reference → settings), else ``reference``. A block whose reference is not among ``settings`` (no finished trial)
+    leaves its settings out."""
+    own = {member: block_reference for block_reference, members in (blocks or {}).items() for member in members}
+    taken = {reference, *own.values()}
+    return {s: own.get(s, reference) for s in settings if s not in taken and own.get(s, reference) in settings}
+
+
+def compare_each(records: Sequence[Mapping[str, Any]], references: Mapping[str, str], **options: Any) -> pd.DataFrame:
+    """:func:`compare` of each setting with its own reference (``references``: setting → reference), in ``settings``
+    order, with a ``reference`` column after ``setting``; ``options`` go to :func:`compare`."""
+    settings = options.pop("settings")
+    frames = []
+    for reference in dict.fromkeys(references.values()):
+        members = [reference, *(s for s in settings if references.get(s) == reference)]
+        frames.append(compare(records, reference, settings=members, **options).assign(reference=reference))
+    columns = ["setting", "reference", *(c for c in COMPARE_COLUMNS if c != "setting")]
+    if not frames:
+        return pd.DataFrame(columns=columns)
+    frame = pd.concat(frames, ignore_index=True)[columns]
+    order = {setting: index for index, setting in enumerate(settings)}
+    return frame.sort_values("setting", key=lambda column: column.map(order), kind="stable", ignore_index=True)
+
+
 def curve_points(curve: Any) -> tuple[np.ndarray, np.ndarray]:
     """(steps, values) of one logged curve (``[step, epoch, value]`` rows), sorted, one value per step, finite only."""
     latest: dict[float, float] = {}

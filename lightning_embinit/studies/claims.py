@@ -1,0 +1,344 @@
+"""A study's claims: a paper's words as a comparison of two settings that the report checks from the records.
+
+A claim names the paper (``source``) and its words (``says``), two settings (``setting``, ``versus``), a metric, and
+the direction the paper gives for ``setting − versus``: ``lower``, ``higher``, or ``equal`` within an absolute
+``margin``. ``stand_in: true`` (or a note) marks a claim tested on a stand-in for what the paper used::
+
+    claims:
+      - id: shuffled_worse
+        source: "Kim et al., On Initializing Transformers with Pre-trained Embeddings"
+        says: "shuffled vectors do worse than unshuffled"
+        setting: glove_shuffled
+        versus: glove_raw
+        metric: test_bleu
+        direction: lower
+
+:func:`evaluate_claim` gives the verdict from the seeds' values (:func:`claim_verdict` states the rules).
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import asdict, dataclass, fields
+from typing import Any
+
+import numpy as np
+from scipy import stats
+
+from lightning_embinit.checks import check_known
+from lightning_embinit.studies.keys import StudyError
+from lightning_embinit.studies.statistics import (
+    WALL_TIME,
+    Welch,
+    done,
+    mean,
+    number,
+    setting_name,
+    value_of,
+    variance,
+    welch,
+)
+
+DIRECTIONS = ("lower", "higher", "equal")
+SUPPORTED, INCONCLUSIVE, CONTRADICTED = "supported", "inconclusive", "contradicted"
+POWER = 0.8
+CONFIDENCE = 0.95
+MODEL_METRIC = re.compile(r"^(train|val|test)_|^(epoch|step)$|^lr[-_]")
+"""Names the Lightning systems log themselves (losses, accuracies, BLEU); everything else is a monitor's."""
+COST_NAMES = ("parameters", "trainable_parameters", "fit_s", "seconds_per_step", "seconds_per_epoch", "whole_epochs")
+"""The ``cost`` section of a trial record (:func:`~.outcome.cost_values`); ``wall_time_s`` is next to it."""
+MONITOR_NAMES = {
+    "InitialLossMonitor": (
+        "init_loss",
+        "ln_vocab",
+        "init_loss_ratio",
+        "init_loss_predicted",
+        "init_loss_predicted_model",
+    )
+}
+"""The package's monitors that publish fixed names."""
+MONITOR_PREFIXES = {
+    "EmbeddingVarianceMonitor": "embvar",
+    "LearningSpeedMonitor": "learning_speed",
+    "LexicalProbe": "lexical",
+}
+"""The package's monitors that publish ``<prefix>/...`` names: the default of their ``prefix`` argument."""
+INIT_REPORT_PREFIX = {"EmbeddingInitCallback": "embinit"}
+"""``EmbeddingInitCallback`` logs its report's scalars as ``embinit/<slot>/<key>``."""
+SILENT_CALLBACKS = (
+    "ModelCheckpoint",
+    "EarlyStopping",
+    "LearningRateMonitor",
+    "TQDMProgressBar",
+    "RichProgressBar",
+    "ModelSummary",
+    "RichModelSummary",
+)
+"""Lightning's callbacks that log no monitor (LearningRateMonitor's ``lr-*`` names are model metrics by name)."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class Claim:
+    """A paper's claim as a comparison of ``setting`` with ``versus`` on ``metric`` (see the module doc)."""
+
+    id: str
+    source: str
+    says: str
+    setting: str
+    versus: str
+    metric: str
+    direction: str
+    margin: float | None = None
+    stand_in: bool | str = False
+
+    def __post_init__(self) -> None:
+        where = f"claim {self.id!r}"
+        if not isinstance(self.id, str) or not self.id:
+            raise StudyError(f"a claim's id must be a non-empty string, got {self.id!r}")
+        for name in ("source", "says", "setting", "versus", "metric"):
+            value = getattr(self, name)
+            if not isinstance(value, str) or not value:
+                raise StudyError(f"{where}: {name} must be a non-empty string, got {value!r}")
+        if self.direction not in DIRECTIONS:
+            raise StudyError(f"{where}: unknown direction {self.direction!r}; choose one of: {', '.join(DIRECTIONS)}")
+        if self.direction == "equal":
+            margin = number(self.margin)
+            if margin is None or not 0 < margin < math.inf:
+                raise StudyError(
+                    f"{where}: direction 'equal' needs a margin, a positive number in the metric's units "
+                    f"(the largest difference that counts as equal), got {self.margin!r}"
+                )
+            object.__setattr__(self, "margin", margin)
+        elif self.margin is not None:
+            raise StudyError(f"{where}: a margin is for direction 'equal' only, not {self.direction!r}")
+        if self.setting == self.versus:
+            raise StudyError(f"{where} compares setting {self.setting!r} with itself: name two settings")
+        if not isinstance(self.stand_in, (bool, str)):
+            raise StudyError(f"{where}: stand_in must be true, false or a note, got {self.stand_in!r}")
+
+    @classmethod
+    def from_dict(cls, data: Any) -> Claim:
+        """A claim from its mapping; a StudyError for an unknown or missing key."""
+        if not isinstance(data, Mapping):
+            raise StudyError(
+                f"a claim must be a mapping with id, source, says, setting, versus, metric, direction; got {data!r}"
+            )
+        where = f"claim {data.get('id')!r}"
+        try:
+            check_known(f"{where} key", data, [f.name for f in fields(cls)])
+            missing = [f.name for f in fields(cls) if f.name not in data and f.name not in ("margin", "stand_in")]
+            if missing:
+                raise StudyError(f"{where} lacks {', '.join(missing)}")
+        except ValueError as error:
+            raise StudyError(str(error)) from None
+        return cls(**data)
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @property
+    def expected(self) -> str:
+        """The direction as the claims table prints it."""
+        return f"equal ±{self.margin:g}" if self.direction == "equal" else self.direction
+
+
+def read_claims(values: Any, settings: Sequence[str], protocol: Any, where: str) -> tuple[Claim, ...]:
+    """The claims of a study (a list of mappings or :class:`Claim`), checked against its setting names and what its
+    ``protocol`` records (:func:`protocol_problem`)."""
+    if values is None:
+        return ()
+    if not isinstance(values, (list, tuple)):
+        raise StudyError(f"{where}, claims: expected a list of claims (mappings with id, setting, ...), got {values!r}")
+    claims = tuple(value if isinstance(value, Claim) else Claim.from_dict(value) for value in values)
+    ids = [claim.id for claim in claims]
+    if len(set(ids)) != len(ids):
+        raise StudyError(f"{where}, claims: ids {sorted({i for i in ids if ids.count(i) > 1})} are used twice")
+    for claim in claims:
+        for role in ("setting", "versus"):
+            if getattr(claim, role) not in settings:
+                raise StudyError(
+                    f"{where}, claim {claim.id!r}: unknown {role} {getattr(claim, role)!r}; "
+                    f"choose one of: {', '.join(settings)}"
+                )
+        if problem := protocol_problem(claim.metric, protocol.monitor, protocol.test):
+            raise StudyError(f"{where}, claim {claim.id!r}: no trial records metric {claim.metric!r}: {problem}")
+    return claims
+
+
+def protocol_problem(metric: str, monitor: str, test: bool | str) -> str:
+    """Why no trial under the protocol (``monitor``, ``test``) records ``metric`` ("" when one may)."""
+    if metric.startswith("best_") and metric not in (f"best_{monitor}", "best_epoch", "best_step"):
+        return f"the protocol keeps best_{monitor}, best_epoch and best_step (its monitor is {monitor!r})"
+    if metric.startswith("test_") and test is False:
+        return f"the protocol validates the best checkpoint (test: false): use val_{metric[len('test_') :]}"
+    return ""
+
+
+def _class_name(entry: Any) -> str:
+    path = entry.get("class_path") if isinstance(entry, Mapping) else entry
+    return str(path).rsplit(".", 1)[-1]
+
+
+def published_monitors(config: Mapping[str, Any]) -> tuple[set[str], set[str]] | None:
+    """(exact names, ``prefix/`` starts) of the monitors a trial's config can record; None when that is not knowable
+    (a model or a callback from outside the package, which may log any name)."""
+    model = config.get("model")
+    model_path = model.get("class_path") if isinstance(model, Mapping) else model
+    if not str(model_path or "").startswith("lightning_embinit."):
+        return None
+    names, prefixes = set(), set()
+    for entry in (config.get("trainer") or {}).get("callbacks") or []:
+        name = _class_name(entry)
+        arguments = (entry.get("init_args") or {}) if isinstance(entry, Mapping) else {}
+        if name in MONITOR_NAMES:
+            names.update(MONITOR_NAMES[name])
+        elif name in MONITOR_PREFIXES:
+            prefixes.add(f"{arguments.get('prefix') or MONITOR_PREFIXES[name]}/")
+        elif name in INIT_REPORT_PREFIX:
+            prefixes.add(f"{INIT_REPORT_PREFIX[name]}/")
+        elif name not in SILENT_CALLBACKS:
+            return None
+    return names, prefixes
+
+
+def check_claim_metrics(claims: Iterable[Claim], configs: Mapping[str, Mapping[str, Any]], where: str) -> None:
+    """StudyError for a claim whose metric is a monitor that no callback of a setting's config (``configs``: setting
+    → a trial's config) publishes; model metrics, costs and unknowable configs pass."""
+    for claim in claims:
+        if (
+            MODEL_METRIC.search(claim.metric)
+            or claim.metric.startswith("best_")
+            or claim.metric in (*COST_NAMES, WALL_TIME)
+        ):
+            continue
+        for setting in (claim.setting, claim.versus):
+            published = published_monitors(configs[setting])
+            if published is None:
+                continue
+            names, prefixes = published
+            if claim.metric not in names and not claim.metric.startswith(tuple(prefixes)):
+                offered = ", ".join([*sorted(names), *(f"{p}..." for p in sorted(prefixes))]) or "none"
+                raise StudyError(
+                    f"{where}, claim {claim.id!r}: no trial of setting {setting!r} records metric {claim.metric!r}: "
+                    f"choose a model metric (train_..., val_..., test_...), best_<the protocol's monitor>, a cost "
+                    f"({', '.join((*COST_NAMES, WALL_TIME))}) or a monitor its callbacks publish ({offered})"
+                )
+
+
+# ---------------------------------------------------------------------------------------------- evaluation
+
+
+@dataclass(frozen=True)
+class ClaimResult:
+    """A claim checked on the records: the seeds' means, the difference ``setting − versus`` with Welch's 95 %
+    interval (and the 90 % one for ``equal``), the verdict, and for an inconclusive one the seeds each setting
+    needs to show the observed effect at 80 % power (None when no number can be given)."""
+
+    claim: Claim
+    mean: float
+    mean_versus: float
+    welch: Welch
+    verdict: str
+    interval_90: tuple[float, float] | None = None
+    seeds_needed: int | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        """One flat row: the claim's fields, then the numbers (the claims CSV)."""
+        low90, high90 = self.interval_90 or (math.nan, math.nan)
+        return {
+            **self.claim.to_dict(),
+            "mean": self.mean,
+            "mean_versus": self.mean_versus,
+            "difference": self.welch.difference,
+            "low": self.welch.low,
+            "high": self.welch.high,
+            "low_90": low90,
+            "high_90": high90,
+            "n": self.welch.n,
+            "n_versus": self.welch.n_reference,
+            "verdict": self.verdict,
+            "seeds_needed": self.seeds_needed,
+            "note": self.welch.note,
+        }
+
+
+def claim_samples(records: Iterable[Mapping[str, Any]], setting: str, metric: str) -> np.ndarray:
+    """The values of ``metric`` over the finished trials of ``setting``: as the report reads them (metrics,
+    monitors, cost, wall time), else the model's value at the end of fit (``final``: train_loss_epoch, ...)."""
+    values = []
+    for record in done(records):
+        if setting_name(record) == setting:
+            value = value_of(record, metric)
+            final = record.get("final")
+            if value is None and isinstance(final, Mapping):
+                value = number(final.get(metric))
+            if value is not None:
+                values.append(value)
+    return np.array(values, dtype=float)
+
+
+def claim_verdict(claim: Claim, interval_95: tuple[float, float], interval_90: tuple[float, float]) -> str:
+    """``lower``/``higher``: supported when the 95 % interval of ``setting − versus`` lies wholly on the claimed side
+    of 0, contradicted when it lies wholly on the other side. ``equal``: supported when the 90 % interval lies inside
+    ±margin (both one-sided tests at 5 %: Schuirmann's two one-sided tests), contradicted when the 95 % interval lies
+    wholly beyond +margin or −margin. Inconclusive otherwise, and without an interval."""
+    low, high = interval_95
+    if math.isnan(low):
+        return INCONCLUSIVE
+    if claim.direction == "equal":
+        if -claim.margin < interval_90[0] and interval_90[1] < claim.margin:
+            return SUPPORTED
+        return CONTRADICTED if low > claim.margin or high < -claim.margin else INCONCLUSIVE
+    below, above = high < 0, low > 0
+    if below or above:
+        return SUPPORTED if below == (claim.direction == "lower") else CONTRADICTED
+    return INCONCLUSIVE
+
+
+def seeds_for_power(effect: float, variance_per_seed: float, alpha: float) -> int | None:
+    """The fewest seeds per setting (at least 2) with which Student's t test of two settings, at level ``alpha``
+    one-sided (``alpha``/2 of a two-sided test), detects a true difference ``effect`` with 80 % power, when each
+    seed's value varies by ``variance_per_seed``: noncentral t with 2n − 2 degrees of freedom, noncentrality
+    |effect| / √(2 s² / n), the far tail left out. None for no effect or no spread."""
+    if not effect or not variance_per_seed or math.isnan(effect) or math.isnan(variance_per_seed):
+        return None
+    z = stats.norm.ppf(1 - alpha) + stats.norm.ppf(POWER)
+    n = max(2, math.ceil(2 * z**2 * variance_per_seed / effect**2))  # the normal approximation: a lower bound
+
+    def power(seeds: int) -> float:
+        shift = abs(effect) / math.sqrt(2 * variance_per_seed / seeds)
+        return float(stats.nct.sf(stats.t.ppf(1 - alpha, 2 * seeds - 2), 2 * seeds - 2, shift))
+
+    while power(n) < POWER:
+        n += 1
+    return n
+
+
+def _seeds_needed(claim: Claim, values: np.ndarray, versus: np.ndarray, difference: float) -> int | None:
+    """For ``lower``/``higher``: the seeds to show the observed difference (two-sided α = 0.05); for ``equal``: to
+    show it inside the margin (one-sided α = 0.05, as each of the two one-sided tests) or, when it is at or beyond the
+    margin, beyond it (two-sided α = 0.05)."""
+    if len(values) < 2 or len(versus) < 2:
+        return None
+    pooled = (variance(values) + variance(versus)) / 2
+    alpha = (1 - CONFIDENCE) / 2
+    if claim.direction != "equal":
+        return seeds_for_power(difference, pooled, alpha)
+    gap = claim.margin - abs(difference)
+    return seeds_for_power(gap, pooled, 2 * alpha if gap > 0 else alpha)
+
+
+def evaluate_claim(claim: Claim, records: Sequence[Mapping[str, Any]]) -> ClaimResult:
+    """The claim checked on ``records`` (:func:`claim_verdict`)."""
+    values, versus = (
+        claim_samples(records, claim.setting, claim.metric),
+        claim_samples(records, claim.versus, claim.metric),
+    )
+    result = welch(values, versus, CONFIDENCE)
+    narrow = welch(values, versus, 2 * CONFIDENCE - 1)
+    interval_90 = (narrow.low, narrow.high) if claim.direction == "equal" else None
+    verdict = claim_verdict(claim, (result.low, result.high), (narrow.low, narrow.high))
+    needed = _seeds_needed(claim, values, versus, result.difference) if verdict == INCONCLUSIVE else None
+    return ClaimResult(claim, mean(values), mean(versus), result, verdict, interval_90, needed)

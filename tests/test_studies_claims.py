@@ -1,0 +1,273 @@
+"""Claims a study makes, checked by ``embinit report`` on hand-made records, and reference blocks (no training)."""
+
+from __future__ import annotations
+
+import inspect
+import json
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+import torch
+from scipy import stats
+
+from lightning_embinit import cli
+from lightning_embinit.callbacks import EmbeddingVarianceMonitor, InitialLossMonitor, LearningSpeedMonitor, LexicalProbe
+from lightning_embinit.studies.claims import (
+    COST_NAMES,
+    MONITOR_NAMES,
+    MONITOR_PREFIXES,
+    Claim,
+    evaluate_claim,
+    seeds_for_power,
+)
+from lightning_embinit.studies.keys import StudyError
+from lightning_embinit.studies.outcome import EpochClock, cost_values
+from lightning_embinit.studies.report import write_report
+from lightning_embinit.studies.spec import Study
+from tests.study_helpers import tiny_study, write_study
+
+STUDIES = Path(__file__).resolve().parent.parent / "examples" / "studies"
+LOWER = {"id": "c", "source": "[K]", "says": "a is lower", "setting": "a", "versus": "b", "metric": "best_val_loss"}
+
+
+def _records(values: dict[str, list[float]], metric: str = "best_val_loss", group: str = "metrics") -> list[dict]:
+    return [
+        {"setting": setting, "seed": seed, "trial_id": f"{setting}-seed{seed}", "status": "done", group: {metric: v}}
+        for setting, series in values.items()
+        for seed, v in enumerate(series)
+    ]
+
+
+def _interval(a: list[float], b: list[float], confidence: float) -> tuple[float, float]:
+    found = stats.ttest_ind(a, b, equal_var=False).confidence_interval(confidence)
+    return found.low, found.high
+
+
+TIGHT_LOW, TIGHT_HIGH = [1.0, 1.1, 0.9], [2.0, 2.1, 1.9]
+WIDE_A, WIDE_B = [1.0, 2.0, 3.0], [1.5, 2.5, 3.5]
+NEAR_A, NEAR_B = [1.0, 1.01, 0.99, 1.0], [1.0, 1.02, 0.98, 1.0]
+
+
+@pytest.mark.parametrize(
+    ("direction", "margin", "a", "b", "verdict"),
+    [
+        ("lower", None, TIGHT_LOW, TIGHT_HIGH, "supported"),
+        ("higher", None, TIGHT_HIGH, TIGHT_LOW, "supported"),
+        ("higher", None, TIGHT_LOW, TIGHT_HIGH, "contradicted"),
+        ("lower", None, WIDE_A, WIDE_B, "inconclusive"),
+        ("equal", 0.1, NEAR_A, NEAR_B, "supported"),
+        ("equal", 0.1, TIGHT_HIGH, TIGHT_LOW, "contradicted"),
+        ("equal", 0.1, WIDE_A, WIDE_B, "inconclusive"),
+        ("equal", 0.01, NEAR_A, NEAR_B, "inconclusive"),
+    ],
+)
+def test_each_verdict_follows_the_welch_intervals(direction, margin, a, b, verdict):
+    claim = Claim(**{**LOWER, "direction": direction, "margin": margin})
+    result = evaluate_claim(claim, _records({"a": a, "b": b}))
+    low, high = _interval(a, b, 0.95)
+    assert (result.welch.low, result.welch.high) == pytest.approx((low, high))
+    assert result.welch.difference == pytest.approx(np.mean(a) - np.mean(b))
+    assert (result.mean, result.mean_versus, result.welch.n, result.welch.n_reference) == pytest.approx(
+        (np.mean(a), np.mean(b), len(a), len(b))
+    )
+    if direction == "equal":
+        low90, high90 = _interval(a, b, 0.90)
+        assert result.interval_90 == pytest.approx((low90, high90))
+        inside, beyond = -margin < low90 and high90 < margin, low > margin or high < -margin
+        expected = "supported" if inside else "contradicted" if beyond else "inconclusive"
+    else:
+        side = high < 0 if direction == "lower" else low > 0
+        other = low > 0 if direction == "lower" else high < 0
+        expected = "supported" if side else "contradicted" if other else "inconclusive"
+    assert result.verdict == expected == verdict
+    assert (result.seeds_needed is None) == (verdict != "inconclusive")
+
+
+def test_the_seeds_needed_are_those_of_the_power_tables():
+    # Cohen (1988), Statistical Power Analysis, Table 2.4.1: two-sided α = 0.05, power 0.8, n per group for
+    # d = 0.5, 0.8, 1.0 is 64, 26, 17 (d = Δ / σ); one-sided α = 0.05, d = 0.5: 50.15 (statsmodels' solve_power) → 51
+    assert [seeds_for_power(d, 1.0, 0.025) for d in (0.5, 0.8, 1.0)] == [64, 26, 17]
+    assert seeds_for_power(-2.5, 25.0, 0.025) == 64 and seeds_for_power(0.5, 1.0, 0.05) == 51
+    assert seeds_for_power(0.0, 1.0, 0.025) is None and seeds_for_power(10.0, 1.0, 0.025) == 2
+    result = evaluate_claim(Claim(**LOWER, direction="lower"), _records({"a": WIDE_A, "b": WIDE_B}))
+    assert result.seeds_needed == 64  # both sample variances 1, Δ = −0.5: d = 0.5
+    # equal ±0.01 with Δ = 0: the gap to the margin, each one-sided test at 5 %
+    equal = evaluate_claim(Claim(**LOWER, direction="equal", margin=0.01), _records({"a": NEAR_A, "b": NEAR_B}))
+    pooled = (np.var(NEAR_A, ddof=1) + np.var(NEAR_B, ddof=1)) / 2
+    assert equal.seeds_needed == seeds_for_power(0.01, pooled, 0.05) > len(NEAR_A)
+    beyond = evaluate_claim(Claim(**LOWER, direction="equal", margin=0.1), _records({"a": WIDE_A, "b": WIDE_B}))
+    assert beyond.verdict == "inconclusive" and beyond.seeds_needed == seeds_for_power(0.4, 1.0, 0.025)
+
+
+def test_a_claim_reads_the_end_of_fit_value_and_says_why_it_has_no_interval():
+    records = _records({"a": [0.5, 0.7], "b": [0.9, 1.1]}, metric="train_loss_epoch", group="final")
+    result = evaluate_claim(Claim(**{**LOWER, "metric": "train_loss_epoch"}, direction="lower"), records)
+    assert result.mean == pytest.approx(0.6) and result.welch.difference == pytest.approx(-0.4)
+    single = evaluate_claim(Claim(**LOWER, direction="lower"), _records({"a": [1.0], "b": [2.0, 3.0]}))
+    assert single.verdict == "inconclusive" and "n < 2" in single.welch.note and single.seeds_needed is None
+
+
+# ---------------------------------------------------------------------------------------------- refused early
+
+
+def _study(**claim: object) -> dict:
+    base = {**LOWER, "setting": "small", "versus": "normal", "direction": "lower"}
+    return tiny_study(claims=[{**base, **claim}])
+
+
+@pytest.mark.parametrize(
+    ("claim", "message"),
+    [
+        ({"setting": "smal"}, "claim 'c': unknown setting 'smal'; choose one of: normal, small"),
+        ({"versus": "xavier"}, "claim 'c': unknown versus 'xavier'; choose one of: normal, small"),
+        ({"direction": "less"}, "claim 'c': unknown direction 'less'; choose one of: lower, higher, equal"),
+        ({"direction": "equal"}, "claim 'c': direction 'equal' needs a margin, a positive number"),
+        ({"direction": "equal", "margin": -1}, "direction 'equal' needs a margin"),
+        ({"margin": 0.1}, "claim 'c': a margin is for direction 'equal' only, not 'lower'"),
+        ({"versus": "small"}, "claim 'c' compares setting 'small' with itself"),
+        ({"metric": "best_val_acc"}, "no trial records metric 'best_val_acc': the protocol keeps best_val_loss, "),
+        ({"direction_": "lower"}, r"unknown claim 'c' key \['direction_'\]; valid: id, source"),
+        ({"stand_in": 3}, "stand_in must be true, false or a note"),
+    ],
+)
+def test_a_bad_claim_is_refused_when_the_study_is_read(claim, message):
+    with pytest.raises(StudyError, match=message):
+        Study.from_dict(_study(**claim))
+
+
+def test_claims_that_are_no_list_repeat_an_id_or_lack_a_field_are_refused():
+    with pytest.raises(StudyError, match="claims: expected a list of claims"):
+        Study.from_dict(tiny_study(claims={"c": LOWER}))
+    twice = {**LOWER, "setting": "small", "versus": "normal", "direction": "lower"}
+    with pytest.raises(StudyError, match=r"claims: ids \['c'\] are used twice"):
+        Study.from_dict(tiny_study(claims=[twice, twice]))
+    with pytest.raises(StudyError, match="claim 'c' lacks direction"):
+        Study.from_dict(tiny_study(claims=[{**LOWER, "setting": "small", "versus": "normal"}]))
+    with pytest.raises(StudyError, match="test: false.*use val_bleu"):
+        Study.from_dict(_study(metric="test_bleu") | {"protocol": {"test": False}})
+
+
+def test_a_metric_no_trial_can_record_is_refused_before_any_trial(tmp_path, capsys):
+    path = write_study(tmp_path / "s.yaml", _study(metric="embvar/tokens/ratio"))
+    assert cli.main(["sweep", str(path), "--results", str(tmp_path / "r")]) == 2
+    error = capsys.readouterr().err
+    assert "claim 'c': no trial of setting 'small' records metric 'embvar/tokens/ratio'" in error
+    assert "a monitor its callbacks publish (init_loss, init_loss_predicted" in error and "embinit/..." in error
+    assert not (tmp_path / "r").exists()
+    with_monitor = _study(metric="embvar/tokens/ratio")
+    with_monitor["overrides"]["trainer.callbacks[+]"] = {"class_path": "lightning_embinit.EmbeddingVarianceMonitor"}
+    for metric in ("embvar/tokens/ratio", "init_loss", "embinit/tokens/std", "val_ppl", "seconds_per_step"):
+        Study.from_dict({**with_monitor, "claims": [{**with_monitor["claims"][0], "metric": metric}]}).trials()
+    foreign = _study(metric="anything/at_all")  # a callback from outside the package may log any name
+    foreign["overrides"]["trainer.callbacks[+]"] = {"class_path": "lightning.pytorch.callbacks.ThroughputMonitor"}
+    Study.from_dict(foreign).trials()
+
+
+def test_the_known_publishers_match_the_classes():
+    for name, prefix in MONITOR_PREFIXES.items():
+        cls = {c.__name__: c for c in (EmbeddingVarianceMonitor, LearningSpeedMonitor, LexicalProbe)}[name]
+        assert inspect.signature(cls).parameters["prefix"].default == prefix
+    monitor = InitialLossMonitor()
+    monitor.init_loss, monitor.ln_vocab, monitor.predicted, monitor.predicted_model = 1.0, 2.0, 3.0, 4.0
+    assert set(monitor.summary()) == set(MONITOR_NAMES["InitialLossMonitor"])
+    assert set(cost_values(torch.nn.Linear(2, 2), EpochClock(), 1.0, 1)) == set(COST_NAMES)
+
+
+# ---------------------------------------------------------------------------------------------- blocks
+
+
+def test_blocks_name_settings_once_and_never_a_reference():
+    blocks = {"small": ["normal"]}
+    with pytest.raises(StudyError, match="block 'small': 'normal' is a reference, not a member"):
+        Study.from_dict(tiny_study(blocks=blocks))
+    three = {"normal": {}, "small": {}, "wide": {}, "wide_small": {}}
+    with pytest.raises(StudyError, match="unknown study 'tiny', blocks: reference setting 'big'"):
+        Study.from_dict(tiny_study(settings=three, blocks={"big": ["small"]}))
+    with pytest.raises(StudyError, match="setting 'wide_small' is in two blocks"):
+        Study.from_dict(tiny_study(settings=three, blocks={"wide": ["wide_small"], "small": ["wide_small"]}))
+    with pytest.raises(StudyError, match="'wide' needs a list of distinct settings"):
+        Study.from_dict(tiny_study(settings=three, blocks={"wide": "wide_small"}))
+    study = Study.from_dict(tiny_study(settings=three, blocks={"wide": ["wide_small"]}))
+    assert study.references() == {"small": "normal", "wide_small": "wide"}
+    assert Study.from_dict(study.to_dict()) == study
+
+
+def _results(tmp_path: Path, study: dict, values: dict[str, list[float]]) -> Path:
+    directory = tmp_path / "results"
+    (directory / "trials").mkdir(parents=True)
+    (directory / "study.json").write_text(json.dumps({"name": study["name"], "hash": "h", "study": study}))
+    for record in _records(values):
+        (directory / "trials" / f"{record['trial_id']}.json").write_text(json.dumps(record))
+    return directory
+
+
+def test_the_report_measures_each_setting_against_its_blocks_reference(tmp_path):
+    values = {"xavier": [1.0, 2.0, 3.0], "glove": [2.0, 4.0, 6.0], "xavier_wide": [10.0, 11.0, 12.0]}
+    values["minilm"] = [9.0, 9.5, 10.0]
+    study = {"name": "toy", "settings": {s: {} for s in values}, "reference": "xavier"}
+    directory = _results(tmp_path, {**study, "blocks": {"xavier_wide": ["minilm"]}}, values)
+    report = write_report(directory)
+    rows = report["differences"].set_index("setting")
+    assert report["references"] == {"glove": "xavier", "minilm": "xavier_wide"}
+    assert list(rows.index) == ["glove", "minilm"] and rows.loc["minilm", "reference"] == "xavier_wide"
+    assert rows.loc["minilm", "difference"] == pytest.approx(-1.5)
+    assert (rows.loc["minilm", "low"], rows.loc["minilm", "high"]) == pytest.approx(
+        _interval(values["minilm"], values["xavier_wide"], 0.95)
+    )
+    markdown = report["markdown"]
+    assert "- settings: xavier, glove, xavier_wide, minilm (reference: xavier; xavier_wide for minilm)" in markdown
+    assert "## Metrics: difference from the block's reference, Δ [95 % CI]" in markdown
+    assert "| minilm (vs xavier_wide) | -1.5 [" in markdown and "| glove | +2 [" in markdown
+    pinned = write_report(directory, reference="xavier")  # --reference overrides the blocks
+    assert set(pinned["differences"]["reference"]) == {"xavier"} and len(pinned["differences"]) == 3
+    assert "difference from xavier, Δ" in pinned["markdown"] and "(vs " not in pinned["markdown"]
+
+
+def test_the_report_prints_the_claims_table(tmp_path):
+    values = {"xavier": TIGHT_HIGH, "glove": TIGHT_LOW, "glove_std": WIDE_A, "bert": [2.0, 2.01, 1.99]}
+    claims = [
+        {**LOWER, "id": "glove_lower", "setting": "glove", "versus": "xavier", "direction": "lower"},
+        {**LOWER, "id": "std_higher", "setting": "glove_std", "versus": "glove", "direction": "higher"},
+        {**LOWER, "id": "bert_equal", "setting": "bert", "versus": "xavier", "direction": "equal", "margin": 0.5}
+        | {"stand_in": "MiniLM for BERT"},
+    ]
+    study = {"name": "toy", "settings": {s: {} for s in values}, "reference": "xavier", "claims": claims}
+    report = write_report(_results(tmp_path, study, values))
+    assert [result.verdict for result in report["claims"]] == ["supported", "inconclusive", "supported"]
+    lines = report["markdown"].split("## Claims: the papers' claims checked on these records")[1].splitlines()
+    assert lines[2] == (
+        "| claim | paper: says | compared | metric | expected Δ | mean (n) | versus (n) | Δ [95 % CI] | verdict "
+        "| seeds for 80 % power |"
+    )
+    low, high = _interval(TIGHT_LOW, TIGHT_HIGH, 0.95)
+    assert lines[4] == (
+        f"| glove_lower | [K]: a is lower | glove − xavier | best_val_loss | lower | 1 (3) | 2 (3) "
+        f"| -1 [{low:.3g}, {high:.3g}] | **supported** | – |"
+    )
+    # glove_std 1, 2, 3 against glove 1, 1.1, 0.9: Δ = +1, pooled variance (1 + 0.01) / 2
+    needed = seeds_for_power(1.0, 0.505, 0.025)
+    assert lines[5].endswith(f"| **inconclusive** | {needed} |") and "| higher | 2 (3) | 1 (3) | +1 [" in lines[5]
+    low90, high90 = _interval([2.0, 2.01, 1.99], TIGHT_HIGH, 0.90)
+    assert lines[6].startswith("| bert_equal (stand-in: MiniLM for BERT) | [K]: a is lower | bert − xavier |")
+    assert "| equal ±0.5 |" in lines[6] and f"; 90 %: [{low90:.3g}, {high90:.3g}] | **supported** | – |" in lines[6]
+    table = pd.read_csv(tmp_path / "results" / "report" / "claims.csv")
+    assert list(table["verdict"]) == ["supported", "inconclusive", "supported"]
+    assert table.loc[1, "seeds_needed"] == needed and table.loc[2, "high_90"] == pytest.approx(high90)
+
+
+# ---------------------------------------------------------------------------------------------- shipped studies
+
+
+@pytest.mark.parametrize("path", sorted(STUDIES.glob("*.yaml")), ids=lambda path: path.stem)
+def test_the_shipped_claims_parse_name_settings_and_mark_stand_ins(path, monkeypatch):
+    monkeypatch.setenv("EMBINIT_SELF_PRETRAIN_CKPT", "/nowhere/best.ckpt")
+    study = Study.from_yaml(path)
+    for claim in study.claims:
+        assert {claim.setting, claim.versus} <= set(study.setting_names()), claim.id
+        stand_in = any(s.startswith(("standin_", "minilm_")) for s in (claim.setting, claim.versus))
+        assert bool(claim.stand_in) == stand_in, claim.id
+    study.trials("smoke")  # the metrics are ones the trials record
+    assert Study.from_dict(study.to_dict()) == study
+    assert all(study.references()[m] == ref for ref, members in study.blocks.items() for m in members)
