@@ -1,6 +1,11 @@
 import os
 
-import pytest
+# One OpenMP thread per test process (and for the processes tests start: DDP workers, console scripts, notebook
+# kernels): the models are tiny, and the suite runs one pytest-xdist worker per core (`make test`), so more threads
+# would only wait on each other. Set before torch is imported; an explicit OMP_NUM_THREADS wins.
+os.environ.setdefault("OMP_NUM_THREADS", "1")
+
+import pytest  # noqa: E402
 
 from tests.shared_data import require_shared_data
 

@@ -113,26 +113,19 @@ def test_the_embinit_console_script_is_installed():
     ).with_name("lightning").read_text(errors="replace")
 
 
-def test_cli_help_and_print_config():
-    help_text = subprocess.run(
-        [sys.executable, "-m", "lightning_embinit", "fit", "--help"], capture_output=True, text=True
-    )
-    assert help_text.returncode == 0 and "--config" in help_text.stdout
-    for subcommand in ("validate", "test"):
-        assert (
-            subprocess.run(
-                [sys.executable, "-m", "lightning_embinit", subcommand, "--help"], capture_output=True
-            ).returncode
-            == 0
-        )
+def test_cli_help_and_print_config(capsys):
+    """In this process (the console script's own process is tested in test_console_scripts.py)."""
+    from lightning_embinit import cli
+
+    for subcommand in ("fit", "validate", "test"):
+        with pytest.raises(SystemExit) as done:
+            cli.main([subcommand, "--help"])
+        assert done.value.code == 0 and "--config" in capsys.readouterr().out
     config = Path(__file__).resolve().parent.parent / "examples" / "configs" / "tied_lm.yaml"
-    printed = subprocess.run(
-        [sys.executable, "-m", "lightning_embinit", "fit", "--config", str(config), "--print_config"],
-        capture_output=True,
-        text=True,
-        check=True,
-    ).stdout
-    resolved = yaml.safe_load(printed)
+    with pytest.raises(SystemExit) as done:
+        cli.main(["fit", "--config", str(config), "--print_config"])
+    assert done.value.code == 0
+    resolved = yaml.safe_load(capsys.readouterr().out)
     callbacks = {c["class_path"]: c["init_args"] for c in resolved["trainer"]["callbacks"]}
     assert callbacks["lightning_embinit.EmbeddingInitCallback"]["source"] == "normal:1/sqrt(d)"
     assert resolved["model"]["class_path"] == "lightning_embinit.models.TiedEmbeddingLM"

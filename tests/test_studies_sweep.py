@@ -178,6 +178,9 @@ def test_the_kim_translation_smoke_study_runs_end_to_end(shared_data, monkeypatc
     )
     assert any("shuffle" in step for step in tgt["glove_shuffled"]["transforms"])
     assert any("match" in step for step in tgt["xavier_matched_to_glove"]["transforms"])
+    assert 13 < tgt["standin_t5_raw"]["std"] < 18  # [K]'s T5 spread
+    assert tgt["standin_t5_xavier"]["std"] == pytest.approx(tgt["glove_xavier"]["std"], rel=1e-4)
+    assert tgt["minilm_raw"]["embedding_dim"] == 384 and tgt["minilm_raw"]["coverage"]["fraction"] == 1.0
     assert records["xavier-seed0"]["config"]["data"]["init_args"]["data_dir"] == f"{shared_data}/multi30k"
     assert cli.main(["report", str(results), "--metrics", "test_bleu,best_val_loss"]) == 0
     assert "kim_translation" in (results / "report" / "summary.md").read_text()
