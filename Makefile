@@ -3,6 +3,8 @@ PYTHON ?= python3
 VENV ?= .venv
 PY := $(VENV)/bin/python
 PYTEST_ARGS ?=
+# pytest-xdist: one worker per core; the blocks of one docs page, and the Ray tests, stay on one worker (xdist_group)
+XDIST ?= -n auto --dist loadgroup
 
 LATEST_VENV ?= .venv-lightning-latest
 DIST_VENV ?= .venv-dist
@@ -42,11 +44,11 @@ format: install
 
 ## the whole test suite (the README's test command; .ci/run runs it)
 test: install
-	$(PY) -m pytest -q $(PYTEST_ARGS)
+	$(PY) -m pytest -q $(XDIST) $(PYTEST_ARGS)
 
 ## the suite without tests marked slow or ddp
 test-fast: install
-	$(PY) -m pytest -q -m "not slow and not ddp" $(PYTEST_ARGS)
+	$(PY) -m pytest -q $(XDIST) -m "not slow and not ddp" $(PYTEST_ARGS)
 
 ## the callback, CLI and bucketed-data tests against the newest Lightning on the package index (it reads private
 ## Lightning details that a release may rename; .ci/run runs this after `make test`)

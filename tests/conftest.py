@@ -26,3 +26,13 @@ def isolated_vector_cache(tmp_path_factory):
 def shared_data():
     """The shared data directory (skips, or fails under CI=true, when it is missing)."""
     return require_shared_data()
+
+
+@pytest.hookimpl(tryfirst=True)  # before pytest-xdist reads the groups
+def pytest_collection_modifyitems(items):
+    """Under ``--dist loadgroup`` (``make test``), a test file's tests run on one worker, so the fixtures it shares
+    (trained checkpoints, tokenizers) are built once; a test that names its own ``xdist_group`` (a docs page's
+    blocks, the Ray tests) keeps it."""
+    for item in items:
+        if item.get_closest_marker("xdist_group") is None:
+            item.add_marker(pytest.mark.xdist_group(item.nodeid.split("::", 1)[0]))
