@@ -45,6 +45,8 @@ def test_two_trials_on_a_local_ray_instance_write_the_records_the_report_reads(t
     assert report["failed"] == 1 and "normal" in report["markdown"]
     again = run_study_on_ray(study, results, threads=1, progress=False)  # resumable: nothing left to run
     assert [record["run_id"] for record in again] == [record["run_id"] for record in records]
+    sweeps = json.loads((results / "study.json").read_text())["sweeps"]
+    assert [(sweep["engine"], sweep["threads"], sweep["ran"]) for sweep in sweeps] == [("ray", 1, 2), ("ray", 1, 0)]
 
 
 @pytest.mark.slow
@@ -53,7 +55,8 @@ def test_one_trial_as_a_two_worker_ddp_run_on_ray_train(tmp_path):
     RayLightningEnvironment, RayTrainReportCallback, prepare_trainer); rank 0's record reaches the results."""
     from lightning_embinit import cli
 
-    study = write_study(tmp_path / "tiny.yaml", tiny_study(settings={"normal": {}}, seeds=[0]))
+    best = {"checkpoints": "best"}
+    study = write_study(tmp_path / "tiny.yaml", tiny_study(settings={"normal": {}}, seeds=[0], protocol=best))
     results = tmp_path / "results"
     code = cli.main(
         [

@@ -4,6 +4,7 @@ sweep resumed, and the kim_translation smoke study end to end through ``embinit 
 from __future__ import annotations
 
 import json
+import os
 import signal
 import subprocess
 import sys
@@ -14,7 +15,7 @@ import pytest
 import torch
 
 from lightning_embinit import cli
-from lightning_embinit.studies import Study, run_study
+from lightning_embinit.studies import Study, run_study, write_report
 from tests.study_helpers import tiny_study, write_study
 
 REPO = Path(__file__).resolve().parent.parent
@@ -27,6 +28,11 @@ def _files(results: Path) -> dict[str, tuple[int, bytes]]:
     return {
         path.name: (path.stat().st_mtime_ns, path.read_bytes()) for path in sorted((results / "trials").glob("*.json"))
     }
+
+
+def _tiny(settings: dict) -> Study:
+    """The tiny study of ``settings`` with seed 0, keeping each trial's best checkpoint."""
+    return Study.from_dict(tiny_study(settings=settings, seeds=[0], protocol={"checkpoints": "best"}))
 
 
 def _strict_json(path: Path) -> dict:
@@ -43,7 +49,9 @@ def test_failed_trials_are_recorded_the_sweep_goes_on_and_only_retry_or_a_change
         "killed": {"trainer.callbacks[+]": {"class_path": "tests.study_helpers.KillProcess"}},
     }
     results = tmp_path / "results"
-    records = run_study(Study.from_dict(tiny_study(settings=settings, seeds=[0])), results, workers=2, progress=False)
+    started = time.monotonic()
+    records = run_study(_tiny(settings), results, workers=2, progress=False)
+    took = time.monotonic() - started
     by_id = {record["trial_id"]: record for record in records}
     assert [record["status"] for record in records] == ["done", "failed", "failed"]
 
@@ -59,6 +67,7 @@ def test_failed_trials_are_recorded_the_sweep_goes_on_and_only_retry_or_a_change
     )
     assert set(ok["versions"]) == {"lightning_embinit", "torch", "lightning", "python"} and ok["host"]["cpu_count"]
     assert (results / ok["log"]).read_text() and (results / ok["checkpoint"]).is_file() and ok["wall_time_s"] > 0
+    assert list((results / ok["run_dir"]).rglob("*.ckpt")) == [results / ok["checkpoint"]]  # the best alone
     weights = torch.load(results / ok["checkpoint"], map_location="cpu", weights_only=True)["state_dict"]
     unique = {tensor.untyped_storage().data_ptr(): tensor.numel() for tensor in weights.values()}  # tied table once
     assert ok["cost"]["parameters"] == ok["cost"]["trainable_parameters"] == sum(unique.values())
@@ -75,23 +84,30 @@ def test_failed_trials_are_recorded_the_sweep_goes_on_and_only_retry_or_a_change
     assert [t["trial_id"] for t in study["trials"]] == ["ok-seed0", "nan-seed0", "killed-seed0"]
 
     before = _files(results)
-    again = run_study(Study.from_dict(tiny_study(settings=settings, seeds=[0])), results, workers=2, progress=False)
+    again = run_study(_tiny(settings), results, workers=2, progress=False)
     assert _files(results) == before and [r["status"] for r in again] == ["done", "failed", "failed"]
 
-    retried = run_study(
-        Study.from_dict(tiny_study(settings=settings, seeds=[0])), results, workers=2, retry_failed=True, progress=False
-    )
+    retried = run_study(_tiny(settings), results, workers=2, retry_failed=True, progress=False)
     after_retry = _files(results)
     assert after_retry["ok-seed0.json"] == before["ok-seed0.json"]
     assert [r["run_id"] != by_id[r["trial_id"]]["run_id"] for r in retried] == [False, True, True]
 
     changed = {**settings, "ok": {LR: 0.002}}
-    rerun = run_study(Study.from_dict(tiny_study(settings=changed, seeds=[0])), results, workers=2, progress=False)
+    rerun = run_study(_tiny(changed), results, workers=2, progress=False)
     assert rerun[0]["status"] == "done" and rerun[0]["config_hash"] != ok["config_hash"]
     assert rerun[0]["config"]["model"]["init_args"]["optimizer"]["lr"] == 0.002
     assert {k: v for k, v in _files(results).items() if k != "ok-seed0.json"} == {
         k: v for k, v in after_retry.items() if k != "ok-seed0.json"
     }  # failed ones not retried
+    sweeps = json.loads((results / "study.json").read_text())["sweeps"]
+    assert [(sweep["ran"], sweep["engine"], sweep["workers"]) for sweep in sweeps] == [
+        (3, "local", 2),
+        (0, "local", 2),
+        (2, "local", 2),
+        (1, "local", 2),
+    ]
+    assert ok["wall_time_s"] - 1 <= sweeps[0]["elapsed_s"] <= took + 1  # ISO times: whole seconds
+    assert sweeps[0]["machine"]["cores"] == os.cpu_count() and sweeps[0]["machine"]["cpu"]
 
 
 def test_a_killed_sweep_resumes_skipping_its_finished_trials(tmp_path, capsys):
@@ -136,6 +152,9 @@ def test_a_killed_sweep_resumes_skipping_its_finished_trials(tmp_path, capsys):
         "small-seed0",
         "small-seed1",
     ]
+    killed, resumed_sweep = json.loads((results / "study.json").read_text())["sweeps"]
+    assert "finished" not in killed and resumed_sweep["ran"] == 4 - len(finished) and resumed_sweep["elapsed_s"] >= 0
+    assert "did not finish (interrupted or killed): not counted" in write_report(results)["markdown"]
 
 
 def test_the_kim_translation_smoke_study_runs_end_to_end(shared_data, monkeypatch, tmp_path):

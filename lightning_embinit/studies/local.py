@@ -21,7 +21,7 @@ from typing import Any
 from lightning_embinit.studies.keys import StudyError
 from lightning_embinit.studies.plan import prepare_sweep
 from lightning_embinit.studies.progress import SweepProgress
-from lightning_embinit.studies.records import now
+from lightning_embinit.studies.records import available_cores, finish_sweep, now
 from lightning_embinit.studies.spec import Study, Trial
 
 PRELOAD = (
@@ -32,13 +32,6 @@ PRELOAD = (
 )
 """Modules the forkserver imports once, so that each trial's process starts with them."""
 LOG_TAIL_LINES = 30
-
-
-def available_cores() -> int:
-    try:
-        return len(os.sched_getaffinity(0))
-    except AttributeError:
-        return os.cpu_count() or 1
 
 
 def thread_budget(workers: int, threads: int | None, cores: int | None = None) -> int:
@@ -111,6 +104,7 @@ def run_study(
         SweepProgress(plan.study.name, total=len(plan.trials), skipped=plan.kept, enabled=progress) as bar,
     ):
         ordered = plan.ordered(_run_all(plan.to_run, plan.results_dir, workers, threads, gpus, bar))
+        finish_sweep(plan.results_dir, engine="local", workers=workers, threads=threads, ran=len(plan.to_run))
         bar.summary(ordered, plan.results_dir, ran=len(plan.to_run))
     return ordered
 

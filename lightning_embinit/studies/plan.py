@@ -19,6 +19,7 @@ from lightning_embinit.studies.records import (
     STUDY_FILE,
     check_results_dir,
     now,
+    read_json,
     read_record,
     study_summary,
     write_json,
@@ -102,7 +103,7 @@ def prepare_sweep(
     validate_trials(study, trials)
     with hold_results_dir(results_dir):
         check_results_dir(results_dir, study, variant)
-        write_json(results_dir / STUDY_FILE, study_summary(study, variant, trials))
+        write_json(results_dir / STUDY_FILE, study_summary(study, variant, trials, read_json(results_dir / STUDY_FILE)))
         to_run, kept = [], []
         for trial in trials:
             record = read_record(results_dir, trial.trial_id)

@@ -20,11 +20,10 @@ from pathlib import Path
 from typing import Any
 
 from lightning_embinit.studies.keys import StudyError
-from lightning_embinit.studies.local import available_cores
 from lightning_embinit.studies.plan import prepare_sweep
 from lightning_embinit.studies.progress import SweepProgress
 from lightning_embinit.studies.ray_train import REPORTED_RECORD, require_ray, run_ray_train_job
-from lightning_embinit.studies.records import now
+from lightning_embinit.studies.records import available_cores, finish_sweep, now
 from lightning_embinit.studies.spec import Study
 from lightning_embinit.studies.trial import failed_record, own_record, trial_job
 
@@ -76,6 +75,7 @@ def run_study_on_ray(
         jobs = [trial_job(trial, results_dir, cpus, **ddp) for trial in plan.to_run]
         run_name = f"{plan.study.name}-{variant or 'default'}-{now().replace(':', '')}"
         ordered = plan.ordered(_tune(jobs, results_dir, run_name, resources, workers, address, bar) if jobs else {})
+        finish_sweep(results_dir, engine="ray", workers=workers, threads=cpus, ddp_workers=ddp_workers, ran=len(jobs))
         bar.summary(ordered, results_dir, ran=len(jobs))
     return ordered
 

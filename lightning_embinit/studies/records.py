@@ -1,6 +1,7 @@
 """A results directory: ``study.json``, one record per trial, logs and each trial's own run directory.
 
-    <results>/study.json              the study (name, hash, variant, its mapping, the trials of the variant)
+    <results>/study.json              the study (name, hash, variant, its mapping, the trials of the variant) and
+                                      each sweep into it: its start, end, elapsed time and machine
     <results>/trials/<trial_id>.json  one record per trial (:mod:`.trial` describes the fields)
     <results>/logs/<trial_id>.log     the trial's stdout and stderr
     <results>/runs/<trial_id>/        its merged config, checkpoints, CSV and TensorBoard logs
@@ -13,6 +14,8 @@ from __future__ import annotations
 
 import json
 import os
+import platform
+import socket
 import tempfile
 from collections.abc import Mapping, Sequence
 from datetime import datetime, timezone
@@ -29,6 +32,37 @@ RECORD_SCHEMA = 1
 def now() -> str:
     """The current time, ISO 8601 with the UTC offset."""
     return datetime.now(timezone.utc).astimezone().isoformat(timespec="seconds")
+
+
+def available_cores() -> int:
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:
+        return os.cpu_count() or 1
+
+
+def cpu_model() -> str:
+    """The CPU's model name (``/proc/cpuinfo``'s, else the platform's), or ``unknown``."""
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8", errors="replace") as stream:
+            for line in stream:
+                if line.lower().startswith(("model name", "hardware", "cpu model")):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine() or "unknown"
+
+
+def machine() -> dict[str, Any]:
+    """The machine a sweep runs on: ``hostname``, ``platform``, ``cpu`` (its model), ``cores`` (logical ones) and
+    ``usable_cores`` (those this process may run on)."""
+    return {
+        "hostname": socket.gethostname(),
+        "platform": platform.platform(),
+        "cpu": cpu_model(),
+        "cores": os.cpu_count(),
+        "usable_cores": available_cores(),
+    }
 
 
 def write_json(path: str | Path, data: Any) -> Path:
@@ -86,10 +120,15 @@ def read_records(results_dir: str | Path, *, current_only: bool = True) -> list[
     return [record for record in map(read_json, paths) if isinstance(record, dict)]
 
 
-def study_summary(study: Study, variant: str | None, trials: Sequence[Trial]) -> dict[str, Any]:
+def study_summary(
+    study: Study, variant: str | None, trials: Sequence[Trial], earlier: Mapping[str, Any] | None = None
+) -> dict[str, Any]:
     """What ``study.json`` holds: ``name``, ``hash``, ``variant``, ``study`` (:meth:`Study.to_dict`), ``file``,
-    ``reference`` and ``settings`` (every setting name, the grid's included), ``seeds``, ``updated`` and
-    ``trials`` (``trial_id``, ``setting``, ``seed``, ``config_hash`` of each current trial)."""
+    ``reference`` and ``settings`` (every setting name, the grid's included), ``seeds``, ``updated``, ``trials``
+    (``trial_id``, ``setting``, ``seed``, ``config_hash`` of each current trial) and ``sweeps``: the ``earlier``
+    ``study.json``'s, then this sweep's ``started`` and ``machine`` (:func:`machine`); :func:`finish_sweep` adds
+    the rest."""
+    sweeps = earlier.get("sweeps") if isinstance(earlier, Mapping) else None
     return {
         "name": study.name,
         "hash": study.study_hash,
@@ -103,7 +142,21 @@ def study_summary(study: Study, variant: str | None, trials: Sequence[Trial]) ->
         "trials": [
             {"trial_id": t.trial_id, "setting": t.setting, "seed": t.seed, "config_hash": t.config_hash} for t in trials
         ],
+        "sweeps": [*(sweeps if isinstance(sweeps, list) else []), {"started": now(), "machine": machine()}],
     }
+
+
+def finish_sweep(results_dir: str | Path, **details: Any) -> dict[str, Any]:
+    """Complete the last entry of ``study.json``'s ``sweeps``: ``finished``, ``elapsed_s`` (since ``started``, on
+    the sweep's own clock) and ``details`` (the engine, its workers, threads, the trials it ran); the entry."""
+    path = Path(results_dir) / STUDY_FILE
+    header = read_json(path)
+    sweep = header["sweeps"][-1]
+    finished = now()
+    elapsed = datetime.fromisoformat(finished) - datetime.fromisoformat(sweep["started"])
+    sweep.update(finished=finished, elapsed_s=elapsed.total_seconds(), **details)
+    write_json(path, header)
+    return sweep
 
 
 def check_results_dir(results_dir: str | Path, study: Study, variant: str | None) -> None:

@@ -19,7 +19,8 @@ import pandas as pd
 
 from lightning_embinit.checks import check_known, choice_error
 from lightning_embinit.studies.claims import Claim, ClaimResult, evaluate_claim
-from lightning_embinit.studies.figures import write_figures
+from lightning_embinit.studies.figures import learning_speed_absence, write_figures
+from lightning_embinit.studies.notes import duration, elapsed_line, footnotes
 from lightning_embinit.studies.results import (
     STUDY_FILE,
     ReportError,
@@ -93,14 +94,6 @@ def _groups(records: Sequence[Mapping[str, Any]], names: Sequence[str]) -> list[
     return [(title, chosen) for title, chosen in groups if chosen]
 
 
-def _duration(seconds: float) -> str:
-    if seconds < 60:
-        return f"{seconds:.1f} s"
-    if seconds < 3600:
-        return f"{int(seconds // 60)} min {seconds % 60:02.0f} s"
-    return f"{int(seconds // 3600)} h {int(seconds % 3600 // 60):02d} min"
-
-
 def _distinct(values: Sequence[Any]) -> list[str]:
     text = (json.dumps(v, sort_keys=True) if isinstance(v, (dict, list)) else str(v) for v in values if v is not None)
     return list(dict.fromkeys(text))
@@ -119,11 +112,11 @@ def _wall_time_line(records: Sequence[Mapping[str, Any]]) -> str:
     times = np.array([t for t in (number(r.get(WALL_TIME)) for r in records) if t is not None])
     if not len(times):
         return "not recorded"
-    spread = f" ± {_duration(float(np.std(times, ddof=1)))}" if len(times) > 1 else ""
+    spread = f" ± {duration(float(np.std(times, ddof=1)))}" if len(times) > 1 else ""
     return (
-        f"{_duration(float(times.sum()))} in total over {len(times)} trials; per trial "
-        f"{_duration(float(times.mean()))}{spread} (min {_duration(float(times.min()))}, "
-        f"max {_duration(float(times.max()))})"
+        f"{duration(float(times.sum()))} in total over {len(times)} trials; per trial "
+        f"{duration(float(times.mean()))}{spread} (min {duration(float(times.min()))}, "
+        f"max {duration(float(times.max()))})"
     )
 
 
@@ -163,6 +156,7 @@ def _header_lines(results: Results, settings: Sequence[str], reference: str, ext
         f"- seeds: {_seeds_text(records)}",
         f"- trials: {len(records)} ({', '.join(f'{count} {status}' for status, count in statuses.items())})",
         f"- wall time: {_wall_time_line(records)}",
+        f"- elapsed (the sweep's clock): {elapsed_line(results.header)}",
         f"- versions: {_versions_line(records)}",
         f"- host: {'; '.join(_distinct([r.get('host') for r in records])) or 'not recorded'}",
     ]
@@ -201,10 +195,7 @@ def _differences_lines(
         lines.append(
             f"A setting marked (vs …) is measured against its block's reference; the others against {reference}."
         )
-    notes = sorted({note for note in differences["note"] if note})
-    if notes:
-        lines.append("† no interval: " + "; ".join(notes) + ".")
-    return lines
+    return lines + footnotes(differences, reference)
 
 
 def _claim_row(result: ClaimResult) -> list[str]:
@@ -280,8 +271,10 @@ def summary_markdown(
         lines += _differences_lines(results, differences, names, reference, level)
     if claims:
         lines += _claims_lines(claims)
-    if figures:
+    absent = learning_speed_absence(results.records, summary)
+    if figures or absent:
         lines += ["", "## Figures", ""] + [f"![{path.stem}]({path.name})" for path in figures]
+        lines += [f"No learning_speed.png: {absent}."] if absent else []
     return "\n".join(lines) + "\n"
 
 

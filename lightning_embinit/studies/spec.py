@@ -15,7 +15,7 @@ The YAML under ``examples/studies/`` and :class:`Study` are the same thing::
     seed_keys: ["trainer.callbacks[EmbeddingInitCallback].init_args.seed"]   # also set to the trial's seed
     reference: xavier                           # differences are measured against it (default: the first)
     blocks: {xavier_d384: [minilm_raw]}         # reference → settings measured against it instead (other widths)
-    protocol: {monitor: val_loss, mode: min, test: auto, keep_checkpoint: true}
+    protocol: {monitor: val_loss, mode: min, test: auto, checkpoints: none}   # best: keep the best checkpoint
     variants:                                   # --variant NAME: its overrides (after the study's) and seeds
       smoke: {seeds: [0, 1], overrides: {trainer.max_steps: 20}}
     claims: [{id: ..., source: ..., says: ..., setting: ..., versus: ..., metric: ..., direction: lower}]
@@ -56,6 +56,7 @@ from lightning_embinit.studies.statistics import block_references
 
 VARIANT_KEYS = ("overrides", "seeds", "description")
 TEST_CHOICES = ("auto", True, False)
+CHECKPOINT_POLICIES = ("none", "best")
 SEED_LIMIT = 2**32
 """Seeds are below this: ``seed_everything`` (numpy's generator) takes 0 to 2**32 − 1."""
 
@@ -70,19 +71,25 @@ def package_version() -> str:
 @dataclass(frozen=True)
 class Protocol:
     """How a trial is scored ([K]'s default): keep the checkpoint with the best ``monitor`` (``mode``), then test it
-    (``test``: ``"auto"`` when the datamodule has a test split, ``True``, or ``False``: validate it instead)."""
+    (``test``: ``"auto"`` when the datamodule has a test split, ``True``, or ``False``: validate it instead).
+
+    ``checkpoints``: what stays on disk once the trial is scored. ``"none"`` (the default) deletes the trial's
+    checkpoints: the record holds every number the report reads, and a resumed sweep skips finished trials by their
+    record. ``"best"`` keeps the best checkpoint (the record's ``checkpoint``) for whoever starts from the trained
+    model: another study (``kocmi_bojar_self_pretrain.yaml`` starts from ``kocmi_bojar.yaml``'s), or
+    ``embinit translate --ckpt_path``."""
 
     monitor: str = "val_loss"
     mode: str = "min"
     test: bool | str = "auto"
-    keep_checkpoint: bool = True
+    checkpoints: str = "none"
 
     def __post_init__(self) -> None:
         if not isinstance(self.monitor, str) or not self.monitor:
             raise StudyError(f"protocol monitor: expected a logged metric's name (e.g. val_loss), got {self.monitor!r}")
         check_choice("protocol mode", self.mode, ("min", "max"))
         check_choice("protocol test", self.test, TEST_CHOICES)
-        check_choice("protocol keep_checkpoint", self.keep_checkpoint, (True, False))
+        check_choice("protocol checkpoints", self.checkpoints, CHECKPOINT_POLICIES)
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any] | None) -> Protocol:

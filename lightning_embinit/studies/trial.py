@@ -2,9 +2,10 @@
 
 :func:`run_trial` writes the trial's merged config to its run directory, builds the LightningCLI of
 ``embinit`` on it (``run=False``) with ``trainer.default_root_dir`` there, adds the protocol's
-``ModelCheckpoint`` (unless the config has one with the same monitor and mode) and a ``CSVLogger`` (unless
-the config has one), fits, and tests the best checkpoint (or validates it: protocol ``test: false``, or
-``auto`` with a datamodule without a test split). The record, written atomically to
+``ModelCheckpoint`` (unless the config has one with the same monitor and mode; one without a monitor goes) and a
+``CSVLogger`` (unless the config has one), fits, and tests the best checkpoint (or validates it: protocol
+``test: false``, or ``auto`` with a datamodule without a test split), then keeps it or deletes it (the protocol's
+``checkpoints``). The record, written atomically to
 ``<results>/trials/<trial_id>.json``, holds:
 
 ``schema``, ``study``, ``study_hash``, ``variant``, ``setting``, ``seed``, ``trial_id``, ``config_hash``,
@@ -15,9 +16,11 @@ the config has one), fits, and tests the best checkpoint (or validates it: proto
 (``steps``, ``epochs``, ``world_size``), ``cost`` (:func:`~.outcome.cost_values`: parameters, seconds per step and per
 epoch), ``monitors`` (the monitors' logged values and summaries), ``init_report`` (the ``EmbeddingInitCallback``
 report per slot) and any other section a callback's summary fills (:func:`~.outcome.summaries`), ``curves`` (per
-logged metric, ``[step, epoch, value]`` rows), ``checkpoint`` (the best checkpoint relative to the results
-directory; None when not kept), ``wall_time_s``, ``versions``, ``host``, ``started``/``finished`` (ISO times),
-``log`` and ``run_dir`` (relative paths), ``run_id`` (set by the engine that started the run). A NaN or infinite
+logged metric, ``[step, epoch, value]`` rows; the step counts optimizer steps, as ``best_step``:
+:func:`optimizer_steps`), ``checkpoint`` (the best checkpoint relative to the results directory with the
+protocol's ``checkpoints: best``; else None: the trial's checkpoints are deleted once it is scored),
+``wall_time_s``, ``versions``, ``host``, ``started``/``finished`` (ISO times), ``log`` and ``run_dir`` (relative
+paths), ``run_id`` (set by the engine that started the run). A NaN or infinite
 loss or score fails the trial.
 """
 
@@ -228,8 +231,14 @@ def build_cli(trial: Trial, directory: Path, launch: TrialLaunch) -> EmbinitCLI:
 
 def protocol_checkpoint(trainer: Trainer, protocol: Protocol, directory: Path) -> ModelCheckpoint:
     """The config's ``ModelCheckpoint`` on the protocol's monitor and mode, else a new one; without a ``dirpath`` of
-    its own, it saves to ``<directory>/checkpoints``."""
+    its own, it saves to ``<directory>/checkpoints``. A ``ModelCheckpoint`` without a monitor (Lightning's default
+    when the config has none: the latest weights, beside the best) is removed: no study reads it."""
     checkpoints = str(directory / "checkpoints")
+    trainer.callbacks = [
+        callback
+        for callback in trainer.callbacks
+        if not (isinstance(callback, ModelCheckpoint) and callback.monitor is None)
+    ]
     for callback in trainer.checkpoint_callbacks:
         if isinstance(callback, ModelCheckpoint) and callback.save_top_k != 0:
             if (callback.monitor, callback.mode) == (protocol.monitor, protocol.mode):
@@ -249,6 +258,19 @@ def csv_metrics_file(trainer: Trainer, directory: Path) -> Path:
         logger = CSVLogger(save_dir=str(directory), name=None, version="csv")
         trainer.loggers = [*trainer.loggers, logger]
     return Path(logger.log_dir) / "metrics.csv"
+
+
+def optimizer_steps(curves: dict[str, list[list[Any]]]) -> dict[str, list[list[Any]]]:
+    """``curves`` (:func:`~.outcome.read_curves`) with every row's step the optimizer steps done when it was logged
+    (``trainer.global_step``, as ``best_step`` and the checkpoints' names). Lightning's own rows, the ones with an
+    epoch, carry one less (its logging step counts the batches before the one that logged); the callbacks' rows,
+    logged with a step of their own, stay."""
+    return {
+        name: [
+            [step + 1 if step is not None and epoch is not None else step, epoch, value] for step, epoch, value in rows
+        ]
+        for name, rows in curves.items()
+    }
 
 
 def has_test_split(datamodule: LightningDataModule | None) -> bool:
@@ -279,7 +301,7 @@ def _fit_and_evaluate(trial: Trial, results_dir: Path, record: dict[str, Any], l
     try:
         trainer.fit(cli.model, datamodule=cli.datamodule)
     finally:
-        record["curves"] = read_curves(metrics_file)  # fit's own: the best checkpoint's evaluation goes to metrics
+        record["curves"] = optimizer_steps(read_curves(metrics_file))  # fit's: the best's evaluation goes to metrics
     fit_seconds = time.perf_counter() - started
     fit_metrics = scalars(trainer.callback_metrics)
     record["final"] = {name: value for name, value in fit_metrics.items() if is_model_metric(name)}
@@ -288,11 +310,22 @@ def _fit_and_evaluate(trial: Trial, results_dir: Path, record: dict[str, Any], l
     record["cost"] = cost_values(cli.model, clock, fit_seconds, steps)
     record.update(summaries(trainer, fit_metrics, record))
     _score_best(trainer, cli, checkpoint, trial.protocol, record)
-    if trial.protocol.keep_checkpoint:
-        record["checkpoint"] = _relative(Path(checkpoint.best_model_path), results_dir)
-    elif launch.rank == 0:
-        for path in directory.rglob("*.ckpt"):
-            path.unlink(missing_ok=True)
+    best = Path(checkpoint.best_model_path)
+    if trial.protocol.checkpoints == "best":
+        record["checkpoint"] = _relative(best, results_dir)
+    if launch.rank == 0:
+        kept = {best.resolve()} if trial.protocol.checkpoints == "best" else set()
+        for path in {*directory.rglob("*.ckpt"), best}:
+            if path.resolve() not in kept:
+                _remove(path)
+
+
+def _remove(path: Path) -> None:
+    """Delete a checkpoint: a file, or the directory of a sharded one."""
+    if path.is_dir():
+        shutil.rmtree(path, ignore_errors=True)
+    else:
+        path.unlink(missing_ok=True)
 
 
 def _score_best(
