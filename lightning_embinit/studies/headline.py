@@ -82,6 +82,32 @@ def _claim(claim_id: str, says: str, setting: str, versus: str, direction: str, 
     }
 
 
+HEADLINE_CLAIMS = [  # as in examples/studies/headline.yaml
+    _claim(
+        "raw_word2vec_worse",
+        "pre-trained vectors whose spread is far from Xavier's do worse than Xavier",
+        "word2vec_raw",
+        "xavier",
+        "higher",
+    ),
+    _claim(
+        "standardizing_helps",
+        "standardizing them to Xavier's std fixes that",
+        "word2vec_xavier",
+        "word2vec_raw",
+        "lower",
+    ),
+    _claim(
+        "standardized_as_xavier",
+        "standardized to Xavier's std, they do as well as Xavier (the spread explains the gap)",
+        "word2vec_xavier",
+        "xavier",
+        "equal",
+        margin=0.05,
+    ),
+]
+
+
 def headline_study() -> Study:
     """The headline study: settings ``xavier``, ``word2vec_raw``, ``word2vec_xavier``; variants ``smoke``
     (3 × 2 seeds, about a minute on 2 cores), ``medium`` (3 × 3 seeds, 350 steps) and ``full``
@@ -110,30 +136,7 @@ def headline_study() -> Study:
             "seeds": [0, 1, 2, 3, 4],
             "seed_keys": ["trainer.callbacks[EmbeddingInitCallback].init_args.seed"],
             "protocol": {"monitor": "val_loss", "mode": "min", "test": "auto"},
-            "claims": [
-                _claim(
-                    "raw_word2vec_worse",
-                    "pre-trained vectors whose spread is far from Xavier's do worse than Xavier",
-                    "word2vec_raw",
-                    "xavier",
-                    "higher",
-                ),
-                _claim(
-                    "standardizing_helps",
-                    "standardizing them to Xavier's std fixes that",
-                    "word2vec_xavier",
-                    "word2vec_raw",
-                    "lower",
-                ),
-                _claim(
-                    "standardized_as_xavier",
-                    "standardized to Xavier's std, they do as well as Xavier (the spread explains the gap)",
-                    "word2vec_xavier",
-                    "xavier",
-                    "equal",
-                    margin=0.05,
-                ),
-            ],
+            "claims": HEADLINE_CLAIMS,
             "variants": {
                 "smoke": {
                     "seeds": [0, 1],
