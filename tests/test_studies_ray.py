@@ -52,7 +52,7 @@ def test_two_trials_on_a_local_ray_instance_write_the_records_the_report_reads(t
 @pytest.mark.slow
 def test_one_trial_as_a_two_worker_ddp_run_on_ray_train(tmp_path):
     """`--engine ray --ddp-workers 2`: a Tune trial starts a TorchTrainer of 2 gloo workers (RayDDPStrategy,
-    RayLightningEnvironment, RayTrainReportCallback, prepare_trainer); rank 0's record reaches the results."""
+    RayLightningEnvironment, prepare_trainer); rank 0's record reaches the results, and Ray keeps no checkpoint."""
     from lightning_embinit import cli
 
     best = {"checkpoints": "best"}
@@ -77,6 +77,7 @@ def test_one_trial_as_a_two_worker_ddp_run_on_ray_train(tmp_path):
     assert code == 0 and record["status"] == "done", record.get("error")
     assert record["trained"]["world_size"] == 2 and record["trained"]["steps"] == 4
     assert record["metrics"]["best_val_loss"] > 0 and (results / record["checkpoint"]).is_file()
+    assert [path.relative_to(results).as_posix() for path in results.rglob("*.ckpt")] == [record["checkpoint"]]
     assert (results / "logs" / "normal-seed0.log").stat().st_size > 0
     assert (results / "logs" / "normal-seed0.rank1.log").is_file()  # the second worker's own log
     assert "normal" in write_report(results)["markdown"]

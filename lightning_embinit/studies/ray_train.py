@@ -2,11 +2,12 @@
 
 A ``ray.train.torch.TorchTrainer`` starts ``num_workers`` workers (a process group on gloo for CPU workers, NCCL
 for GPU ones); each runs the same :func:`~.trial.run_trial` as every other engine, with a
-:class:`~.trial.TrialLaunch` that hands the Trainer Ray's ``RayDDPStrategy``, ``RayLightningEnvironment`` and
-``RayTrainReportCallback`` (the config's ``trainer.strategy``/``devices``/``num_nodes``/``accelerator``/``plugins``
-give way to them) and passes it through ``ray.train.lightning.prepare_trainer``. Rank 0 writes the run directory,
-the config and the record; the record also travels back to the driver through ``ray.train.report``, so the
-driver's results directory gets it even when rank 0 ran on another node.
+:class:`~.trial.TrialLaunch` that hands the Trainer Ray's ``RayDDPStrategy`` and ``RayLightningEnvironment`` (the config's
+``trainer.strategy``/``devices``/``num_nodes``/``accelerator``/``plugins`` give way to them) and passes it through ``ray.train.lightning.prepare_trainer``. Rank 0 writes the run directory, the config and the
+record; the record also travels back to the driver through one ``ray.train.report`` at the end, so the driver's
+results directory gets it even when rank 0 ran on another node. Ray's ``RayTrainReportCallback`` is not used: it
+would save a checkpoint under ``<results>/ray/`` every epoch that nothing reads (the study's ``checkpoints``
+policy decides what a trial keeps).
 
 :func:`run_trial_on_ray_train` runs one trial (Python API); ``embinit sweep --engine ray --ddp-workers N`` runs
 every trial of a study this way, each from a Ray Tune trial (:mod:`.ray_engine`). Needs the ``ray`` extra.
@@ -87,10 +88,10 @@ def run_ray_train_job(job: Mapping[str, Any]) -> dict[str, Any]:
 
 def ray_train_worker(config: Mapping[str, Any]) -> None:
     """One Ray Train worker of a trial: its output to the trial's log (rank k > 0: ``<trial>.rank<k>.log``), its
-    threads, then :func:`~.trial.run_trial` with Ray's strategy, environment and report callback."""
+    threads, then :func:`~.trial.run_trial` with Ray's strategy and environment."""
     import ray.train
     import torch.distributed as dist
-    from ray.train.lightning import RayDDPStrategy, RayLightningEnvironment, RayTrainReportCallback, prepare_trainer
+    from ray.train.lightning import RayDDPStrategy, RayLightningEnvironment, prepare_trainer
 
     from lightning_embinit.studies.trial import run_trial
     from lightning_embinit.studies.worker import enter_job
@@ -108,7 +109,6 @@ def ray_train_worker(config: Mapping[str, Any]) -> None:
         trainer_defaults={
             "strategy": {"class_path": _path(RayDDPStrategy)},  # the parser takes class paths
             "plugins": [{"class_path": _path(RayLightningEnvironment)}],
-            "callbacks": [RayTrainReportCallback()],
             "devices": "auto",
             "accelerator": "auto",
         },
