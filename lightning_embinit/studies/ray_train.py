@@ -2,8 +2,9 @@
 
 A ``ray.train.torch.TorchTrainer`` starts ``num_workers`` workers (a process group on gloo for CPU workers, NCCL
 for GPU ones); each runs the same :func:`~.trial.run_trial` as every other engine, with a
-:class:`~.trial.TrialLaunch` that hands the Trainer Ray's ``RayDDPStrategy`` and ``RayLightningEnvironment`` (the config's
-``trainer.strategy``/``devices``/``num_nodes``/``accelerator``/``plugins`` give way to them) and passes it through ``ray.train.lightning.prepare_trainer``. Rank 0 writes the run directory, the config and the
+:class:`~.trial.TrialLaunch` that hands the Trainer Ray's ``RayDDPStrategy`` and ``RayLightningEnvironment``
+(the config's ``trainer.strategy``/``devices``/``num_nodes``/``accelerator``/``plugins`` give way to them) and
+passes it through ``ray.train.lightning.prepare_trainer``. Rank 0 writes the run directory, the config and the
 record; the record also travels back to the driver through one ``ray.train.report`` at the end, so the driver's
 results directory gets it even when rank 0 ran on another node. Ray's ``RayTrainReportCallback`` is not used: it
 would save a checkpoint under ``<results>/ray/`` every epoch that nothing reads (the study's ``checkpoints``
