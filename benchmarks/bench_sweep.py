@@ -29,7 +29,8 @@ from typing import Any
 
 import yaml
 
-from lightning_embinit.studies.local import available_cores, start_method, start_trial_server
+from lightning_embinit.studies.local import start_method, start_trial_server
+from lightning_embinit.studies.records import available_cores
 
 ROOT = Path(__file__).resolve().parent.parent
 DEFAULT_STUDY = ROOT / "examples" / "studies" / "hf_starts.yaml"

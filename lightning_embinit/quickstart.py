@@ -180,8 +180,7 @@ def run_headline(results: str | Path, *, variant: str = "smoke") -> dict[str, An
     (:func:`~lightning_embinit.studies.report.write_report`) with ``verdicts`` (setting → seed 0's verdict) added."""
     from lightning_embinit.studies import run_study, write_report
     from lightning_embinit.studies.headline import HEADLINE_METRICS, headline_study
-    from lightning_embinit.studies.local import available_cores
-    from lightning_embinit.studies.records import run_dir
+    from lightning_embinit.studies.records import available_cores, run_dir
     from lightning_embinit.studies.spec import trial_id
 
     study = headline_study()
