@@ -4,7 +4,7 @@
         [--source glove --standardize xavier]
     embinit inspect --hf-config DIR_OR_NAME | --model-type llama --vocab-size 32000 --dim 512 | --litgpt-config NAME
         [--num-layers 2 --num-heads 8 --model-option KEY=VALUE ...] [--source minilm --tokens DIR ...]
-    embinit inspect --vocab-size 30000 --dim 512 --tied --source normal:0.0625 [--format json]
+    embinit inspect --vocab-size 30000 --dim 512 --tied --source 'normal:1/sqrt(d)' [--format json]
 
 For a model config (parsed by the same LightningCLI parser ``embinit fit`` uses: model,
 datamodule and trainer callbacks are instantiated, nothing is trained), a model someone else wrote
@@ -12,11 +12,12 @@ datamodule and trainer callbacks are instantiated, nothing is trained), a model 
 its tables found, scaled and positioned as its family says) or a bare shape, the
 setting of the config's :class:`~lightning_embinit.callbacks.EmbeddingInitCallback` — with
 ``--source``/``--standardize``/``--match``/``--shuffle``/``--scale``/``--trainable``/``--seed``/
-``--tokens`` overriding its options — is applied through the callback's own
-:meth:`~lightning_embinit.callbacks.EmbeddingInitCallback.initialize`, and the result is
+``--tokens`` overriding its options — is applied by the callback's own engine
+(:meth:`~lightning_embinit.init.engine.EmbeddingInitializer.run`, what
+:meth:`~lightning_embinit.callbacks.EmbeddingInitCallback.initialize` runs), and the result is
 :func:`lightning_embinit.diagnostics.inspect.inspection`: the init report, absorption, the [S]
 prediction for tied heads, and a verdict. A config without the callback (and no option given)
-shows the model's own initialization.
+shows the model's own initialization. Only ``--config`` imports Lightning: a bare shape is torch and the init engine.
 """
 
 from __future__ import annotations
@@ -35,6 +36,7 @@ from torch import nn
 from lightning_embinit.checks import check_finite, check_int, choice_error
 from lightning_embinit.diagnostics.absorption import POSITIONAL_THRESHOLD, SEMANTIC_THRESHOLD
 from lightning_embinit.diagnostics.inspect import format_inspection, inspection
+from lightning_embinit.init.engine import EmbeddingInitializer
 from lightning_embinit.init.host import discover_slots
 from lightning_embinit.init.pipeline import slot_report
 from lightning_embinit.init.positional import LAYOUTS
@@ -206,12 +208,14 @@ def _callback_overrides(args: argparse.Namespace) -> dict[str, Any]:
     return overrides
 
 
-def _option_callback(args: argparse.Namespace) -> Any:
-    """The callback of the command line's options alone (seed 0 unless given), or None without options."""
-    from lightning_embinit.callbacks.embedding_init import EmbeddingInitCallback
-
-    overrides = _callback_overrides(args)
-    return EmbeddingInitCallback(**{"seed": 0, **overrides, "verbose": False}) if overrides else None
+def _option_initializer(args: argparse.Namespace) -> EmbeddingInitializer | None:
+    """The initializer of the command line's options alone (seed 0 unless given), or None without options: the
+    engine the callback runs, without importing Lightning."""
+    options = _callback_overrides(args)
+    if not options:
+        return None
+    seed, tokens = options.pop("seed", 0), options.pop("tokens", None)
+    return EmbeddingInitializer(InitRecipe(**options), seed=seed, tokens=tokens)
 
 
 def _config_callback(cli: Any) -> tuple[Any, dict[str, Any]] | None:
@@ -232,8 +236,8 @@ def _config_callback(cli: Any) -> tuple[Any, dict[str, Any]] | None:
     return (instances[0], found[0] if found else {}) if instances else None
 
 
-def _from_config(args: argparse.Namespace, extra: Sequence[str]) -> tuple[nn.Module, Any, Any]:
-    """(model, datamodule, callback or None) from a config, through ``embinit fit``'s parser."""
+def _from_config(args: argparse.Namespace, extra: Sequence[str]) -> tuple[nn.Module, Any, EmbeddingInitializer | None]:
+    """(model, datamodule, the callback's initializer or None) from a config, through ``embinit fit``'s parser."""
     from lightning_embinit.callbacks.embedding_init import EmbeddingInitCallback
     from lightning_embinit.lightning_cli import embinit_cli
 
@@ -248,20 +252,18 @@ def _from_config(args: argparse.Namespace, extra: Sequence[str]) -> tuple[nn.Mod
     overrides = _callback_overrides(args)
     configured = _config_callback(cli)
     if configured is None:
-        callback = _option_callback(args)
-    elif overrides:
-        callback = EmbeddingInitCallback(**{**configured[1], **overrides, "verbose": False})
-    else:
-        callback = configured[0]
-        callback.verbose = False
-        if callback.initializer.seed is None:
-            callback.initializer.seed = 0
-    return cli.model, cli.datamodule, callback
+        return cli.model, cli.datamodule, _option_initializer(args)
+    if overrides:
+        return cli.model, cli.datamodule, EmbeddingInitCallback(**{**configured[1], **overrides}).initializer
+    initializer = configured[0].initializer
+    if initializer.seed is None:
+        initializer.seed = 0
+    return cli.model, cli.datamodule, initializer
 
 
-def _from_model_config(args: argparse.Namespace) -> tuple[nn.Module, Any, Any]:
-    """(model, None, callback or None) from a Hugging Face or litgpt config (:mod:`lightning_embinit.inspect_models`);
-    no option: the model's own initialization."""
+def _from_model_config(args: argparse.Namespace) -> tuple[nn.Module, Any, EmbeddingInitializer | None]:
+    """(model, None, initializer or None) from a Hugging Face or litgpt config
+    (:mod:`lightning_embinit.inspect_models`); no option: the model's own initialization."""
     shape_only = [
         f"--{name.replace('_', '-')}" for name, default in SHAPE_DEFAULTS.items() if getattr(args, name) != default
     ]
@@ -282,12 +284,11 @@ def _from_model_config(args: argparse.Namespace) -> tuple[nn.Module, Any, Any]:
         sizes={name: getattr(args, name) for name in SIZES if getattr(args, name) is not None},
         options=options,
     )
-    return model, None, _option_callback(args)
+    return model, None, _option_initializer(args)
 
 
-def _from_shape(args: argparse.Namespace) -> tuple[nn.Module, Any, Any]:
-    from lightning_embinit.callbacks.embedding_init import EmbeddingInitCallback
-
+def _from_shape(args: argparse.Namespace) -> tuple[nn.Module, Any, EmbeddingInitializer]:
+    """(model, None, initializer) of a bare shape: torch and the init engine only, no Lightning."""
     vocab_size = args.vocab_size
     if vocab_size is None and args.tokens is not None:
         vocab_size = len(load_tokens(args.tokens, what="--tokens ").tokens)
@@ -304,7 +305,7 @@ def _from_shape(args: argparse.Namespace) -> tuple[nn.Module, Any, Any]:
         max_len=args.max_len,
         padding_idx=args.padding_idx,
     )
-    return model, None, EmbeddingInitCallback(**{"seed": 0, **_callback_overrides(args), "verbose": False})
+    return model, None, _option_initializer(args) or EmbeddingInitializer(seed=0)
 
 
 def _own_reports(model: nn.Module) -> dict[str, dict[str, Any]]:
@@ -338,12 +339,12 @@ def run_inspection(args: argparse.Namespace, extra: Sequence[str] = ()) -> dict[
             "--num-layers, --num-heads and --model-option size a --hf-config, --model-type or --litgpt-config"
         )
     if args.config:
-        model, datamodule, callback = _from_config(args, extra)
+        model, datamodule, initializer = _from_config(args, extra)
     elif model_config:
-        model, datamodule, callback = _from_model_config(args)
+        model, datamodule, initializer = _from_model_config(args)
     else:
-        model, datamodule, callback = _from_shape(args)
-    reports = _own_reports(model) if callback is None else callback.initialize(model, datamodule=datamodule)
+        model, datamodule, initializer = _from_shape(args)
+    reports = _own_reports(model) if initializer is None else initializer.run(model, datamodule=datamodule).reports
     slots = discover_slots(model)
     estimate = _model_loss(model, datamodule, "initial_loss_prediction")
     tied = [name for name in reports if slots[name].is_tied]

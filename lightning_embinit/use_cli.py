@@ -8,7 +8,8 @@
 Each loads the checkpoint with its class's ``load_from_checkpoint`` (on ``--device``, the CPU by default) and runs
 the model's own method with its saved tokenizers: ``translate`` (:class:`~lightning_embinit.models.TransformerSeq2Seq`,
 :class:`~lightning_embinit.models.ReinforcedTransformerSeq2Seq`), ``generate``
-(:class:`~lightning_embinit.models.TiedEmbeddingLM`) and ``classify`` / ``class_probabilities``
+(:class:`~lightning_embinit.models.TiedEmbeddingLM`; a causal :class:`~lightning_embinit.models.HuggingFaceLM` is
+continued the same way here, :func:`generate_hugging_face`) and ``classify`` / ``class_probabilities``
 (:class:`~lightning_embinit.models.TransformerClassifier`). Text is read from a file or stdin (``-``, the default)
 and written to a file or stdout. A bad argument, a missing file or a checkpoint of another class is exit status 2
 and one line on stderr.
@@ -25,7 +26,7 @@ from typing import Any
 
 COMMANDS = {
     "translate": ("TransformerSeq2Seq", "ReinforcedTransformerSeq2Seq"),
-    "generate": ("TiedEmbeddingLM",),
+    "generate": ("TiedEmbeddingLM", "HuggingFaceLM"),
     "classify": ("TransformerClassifier",),
 }
 """Each command and the classes (of :mod:`lightning_embinit.models`, or derived from them) it serves."""
@@ -115,12 +116,67 @@ def _word_tokenizer(data: dict[str, Any]) -> Any:
     return WordTokenizer(kind, lowercase=data.get("lowercase", True))
 
 
+def generate_hugging_face(
+    model: Any, prompts: Sequence[str], *, max_new_tokens: int, temperature: float, top_k: int | None, seed: int
+) -> list[str]:
+    """Continue each prompt with a causal :class:`~lightning_embinit.models.HuggingFaceLM` as
+    ``TiedEmbeddingLM.generate`` continues its own: the prompt encoded by the model's tokenizer after ``eos`` (the
+    language-model data ends every line with it), up to ``max_new_tokens`` tokens chosen by
+    :func:`~lightning_embinit.models.tied_lm.next_token` (never ``pad`` or ``bos``; greedy at temperature 0, else
+    sampled with one generator seeded by ``seed``) over the model's last ``max_position_embeddings`` positions,
+    stopping at ``eos``. Returns each continuation detokenized."""
+    import torch
+
+    from lightning_embinit.checks import check_non_negative_int, check_positive_int, check_range
+    from lightning_embinit.models.tied_lm import next_token
+
+    if model.hparams.objective != "causal":
+        raise ValueError(
+            f"generate continues text with a causal language model; this HuggingFaceLM ({model.hparams.model_type}) "
+            f"was trained with objective={model.hparams.objective!r}: train one with objective='causal'"
+        )
+    check_non_negative_int("max_new_tokens", max_new_tokens)
+    check_range("temperature", temperature, 0)
+    check_positive_int("top_k", top_k, optional=True)
+    tokenizer, device = model.tokenizer, model.device
+    window = getattr(model.model.config, "max_position_embeddings", None)
+    eos = tokenizer.eos_id
+    banned = [i for i in (tokenizer.pad_id, tokenizer.bos_id) if i is not None and i != eos]
+    generator = torch.Generator(device=device).manual_seed(seed)
+    results = []
+    for prompt in prompts:
+        ids = ([] if eos is None else [eos]) + tokenizer.encode(prompt)
+        new: list[int] = []
+        while len(new) < max_new_tokens:
+            context = (ids + new)[-window:] if window else ids + new
+            with torch.no_grad():
+                logits = model(input_ids=torch.tensor([context], device=device)).logits[0, -1].float()
+            logits[banned] = float("-inf")
+            token = next_token(logits, temperature, top_k, generator)
+            if token == eos:
+                break
+            new.append(token)
+        results.append(tokenizer.decode(new))
+    return results
+
+
 def _outputs(
     command: str, model: Any, data: dict[str, Any], lines: list[str], options: argparse.Namespace
 ) -> list[str]:
     if command == "translate":
         return model.translate(
             lines, beam_size=options.beam_size, max_len=options.max_length, batch_size=options.batch_size
+        )
+    from lightning_embinit.models import HuggingFaceLM
+
+    if command == "generate" and isinstance(model, HuggingFaceLM):
+        return generate_hugging_face(
+            model,
+            lines,
+            max_new_tokens=options.max_new_tokens,
+            temperature=options.temperature,
+            top_k=options.top_k,
+            seed=options.seed,
         )
     if command == "generate":
         return model.generate(

@@ -21,11 +21,25 @@ Markers, HTML comments just before a block (invisible on the site and on GitHub;
   ``PL_TRAINER_FAST_DEV_RUN=1`` for a block that trains (one batch instead of the run the page describes);
 - ``<!-- docs-test: replace "OLD" "NEW" -->``: the next block runs with OLD replaced by NEW (a small-scale
   stand-in for a long run; OLD must occur in the block, so the substitute cannot go stale);
-- ``<!-- docs-test: slow -->``: the next block is ``@pytest.mark.slow``.
+- ``<!-- docs-test: slow -->``: the next block is ``@pytest.mark.slow``;
+- ``<!-- docs-test: output [ignore "REGEX"]... [tolerance REL] -->`` before a ``text`` (or bare) block: the block is
+  the output of the block above it — a ``bash`` block's stdout, what a ``python`` block printed — and is compared
+  with it, in the test of that block: line by line, runs of spaces as one; lines matching an ``ignore`` regex
+  (timings, paths) are left out on both sides; numbers compared to a relative ``tolerance`` (default: exactly,
+  for runs that are deterministic at the docs-test scale). So the sample must be the docs-test scale's output:
+  after a ``replace`` stand-in, the stand-in's.
+
+A sample output after a ``bash`` or ``python`` block that is not compared (a run at a bigger scale than the docs
+test's) says so in the text just before it: "output of an earlier run (DATE, lightning_embinit VERSION at COMMIT)"
+(checked below).
 """
 
 from __future__ import annotations
 
+import contextlib
+import difflib
+import io
+import math
 import os
 import re
 import shlex
@@ -59,6 +73,20 @@ LONG_RUN = re.compile(r"--variant[ =](medium|full)\b")  # a study's medium or fu
 BASH_TIMEOUT_S = 540  # under pytest-timeout's 600 s
 PENDING = "__docs_test_pending__"
 SANDBOX = "__docs_test_sandbox__"
+OUTPUT = "__docs_test_output__"
+EARLIER_RUN = re.compile(
+    r"output of an earlier run \(\d{4}-\d{2}-\d{2}, lightning_embinit [0-9][^\s,()]* at [0-9a-f]{7,40}\)", re.IGNORECASE
+)
+"""The label of a sample output that the docs test does not compare (a run at a bigger scale)."""
+NUMBER = re.compile(r"([-+]?\d+(?:\.\d+)?(?:[eE][-+]?\d+)?)")
+
+
+@dataclass
+class OutputCheck:
+    """``docs-test: output``: the lines to leave out and the numbers' relative tolerance."""
+
+    ignore: list[re.Pattern[str]] = field(default_factory=list)
+    tolerance: float = 0.0
 
 
 @dataclass
@@ -68,10 +96,34 @@ class Pending:
     env: dict[str, str] = field(default_factory=dict)
     replacements: list[tuple[str, str]] = field(default_factory=list)
     slow: bool = False
+    output: OutputCheck | None = None
 
 
-def parse_directive(arguments: str) -> tuple[str, list[str]]:
-    """``env A=1 B=2`` / ``replace "old" "new"`` / ``slow`` → (action, arguments), checked."""
+@dataclass(frozen=True)
+class Fence:
+    """A fenced block that is not run: its language and its text."""
+
+    language: str
+    text: str
+
+
+def parse_output_options(rest: list[str]) -> OutputCheck | None:
+    """``ignore "REGEX"`` (repeatable) and ``tolerance REL`` → the check; None when malformed."""
+    check = OutputCheck()
+    if len(rest) % 2:
+        return None
+    for option, value in zip(rest[::2], rest[1::2]):
+        if option == "ignore":
+            check.ignore.append(re.compile(value))
+        elif option == "tolerance" and NUMBER.fullmatch(value) and float(value) >= 0:
+            check.tolerance = float(value)
+        else:
+            return None
+    return check
+
+
+def parse_directive(arguments: str) -> tuple[str, Any]:
+    """``env A=1 B=2`` / ``replace "old" "new"`` / ``slow`` / ``output ...`` → (action, arguments), checked."""
     words = shlex.split(arguments)
     if not words:
         raise ValueError("empty docs-test marker")
@@ -82,8 +134,11 @@ def parse_directive(arguments: str) -> tuple[str, list[str]]:
         return action, rest
     if action == "slow" and not rest:
         return action, rest
+    if action == "output" and (check := parse_output_options(rest)) is not None:
+        return action, check
     raise ValueError(
-        f"bad docs-test marker {arguments!r}: use 'env NAME=VALUE ...', 'replace \"OLD\" \"NEW\"' or 'slow'"
+        f"bad docs-test marker {arguments!r}: use 'env NAME=VALUE ...', 'replace \"OLD\" \"NEW\"', 'slow' or "
+        "'output [ignore \"REGEX\"]... [tolerance REL]'"
     )
 
 
@@ -94,8 +149,47 @@ def apply_directive(example: Example) -> None:
         pending.env.update(word.split("=", 1) for word in rest)
     elif action == "replace":
         pending.replacements.append((rest[0], rest[1]))
+    elif action == "output":
+        pending.output = rest
     else:
         pending.slow = True
+
+
+def comparable_lines(text: str, check: OutputCheck) -> list[str]:
+    """The lines to compare: trailing spaces and ignored lines left out, runs of spaces as one, no blank ends."""
+    lines = [" ".join(line.split()) for line in text.splitlines()]
+    lines = [line for line in lines if not any(pattern.search(line) for pattern in check.ignore)]
+    while lines and not lines[-1]:
+        lines.pop()
+    while lines and not lines[0]:
+        lines.pop(0)
+    return lines
+
+
+def lines_agree(sample: str, output: str, tolerance: float) -> bool:
+    """The same text between the numbers, and numbers equal within ``tolerance`` (relative; 0: the same digits)."""
+    expected, actual = NUMBER.split(sample), NUMBER.split(output)
+    if len(expected) != len(actual) or expected[::2] != actual[::2]:
+        return False
+    return all(
+        a == b or (tolerance > 0 and math.isclose(float(a), float(b), rel_tol=tolerance))
+        for a, b in zip(expected[1::2], actual[1::2])
+    )
+
+
+def check_output(example: Example, check: OutputCheck) -> None:
+    """The sample block (``example``) against the output of the block run before it."""
+    output = example.namespace.get(OUTPUT)
+    if output is None:
+        raise AssertionError(f"docs-test output at line {example.line}: no block ran before this sample")
+    expected, actual = comparable_lines(example.parsed.text, check), comparable_lines(output, check)
+    if len(expected) == len(actual) and all(lines_agree(e, a, check.tolerance) for e, a in zip(expected, actual)):
+        return
+    diff = "\n".join(difflib.unified_diff(expected, actual, "the sample", "the output", lineterm=""))
+    raise AssertionError(
+        f"the sample output at line {example.line} differs from the output of the block above it "
+        f"(tolerance {check.tolerance}):\n{diff}\n--- the whole output:\n{output}"
+    )
 
 
 class DirectiveParser:
@@ -141,11 +235,13 @@ def run_python(example: Example) -> None:
     code = compile("\n" * example.line + source, example.path, "exec")  # tracebacks show the page's lines
     cwd = Path.cwd()
     os.chdir(example.namespace[SANDBOX])
+    printed = io.StringIO()
     try:
-        with SetEnv(env):
+        with SetEnv(env), contextlib.redirect_stdout(printed):
             exec(code, example.namespace)
     finally:
         os.chdir(cwd)
+        example.namespace[OUTPUT] = printed.getvalue()
 
 
 def run_bash(example: Example) -> None:
@@ -170,6 +266,7 @@ def run_bash(example: Example) -> None:
         text=True,
         timeout=BASH_TIMEOUT_S,
     )
+    example.namespace[OUTPUT] = done.stdout
     if done.returncode:
         output = (done.stdout + done.stderr)[-4000:]
         raise AssertionError(f"bash block at line {example.line} exited with {done.returncode}:\n{output}")
@@ -181,7 +278,10 @@ def check_yaml(example: Example) -> None:
 
 
 def not_code(example: Example) -> None:
-    example.namespace.pop(PENDING, None)
+    """A block that is not run; with an ``output`` marker, the sample compared with what the block above printed."""
+    pending = example.namespace.pop(PENDING, None)
+    if pending is not None and pending.output is not None:
+        check_output(example, pending.output)
 
 
 class AnyFenceParser:
@@ -194,7 +294,7 @@ class AnyFenceParser:
         for lexed in self.lexer(document):
             language = lexed.lexemes["language"].strip()
             if language not in EXECUTED:
-                yield Region(lexed.start, lexed.end, language, not_code)
+                yield Region(lexed.start, lexed.end, Fence(language, lexed.lexemes["source"]), not_code)
 
 
 PARSERS = [
@@ -220,10 +320,24 @@ def is_invisible(example: Example) -> bool:
     return example.document.text.startswith("<!--", example.region.start)
 
 
+def is_output_marker(example: Example) -> bool:
+    return example.region.evaluator is apply_directive and example.parsed[0] == "output"
+
+
 def block_groups(page: Path) -> list[tuple[int, bool, list[Example]]]:
-    """(line, slow, examples): each runnable block with the markers before it."""
-    groups, waiting, slow = [], [], False
+    """(line, slow, examples): each runnable block with the markers before it, and its sample output (an ``output``
+    marker right after it and the block that follows the marker)."""
+    groups, waiting, slow, sample_open = [], [], False, False
     for example in parse(page).examples():
+        if (
+            groups
+            and not waiting
+            and (is_output_marker(example) or (sample_open and example.region.evaluator is not_code))
+        ):
+            groups[-1][2].append(example)
+            sample_open = is_output_marker(example)
+            continue
+        sample_open = False
         waiting.append(example)
         if example.region.evaluator is apply_directive and example.parsed[0] == "slow":
             slow = True
@@ -240,7 +354,8 @@ def block_params() -> list[Any]:
     for page in PAGES:
         name = page.relative_to(ROOT).as_posix()
         for line, slow, examples in block_groups(page):
-            marks = [pytest.mark.slow] if slow else []
+            marks = [pytest.mark.xdist_group(name=name)]  # a page's blocks share a namespace: one worker, in order
+            marks += [pytest.mark.slow] if slow else []
             params.append(pytest.param(examples, id=f"{name}:{line}", marks=marks))
     return params
 
@@ -280,8 +395,8 @@ def test_every_fenced_block_is_run_or_known_not_to_be_code() -> None:
         for page in PAGES
         for example in parse(page).examples()
         if example.region.evaluator is not_code
-        and example.parsed not in NOT_CODE
-        and not example.parsed.startswith("{")
+        and example.parsed.language not in NOT_CODE
+        and not example.parsed.language.startswith("{")
     ]
     assert not unknown, f"fenced blocks in a language the docs tests neither run nor know as output: {unknown}"
 
@@ -300,9 +415,15 @@ def test_markers_sit_right_before_a_block() -> None:
     """A docs-test marker that no block follows (a block deleted, a marker moved) is an error, not a no-op."""
     stray = []
     for page in PAGES:
+        grouped = {example.region.start for _, _, examples in block_groups(page) for example in examples}
         waiting: list[Example] = []
-        for example in parse(page).examples():
-            if example.region.evaluator is apply_directive:
+        examples = list(parse(page).examples())
+        for example, following in zip(examples, [*examples[1:], None]):
+            if is_output_marker(example):
+                sample_next = following is not None and following.region.evaluator is not_code
+                if example.region.start not in grouped or not sample_next:  # not between a block and its sample
+                    stray.append(f"{page.relative_to(ROOT)}:{example.line}")
+            elif example.region.evaluator is apply_directive:
                 waiting.append(example)
             elif (is_block(example) and not is_invisible(example)) or example.region.evaluator is not_code:
                 if example.region.evaluator is not_code and waiting:
@@ -343,3 +464,56 @@ def test_the_collector_finds_the_blocks_and_a_failing_block_fails(tmp_path, tmp_
     assert outcomes[4].startswith("fail: bash block at line 24")
     assert outcomes[5] == "SkipTest" and outcomes[6] == "ParserError"
     assert outcomes[7].startswith("fail: the bash block at line 37 runs a study")
+
+
+def test_every_sample_output_is_compared_or_dated() -> None:
+    """Output shown right after a bash or python block is that block's output at the docs-test scale (an ``output``
+    marker), or says it is an earlier run's, with its date, version and commit, in the text just before it."""
+    unchecked = []
+    for page in PAGES:
+        examples = list(parse(page).examples())
+        fences = [example for example in examples if is_block(example) or example.region.evaluator is not_code]
+        for before, sample in zip(fences, fences[1:]):
+            if before.region.evaluator not in (run_bash, run_python) or sample.region.evaluator is not not_code:
+                continue
+            if sample.parsed.language not in ("", "text", "console"):
+                continue
+            compared = any(
+                is_output_marker(marker) and before.region.end <= marker.region.start < sample.region.start
+                for marker in examples
+            )
+            between = " ".join(sample.document.text[before.region.end : sample.region.start].split())
+            if not compared and not EARLIER_RUN.search(between):
+                unchecked.append(f"{page.relative_to(ROOT)}:{sample.line}")
+    assert not unchecked, (
+        "sample outputs neither compared (<!-- docs-test: output -->) nor labelled 'output of an earlier run "
+        f"(DATE, lightning_embinit VERSION at COMMIT)': {unchecked}"
+    )
+
+
+def test_a_sample_output_is_compared_with_what_the_block_above_printed(tmp_path) -> None:
+    page = tmp_path / "page.md"
+    page.write_text(
+        "# t\n\n```bash\nprintf 'loss 1.0\\ntime 3 s\\n'\n```\n\n"
+        '<!-- docs-test: output ignore "^time" tolerance 0.01 -->\n```text\nloss   1.004\ntime 9 s\n```\n\n'
+        "```python\nprint('loss', 2.5)\n```\n\n<!-- docs-test: output -->\n```\nloss 2.5\n```\n\n"
+        "```python\nprint('loss', 2.5)\n```\n\n<!-- docs-test: output -->\n```text\nloss 2.6\n```\n\n"
+        "```bash\nprintf 'loss 1.0\\n'\n```\n\n<!-- docs-test: output tolerance 0.01 -->\n```text\nloss 1.1\n```\n\n"
+        "```bash\nprintf 'loss 1.0\\n'\n```\n\n<!-- docs-test: output -->\n```text\nloss 1.0\nmore\n```\n",
+        encoding="utf-8",
+    )
+    groups = block_groups(page)
+    assert [(line, len(examples)) for line, _, examples in groups] == [(3, 3), (13, 3), (22, 3), (31, 3), (40, 3)]
+    outcomes = []
+    for _, _, examples in groups:
+        examples[0].document.namespace.setdefault(SANDBOX, tmp_path)
+        try:
+            for example in examples:
+                example.evaluate()
+            outcomes.append("ok")
+        except AssertionError as error:
+            outcomes.append(str(error).splitlines()[0])
+    assert outcomes[:2] == ["ok", "ok"]
+    assert all(outcome.startswith("the sample output at line") for outcome in outcomes[2:]), outcomes
+    with pytest.raises(ValueError, match="bad docs-test marker"):
+        parse_directive("output tolerance much")

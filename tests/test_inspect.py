@@ -2,6 +2,8 @@
 
 import json
 import math
+import subprocess
+import sys
 
 import lightning  # noqa: F401  (Lightning's log handler binds to the real stderr, not to one test's capture)
 import pytest
@@ -56,6 +58,32 @@ def test_bare_shape_tied_start_is_judged_by_spec_3(capsys):
     )
     assert inverse["slots"][0]["input_scale"] == pytest.approx(1 / 8)
     assert inverse["slots"][0]["scaled_std"] == pytest.approx(inverse["slots"][0]["std"] / 8)
+
+
+def test_a_bare_shape_imports_no_lightning_and_reports_as_in_process(capsys):
+    """Issue 30: `embinit inspect` on a bare shape took 15 s, most of it importing Lightning it never used."""
+    argv = [
+        "inspect",
+        "--vocab-size",
+        "300",
+        "--dim",
+        "32",
+        "--tied",
+        "--source",
+        "normal:1/sqrt(d)",
+        "--format",
+        "json",
+    ]
+    code = (
+        "import sys\nfrom lightning_embinit.cli import main\n"
+        f"status = main({argv!r})\n"
+        "print(status, sorted(m for m in sys.modules if m.split('.')[0] in ('lightning', 'pytorch_lightning')))"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    report, _, last = done.stdout.rstrip().rpartition("\n")
+    assert last == "0 []", done.stdout[-500:]
+    assert json.loads(report) == inspect_json(capsys, *argv[1:-2])
 
 
 def test_table_names_the_problem_and_the_countermeasures(capsys):

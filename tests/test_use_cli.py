@@ -15,18 +15,22 @@ import torch
 from lightning_embinit import cli
 from lightning_embinit.data import ClassificationDataModule, LanguageModelDataModule
 from lightning_embinit.models import (
+    HuggingFaceLM,
     ReinforcedTransformerSeq2Seq,
     TiedEmbeddingLM,
     TransformerClassifier,
     TransformerSeq2Seq,
 )
 from lightning_embinit.text.text_tokenizer import WordTokenizer
+from lightning_embinit.text.tokenization import build_tokenizer
+from lightning_embinit.use_cli import generate_hugging_face
 from tests.shared_data import require_shared_data
 from tests.test_cli_errors import console_script
 from tests.translation_helpers import TINY, TINY_REINFORCED, multi30k_data, multi30k_lines, tokenizer_configs, trainer
 
 WORDS = "The cat sat on the mat . A dog ran to the Park and the cat ran too .".split()
 CLASSIFIER = {"architecture": {"d_model": 32, "num_heads": 4, "num_layers": 1, "ffn_dim": 64, "max_len": 64}}
+GPT2 = {"n_embd": 32, "n_layer": 1, "n_head": 2, "n_positions": 16}
 REVIEWS = ["a gorgeous , witty , seductive movie .", "", "the story is a rambling mess ."]
 
 
@@ -120,6 +124,58 @@ def test_generate_greedy_and_sampled_follow_the_models_generate(checkpoints, cap
     assert all(len(line.split()) <= 5 for line in expected)
     status, out, _ = run_main(["generate", "--ckpt_path", path, "--prompt", "The mat"], capsys)
     assert status == 0 and out.splitlines() == model.generate(["The mat"], tokenize=words)
+
+
+@pytest.fixture(scope="module")
+def gpt2_checkpoint(tmp_path_factory):
+    """A tiny GPT-2 HuggingFaceLM over MiniLM's tokenizer, trained 30 steps on a few captions: (path, model)."""
+    directory = tmp_path_factory.mktemp("use_cli_hf")
+    text = directory / "train.txt"
+    text.write_text("the cat sat on the mat .\na dog ran in the park .\n" * 20)
+    data = LanguageModelDataModule(train_files=str(text), tokenizer="hf:minilm", seq_len=8, batch_size=4)
+    L.seed_everything(0)
+    model = HuggingFaceLM("gpt2", GPT2, tokenizer=data.tokenizer_config, optimizer={"lr": 1e-2})
+    run = trainer(directory, max_steps=30, limit_val_batches=0)
+    run.fit(model, datamodule=data)
+    run.save_checkpoint(directory / "gpt2.ckpt")
+    return str(directory / "gpt2.ckpt"), model.eval()
+
+
+def test_generate_continues_a_hugging_face_lm_as_transformers_greedy_generate(gpt2_checkpoint, capsys, monkeypatch):
+    path, model = gpt2_checkpoint
+    tokenizer = model.tokenizer
+    prompts = ["the cat sat", "a dog"]
+    status, out, err = run_main(
+        ["generate", "--ckpt_path", path, "--max-new-tokens", "6"], capsys, "\n".join(prompts), monkeypatch
+    )
+    assert (status, err) == (0, "")
+    expected = []
+    for prompt in prompts:  # transformers' own greedy search, pad and bos banned, ended by eos
+        ids = torch.tensor([[tokenizer.eos_id, *tokenizer.encode(prompt)]])
+        generated = model.model.generate(
+            ids,
+            do_sample=False,
+            max_new_tokens=6,
+            eos_token_id=tokenizer.eos_id,
+            pad_token_id=tokenizer.pad_id,
+            bad_words_ids=[[tokenizer.pad_id], [tokenizer.bos_id]],
+        )
+        expected.append(tokenizer.decode(generated[0, ids.shape[1] :].tolist()))
+    assert out.splitlines() == expected and all(expected)  # continuations, not empty lines
+    sampled = ["generate", "--ckpt_path", path, "--prompt", "a dog", "--temperature", "1.5", "--top-k", "3"]
+    first, again = (run_main([*sampled, "--seed", "7"], capsys)[1] for _ in range(2))
+    assert first == again and first.strip()
+    options = {"max_new_tokens": 6, "temperature": 1.0, "top_k": 1, "seed": 3}
+    assert generate_hugging_face(model, prompts, **options) == expected  # top-1 sampling is greedy
+
+
+def test_generate_refuses_a_masked_hugging_face_lm(capsys):
+    minilm = build_tokenizer("hf:minilm").to_config()
+    bert = HuggingFaceLM(
+        "bert", {"hidden_size": 32, "num_hidden_layers": 1, "num_attention_heads": 2}, tokenizer=minilm
+    )
+    with pytest.raises(ValueError, match="objective='masked': train one with objective='causal'"):
+        generate_hugging_face(bert, ["a"], max_new_tokens=2, temperature=0.0, top_k=None, seed=0)
 
 
 def test_temperature_zero_takes_the_most_likely_token_and_a_seed_fixes_a_sample(checkpoints):
