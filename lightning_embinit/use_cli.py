@@ -128,7 +128,7 @@ def generate_hugging_face(
     import torch
 
     from lightning_embinit.checks import check_non_negative_int, check_positive_int, check_range
-    from lightning_embinit.models.tied_lm import next_token
+    from lightning_embinit.models.tied_lm import continue_ids
 
     if model.hparams.objective != "causal":
         raise ValueError(
@@ -143,19 +143,14 @@ def generate_hugging_face(
     eos = tokenizer.eos_id
     banned = [i for i in (tokenizer.pad_id, tokenizer.bos_id) if i is not None and i != eos]
     generator = torch.Generator(device=device).manual_seed(seed)
+
+    def last_logits(context: list[int]) -> torch.Tensor:
+        return model(input_ids=torch.tensor([context], device=device)).logits[0, -1]
+
     results = []
     for prompt in prompts:
         ids = ([] if eos is None else [eos]) + tokenizer.encode(prompt)
-        new: list[int] = []
-        while len(new) < max_new_tokens:
-            context = (ids + new)[-window:] if window else ids + new
-            with torch.no_grad():
-                logits = model(input_ids=torch.tensor([context], device=device)).logits[0, -1].float()
-            logits[banned] = float("-inf")
-            token = next_token(logits, temperature, top_k, generator)
-            if token == eos:
-                break
-            new.append(token)
+        new = continue_ids(last_logits, ids, max_new_tokens, window, banned, eos, temperature, top_k, generator)
         results.append(tokenizer.decode(new))
     return results
 

@@ -47,6 +47,32 @@ def next_token(logits: torch.Tensor, temperature: float, top_k: int | None, gene
     return int(torch.multinomial(torch.softmax(logits / temperature, dim=-1), 1, generator=generator))
 
 
+@torch.no_grad()
+def continue_ids(
+    last_logits: Callable[[list[int]], torch.Tensor],
+    ids: list[int],
+    count: int,
+    window: int | None,
+    banned: Sequence[int],
+    eos: int | None,
+    temperature: float,
+    top_k: int | None,
+    generator: torch.Generator,
+) -> list[int]:
+    """Up to ``count`` ids after ``ids``, each :func:`next_token` of ``last_logits`` (the model's (n,) logits after
+    a context) over the last ``window`` ids (all when None), never one of ``banned``, ending before ``eos``."""
+    new: list[int] = []
+    for _ in range(count):
+        context = ids + new
+        logits = last_logits(context[-window:] if window else context).float()
+        logits[list(banned)] = float("-inf")
+        token = next_token(logits, temperature, top_k, generator)
+        if token == eos:
+            break
+        new.append(token)
+    return new
+
+
 class TiedEmbeddingLM(TokenLossSteps, EmbinitModule):
     """Causal transformer LM. Give ``vocabulary`` (token strings, saved with the model) or ``vocab_size``;
     ``special_tokens`` (role → string; default: the package's ``<pad>``, ``<unk>``, ``<bos>``, ``<eos>`` found in
@@ -176,14 +202,11 @@ class TiedEmbeddingLM(TokenLossSteps, EmbinitModule):
         self, ids: list[int], count: int, temperature: float, top_k: int | None, generator: torch.Generator
     ) -> list[int]:
         """Up to ``count`` new ids after ``ids`` (never ``pad`` or ``bos``), ending before ``eos``."""
-        vocab, window = self.model.vocab, self.model.config.max_len
+        vocab = self.model.vocab
         banned = [i for i in (vocab.pad_id, vocab.id("bos")) if i is not None]
-        new: list[int] = []
-        for _ in range(count):
-            logits = self(torch.tensor([(ids + new)[-window:]], device=self.device))[0, -1].float()
-            logits[banned] = float("-inf")
-            token = next_token(logits, temperature, top_k, generator)
-            if token == vocab.id("eos"):
-                break
-            new.append(token)
-        return new
+
+        def last_logits(context: list[int]) -> torch.Tensor:
+            return self(torch.tensor([context], device=self.device))[0, -1]
+
+        sampling = (temperature, top_k, generator)
+        return continue_ids(last_logits, ids, count, self.model.config.max_len, banned, vocab.id("eos"), *sampling)
