@@ -3,8 +3,8 @@ PYTHON ?= python3
 VENV ?= .venv
 PY := $(VENV)/bin/python
 PYTEST_ARGS ?=
-# pytest-xdist: one worker per core; the blocks of one docs page, and the Ray tests, stay on one worker (xdist_group)
-XDIST ?= -n auto --dist loadgroup
+# pytest-xdist: one worker per core; a test file's tests, or a docs page's blocks, stay on one worker (tests/conftest.py)
+XDIST ?= -n auto
 
 LATEST_VENV ?= .venv-lightning-latest
 DIST_VENV ?= .venv-dist

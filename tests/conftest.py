@@ -28,11 +28,20 @@ def shared_data():
     return require_shared_data()
 
 
-@pytest.hookimpl(tryfirst=True)  # before pytest-xdist reads the groups
-def pytest_collection_modifyitems(items):
-    """Under ``--dist loadgroup`` (``make test``), a test file's tests run on one worker, so the fixtures it shares
-    (trained checkpoints, tokenizers) are built once; a test that names its own ``xdist_group`` (a docs page's
-    blocks, the Ray tests) keeps it."""
-    for item in items:
-        if item.get_closest_marker("xdist_group") is None:
-            item.add_marker(pytest.mark.xdist_group(item.nodeid.split("::", 1)[0]))
+def pytest_xdist_make_scheduler(config, log):
+    """Under pytest-xdist (``make test``: ``-n auto``), a test file's tests run on one worker, so the fixtures it
+    shares (trained checkpoints, tokenizers, a local Ray instance) are built once; the docs tests are split by page
+    instead (their ids are ``<page>:<line>``): a page's blocks share a namespace and run in order on one worker.
+
+    A scheduler of our own rather than ``--dist loadgroup``: pytest-xdist 3.8 marks a group by rewriting
+    ``item._nodeid``, which pytest 9 no longer reads, so its groups are silently ignored."""
+    from xdist.scheduler import LoadScopeScheduling
+
+    class FileOrDocsPageScheduling(LoadScopeScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            module = nodeid.split("::", 1)[0]
+            if module.endswith("tests/test_docs_blocks.py") and "[" in nodeid:
+                return nodeid[nodeid.index("[") + 1 :].rsplit(":", 1)[0]
+            return module
+
+    return FileOrDocsPageScheduling(config, log)

@@ -354,8 +354,7 @@ def block_params() -> list[Any]:
     for page in PAGES:
         name = page.relative_to(ROOT).as_posix()
         for line, slow, examples in block_groups(page):
-            marks = [pytest.mark.xdist_group(name=name)]  # a page's blocks share a namespace: one worker, in order
-            marks += [pytest.mark.slow] if slow else []
+            marks = [pytest.mark.slow] if slow else []  # under xdist, a page runs on one worker (tests/conftest.py)
             params.append(pytest.param(examples, id=f"{name}:{line}", marks=marks))
     return params
 

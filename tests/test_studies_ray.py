@@ -22,8 +22,6 @@ if importlib.util.find_spec("ray") is None:
         raise RuntimeError("EMBINIT_REQUIRE_RAY=1: the Ray engine's tests must run; pip install -e '.[ray]'")
     pytest.skip("Ray is not installed (pip install 'lightning_embinit[ray]')", allow_module_level=True)
 
-pytestmark = pytest.mark.xdist_group("ray")  # under pytest-xdist, one worker runs the local Ray instances in turn
-
 
 def test_two_trials_on_a_local_ray_instance_write_the_records_the_report_reads(tmp_path):
     from lightning_embinit.studies.ray_engine import run_study_on_ray
