@@ -28,6 +28,39 @@ def shared_data():
     return require_shared_data()
 
 
+LONGEST_FIRST = (
+    "docs/translation.md",
+    "tests/test_studies_examples.py",
+    "tests/test_studies_ray.py",
+    "tests/test_ddp.py",
+    "tests/test_notebooks.py",
+    "tests/test_models_tied_lm.py",
+    "docs/tied_lm.md",
+    "docs/cli.md",
+    "tests/test_quickstart.py",
+    "tests/test_studies_sweep.py",
+    "tests/test_models_reinforced.py",
+    "tests/test_hf_lm.py",
+)
+"""The longest scopes (a test file, or a docs page) of a run on 2 cores, longest first: a worker starts them first,
+so that the run does not end with one worker alone on a long file while the other is idle."""
+
+
+def _scope(nodeid: str) -> str:
+    """A test's file, or for a docs test its page (the id is ``<page>:<line>``)."""
+    module = nodeid.split("::", 1)[0]
+    if module.endswith("tests/test_docs_blocks.py") and "[" in nodeid:
+        return nodeid[nodeid.index("[") + 1 :].rsplit(":", 1)[0]
+    return module
+
+
+def pytest_collection_modifyitems(config, items):
+    """Under pytest-xdist, :data:`LONGEST_FIRST`'s scopes go first (the order within a scope is kept)."""
+    if getattr(config.option, "numprocesses", None) or os.environ.get("PYTEST_XDIST_WORKER"):
+        rank = {scope: index for index, scope in enumerate(LONGEST_FIRST)}
+        items.sort(key=lambda item: rank.get(_scope(item.nodeid), len(rank)))
+
+
 def pytest_xdist_make_scheduler(config, log):
     """Under pytest-xdist (``make test``: ``-n auto``), a test file's tests run on one worker, so the fixtures it
     shares (trained checkpoints, tokenizers, a local Ray instance) are built once; the docs tests are split by page
@@ -39,9 +72,6 @@ def pytest_xdist_make_scheduler(config, log):
 
     class FileOrDocsPageScheduling(LoadScopeScheduling):
         def _split_scope(self, nodeid: str) -> str:
-            module = nodeid.split("::", 1)[0]
-            if module.endswith("tests/test_docs_blocks.py") and "[" in nodeid:
-                return nodeid[nodeid.index("[") + 1 :].rsplit(":", 1)[0]
-            return module
+            return _scope(nodeid)
 
     return FileOrDocsPageScheduling(config, log)
