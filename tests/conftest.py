@@ -70,6 +70,8 @@ def pytest_xdist_make_scheduler(config, log):
     ``item._nodeid``, which pytest 9 no longer reads, so its groups are silently ignored."""
     from xdist.scheduler import LoadScopeScheduling
 
+    config.option.loadscopereorder = False  # keep the collection's order (LONGEST_FIRST), not the most tests first
+
     class FileOrDocsPageScheduling(LoadScopeScheduling):
         def _split_scope(self, nodeid: str) -> str:
             return _scope(nodeid)
