@@ -301,7 +301,7 @@ def seeds_for_power(effect: float, variance_per_seed: float, alpha: float) -> in
     """The fewest seeds per setting (at least 2) with which Student's t test of two settings, at level ``alpha``
     one-sided (``alpha``/2 of a two-sided test), detects a true difference ``effect`` with 80 % power, when each
     seed's value varies by ``variance_per_seed``: noncentral t with 2n − 2 degrees of freedom, noncentrality
-    |effect| / √(2 s² / n), the far tail left out. None for no effect or no spread."""
+    ``|effect|`` / √(2 s² / n), the far tail left out. None for no effect or no spread."""
     if not effect or not variance_per_seed or math.isnan(effect) or math.isnan(variance_per_seed):
         return None
     z = stats.norm.ppf(1 - alpha) + stats.norm.ppf(POWER)

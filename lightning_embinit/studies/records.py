@@ -1,4 +1,4 @@
-"""A results directory: ``study.json``, one record per trial, logs and each trial's own run directory.
+"""A results directory: ``study.json``, one record per trial, logs and each trial's own run directory::
 
     <results>/study.json              the study (name, hash, variant, its mapping, the trials of the variant) and
                                       each sweep into it: its start, end, elapsed time and machine
