@@ -432,6 +432,23 @@ def test_markers_sit_right_before_a_block() -> None:
     assert not stray, f"docs-test markers with no runnable block after them: {stray}"
 
 
+def run_groups(groups, sandbox) -> list[str]:
+    """Each group of a page run in ``sandbox``: ``ok``, ``fail: <the assertion's first line>``, or the name of
+    another exception (SkipTest, a YAML error)."""
+    outcomes = []
+    for _, _, examples in groups:
+        examples[0].document.namespace.setdefault(SANDBOX, sandbox)
+        try:
+            for example in examples:
+                example.evaluate()
+            outcomes.append("ok")
+        except AssertionError as error:
+            outcomes.append("fail: " + str(error).splitlines()[0])
+        except Exception as error:  # noqa: BLE001  (SkipTest, yaml errors)
+            outcomes.append(type(error).__name__)
+    return outcomes
+
+
 def test_the_collector_finds_the_blocks_and_a_failing_block_fails(tmp_path, tmp_path_factory) -> None:
     """The machinery itself: markers apply to the next block only, replace must match, a failure is reported."""
     page = tmp_path / "page.md"
@@ -447,17 +464,7 @@ def test_the_collector_finds_the_blocks_and_a_failing_block_fails(tmp_path, tmp_
     )
     groups = block_groups(page)
     assert [line for line, _, _ in groups] == [4, 9, 15, 20, 24, 29, 33, 37]
-    outcomes = []
-    for _, _, examples in groups:
-        examples[0].document.namespace.setdefault(SANDBOX, tmp_path)
-        try:
-            for example in examples:
-                example.evaluate()
-            outcomes.append("ok")
-        except AssertionError as error:
-            outcomes.append("fail: " + str(error).splitlines()[0][:40])
-        except Exception as error:  # noqa: BLE001  (SkipTest, yaml errors)
-            outcomes.append(type(error).__name__)
+    outcomes = [outcome if outcome[:6] != "fail: " else outcome[:46] for outcome in run_groups(groups, tmp_path)]
     assert outcomes[:3] == ["ok", "ok", "ok"]
     assert outcomes[3].startswith("fail: docs-test replace")
     assert outcomes[4].startswith("fail: bash block at line 24")
@@ -503,16 +510,8 @@ def test_a_sample_output_is_compared_with_what_the_block_above_printed(tmp_path)
     )
     groups = block_groups(page)
     assert [(line, len(examples)) for line, _, examples in groups] == [(3, 3), (13, 3), (22, 3), (31, 3), (40, 3)]
-    outcomes = []
-    for _, _, examples in groups:
-        examples[0].document.namespace.setdefault(SANDBOX, tmp_path)
-        try:
-            for example in examples:
-                example.evaluate()
-            outcomes.append("ok")
-        except AssertionError as error:
-            outcomes.append(str(error).splitlines()[0])
+    outcomes = run_groups(groups, tmp_path)
     assert outcomes[:2] == ["ok", "ok"]
-    assert all(outcome.startswith("the sample output at line") for outcome in outcomes[2:]), outcomes
+    assert all(outcome.startswith("fail: the sample output at line") for outcome in outcomes[2:]), outcomes
     with pytest.raises(ValueError, match="bad docs-test marker"):
         parse_directive("output tolerance much")
