@@ -1,4 +1,4 @@
-"""The three monitors under 2-process CPU DDP (ddp_spawn, gloo): computed once, counted over both ranks."""
+"""The three monitors under 2-process CPU DDP (gloo): computed once, counted over both ranks."""
 
 import csv
 
@@ -11,6 +11,7 @@ from torch.utils.data import DataLoader, TensorDataset
 
 from lightning_embinit import EmbeddingInitCallback, EmbeddingVarianceMonitor, LearningSpeedMonitor, LexicalProbe
 from tests.host_models import VOCAB, TwoSlotHost
+from tests.two_processes import ddp_strategy
 
 pytestmark = [pytest.mark.ddp, pytest.mark.timeout(300)]
 
@@ -46,7 +47,7 @@ def test_monitors_under_ddp(tmp_path):
     trainer = L.Trainer(
         accelerator="cpu",
         devices=2,
-        strategy="ddp_spawn",
+        strategy=ddp_strategy(),
         use_distributed_sampler=False,
         max_epochs=3,
         logger=CSVLogger(tmp_path, name="csv"),

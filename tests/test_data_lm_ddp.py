@@ -5,6 +5,7 @@ import pytest
 import torch
 
 from lightning_embinit.data import LanguageModelDataModule
+from tests.two_processes import ddp_strategy
 
 
 class Recorder(L.LightningModule):
@@ -35,7 +36,7 @@ def test_ranks_read_disjoint_shares_that_cover_the_training_windows(tmp_path):
     trainer = L.Trainer(
         accelerator="cpu",
         devices=2,
-        strategy="ddp_spawn",
+        strategy=ddp_strategy(),
         max_epochs=1,
         limit_val_batches=0,
         logger=False,

@@ -11,6 +11,7 @@ import torch
 from lightning_embinit.data import ClassificationDataModule, TranslationDataModule
 from lightning_embinit.data.batching import BucketBatchSampler, EpochSampler
 from tests.shared_data import require_shared_data
+from tests.two_processes import ddp_strategy
 
 
 class Recorder(L.LightningModule):
@@ -48,7 +49,7 @@ def fit(tmp_path, model, data, epochs, use_distributed_sampler=True):
     trainer = L.Trainer(
         accelerator="cpu",
         devices=2,
-        strategy="ddp_spawn",
+        strategy=ddp_strategy(),
         max_epochs=epochs,
         logger=False,
         enable_checkpointing=False,

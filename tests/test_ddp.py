@@ -9,6 +9,7 @@ from lightning.pytorch import Callback
 from lightning_embinit import EmbeddingInitCallback
 from tests.host_models import TwoSlotHost, make_trainer, token_loader
 from tests.sources_for_tests import BrokenSource
+from tests.two_processes import ddp_strategy
 
 pytestmark = [pytest.mark.ddp, pytest.mark.timeout(300)]
 
@@ -34,15 +35,16 @@ class WriteChecksums(Callback):
         (self.directory / f"rank{trainer.global_rank}.json").write_text(json.dumps(record))
 
 
-def ddp_trainer(tmp_path, callbacks):
-    return make_trainer(tmp_path, callbacks, devices=2, strategy="ddp_spawn")
+def ddp_trainer(tmp_path, callbacks, strategy=None):
+    return make_trainer(tmp_path, callbacks, devices=2, strategy=strategy or ddp_strategy())
 
 
 def test_every_rank_gets_identical_weights_without_a_seed(tmp_path):
     callback = EmbeddingInitCallback(
         source="xavier", slots={"encoder": None, "decoder": {"source": "normal:0.3"}}, verbose=False
     )
-    ddp_trainer(tmp_path, [callback, WriteChecksums(tmp_path)]).fit(TwoSlotHost(lr=0.0), token_loader(batches=4))
+    trainer = ddp_trainer(tmp_path, [callback, WriteChecksums(tmp_path)], strategy="ddp_spawn")  # users' strategy
+    trainer.fit(TwoSlotHost(lr=0.0), token_loader(batches=4))
     rank0 = json.loads((tmp_path / "rank0.json").read_text())
     rank1 = json.loads((tmp_path / "rank1.json").read_text())
     assert rank0 == rank1
@@ -96,7 +98,7 @@ def test_a_resume_under_ddp_starts_every_rank_from_the_checkpoints_tables(tmp_pa
     saved = torch.load(tmp_path / "run.ckpt", weights_only=False)["state_dict"]
     callback = EmbeddingInitCallback(source="ones", verbose=False)
     resumed = make_trainer(
-        tmp_path, [callback, SaveTablesAtTrainStart(tmp_path)], devices=2, strategy="ddp_spawn", max_steps=4
+        tmp_path, [callback, SaveTablesAtTrainStart(tmp_path)], devices=2, strategy=ddp_strategy(), max_steps=4
     )
     resumed.fit(TwoSlotHost(lr=0.0), token_loader(batches=4), ckpt_path=tmp_path / "run.ckpt")
     for rank in (0, 1):

@@ -56,6 +56,7 @@ from sybil.parsers.markdown import CodeBlockParser, SkipParser
 from sybil.parsers.markdown.lexers import DirectiveInHTMLCommentLexer, RawFencedCodeBlockLexer
 
 from tests.shared_data import require_shared_data, shared_data_dir
+from tests.warm_embinit import WarmEmbinit
 
 ROOT = Path(__file__).resolve().parent.parent
 DOCS = ROOT / "docs"
@@ -78,6 +79,8 @@ EARLIER_RUN = re.compile(
     r"output of an earlier run \(\d{4}-\d{2}-\d{2}, lightning_embinit [0-9][^\s,()]* at [0-9a-f]{7,40}\)", re.IGNORECASE
 )
 """The label of a sample output that the docs test does not compare (a run at a bigger scale)."""
+WARM_EMBINIT = WarmEmbinit()
+"""``embinit`` in the bash blocks forks from one preloaded process (``tests/warm_embinit.py``)."""
 NUMBER = re.compile(r"([-+]?\d+(?:\.\d+)?(?:[eE][-+]?\d+)?)")
 
 
@@ -258,6 +261,8 @@ def run_bash(example: Example) -> None:
         )
     environment = dict(os.environ, **env)
     environment["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{environment.get('PATH', '')}"
+    if re.search(r"\bembinit\b", source) and not os.environ.get("EMBINIT_DOCS_COLD"):
+        environment["PATH"] = f"{WARM_EMBINIT.bin_dir()}{os.pathsep}{environment['PATH']}"
     done = subprocess.run(
         ["bash", "-e", "-o", "pipefail", "-c", source],
         cwd=example.namespace[SANDBOX],

@@ -1,4 +1,4 @@
-"""InitialLossMonitor under 2-process CPU DDP (ddp_spawn, gloo): one value, the mean over ranks."""
+"""InitialLossMonitor under 2-process CPU DDP (gloo): one value, the mean over ranks."""
 
 import lightning as L
 import pytest
@@ -7,6 +7,7 @@ from torch.utils.data import DataLoader, TensorDataset
 
 from lightning_embinit.callbacks.initial_loss import InitialLossMonitor
 from lightning_embinit.models import TiedEmbeddingLM
+from tests.two_processes import ddp_strategy
 
 VOCAB = 200
 
@@ -42,7 +43,7 @@ def test_monitor_reports_the_mean_of_per_rank_initial_losses(tmp_path):
     trainer = L.Trainer(
         accelerator="cpu",
         devices=2,
-        strategy="ddp_spawn",
+        strategy=ddp_strategy(),
         use_distributed_sampler=False,
         max_steps=2,
         logger=False,

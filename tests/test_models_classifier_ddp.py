@@ -11,6 +11,7 @@ from lightning_embinit import EmbeddingInitCallback
 from lightning_embinit.data import ClassificationDataModule
 from lightning_embinit.models import TransformerClassifier
 from tests.shared_data import require_shared_data
+from tests.two_processes import ddp_strategy
 
 pytestmark = [pytest.mark.ddp, pytest.mark.timeout(300)]
 
@@ -54,7 +55,7 @@ def test_two_process_fit_on_sst2_with_glove_keeps_ranks_identical(tmp_path):
     trainer = L.Trainer(
         accelerator="cpu",
         devices=2,
-        strategy="ddp_spawn",
+        strategy=ddp_strategy(),
         max_steps=3,
         limit_val_batches=2,
         val_check_interval=3,

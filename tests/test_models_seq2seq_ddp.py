@@ -10,6 +10,7 @@ from lightning_embinit import EmbeddingInitCallback
 from lightning_embinit.models import ReinforcedTransformerSeq2Seq, TransformerSeq2Seq
 from tests.shared_data import require_shared_data
 from tests.translation_helpers import TINY, TINY_REINFORCED, multi30k_data, settings, tokenizer_configs, trainer
+from tests.two_processes import ddp_strategy
 
 pytestmark = [pytest.mark.ddp, pytest.mark.timeout(300)]
 
@@ -64,7 +65,7 @@ def test_two_process_fit_on_multi30k_keeps_ranks_identical(tmp_path, name):
     run = trainer(
         tmp_path,
         devices=2,
-        strategy="ddp_spawn",
+        strategy=ddp_strategy(),
         max_steps=3,
         limit_val_batches=2,
         val_check_interval=3,

@@ -15,13 +15,13 @@ from pathlib import Path
 import pytest
 import torch
 import torch.distributed as dist
-import torch.multiprocessing as mp
 from lightning.pytorch.callbacks import ModelCheckpoint
 
 from lightning_embinit import EmbeddingInitCallback, EmbeddingVarianceMonitor, LexicalProbe, initialize_embeddings
 from tests.host_models import make_trainer
 from tests.lazy_models import LazyLM, TablesAtTrainStart, fully_shard, lm_loader, reference_tables, whole
 from tests.sources_for_tests import EvenRowsSource, RankMarkedScheme
+from tests.two_processes import ddp_strategy, run_two_ranks
 
 pytestmark = [pytest.mark.ddp, pytest.mark.timeout(300)]
 
@@ -45,7 +45,9 @@ def test_tables_made_in_configure_model_under_ddp(tmp_path):
         TablesAtTrainStart(tmp_path, names=("embed", "frozen")),
         ModelCheckpoint(dirpath=tmp_path / "ckpt", save_last=True),
     ]
-    trainer = make_trainer(tmp_path, callbacks, max_steps=3, devices=2, strategy="ddp_spawn", enable_checkpointing=True)
+    trainer = make_trainer(
+        tmp_path, callbacks, max_steps=3, devices=2, strategy=ddp_strategy(), enable_checkpointing=True
+    )
     trainer.fit(LazyLM(extra=True, weight_decay=0.1), lm_loader())
 
     expected = reference_tables(names=("embed", "frozen"), source="normal:0.5", seed=5, slots=SLOTS)
@@ -114,7 +116,7 @@ def free_port() -> int:
 def test_fully_shard_tables_match_the_single_process_build(tmp_path):
     """Raw FSDP2 on a CPU mesh through the torch-only API: each rank writes its shard of the one matrix."""
     (tmp_path / "pairs.tsv").write_text(PAIRS)
-    mp.spawn(_fully_shard_worker, args=(str(tmp_path), free_port()), nprocs=2)
+    run_two_ranks(_fully_shard_worker, str(tmp_path), free_port())
     reference = LazyLM()
     reference.configure_model()
     expected = initialize_embeddings(reference, source="normal:0.5", standardize="xavier", seed=7)["embed"]

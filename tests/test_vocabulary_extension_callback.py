@@ -10,6 +10,7 @@ from lightning.pytorch import Callback, Trainer
 
 from lightning_embinit import LanguageModelDataModule, TiedEmbeddingLM, VocabularyExtensionCallback
 from tests.host_models import VOCAB, TwoSlotHost, make_trainer, token_loader
+from tests.two_processes import ddp_strategy
 
 OLD_TEXT = "the cat sat on the mat .\nthe dog ran far .\n" * 30
 NEW_TEXT = "the cat saw a bird .\nthe dog saw a bird on the mat .\n" * 30
@@ -207,7 +208,7 @@ def test_every_rank_holds_identical_extended_tables(tmp_path):
     callback = VocabularyExtensionCallback(
         from_checkpoint=str(tmp_path / "old.ckpt"), old_tokens=VOCAB, rule="mean_cov:1", seed=None, verbose=False
     )
-    make_trainer(tmp_path, [callback, WriteTables(tmp_path)], devices=2, strategy="ddp_spawn").fit(
+    make_trainer(tmp_path, [callback, WriteTables(tmp_path)], devices=2, strategy=ddp_strategy()).fit(
         TwoSlotHost(vocab_size=len(VOCAB) + 2, lr=0.0), token_loader(batches=4)
     )
     rank0 = json.loads((tmp_path / "rank0.json").read_text())
