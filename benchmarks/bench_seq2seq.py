@@ -248,14 +248,16 @@ def epoch(args: argparse.Namespace) -> None:
 
 @torch.no_grad()
 def naive_greedy(model, src: torch.Tensor, max_len: int) -> list[int]:
-    """One sentence, no cache: the whole prefix goes through the decoder at every step."""
-    state = model.encode(src)
-    prefix = [model.bos_id]
+    """One sentence, no cache: the whole prefix goes through the decoder at every step (``model.model``, the
+    architecture that the LightningModule holds)."""
+    net = model.model
+    state = net.encode(src)
+    prefix = [net.bos_id]
     for _ in range(max_len):
-        logits = model.head_logits(model.decode(torch.tensor([prefix]), state)[:, -1])[0]
-        logits[[model.pad_id, model.bos_id]] = float("-inf")
+        logits = net.head_logits(net.decode(torch.tensor([prefix]), state)[:, -1])[0]
+        logits[[net.pad_id, net.bos_id]] = float("-inf")
         prefix.append(int(logits.argmax()))
-        if prefix[-1] == model.eos_id:
+        if prefix[-1] == net.eos_id:
             break
     return prefix[1:]
 
