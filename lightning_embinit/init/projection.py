@@ -1,19 +1,16 @@
 """Dimension projections for pre-trained rows whose width D_s differs from the slot's D (docs/concepts.md#alignment).
 
-A projection is fitted on the rows a source actually found for a slot and then applied to them;
-out-of-vocabulary rows are generated directly at width D. Two methods, both explicit opt-ins:
+A projection is fitted on the rows a source found for a slot and applied to them (OOV rows are drawn at width D).
+Two explicit opt-ins:
 
-- ``"pca"`` (D_s > D only): centre the found rows on their mean and keep their coordinates along
-  the top-D principal axes. Of all linear maps to D dimensions this one keeps the most of the
-  rows' variance (their spread around the mean); the retained fraction is reported. The result
-  is centred (the mean row becomes zero). Axis signs are fixed so the result is deterministic.
-- ``"random_orthogonal"`` (any sizes): multiply by a seeded random D_s×D matrix M drawn from the
-  Haar measure (QR of a Gaussian matrix). When D ≥ D_s, M has orthonormal rows: every inner
-  product, norm, distance and cosine between rows is preserved exactly, while the per-element
-  std shrinks by about √(D_s/D) because the same energy is spread over more coordinates. When
-  D < D_s, M has orthonormal columns: the rows are orthogonally projected onto a random
-  D-dimensional subspace; squared norms shrink by D/D_s in expectation and distances are kept up
-  to that factor with Johnson–Lindenstrauss distortion, so the per-element std stays about the same.
+- ``"pca"`` (D_s > D only): the found rows' coordinates along their top-D principal axes, centred on their mean:
+  of all linear maps to D dimensions the one that keeps the most variance (the fraction is reported). Axis signs
+  are fixed, so the result is deterministic.
+- ``"random_orthogonal"`` (any sizes): a seeded Haar-random D_s×D matrix M (QR of a Gaussian matrix). For D ≥ D_s,
+  M has orthonormal rows: inner products, norms, distances and cosines are kept exactly, the per-element std
+  shrinks by about √(D_s/D). For D < D_s, M has orthonormal columns (a projection onto a random subspace): squared
+  norms shrink by D/D_s in expectation, distances are kept up to that factor with Johnson–Lindenstrauss
+  distortion, and the per-element std stays about the same.
 """
 
 from __future__ import annotations

