@@ -1,8 +1,5 @@
-"""The torch-only core: schemes, sources, alignment, transforms and statistics.
-
-Nothing in this package imports Lightning; the callbacks in :mod:`lightning_embinit.callbacks`
-are thin adapters over it.
-"""
+"""The torch-only core (schemes, sources, alignment, transforms, statistics); nothing here imports Lightning, and the
+callbacks in :mod:`lightning_embinit.callbacks` are thin adapters over it."""
 
 from lightning_embinit.init.extension import (
     BIAS_RULES,

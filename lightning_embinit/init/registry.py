@@ -1,8 +1,7 @@
 """Name → factory registries for the things users select by name (schemes, sources, transforms).
 
-A spec is the string a user types: either a plain name (``"xavier"``) or a name with an
-argument after the first colon (``"normal:0.01"``, ``"hf:/models/bert"``). A factory that
-takes an argument is registered with ``takes_argument=True`` and receives it as its first
+A spec is the string a user types: a plain name (``"xavier"``) or a name with an argument after the first colon
+(``"normal:0.01"``, ``"hf:/models/bert"``). A factory registered with ``takes_argument=True`` receives it as its first
 positional parameter; prefixes are matched before plain names so paths with colons survive.
 """
 

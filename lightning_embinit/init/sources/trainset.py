@@ -1,13 +1,10 @@
 """``word2vec-trainset``: word2vec trained with gensim on the task's own training text (Kocmi and Bojar, "An
 Exploration of Word Embedding Initialization in Deep-Learning Tasks" [KB]; docs/concepts.md#trainset-word2vec).
 
-The corpus is ``request.corpus()`` — the datamodule's tokenized training text for the slot —
-read once per gensim pass. The vectors then go through the usual alignment (exact match of the
-slot's tokens; tokens the corpus lacks, such as special tokens, get the ``oov`` policy).
-
-Hyperparameters are options; ``vector_size`` defaults to the slot's D. Training is deterministic
-given ``seed`` with ``workers=1`` (the default): the seed defaults to a draw from the request's
-generator, and gensim's per-word hash is a fixed CRC32 rather than Python's salted ``hash``.
+The corpus is ``request.corpus()``, the datamodule's tokenized training text for the slot, read once per gensim pass;
+the vectors then go through the usual alignment (tokens the corpus lacks get the ``oov`` policy). Hyperparameters are
+options (``vector_size`` defaults to the slot's D). With ``workers=1`` (the default) training is deterministic: the
+seed defaults to a draw from the request's generator, and the per-word hash is a fixed CRC32, not Python's ``hash``.
 """
 
 from __future__ import annotations
