@@ -1,16 +1,9 @@
-"""Dimension projections for pre-trained rows whose width D_s differs from the slot's D (docs/concepts.md#alignment).
+"""Dimension projections for pre-trained rows whose width D_s differs from the slot's D (docs/concepts.md#alignment;
+docs/sources.md, "Projections").
 
-A projection is fitted on the rows a source found for a slot and applied to them (OOV rows are drawn at width D).
-Two explicit opt-ins:
-
-- ``"pca"`` (D_s > D only): the found rows' coordinates along their top-D principal axes, centred on their mean:
-  of all linear maps to D dimensions the one that keeps the most variance (the fraction is reported). Axis signs
-  are fixed, so the result is deterministic.
-- ``"random_orthogonal"`` (any sizes): a seeded Haar-random D_s×D matrix M (QR of a Gaussian matrix). For D ≥ D_s,
-  M has orthonormal rows: inner products, norms, distances and cosines are kept exactly, the per-element std
-  shrinks by about √(D_s/D). For D < D_s, M has orthonormal columns (a projection onto a random subspace): squared
-  norms shrink by D/D_s in expectation, distances are kept up to that factor with Johnson–Lindenstrauss
-  distortion, and the per-element std stays about the same.
+Fitted on the rows a source found for a slot and applied to them: ``"pca"`` (D_s > D only) keeps the found rows'
+coordinates along their top-D principal axes, centred, signs fixed; ``"random_orthogonal"`` (any sizes) multiplies
+by a seeded Haar-random D_s×D matrix, an isometry for D ≥ D_s and a projection onto a random subspace for D < D_s.
 """
 
 from __future__ import annotations

@@ -68,10 +68,8 @@ class Registry(Generic[T]):
     def build(self, spec: str, *args: Any, **kwargs: Any) -> T:
         """Instantiate the entry named by ``spec`` (``name`` or ``name:argument``)."""
         name, argument = self.split(spec)
-        entry = self._entries[name]
-        if argument is not None:
-            return entry.factory(argument, *args, **kwargs)
-        return entry.factory(*args, **kwargs)
+        factory = self._entries[name].factory
+        return factory(*args, **kwargs) if argument is None else factory(argument, *args, **kwargs)
 
     def create(self, name: str, *args: Any, **kwargs: Any) -> T:
         """Instantiate entry ``name`` with Python arguments (for values that are not strings)."""

@@ -202,6 +202,4 @@ for _name, (_distribution, _std, _mean, _summary) in _FIXED_SCHEMES.items():
 
 def get_scheme(spec: str | RandomScheme) -> RandomScheme:
     """The scheme named by ``spec`` (``"xavier"``, ``"normal:0.01"``, ...), or ``spec`` itself."""
-    if isinstance(spec, RandomScheme):
-        return spec
-    return SCHEMES.build(spec)
+    return spec if isinstance(spec, RandomScheme) else SCHEMES.build(spec)

@@ -245,6 +245,4 @@ TRANSFORMS.add(
 def build_transform(spec: str, argument: Any = None, **options: Any) -> Transform:
     """The transform for ``"name"``/``"name:argument"``, or for ``name`` with a Python ``argument``;
     ``options`` go to a reference source (``match``, ``standardize``)."""
-    if argument is None:
-        return TRANSFORMS.build(spec, **options)
-    return TRANSFORMS.create(spec, argument, **options)
+    return TRANSFORMS.build(spec, **options) if argument is None else TRANSFORMS.create(spec, argument, **options)

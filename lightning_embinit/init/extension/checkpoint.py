@@ -18,13 +18,7 @@ from torch import nn
 from lightning_embinit.init.extension.extend import token_list
 from lightning_embinit.init.extension.plan import ExtensionPlan, plan_extension
 from lightning_embinit.init.extension.rules import splitter_of
-from lightning_embinit.init.extension.tables import (
-    SlotTables,
-    output_layers,
-    parameter_names,
-    read_tables,
-    tensor_at,
-)
+from lightning_embinit.init.extension.tables import SlotTables, output_layers, parameter_names, read_tables, tensor_at
 from lightning_embinit.init.host import EmbeddingSlot, select_slots
 from lightning_embinit.init.sources.checkpoint import CHECKPOINT_KEY
 

@@ -1,20 +1,10 @@
 """New tokens in a trained model: extend a slot's vocabulary, give only the new rows a start, keep every old row.
 
-:func:`extend_vocabulary` takes a model (an :class:`~lightning_embinit.init.host.EmbeddingHost` or any module) and
-the slot's new token list, or a new tokenizer holding every old token in any order, and
-
-1. checks everything before any weight changes (:func:`plan_extension`): no old token dropped (unless
-   ``allow_dropping=True``; special tokens never), no duplicate, a rule the slot can serve;
-2. builds the extended tables: the old row of every old token t, **bit for bit**, at ``new_id(t)``; the new rows
-   from a rule (:mod:`~lightning_embinit.init.extension.rules`), optionally standardized (the new rows only);
-3. writes them (:mod:`~lightning_embinit.init.extension.tables`): the table and every module tied to it, each
-   untied output layer's rows and bias (new entries per ``bias=``), the padding index;
-4. lets the host follow (``prepare_vocabulary_change``), so a checkpoint of the extended model reloads;
-5. reports the rows per rule, the new rows' statistics beside the old rows', and with ``probe=`` (the states that
-   meet the output matrix) the probability the new tokens take before any update.
-
-``trainable="new_rows"``: only the new rows learn (:func:`freeze_old_rows`; :func:`pin_old_rows` for
-weight-decaying optimizers).
+:func:`extend_vocabulary` checks everything before any weight changes (:func:`plan_extension`), builds the extended
+tables (every old row **bit for bit** at its token's new id, the new rows from a rule), writes them with everything
+that follows the vocabulary (:mod:`~lightning_embinit.init.extension.tables`), lets the host follow
+(``prepare_vocabulary_change``) and reports; docs/vocabulary_extension.md. ``trainable="new_rows"``: only the new
+rows learn (:func:`freeze_old_rows`, :func:`pin_old_rows`).
 """
 
 from __future__ import annotations

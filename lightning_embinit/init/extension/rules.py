@@ -1,22 +1,12 @@
-"""Where the new rows of an extended vocabulary come from.
+"""Where the new rows of an extended vocabulary come from (docs/vocabulary_extension.md, "Rules").
 
-A rule fills the m rows of the tokens a trained table lacks; the old rows are never touched. μ and Σ are the mean row
-and the population covariance (divided by M) of the M old non-padding rows:
-
-- ``mean``: every new row is μ. Then a new token's logit h·μ (+ b̄) is the mean of the old logits, so by Jensen
-  exp(h·μ + b̄) ≤ mean_j exp(h·w_j + b_j): no new token outweighs the average old one (J. Hewitt, "Initializing New
-  Word Embeddings for Pretrained Language Models", 2021).
-- ``mean_cov[:s]``: a sample of N(μ, s·Σ); s = 1e-9 by default, as Hugging Face's
-  ``resize_token_embeddings(mean_resizing=True)`` (transformers ≥ 4.46): the mean, with just enough noise to tell
-  the new rows apart. ``mean_cov:1`` draws rows spread like the old ones.
-- ``pieces``: the mean of the old rows of the pieces the **old** tokenizer splits the new token into (the start of
-  FOCUS/WECHSEL-style transfer); a token with no known piece gets μ, counted apart.
-- a random scheme by name (``normal:0.02``, ``xavier`` …), its std taken for the extended table's shape (N′, D);
-- a pre-trained source by name (``glove``, ``hf:<dir>`` …), aligned to the new tokens by string; a token the source
-  lacks gets μ, counted apart.
-
-New bias entries of an untied output layer (:data:`BIAS_RULES`): ``mean`` (the old entries' mean, Hugging Face's
-choice and the default), ``min`` (the lowest old entry: new tokens start below every old one), ``zero``, or a number.
+μ and Σ are the mean row and the population covariance (divided by M) of the M old non-padding rows. ``mean``: every
+new row is μ, so a new token's logit h·μ (+ b̄) is the mean of the old logits and by Jensen
+exp(h·μ + b̄) ≤ mean_j exp(h·w_j + b_j): no new token outweighs the average old one (J. Hewitt, "Initializing New
+Word Embeddings for Pretrained Language Models", 2021). ``mean_cov[:s]``: a sample of N(μ, s·Σ), s = 1e-9 by default
+as Hugging Face's ``resize_token_embeddings(mean_resizing=True)``. ``pieces``: the mean of the old rows of the pieces
+the **old** tokenizer splits the new token into. Or a random scheme, or a pre-trained source aligned by string.
+New bias entries of an untied output layer: :data:`BIAS_RULES`, or a number.
 """
 
 from __future__ import annotations

@@ -1,10 +1,7 @@
-"""The tensors a vocabulary extension reads and writes.
-
-A slot's vocabulary-indexed tensors are its embedding (and every module tied to it), each untied output layer's weight
-rows and bias entries, and the slot's other vocabulary biases (a tied head's bias, BART's ``final_logits_bias``: one
-entry per token along the last dimension). Writing replaces each tensor by one of the extended shape (a parameter
-keeps ``requires_grad``) wherever the model holds it, so references to the modules stay valid; an optimizer made
-before holds the old tensors, so make it after.
+"""The tensors a vocabulary extension reads and writes: a slot's embedding (and every module tied to it), each untied
+output layer's weight rows and bias entries, and the slot's other vocabulary biases (one entry per token along the
+last dimension). Writing replaces each tensor wherever the model holds it, so references to the modules stay valid;
+an optimizer made before holds the old tensors, so make it after.
 """
 
 from __future__ import annotations

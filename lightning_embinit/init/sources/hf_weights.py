@@ -1,13 +1,8 @@
 """Read only a Hugging Face checkpoint's input-embedding tensor ([K]'s sub-word rows, docs/concepts.md#subword-rows).
 
-The whole model is never instantiated. The tensor is found among the checkpoint's keys by known patterns
-(:data:`EMBEDDING_PATTERNS`, with or without a model prefix such as ``bert.``); ``tensor=`` overrides.
-
-- safetensors (``model.safetensors``, or the one shard holding the tensor, by ``model.safetensors.index.json``): the
-  keys, shapes and dtypes are listed lazily, then the rows asked for are read with positioned reads straight into
-  the output (a memory-mapped ``safe_open`` tensor would put the file's pages in the process's RSS).
-- ``pytorch_model.bin`` (and its index), as a fallback: ``torch.load(weights_only=True, mmap=True)``, so only the
-  pages of the rows read are touched.
+The model is never instantiated. The tensor is found by :data:`EMBEDDING_PATTERNS` (``tensor=`` overrides); from
+safetensors (or the one shard holding it) the rows asked for are read with positioned reads, so memory holds only
+them; ``pytorch_model.bin`` (and its index) is the fallback, memory-mapped with ``weights_only=True``.
 """
 
 from __future__ import annotations

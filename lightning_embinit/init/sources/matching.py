@@ -1,15 +1,6 @@
 """Step 1 of alignment: each slot token → a row of a pre-trained vector set, by named rules ([K], [KB];
-docs/concepts.md). ``special_map`` first, then an exact match, then the fallback rules of :data:`FALLBACKS` in the
-user's order:
-
-- ``special``: the slot's pad/unk/bos/eos ↔ the source's ``[PAD]``/``<pad>``..., by role;
-- ``lower``: the lower-cased token, then a case-insensitive match;
-- ``wordpiece``: ``##ing`` ↔ ``ing``; ``sentencepiece``: ``▁word`` ↔ ``word``;
-- ``pieces``: a word the source lacks gets the mean of the rows of the pieces the source's own tokenizer splits it
-  into (Hugging Face sources; the start of FOCUS/WECHSEL-style transfer);
-- ``ngrams``: a vector composed from character n-grams (fastText ``.bin`` only).
-
-A rule answers a token with a row, :data:`LATER` (the vector is made after matching) or None (the next rule is tried).
+docs/sources.md, "Matching rules"): ``special_map``, an exact match, then :data:`FALLBACKS` in the user's order. A rule
+answers a token with a row, :data:`LATER` (the vector is made after matching) or None (the next rule is tried).
 """
 
 from __future__ import annotations
@@ -132,11 +123,7 @@ _RULES = {**FIRST_RULES, **FALLBACKS}
 
 
 def match_tokens(
-    tokens: Sequence[str],
-    vectors: VectorSet,
-    *,
-    slot_special: Mapping[str, str],
-    options: MatchingOptions,
+    tokens: Sequence[str], vectors: VectorSet, *, slot_special: Mapping[str, str], options: MatchingOptions
 ) -> Match:
     """Match each slot token to a row of ``vectors``: ``special_map``, exact, then ``options.rules`` in order."""
     lookup, fallbacks = vectors.lookup(), options.rules

@@ -1,11 +1,8 @@
 """Static word vectors as sources: GloVe, word2vec, fastText ([K], [KB]; docs/concepts.md).
 
-``file:<path>`` reads any local vector file. Its ``format=`` (:data:`FORMATS`; detected by default) is ``word2vec``
-text with a ``count dim`` header (also fastText ``.vec``), ``glove`` header-less text (tokens may contain spaces: the
-vector is the last D fields), ``text`` (the header detected), ``word2vec_binary`` or ``fasttext_bin`` (read with
-gensim; its character n-grams compose vectors for unmatched tokens, the ``ngrams`` rule; docs/sources.md#vector-files).
-Text and word2vec-binary files are parsed once into the cache (:mod:`.vector_cache`), which later loads memory-map.
-The well-known sets by name are :mod:`.well_known`'s.
+``file:<path>`` reads any local vector file in one of :data:`FORMATS` (docs/sources.md, "Vector files"): text files and
+word2vec binaries are parsed once into the cache (:mod:`.vector_cache`); a fastText ``.bin`` model (gensim) also
+composes vectors for unmatched tokens from character n-grams (the ``ngrams`` rule). Sets by name: :mod:`.well_known`.
 """
 
 from __future__ import annotations

@@ -1,10 +1,8 @@
 """``word2vec-trainset``: word2vec trained with gensim on the task's own training text (Kocmi and Bojar, "An
 Exploration of Word Embedding Initialization in Deep-Learning Tasks" [KB]; docs/concepts.md#trainset-word2vec).
 
-The corpus is ``request.corpus()``, the datamodule's tokenized training text for the slot, read once per gensim pass;
-the vectors then go through the usual alignment (tokens the corpus lacks get the ``oov`` policy). Hyperparameters are
-options (``vector_size`` defaults to the slot's D). With ``workers=1`` (the default) training is deterministic: the
-seed defaults to a draw from the request's generator, and the per-word hash is a fixed CRC32, not Python's ``hash``.
+The corpus is ``request.corpus()``, read once per gensim pass; the vectors then go through the usual alignment. With
+``workers=1`` (the default) training is deterministic (docs/sources.md, "word2vec on the training text").
 """
 
 from __future__ import annotations

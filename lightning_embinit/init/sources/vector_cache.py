@@ -1,17 +1,10 @@
-"""A parse-once cache for big vector files (docs/concepts.md#word-vectors; issue 4 "big files").
+"""A parse-once cache for big vector files (docs/sources.md, "The cache").
 
-A vector file is parsed once into ``<cache>/vectors/<key>/``: ``matrix.npy`` (float32, V×D, memory-mapped by later
-loads, which read only the rows a vocabulary needs), ``tokens.txt`` (row order, joined by ``\n`` and read back
-without newline translation, so a token may hold ``\r``) and ``meta.json`` (what the parse found). The key hashes
-the file's identity (absolute path, size, mtime, ctime, inode) and the options that change the result, so an edited
-or replaced file is parsed again.
-
-The cache directory is, in order: the one set for the current build with :func:`cache_directory` (the callback's
-``cache_dir=``, else the main source's own ``cache_dir``, so reference sources write there too), a source's own
-``cache_dir`` option (outside a build), ``$EMBINIT_CACHE_DIR``, ``~/.cache/lightning_embinit``. A directory that
-cannot be used is not an error: the file is parsed into memory, with one warning naming the directory and where it
-was configured. Entries are written to a staging directory, checked and renamed into place, so a crash or a
-concurrent writer never leaves a half-written entry; staging directories older than an hour are removed.
+A file is parsed once into ``<cache>/vectors/<key>/`` (``matrix.npy``, float32 V×D, memory-mapped by later loads;
+``tokens.txt``, joined by ``\n`` and read back without newline translation; ``meta.json``), the key hashing the file's
+identity (absolute path, size, mtime, ctime, inode) and the parse options. The directory is the one set for the build
+(:func:`cache_directory`), else a source's ``cache_dir``, ``$EMBINIT_CACHE_DIR``, ``~/.cache/lightning_embinit``; one
+that cannot be used means a parse into memory and one warning. Entries are staged, checked and renamed into place.
 """
 
 from __future__ import annotations

@@ -1,16 +1,9 @@
 """Reading word-vector text files: word2vec text, GloVe's header-less text, fastText ``.vec`` ([K], [KB];
 docs/concepts.md#word-vectors).
 
-One pass in blocks of lines, with a progress bar: tokens are split off in Python, each block's numbers parsed at once
-(pandas' C reader, else ``numpy.fromstring``), and only a block that fails is re-read line by line to name the bad
-line. Compression is detected from the magic bytes (:mod:`.compressed`); a truncated or corrupt compressed file
-raises ``ValueError`` naming the file.
-
-The messy-file policies are docs/sources.md#messy-files: header detection (``header=``, else the dimension is the
-most common field count − 1, or ``dim=``), tokens with spaces (the vector is the last D fields;
-``allow_numeric_token_words=``), blank lines and a byte-order mark, bad lines (``on_bad_line=``), repeated tokens
-(the first is kept), invalid UTF-8 in a token (``encoding_errors=``), a header count that disagrees with the data
-lines (a warning). :class:`ParseReport` counts each; a cached parse repeats its warnings.
+One pass in blocks of lines: each block's numbers are parsed at once (pandas' C reader, else ``numpy.fromstring``),
+and only a failing block is re-read line by line to name the bad line; compression is detected by :mod:`.compressed`.
+Every irregularity follows a policy of docs/sources.md ("Messy files") and is counted in :class:`ParseReport`.
 """
 
 from __future__ import annotations
@@ -131,9 +124,7 @@ def _parse_line(values: bytes, dim: int) -> tuple[np.ndarray | None, str]:
             array = np.fromstring(values, dtype=np.float32, sep=" ")  # type: ignore[call-overload]
         except (ValueError, UnicodeDecodeError):
             return None, "a value is not a number"
-    if array.size != dim:
-        return None, f"expected {dim} values, found {array.size}"
-    return array, ""
+    return (array, "") if array.size == dim else (None, f"expected {dim} values, found {array.size}")
 
 
 @dataclass

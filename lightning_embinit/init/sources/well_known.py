@@ -1,6 +1,5 @@
-"""Well-known static vector sets by name: ``glove``, ``glove-6B-<dim>``, ``word2vec``, ``fasttext`` and the
-gensim-data names, read as ``file:<path>`` (:mod:`.static`) from ``path=``, else from gensim-data's local copy or
-download (when a network is reachable), else an error saying how to point at a local file.
+"""Well-known static vector sets by name (``glove``, ``glove-6B-<dim>``, ``word2vec``, ``fasttext``, the gensim-data
+names), read as ``file:<path>`` (:mod:`.static`) from ``path=``, else gensim-data's local copy or download.
 """
 
 from __future__ import annotations
