@@ -2,13 +2,10 @@
 written, the report, and a trained model's checkpoint, each in its module."""
 
 from lightning_embinit.init.extension.extend import extend_vocabulary, freeze_old_rows, pin_old_rows, plan_for_module
-from lightning_embinit.init.extension.plan import ExtensionPlan, VocabularyChange, plan_extension
+from lightning_embinit.init.extension.plan import ExtensionPlan, VocabularyChange
 from lightning_embinit.init.extension.report import extension_metrics, format_extension_report
-from lightning_embinit.init.extension.rules import BIAS_RULES, RULES
 
 __all__ = [
-    "BIAS_RULES",
-    "RULES",
     "ExtensionPlan",
     "VocabularyChange",
     "extend_vocabulary",
@@ -16,6 +13,5 @@ __all__ = [
     "format_extension_report",
     "freeze_old_rows",
     "pin_old_rows",
-    "plan_extension",
     "plan_for_module",
 ]
