@@ -63,12 +63,11 @@ class EmbeddingInitializer:
     """How a model's embedding tables are born: a recipe (per slot, optionally), the token strings and a seed.
 
     Args:
-        recipe: the source, transforms and trainability of every selected slot.
         slots: which tables: ``None`` (all), slot names or dotted module paths, or a mapping slot → overrides of
             the recipe's fields.
         seed: the generator seed; drawn at random (and reported) when ``None``.
-        tokens: token strings for tables whose model does not name them (:mod:`lightning_embinit.init.tokens`), or
-            a mapping slot → tokens.
+        tokens: token strings for tables whose model does not name them (:mod:`lightning_embinit.init.tokens`), or a
+            mapping slot → tokens.
     """
 
     def __init__(

@@ -71,9 +71,7 @@ def apply_trainability(
     slot: EmbeddingSlot, trainable: Trainable, pretrained_rows: FrozenRows, *, by_mask: bool = False
 ) -> FrozenRows | None:
     """Freeze ``slot`` as ``trainable`` says; returns the gradient mask it set (the rows to pin, :func:`pin_rows`).
-    ``by_mask`` freezes a ``trainable=False`` table by a mask over all rows instead of ``requires_grad=False`` (for a
-    table a wrapper such as DDP already registered as trainable, whose reducer fails on a gradient that never comes).
-    """
+    ``by_mask``: a mask over all rows for ``trainable=False`` (a table DDP already registered as trainable)."""
     if trainable == "pretrained_rows":
         mask = pretrained_rows
     elif trainable is False and by_mask:

@@ -1,9 +1,5 @@
-"""How a model names its embedding tables ("slots") for initialization and reporting.
-
-A module implements :class:`EmbeddingHost` by returning its slots from ``embedding_slots()``. In other modules
-:func:`discover_slots` takes the token tables of every model of a known family (:mod:`lightning_embinit.init.families`)
-wherever it sits, else every ``nn.Embedding`` by module path (tied heads by parameter identity);
-:func:`slot_from_path` takes one table by dotted path.
+"""How a model names its embedding tables ("slots"): :class:`EmbeddingHost`'s ``embedding_slots()``, else
+:func:`discover_slots` (known model families, else every ``nn.Embedding``), or :func:`slot_from_path`.
 """
 
 from __future__ import annotations
@@ -29,11 +25,9 @@ class EmbeddingSlot:
     ``input_scale`` multiplies the token vectors before the positional encoding is added (√D by default,
     docs/concepts.md#transformer-input); ``positional_encoding`` returns that (L, D) matrix (``None``: none added).
     ``tied_modules`` are output layers whose weight *is* this table's. ``tokens`` names the rows by id; rows past the
-    last token (a table padded to a multiple of 8, say) are out-of-vocabulary rows for pre-trained sources.
-
-    A slot of a known family's model also carries ``family``, ``positions`` (what the model adds to the token vectors,
-    in words), the untied ``output_layers`` and the ``vocabulary_biases`` (one entry per token) that follow the table
-    when its vocabulary changes, and ``after_resize(n)``, which keeps the model's vocabulary size in step.
+    last token are out-of-vocabulary rows for pre-trained sources. A known family's slot also carries ``family``,
+    ``positions`` (in words), and what follows the table when its vocabulary changes: the untied ``output_layers``, the
+    ``vocabulary_biases`` (one entry per token) and ``after_resize(n)`` (the model's vocabulary size).
     """
 
     name: str

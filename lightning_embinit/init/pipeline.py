@@ -110,11 +110,8 @@ def _with_padding(full: SourceMatrix, body: SourceMatrix, padding_idx: int | Non
 
 
 def write_slot(slot: EmbeddingSlot, weight: torch.Tensor) -> None:
-    """Copy ``weight`` into the table (its dtype and device) with a zero padding row (zeroed in ``weight`` too).
-
-    A sharded table (``DTensor``) receives its rank's slice of the whole ``weight``; a bf16 table stochastically
-    rounded values (fixed seed, so every rank writes the same), which keeps a standardized table's std unbiased.
-    """
+    """Copy ``weight`` into the table (its dtype and device; a ``DTensor``, its slice) with a zero padding row (zeroed
+    in ``weight`` too); a bf16 table gets stochastically rounded values (fixed seed: every rank writes the same)."""
     if slot.weight.dtype == torch.bfloat16 and weight.dtype != torch.bfloat16:
         weight = affine(weight, 1.0, 0.0, out=torch.empty(weight.shape, dtype=torch.bfloat16))
     if slot.padding_idx is not None:

@@ -1,8 +1,6 @@
 """Embedding tables sharded over ranks: ``DTensor`` weights, as FSDP2's ``fully_shard`` and tensor parallelism make.
-
-The whole matrix is built (on rank 0, then broadcast) and each rank writes its own slice (:func:`write_whole`), cut as
-the weight's mesh and placements cut it, without communication. Reading the whole table back (:func:`whole_table`,
-:func:`whole_slot`) gathers it: a collective every rank of the mesh must call. Plain tensors pass through unchanged.
+Each rank writes its own slice of the whole matrix without communication (:func:`write_whole`); reading the whole
+table back (:func:`whole_table`, :func:`whole_slot`) is a collective. Plain tensors pass through unchanged.
 """
 
 from __future__ import annotations

@@ -1,10 +1,7 @@
-"""Where a slot's token strings come from (pre-trained sources align by them).
-
-In order: the model's :class:`~lightning_embinit.init.host.EmbeddingHost` slots; the user's ``tokens=`` (a list, a
-one-token-per-line file, a Hugging Face tokenizer name or directory, or a tokenizer object: transformers,
-``tokenizers``, SentencePiece, litgpt, the package's ``TextTokenizer``); the datamodule's ``vocabulary_for(slot)`` or
-``vocabulary``; the model's ``vocabulary``; the datamodule's, then the model's ``tokenizer``. Rows past the last token
-are out-of-vocabulary rows; the report's ``tokens_from`` says which source named the rows.
+"""Where a slot's token strings come from (pre-trained sources align by them), in order: the model's
+:class:`~lightning_embinit.init.host.EmbeddingHost` slots; the user's ``tokens=`` (a list, a token file, a Hugging Face
+tokenizer name or directory, or a tokenizer object); the datamodule's ``vocabulary_for(slot)`` or ``vocabulary``; the
+model's ``vocabulary``; the datamodule's, then the model's ``tokenizer``. The report's ``tokens_from`` says which.
 """
 
 from __future__ import annotations

@@ -1,11 +1,9 @@
 """Transforms of an embedding matrix (Kim et al., "On Initializing Transformers with Pre-trained Embeddings" [K]
 §3.4 and A.3; docs/concepts.md#transforms).
 
-The functions are pure unless given ``out=`` (else a new tensor of the input's dtype) and deterministic for a given
-generator; bf16 results are rounded stochastically (unbiased). Statistics accumulate in float64
-(:func:`~lightning_embinit.init.statistics.matrix_statistics`) and the affine maps run in float32 blocks, so bf16 and
-250k×1024 float32 tables are exact. :data:`TRANSFORMS` wraps them as steps over a :class:`SourceMatrix`, so that a
-row permutation also permutes the record of which rows are pre-trained.
+The functions are pure unless given ``out=`` and deterministic for a given generator; statistics accumulate in
+float64 and the affine maps run in float32 blocks, bf16 results rounded stochastically (unbiased). :data:`TRANSFORMS`
+wraps them as steps over a :class:`SourceMatrix`, so a row permutation also permutes which rows are pre-trained.
 """
 
 from __future__ import annotations

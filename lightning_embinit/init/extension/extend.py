@@ -240,10 +240,8 @@ def freeze_old_rows(
     outputs: Mapping[str, Sequence[str]] | None = None,
 ) -> dict[str, list[nn.Parameter]]:
     """``trainable="new_rows"``: freeze every parameter of ``module`` but the tables of the slots in ``frozen`` and
-    their output layers (``outputs[slot]``, default :func:`~lightning_embinit.init.extension.tables.output_layers`),
-    whose rows where ``frozen[slot]()`` is True (the old ones: ``~plan.added``) get no gradient
-    (:func:`~lightning_embinit.init.freezing.freeze_rows`).
-    Returns slot → those tensors: pin their old rows for an optimizer that decays them (:func:`pin_old_rows`)."""
+    their output layers (``outputs[slot]``), whose rows where ``frozen[slot]()`` is True (the old ones) get no gradient.
+    Returns slot → those tensors, whose old rows an optimizer that decays them must pin (:func:`pin_old_rows`)."""
     tensors = {}
     for name in frozen:
         target = _one_slot(module, name)

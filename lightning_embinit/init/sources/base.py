@@ -1,9 +1,6 @@
-"""The source interface: where an embedding table's initial rows come from.
-
-A source turns a :class:`SourceRequest` (a slot's shape, token strings, special tokens, a generator and, when the
-datamodule offers it, its tokenized training text) into a :class:`SourceMatrix`: the N×D float32 matrix, which rows
-came from a pre-trained source and the vocabulary coverage. Random schemes are sources too (:class:`SchemeSource`),
-so ``source="xavier"`` and ``source="bert"`` read alike.
+"""The source interface: a source turns a :class:`SourceRequest` (a slot's shape, token strings, special tokens, a
+generator and maybe its training text) into a :class:`SourceMatrix` (the N×D float32 matrix, which rows are
+pre-trained, the coverage). Random schemes are sources too (:class:`SchemeSource`).
 """
 
 from __future__ import annotations
