@@ -61,12 +61,6 @@ def rows_without(weight: torch.Tensor, padding_idx: int | None) -> torch.Tensor:
     return torch.cat((weight[:padding_idx], weight[padding_idx + 1 :]))
 
 
-def _shift(matrix: torch.Tensor) -> float:
-    """A value near the mean, from a strided sample of rows, to centre the single pass on."""
-    rows = as_rows(matrix)
-    return rows[:: max(1, rows.shape[0] // 1024)].to(torch.float64).mean().item()
-
-
 def matrix_statistics(matrix: torch.Tensor) -> MatrixStats:
     """Mean, population std, min and max of all elements of ``matrix`` (any float dtype, any device), in one pass of
     shifted sums: with c near the mean, Σ(x − c) and Σ(x − c)² carry no cancellation, and mean = c + Σ(x − c)/n,
@@ -76,7 +70,9 @@ def matrix_statistics(matrix: torch.Tensor) -> MatrixStats:
     matrix = matrix.detach()
     wide = matrix.dtype == torch.float64 or matrix.shape[-1] > _MAX_FLOAT32_ROW  # a row's partial sum in float64
     partial = torch.float64 if wide else torch.float32
-    shift = torch.tensor(_shift(matrix), dtype=partial).item()
+    rows = as_rows(matrix)
+    sample = rows[:: max(1, rows.shape[0] // 1024)]  # a strided sample, whose mean centres the single pass
+    shift = torch.tensor(sample.to(torch.float64).mean().item(), dtype=partial).item()
     total, squares = 0.0, 0.0
     low, high = math.inf, -math.inf
     buffer: torch.Tensor | None = None

@@ -175,17 +175,13 @@ def _gather(vectors: VectorSet, match: Match, found_mask: torch.Tensor) -> _Gath
     if composed:
         parts.append(vectors.compose([match.composed[p] for p in composed]).to(torch.float32))  # type: ignore[attr-defined]
     if pieces:
-        parts.append(_piece_means(parts[0], [[block_of_row[r] for r in match.pieces[p]] for p in pieces]))
+        words = [[block_of_row[r] for r in match.pieces[p]] for p in pieces]  # row k: the mean of its pieces' rows
+        flat = torch.tensor([row for word in words for row in word], dtype=torch.long)
+        offsets = torch.tensor([0, *itertools.accumulate(len(word) for word in words)][:-1], dtype=torch.long)
+        parts.append(torch.nn.functional.embedding_bag(flat, parts[0], offsets, mode="mean"))
     block = parts[0] if len(parts) == 1 else torch.cat(parts)
     index = [block_of_later[p] if p in block_of_later else block_of_row[match.rows[p]] for p in positions.tolist()]
     return _Gathered(positions, torch.tensor(index, dtype=torch.long), block.contiguous())
-
-
-def _piece_means(rows: torch.Tensor, pieces: list[list[int]]) -> torch.Tensor:
-    """Row k: the mean of ``rows[pieces[k]]`` (``pieces`` rule)."""
-    flat = torch.tensor([row for word in pieces for row in word], dtype=torch.long)
-    offsets = torch.tensor([0, *itertools.accumulate(len(word) for word in pieces)][:-1], dtype=torch.long)
-    return torch.nn.functional.embedding_bag(flat, rows, offsets, mode="mean")
 
 
 def finite_rows(matrix: torch.Tensor) -> torch.Tensor:

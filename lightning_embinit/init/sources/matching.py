@@ -75,8 +75,11 @@ class _Context:
 
 
 def _special(token: str, context: _Context) -> int | None:
+    """The source's own token for the slot token's role (or a synonym's), else the first usual spelling it has."""
     role = context.role_of_token.get(token)
-    candidates = _role_candidates(role, context.source_special) if role is not None else []
+    names = _ROLE_SYNONYMS.get(role, (role,)) if role is not None else ()
+    own = [context.source_special[name] for name in names if context.source_special.get(name)]
+    candidates = own + [c for name in names for c in ROLE_CANDIDATES.get(name, ())]
     return next((context.lookup[c] for c in candidates if c in context.lookup), None)
 
 
@@ -180,9 +183,3 @@ def _explicit_special_map(
             raise ValueError(f"special_map[{key!r}] = {source_token!r}, but the source has no token {source_token!r}")
         resolved[slot_token] = lookup[source_token]
     return resolved
-
-
-def _role_candidates(role: str, source_special: Mapping[str, str]) -> list[str]:
-    names = _ROLE_SYNONYMS.get(role, (role,))
-    own = [source_special[name] for name in names if source_special.get(name)]
-    return own + [c for name in names for c in ROLE_CANDIDATES.get(name, ())]
