@@ -39,8 +39,7 @@ SlotSelection = Sequence[str] | Mapping[str, Mapping[str, Any] | None] | None
 
 @dataclass
 class PreparedSlots:
-    """The tables one initialization writes: each slot with its token strings, its checked recipe and its training
-    text; nothing written yet."""
+    """The tables one initialization writes, with their token strings, checked recipes and training text."""
 
     slots: dict[str, EmbeddingSlot]
     recipes: dict[str, InitRecipe]
@@ -176,8 +175,7 @@ class EmbeddingInitializer:
         return masks, messages
 
     def run(self, module: nn.Module, *, datamodule: Any = None, corpus: SlotCorpus | None = None) -> Initialized:
-        """Every step on ``module``: prepare, build (on rank 0 under ``torch.distributed``), write, freeze (warning
-        when a tied head freezes with its table)."""
+        """Every step on ``module``, warning when a tied head freezes with its table."""
         prepared = self.prepare(module, datamodule=datamodule, corpus=corpus)
         initialized = self.write(prepared, *self.build(prepared))
         for message in [*prepared.skipped.values(), *self.freeze(prepared, initialized.pretrained_rows)[1]]:

@@ -123,8 +123,7 @@ def family_slot(root: nn.Module, prefix: str, family: str, table: TokenTable) ->
 
 
 def discover_slots(root: nn.Module) -> dict[str, EmbeddingSlot]:
-    """Slots for a module: a host's ``embedding_slots()``, else every known model's token tables, else every
-    ``nn.Embedding`` by path."""
+    """Slots for a module: a host's own, else every known model's token tables, else every ``nn.Embedding``."""
     if isinstance(root, EmbeddingHost):
         slots = dict(root.embedding_slots())
     elif recognized := recognized_models(root):

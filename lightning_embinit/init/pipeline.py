@@ -122,8 +122,7 @@ def write_slot(slot: EmbeddingSlot, weight: torch.Tensor) -> None:
 def slot_report(
     slot: EmbeddingSlot, built: BuiltSlot | None, recipe: InitRecipe, *, seed: int | None
 ) -> dict[str, Any]:
-    """One row of the init report: how the table was born and its statistics as written (of the whole table when it
-    is sharded: every rank must call this then)."""
+    """One row of the init report: how the table was born, its statistics as written (every rank, if sharded)."""
     positional = slot.positional_encoding() if slot.positional_encoding is not None else None
     report: dict[str, Any] = {
         "slot": slot.name,

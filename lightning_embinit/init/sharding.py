@@ -37,8 +37,7 @@ def whole_table(weight: torch.Tensor) -> torch.Tensor:
 
 @torch.no_grad()
 def write_whole(weight: torch.Tensor, full: torch.Tensor) -> None:
-    """Copy the whole matrix ``full`` into ``weight`` in place (so optimizers and wrappers keep their references),
-    casting dtype and device; a DTensor gets its own slice."""
+    """Copy the whole matrix ``full`` into ``weight`` in place (casting), or a DTensor's own slice of it."""
     if tuple(full.shape) != tuple(weight.shape):
         raise ValueError(
             f"cannot write a matrix of shape {tuple(full.shape)} into a table of shape {tuple(weight.shape)}"

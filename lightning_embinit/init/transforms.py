@@ -241,6 +241,5 @@ TRANSFORMS.add(
 
 
 def build_transform(spec: str, argument: Any = None, **options: Any) -> Transform:
-    """The transform for ``"name"``/``"name:argument"``, or for ``name`` with a Python ``argument``;
-    ``options`` go to a reference source (``match``, ``standardize``)."""
+    """The transform for ``"name[:argument]"``, or ``name`` with a Python ``argument``; ``options``: its source's."""
     return TRANSFORMS.build(spec, **options) if argument is None else TRANSFORMS.create(spec, argument, **options)

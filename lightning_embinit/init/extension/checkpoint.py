@@ -112,8 +112,7 @@ def datamodule_tokenizer(datamodule: Any, slot: str, tokens: Sequence[str]) -> A
 
 
 def recorded_vocabularies(module: nn.Module, checkpoint: Mapping[str, Any] | None) -> dict[str, tuple[Any, Any]]:
-    """Slot → (old tokens, old tokenizer) that a checkpoint records: the ``embinit`` key, then the system's
-    ``checkpoint_vocabularies(hparams)``."""
+    """Slot → (old tokens, old tokenizer) that a checkpoint's ``embinit`` key or hyperparameters record."""
     if checkpoint is None:
         return {}
     found: dict[str, tuple[Any, Any]] = {}

@@ -127,8 +127,7 @@ def _check_before_writing(module: nn.Module, plan: ExtensionPlan, tokens: Any, p
 
 
 def _check_probe_width(module: nn.Module, plan: ExtensionPlan, states: torch.Tensor, *, done: bool = False) -> None:
-    """Refuse states not as wide as the output matrix's input: its first untied output layer's, else the tied
-    table's."""
+    """Refuse states not as wide as the output matrix's input (an untied layer's or the tied table's)."""
     if plan.output_rows:
         width = module.get_submodule(next(iter(plan.output_rows))).weight.shape[1]
     else:
@@ -259,7 +258,6 @@ def freeze_old_rows(
 def pin_old_rows(
     optimizer: torch.optim.Optimizer, tensors: Sequence[nn.Parameter], frozen: Callable[[], torch.Tensor | None]
 ) -> None:
-    """Put the frozen rows of ``tensors`` back after every step of an optimizer that decays them (AdamW with weight
-    decay moves rows even at zero gradient)."""
+    """Put the frozen rows of ``tensors`` back after every step of an optimizer that decays them."""
     for tensor in tensors:
         pin_rows(optimizer, tensor, frozen)

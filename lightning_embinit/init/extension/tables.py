@@ -51,8 +51,7 @@ def output_layers(root: nn.Module, slot: EmbeddingSlot, given: Sequence[str] | N
 
 
 def unclaimed_layers(root: nn.Module, slot: EmbeddingSlot, layers: Sequence[str]) -> list[str]:
-    """``nn.Linear`` layers as wide as the vocabulary, neither tied to the table nor among ``layers``: left as they are,
-    and worth a word to the user."""
+    """``nn.Linear`` layers as wide as the vocabulary, neither tied to the table nor among ``layers``."""
     return [
         path
         for path, module in root.named_modules()
@@ -98,8 +97,7 @@ def vocabulary_tensors(root: nn.Module, slot: EmbeddingSlot, outputs: Iterable[s
 
 
 def check_unhooked(root: nn.Module, slot: EmbeddingSlot, outputs: Iterable[str]) -> None:
-    """Refuse a table (or output layer) whose weight carries gradient hooks (a frozen-rows mask,
-    :func:`~lightning_embinit.init.freezing.freeze_rows`), which have the old row count."""
+    """Refuse a weight with gradient hooks (a frozen-rows mask), which have the old row count."""
     for what, weight in vocabulary_tensors(root, slot, outputs).items():
         if getattr(weight, "_backward_hooks", None):
             raise ValueError(
@@ -116,8 +114,7 @@ def parameter_names(root: nn.Module, parameter: torch.Tensor) -> list[str]:
 
 
 def _replace(root: nn.Module, old: torch.Tensor, new: torch.Tensor) -> None:
-    """Put ``new`` wherever ``root`` holds ``old``: one parameter (keeping ``requires_grad``) shared by every holder,
-    so ties survive, or the tensor itself as a buffer."""
+    """Put ``new`` wherever ``root`` holds ``old``: one shared parameter (ties survive), or the buffer."""
     replacement = nn.Parameter(new, requires_grad=old.requires_grad) if isinstance(old, nn.Parameter) else new
     for module in root.modules():
         for store in (module._parameters, module._buffers):

@@ -92,8 +92,7 @@ def module_path(root: nn.Module, target: nn.Module) -> str:
 
 
 def learned_rows(table: nn.Embedding, offset: int = 0, *extra: nn.Embedding) -> Callable[[], torch.Tensor]:
-    """The rows a learned position table adds from row ``offset`` on, plus the first row of each ``extra`` table (BERT's
-    token type 0)."""
+    """The rows a learned position table adds from row ``offset`` on, plus each ``extra`` table's row 0."""
 
     def rows() -> torch.Tensor:
         added = table.weight.detach()[offset:]

@@ -75,8 +75,7 @@ def local_fetch(directory: str) -> Callable[[str], str | None]:
 
 
 class HubFiles:
-    """``fetch(filename)`` for a hub model: the cached file, else a download while the hub is usable, else None
-    (so a cached model works without a network)."""
+    """``fetch(filename)`` for a hub model: the cached file, else a download while the hub is usable, else None."""
 
     def __init__(
         self, repo_ids: Sequence[str], *, revision: str | None, cache_dir: str | None, subfolder: str | None
@@ -224,8 +223,7 @@ def tokenizer_files(source: str, options: HFOptions) -> list[str]:
 def _vocabulary(
     name: str, candidates: Sequence[str], options: HFOptions, local_only: bool, how: str, rows: int
 ) -> tuple[dict[str, int], Any]:
-    """(token → id, the tokenizer) of the first candidate whose tokenizer is real: from vocabulary files, or with
-    ≥ half of ``rows`` tokens."""
+    """(token → id, tokenizer) of the first candidate with vocabulary files or ≥ half of ``rows`` tokens."""
     from transformers import AutoTokenizer
 
     errors = []

@@ -160,8 +160,7 @@ def match_tokens(
 def _split_into_pieces(
     tokens: Sequence[str], rules: list[str | None], split: Callable[[Sequence[str]], Sequence[Sequence[int]]] | None
 ) -> dict[int, list[int]]:
-    """Position → its pieces' rows, for the tokens the ``pieces`` rule took; one the tokenizer cannot split
-    loses its rule."""
+    """Position → its pieces' rows for the ``pieces`` rule's tokens; an unsplittable one loses its rule."""
     pending = [position for position, rule in enumerate(rules) if rule == "pieces"]
     pieces: dict[int, list[int]] = {}
     for position, piece_rows in zip(pending, split([tokens[p] for p in pending]) if pending and split else ()):

@@ -221,8 +221,7 @@ def file_source(path: str, **options: Any) -> PretrainedSource:
 def named_file_source(
     name: str, options: dict[str, Any], locate: Callable[[], str] | None = None, expected_dim: int | None = None
 ) -> PretrainedSource:
-    """The source of the vector file ``path=`` names, else of ``locate()``'s (a published set's: its width
-    ``expected_dim`` is checked)."""
+    """The source of the file ``path=`` names, else of ``locate()``'s (of width ``expected_dim``)."""
     alignment, own = split_options(name, options, FILE_OPTIONS)
     path = own.pop("path", None)
     file_options = FileVectorsOptions(**own)

@@ -68,8 +68,7 @@ def cache_root(override: str | os.PathLike[str] | None = None) -> Path:
 
 
 def writable_cache_dir(subdirectory: str, override: str | os.PathLike[str] | None = None) -> Path:
-    """``<cache root>/<subdirectory>``, created; raises :class:`CacheUnavailable` when it cannot be created or
-    written."""
+    """``<cache root>/<subdirectory>``, created; :class:`CacheUnavailable` when it cannot be used."""
     root, origin = cache_origin(override)
     target = root / subdirectory
     try:
