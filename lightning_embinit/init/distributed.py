@@ -1,9 +1,5 @@
-"""Build every table once, on global rank 0, and give every rank the same matrices (torch.distributed only).
-
-Rank 0 reads the sources and draws the random numbers; the other ranks receive the finished
-matrices, the masks of pre-trained rows and a summary (seed, sources, transforms, coverage), so
-every rank writes identical weights (or, for a sharded table, its slice of the same matrix). An
-error on rank 0 is raised on every rank, so no rank waits forever.
+"""Build every table once, on global rank 0, and give every rank the same matrices, masks of pre-trained rows and
+summary (torch.distributed only); an error on rank 0 is raised on every rank, so no rank waits forever.
 """
 
 from __future__ import annotations
@@ -30,12 +26,9 @@ def build_on_rank_zero(
     *,
     broadcast_object: Callable[[Any], Any] | None = None,
 ) -> tuple[dict[str, BuiltSlot], Any]:
-    """Run ``build`` on global rank 0 only; every rank returns the same matrices, masks and summary.
-
-    ``build`` builds every slot on this process and returns (slot → built matrix, a picklable summary such as the
-    seed). Every rank must call this with the same slots. ``broadcast_object`` sends a picklable object from rank 0
-    (default: ``torch.distributed.broadcast_object_list``); the tensors travel on the current CUDA device under
-    NCCL, else on the CPU. Without a process group of several ranks this is ``build()``.
+    """Run ``build`` (→ slot → built matrix, a picklable summary) on global rank 0 only; every rank (each calling this
+    with the same slots) returns the same matrices, masks and summary. ``broadcast_object``: how a picklable object
+    travels from rank 0 (default ``broadcast_object_list``); tensors travel on the CUDA device under NCCL, else the CPU.
     """
     if not is_distributed():
         return build()
@@ -64,12 +57,9 @@ def build_on_rank_zero(
 def run_on_rank_zero(
     compute: Callable[[], Any], *, what: str, broadcast_object: Callable[[Any], Any] | None = None
 ) -> Any:
-    """``compute()`` on global rank 0 only; every rank returns its (picklable) result.
-
-    An error on rank 0 is raised there as it is and on every other rank as a ``ValueError`` naming ``what``,
-    so no rank waits forever. ``broadcast_object``: as in :func:`build_on_rank_zero`. Without a process group
-    of several ranks this is ``compute()``.
-    """
+    """``compute()`` on global rank 0 only; every rank returns its (picklable) result. An error on rank 0 is raised
+    there as it is and on every other rank as a ``ValueError`` naming ``what``. ``broadcast_object``: as in
+    :func:`build_on_rank_zero`. Without a process group of several ranks this is ``compute()``."""
     if not is_distributed():
         return compute()
     answer: dict[str, Any] = {}

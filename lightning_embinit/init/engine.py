@@ -1,9 +1,8 @@
 """The one initialization engine: prepare, build, write, freeze, report (torch only).
 
 :func:`initialize_embeddings` runs every step on a module; ``EmbeddingInitCallback`` runs the same
-:class:`EmbeddingInitializer` and decides only *when* (inside ``fit``) and how ranks share the build. Every
-slot's matrix is built and checked (shape, finiteness, coverage) before any weight is written, so a
-failure leaves the model as it was.
+:class:`EmbeddingInitializer`, deciding only *when* (inside ``fit``) and how ranks share the build. Every matrix is
+built and checked (shape, finiteness, coverage) before any weight is written, so a failure leaves the model as it was.
 """
 
 from __future__ import annotations
@@ -40,8 +39,7 @@ SlotSelection = Sequence[str] | Mapping[str, Mapping[str, Any] | None] | None
 
 @dataclass
 class PreparedSlots:
-    """The tables one initialization writes: each slot with its token strings, its recipe (checked against the
-    table) and its training text; nothing written yet."""
+    """The tables one initialization writes, with their token strings, checked recipes and training text."""
 
     slots: dict[str, EmbeddingSlot]
     recipes: dict[str, InitRecipe]
@@ -60,28 +58,15 @@ class Initialized:
     seed: int
 
 
-def recipes_for_slots(base: InitRecipe, slots: SlotSelection) -> dict[str, InitRecipe]:
-    """Slot name → recipe: ``base`` with each slot's overrides; empty when ``slots`` is None (all slots)."""
-    if slots is None:
-        return {}
-    if isinstance(slots, str):
-        slots = [slots]
-    if isinstance(slots, Mapping):
-        return {name: base.updated(overrides, where=f"options for slot {name!r}") for name, overrides in slots.items()}
-    return {name: base for name in slots}
-
-
 class EmbeddingInitializer:
     """How a model's embedding tables are born: a recipe (per slot, optionally), the token strings and a seed.
 
     Args:
-        recipe: the source, transforms and trainability of every selected slot (:class:`InitRecipe`).
         slots: which tables: ``None`` (all), slot names or dotted module paths, or a mapping slot → overrides of
-            the recipe's fields (a different source per slot, say).
+            the recipe's fields.
         seed: the generator seed; drawn at random (and reported) when ``None``.
-        tokens: token strings for tables whose model does not name them: a list (by id), a one-token-per-line file,
-            a Hugging Face tokenizer name or directory, or a mapping slot → one of these
-            (:mod:`lightning_embinit.init.tokens`).
+        tokens: token strings for tables whose model does not name them (:mod:`lightning_embinit.init.tokens`), or a
+            mapping slot → tokens.
     """
 
     def __init__(
@@ -96,7 +81,13 @@ class EmbeddingInitializer:
             raise ValueError(f"seed must be a non-negative integer or None, got {seed!r}")
         check_token_option(tokens)
         self.recipe = recipe or InitRecipe()
-        self.slot_recipes = recipes_for_slots(self.recipe, slots)
+        if isinstance(slots, Mapping):
+            self.slot_recipes = {
+                name: self.recipe.updated(overrides, where=f"options for slot {name!r}")
+                for name, overrides in slots.items()
+            }
+        else:
+            self.slot_recipes = dict.fromkeys([slots] if isinstance(slots, str) else slots or (), self.recipe)
         for name, slot_recipe in (self.slot_recipes or {"": self.recipe}).items():
             slot_recipe.check(slot=name)
         self.seed = seed
@@ -108,9 +99,9 @@ class EmbeddingInitializer:
         return list(self.slot_recipes) or None
 
     def prepare(self, module: nn.Module, *, datamodule: Any = None, corpus: SlotCorpus | None = None) -> PreparedSlots:
-        """The selected slots with their token strings (the model's, ``tokens=``, the datamodule's, the model's
-        ``vocabulary``), each recipe checked against its table; no weight is touched. ``corpus(slot)`` (else the
-        datamodule's ``training_corpus``) is the slot's tokenized training text."""
+        """The selected slots with their token strings (:func:`~lightning_embinit.init.tokens.resolve_slot_tokens`),
+        each recipe checked against its table; no weight is touched. ``corpus(slot)`` (else the datamodule's
+        ``training_corpus``) is the slot's tokenized training text."""
         prepared = PreparedSlots({}, {})
         for name, slot in select_slots(module, self.slot_names).items():
             try:
@@ -139,9 +130,8 @@ class EmbeddingInitializer:
     def build(
         self, prepared: PreparedSlots, *, broadcast_object: Callable[[Any], Any] | None = None
     ) -> tuple[dict[str, BuiltSlot], int]:
-        """Every slot's checked matrix and the seed. Under ``torch.distributed`` (every rank calls this) global rank 0
-        builds and broadcasts (``broadcast_object``: how a picklable object travels), so every rank holds the same
-        matrices."""
+        """Every slot's checked matrix and the seed; under ``torch.distributed`` (every rank calls this) built on rank 0
+        and broadcast (``broadcast_object``: how a picklable object travels)."""
 
         def build_here() -> tuple[dict[str, BuiltSlot], int]:
             seed = self.seed if self.seed is not None else secrets.randbelow(2**31)
@@ -167,10 +157,9 @@ class EmbeddingInitializer:
     def freeze(
         self, prepared: PreparedSlots, pretrained_rows: Mapping[str, torch.Tensor], *, by_mask: bool = False
     ) -> tuple[dict[str, FrozenRows], list[str]]:
-        """Freeze each table as its recipe says. ``pretrained_rows`` is read at every backward, so it may be refilled
-        later (a restored checkpoint). ``by_mask``: freeze ``trainable=False`` tables by a gradient mask (for tables a
-        DDP wrapper already counts as trainable). Returns the masks whose rows a weight-decaying optimizer must pin
-        (:func:`~lightning_embinit.init.freezing.pin_rows`) and the warnings to show."""
+        """Freeze each table as its recipe says (:func:`~lightning_embinit.init.freezing.apply_trainability`;
+        ``pretrained_rows`` is read at every backward). Returns the masks whose rows a weight-decaying optimizer must
+        pin (:func:`~lightning_embinit.init.freezing.pin_rows`) and the warnings to show."""
         masks: dict[str, FrozenRows] = {}
         messages = []
         for name, slot in prepared.slots.items():
@@ -186,8 +175,7 @@ class EmbeddingInitializer:
         return masks, messages
 
     def run(self, module: nn.Module, *, datamodule: Any = None, corpus: SlotCorpus | None = None) -> Initialized:
-        """Every step on ``module``: prepare, build (on rank 0 under ``torch.distributed``), write, freeze (warning
-        when a tied head freezes with its table)."""
+        """Every step on ``module``, warning when a tied head freezes with its table."""
         prepared = self.prepare(module, datamodule=datamodule, corpus=corpus)
         initialized = self.write(prepared, *self.build(prepared))
         for message in [*prepared.skipped.values(), *self.freeze(prepared, initialized.pretrained_rows)[1]]:
@@ -207,14 +195,11 @@ def initialize_embeddings(
 ) -> dict[str, dict[str, Any]]:
     """Initialize ``module``'s embedding tables without Lightning; returns the report per slot.
 
-    ``options`` are :class:`InitRecipe` fields (``source="bert"``, ``standardize="xavier"``, ...); ``slots``
-    selects tables and may map a slot to its own overrides; ``tokens`` names rows where the model does not;
-    ``corpus(slot)`` returns the slot's tokenized training text (for ``word2vec-trainset`` and coverage by
-    frequency). With ``trainable="pretrained_rows"`` and an optimizer that decays weights, also call
-    :func:`~lightning_embinit.init.freezing.pin_rows` on it (the callback does this itself).
-
-    Under ``torch.distributed`` every rank must call this: global rank 0 builds the matrices and broadcasts them,
-    and every rank writes them (a sharded ``DTensor`` table, its slice).
+    ``options`` are :class:`InitRecipe` fields (``source="bert"``, ...); ``slots`` and ``tokens`` as
+    :class:`EmbeddingInitializer`'s; ``corpus(slot)`` returns the slot's tokenized training text (for
+    ``word2vec-trainset`` and coverage by frequency). With ``trainable="pretrained_rows"`` and an optimizer that decays
+    weights, also call :func:`~lightning_embinit.init.freezing.pin_rows` on it (the callback does this itself). Under
+    ``torch.distributed`` every rank must call this: rank 0 builds, every rank writes (a ``DTensor`` table, its slice).
     """
     base = (recipe or InitRecipe()).updated(options, where="options")
     initializer = EmbeddingInitializer(base, slots=slots, seed=seed, tokens=tokens)

@@ -1,8 +1,7 @@
 """Whether an embedding table trains: frozen whole, or frozen only in its pre-trained rows.
 
-Partial freezing is a gradient mask (a hook on the weight), which keeps SGD and Adam from moving
-the rows; optimizers that also decay weights would still move them, so for those the rows are
-pinned back to their values after every step (:func:`pin_rows`).
+Partial freezing is a gradient mask (a hook on the weight), which keeps SGD and Adam from moving the rows; for
+optimizers that also decay weights the rows are pinned back after every step (:func:`pin_rows`).
 """
 
 from __future__ import annotations
@@ -21,11 +20,8 @@ FrozenRows = Callable[[], "torch.Tensor | None"]
 
 
 def freeze_rows(weight: nn.Parameter, frozen_rows: FrozenRows) -> RemovableHandle:
-    """Zero the gradient of the rows where ``frozen_rows()`` is True (the entries, for a 1-D bias).
-
-    The mask is read at every backward, so it may be filled after the hook is registered (as when
-    a checkpoint restores it). A tied output layer shares the weight, so its rows freeze too.
-    """
+    """Zero the gradient of the rows where ``frozen_rows()`` is True (the entries, for a 1-D bias). The mask is read
+    at every backward, so it may be filled later (a restored checkpoint); a tied output layer's rows freeze too."""
 
     def mask_gradient(gradient: torch.Tensor) -> torch.Tensor:
         rows = frozen_rows()
@@ -75,11 +71,7 @@ def apply_trainability(
     slot: EmbeddingSlot, trainable: Trainable, pretrained_rows: FrozenRows, *, by_mask: bool = False
 ) -> FrozenRows | None:
     """Freeze ``slot`` as ``trainable`` says; returns the gradient mask it set (the rows to pin, :func:`pin_rows`).
-
-    ``by_mask`` freezes a ``trainable=False`` table with a gradient mask over all rows instead of
-    ``requires_grad=False``: for a table that a wrapper (DDP) already registered as trainable, whose
-    reducer fails on a gradient that never comes.
-    """
+    ``by_mask``: a mask over all rows for ``trainable=False`` (a table DDP already registered as trainable)."""
     if trainable == "pretrained_rows":
         mask = pretrained_rows
     elif trainable is False and by_mask:

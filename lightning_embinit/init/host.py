@@ -1,10 +1,5 @@
-"""How a model names its embedding tables ("slots") for initialization and reporting.
-
-A LightningModule (or any ``nn.Module``) implements :class:`EmbeddingHost` by returning its slots from
-``embedding_slots()``. For other modules :func:`discover_slots` finds every model of a known family inside it
-(:mod:`lightning_embinit.init.families`: Hugging Face, litgpt, torchtune, nanoGPT-style), wherever it sits, and takes
-its token tables as the family describes them; a module with no known model gets every ``nn.Embedding``, named by
-module path, tied heads detected by parameter identity. :func:`slot_from_path` takes one table by dotted path.
+"""How a model names its embedding tables ("slots"): :class:`EmbeddingHost`'s ``embedding_slots()``, else
+:func:`discover_slots` (known model families, else every ``nn.Embedding``), or :func:`slot_from_path`.
 """
 
 from __future__ import annotations
@@ -27,18 +22,12 @@ ANY_EMBEDDING = "every nn.Embedding (no known model family)"
 class EmbeddingSlot:
     """One embedding table of a model and what is known about it.
 
-    ``input_scale`` is the factor the model multiplies token vectors by before adding the
-    positional encoding (√D by default, docs/concepts.md#transformer-input); ``positional_encoding``
-    returns the (L, D) matrix that is added (``None`` when the model adds none).
-    ``tied_modules`` names output layers whose weight *is* this table's weight. ``tokens`` names
-    the rows by id; a table may have more rows than tokens (padded to a multiple of 8, say): the
-    rows past the last token are out-of-vocabulary rows for pre-trained sources.
-
-    A slot found in a model of a known family also carries ``family`` (which model it belongs to), ``positions``
-    (what the model adds to the token vectors, in words: "none: rotary embeddings in attention" when nothing is
-    added), the untied ``output_layers`` over its vocabulary and the ``vocabulary_biases`` (parameters or buffers
-    with one entry per token) that follow the table when its vocabulary changes, and ``after_resize(n)``, which
-    keeps the model's record of its vocabulary size in step.
+    ``input_scale`` multiplies the token vectors before the positional encoding is added (√D by default,
+    docs/concepts.md#transformer-input); ``positional_encoding`` returns that (L, D) matrix (``None``: none added).
+    ``tied_modules`` are output layers whose weight *is* this table's. ``tokens`` names the rows by id; rows past the
+    last token are out-of-vocabulary rows for pre-trained sources. A known family's slot also carries ``family``,
+    ``positions`` (in words), and what follows the table when its vocabulary changes: the untied ``output_layers``, the
+    ``vocabulary_biases`` (one entry per token) and ``after_resize(n)`` (the model's vocabulary size).
     """
 
     name: str
@@ -134,8 +123,7 @@ def family_slot(root: nn.Module, prefix: str, family: str, table: TokenTable) ->
 
 
 def discover_slots(root: nn.Module) -> dict[str, EmbeddingSlot]:
-    """Slots for a module: its own ``embedding_slots()`` if it is a host; else the token tables of every model of a
-    known family inside it; else every ``nn.Embedding`` by path (module docstring)."""
+    """Slots for a module: a host's own, else every known model's token tables, else every ``nn.Embedding``."""
     if isinstance(root, EmbeddingHost):
         slots = dict(root.embedding_slots())
     elif recognized := recognized_models(root):

@@ -1,7 +1,5 @@
-"""The steps of :mod:`lightning_embinit.init.engine` for one slot: build and check its matrix, write it, report it.
-
-A matrix is checked (shape, finiteness, coverage) before any weight is written.
-"""
+"""The steps of :mod:`lightning_embinit.init.engine` for one slot: build and check its matrix (shape, finiteness,
+coverage) before any weight is written, write it, report it."""
 
 from __future__ import annotations
 
@@ -35,11 +33,8 @@ class BuiltSlot:
 def check_matrix(
     weight: torch.Tensor, num_embeddings: int, embedding_dim: int, *, where: str, padding_idx: int | None = None
 ) -> MatrixStats:
-    """Raise ``ValueError`` unless ``weight`` is a finite (N, D) matrix; return its statistics.
-
-    ``padding_idx`` says that ``weight`` lacks the slot's padding row, so error messages can
-    name rows by the slot's own numbering.
-    """
+    """Raise ``ValueError`` unless ``weight`` is a finite (N, D) matrix; return its statistics. ``padding_idx``: the
+    slot's padding row that ``weight`` lacks, so errors name rows by the slot's own numbering."""
     if tuple(weight.shape) != (num_embeddings, embedding_dim):
         raise ValueError(
             f"{where}: built a matrix of shape {tuple(weight.shape)} "
@@ -83,7 +78,10 @@ def build_slot(
         if matrix.coverage is not None and matrix.coverage.found == 0:
             raise ValueError(f"{where}: the source covers none of the slot's {matrix.coverage.total} tokens")
         steps = recipe.steps()
-        body = _without_padding(matrix, slot.padding_idx)
+        body = matrix  # without the (zeroed) padding row, which transforms and their statistics never see
+        if slot.padding_idx is not None:
+            weight, rows = (rows_without(t, slot.padding_idx) for t in (matrix.weight, matrix.pretrained_rows))
+            body = replace(matrix, weight=weight, pretrained_rows=rows)
         for step in steps:
             body = step(body, request)
     statistics = check_matrix(body.weight, *body.weight.shape, where=where, padding_idx=slot.padding_idx)
@@ -91,17 +89,6 @@ def build_slot(
     if source.is_pretrained and not bool(matrix.pretrained_rows.any()):
         raise ValueError(f"{where}: the source covers none of the slot's {slot.num_embeddings} tokens (padding aside)")
     return BuiltSlot(slot.name, matrix, matrix.description, [step.describe() for step in steps], statistics)
-
-
-def _without_padding(matrix: SourceMatrix, padding_idx: int | None) -> SourceMatrix:
-    """The non-padding rows, so transforms and their statistics never see the (zeroed) padding row."""
-    if padding_idx is None:
-        return matrix
-    return replace(
-        matrix,
-        weight=rows_without(matrix.weight, padding_idx),
-        pretrained_rows=rows_without(matrix.pretrained_rows, padding_idx),
-    )
 
 
 def _with_padding(full: SourceMatrix, body: SourceMatrix, padding_idx: int | None) -> SourceMatrix:
@@ -123,13 +110,8 @@ def _with_padding(full: SourceMatrix, body: SourceMatrix, padding_idx: int | Non
 
 
 def write_slot(slot: EmbeddingSlot, weight: torch.Tensor) -> None:
-    """Copy ``weight`` into the table (casting to its dtype and device) with a zero padding row (zeroed in
-    ``weight`` too).
-
-    A sharded table (``DTensor``) receives its rank's slice of ``weight``, the whole matrix. A bf16
-    table receives stochastically rounded values (fixed seed, so every rank writes the same), which
-    keeps a standardized table's std unbiased.
-    """
+    """Copy ``weight`` into the table (its dtype and device; a ``DTensor``, its slice) with a zero padding row (zeroed
+    in ``weight`` too); a bf16 table gets stochastically rounded values (fixed seed: every rank writes the same)."""
     if slot.weight.dtype == torch.bfloat16 and weight.dtype != torch.bfloat16:
         weight = affine(weight, 1.0, 0.0, out=torch.empty(weight.shape, dtype=torch.bfloat16))
     if slot.padding_idx is not None:
@@ -140,8 +122,7 @@ def write_slot(slot: EmbeddingSlot, weight: torch.Tensor) -> None:
 def slot_report(
     slot: EmbeddingSlot, built: BuiltSlot | None, recipe: InitRecipe, *, seed: int | None
 ) -> dict[str, Any]:
-    """One row of the init report: how the table was born and its statistics as written (of the whole table when
-    it is sharded: every rank must call this then)."""
+    """One row of the init report: how the table was born, its statistics as written (every rank, if sharded)."""
     positional = slot.positional_encoding() if slot.positional_encoding is not None else None
     report: dict[str, Any] = {
         "slot": slot.name,

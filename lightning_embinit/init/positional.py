@@ -23,12 +23,9 @@ def canonical_layout(layout: str) -> str:
 def sinusoidal_encoding(
     length: int, dim: int, *, layout: str = "interleaved", base: float = 10000.0, dtype: torch.dtype = torch.float32
 ) -> torch.Tensor:
-    """The (length, dim) sinusoidal encoding P.
-
-    ``interleaved`` (Vaswani, [K]): P[i, 2k] = sin(i / base^{2k/D}), P[i, 2k+1] = cos(i / base^{2k/D}).
-    ``half`` (alias ``halves``; TensorFlow tutorial, [R]): P[i, k] = sin(i·ω_k), P[i, k + D/2] = cos(i·ω_k),
-    ω_k = base^{−2k/D}.
-    """
+    """The (length, dim) sinusoidal encoding P. ``interleaved`` (Vaswani, [K]): P[i, 2k] = sin(i / base^{2k/D}),
+    P[i, 2k+1] = cos(i / base^{2k/D}); ``half`` (alias ``halves``; TensorFlow tutorial, [R]): P[i, k] = sin(i·ω_k),
+    P[i, k + D/2] = cos(i·ω_k), ω_k = base^{−2k/D}."""
     layout = canonical_layout(layout)
     if dim % 2:
         raise ValueError(f"a sinusoidal encoding needs an even dimension, got {dim}")

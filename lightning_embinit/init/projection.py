@@ -1,19 +1,9 @@
-"""Dimension projections for pre-trained rows whose width D_s differs from the slot's D (docs/concepts.md#alignment).
+"""Dimension projections for pre-trained rows whose width D_s differs from the slot's D (docs/concepts.md#alignment;
+docs/sources.md, "Projections").
 
-A projection is fitted on the rows a source actually found for a slot and then applied to them;
-out-of-vocabulary rows are generated directly at width D. Two methods, both explicit opt-ins:
-
-- ``"pca"`` (D_s > D only): centre the found rows on their mean and keep their coordinates along
-  the top-D principal axes. Of all linear maps to D dimensions this one keeps the most of the
-  rows' variance (their spread around the mean); the retained fraction is reported. The result
-  is centred (the mean row becomes zero). Axis signs are fixed so the result is deterministic.
-- ``"random_orthogonal"`` (any sizes): multiply by a seeded random D_s×D matrix M drawn from the
-  Haar measure (QR of a Gaussian matrix). When D ≥ D_s, M has orthonormal rows: every inner
-  product, norm, distance and cosine between rows is preserved exactly, while the per-element
-  std shrinks by about √(D_s/D) because the same energy is spread over more coordinates. When
-  D < D_s, M has orthonormal columns: the rows are orthogonally projected onto a random
-  D-dimensional subspace; squared norms shrink by D/D_s in expectation and distances are kept up
-  to that factor with Johnson–Lindenstrauss distortion, so the per-element std stays about the same.
+Fitted on the rows a source found for a slot and applied to them: ``"pca"`` (D_s > D only) keeps the found rows'
+coordinates along their top-D principal axes, centred, signs fixed; ``"random_orthogonal"`` (any sizes) multiplies
+by a seeded Haar-random D_s×D matrix, an isometry for D ≥ D_s and a projection onto a random subspace for D < D_s.
 """
 
 from __future__ import annotations

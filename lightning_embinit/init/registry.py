@@ -1,8 +1,7 @@
 """Name → factory registries for the things users select by name (schemes, sources, transforms).
 
-A spec is the string a user types: either a plain name (``"xavier"``) or a name with an
-argument after the first colon (``"normal:0.01"``, ``"hf:/models/bert"``). A factory that
-takes an argument is registered with ``takes_argument=True`` and receives it as its first
+A spec is the string a user types: a plain name (``"xavier"``) or a name with an argument after the first colon
+(``"normal:0.01"``, ``"hf:/models/bert"``). A factory registered with ``takes_argument=True`` receives it as its first
 positional parameter; prefixes are matched before plain names so paths with colons survive.
 """
 
@@ -69,10 +68,8 @@ class Registry(Generic[T]):
     def build(self, spec: str, *args: Any, **kwargs: Any) -> T:
         """Instantiate the entry named by ``spec`` (``name`` or ``name:argument``)."""
         name, argument = self.split(spec)
-        entry = self._entries[name]
-        if argument is not None:
-            return entry.factory(argument, *args, **kwargs)
-        return entry.factory(*args, **kwargs)
+        factory = self._entries[name].factory
+        return factory(*args, **kwargs) if argument is None else factory(argument, *args, **kwargs)
 
     def create(self, name: str, *args: Any, **kwargs: Any) -> T:
         """Instantiate entry ``name`` with Python arguments (for values that are not strings)."""

@@ -34,9 +34,7 @@ def _cell(key: str, value: Any) -> str:
         return " → ".join(value) or "-"
     if key == "tied_modules":
         return ", ".join(value) or "-"
-    if isinstance(value, float):
-        return f"{value:.4g}"
-    return str(value)
+    return f"{value:.4g}" if isinstance(value, float) else str(value)
 
 
 def text_table(header: Sequence[str], rows: Sequence[Sequence[str]]) -> list[str]:

@@ -1,9 +1,8 @@
 """Random initialization schemes for an N×D embedding table ([K], [KB], [S], [A]; docs/concepts.md#random-schemes).
 
-Every scheme knows its expected mean and std for a given shape, so it can also serve as the
-target of :func:`lightning_embinit.init.transforms.standardize`. Sampling is chunked: each
-block of rows draws from its own generator seeded from the caller's, so a seed gives the same
-matrix whatever the number of threads, and large tables fill on all cores.
+Every scheme knows its expected mean and std for a given shape, so it can also be the target of
+:func:`lightning_embinit.init.transforms.standardize`. Each block of rows draws from its own generator seeded from the
+caller's, so a seed gives the same matrix whatever the number of threads, and large tables fill on all cores.
 """
 
 from __future__ import annotations
@@ -203,6 +202,4 @@ for _name, (_distribution, _std, _mean, _summary) in _FIXED_SCHEMES.items():
 
 def get_scheme(spec: str | RandomScheme) -> RandomScheme:
     """The scheme named by ``spec`` (``"xavier"``, ``"normal:0.01"``, ...), or ``spec`` itself."""
-    if isinstance(spec, RandomScheme):
-        return spec
-    return SCHEMES.build(spec)
+    return spec if isinstance(spec, RandomScheme) else SCHEMES.build(spec)

@@ -1,11 +1,6 @@
-"""Embedding tables sharded over ranks: ``DTensor`` weights, as FSDP2's ``fully_shard`` and tensor parallelism
-make them.
-
-A sharded table holds one slice per rank. The package builds the whole matrix (on rank 0, then
-broadcast), and each rank writes its own slice (:func:`write_whole`), cut as the weight's own mesh
-and placements cut it, without communication. Reading the whole table back
-(:func:`whole_table`, :func:`whole_slot`) gathers it: a collective that every rank of the mesh
-must call. Plain tensors pass through unchanged, so callers need not tell the cases apart.
+"""Embedding tables sharded over ranks: ``DTensor`` weights, as FSDP2's ``fully_shard`` and tensor parallelism make.
+Each rank writes its own slice of the whole matrix without communication (:func:`write_whole`); reading the whole
+table back (:func:`whole_table`, :func:`whole_slot`) is a collective. Plain tensors pass through unchanged.
 """
 
 from __future__ import annotations
@@ -36,19 +31,13 @@ def is_meta(tensor: torch.Tensor) -> bool:
 
 
 def whole_table(weight: torch.Tensor) -> torch.Tensor:
-    """The whole table, detached: a DTensor is gathered (every rank of its mesh must call this), a tensor is
-    returned."""
-    if is_sharded(weight):
-        return weight.detach().full_tensor()
-    return weight.detach()
+    """The whole table, detached: a DTensor is gathered (every rank of its mesh must call this)."""
+    return weight.detach().full_tensor() if is_sharded(weight) else weight.detach()
 
 
 @torch.no_grad()
 def write_whole(weight: torch.Tensor, full: torch.Tensor) -> None:
-    """Copy the whole matrix ``full`` into ``weight`` in place (casting dtype and device); a DTensor gets its own slice.
-
-    In place, so optimizers and wrappers (DDP, FSDP2) keep their references to the parameter.
-    """
+    """Copy the whole matrix ``full`` into ``weight`` in place (casting), or a DTensor's own slice of it."""
     if tuple(full.shape) != tuple(weight.shape):
         raise ValueError(
             f"cannot write a matrix of shape {tuple(full.shape)} into a table of shape {tuple(weight.shape)}"
@@ -63,10 +52,8 @@ def write_whole(weight: torch.Tensor, full: torch.Tensor) -> None:
 
 
 def whole_slot(slot: EmbeddingSlot) -> EmbeddingSlot:
-    """``slot`` itself, or for a sharded table a copy whose (frozen) embedding holds the gathered whole table.
-
-    For diagnostics that read the whole table; every rank of the mesh must call it.
-    """
+    """``slot``, or for a sharded table a copy whose (frozen) embedding holds the gathered whole table (for diagnostics;
+    every rank of the mesh must call it)."""
     if not is_sharded(slot.weight):
         return slot
     full = whole_table(slot.weight)

@@ -1,9 +1,8 @@
 """Statistics of embedding tables and positional encodings ([K] Tables 2, 6, 8; docs/concepts.md#table-statistics).
 
-Means and stds are over all N·D elements. They are exact for large float32 and bf16 tables:
-one pass over row blocks, on values shifted by an estimate of the mean (so a large mean does
-not cancel the variance), each row's partial sums taken in float32 (D terms at most) and
-accumulated in float64.
+Means and stds are over all N·D elements, exact for large float32 and bf16 tables: one pass over row blocks, on
+values shifted by an estimate of the mean (so a large mean does not cancel the variance), each row's partial sums
+taken in float32 (D terms at most) and accumulated in float64.
 """
 
 from __future__ import annotations
@@ -62,24 +61,18 @@ def rows_without(weight: torch.Tensor, padding_idx: int | None) -> torch.Tensor:
     return torch.cat((weight[:padding_idx], weight[padding_idx + 1 :]))
 
 
-def _shift(matrix: torch.Tensor) -> float:
-    """A value near the mean, from a strided sample of rows, to centre the single pass on."""
-    rows = as_rows(matrix)
-    return rows[:: max(1, rows.shape[0] // 1024)].to(torch.float64).mean().item()
-
-
 def matrix_statistics(matrix: torch.Tensor) -> MatrixStats:
-    """Mean, population std, min and max of all elements of ``matrix`` (any float dtype, any device).
-
-    One pass of shifted sums: with c near the mean, Σ(x − c) and Σ(x − c)² carry no
-    cancellation, and mean = c + Σ(x − c)/n, var = Σ(x − c)²/n − (Σ(x − c)/n)².
-    """
+    """Mean, population std, min and max of all elements of ``matrix`` (any float dtype, any device), in one pass of
+    shifted sums: with c near the mean, Σ(x − c) and Σ(x − c)² carry no cancellation, and mean = c + Σ(x − c)/n,
+    var = Σ(x − c)²/n − (Σ(x − c)/n)²."""
     if matrix.numel() == 0:
         raise ValueError("statistics of an empty matrix are undefined")
     matrix = matrix.detach()
     wide = matrix.dtype == torch.float64 or matrix.shape[-1] > _MAX_FLOAT32_ROW  # a row's partial sum in float64
     partial = torch.float64 if wide else torch.float32
-    shift = torch.tensor(_shift(matrix), dtype=partial).item()
+    rows = as_rows(matrix)
+    sample = rows[:: max(1, rows.shape[0] // 1024)]  # a strided sample, whose mean centres the single pass
+    shift = torch.tensor(sample.to(torch.float64).mean().item(), dtype=partial).item()
     total, squares = 0.0, 0.0
     low, high = math.inf, -math.inf
     buffer: torch.Tensor | None = None
@@ -100,11 +93,11 @@ def matrix_statistics(matrix: torch.Tensor) -> MatrixStats:
 def embedding_statistics(
     weight: torch.Tensor | MatrixStats, *, input_scale: float, positional_encoding: torch.Tensor | None = None
 ) -> dict[str, float | None]:
-    """The per-slot numbers of the init report, of a table or of its statistics when they are already known.
+    """The per-slot numbers of the init report, of a table or of its known statistics.
 
-    ``scaled_*`` describe ``input_scale · X`` (√D in Vaswani's input, as [K]); ``pe_std`` is the
-    positional encoding's own std and ``ratio`` = σ(scaled X) / σ(P): far above 1 the tokens drown
-    the position signal, far below it the positions drown the word–word structure ("absorption").
+    ``scaled_*`` describe ``input_scale · X`` (√D in Vaswani's input, as [K]); ``pe_std`` is the positional encoding's
+    std and ``ratio`` = σ(scaled X) / σ(P): far above 1 the tokens drown the position signal, far below it the
+    positions drown the word–word structure ("absorption").
     """
     raw = weight if isinstance(weight, MatrixStats) else matrix_statistics(weight)
     scaled = raw.scaled(input_scale)

@@ -1,11 +1,7 @@
-"""Where a slot's token strings come from (pre-trained sources align by them).
-
-In order: the model's :class:`~lightning_embinit.init.host.EmbeddingHost` slots; the user's ``tokens=`` (a list, a
-one-token-per-line file, a Hugging Face tokenizer name or directory, or a tokenizer object: transformers,
-``tokenizers``, SentencePiece, litgpt, the package's ``TextTokenizer``); the datamodule's ``vocabulary_for(slot)`` or
-``vocabulary``; the model's own ``vocabulary`` attribute; the datamodule's, then the model's ``tokenizer`` attribute.
-A table may have more rows than tokens (padded to a multiple of 8, say): the extra rows are out-of-vocabulary rows
-and are reported. The report's ``tokens_from`` says which source named the rows.
+"""Where a slot's token strings come from (pre-trained sources align by them), in order: the model's
+:class:`~lightning_embinit.init.host.EmbeddingHost` slots; the user's ``tokens=`` (a list, a token file, a Hugging Face
+tokenizer name or directory, or a tokenizer object); the datamodule's ``vocabulary_for(slot)`` or ``vocabulary``; the
+model's ``vocabulary``; the datamodule's, then the model's ``tokenizer``. The report's ``tokens_from`` says which.
 """
 
 from __future__ import annotations
@@ -74,12 +70,8 @@ def tokenizer_object_tokens(tokenizer: Any) -> tuple[list[str], dict[str, Any]] 
 
 def tokenizer_object_vocabulary(tokenizer: Any, origin: str) -> Vocabulary | None:
     """The vocabulary of a tokenizer object in id order (:func:`tokenizer_object_tokens`), or None."""
-    if (found := tokenizer_object_tokens(tokenizer)) is None:
-        return None
-    tokens, special = found
-    if isinstance(getattr(tokenizer, "vocabulary", None), Vocabulary):
-        return Vocabulary.from_tokens(tokens, special, origin=origin)
-    return _vocabulary(tokens, origin, special)
+    found = tokenizer_object_tokens(tokenizer)
+    return None if found is None else _vocabulary(found[0], origin, found[1])
 
 
 def load_tokens(spec: TokenSpec, *, what: str = "tokens=") -> Vocabulary:
@@ -125,27 +117,17 @@ def _vocabulary(tokens: Sequence[str], origin: str, special: Any) -> Vocabulary:
 
 def check_token_option(tokens: TokenSpec | Mapping[str, TokenSpec] | None) -> None:
     """Fail early (at construction) on a ``tokens=`` path that does not exist or a value of the wrong kind."""
-    values = tokens.values() if isinstance(tokens, Mapping) else [tokens]
-    for value in values:
-        if value is None:
-            continue
-        if isinstance(value, (str, os.PathLike)):
-            spec = os.fspath(value)
-            if looks_like_local_path(spec) and not os.path.exists(os.path.expanduser(spec)):
-                raise ValueError(
-                    f"tokens={spec!r}: no such file or directory (a token file, one token per line, "
-                    "or a Hugging Face tokenizer directory)"
-                )
-        else:
-            load_tokens(value)
+    for value in tokens.values() if isinstance(tokens, Mapping) else [tokens]:
+        if not isinstance(value, (str, os.PathLike)):
+            if value is not None:
+                load_tokens(value)
+        elif looks_like_local_path(os.fspath(value)) and not os.path.exists(os.path.expanduser(os.fspath(value))):
+            load_tokens(value)  # raises: no such file or directory
 
 
 def _vocabulary_of(holder: Any, slot: str, what: str) -> Vocabulary | None:
-    """``holder.vocabulary_for(slot)``, else ``holder.vocabulary``, as a Vocabulary; None when it has neither.
-
-    A datamodule whose ``vocabulary_for`` does not know the slot (a plain model's table named by its
-    module path) but that has one ``vocabulary`` serves that one; with neither, the error says so.
-    """
+    """``holder.vocabulary_for(slot)``, else ``holder.vocabulary`` (also when ``vocabulary_for`` does not know the
+    slot), as a Vocabulary; None when it has neither, an error when it has only a ``vocabulary_for`` that refuses."""
     refused = None
     if callable(getattr(holder, "vocabulary_for", None)):
         origin = f"{what}.vocabulary_for({slot!r})"
@@ -170,11 +152,9 @@ def _vocabulary_of(holder: Any, slot: str, what: str) -> Vocabulary | None:
 
 
 def corpus_for_slot(datamodule: Any, slot: str) -> Callable[[], Iterable[Sequence[str]]] | None:
-    """How to read ``slot``'s tokenized training text from ``datamodule`` (None when it has none for the slot).
-
-    A datamodule that knows the slot (``vocabulary_for(slot)`` works, or it has no ``vocabulary_for``)
-    gives ``training_corpus(slot)``; one with a single ``vocabulary`` gives its own ``training_corpus()``.
-    """
+    """How to read ``slot``'s tokenized training text from ``datamodule`` (None when it has none for the slot):
+    ``training_corpus(slot)`` when it knows the slot (or has no ``vocabulary_for``), else ``training_corpus()`` when it
+    has a single ``vocabulary``."""
     method = getattr(datamodule, "training_corpus", None)
     if not callable(method):
         return None
@@ -193,11 +173,8 @@ def resolve_slot_tokens(
     datamodule: Any = None,
     model: Any = None,
 ) -> tuple[EmbeddingSlot, str | None]:
-    """``slot`` with its token strings filled by the first of the sources in the module doc; and where they came from.
-
-    A slot that already has tokens (an EmbeddingHost's) is returned unchanged. Returns ``(slot, None)``
-    when nothing supplies tokens. A list longer than the table raises ``ValueError``.
-    """
+    """``(slot with its token strings, where they came from)``, from the first source of the module doc; ``(slot,
+    None)`` when none has them. A list longer than the table raises :class:`TableTooSmall`."""
     if slot.tokens is not None:
         return slot, "the model's embedding_slots()"
     candidates: list[Vocabulary | None] = []

@@ -1,13 +1,9 @@
 """Transforms of an embedding matrix (Kim et al., "On Initializing Transformers with Pre-trained Embeddings" [K]
 §3.4 and A.3; docs/concepts.md#transforms).
 
-The functions are pure unless given ``out=`` (they return a new tensor of the input's dtype)
-and deterministic for a given generator; bf16 results are rounded stochastically (unbiased). Statistics come from
-:func:`~lightning_embinit.init.statistics.matrix_statistics` (float64 accumulation), and the
-affine maps run in float32 blocks, so bf16 and 250k×1024 float32 tables are exact.
-
-The :data:`TRANSFORMS` registry wraps them as steps over a :class:`SourceMatrix`, so that a row
-permutation also permutes the record of which rows are pre-trained.
+The functions are pure unless given ``out=`` and deterministic for a given generator; statistics accumulate in
+float64 and the affine maps run in float32 blocks, bf16 results rounded stochastically (unbiased). :data:`TRANSFORMS`
+wraps them as steps over a :class:`SourceMatrix`, so a row permutation also permutes which rows are pre-trained.
 """
 
 from __future__ import annotations
@@ -54,11 +50,8 @@ def resolve_target(target: StatisticsTarget, num_embeddings: int, embedding_dim:
 
 
 def round_to_bfloat16(values: torch.Tensor, generator: torch.Generator | None = None) -> torch.Tensor:
-    """Stochastic rounding of float32 to bf16: add uniform noise below bf16's last bit, then truncate.
-
-    Unbiased (E[round(x)] = x), so a standardized bf16 table keeps its target std instead of the
-    ~1e-4 relative bias that round-to-nearest on bf16's 8-bit mantissa leaves.
-    """
+    """Stochastic rounding of float32 to bf16: add uniform noise below bf16's last bit, then truncate. Unbiased
+    (E[round(x)] = x), so a standardized bf16 table keeps its target std (round-to-nearest leaves a ~1e-4 bias)."""
     noise = torch.randint(0, 1 << 16, values.shape, generator=generator, dtype=torch.int32)
     return ((values.view(torch.int32) + noise) & ~0xFFFF).view(torch.float32).to(torch.bfloat16)
 
@@ -71,11 +64,8 @@ def affine(
     out: torch.Tensor | None = None,
     generator: torch.Generator | None = None,
 ) -> torch.Tensor:
-    """``scale · X + shift`` computed in float32 (or wider) blocks, in ``matrix``'s dtype.
-
-    ``out`` (which may be ``matrix`` itself) receives the result instead of a new tensor. bf16
-    results are rounded stochastically with ``generator`` (a fixed seed when ``None``).
-    """
+    """``scale · X + shift`` computed in float32 (or wider) blocks, in ``matrix``'s dtype, into ``out`` (which may be
+    ``matrix``) when given. bf16 results are rounded stochastically with ``generator`` (a fixed seed when ``None``)."""
     if out is None:
         out = torch.empty_like(matrix, memory_format=torch.contiguous_format)
     elif not out.is_contiguous() or out.shape != matrix.shape:
@@ -102,11 +92,8 @@ def standardize(
     out: torch.Tensor | None = None,
     generator: torch.Generator | None = None,
 ) -> torch.Tensor:
-    """Pre-trained_Xavier, generalized ([K] §3.4): x* = (x − mean(X)) · σ_t / σ_X + μ_t.
-
-    ``target`` gives (μ_t, σ_t): a scheme's std for this shape (σ_x = √(2/(N+D)) for ``"xavier"``),
-    an explicit std, a (mean, std) pair, or another matrix's statistics.
-    """
+    """Pre-trained_Xavier, generalized ([K] §3.4): x* = (x − mean(X)) · σ_t / σ_X + μ_t, with (μ_t, σ_t) from
+    ``target``: a scheme's std for this shape (√(2/(N+D)) for ``"xavier"``), a std, a (mean, std) pair or a matrix's."""
     target_mean, target_std = resolve_target(target, *matrix.shape)
     stats = statistics or matrix_statistics(matrix)
     if stats.std == 0:
@@ -138,8 +125,7 @@ def shuffle(matrix: torch.Tensor, generator: torch.Generator | None = None) -> t
 
 @dataclass(frozen=True)
 class Transform(ABC):
-    """One named step of the initialization recipe; ``options`` configure a reference source
-    (``match``/``standardize``)."""
+    """One named step of the initialization recipe; ``options`` configure a reference source (match, standardize)."""
 
     name: str
     argument: Any = None
@@ -169,13 +155,11 @@ TRANSFORMS: Registry[Transform] = Registry("transform")
 @dataclass(frozen=True)
 class ReferenceStatistics(Transform):
     """``standardize`` (Pre-trained_Xavier, generalized) or ``match`` (Xavier_Pre-trained): move the matrix onto a
-    target's mean and std; a source name is built for the same slot (with ``options``) and its statistics over its
-    pre-trained rows are the target."""
+    target's mean and std; a named source is built for the same slot, its pre-trained rows' statistics the target."""
 
     @property
     def names_a_source(self) -> bool:
-        """Whether the target names a source (``"glove"``, ``"hf:<dir>"``) rather than a scheme or a number (a
-        numeric text became a number when the step was made)."""
+        """Whether the target names a source (``"glove"``) rather than a scheme or a number (numeric text is one)."""
         return isinstance(self.argument, str) and self.argument not in SCHEMES
 
     def validate(self, num_embeddings: int, embedding_dim: int) -> None:
@@ -228,12 +212,10 @@ class Scale(Transform):
 
 
 def _number_or_text(argument: Any) -> Any:
-    if isinstance(argument, str):
-        try:
-            return float(argument)
-        except ValueError:
-            return argument
-    return argument
+    try:
+        return float(argument) if isinstance(argument, str) else argument
+    except ValueError:
+        return argument
 
 
 TRANSFORMS.add(
@@ -259,8 +241,5 @@ TRANSFORMS.add(
 
 
 def build_transform(spec: str, argument: Any = None, **options: Any) -> Transform:
-    """The transform for ``"name"``/``"name:argument"``, or for ``name`` with a Python ``argument``;
-    ``options`` go to a reference source (``match``, ``standardize``)."""
-    if argument is None:
-        return TRANSFORMS.build(spec, **options)
-    return TRANSFORMS.create(spec, argument, **options)
+    """The transform for ``"name[:argument]"``, or ``name`` with a Python ``argument``; ``options``: its source's."""
+    return TRANSFORMS.build(spec, **options) if argument is None else TRANSFORMS.create(spec, argument, **options)

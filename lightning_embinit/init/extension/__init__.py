@@ -1,17 +1,11 @@
-"""New tokens in a trained model (:func:`extend_vocabulary`): the plan
-(:mod:`~lightning_embinit.init.extension.plan`), where new rows come from
-(:mod:`~lightning_embinit.init.extension.rules`), the tensors read and written
-(:mod:`~lightning_embinit.init.extension.tables`), the report (:mod:`~lightning_embinit.init.extension.report`), a
-trained model's checkpoint (:mod:`~lightning_embinit.init.extension.checkpoint`)."""
+"""New tokens in a trained model (:func:`extend_vocabulary`): the plan, the rules for new rows, the tensors read and
+written, the report, and a trained model's checkpoint, each in its module."""
 
 from lightning_embinit.init.extension.extend import extend_vocabulary, freeze_old_rows, pin_old_rows, plan_for_module
-from lightning_embinit.init.extension.plan import ExtensionPlan, VocabularyChange, plan_extension
+from lightning_embinit.init.extension.plan import ExtensionPlan, VocabularyChange
 from lightning_embinit.init.extension.report import extension_metrics, format_extension_report
-from lightning_embinit.init.extension.rules import BIAS_RULES, RULES
 
 __all__ = [
-    "BIAS_RULES",
-    "RULES",
     "ExtensionPlan",
     "VocabularyChange",
     "extend_vocabulary",
@@ -19,6 +13,5 @@ __all__ = [
     "format_extension_report",
     "freeze_old_rows",
     "pin_old_rows",
-    "plan_extension",
     "plan_for_module",
 ]

@@ -1,9 +1,8 @@
 """A vocabulary extension read from a trained model's checkpoint: its vocabularies and its tensors in a state dict.
 
-The old tokens of a slot come from ``old_tokens=``, else the checkpoint's ``embinit`` record (written by the
-package's callbacks), else the system's hyperparameters (``checkpoint_vocabularies``); the new ones from
-``tokens=``, else the datamodule's ``vocabulary_for(slot)`` / ``vocabulary``, else the model's own. When the model
-is already built over the new vocabulary, the checkpoint's tensors are extended in its state dict before loading.
+A slot's old tokens come from ``old_tokens=``, else the checkpoint's ``embinit`` record, else the system's
+hyperparameters (``checkpoint_vocabularies``); the new ones from ``tokens=``, else the datamodule's, else the model's.
+When the model is built over the new vocabulary, the checkpoint's tensors are extended in its state dict.
 """
 
 from __future__ import annotations
@@ -19,21 +18,15 @@ from torch import nn
 from lightning_embinit.init.extension.extend import token_list
 from lightning_embinit.init.extension.plan import ExtensionPlan, plan_extension
 from lightning_embinit.init.extension.rules import splitter_of
-from lightning_embinit.init.extension.tables import (
-    SlotTables,
-    output_layers,
-    parameter_names,
-    read_tables,
-    tensor_at,
-)
+from lightning_embinit.init.extension.tables import SlotTables, output_layers, parameter_names, read_tables, tensor_at
 from lightning_embinit.init.host import EmbeddingSlot, select_slots
 from lightning_embinit.init.sources.checkpoint import CHECKPOINT_KEY
 
 
 @dataclass
 class ExtensionJob:
-    """One slot's extension: its vocabularies and tokenizers, its untied output layers, and whether its old tensors
-    are the checkpoint's state (the model is built over the new vocabulary) or the model's own."""
+    """One slot's extension: its vocabularies, tokenizers and untied output layers, and whether its old tensors are the
+    checkpoint's state (the model is built over the new vocabulary) or the model's own."""
 
     slot: EmbeddingSlot
     old_tokens: list[str]
@@ -89,8 +82,7 @@ def extension_jobs(
 def plan_job(
     module: nn.Module, job: ExtensionJob, state: Mapping[str, torch.Tensor] | None, options: Mapping[str, Any]
 ) -> ExtensionPlan:
-    """The job's checked plan from the model's tensors or the checkpoint's ``state``; a ``seed`` of None is drawn
-    (and reported)."""
+    """The job's checked plan from the model's tensors or the checkpoint's ``state``; a ``seed`` of None is drawn."""
     old = read_tables(module, job.slot, job.outputs) if state is None else state_tables(state, module, job)
     options = dict(options)
     if options["seed"] is None:
@@ -111,7 +103,7 @@ def plan_job(
 
 def datamodule_tokenizer(datamodule: Any, slot: str, tokens: Sequence[str]) -> Any:
     """The datamodule's tokenizer of ``slot`` (``<slot>_tokenizer``, ``src_tokenizer`` for ``shared``, ``tokenizer``)
-    when its tokens are ``tokens``: what a translation or classification system keeps after the extension."""
+    whose tokens are ``tokens``: what a translation or classification system keeps after the extension."""
     for attribute in (f"{slot}_tokenizer", "src_tokenizer" if slot == "shared" else "", "tokenizer"):
         found = getattr(datamodule, attribute, None) if attribute else None
         if isinstance(getattr(found, "tokens", None), list) and list(found.tokens) == list(tokens):
@@ -120,8 +112,7 @@ def datamodule_tokenizer(datamodule: Any, slot: str, tokens: Sequence[str]) -> A
 
 
 def recorded_vocabularies(module: nn.Module, checkpoint: Mapping[str, Any] | None) -> dict[str, tuple[Any, Any]]:
-    """Slot → (old tokens, old tokenizer) that a checkpoint records: the ``embinit`` key, then the system's
-    ``checkpoint_vocabularies(hparams)``."""
+    """Slot → (old tokens, old tokenizer) that a checkpoint's ``embinit`` key or hyperparameters record."""
     if checkpoint is None:
         return {}
     found: dict[str, tuple[Any, Any]] = {}
@@ -187,8 +178,7 @@ def state_tables(state: Mapping[str, torch.Tensor], module: nn.Module, job: Exte
 
 
 def extend_state(state: dict[str, torch.Tensor], module: nn.Module, job: ExtensionJob, plan: ExtensionPlan) -> None:
-    """Replace the state dict's tensors of ``job``'s slot by the extended ones (under every name the model gives
-    them)."""
+    """Replace the state dict's tensors of ``job``'s slot by the extended ones, under every name the model has."""
     tables = plan.assemble(state_tables(state, module, job))
     for key in parameter_names(module, job.slot.weight):
         state[key] = tables.embedding

@@ -1,25 +1,10 @@
 """New tokens in a trained model: extend a slot's vocabulary, give only the new rows a start, keep every old row.
 
-:func:`extend_vocabulary` takes a model (any :class:`~lightning_embinit.init.host.EmbeddingHost`, or a plain
-module whose tables are found) and the slot's new token list — or a new tokenizer whose vocabulary holds every
-old token, in any order — and
-
-1. checks everything before any weight changes (:func:`plan_extension`): no old token dropped (unless
-   ``allow_dropping=True``; special tokens never), no duplicate, a rule the slot can serve;
-2. builds the extended tables: row ``new_id(t)`` of the new table is the old row of ``t``, **bit for bit**, for
-   every old token t; the new tokens' rows come from a rule (:mod:`~lightning_embinit.init.extension.rules`:
-   ``pieces``, ``mean_cov``, ``mean``, a random scheme or a pre-trained source), optionally standardized
-   (``standardize=True``: to the old rows' mean and std; or any target of ``standardize``) — the new rows only;
-3. writes them (:mod:`~lightning_embinit.init.extension.tables`): the table and every module tied to it, each
-   untied output layer's rows and bias (new entries per ``bias=``), the padding index;
-4. lets the host follow (``prepare_vocabulary_change``: its vocabulary size, tokenizer, hyperparameters), so
-   a checkpoint of the extended model reloads with the larger shapes;
-5. reports how many rows came by which rule, the new rows' statistics beside the old rows', and with
-   ``probe=`` (the states that meet the output matrix) the probability the new tokens take before any update.
-
-``trainable="new_rows"``: only the new rows (of the table and its output layers) learn; every other parameter
-is frozen and the old rows are masked (:func:`freeze_old_rows`; pin them for weight-decaying optimizers,
-:func:`~lightning_embinit.init.freezing.pin_rows`).
+:func:`extend_vocabulary` checks everything before any weight changes (:func:`plan_extension`), builds the extended
+tables (every old row **bit for bit** at its token's new id, the new rows from a rule), writes them with everything
+that follows the vocabulary (:mod:`~lightning_embinit.init.extension.tables`), lets the host follow
+(``prepare_vocabulary_change``) and reports; docs/vocabulary_extension.md. ``trainable="new_rows"``: only the new
+rows learn (:func:`freeze_old_rows`, :func:`pin_old_rows`).
 """
 
 from __future__ import annotations
@@ -91,20 +76,19 @@ def extend_vocabulary(
     """Extend ``slot``'s vocabulary of ``module`` to ``tokens`` in place (module docstring); returns the report.
 
     Args:
-        tokens: the new token strings by id, or a tokenizer (its vocabulary in id order), a token file or a Hugging
-            Face tokenizer directory: every old token must be among them (``allow_dropping=True`` drops the others).
-        slot: the slot (needed when the module has several).
+        tokens: the new token strings by id, a tokenizer, a token file or a Hugging Face tokenizer directory; every
+            old token must be among them (``allow_dropping=True`` drops the others).
         rule, head_rule: where the new rows come from (:func:`~lightning_embinit.init.extension.rules.resolve_rule`);
             ``head_rule`` for untied output layers (default: ``rule``, or ``mean`` for a pre-trained source).
         bias: new bias entries of untied output layers: ``mean`` (default), ``min``, ``zero`` or a number.
-        standardize: ``True`` (the old rows' mean and std, per tensor) or a target of
-            :func:`~lightning_embinit.init.transforms.standardize`, applied to the new rows only.
+        standardize: ``True`` (the old rows' mean and std) or a target of
+            :func:`~lightning_embinit.init.transforms.standardize`, for the new rows only.
         old_tokenizer: splits new tokens into old pieces (``pieces``).
-        old_tokens: the old token strings when the slot does not name them (anything ``tokens`` takes; a tokenizer
-            object also serves as ``old_tokenizer``).
-        outputs: the untied output layers (dotted paths); default the host's ``vocabulary_outputs()`` or found by shape.
-        probe: the states that meet the output matrix, or a function of the extended module returning them:
-            the report's ``new_token_mass``.
+        old_tokens: the old tokens when the slot does not name them (as ``tokens``; a tokenizer is also the
+            ``old_tokenizer``).
+        outputs: the untied output layers (dotted paths); default the host's ``vocabulary_outputs()``.
+        probe: the states that meet the output matrix, or a function of the extended module returning them (the
+            report's ``new_token_mass``).
     """
     new_tokens, tokenizer = token_list(tokens)
     plan = plan_for_module(
@@ -128,8 +112,7 @@ def extend_vocabulary(
 
 
 def _check_before_writing(module: nn.Module, plan: ExtensionPlan, tokens: Any, probe: Any) -> None:
-    """Whitespace-only new tokens from a list or a token file (no tokenizer splits text into them) and a probe
-    tensor of the wrong width, refused before anything is written."""
+    """Refuse whitespace-only new tokens from a list or a token file, and a probe tensor of the wrong width."""
     from_list = isinstance(tokens, Sequence) and not isinstance(tokens, str)
     from_file = isinstance(tokens, (str, os.PathLike)) and os.path.isfile(os.path.expanduser(os.fspath(tokens)))
     blank = [t for t, new in zip(plan.tokens, plan.added.tolist()) if new and not t.strip()]
@@ -143,26 +126,19 @@ def _check_before_writing(module: nn.Module, plan: ExtensionPlan, tokens: Any, p
         _check_probe_width(module, plan, probe)
 
 
-def _probe_width(module: nn.Module, plan: ExtensionPlan) -> int | None:
-    """The width of the states the output matrix takes: its first untied output layer's, else the tied table's."""
-    if plan.output_rows:
-        return module.get_submodule(next(iter(plan.output_rows))).weight.shape[1]
-    target = _one_slot(module, plan.slot)
-    return target.embedding_dim if target.is_tied else None
-
-
 def _check_probe_width(module: nn.Module, plan: ExtensionPlan, states: torch.Tensor, *, done: bool = False) -> None:
-    width = _probe_width(module, plan)
+    """Refuse states not as wide as the output matrix's input (an untied layer's or the tied table's)."""
+    if plan.output_rows:
+        width = module.get_submodule(next(iter(plan.output_rows))).weight.shape[1]
+    else:
+        target = _one_slot(module, plan.slot)
+        width = target.embedding_dim if target.is_tied else None
     if width is not None and (not isinstance(states, torch.Tensor) or states.shape[-1] != width):
         got = f"shape {tuple(states.shape)}" if isinstance(states, torch.Tensor) else type(states).__name__
-        where = (
-            "the model has been extended; only the report's new_token_mass is missing"
-            if done
-            else ("nothing was changed")
-        )
+        extended = "the model has been extended; only the report's new_token_mass is missing"
         raise ValueError(
             f"slot {plan.slot!r}: probe= gave states of {got}, but the output matrix takes states of width {width} "
-            f"(…, {width}): pass the states that meet the output layer ({where})"
+            f"(…, {width}): pass the states that meet the output layer ({extended if done else 'nothing was changed'})"
         )
 
 
@@ -263,10 +239,8 @@ def freeze_old_rows(
     outputs: Mapping[str, Sequence[str]] | None = None,
 ) -> dict[str, list[nn.Parameter]]:
     """``trainable="new_rows"``: freeze every parameter of ``module`` but the tables of the slots in ``frozen`` and
-    their output layers (``outputs[slot]``, default :func:`~lightning_embinit.init.extension.tables.output_layers`),
-    whose rows where ``frozen[slot]()`` is True (the old ones: ``~plan.added``) get no gradient
-    (:func:`~lightning_embinit.init.freezing.freeze_rows`).
-    Returns slot → those tensors: pin their old rows for an optimizer that decays them (:func:`pin_old_rows`)."""
+    their output layers (``outputs[slot]``), whose rows where ``frozen[slot]()`` is True (the old ones) get no gradient.
+    Returns slot → those tensors, whose old rows an optimizer that decays them must pin (:func:`pin_old_rows`)."""
     tensors = {}
     for name in frozen:
         target = _one_slot(module, name)
@@ -284,7 +258,6 @@ def freeze_old_rows(
 def pin_old_rows(
     optimizer: torch.optim.Optimizer, tensors: Sequence[nn.Parameter], frozen: Callable[[], torch.Tensor | None]
 ) -> None:
-    """Put the frozen rows of ``tensors`` back after every step of an optimizer that decays them (AdamW with weight
-    decay moves rows even at zero gradient)."""
+    """Put the frozen rows of ``tensors`` back after every step of an optimizer that decays them."""
     for tensor in tensors:
         pin_rows(optimizer, tensor, frozen)

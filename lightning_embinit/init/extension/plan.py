@@ -1,8 +1,5 @@
-"""An extension's plan: which old row each new id takes, and the new rows, checked before any weight changes.
-
-Row ``new_id(t)`` of the new table is the old row of ``t``, bit for bit, for every old token t; the new tokens'
-rows come from a rule (:mod:`~lightning_embinit.init.extension.rules`), optionally standardized (the new rows only).
-"""
+"""An extension's plan, checked before any weight changes: each new id's old row (copied bit for bit), and the new
+tokens' rows from a rule (:mod:`~lightning_embinit.init.extension.rules`), optionally standardized."""
 
 from __future__ import annotations
 
@@ -24,8 +21,8 @@ from lightning_embinit.init.transforms import StatisticsTarget, resolve_target, 
 
 @dataclass(frozen=True)
 class VocabularyChange:
-    """What a host is told before its slot's vocabulary changes: the new token strings by id, the special
-    tokens, each new id's old id (−1 for a new token), and the new tokenizer when the caller has one."""
+    """What a host is told before its slot's vocabulary changes: the new token strings by id, the special tokens, each
+    new id's old id (−1 for a new token), and the new tokenizer when the caller has one."""
 
     slot: str
     tokens: list[str]
@@ -40,8 +37,8 @@ class VocabularyChange:
 
 @dataclass
 class ExtensionPlan:
-    """A checked extension of one slot, built before any weight changes: the new token list, each new row's old
-    row (``source_ids``, −1 for new tokens), the padding index, the new rows of each tensor, and the report."""
+    """A checked extension of one slot: the new token list, each new row's old row (``source_ids``, −1 for new
+    tokens), the padding index, the new rows of each tensor, and the report."""
 
     slot: str
     tokens: list[str]
@@ -58,8 +55,7 @@ class ExtensionPlan:
         return self.source_ids < 0
 
     def assemble(self, old: SlotTables) -> SlotTables:
-        """The extended tensors: old rows moved to their new ids (copied exactly), new rows in place, in the old
-        tensors' dtype and device."""
+        """The extended tensors (the old ones' dtype and device): old rows copied exactly to their new ids, new rows."""
         keep, added = self.source_ids >= 0, self.added
 
         def grow(tensor: torch.Tensor, rows: torch.Tensor | float) -> torch.Tensor:
@@ -159,8 +155,8 @@ def _new_rows(
 
 
 def check_old_tables(slot: str, old: SlotTables, rules: Sequence[Any], padding_idx: int | None) -> None:
-    """``ValueError`` before anything is built: an old tensor (table, output layer, bias) holding NaN or inf, named
-    with its first bad rows; a table with no row but the padding row for a rule that starts from the old rows."""
+    """``ValueError`` for an old tensor holding NaN or inf (naming its first bad rows), or a table with no row but the
+    padding row for a rule that starts from the old rows."""
     tensors = {"the table": old.embedding, **{f"output layer {p!r}": weight for p, weight in old.outputs.items()}}
     tensors |= {f"the bias of {p!r}": b for p, b in old.biases.items() if b is not None}
     tensors |= {f"bias {p!r}": bias.movedim(-1, 0) for p, bias in old.vocabulary_biases.items()}  # rows: token ids
@@ -208,7 +204,7 @@ def plan_extension(
     allow_dropping: bool = False,
 ) -> ExtensionPlan:
     """Check an extension of ``old`` (a slot's tensors) from ``old_tokens`` to ``new_tokens`` and build its new rows;
-    nothing is written. Options as :func:`extend_vocabulary`'s."""
+    nothing is written. Options as :func:`~lightning_embinit.init.extension.extend.extend_vocabulary`'s."""
     source_ids = check_vocabulary_change(
         slot,
         old_tokens,

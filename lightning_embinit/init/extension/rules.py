@@ -1,26 +1,12 @@
-"""Where the new rows of an extended vocabulary come from.
+"""Where the new rows of an extended vocabulary come from (docs/vocabulary_extension.md, "Rules").
 
-A rule fills the m rows of the tokens a trained table lacks, from the old rows' statistics or from
-elsewhere; the old rows are never touched. μ and Σ are the mean row and the population covariance
-(divided by M) of the M old non-padding rows:
-
-- ``mean``: every new row is μ. Then a new token's logit h·μ (+ b̄) is the mean of the old logits, so
-  by Jensen exp(h·μ + b̄) ≤ mean_j exp(h·w_j + b_j): no new token outweighs the average old one
-  (J. Hewitt, "Initializing New Word Embeddings for Pretrained Language Models", 2021).
-- ``mean_cov[:s]``: a sample of N(μ, s·Σ); s = 1e-9 by default, as Hugging Face's
-  ``resize_token_embeddings(mean_resizing=True)`` (transformers ≥ 4.46): the mean, with just enough
-  noise to tell the new rows apart. ``mean_cov:1`` draws rows spread like the old ones.
-- ``pieces``: the mean of the old rows of the pieces the **old** tokenizer splits the new token into
-  (the start of FOCUS/WECHSEL-style transfer, as the ``pieces`` alignment rule of the sources); a token
-  with no known piece gets μ, counted apart.
-- a random scheme by name (``normal:0.02``, ``xavier``, ``torch_default`` …), its std taken for the
-  extended table's shape (N′, D);
-- a pre-trained source by name (``glove``, ``file:<path>``, ``hf:<dir>`` …), aligned to the new
-  tokens by string; a token the source lacks gets μ, counted apart.
-
-New bias entries of an untied output layer (:data:`BIAS_RULES`): ``mean`` (the old entries' mean,
-Hugging Face's choice and the default), ``min`` (the lowest old entry: new tokens start below every
-old one), ``zero``, or a number.
+μ and Σ are the mean row and the population covariance (divided by M) of the M old non-padding rows. ``mean``: every
+new row is μ, so a new token's logit h·μ (+ b̄) is the mean of the old logits and by Jensen
+exp(h·μ + b̄) ≤ mean_j exp(h·w_j + b_j): no new token outweighs the average old one (J. Hewitt, "Initializing New
+Word Embeddings for Pretrained Language Models", 2021). ``mean_cov[:s]``: a sample of N(μ, s·Σ), s = 1e-9 by default
+as Hugging Face's ``resize_token_embeddings(mean_resizing=True)``. ``pieces``: the mean of the old rows of the pieces
+the **old** tokenizer splits the new token into. Or a random scheme, or a pre-trained source aligned by string.
+New bias entries of an untied output layer: :data:`BIAS_RULES`, or a number.
 """
 
 from __future__ import annotations
@@ -51,12 +37,9 @@ new token's text for the ``pieces`` rule drops."""
 
 @dataclass
 class NewRowsRequest:
-    """What a rule reads: the old table, its non-padding rows' statistics, and the tokens that need rows.
-
-    ``old_table`` is the whole (N, D) old matrix (``pieces`` reads rows by old id); ``old_rows`` its
-    non-padding rows, whose mean and covariance ``mean``/``mean_cov`` use; ``num_embeddings`` is N′, the
-    extended table's size (a shape-dependent scheme's std). ``what`` names the matrix in errors.
-    """
+    """What a rule reads: ``old_table``, the whole (N, D) old matrix (``pieces`` reads rows by old id); ``old_rows``,
+    its non-padding rows (μ, Σ); the ``tokens`` that need rows; ``num_embeddings``, the extended table's size N′ (a
+    shape-dependent scheme's std); ``what`` names the matrix in errors."""
 
     old_table: torch.Tensor
     old_rows: torch.Tensor
@@ -82,9 +65,8 @@ NewRows = tuple[torch.Tensor, dict[str, int]]
 
 @dataclass(frozen=True)
 class ExtensionRule:
-    """A named way to make new rows; ``serves_output_layers``: it also makes an untied output layer's rows (a
-    pre-trained source does not: they get ``mean``); ``needs_split``: it reads the old tokenizer's pieces;
-    ``uses_old_rows``: it starts from the old rows' statistics (μ, Σ)."""
+    """A named way to make new rows; ``serves_output_layers``: also an untied output layer's (not a pre-trained
+    source: ``mean`` serves them); ``needs_split``: reads the old tokenizer's pieces; ``uses_old_rows``: needs μ, Σ."""
 
     name: str
     make: Callable[[NewRowsRequest], NewRows]
@@ -114,17 +96,16 @@ def mean_rule() -> ExtensionRule:
 
 def sample_mean_cov(old_rows: torch.Tensor, count: int, scale: float, generator: torch.Generator) -> torch.Tensor:
     """``count`` rows of N(μ, scale·Σ), Σ = (X − μ)ᵀ(X − μ)/M: μ + z·Lᵀ with scale·Σ = L Lᵀ (Cholesky), z ~ N(0, I);
-    for a Σ that is not positive definite (fewer rows than columns) L = V·√(scale·λ) from Σ = V diag(λ) Vᵀ, the
-    eigenvalues below 0 from rounding counted as 0.
-    μ and Σ's product are computed in the table's float precision (float32 at least, as Hugging Face's
-    ``mean_resizing``), the D × D factorization and the sample in float64."""
+    for a Σ that is not positive definite (fewer rows than columns) L = V·√(scale·λ) from Σ = V diag(λ) Vᵀ, λ < 0
+    counted as 0. μ and Σ's product in the table's precision (float32 at least, as Hugging Face's ``mean_resizing``),
+    the D × D factorization and the sample in float64."""
     work = torch.promote_types(old_rows.dtype, torch.float32)
     rows = old_rows.to(work)
     mean = rows.mean(dim=0).double()
     centred = rows - mean.to(work)
     covariance = (centred.T @ centred).double() / old_rows.shape[0]
     factor, info = torch.linalg.cholesky_ex(covariance * scale)
-    if info != 0:  # not positive definite: Σ = V diag(λ) Vᵀ, λ < 0 from rounding counted as 0
+    if info != 0:
         eigenvalues, eigenvectors = torch.linalg.eigh(covariance)
         factor = eigenvectors * (eigenvalues.clamp(min=0) * scale).sqrt()
     noise = torch.randn(count, old_rows.shape[1], generator=generator, dtype=torch.float64)
@@ -218,8 +199,7 @@ def known_rules() -> str:
 
 
 def resolve_rule(spec: str | ExtensionRule, **source_options: Any) -> ExtensionRule:
-    """The rule for ``spec``: a registered rule, a random scheme, or a pre-trained source
-    (``source_options`` go to it)."""
+    """The rule for ``spec``: a registered rule, a random scheme, or a pre-trained source (with ``source_options``)."""
     if not isinstance(spec, str):
         return spec
     name, colon, _ = spec.partition(":")
@@ -272,12 +252,9 @@ def token_text(token: str) -> str:
 
 
 def splitter_of(tokenizer: Any, old_tokens: Sequence[str] | None = None) -> Splitter | None:
-    """A token → old piece ids function from an old tokenizer: a callable (returning ids or token strings), an
-    object with ``encode(text) -> ids`` (the package's ``TextTokenizer``), or a Hugging Face tokenizer.
-
-    The tokenizer's unknown token is dropped from the pieces; a callable's token strings are looked up in
-    ``old_tokens``.
-    """
+    """A token → old piece ids function (unknown pieces dropped) from an old tokenizer: a callable returning ids or
+    token strings (looked up in ``old_tokens``), an object with ``encode(text) -> ids`` (the package's
+    ``TextTokenizer``), or a Hugging Face tokenizer."""
     if tokenizer is None:
         return None
     index = functools.cache(lambda: {token: i for i, token in enumerate(old_tokens or ())})  # built on first use

@@ -1,13 +1,7 @@
-"""The tensors a vocabulary extension reads and writes.
-
-A slot's vocabulary-indexed tensors are its embedding (every module whose ``weight`` *is* it follows: a tied
-head), per untied output layer the ``nn.Linear``'s weight rows and bias entries, and the slot's other vocabulary
-biases (a tied head's bias, BART's ``final_logits_bias`` buffer: one entry per token along the last dimension). The
-untied output layers are the caller's ``outputs=``, else the host's own answer (``vocabulary_outputs()``: slot →
-dotted paths), else the ones its model family names; a layer is never taken for an output layer because of its
-width alone. Writing replaces each tensor by a new one of the extended shape (a parameter keeps ``requires_grad``)
-wherever the model holds it, so every reference to the modules stays valid; an optimizer made before holds the old
-tensors, so make it after.
+"""The tensors a vocabulary extension reads and writes: a slot's embedding (and every module tied to it), each untied
+output layer's weight rows and bias entries, and the slot's other vocabulary biases (one entry per token along the
+last dimension). Writing replaces each tensor wherever the model holds it, so references to the modules stay valid;
+an optimizer made before holds the old tensors, so make it after.
 """
 
 from __future__ import annotations
@@ -34,8 +28,8 @@ class SlotTables:
 
 def output_layers(root: nn.Module, slot: EmbeddingSlot, given: Sequence[str] | None = None) -> tuple[str, ...]:
     """The untied output layers whose rows follow ``slot``'s vocabulary: ``given``, else the host's
-    ``vocabulary_outputs()[slot]``, else the ones the slot's model family names. Each must be an ``nn.Linear`` with
-    one output per row of the table, not tied to it (``ValueError`` otherwise)."""
+    ``vocabulary_outputs()[slot]``, else the ones the slot's model family names (never a layer by its width alone).
+    Each must be an ``nn.Linear`` with one output per row of the table, not tied to it (``ValueError`` otherwise)."""
     if given is None:
         declared = getattr(root, "vocabulary_outputs", None)
         given = tuple(declared().get(slot.name, ())) if callable(declared) else slot.output_layers
@@ -57,8 +51,7 @@ def output_layers(root: nn.Module, slot: EmbeddingSlot, given: Sequence[str] | N
 
 
 def unclaimed_layers(root: nn.Module, slot: EmbeddingSlot, layers: Sequence[str]) -> list[str]:
-    """``nn.Linear`` layers as wide as the vocabulary that are neither tied to the table nor among ``layers``: left
-    as they are (width alone makes no output layer), and worth a word to the user."""
+    """``nn.Linear`` layers as wide as the vocabulary, neither tied to the table nor among ``layers``."""
     return [
         path
         for path, module in root.named_modules()
@@ -91,8 +84,7 @@ def tensor_at(root: nn.Module, path: str) -> torch.Tensor:
 
 
 def vocabulary_tensors(root: nn.Module, slot: EmbeddingSlot, outputs: Iterable[str]) -> dict[str, nn.Parameter]:
-    """The slot's parameters whose rows follow the vocabulary, by what they are: the table, each output layer's
-    weight and bias."""
+    """The slot's parameters whose rows follow the vocabulary, by what they are."""
     tensors = {f"slot {slot.name!r}": slot.weight}
     for path in outputs:
         layer = root.get_submodule(path)
@@ -105,9 +97,7 @@ def vocabulary_tensors(root: nn.Module, slot: EmbeddingSlot, outputs: Iterable[s
 
 
 def check_unhooked(root: nn.Module, slot: EmbeddingSlot, outputs: Iterable[str]) -> None:
-    """Refuse a table (or output layer) whose weight carries gradient hooks — a frozen-rows mask
-    (``trainable="pretrained_rows"``, :func:`~lightning_embinit.init.freezing.freeze_rows`): the mask has the
-    old row count and would not follow the new tensor."""
+    """Refuse a weight with gradient hooks (a frozen-rows mask), which have the old row count."""
     for what, weight in vocabulary_tensors(root, slot, outputs).items():
         if getattr(weight, "_backward_hooks", None):
             raise ValueError(
@@ -124,8 +114,7 @@ def parameter_names(root: nn.Module, parameter: torch.Tensor) -> list[str]:
 
 
 def _replace(root: nn.Module, old: torch.Tensor, new: torch.Tensor) -> None:
-    """Put ``new`` wherever ``root`` holds ``old``: one parameter (keeping ``requires_grad``) shared by every holder,
-    so ties survive, or the tensor itself as a buffer."""
+    """Put ``new`` wherever ``root`` holds ``old``: one shared parameter (ties survive), or the buffer."""
     replacement = nn.Parameter(new, requires_grad=old.requires_grad) if isinstance(old, nn.Parameter) else new
     for module in root.modules():
         for store in (module._parameters, module._buffers):
@@ -136,8 +125,7 @@ def _replace(root: nn.Module, old: torch.Tensor, new: torch.Tensor) -> None:
 
 @torch.no_grad()
 def write_tables(root: nn.Module, slot: EmbeddingSlot, tables: SlotTables, padding_idx: int | None) -> None:
-    """Put ``tables`` into the slot's modules as new parameters: the embedding (and every module tied to it),
-    each output layer's weight and bias; sizes and the padding index follow."""
+    """Put ``tables`` into the slot's modules as new parameters; sizes and the padding index follow."""
     old = slot.weight
     weight = nn.Parameter(tables.embedding, requires_grad=old.requires_grad)
     for path in tied_modules_of(root, slot.embedding):
@@ -163,9 +151,8 @@ def write_tables(root: nn.Module, slot: EmbeddingSlot, tables: SlotTables, paddi
 def new_token_mass(
     states: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, added: torch.Tensor, *, chunk: int = 1024
 ) -> float:
-    """Mean over the K states h (rows of ``states``) of Σ_{j new} softmax(h·Wᵀ + b)_j: the probability the new
-    tokens take before any update. h is what meets the output matrix (after the final norm and the head's own
-    transform)."""
+    """Mean over the K states h (rows of ``states``: what meets the output matrix, after the final norm and the head's
+    own transform) of Σ_{j new} softmax(h·Wᵀ + b)_j: the probability the new tokens take before any update."""
     states = states.reshape(-1, states.shape[-1]).float()
     matrix, offset = weight.float().to(states.device), None if bias is None else bias.float().to(states.device)
     mask = added.to(states.device)

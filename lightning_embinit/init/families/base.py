@@ -1,11 +1,8 @@
 """What a model family says about its token tables, and the registry of families (torch only).
 
-A *family adapter* recognizes a module of a known architecture (a Hugging Face ``PreTrainedModel``, a litgpt
-``GPT``, a torchtune ``TransformerDecoder``, a nanoGPT-style module) wherever it sits inside the user's
-LightningModule, and describes each of its token tables as the model really uses it: the output layers tied to it
-(and their vocabulary-indexed biases), the untied output layer, the additive positional encoding (a learned table
-with its offset, or none for rotary, ALiBi and relative-bias models), the input scale the model applies, and the
-padding row. Position and token-type tables are never token tables. Paths are relative to the recognized module.
+A family adapter recognizes a module of a known architecture wherever it sits and describes each of its token tables
+as the model uses it (:class:`TokenTable`, paths relative to that module); position and token-type tables are never
+token tables.
 """
 
 from __future__ import annotations
@@ -23,14 +20,12 @@ from lightning_embinit.init.registry import Registry
 class TokenTable:
     """One token table of a recognized model, described as the model uses it.
 
-    ``positions`` says in words what the model adds to the scaled token vectors ("learned table
-    transformer.wpe", "none: rotary embeddings in attention", ...); ``positional_rows`` returns that additive (L, D)
-    matrix, or None when the model adds none. ``tied`` names output layers that share the table's weight (a tied
-    head, also one that does not hold the weight as its own attribute, as torchtune's ``TiedLinear``);
+    ``positions`` says in words what the model adds to the scaled token vectors ("learned table transformer.wpe",
+    "none: rotary embeddings in attention", ...); ``positional_rows`` returns that additive (L, D) matrix, or None.
+    ``tied`` names output layers sharing the table's weight (also torchtune's ``TiedLinear``, which does not hold it);
     ``output_layers`` the untied output layers over the same vocabulary (their biases follow them);
-    ``vocabulary_biases`` the other parameters or buffers with one entry per token along their last dimension (a
-    tied head's bias, BART's ``final_logits_bias``); ``after_resize(n)`` brings the model's own record of its
-    vocabulary size (a Hugging Face config's ``vocab_size``) in step after a vocabulary change.
+    ``vocabulary_biases`` the other tensors with one entry per token along their last dimension (a tied head's bias,
+    BART's ``final_logits_bias``); ``after_resize(n)`` keeps the model's record of its vocabulary size in step.
     """
 
     path: str
@@ -68,8 +63,7 @@ def family_of(module: nn.Module) -> Family | None:
 
 
 def recognized_models(root: nn.Module) -> list[tuple[str, nn.Module, Family]]:
-    """The outermost modules inside ``root`` (``root`` included) that a family recognizes, with their paths; what
-    lies inside a recognized model belongs to it."""
+    """(path, module, family) of the outermost modules inside ``root`` (``root`` included) that a family recognizes."""
     found: list[tuple[str, nn.Module, Family]] = []
 
     def visit(path: str, module: nn.Module) -> None:
@@ -98,8 +92,7 @@ def module_path(root: nn.Module, target: nn.Module) -> str:
 
 
 def learned_rows(table: nn.Embedding, offset: int = 0, *extra: nn.Embedding) -> Callable[[], torch.Tensor]:
-    """The rows a learned position table adds, from its first position on (row ``offset``), plus the first row of each
-    ``extra`` table that every token also gets (BERT's token type 0)."""
+    """The rows a learned position table adds from row ``offset`` on, plus each ``extra`` table's row 0."""
 
     def rows() -> torch.Tensor:
         added = table.weight.detach()[offset:]

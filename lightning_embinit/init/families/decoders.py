@@ -1,17 +1,13 @@
-"""Decoder-only families built from their own code: litgpt's ``GPT``, torchtune's ``TransformerDecoder``, nanoGPT.
-
-- litgpt ``GPT`` (``litgpt.model``): ``transformer.wte``, the ``lm_head`` (untied unless it shares the weight),
-  rotary positions, input scale √d when ``config.scale_embeddings`` (Gemma-style configs), else 1.
-- torchtune ``TransformerDecoder``: ``tok_embeddings``; ``output`` is a ``TiedLinear`` (not a module: it holds the
-  table's module and uses its weight) or an untied ``nn.Linear``; rotary positions inside attention; input scale √d
-  for Gemma's decoder, else 1.
-- nanoGPT-style (Karpathy's ``GPT``): ``transformer.wte`` and the learned ``transformer.wpe`` added unscaled,
-  ``lm_head`` tied to ``wte``.
+"""Decoder-only families built from their own code: litgpt's ``GPT`` (``transformer.wte``, rotary, input scale √d
+when ``config.scale_embeddings``), torchtune's ``TransformerDecoder`` (``tok_embeddings``, a ``TiedLinear`` or untied
+``output``, rotary, √d for Gemma) and nanoGPT (``transformer.wte`` with the learned ``transformer.wpe`` added
+unscaled, ``lm_head`` tied).
 """
 
 from __future__ import annotations
 
 import math
+from typing import Any
 
 from torch import nn
 
@@ -22,19 +18,27 @@ def _is_litgpt(module: nn.Module) -> bool:
     return type(module).__name__ == "GPT" and type(module).__module__.startswith("litgpt.")
 
 
-def _litgpt_tables(model: nn.Module) -> list[TokenTable]:
-    table, head = model.transformer.wte, model.lm_head
-    tied = head.weight is table.weight
+def _wte_tables(model: nn.Module, **described: Any) -> list[TokenTable]:
+    """The ``transformer.wte`` table of a GPT with an ``lm_head``, tied to it or not."""
+    tied = model.lm_head.weight is model.transformer.wte.weight
     return [
         TokenTable(
             path="transformer.wte",
-            input_scale=math.sqrt(table.embedding_dim) if getattr(model.config, "scale_embeddings", False) else 1.0,
-            positions="none: rotary embeddings in attention",
             output_layers=() if tied else ("lm_head",),
-            vocabulary_biases=("lm_head.bias",) if tied and head.bias is not None else (),
-            after_resize=lambda size: _set_litgpt_size(model, size),
+            vocabulary_biases=("lm_head.bias",) if tied and model.lm_head.bias is not None else (),
+            **described,
         )
     ]
+
+
+def _litgpt_tables(model: nn.Module) -> list[TokenTable]:
+    scaled = getattr(model.config, "scale_embeddings", False)
+    return _wte_tables(
+        model,
+        input_scale=math.sqrt(model.transformer.wte.embedding_dim) if scaled else 1.0,
+        positions="none: rotary embeddings in attention",
+        after_resize=lambda size: _set_litgpt_size(model, size),
+    )
 
 
 def _set_litgpt_size(model: nn.Module, size: int) -> None:
@@ -74,18 +78,10 @@ def _is_nanogpt(module: nn.Module) -> bool:
 
 
 def _nanogpt_tables(model: nn.Module) -> list[TokenTable]:
-    table, head = model.transformer.wte, model.lm_head
-    tied = head.weight is table.weight
-    return [
-        TokenTable(
-            path="transformer.wte",
-            input_scale=1.0,
-            positions="learned table transformer.wpe",
-            positional_rows=learned_rows(model.transformer.wpe),
-            output_layers=() if tied else ("lm_head",),
-            vocabulary_biases=("lm_head.bias",) if tied and head.bias is not None else (),
-        )
-    ]
+    positional_rows = learned_rows(model.transformer.wpe)
+    return _wte_tables(
+        model, input_scale=1.0, positions="learned table transformer.wpe", positional_rows=positional_rows
+    )
 
 
 @FAMILIES.register("litgpt", summary="litgpt GPT (litgpt.model.GPT built from a litgpt Config)")

@@ -1,11 +1,9 @@
 """Hugging Face ``PreTrainedModel``: the token table is ``get_input_embeddings()``; the rest comes from the model.
 
-- Output: ``get_output_embeddings()``, tied when it shares the weight; its bias, and BART-style
-  ``final_logits_bias``, have one entry per token.
-- Positions: a learned table beside the token table (GPT-2's ``wpe``, BERT's ``position_embeddings``, OPT's and
-  BART's ``embed_positions``), from its first real position on — row ``offset`` (2 for OPT and BART), or
-  ``padding_idx + 1`` for RoBERTa-style tables — plus the token-type-0 row that BERT-style models add to every token;
-  none for rotary (LLaMA, Mistral, Qwen2, GPT-NeoX), ALiBi (BLOOM, MPT) and relative-bias (T5) models.
+- Output: ``get_output_embeddings()``, tied when it shares the weight; its bias and BART's ``final_logits_bias``.
+- Positions: a learned table beside the token table (``wpe``, ``position_embeddings``, ``embed_positions``) from its
+  first real position on (row ``offset``, or ``padding_idx + 1`` for RoBERTa), plus BERT's token-type-0 row; none
+  for rotary, ALiBi (BLOOM, MPT) and relative-bias (T5) models.
 - Input scale: √d where the model scales (``embed_scale``, ``config.scale_embedding``, Gemma), else 1.
 - Padding row: the table's ``padding_idx``, else ``config.pad_token_id``.
 """

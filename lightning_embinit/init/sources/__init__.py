@@ -7,20 +7,10 @@ from lightning_embinit.init.sources.base import (
     SchemeSource,
     SourceMatrix,
     SourceRequest,
-    known_sources,
     resolve_source,
 )
 
 # Importing these modules registers their sources in SOURCES (docs/concepts.md#pretrained-sources).
 from lightning_embinit.init.sources import checkpoint, hf, static, well_known, trainset  # noqa: E402,F401  isort: skip
 
-__all__ = [
-    "SOURCES",
-    "Coverage",
-    "EmbeddingSource",
-    "SchemeSource",
-    "SourceMatrix",
-    "SourceRequest",
-    "known_sources",
-    "resolve_source",
-]
+__all__ = ["SOURCES", "Coverage", "EmbeddingSource", "SchemeSource", "SourceMatrix", "SourceRequest", "resolve_source"]

@@ -1,21 +1,10 @@
 """Vocabulary alignment: a slot's token strings → rows of a pre-trained vector set ([K], [KB]; docs/concepts.md).
 
-Every pre-trained source (word vectors, LM input embeddings, word2vec on the trainset, an earlier
-checkpoint) exposes its vectors as a :class:`~lightning_embinit.init.sources.base.VectorSet`;
-:func:`align_to_slot` turns one into the slot's N×D :class:`~lightning_embinit.init.sources.base.SourceMatrix`:
-
-1. Match each slot token: the user's ``special_map`` first, then an exact match, then the
-   ``fallbacks`` in order (``special``, ``lower``, ``wordpiece``, ``sentencepiece``, ``pieces``,
-   ``ngrams``: the rules of :mod:`lightning_embinit.init.sources.matching`). Rows past the slot's
-   last token string (a table padded beyond its vocabulary) are unnamed: they get the OOV fill and
-   are counted apart.
-2. Gather only the matched rows, reject non-finite ones, and project them when the widths differ
-   (explicit ``project=``, see :mod:`lightning_embinit.init.projection`).
-3. Fill the unmatched (OOV) rows by the ``oov`` policy: a random scheme (default ``normal:0.01``
-   as in [KB]), ``match`` (N(mean, std²) of the found elements), ``mean`` (the found rows' mean
-   vector) or ``zeros``.
-4. Report :class:`~lightning_embinit.init.sources.base.Coverage` (missing tokens ordered by corpus
-   frequency when the corpus is known).
+:func:`align_to_slot` turns any pre-trained source's :class:`~lightning_embinit.init.sources.base.VectorSet` into the
+slot's N×D :class:`~lightning_embinit.init.sources.base.SourceMatrix`: it matches the tokens
+(:mod:`~lightning_embinit.init.sources.matching`), gathers and checks the matched rows, projects them when the widths
+differ (:mod:`~lightning_embinit.init.projection`), fills the rest by the ``oov`` policy and reports the
+:class:`~lightning_embinit.init.sources.base.Coverage` (docs/sources.md, "Alignment options").
 """
 
 from __future__ import annotations
@@ -186,25 +175,18 @@ def _gather(vectors: VectorSet, match: Match, found_mask: torch.Tensor) -> _Gath
     if composed:
         parts.append(vectors.compose([match.composed[p] for p in composed]).to(torch.float32))  # type: ignore[attr-defined]
     if pieces:
-        parts.append(_piece_means(parts[0], [[block_of_row[r] for r in match.pieces[p]] for p in pieces]))
+        words = [[block_of_row[r] for r in match.pieces[p]] for p in pieces]  # row k: the mean of its pieces' rows
+        flat = torch.tensor([row for word in words for row in word], dtype=torch.long)
+        offsets = torch.tensor([0, *itertools.accumulate(len(word) for word in words)][:-1], dtype=torch.long)
+        parts.append(torch.nn.functional.embedding_bag(flat, parts[0], offsets, mode="mean"))
     block = parts[0] if len(parts) == 1 else torch.cat(parts)
     index = [block_of_later[p] if p in block_of_later else block_of_row[match.rows[p]] for p in positions.tolist()]
     return _Gathered(positions, torch.tensor(index, dtype=torch.long), block.contiguous())
 
 
-def _piece_means(rows: torch.Tensor, pieces: list[list[int]]) -> torch.Tensor:
-    """Row k: the mean of ``rows[pieces[k]]`` (``pieces`` rule)."""
-    flat = torch.tensor([row for word in pieces for row in word], dtype=torch.long)
-    offsets = torch.tensor([0, *itertools.accumulate(len(word) for word in pieces)][:-1], dtype=torch.long)
-    return torch.nn.functional.embedding_bag(flat, rows, offsets, mode="mean")
-
-
 def finite_rows(matrix: torch.Tensor) -> torch.Tensor:
-    """A bool vector: which rows hold only finite values.
-
-    A float64 row sum is NaN/inf exactly when the row holds a NaN or inf (float32 values cannot
-    overflow it), and is much faster than ``isfinite``; row blocks keep the float64 copy small.
-    """
+    """A bool vector: which rows hold only finite values, by float64 row sums in blocks (NaN/inf exactly when the row
+    holds one, as float32 values cannot overflow it; much faster than ``isfinite``)."""
     step = rows_per_block(matrix.shape[1])
     return torch.cat(
         [torch.isfinite(matrix[s : s + step].sum(dim=1, dtype=torch.float64)) for s in range(0, matrix.shape[0], step)]

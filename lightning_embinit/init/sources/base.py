@@ -1,10 +1,6 @@
-"""The source interface: where an embedding table's initial rows come from.
-
-A source turns a :class:`SourceRequest` (a slot's shape, token strings, special tokens, a
-generator and, when the datamodule offers it, its tokenized training text) into a
-:class:`SourceMatrix`: the N×D float32 matrix plus per-row provenance (which rows came from a
-pre-trained source) and, for pre-trained sources, vocabulary coverage. Random schemes are
-sources too (:class:`SchemeSource`), so ``source="xavier"`` and ``source="bert"`` read alike.
+"""The source interface: a source turns a :class:`SourceRequest` (a slot's shape, token strings, special tokens, a
+generator and maybe its training text) into a :class:`SourceMatrix` (the N×D float32 matrix, which rows are
+pre-trained, the coverage). Random schemes are sources too (:class:`SchemeSource`).
 """
 
 from __future__ import annotations
@@ -37,11 +33,8 @@ class SourceRequest:
 
 @dataclass
 class Coverage:
-    """How much of a slot's vocabulary a pre-trained source covered, and by which matching rule.
-
-    ``total`` counts the slot's token strings; ``extra_rows`` the table's rows past them (unnamed,
-    filled as out-of-vocabulary rows).
-    """
+    """How much of a slot's vocabulary a pre-trained source covered, by matching rule: ``total`` counts the slot's
+    token strings, ``extra_rows`` the table's rows past them (unnamed, filled as out-of-vocabulary rows)."""
 
     found: int
     total: int
@@ -79,9 +72,8 @@ class SourceMatrix:
 class EmbeddingSource(Protocol):
     """Anything with a ``name``, an ``is_pretrained`` flag and ``build(request) -> SourceMatrix``.
 
-    Constructing a source must be cheap (no file reads): options are checked when the callback
-    is created, and files are read in ``build``. ``build`` returns a new tensor that the caller
-    owns and may transform in place.
+    Constructing a source must be cheap (options are checked, no file is read); ``build`` reads and returns a new
+    tensor that the caller owns and may transform in place.
     """
 
     name: str
@@ -95,13 +87,10 @@ SOURCES: Registry[EmbeddingSource] = Registry("source")
 
 @runtime_checkable
 class VectorSet(Protocol):
-    """A pre-trained source's vectors as alignment sees them: token → row lookup and row gathering.
-
-    Every pre-trained source opens one (:mod:`lightning_embinit.init.sources.alignment`).
-    ``special_tokens`` maps roles (``pad``, ``unk``, ``bos``, ``eos``, ``cls``, ``sep``, ``mask``)
-    to this vector set's own token strings. A set that can make vectors for unseen tokens (fastText)
-    also has ``compose(tokens) -> Tensor``; a set with a tokenizer (Hugging Face models) has
-    ``split_into_pieces(words) -> list[list[int]]``, the rows of each word's pieces.
+    """A pre-trained source's vectors as alignment (:mod:`lightning_embinit.init.sources.alignment`) sees them: token →
+    row lookup and row gathering; ``special_tokens`` maps roles (``pad``, ``unk``, ``bos``, ``eos``, ``cls``, ``sep``,
+    ``mask``) to the set's own tokens. A set that makes vectors for unseen tokens (fastText) also has
+    ``compose(tokens) -> Tensor``; one with a tokenizer (Hugging Face) ``split_into_pieces(words) -> list[list[int]]``.
     """
 
     description: str
@@ -138,9 +127,8 @@ def known_sources() -> str:
 
 
 def resolve_source(spec: str | EmbeddingSource | RandomScheme, **options: Any) -> EmbeddingSource:
-    """The source for ``spec``: a scheme name, a registered source name (``options`` go to its factory, for example
-    ``oov="match"``; a random scheme takes none), a local file (read as ``file:<path>``), a local directory (a Hugging
-    Face model, read as ``hf:<dir>``), or a source object."""
+    """The source for ``spec``: a scheme name, a registered source name (``options``, e.g. ``oov="match"``, go to its
+    factory), a local file (``file:<path>``), a local directory (a Hugging Face model, ``hf:<dir>``), or an object."""
     if isinstance(spec, RandomScheme):
         spec = SchemeSource(spec)
     if isinstance(spec, EmbeddingSource):

@@ -1,23 +1,13 @@
 """``checkpoint:<path>``: self-pretraining from an earlier model's embeddings ([KB]; docs/concepts.md#self-pretraining).
 
-Rows are taken *by token string*, so the new vocabulary may differ from the old one. The file is
-a Lightning checkpoint or a plain state dict, read with ``torch.load(weights_only=True)``
-(memory-mapped when possible) after its CRCs are verified (:mod:`.checkpoint_file`).
-``EmbeddingInitCallback`` records in every checkpoint::
+Rows are taken *by token string* (docs/sources.md, "Self-pretraining from a checkpoint") from a Lightning checkpoint
+or a plain state dict, loaded by :mod:`.checkpoint_file`. ``EmbeddingInitCallback`` records in every checkpoint::
 
     checkpoint["embinit"] = {"slots": {slot_name: {"parameter": "model.embed.weight",
                                                    "tokens": ["<pad>", "<unk>", ...]}}}
 
-The new slot reads the old slot of the same name, or ``slot_map={new: old}``. Options
-``parameter=`` (a state-dict key) and ``tokens=`` (a list, or a file with one token per line)
-override the record and serve plain state dicts that have none.
-
-A source lives as long as the recipe that resolved it (a whole training run), and slots with
-their own options resolve their own sources; rather than hold the checkpoint that long, a
-memory-mapped checkpoint is kept for :data:`KEEP_LOADED_S` seconds (one build round) and reused
-by every slot reading the unchanged file (same path, size, mtime, ctime and inode);
-:func:`release_loaded` drops it at once. A legacy (non-zip) checkpoint, which cannot be
-memory-mapped, is loaded per slot and never kept.
+A memory-mapped checkpoint is kept for :data:`KEEP_LOADED_S` seconds (one build round) for the next slot reading the
+unchanged file; :func:`release_loaded` drops it at once. A legacy (non-zip) checkpoint is loaded per slot.
 """
 
 from __future__ import annotations

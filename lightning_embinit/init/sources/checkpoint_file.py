@@ -1,14 +1,9 @@
 """The one way the package opens a checkpoint file: checked, loaded, and every failure named.
 
-torch's zip reader does not check the CRC-32 of what it reads, so a checkpoint with flipped bytes inside a
-tensor loads without error and with different weights. :func:`load_checkpoint_file` first reads the archive
-once to verify every member's CRC (:func:`verify_archive`), then loads it with :func:`torch.load`; a missing,
-empty, truncated or damaged file, or one that is no checkpoint, is a ValueError naming the file. The
-``checkpoint:`` source, ``embinit``'s ``--ckpt_path`` and the package systems' ``load_from_checkpoint`` use
-it. To check a file yourself: ``zipfile.ZipFile(path).testzip()`` returns the first damaged member, or None.
-
-:func:`saved_class` names the class that saved a checkpoint when the checkpoint says: the package systems
-record it under :data:`CLASS_KEY`, LightningCLI under the ``_class_path`` hyperparameter.
+torch's zip reader does not check CRC-32s, so a checkpoint with flipped bytes inside a tensor loads with different
+weights: :func:`load_checkpoint_file` first verifies every member's CRC (:func:`verify_archive`; by hand,
+``zipfile.ZipFile(path).testzip()``), then loads it; a missing, empty, truncated or damaged file, or one that is no
+checkpoint, is a ValueError naming the file. :func:`saved_class` names the class that saved a checkpoint, when it says.
 """
 
 from __future__ import annotations
@@ -45,11 +40,9 @@ def checked_file(path: str | os.PathLike[str], label: str) -> str:
 
 
 def verify_archive(path: str, what: str = "checkpoint") -> bool:
-    """Check the CRC-32 of every member of a zip-format (torch ≥ 1.6) checkpoint, reading the file once.
-
-    True when verified; False for a file that is not a zip archive (a legacy pickle checkpoint, or no
-    checkpoint at all: :func:`torch.load` tells). A truncated or damaged archive is a ValueError naming the file.
-    """
+    """Check the CRC-32 of every member of a zip-format (torch ≥ 1.6) checkpoint: True when verified; False for a
+    file that is not a zip archive (a legacy pickle checkpoint, or no checkpoint: :func:`torch.load` tells). A
+    truncated or damaged archive is a ValueError naming the file."""
     with open(path, "rb") as handle:
         head = handle.read(len(ZIP_MAGIC))
     if not head:

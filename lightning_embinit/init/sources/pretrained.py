@@ -1,8 +1,7 @@
 """The common shape of every pre-trained source: open a :class:`VectorSet`, then align (docs/concepts.md).
 
-A source factory validates its options when the user names it (``resolve_source``) but opens
-files, downloads and trains only in :meth:`PretrainedSource.build`, so an unused source costs
-nothing. :class:`ArrayVectorSet` holds vectors already in memory (or memory-mapped).
+A source factory validates its options when the user names it (``resolve_source``) but opens files, downloads and
+trains only in :meth:`PretrainedSource.build`. :class:`ArrayVectorSet` holds vectors in memory (or memory-mapped).
 """
 
 from __future__ import annotations
@@ -38,11 +37,8 @@ class PretrainedSource:
 
 @dataclass
 class ArrayVectorSet:
-    """A :class:`VectorSet` over a token list and a (V, D) numpy/torch matrix (memory-mapped is fine).
-
-    With ``row_file`` (a cached ``.npy``), rows are read with positioned reads, so memory holds only
-    the rows gathered rather than every page a memory map would touch.
-    """
+    """A :class:`VectorSet` over a token list and a (V, D) numpy/torch matrix (memory-mapped is fine); with
+    ``row_file`` (a cached ``.npy``) rows are read with positioned reads, so memory holds only the rows gathered."""
 
     tokens: Sequence[str]
     matrix: Any

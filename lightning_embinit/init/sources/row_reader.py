@@ -1,8 +1,7 @@
 """Positioned reads of rows of a row-major matrix stored in a file (safetensors, the vector cache's ``.npy``).
 
-Reading with ``readinto`` straight into the output keeps memory to the rows asked for: a memory
-map would count every page it touches (and the kernel's read-ahead around it) in the process's
-RSS. Consecutive rows are read as one run.
+Reading with ``readinto`` straight into the output keeps memory to the rows asked for (a memory map would count every
+page it touches, and the kernel's read-ahead, in the process's RSS). Consecutive rows are read as one run.
 """
 
 from __future__ import annotations
@@ -55,11 +54,8 @@ def read_rows(
 def gather_rows(
     rows: Sequence[int] | np.ndarray, count: int, read_sorted: Callable[[np.ndarray], torch.Tensor], *, where: str
 ) -> torch.Tensor:
-    """Rows ``rows`` (any order, repeats allowed) of a ``count``-row matrix, each distinct row read once.
-
-    ``read_sorted(unique_rows)`` reads sorted unique rows; an index outside ``[0, count)`` raises
-    ``IndexError`` naming ``where``.
-    """
+    """Rows ``rows`` (any order, repeats allowed) of a ``count``-row matrix, each distinct row read once by
+    ``read_sorted(unique_rows)``; an index outside ``[0, count)`` raises ``IndexError`` naming ``where``."""
     wanted = np.asarray(rows, dtype=np.int64).reshape(-1)
     if wanted.size and (wanted.min() < 0 or wanted.max() >= count):
         raise IndexError(f"{where}: row out of range [0, {count})")

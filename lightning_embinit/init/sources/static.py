@@ -1,13 +1,8 @@
 """Static word vectors as sources: GloVe, word2vec, fastText ([K], [KB]; docs/concepts.md).
 
-``file:<path>`` reads any local vector file. Its ``format=`` (:data:`FORMATS`; detected by default) is
-``word2vec`` text with a ``count dim`` header (also fastText ``.vec``), ``glove`` header-less text (tokens may
-contain spaces: the vector is the last D fields), ``text`` (the header detected), ``word2vec_binary`` (read with
-gensim) or ``fasttext_bin``, a fastText model read with gensim, whose character n-grams compose vectors for
-unmatched tokens (fallback rule ``ngrams``; docs/sources.md#vector-files).
-
-Text and word2vec-binary files are parsed once into the cache (:mod:`.vector_cache`); later
-loads memory-map it. The well-known sets by name are :mod:`.well_known`'s.
+``file:<path>`` reads any local vector file in one of :data:`FORMATS` (docs/sources.md, "Vector files"): text files and
+word2vec binaries are parsed once into the cache (:mod:`.vector_cache`); a fastText ``.bin`` model (gensim) also
+composes vectors for unmatched tokens from character n-grams (the ``ngrams`` rule). Sets by name: :mod:`.well_known`.
 """
 
 from __future__ import annotations
@@ -108,8 +103,7 @@ def open_vector_file(path: str, options: FileVectorsOptions) -> VectorSet:
         text_options = {**parse_options, "header": _FORMAT_HEADER.get(fmt, options.header)}
         parser = vector_file.TextVectorParser(path, **text_options, progress=options.progress, emit_warnings=False)
         build = partial(_build_text, parser)
-    row_file = None
-    entry = None
+    row_file = entry = None
     if options.cache:
         try:
             entry = vector_cache.load_or_build(
@@ -176,8 +170,7 @@ def _build_word2vec_binary(
 
 
 def announced_size(path: str) -> int | None:
-    """The vector count of a word2vec binary header, refused when it cannot fit in the file (gensim would allocate
-    it first)."""
+    """The vector count of a word2vec binary header, refused when it cannot fit in the file (gensim allocates first)."""
     header = read_head(path, 256).partition(b"\n")[0].split()
     if len(header) != 2 or not header[0].isdigit():
         return None
@@ -228,8 +221,7 @@ def file_source(path: str, **options: Any) -> PretrainedSource:
 def named_file_source(
     name: str, options: dict[str, Any], locate: Callable[[], str] | None = None, expected_dim: int | None = None
 ) -> PretrainedSource:
-    """The source of the vector file ``path=`` names, else of ``locate()``'s (a published set's, whose width
-    ``expected_dim`` is checked against the file's)."""
+    """The source of the file ``path=`` names, else of ``locate()``'s (of width ``expected_dim``)."""
     alignment, own = split_options(name, options, FILE_OPTIONS)
     path = own.pop("path", None)
     file_options = FileVectorsOptions(**own)

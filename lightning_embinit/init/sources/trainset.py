@@ -1,13 +1,8 @@
 """``word2vec-trainset``: word2vec trained with gensim on the task's own training text (Kocmi and Bojar, "An
 Exploration of Word Embedding Initialization in Deep-Learning Tasks" [KB]; docs/concepts.md#trainset-word2vec).
 
-The corpus is ``request.corpus()`` — the datamodule's tokenized training text for the slot —
-read once per gensim pass. The vectors then go through the usual alignment (exact match of the
-slot's tokens; tokens the corpus lacks, such as special tokens, get the ``oov`` policy).
-
-Hyperparameters are options; ``vector_size`` defaults to the slot's D. Training is deterministic
-given ``seed`` with ``workers=1`` (the default): the seed defaults to a draw from the request's
-generator, and gensim's per-word hash is a fixed CRC32 rather than Python's salted ``hash``.
+The corpus is ``request.corpus()``, read once per gensim pass; the vectors then go through the usual alignment. With
+``workers=1`` (the default) training is deterministic (docs/sources.md, "word2vec on the training text").
 """
 
 from __future__ import annotations

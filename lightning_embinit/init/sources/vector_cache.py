@@ -1,21 +1,10 @@
-"""A parse-once cache for big vector files (docs/concepts.md#word-vectors; issue 4 "big files").
+"""A parse-once cache for big vector files (docs/sources.md, "The cache").
 
-A vector file is parsed once into ``<cache>/vectors/<key>/``: ``matrix.npy`` (float32, V×D,
-memory-mappable), ``tokens.txt`` (row order, tokens joined by ``\n`` and read back without newline translation, so
-a token may hold ``\r``) and ``meta.json`` (what the parse found). The key hashes the file's
-identity — absolute path, size, modification and status-change times, inode — and the options
-that change the result, so an edited or replaced file is parsed again. Later loads memory-map the
-matrix (``np.load(mmap_mode="r")``) and read only the rows a vocabulary needs.
-
-The cache directory is, in order: the directory set for the current build with
-:func:`cache_directory` (the callback's ``cache_dir=``, else the main source's own ``cache_dir``
-option — so reference sources of ``match=``/``standardize=`` write there too), a source's own
-``cache_dir`` option (outside a build), ``$EMBINIT_CACHE_DIR``, ``~/.cache/lightning_embinit``.
-A directory that cannot be created or written is not an error: the vector file is parsed into
-memory instead, with one warning naming the directory and where it was configured. Entries
-are written to a staging directory, checked, and renamed into place, so a crash or a concurrent
-writer never leaves a half-written entry; staging directories a killed process left behind are
-removed once they are an hour old.
+A file is parsed once into ``<cache>/vectors/<key>/`` (``matrix.npy``, float32 V×D, memory-mapped by later loads;
+``tokens.txt``, joined by ``\n`` and read back without newline translation; ``meta.json``), the key hashing the file's
+identity (absolute path, size, mtime, ctime, inode) and the parse options. The directory is the one set for the build
+(:func:`cache_directory`), else a source's ``cache_dir``, ``$EMBINIT_CACHE_DIR``, ``~/.cache/lightning_embinit``; one
+that cannot be used means a parse into memory and one warning. Entries are staged, checked and renamed into place.
 """
 
 from __future__ import annotations
@@ -79,14 +68,12 @@ def cache_root(override: str | os.PathLike[str] | None = None) -> Path:
 
 
 def writable_cache_dir(subdirectory: str, override: str | os.PathLike[str] | None = None) -> Path:
-    """``<cache root>/<subdirectory>``, created; raises :class:`CacheUnavailable` when it cannot be created or
-    written."""
+    """``<cache root>/<subdirectory>``, created; :class:`CacheUnavailable` when it cannot be used."""
     root, origin = cache_origin(override)
     target = root / subdirectory
     try:
         target.mkdir(parents=True, exist_ok=True)
-        probe = tempfile.NamedTemporaryFile(dir=target, prefix=".probe.", delete=True)
-        probe.close()
+        tempfile.NamedTemporaryFile(dir=target, prefix=".probe.", delete=True).close()
     except OSError as error:
         raise CacheUnavailable(
             f"cache directory {root} (from {origin}) cannot be used: {error.strerror or error}; point {CACHE_ENV} "
@@ -180,9 +167,9 @@ def load_or_build(
 ) -> CachedVectors:
     """The cache entry for ``path`` parsed with ``options``; ``build`` runs only on a miss.
 
-    ``build(open_sink)`` parses the file: it calls ``open_sink(dim)`` once the dimension is known (a
-    later call returns the same sink), feeds the sink float32 row blocks, and returns ``(tokens, meta)``. Raises
-    :class:`CacheUnavailable` before parsing when the cache directory cannot be used.
+    ``build(open_sink)`` calls ``open_sink(dim)`` once the dimension is known (again: the same sink), feeds the sink
+    float32 row blocks and returns ``(tokens, meta)``. Raises :class:`CacheUnavailable` before parsing when the cache
+    directory cannot be used.
     """
     root = writable_cache_dir("vectors", cache_dir)
     key = file_key(path, options)
@@ -240,10 +227,8 @@ def _existing_entry(final: Path) -> CachedVectors | None:
 
 
 def remove_stale_staging(root: Path, max_age_s: float = STALE_STAGING_S) -> None:
-    """Delete staging directories under ``root`` untouched for ``max_age_s`` (left by killed processes).
-
-    A directory's age is that of its newest file, so a long parse that is still writing is kept.
-    """
+    """Delete staging directories under ``root`` (left by killed processes) whose newest file is older than
+    ``max_age_s``, so a long parse that is still writing is kept."""
     cutoff = time.time() - max_age_s
     for candidate in root.glob(f"*{_STAGING_MARK}*"):
         try:

@@ -1,17 +1,9 @@
 """Reading word-vector text files: word2vec text, GloVe's header-less text, fastText ``.vec`` ([K], [KB];
 docs/concepts.md#word-vectors).
 
-One pass over the file, in blocks of lines, with a progress bar. Tokens are split off in Python
-(one ``count`` per line); the numbers of a whole block are parsed at once by pandas' C reader
-when pandas is installed, else by ``numpy.fromstring``; only a block that fails is re-read line
-by line to name the bad line. Compression (gzip, bz2, xz, single-file zip) is detected from the
-magic bytes (:mod:`.compressed`); a truncated or corrupt compressed file raises ``ValueError`` naming the file.
-
-The messy-file policies are the table of docs/sources.md#messy-files: header detection (``header=``, else the
-dimension is the most common field count − 1, or ``dim=``), tokens with spaces (the vector is the last D fields;
-``allow_numeric_token_words=``), blank lines and a byte-order mark, bad lines (``on_bad_line=``), repeated tokens
-(the first is kept), invalid UTF-8 in a token (``encoding_errors=``), a header count that disagrees with the data
-lines (a warning). Each irregularity is counted in :class:`ParseReport`, whose warnings a cached parse repeats.
+One pass in blocks of lines: each block's numbers are parsed at once (pandas' C reader, else ``numpy.fromstring``),
+and only a failing block is re-read line by line to name the bad line; compression is detected by :mod:`.compressed`.
+Every irregularity follows a policy of docs/sources.md ("Messy files") and is counted in :class:`ParseReport`.
 """
 
 from __future__ import annotations
@@ -23,7 +15,6 @@ import warnings
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import KW_ONLY, dataclass, field
-from typing import Any
 
 import numpy as np
 
@@ -90,24 +81,18 @@ def infer_dim(lines: list[bytes]) -> int:
     return dim
 
 
-def _pandas() -> Any:
-    """pandas, whose C reader parses a block of numbers ~5× faster than ``numpy.fromstring``; or None."""
-    try:
-        import pandas
-    except ImportError:  # pragma: no cover - pandas comes with `datasets`
-        return None
-    return pandas
-
-
 def _parse_numbers(values: list[bytes], dim: int) -> np.ndarray | None:
     """A (len(values), dim) float32 block, or None when any line does not parse cleanly."""
     text = b"\n".join(values)
-    pandas = _pandas()
+    try:
+        import pandas  # its C reader parses a block of numbers ~5× faster than numpy.fromstring
+    except ImportError:  # pragma: no cover - pandas comes with `datasets`
+        pandas = None
     with warnings.catch_warnings(), np.errstate(over="ignore", invalid="ignore"):
         warnings.simplefilter("ignore")
         try:
             if pandas is not None:
-                frame = pandas.read_csv(
+                array = pandas.read_csv(
                     io.BytesIO(text),
                     sep=" ",
                     header=None,
@@ -116,12 +101,9 @@ def _parse_numbers(values: list[bytes], dim: int) -> np.ndarray | None:
                     quoting=csv.QUOTE_NONE,
                     na_filter=False,
                     comment=None,
-                )
-                array = frame.to_numpy(dtype=np.float32)
-            else:
+                ).to_numpy(dtype=np.float32)
+            else:  # a count other than len(values) × dim fails to reshape
                 array = np.fromstring(text.replace(b"\n", b" "), dtype=np.float32, sep=" ")  # type: ignore[call-overload]
-                if array.size != len(values) * dim:
-                    return None
                 array = array.reshape(len(values), dim)
         except Exception:  # noqa: BLE001 - any parse failure sends the block to the line-by-line path
             return None
@@ -135,9 +117,7 @@ def _parse_line(values: bytes, dim: int) -> tuple[np.ndarray | None, str]:
             array = np.fromstring(values, dtype=np.float32, sep=" ")  # type: ignore[call-overload]
         except (ValueError, UnicodeDecodeError):
             return None, "a value is not a number"
-    if array.size != dim:
-        return None, f"expected {dim} values, found {array.size}"
-    return array, ""
+    return (array, "") if array.size == dim else (None, f"expected {dim} values, found {array.size}")
 
 
 @dataclass

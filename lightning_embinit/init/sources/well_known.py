@@ -1,7 +1,5 @@
-"""Well-known static vector sets by name: ``glove``, ``glove-6B-<dim>``, ``word2vec``, ``fasttext`` and the
-gensim-data names. Each takes a local ``path=``; without one it uses gensim-data's local copy or downloads through
-``gensim.downloader`` when a network is reachable, else raises saying how to point at a local file. The file is
-then read as ``file:<path>`` reads it (:mod:`.static`).
+"""Well-known static vector sets by name (``glove``, ``glove-6B-<dim>``, ``word2vec``, ``fasttext``, the gensim-data
+names), read as ``file:<path>`` (:mod:`.static`) from ``path=``, else gensim-data's local copy or download.
 """
 
 from __future__ import annotations
