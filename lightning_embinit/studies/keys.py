@@ -53,7 +53,8 @@ def split_key(key: str) -> list[str | int]:
     return parts
 
 
-def _class_name(entry: Any) -> str | None:
+def class_path(entry: Any) -> str | None:
+    """The ``class_path`` of a config entry (a mapping with one, or the bare string); None for anything else."""
     path = entry.get("class_path") if isinstance(entry, Mapping) else entry if isinstance(entry, str) else None
     return path if isinstance(path, str) else None
 
@@ -67,10 +68,10 @@ def _list_index(items: list[Any], part: str | int, key: str) -> int:
     found = [
         i
         for i, entry in enumerate(items)
-        if (path := _class_name(entry)) is not None and (path == name or path.endswith("." + name))
+        if (path := class_path(entry)) is not None and (path == name or path.endswith("." + name))
     ]
     if len(found) != 1:
-        classes = ", ".join(filter(None, map(_class_name, items))) or "none"
+        classes = ", ".join(filter(None, map(class_path, items))) or "none"
         how = "no entry" if not found else f"{len(found)} entries"
         raise StudyError(
             f"key {key!r}: {how} with class {name!r} in the list (classes: {classes}); use an index such as [0]"
@@ -98,7 +99,7 @@ def set_key(config: dict[str, Any], key: str, value: Any) -> None:
     node: Any = config
     for part in parts[:-1]:
         container, index = _child(node, part, key, create=True)
-        if isinstance(container[index], str) and _class_name(container[index]):
+        if isinstance(container[index], str) and class_path(container[index]):
             container[index] = {"class_path": container[index]}
         elif container[index] is None:
             container[index] = {}

@@ -293,8 +293,14 @@ def curve_metrics(results: Results, summary: pd.DataFrame) -> list[str]:
 
 
 def _checked(results: Results, settings: Sequence[str], reference: str | None, metrics: Sequence[str] | None) -> str:
-    """The reference setting (the argument, the study's, its first setting); a ReportError for an unknown one
-    or for an unknown metric."""
+    """The reference setting (the argument, the study's, its first setting); a ReportError when no trial finished,
+    for an unknown reference or for an unknown metric."""
+    if not done(results.records):
+        groups = failure_groups(results.records)
+        why = f"; the first error: {groups[0][0]}" if groups else ""
+        raise ReportError(
+            f"{results.directory} has no finished trial (status 'done') among {len(results.records)} records{why}"
+        )
     chosen = str(reference or results.study.get("reference") or (declared_settings(results) or settings)[0])
     if chosen not in settings:
         hint = f"the settings with records in {results.directory}"
@@ -304,22 +310,6 @@ def _checked(results: Results, settings: Sequence[str], reference: str | None, m
     except ValueError as error:
         raise ReportError(f"{error} (the metrics of the finished trials in {results.directory})") from None
     return chosen
-
-
-def study_claims(results: Results) -> list[Claim]:
-    """The claims ``study.json`` holds; a ReportError naming a malformed one."""
-    try:
-        return [Claim.from_dict(claim) for claim in results.study.get("claims") or []]
-    except ValueError as error:
-        raise ReportError(f"{results.directory}/{STUDY_FILE}: {error}") from None
-
-
-def write_claims(claims: Sequence[ClaimResult], out: Path) -> list[Path]:
-    """``claims.csv`` in ``out``, a row per claim (:meth:`~.claims.ClaimResult.to_dict`), when there are claims."""
-    if not claims:
-        return []
-    pd.DataFrame([result.to_dict() for result in claims]).to_csv(out / "claims.csv", index=False)
-    return [out / "claims.csv"]
 
 
 def write_report(
@@ -342,15 +332,13 @@ def write_report(
     results = load_results(results_dir)
     settings, extra = settings_with_records(results)
     records = results.records
-    if not done(records):
-        groups = failure_groups(results.records)
-        why = f"; the first error: {groups[0][0]}" if groups else ""
-        raise ReportError(
-            f"{results.directory} has no finished trial (status 'done') among {len(results.records)} records{why}"
-        )
     chosen = _checked(results, settings, reference, metrics)
     references = block_references(results.study.get("blocks") if reference is None else None, settings, chosen)
-    claims = [evaluate_claim(claim, records) for claim in study_claims(results)]
+    try:
+        parsed = [Claim.from_dict(claim) for claim in results.study.get("claims") or []]
+    except ValueError as error:
+        raise ReportError(f"{results.directory}/{STUDY_FILE}: {error}") from None
+    claims = [evaluate_claim(claim, records) for claim in parsed]
     summary = aggregate(records, metrics=metrics, settings=settings)
     differences = compare_each(records, references, metrics=metrics, confidence=confidence, settings=settings)
     out = Path(out_dir) if out_dir is not None else results.directory / REPORT_DIR
@@ -367,10 +355,13 @@ def write_report(
         references=references,
         claims=claims,
     )
-    paths = [out / "summary.md", out / "summary.csv", out / "differences.csv", *write_claims(claims, out)]
+    paths = [out / "summary.md", out / "summary.csv", out / "differences.csv"]
     paths[0].write_text(markdown, encoding="utf-8")
     long_form(summary).to_csv(paths[1], index=False)
     differences.to_csv(paths[2], index=False)
+    if claims:  # a row per claim: ClaimResult.to_dict
+        paths.append(out / "claims.csv")
+        pd.DataFrame([result.to_dict() for result in claims]).to_csv(paths[3], index=False)
     return {
         "paths": paths + figures,
         "markdown": markdown,

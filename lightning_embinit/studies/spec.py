@@ -123,9 +123,6 @@ class Variant:
             description=str(data.get("description", "")),
         )
 
-    def to_dict(self) -> dict[str, Any]:
-        return {"overrides": dict(self.overrides), "seeds": list(self.seeds), "description": self.description}
-
 
 @dataclass(frozen=True, kw_only=True)
 class Trial:
@@ -259,21 +256,9 @@ class Study:
 
     def to_dict(self) -> dict[str, Any]:
         """The study as its YAML mapping (``base`` as an absolute path or the inline config)."""
-        return {
-            "name": self.name,
-            "description": self.description,
-            "base": copy.deepcopy(self.base),
-            "overrides": copy.deepcopy(self.overrides),
-            "settings": copy.deepcopy(self.settings),
-            "grid": copy.deepcopy(self.grid),
-            "seeds": list(self.seeds),
-            "seed_keys": list(self.seed_keys),
-            "reference": self.reference,
-            "blocks": copy.deepcopy(self.blocks),
-            "protocol": self.protocol.to_dict(),
-            "variants": {name: variant.to_dict() for name, variant in self.variants.items()},
-            "claims": [claim.to_dict() for claim in self.claims],
-        }
+        data = asdict(self)
+        del data["path"]
+        return data
 
     @property
     def study_hash(self) -> str:
@@ -329,7 +314,9 @@ class Study:
         if not seeds:
             where = f"variant {variant!r} nor the study" if variant else "the study"
             raise StudyError(f"study {self.name!r} has no seeds: neither {where} gives seeds: [0, 1, 2]")
-        base, protocol, study_hash, trials = self.base_config(), self.protocol, self.study_hash, []
+        base, trials = self.base_config(), []
+        hashed = {"protocol": self.protocol.to_dict(), "version": package_version()}
+        shared = {"study": self.name, "study_hash": self.study_hash, "variant": variant, "protocol": self.protocol}
         for setting, overrides in self.all_settings().items():
             template = copy.deepcopy(base)
             for where, layer in self.override_layers(setting, variant):
@@ -339,23 +326,16 @@ class Study:
                 for key in ("seed_everything", *self.seed_keys):
                     apply_overrides(config, [(key, seed)], where=f"study {self.name!r}, seed_keys")
                 resolved = substitute_environment(config, where=f"study {self.name!r}, setting {setting!r}")
-                config_hash = digest(
-                    {"config": resolved, "seed": seed, "protocol": protocol.to_dict(), "version": package_version()}
+                trial = Trial(
+                    **shared,
+                    setting=setting,
+                    seed=seed,
+                    trial_id=trial_id(setting, seed),
+                    config=resolved,
+                    config_hash=digest({"config": resolved, "seed": seed, **hashed}),
+                    overrides=copy.deepcopy(overrides),
                 )
-                trials.append(
-                    Trial(
-                        setting=setting,
-                        seed=seed,
-                        config=resolved,
-                        config_hash=config_hash,
-                        trial_id=trial_id(setting, seed),
-                        overrides=copy.deepcopy(overrides),
-                        study=self.name,
-                        study_hash=study_hash,
-                        variant=variant,
-                        protocol=protocol,
-                    )
-                )
+                trials.append(trial)
         _check_unique_ids(trials)
         configs = {trial.setting: trial.config for trial in trials}
         check_claim_metrics(self.claims, configs, f"study {self.name!r}")

@@ -206,14 +206,10 @@ def run_trial(
 
 def write_config(trial: Trial, directory: Path, launch: TrialLaunch) -> None:
     """The trial's config as ``<directory>/config.yaml``, less the trainer keys the engine supplies (``launch``)."""
-    config = trial.config
-    if launch.trainer_keys:
-        config = {
-            **config,
-            "trainer": {
-                key: value for key, value in (config.get("trainer") or {}).items() if key not in launch.trainer_keys
-            },
-        }
+    trainer = {
+        key: value for key, value in (trial.config.get("trainer") or {}).items() if key not in launch.trainer_keys
+    }
+    config = {**trial.config, "trainer": trainer} if launch.trainer_keys else trial.config
     (directory / "config.yaml").write_text(yaml.safe_dump(config, sort_keys=False), encoding="utf-8")
 
 
@@ -316,16 +312,12 @@ def _fit_and_evaluate(trial: Trial, results_dir: Path, record: dict[str, Any], l
     if launch.rank == 0:
         kept = {best.resolve()} if trial.protocol.checkpoints == "best" else set()
         for path in {*directory.rglob("*.ckpt"), best}:
-            if path.resolve() not in kept:
-                _remove(path)
-
-
-def _remove(path: Path) -> None:
-    """Delete a checkpoint: a file, or the directory of a sharded one."""
-    if path.is_dir():
-        shutil.rmtree(path, ignore_errors=True)
-    else:
-        path.unlink(missing_ok=True)
+            if path.resolve() in kept:
+                continue
+            if path.is_dir():  # a sharded checkpoint
+                shutil.rmtree(path, ignore_errors=True)
+            else:
+                path.unlink(missing_ok=True)
 
 
 def _score_best(
