@@ -202,21 +202,18 @@ def check_claim_metrics(claims: Iterable[Claim], configs: Mapping[str, Mapping[s
     """StudyError for a claim whose metric is a monitor that no callback of a setting's config (``configs``: setting
     → a trial's config) publishes; model metrics, costs and unknowable configs pass."""
     for claim in claims:
-        if (
-            MODEL_METRIC.search(claim.metric)
-            or claim.metric.startswith("best_")
-            or claim.metric in (*COST_NAMES, WALL_TIME)
-        ):
+        metric = claim.metric
+        if MODEL_METRIC.search(metric) or metric.startswith("best_") or metric in (*COST_NAMES, WALL_TIME):
             continue
         for setting in (claim.setting, claim.versus):
             published = published_monitors(configs[setting])
             if published is None:
                 continue
             names, prefixes = published
-            if claim.metric not in names and not claim.metric.startswith(tuple(prefixes)):
+            if metric not in names and not metric.startswith(tuple(prefixes)):
                 offered = ", ".join([*sorted(names), *(f"{p}..." for p in sorted(prefixes))]) or "none"
                 raise StudyError(
-                    f"{where}, claim {claim.id!r}: no trial of setting {setting!r} records metric {claim.metric!r}: "
+                    f"{where}, claim {claim.id!r}: no trial of setting {setting!r} records metric {metric!r}: "
                     f"choose a model metric (train_..., val_..., test_...), best_<the protocol's monitor>, a cost "
                     f"({', '.join((*COST_NAMES, WALL_TIME))}) or a monitor its callbacks publish ({offered})"
                 )

@@ -21,7 +21,7 @@ from lightning_embinit.checks import check_known, choice_error
 from lightning_embinit.studies.claims import Claim, ClaimResult, evaluate_claim
 from lightning_embinit.studies.figures import learning_speed_absence, write_figures
 from lightning_embinit.studies.notes import duration, elapsed_line, footnotes
-from lightning_embinit.studies.results import (
+from lightning_embinit.studies.records import (
     STUDY_FILE,
     ReportError,
     Results,
@@ -321,14 +321,12 @@ def write_report(
     confidence: float = 0.95,
 ) -> dict[str, Any]:
     """Write ``summary.md``, ``summary.csv``, ``differences.csv``, ``claims.csv`` (when the study has claims) and
-    the figures into ``out_dir`` (default ``<results_dir>/report``).
-
-    Returns ``paths`` (everything written), ``markdown``, ``summary`` (:func:`~.statistics.aggregate`),
-    ``differences`` (:func:`~.statistics.compare_each`), ``claims`` (a :class:`~.claims.ClaimResult` per claim of
-    the study, also in ``claims.csv``), ``reference``, ``references`` (setting → the setting it is measured against:
-    its block's reference unless ``reference`` is given), ``failed`` (the number of failed trials) and ``out_dir``.
-    A ReportError when the directory has no study, no records or no finished trial.
-    """
+    the figures into ``out_dir`` (default ``<results_dir>/report``); a ReportError when the directory has no study,
+    no records or no finished trial. Returns ``paths`` (everything written), ``markdown``, ``summary``
+    (:func:`~.statistics.aggregate`), ``differences`` (:func:`~.statistics.compare_each`), ``claims`` (a
+    :class:`~.claims.ClaimResult` per claim, also in ``claims.csv``), ``reference``, ``references`` (setting → the
+    setting it is measured against: its block's reference unless ``reference`` is given), ``failed`` (the number of
+    failed trials) and ``out_dir``."""
     results = load_results(results_dir)
     settings, extra = settings_with_records(results)
     records = results.records

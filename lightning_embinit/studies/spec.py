@@ -43,11 +43,13 @@ from typing import Any
 
 from lightning_embinit.checks import check_choice, check_known
 from lightning_embinit.studies.claims import Claim, check_claim_metrics, read_claims
-from lightning_embinit.studies.grid import check_mapping, check_overrides, expand_grid
 from lightning_embinit.studies.keys import (
     StudyError,
     apply_overrides,
+    check_mapping,
+    check_overrides,
     digest,
+    expand_grid,
     read_yaml_mapping,
     split_key,
     substitute_environment,

@@ -88,10 +88,6 @@ class TrialLaunch:
     prepare: Callable[[Trainer], Trainer] | None = None
     barrier: Callable[[], None] | None = None
 
-    def wait(self) -> None:
-        if self.barrier is not None and self.world_size > 1:
-            self.barrier()
-
 
 def describe(error: BaseException) -> dict[str, str]:
     """An exception as a record's ``error``: its type, message and the last lines of its traceback."""
@@ -286,7 +282,8 @@ def _fit_and_evaluate(trial: Trial, results_dir: Path, record: dict[str, Any], l
         shutil.rmtree(directory, ignore_errors=True)
         directory.mkdir(parents=True)
         write_config(trial, directory, launch)
-    launch.wait()
+    if launch.barrier is not None and launch.world_size > 1:
+        launch.barrier()
     cli = build_cli(trial, directory, launch)
     trainer = cli.trainer if launch.prepare is None else launch.prepare(cli.trainer)
     checkpoint = protocol_checkpoint(trainer, trial.protocol, directory)
