@@ -195,9 +195,7 @@ def write_figures(
             title = f"{study}: {metric}, mean ± std over seeds" if study else ""
             path = out_dir / f"curves_{file_stem(metric)}.png"
             written.append(save(curves_figure(series, metric, title=title), path))
-    speed = [
-        metric for metric in summary.columns.get_level_values(0).unique() if metric.endswith(LEARNING_SPEED_SUFFIX)
-    ]
+    speed = [m for m in summary.columns.get_level_values(0).unique() if m.endswith(LEARNING_SPEED_SUFFIX)]
     if speed:
         written.append(save(learning_speed_figure(records, summary, speed), out_dir / "learning_speed.png"))
     return written

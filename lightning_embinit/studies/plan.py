@@ -1,5 +1,6 @@
-"""What every engine does before a trial starts: read and check the study, claim the results directory (for the
-whole sweep), and split its trials into those to run and the records kept from earlier runs.
+"""What every engine does around its trials. Before the first starts: read and check the study, claim the results
+directory (for the whole sweep), and split its trials into those to run and the records kept from earlier runs.
+While they run: a bar over the study's trials with the ETA, a line per finished trial, and the summary at the end.
 
 Every trial's config is checked with the parser ``embinit fit`` uses, instantiating nothing: :class:`ConfigChecker`
 is :class:`~lightning_embinit.lightning_cli.EmbinitCLI` whose own parse and ``instantiate_classes`` do nothing, so its
@@ -15,13 +16,16 @@ import json
 import os
 import socket
 import warnings
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from lightning.pytorch import LightningDataModule, LightningModule
+from rich.console import Console
+from rich.markup import escape
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 
 from lightning_embinit.lightning_cli import EmbinitCLI
 from lightning_embinit.studies.keys import StudyError, set_key, substitute_environment
@@ -48,21 +52,6 @@ class ConfigChecker(EmbinitCLI):
 
     def instantiate_classes(self) -> None:
         """Nothing: the checker only parses."""
-
-
-def config_checker() -> ConfigChecker:
-    return ConfigChecker(
-        LightningModule,
-        LightningDataModule,
-        subclass_mode_model=True,
-        subclass_mode_data=True,
-        run=False,
-        args=[],
-        auto_configure_optimizers=False,
-        seed_everything_default=False,
-        load_from_checkpoint_support=False,
-        parser_kwargs={"exit_on_error": False},
-    )
 
 
 def parser_reason(error: BaseException | str) -> str:
@@ -101,7 +90,18 @@ def _blame(study: Study, trial: Trial, checker: ConfigChecker, error: BaseExcept
 def validate_trials(study: Study, trials: Iterable[Trial]) -> None:
     """Parse each setting's config (its first seed's: seeds only change seed values); StudyError on the
     first refused."""
-    checker = config_checker()
+    checker = ConfigChecker(
+        LightningModule,
+        LightningDataModule,
+        subclass_mode_model=True,
+        subclass_mode_data=True,
+        run=False,
+        args=[],
+        auto_configure_optimizers=False,
+        seed_everything_default=False,
+        load_from_checkpoint_support=False,
+        parser_kwargs={"exit_on_error": False},
+    )
     first_seeds: dict[str, Trial] = {}
     for trial in trials:
         first_seeds.setdefault(trial.setting, trial)
@@ -197,3 +197,88 @@ def prepare_sweep(
             else:
                 to_run.append(trial)
         yield SweepPlan(study, variant, results_dir, trials, to_run, kept)
+
+
+def outcome_line(record: dict[str, Any]) -> str:
+    """One line about a finished trial: its id, status, wall time and the protocol's best score or its error."""
+    wall = record.get("wall_time_s")
+    timing = f"{wall:.1f} s" if isinstance(wall, (int, float)) else "-"
+    if record.get("status") == "done":
+        scores = ", ".join(
+            f"{name} {value:.4g}"
+            for name, value in (record.get("metrics") or {}).items()
+            if name.startswith(("best_", "test_")) and isinstance(value, float)
+        )
+        return f"done    {record['trial_id']}  {timing}  {scores}"
+    error = record.get("error") or {}
+    message = next(iter(str(error.get("message") or "").strip().splitlines()), "")
+    return f"FAILED  {record['trial_id']}  {timing}  {error.get('type')}: {message}  (log: {record.get('log')})"
+
+
+class SweepProgress:
+    """A rich progress bar over a study's trials (finished earlier ones count as done), on stderr."""
+
+    def __init__(self, study: str, *, total: int, skipped: Sequence[dict[str, Any]], enabled: bool = True) -> None:
+        self.study, self.total, self.skipped, self.enabled = study, total, list(skipped), enabled
+        self.console = Console(stderr=True, highlight=False)
+        self.counts = {"done": 0, "failed": 0}
+        self.running: list[str] = []
+        self._progress: Progress | None = None
+        self._task: Any = None
+
+    def __enter__(self) -> SweepProgress:
+        if self.enabled:
+            self._progress = Progress(
+                TextColumn("[bold]{task.description}"),
+                BarColumn(),
+                MofNCompleteColumn(),
+                TextColumn("done {task.fields[done]} · failed {task.fields[failed]}"),
+                TimeElapsedColumn(),
+                TextColumn("ETA"),
+                TimeRemainingColumn(),
+                TextColumn("{task.fields[running]}"),
+                console=self.console,
+            )
+            self._progress.start()
+            self._task = self._progress.add_task(
+                self.study, total=self.total, completed=len(self.skipped), done=0, failed=0, running=""
+            )
+        if self.skipped:
+            self.console.print(f"{self.study}: {len(self.skipped)} of {self.total} trials finished earlier, skipped")
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        if self._progress is not None:
+            self._progress.stop()
+
+    def _update(self, advance: int = 0) -> None:
+        if self._progress is not None:
+            self._progress.update(self._task, advance=advance, running=escape(", ".join(self.running)), **self.counts)
+
+    def started(self, trial_id: str) -> None:
+        self.running.append(trial_id)
+        self._update()
+
+    def finished(self, record: dict[str, Any]) -> None:
+        if record["trial_id"] in self.running:
+            self.running.remove(record["trial_id"])
+        self.counts["done" if record.get("status") == "done" else "failed"] += 1
+        self.console.print(escape(outcome_line(record)), soft_wrap=True)
+        self._update(advance=1)
+
+    def summary(self, records: Sequence[dict[str, Any]], results_dir: Path, *, ran: int) -> None:
+        """Counts (done / failed this run, skipped, failed earlier and not retried) and each failure's error."""
+        kept_failed = sum(record.get("status") == "failed" for record in self.skipped)
+        parts = [
+            f"ran {ran}: {self.counts['done']} done, {self.counts['failed']} failed",
+            f"{len(self.skipped) - kept_failed} skipped (finished earlier)",
+        ]
+        if kept_failed:
+            parts.append(f"{kept_failed} failed earlier, not retried (--retry-failed reruns them)")
+        self._update()
+        self.console.print(
+            f"{self.study}: " + "; ".join(parts) + f". Records: {results_dir / 'trials'}", soft_wrap=True
+        )
+        for record in records:
+            if record.get("status") != "done":
+                self.console.print(escape("  " + outcome_line(record)), soft_wrap=True)

@@ -120,11 +120,6 @@ def _wall_time_line(records: Sequence[Mapping[str, Any]]) -> str:
     )
 
 
-def _seeds_text(records: Sequence[Mapping[str, Any]]) -> str:
-    seeds = sorted({r["seed"] for r in records if isinstance(r.get("seed"), int)})
-    return ", ".join(map(str, seeds)) or "not recorded"
-
-
 def _failures_lines(records: Sequence[Mapping[str, Any]]) -> list[str]:
     groups = failure_groups(records)
     failed = sum(len(ids) for _, ids in groups)
@@ -146,6 +141,7 @@ def _reference_text(reference: str, references: Mapping[str, str]) -> str:
 
 def _header_lines(results: Results, settings: Sequence[str], reference: str, extra: Sequence[str]) -> list[str]:
     records = results.records
+    seeds = sorted({r["seed"] for r in records if isinstance(r.get("seed"), int)})
     statuses = pd.Series([str(r.get("status", "unknown")) for r in records]).value_counts()
     lines = [
         f"# Study report: {results.name}",
@@ -153,7 +149,7 @@ def _header_lines(results: Results, settings: Sequence[str], reference: str, ext
         f"- variant: {results.header.get('variant', 'not recorded')}; study hash: "
         f"{results.header.get('hash', 'not recorded')}",
         f"- settings: {', '.join(settings)} (reference: {reference})",
-        f"- seeds: {_seeds_text(records)}",
+        f"- seeds: {', '.join(map(str, seeds)) or 'not recorded'}",
         f"- trials: {len(records)} ({', '.join(f'{count} {status}' for status, count in statuses.items())})",
         f"- wall time: {_wall_time_line(records)}",
         f"- elapsed (the sweep's clock): {elapsed_line(results.header)}",

@@ -338,7 +338,13 @@ class Study:
                     overrides=copy.deepcopy(overrides),
                 )
                 trials.append(trial)
-        _check_unique_ids(trials)
+        owners: dict[str, str] = {}
+        for trial in trials:
+            if owners.setdefault(trial.trial_id, trial.setting) != trial.setting:
+                raise StudyError(
+                    f"settings {owners[trial.trial_id]!r} and {trial.setting!r} share the file name "
+                    f"{trial.trial_id!r}: rename one"
+                )
         configs = {trial.setting: trial.config for trial in trials}
         check_claim_metrics(self.claims, configs, f"study {self.name!r}")
         return trials
@@ -362,16 +368,6 @@ def _blocks(blocks: Any, names: list[str], reference: str, where: str) -> dict[s
                 )
         checked[str(block_reference)] = list(members)
     return checked
-
-
-def _check_unique_ids(trials: list[Trial]) -> None:
-    settings: dict[str, str] = {}
-    for trial in trials:
-        setting = settings.setdefault(trial.trial_id, trial.setting)
-        if setting != trial.setting:
-            raise StudyError(
-                f"settings {setting!r} and {trial.setting!r} share the file name {trial.trial_id!r}: rename one"
-            )
 
 
 STUDY_KEYS = tuple(f.name for f in fields(Study) if f.name != "path")
