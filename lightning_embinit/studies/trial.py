@@ -202,10 +202,10 @@ def run_trial(
 
 def write_config(trial: Trial, directory: Path, launch: TrialLaunch) -> None:
     """The trial's config as ``<directory>/config.yaml``, less the trainer keys the engine supplies (``launch``)."""
-    trainer = {
-        key: value for key, value in (trial.config.get("trainer") or {}).items() if key not in launch.trainer_keys
-    }
-    config = {**trial.config, "trainer": trainer} if launch.trainer_keys else trial.config
+    config = trial.config
+    if launch.trainer_keys:
+        trainer = {key: value for key, value in (config.get("trainer") or {}).items() if key not in launch.trainer_keys}
+        config = {**config, "trainer": trainer}
     (directory / "config.yaml").write_text(yaml.safe_dump(config, sort_keys=False), encoding="utf-8")
 
 
