@@ -20,7 +20,7 @@ import pytest
 from lightning_embinit import cli
 from lightning_embinit.studies import Study
 from lightning_embinit.studies.keys import StudyError, get_key
-from lightning_embinit.studies.validate import validate_trials
+from lightning_embinit.studies.plan import validate_trials
 from tests.shared_data import require_shared_data
 
 STUDIES = Path(__file__).resolve().parent.parent / "examples" / "studies"

@@ -14,8 +14,8 @@ from scipy import stats
 
 from lightning_embinit.studies.figures import curves_figure
 from lightning_embinit.studies.keys import StudyError
+from lightning_embinit.studies.records import ReportError, load_results
 from lightning_embinit.studies.report import failure_groups, write_report
-from lightning_embinit.studies.results import ReportError, load_results
 from lightning_embinit.studies.statistics import aggregate, align_curves, compare, curve_points, welch
 
 SEEDS = [0, 1, 2, 3]

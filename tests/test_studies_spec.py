@@ -7,12 +7,11 @@ from pathlib import Path
 
 import pytest
 
-from lightning_embinit.studies.grid import expand_grid
-from lightning_embinit.studies.keys import StudyError, get_key, set_key, split_key, substitute_environment
+from lightning_embinit.studies.keys import StudyError, expand_grid, get_key, set_key, split_key, substitute_environment
 from lightning_embinit.studies.local import thread_budget
+from lightning_embinit.studies.plan import validate_trials
 from lightning_embinit.studies.records import check_results_dir, study_summary, write_json
 from lightning_embinit.studies.spec import Study
-from lightning_embinit.studies.validate import validate_trials
 from tests.study_helpers import tiny_study, write_study
 
 KIM = Path(__file__).resolve().parent.parent / "examples" / "studies" / "kim_translation.yaml"

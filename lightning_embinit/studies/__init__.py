@@ -12,26 +12,18 @@ from __future__ import annotations
 import importlib
 from typing import Any
 
-_LAZY = {
-    "Study": "spec",
-    "Trial": "spec",
-    "Protocol": "spec",
-    "Variant": "spec",
-    "expand_grid": "grid",
-    "StudyError": "keys",
-    "run_trial": "trial",
-    "run_study": "local",
-    "read_records": "records",
-    "validate_trials": "validate",
-    "prepare_sweep": "plan",
-    "SweepPlan": "plan",
-    "write_report": "report",
-    "aggregate": "statistics",
-    "compare": "statistics",
-    "load_results": "results",
-    "ReportError": "results",
-    "run_study_on_ray": "ray_engine",
+_MODULES = {
+    "spec": ("Study", "Trial", "Protocol", "Variant"),
+    "keys": ("expand_grid", "StudyError"),
+    "trial": ("run_trial",),
+    "local": ("run_study",),
+    "records": ("read_records", "load_results", "ReportError"),
+    "plan": ("validate_trials", "prepare_sweep", "SweepPlan"),
+    "report": ("write_report",),
+    "statistics": ("aggregate", "compare"),
+    "ray_engine": ("run_study_on_ray",),
 }
+_LAZY = {name: module for module, names in _MODULES.items() for name in names}
 
 __all__ = list(_LAZY)
 

@@ -28,7 +28,7 @@ import numpy as np
 from scipy import stats
 
 from lightning_embinit.checks import check_known
-from lightning_embinit.studies.keys import StudyError
+from lightning_embinit.studies.keys import StudyError, class_path
 from lightning_embinit.studies.statistics import (
     WALL_TIME,
     Welch,
@@ -176,11 +176,6 @@ def protocol_problem(metric: str, monitor: str, test: bool | str) -> str:
     return ""
 
 
-def _class_name(entry: Any) -> str:
-    path = entry.get("class_path") if isinstance(entry, Mapping) else entry
-    return str(path).rsplit(".", 1)[-1]
-
-
 def published_monitors(config: Mapping[str, Any]) -> tuple[set[str], set[str]] | None:
     """(exact names, ``prefix/`` starts) of the monitors a trial's config can record; None when that is not knowable
     (a model or a callback from outside the package, which may log any name)."""
@@ -190,7 +185,7 @@ def published_monitors(config: Mapping[str, Any]) -> tuple[set[str], set[str]] |
         return None
     names, prefixes = set(), set()
     for entry in (config.get("trainer") or {}).get("callbacks") or []:
-        name = _class_name(entry)
+        name = str(class_path(entry)).rsplit(".", 1)[-1]
         arguments = (entry.get("init_args") or {}) if isinstance(entry, Mapping) else {}
         if name in MONITOR_NAMES:
             names.update(MONITOR_NAMES[name])
@@ -207,21 +202,18 @@ def check_claim_metrics(claims: Iterable[Claim], configs: Mapping[str, Mapping[s
     """StudyError for a claim whose metric is a monitor that no callback of a setting's config (``configs``: setting
     → a trial's config) publishes; model metrics, costs and unknowable configs pass."""
     for claim in claims:
-        if (
-            MODEL_METRIC.search(claim.metric)
-            or claim.metric.startswith("best_")
-            or claim.metric in (*COST_NAMES, WALL_TIME)
-        ):
+        metric = claim.metric
+        if MODEL_METRIC.search(metric) or metric.startswith("best_") or metric in (*COST_NAMES, WALL_TIME):
             continue
         for setting in (claim.setting, claim.versus):
             published = published_monitors(configs[setting])
             if published is None:
                 continue
             names, prefixes = published
-            if claim.metric not in names and not claim.metric.startswith(tuple(prefixes)):
+            if metric not in names and not metric.startswith(tuple(prefixes)):
                 offered = ", ".join([*sorted(names), *(f"{p}..." for p in sorted(prefixes))]) or "none"
                 raise StudyError(
-                    f"{where}, claim {claim.id!r}: no trial of setting {setting!r} records metric {claim.metric!r}: "
+                    f"{where}, claim {claim.id!r}: no trial of setting {setting!r} records metric {metric!r}: "
                     f"choose a model metric (train_..., val_..., test_...), best_<the protocol's monitor>, a cost "
                     f"({', '.join((*COST_NAMES, WALL_TIME))}) or a monitor its callbacks publish ({offered})"
                 )
@@ -332,10 +324,8 @@ def _seeds_needed(claim: Claim, values: np.ndarray, versus: np.ndarray, differen
 
 def evaluate_claim(claim: Claim, records: Sequence[Mapping[str, Any]]) -> ClaimResult:
     """The claim checked on ``records`` (:func:`claim_verdict`)."""
-    values, versus = (
-        claim_samples(records, claim.setting, claim.metric),
-        claim_samples(records, claim.versus, claim.metric),
-    )
+    values = claim_samples(records, claim.setting, claim.metric)
+    versus = claim_samples(records, claim.versus, claim.metric)
     result = welch(values, versus, CONFIDENCE)
     narrow = welch(values, versus, 2 * CONFIDENCE - 1)
     interval_90 = (narrow.low, narrow.high) if claim.direction == "equal" else None

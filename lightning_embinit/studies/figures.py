@@ -102,15 +102,11 @@ def learning_speed_goal(records: Sequence[Mapping[str, Any]], metric: str) -> st
     for record in done(records):
         callbacks = ((record.get("config") or {}).get("trainer") or {}).get("callbacks") or []
         for callback in callbacks if isinstance(callbacks, list) else [callbacks]:
-            if not isinstance(callback, Mapping) or not str(callback.get("class_path")).endswith(
-                "LearningSpeedMonitor"
-            ):
-                continue
-            options = {**MONITOR_DEFAULTS, **(callback.get("init_args") or {})}
-            if (options.get("prefix"), options.get("monitor")) == (prefix, monitor):
-                goals.append(
-                    f"smoothed {monitor} {'≥' if options['mode'] == 'max' else '≤'} {options.get('threshold')}"
-                )
+            if isinstance(callback, Mapping) and str(callback.get("class_path")).endswith("LearningSpeedMonitor"):
+                options = {**MONITOR_DEFAULTS, **(callback.get("init_args") or {})}
+                if (options.get("prefix"), options.get("monitor")) == (prefix, monitor):
+                    sign = "≥" if options["mode"] == "max" else "≤"
+                    goals.append(f"smoothed {monitor} {sign} {options.get('threshold')}")
     return " or ".join(dict.fromkeys(goals))
 
 
@@ -199,9 +195,7 @@ def write_figures(
             title = f"{study}: {metric}, mean ± std over seeds" if study else ""
             path = out_dir / f"curves_{file_stem(metric)}.png"
             written.append(save(curves_figure(series, metric, title=title), path))
-    speed = [
-        metric for metric in summary.columns.get_level_values(0).unique() if metric.endswith(LEARNING_SPEED_SUFFIX)
-    ]
+    speed = [m for m in summary.columns.get_level_values(0).unique() if m.endswith(LEARNING_SPEED_SUFFIX)]
     if speed:
         written.append(save(learning_speed_figure(records, summary, speed), out_dir / "learning_speed.png"))
     return written

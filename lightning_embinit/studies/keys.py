@@ -5,13 +5,15 @@ A key walks the config as ``embinit fit``'s command line names it, plus list ent
 ``trainer.callbacks.0.init_args.source``), ``trainer.callbacks[EmbeddingInitCallback].init_args.source``
 (the one entry whose ``class_path`` is or ends in ``.EmbeddingInitCallback``) and
 ``trainer.callbacks[+]`` (appends the value). An override replaces the value at its key; missing
-mappings on the way are created (the LightningCLI parser then refuses a key it does not know).
+mappings on the way are created (the LightningCLI parser then refuses a key it does not know). A study's grid
+(:func:`expand_grid`) gives more settings: the product of its axes.
 """
 
 from __future__ import annotations
 
 import copy
 import hashlib
+import itertools
 import json
 import math
 import os
@@ -53,7 +55,8 @@ def split_key(key: str) -> list[str | int]:
     return parts
 
 
-def _class_name(entry: Any) -> str | None:
+def class_path(entry: Any) -> str | None:
+    """The ``class_path`` of a config entry (a mapping with one, or the bare string); None for anything else."""
     path = entry.get("class_path") if isinstance(entry, Mapping) else entry if isinstance(entry, str) else None
     return path if isinstance(path, str) else None
 
@@ -67,10 +70,10 @@ def _list_index(items: list[Any], part: str | int, key: str) -> int:
     found = [
         i
         for i, entry in enumerate(items)
-        if (path := _class_name(entry)) is not None and (path == name or path.endswith("." + name))
+        if (path := class_path(entry)) is not None and (path == name or path.endswith("." + name))
     ]
     if len(found) != 1:
-        classes = ", ".join(filter(None, map(_class_name, items))) or "none"
+        classes = ", ".join(filter(None, map(class_path, items))) or "none"
         how = "no entry" if not found else f"{len(found)} entries"
         raise StudyError(
             f"key {key!r}: {how} with class {name!r} in the list (classes: {classes}); use an index such as [0]"
@@ -98,7 +101,7 @@ def set_key(config: dict[str, Any], key: str, value: Any) -> None:
     node: Any = config
     for part in parts[:-1]:
         container, index = _child(node, part, key, create=True)
-        if isinstance(container[index], str) and _class_name(container[index]):
+        if isinstance(container[index], str) and class_path(container[index]):
             container[index] = {"class_path": container[index]}
         elif container[index] is None:
             container[index] = {}
@@ -201,3 +204,58 @@ def read_yaml_mapping(path: str | Path, what: str) -> dict[str, Any]:
     if not isinstance(data, Mapping):
         raise StudyError(f"{what} {path}: expected a mapping, got {type(data).__name__}")
     return dict(data)
+
+
+def check_mapping(where: str, value: Any, what: str = "a mapping") -> dict[str, Any]:
+    """``value`` as a dict (None: {}); a StudyError naming ``where`` when it is not a mapping."""
+    if value is None:
+        return {}
+    if not isinstance(value, Mapping):
+        raise StudyError(f"{where}: expected {what}, got {value!r}")
+    return dict(value)
+
+
+def check_overrides(where: str, value: Any) -> dict[str, Any]:
+    """``value`` as overrides (dotted config key → value; None: none); a StudyError naming ``where`` otherwise."""
+    value = check_mapping(where, value, "a mapping of config keys to values")
+    for key in value:
+        if not isinstance(key, str):
+            raise StudyError(f"{where}: config key {key!r} is not a string")
+        split_key(key)
+    return value
+
+
+def _value_name(value: Any) -> str:
+    return value if isinstance(value, str) else json.dumps(value)
+
+
+def expand_grid(grid: Mapping[str, Any]) -> dict[str, dict[str, Any]]:
+    """The settings of a grid: one per combination of its axes' values, named ``axis=value,axis=value``.
+
+    An axis is a config key with a list of values (named by the key's last part, the whole key when two
+    axes share it) or a name with a mapping of value names to overrides.
+    """
+    if not grid:
+        return {}
+    axes = []
+    lasts = [str(split_key(axis)[-1]) if isinstance(values, list) else axis for axis, values in grid.items()]
+    for (axis, values), last in zip(grid.items(), lasts):
+        label = last if lasts.count(last) == 1 else axis
+        if isinstance(values, Mapping):
+            choices = [
+                (str(name), check_overrides(f"grid axis {axis!r}, value {name!r}", group))
+                for name, group in values.items()
+            ]
+        elif isinstance(values, list):
+            choices = [(_value_name(value), {axis: value}) for value in values]
+        else:
+            raise StudyError(
+                f"grid axis {axis!r}: expected a list of values or a mapping of named overrides, got {values!r}"
+            )
+        if not choices:
+            raise StudyError(f"empty grid: axis {axis!r} has no values")
+        axes.append([(f"{label}={name}", overrides) for name, overrides in choices])
+    return {
+        ",".join(name for name, _ in combo): {k: v for _, o in combo for k, v in o.items()}
+        for combo in itertools.product(*axes)
+    }

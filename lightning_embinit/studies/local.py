@@ -19,8 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from lightning_embinit.studies.keys import StudyError
-from lightning_embinit.studies.plan import prepare_sweep
-from lightning_embinit.studies.progress import SweepProgress
+from lightning_embinit.studies.plan import SweepProgress, prepare_sweep
 from lightning_embinit.studies.records import available_cores, finish_sweep, now
 from lightning_embinit.studies.spec import Study, Trial
 

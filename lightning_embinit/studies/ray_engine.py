@@ -1,14 +1,9 @@
-"""The Ray engine: a study's trials as a Ray Tune run, on a local Ray instance or an existing cluster.
+"""The Ray engine (docs/studies.md#running-on-ray): a study's trials as a Ray Tune run of a function trainable, on a
+local Ray instance or an existing cluster, with the local engine's checks, plan and records (:mod:`.plan`).
 
-The same checks, plan and records as the local engine (:func:`~.plan.prepare_sweep`): a ``ray.tune.Tuner`` runs
-a function trainable per pending trial, with ``{"cpu": threads}`` (and ``{"gpu": 1}`` per trial when asked), which
-calls the same :func:`~.trial.run_trial` and reports the record through ``ray.tune.report``. The driver writes every
-record into ``<results>/trials/`` from what the trials reported, so ``embinit report`` reads a Ray sweep as it reads a
-local one even when the trials ran on other nodes (their logs and checkpoints stay where the results directory
-lies on that node: use a shared filesystem to keep them too).
-
-With ``ddp_workers`` > 1 (``--ddp-workers``) each Tune trial runs its trial as a Ray Train DDP run instead
-(:mod:`.ray_train`). Needs the ``ray`` extra: ``pip install 'lightning_embinit[ray]'``.
+Each Tune trial calls :func:`~.trial.run_trial` (or, with ``ddp_workers`` > 1, :mod:`.ray_train`) and reports the
+record through ``ray.tune.report``; the driver writes every record into ``<results>/trials/``, wherever the trial ran.
+Needs the ``ray`` extra: ``pip install 'lightning_embinit[ray]'``.
 """
 
 from __future__ import annotations
@@ -20,8 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from lightning_embinit.studies.keys import StudyError
-from lightning_embinit.studies.plan import prepare_sweep
-from lightning_embinit.studies.progress import SweepProgress
+from lightning_embinit.studies.plan import SweepProgress, prepare_sweep
 from lightning_embinit.studies.ray_train import REPORTED_RECORD, require_ray, run_ray_train_job
 from lightning_embinit.studies.records import available_cores, finish_sweep, now
 from lightning_embinit.studies.spec import Study

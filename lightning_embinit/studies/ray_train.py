@@ -1,17 +1,12 @@
-"""One trial as a multi-worker DDP run on Ray Train, for a trial that needs several GPUs or nodes.
+"""One trial as a multi-worker DDP run on Ray Train (docs/studies.md#running-on-ray), for a trial that needs several
+GPUs or nodes.
 
-A ``ray.train.torch.TorchTrainer`` starts ``num_workers`` workers (a process group on gloo for CPU workers, NCCL
-for GPU ones); each runs the same :func:`~.trial.run_trial` as every other engine, with a
-:class:`~.trial.TrialLaunch` that hands the Trainer Ray's ``RayDDPStrategy`` and ``RayLightningEnvironment``
-(the config's ``trainer.strategy``/``devices``/``num_nodes``/``accelerator``/``plugins`` give way to them) and
-passes it through ``ray.train.lightning.prepare_trainer``. Rank 0 writes the run directory, the config and the
-record; the record also travels back to the driver through one ``ray.train.report`` at the end, so the driver's
-results directory gets it even when rank 0 ran on another node. Ray's ``RayTrainReportCallback`` is not used: it
-would save a checkpoint under ``<results>/ray/`` every epoch that nothing reads (the study's ``checkpoints``
-policy decides what a trial keeps).
-
-:func:`run_trial_on_ray_train` runs one trial (Python API); ``embinit sweep --engine ray --ddp-workers N`` runs
-every trial of a study this way, each from a Ray Tune trial (:mod:`.ray_engine`). Needs the ``ray`` extra.
+Each worker of a ``ray.train.torch.TorchTrainer`` (gloo on CPU, NCCL on GPU) runs :func:`~.trial.run_trial` with a
+:class:`~.trial.TrialLaunch` that gives the Trainer Ray's ``RayDDPStrategy`` and ``RayLightningEnvironment`` (in place
+of the config's :data:`RAY_TRAINER_KEYS`) through ``ray.train.lightning.prepare_trainer``. Rank 0 writes the run
+directory and the record, and sends the record to the driver through one ``ray.train.report``. Ray's
+``RayTrainReportCallback`` is not used: it would save a checkpoint every epoch that nothing reads. Needs the ``ray``
+extra.
 """
 
 from __future__ import annotations

@@ -21,7 +21,7 @@ from lightning_embinit.checks import check_known, choice_error
 from lightning_embinit.studies.claims import Claim, ClaimResult, evaluate_claim
 from lightning_embinit.studies.figures import learning_speed_absence, write_figures
 from lightning_embinit.studies.notes import duration, elapsed_line, footnotes
-from lightning_embinit.studies.results import (
+from lightning_embinit.studies.records import (
     STUDY_FILE,
     ReportError,
     Results,
@@ -120,11 +120,6 @@ def _wall_time_line(records: Sequence[Mapping[str, Any]]) -> str:
     )
 
 
-def _seeds_text(records: Sequence[Mapping[str, Any]]) -> str:
-    seeds = sorted({r["seed"] for r in records if isinstance(r.get("seed"), int)})
-    return ", ".join(map(str, seeds)) or "not recorded"
-
-
 def _failures_lines(records: Sequence[Mapping[str, Any]]) -> list[str]:
     groups = failure_groups(records)
     failed = sum(len(ids) for _, ids in groups)
@@ -146,6 +141,7 @@ def _reference_text(reference: str, references: Mapping[str, str]) -> str:
 
 def _header_lines(results: Results, settings: Sequence[str], reference: str, extra: Sequence[str]) -> list[str]:
     records = results.records
+    seeds = sorted({r["seed"] for r in records if isinstance(r.get("seed"), int)})
     statuses = pd.Series([str(r.get("status", "unknown")) for r in records]).value_counts()
     lines = [
         f"# Study report: {results.name}",
@@ -153,7 +149,7 @@ def _header_lines(results: Results, settings: Sequence[str], reference: str, ext
         f"- variant: {results.header.get('variant', 'not recorded')}; study hash: "
         f"{results.header.get('hash', 'not recorded')}",
         f"- settings: {', '.join(settings)} (reference: {reference})",
-        f"- seeds: {_seeds_text(records)}",
+        f"- seeds: {', '.join(map(str, seeds)) or 'not recorded'}",
         f"- trials: {len(records)} ({', '.join(f'{count} {status}' for status, count in statuses.items())})",
         f"- wall time: {_wall_time_line(records)}",
         f"- elapsed (the sweep's clock): {elapsed_line(results.header)}",
@@ -293,8 +289,14 @@ def curve_metrics(results: Results, summary: pd.DataFrame) -> list[str]:
 
 
 def _checked(results: Results, settings: Sequence[str], reference: str | None, metrics: Sequence[str] | None) -> str:
-    """The reference setting (the argument, the study's, its first setting); a ReportError for an unknown one
-    or for an unknown metric."""
+    """The reference setting (the argument, the study's, its first setting); a ReportError when no trial finished,
+    for an unknown reference or for an unknown metric."""
+    if not done(results.records):
+        groups = failure_groups(results.records)
+        why = f"; the first error: {groups[0][0]}" if groups else ""
+        raise ReportError(
+            f"{results.directory} has no finished trial (status 'done') among {len(results.records)} records{why}"
+        )
     chosen = str(reference or results.study.get("reference") or (declared_settings(results) or settings)[0])
     if chosen not in settings:
         hint = f"the settings with records in {results.directory}"
@@ -306,22 +308,6 @@ def _checked(results: Results, settings: Sequence[str], reference: str | None, m
     return chosen
 
 
-def study_claims(results: Results) -> list[Claim]:
-    """The claims ``study.json`` holds; a ReportError naming a malformed one."""
-    try:
-        return [Claim.from_dict(claim) for claim in results.study.get("claims") or []]
-    except ValueError as error:
-        raise ReportError(f"{results.directory}/{STUDY_FILE}: {error}") from None
-
-
-def write_claims(claims: Sequence[ClaimResult], out: Path) -> list[Path]:
-    """``claims.csv`` in ``out``, a row per claim (:meth:`~.claims.ClaimResult.to_dict`), when there are claims."""
-    if not claims:
-        return []
-    pd.DataFrame([result.to_dict() for result in claims]).to_csv(out / "claims.csv", index=False)
-    return [out / "claims.csv"]
-
-
 def write_report(
     results_dir: str | Path,
     out_dir: str | Path | None = None,
@@ -331,26 +317,22 @@ def write_report(
     confidence: float = 0.95,
 ) -> dict[str, Any]:
     """Write ``summary.md``, ``summary.csv``, ``differences.csv``, ``claims.csv`` (when the study has claims) and
-    the figures into ``out_dir`` (default ``<results_dir>/report``).
-
-    Returns ``paths`` (everything written), ``markdown``, ``summary`` (:func:`~.statistics.aggregate`),
-    ``differences`` (:func:`~.statistics.compare_each`), ``claims`` (a :class:`~.claims.ClaimResult` per claim of
-    the study, also in ``claims.csv``), ``reference``, ``references`` (setting → the setting it is measured against:
-    its block's reference unless ``reference`` is given), ``failed`` (the number of failed trials) and ``out_dir``.
-    A ReportError when the directory has no study, no records or no finished trial.
-    """
+    the figures into ``out_dir`` (default ``<results_dir>/report``); a ReportError when the directory has no study,
+    no records or no finished trial. Returns ``paths`` (everything written), ``markdown``, ``summary``
+    (:func:`~.statistics.aggregate`), ``differences`` (:func:`~.statistics.compare_each`), ``claims`` (a
+    :class:`~.claims.ClaimResult` per claim, also in ``claims.csv``), ``reference``, ``references`` (setting → the
+    setting it is measured against: its block's reference unless ``reference`` is given), ``failed`` (the number of
+    failed trials) and ``out_dir``."""
     results = load_results(results_dir)
     settings, extra = settings_with_records(results)
     records = results.records
-    if not done(records):
-        groups = failure_groups(results.records)
-        why = f"; the first error: {groups[0][0]}" if groups else ""
-        raise ReportError(
-            f"{results.directory} has no finished trial (status 'done') among {len(results.records)} records{why}"
-        )
     chosen = _checked(results, settings, reference, metrics)
     references = block_references(results.study.get("blocks") if reference is None else None, settings, chosen)
-    claims = [evaluate_claim(claim, records) for claim in study_claims(results)]
+    try:
+        parsed = [Claim.from_dict(claim) for claim in results.study.get("claims") or []]
+    except ValueError as error:
+        raise ReportError(f"{results.directory}/{STUDY_FILE}: {error}") from None
+    claims = [evaluate_claim(claim, records) for claim in parsed]
     summary = aggregate(records, metrics=metrics, settings=settings)
     differences = compare_each(records, references, metrics=metrics, confidence=confidence, settings=settings)
     out = Path(out_dir) if out_dir is not None else results.directory / REPORT_DIR
@@ -367,10 +349,13 @@ def write_report(
         references=references,
         claims=claims,
     )
-    paths = [out / "summary.md", out / "summary.csv", out / "differences.csv", *write_claims(claims, out)]
+    paths = [out / "summary.md", out / "summary.csv", out / "differences.csv"]
     paths[0].write_text(markdown, encoding="utf-8")
     long_form(summary).to_csv(paths[1], index=False)
     differences.to_csv(paths[2], index=False)
+    if claims:  # a row per claim: ClaimResult.to_dict
+        paths.append(out / "claims.csv")
+        pd.DataFrame([result.to_dict() for result in claims]).to_csv(paths[3], index=False)
     return {
         "paths": paths + figures,
         "markdown": markdown,

@@ -43,11 +43,13 @@ from typing import Any
 
 from lightning_embinit.checks import check_choice, check_known
 from lightning_embinit.studies.claims import Claim, check_claim_metrics, read_claims
-from lightning_embinit.studies.grid import check_mapping, check_overrides, expand_grid
 from lightning_embinit.studies.keys import (
     StudyError,
     apply_overrides,
+    check_mapping,
+    check_overrides,
     digest,
+    expand_grid,
     read_yaml_mapping,
     split_key,
     substitute_environment,
@@ -122,9 +124,6 @@ class Variant:
             seeds=_seeds(data.get("seeds"), f"{where}, seeds"),
             description=str(data.get("description", "")),
         )
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"overrides": dict(self.overrides), "seeds": list(self.seeds), "description": self.description}
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -259,21 +258,9 @@ class Study:
 
     def to_dict(self) -> dict[str, Any]:
         """The study as its YAML mapping (``base`` as an absolute path or the inline config)."""
-        return {
-            "name": self.name,
-            "description": self.description,
-            "base": copy.deepcopy(self.base),
-            "overrides": copy.deepcopy(self.overrides),
-            "settings": copy.deepcopy(self.settings),
-            "grid": copy.deepcopy(self.grid),
-            "seeds": list(self.seeds),
-            "seed_keys": list(self.seed_keys),
-            "reference": self.reference,
-            "blocks": copy.deepcopy(self.blocks),
-            "protocol": self.protocol.to_dict(),
-            "variants": {name: variant.to_dict() for name, variant in self.variants.items()},
-            "claims": [claim.to_dict() for claim in self.claims],
-        }
+        data = asdict(self)
+        del data["path"]
+        return data
 
     @property
     def study_hash(self) -> str:
@@ -329,7 +316,9 @@ class Study:
         if not seeds:
             where = f"variant {variant!r} nor the study" if variant else "the study"
             raise StudyError(f"study {self.name!r} has no seeds: neither {where} gives seeds: [0, 1, 2]")
-        base, protocol, study_hash, trials = self.base_config(), self.protocol, self.study_hash, []
+        base, trials = self.base_config(), []
+        hashed = {"protocol": self.protocol.to_dict(), "version": package_version()}
+        shared = {"study": self.name, "study_hash": self.study_hash, "variant": variant, "protocol": self.protocol}
         for setting, overrides in self.all_settings().items():
             template = copy.deepcopy(base)
             for where, layer in self.override_layers(setting, variant):
@@ -339,24 +328,23 @@ class Study:
                 for key in ("seed_everything", *self.seed_keys):
                     apply_overrides(config, [(key, seed)], where=f"study {self.name!r}, seed_keys")
                 resolved = substitute_environment(config, where=f"study {self.name!r}, setting {setting!r}")
-                config_hash = digest(
-                    {"config": resolved, "seed": seed, "protocol": protocol.to_dict(), "version": package_version()}
+                trial = Trial(
+                    **shared,
+                    setting=setting,
+                    seed=seed,
+                    trial_id=trial_id(setting, seed),
+                    config=resolved,
+                    config_hash=digest({"config": resolved, "seed": seed, **hashed}),
+                    overrides=copy.deepcopy(overrides),
                 )
-                trials.append(
-                    Trial(
-                        setting=setting,
-                        seed=seed,
-                        config=resolved,
-                        config_hash=config_hash,
-                        trial_id=trial_id(setting, seed),
-                        overrides=copy.deepcopy(overrides),
-                        study=self.name,
-                        study_hash=study_hash,
-                        variant=variant,
-                        protocol=protocol,
-                    )
+                trials.append(trial)
+        owners: dict[str, str] = {}
+        for trial in trials:
+            if owners.setdefault(trial.trial_id, trial.setting) != trial.setting:
+                raise StudyError(
+                    f"settings {owners[trial.trial_id]!r} and {trial.setting!r} share the file name "
+                    f"{trial.trial_id!r}: rename one"
                 )
-        _check_unique_ids(trials)
         configs = {trial.setting: trial.config for trial in trials}
         check_claim_metrics(self.claims, configs, f"study {self.name!r}")
         return trials
@@ -380,16 +368,6 @@ def _blocks(blocks: Any, names: list[str], reference: str, where: str) -> dict[s
                 )
         checked[str(block_reference)] = list(members)
     return checked
-
-
-def _check_unique_ids(trials: list[Trial]) -> None:
-    settings: dict[str, str] = {}
-    for trial in trials:
-        setting = settings.setdefault(trial.trial_id, trial.setting)
-        if setting != trial.setting:
-            raise StudyError(
-                f"settings {setting!r} and {trial.setting!r} share the file name {trial.trial_id!r}: rename one"
-            )
 
 
 STUDY_KEYS = tuple(f.name for f in fields(Study) if f.name != "path")

@@ -74,10 +74,8 @@ def value_of(record: Mapping[str, Any], metric: str) -> float | None:
 
 
 def metric_names(records: Iterable[Mapping[str, Any]], group: str | None = None) -> list[str]:
-    """Every metric any finished trial has, in first-seen order: ``metrics``, then ``monitors``, then wall time.
-
-    ``group`` (``"metrics"``, ``"monitors"`` or ``"cost"``) keeps one group only.
-    """
+    """Every metric any finished trial has, in first-seen order: ``metrics``, ``monitors``, ``cost``, then wall time;
+    ``group`` (one of :data:`GROUPS`) keeps that group only."""
     records = done(records)
     names: dict[str, None] = {}
     for name in (group,) if group else GROUPS:
@@ -128,10 +126,8 @@ def _table_axes(
 def aggregate(
     records: Iterable[Mapping[str, Any]], *, metrics: Sequence[str] | None = None, settings: Sequence[str] | None = None
 ) -> pd.DataFrame:
-    """Mean, std (ddof=1) and n of each metric over each setting's finished trials.
-
-    One row per setting (``settings``' order, else first-seen), columns ``(metric, "mean"|"std"|"n")``.
-    """
+    """Mean, std (ddof=1) and n of each metric over each setting's finished trials: a row per setting (``settings``'
+    order, else first-seen), columns ``(metric, "mean"|"std"|"n")``."""
     records = list(records)
     names, order = _table_axes(records, metrics, settings)
     rows = {
@@ -141,9 +137,7 @@ def aggregate(
     columns = pd.MultiIndex.from_product([names, STATS], names=["metric", "statistic"])
     frame = pd.DataFrame.from_dict(rows, orient="index", columns=columns)
     frame.index.name = "setting"
-    for metric in names:
-        frame[(metric, "n")] = frame[(metric, "n")].astype(int)
-    return frame
+    return frame.astype({(metric, "n"): int for metric in names})
 
 
 def long_form(summary: pd.DataFrame) -> pd.DataFrame:
@@ -159,10 +153,8 @@ def long_form(summary: pd.DataFrame) -> pd.DataFrame:
 
 
 def welch(values: np.ndarray, reference: np.ndarray, confidence: float = 0.95) -> Welch:
-    """Welch's interval for ``mean(values) − mean(reference)`` (Welch–Satterthwaite df, Student t quantile).
-
-    n < 2 on either side, or no spread on both, gives a NaN interval with a note saying why.
-    """
+    """Welch's interval for ``mean(values) − mean(reference)`` (Welch–Satterthwaite df, Student t quantile); n < 2 on
+    either side, or no spread on both, gives a NaN interval with a note saying why."""
     n, n_ref = len(values), len(reference)
     difference = mean(values) - mean(reference)
     no_interval = (math.nan,) * 4
@@ -188,11 +180,8 @@ def compare(
     confidence: float = 0.95,
     settings: Sequence[str] | None = None,
 ) -> pd.DataFrame:
-    """Each other setting's difference of means from ``reference``, per metric, with Welch's interval.
-
-    Rows (setting, metric) in setting order; columns ``difference``, ``low``, ``high``, ``df``, ``p_value``,
-    ``n``, ``n_reference``, ``excludes_zero``, ``note``.
-    """
+    """Each other setting's difference of means from ``reference``, per metric, with Welch's interval: rows (setting,
+    metric) in setting order, columns :data:`COMPARE_COLUMNS`."""
     records = list(records)
     names, order = _table_axes(records, metrics, settings)
     check_choice("reference setting", reference, order)
@@ -244,11 +233,9 @@ def curve_points(curve: Any) -> tuple[np.ndarray, np.ndarray]:
 
 
 def align_curves(curves: Sequence[tuple[np.ndarray, np.ndarray]]) -> tuple[np.ndarray, np.ndarray, np.ndarray, int]:
-    """(steps, mean, std, n) of several seeds' curves on the steps they share.
-
-    Seeds logged on the same steps are stacked as they are; otherwise each is interpolated linearly onto
-    the union of their steps inside the range every seed covers (no extrapolation). std is NaN for one seed.
-    """
+    """(steps, mean, std, n) of several seeds' curves on the steps they share: stacked as they are when logged on the
+    same steps, else each interpolated linearly onto the union of their steps inside the range every seed covers (no
+    extrapolation). std is NaN for one seed."""
     curves = [(steps, values) for steps, values in curves if len(steps)]
     if not curves:
         return np.array([]), np.array([]), np.array([]), 0

@@ -88,10 +88,6 @@ class TrialLaunch:
     prepare: Callable[[Trainer], Trainer] | None = None
     barrier: Callable[[], None] | None = None
 
-    def wait(self) -> None:
-        if self.barrier is not None and self.world_size > 1:
-            self.barrier()
-
 
 def describe(error: BaseException) -> dict[str, str]:
     """An exception as a record's ``error``: its type, message and the last lines of its traceback."""
@@ -208,12 +204,8 @@ def write_config(trial: Trial, directory: Path, launch: TrialLaunch) -> None:
     """The trial's config as ``<directory>/config.yaml``, less the trainer keys the engine supplies (``launch``)."""
     config = trial.config
     if launch.trainer_keys:
-        config = {
-            **config,
-            "trainer": {
-                key: value for key, value in (config.get("trainer") or {}).items() if key not in launch.trainer_keys
-            },
-        }
+        trainer = {key: value for key, value in (config.get("trainer") or {}).items() if key not in launch.trainer_keys}
+        config = {**config, "trainer": trainer}
     (directory / "config.yaml").write_text(yaml.safe_dump(config, sort_keys=False), encoding="utf-8")
 
 
@@ -290,7 +282,8 @@ def _fit_and_evaluate(trial: Trial, results_dir: Path, record: dict[str, Any], l
         shutil.rmtree(directory, ignore_errors=True)
         directory.mkdir(parents=True)
         write_config(trial, directory, launch)
-    launch.wait()
+    if launch.barrier is not None and launch.world_size > 1:
+        launch.barrier()
     cli = build_cli(trial, directory, launch)
     trainer = cli.trainer if launch.prepare is None else launch.prepare(cli.trainer)
     checkpoint = protocol_checkpoint(trainer, trial.protocol, directory)
@@ -316,16 +309,12 @@ def _fit_and_evaluate(trial: Trial, results_dir: Path, record: dict[str, Any], l
     if launch.rank == 0:
         kept = {best.resolve()} if trial.protocol.checkpoints == "best" else set()
         for path in {*directory.rglob("*.ckpt"), best}:
-            if path.resolve() not in kept:
-                _remove(path)
-
-
-def _remove(path: Path) -> None:
-    """Delete a checkpoint: a file, or the directory of a sharded one."""
-    if path.is_dir():
-        shutil.rmtree(path, ignore_errors=True)
-    else:
-        path.unlink(missing_ok=True)
+            if path.resolve() in kept:
+                continue
+            if path.is_dir():  # a sharded checkpoint
+                shutil.rmtree(path, ignore_errors=True)
+            else:
+                path.unlink(missing_ok=True)
 
 
 def _score_best(
