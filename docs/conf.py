@@ -77,7 +77,7 @@ nitpick_ignore_regex = [
     (r"py:.*", r"(optional|callable|iterable|sequence|mapping|array-like|tensor|module)"),
     (r"py:.*", r"(nn|F|L|pl|dist)\..+"),  # torch.nn, torch.nn.functional, lightning as imported
     (r"py:.*", r"(Rich|TQDM)ProgressBar"),
-    ("py:attr", "parser"),  # lightning_embinit.studies.validate.ConfigChecker: LightningCLI's attribute
+    ("py:attr", "parser"),  # lightning_embinit.studies.plan.ConfigChecker: LightningCLI's attribute
     # private names are not part of the reference
     (r"py:.*", r"(.+\.)?_[A-Za-z]\w*(\..+)?"),
 ]
