@@ -29,8 +29,7 @@ def read_token_file(path: str | os.PathLike[str], what: str = "token") -> list[s
 
 class Vocabulary(Sequence[str]):
     """``size`` token ids, ``tokens`` naming them (None when only the size is known), ``special_tokens`` (role →
-    string) and ``special_ids`` (role → id), ``origin``: where the tokens came from (a file, a tokenizer …), and
-    ``index``: token → its (first) id. :meth:`to_dict` is plain JSON (for a checkpoint's hyperparameters).
+    string), ``special_ids`` (role → id), ``origin`` (a file, a tokenizer …) and ``index`` (token → its first id).
 
     ``Vocabulary(tokens)`` is a word vocabulary: distinct non-empty strings that hold every special token (default:
     :data:`SPECIAL_TOKENS`). :meth:`from_tokens` takes any token list, :meth:`numbered` and :meth:`sized` a size.
@@ -78,8 +77,8 @@ class Vocabulary(Sequence[str]):
     def from_tokens(
         cls, tokens: Sequence[str], special_tokens: Mapping[str, str] | None = None, *, origin: str = ""
     ) -> Vocabulary:
-        """The vocabulary of any token list (a repeated token's id is its first); ``special_tokens`` (role → string)
-        must name tokens of the list; None: the roles of :data:`SPECIAL_TOKENS` whose strings are in the list."""
+        """The vocabulary of any token list (a repeated token's id is its first); ``special_tokens`` must name tokens
+        of the list (None: the roles of :data:`SPECIAL_TOKENS` whose strings are in it)."""
         tokens = [str(token) for token in tokens]
         if special_tokens is None:
             present = set(tokens)
@@ -90,7 +89,7 @@ class Vocabulary(Sequence[str]):
     def sized(
         cls, size: int, *, special_ids: Mapping[str, int] | None = None, special_tokens: Mapping[str, str] | None = None
     ) -> Vocabulary:
-        """``size`` ids without strings; ``special_ids`` (role → id) and ``special_tokens`` (role → string) as known."""
+        """``size`` ids without strings, with the ``special_ids`` and ``special_tokens`` that are known."""
         return cls.__new__(cls)._set(size, None, special_tokens, special_ids)
 
     @classmethod
@@ -105,8 +104,7 @@ class Vocabulary(Sequence[str]):
 
     @classmethod
     def of(cls, vocabulary: VocabularyLike, *, numbered: bool = False) -> Vocabulary:
-        """A :class:`Vocabulary` as is; an int n: n ids with no strings, and no special tokens or, with ``numbered``,
-        the package's first four (:meth:`numbered`)."""
+        """A :class:`Vocabulary` as is; an int n: n ids without strings (``numbered``: :meth:`numbered`)."""
         if isinstance(vocabulary, Vocabulary):
             return vocabulary
         if isinstance(vocabulary, bool) or not isinstance(vocabulary, int) or vocabulary < 1:

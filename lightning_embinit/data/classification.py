@@ -78,8 +78,8 @@ MISSING_LABELS = ("", "nan")
 
 
 def label_key(value: Any) -> str | float | None:
-    """What a label value stands for: None when missing (None, NaN, an empty cell), a float for a number — so
-    ``1``, ``1.0`` and ``"1"`` are one label —, else the stripped string."""
+    """What a label value stands for: None when missing (None, NaN, an empty cell), a float for a number (``1``,
+    ``1.0`` and ``"1"`` are one label), else the stripped string."""
     if value is None:
         return None
     if isinstance(value, numbers.Real) and not isinstance(value, bool):
@@ -153,15 +153,13 @@ def display(key: str) -> str:
 class ClassificationDataModule(TokenizedTextDataModule):
     """Sentence(-pair) classification data ([K]: SST-2, MNLI); see the module doc for text and batches.
 
-    ``tokenizer``: ``"word"`` (``min_freq`` — default 2 —, ``max_size``, ``word_tokenizer``),
-    ``"wordpiece"`` (``vocab_size``), ``"hf:<hub id, directory or known model>"`` or a directory
-    (``restrict_vocabulary=True``: only the tokens the training text uses ≥ ``min_freq`` times,
-    default 1), or a config dict / saved ``.json``; word level and WordPiece get ``cls`` and ``sep``
-    tokens. ``label_names``: given, the dataset's, or inferred from the training labels (integers
-    0…k, else the sorted strings); a label outside them is an error. Validation sets: one, or several by name
-    (``val_files`` as a dict; MNLI's ``matched`` and ``mismatched``), each its own dataloader in
-    :attr:`val_dataloader_names` order. ``batch_size`` 32; the other ``settings`` (lengths, bucketing,
-    caching) are :class:`~lightning_embinit.data.text_module.TokenizedTextDataModule`'s.
+    ``tokenizer``: ``"word"`` (``min_freq`` default 2), ``"wordpiece"``, ``"hf:<hub id, directory or known model>"``
+    or a directory (``restrict_vocabulary=True``: only the training text's tokens, ``min_freq`` default 1), or a
+    config dict / saved ``.json``; word level and WordPiece get ``cls`` and ``sep`` tokens. ``label_names``: given,
+    the dataset's, or inferred from the training labels (integers 0…k, else the sorted strings); another label is an
+    error. Validation sets: one, or several by name (``val_files`` as a dict; MNLI's ``matched``, ``mismatched``),
+    each its own loader in :attr:`val_dataloader_names` order. The other ``settings`` are
+    :class:`~lightning_embinit.data.text_module.TokenizedTextDataModule`'s.
     """
 
     training_text_hint = "train_file"

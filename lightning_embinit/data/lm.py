@@ -118,38 +118,28 @@ def pack(ids: Sequence[int], seq_len: int) -> torch.Tensor:
 class LanguageModelDataModule(L.LightningDataModule):
     """Plain text (local files or a ``datasets`` name) as contiguous next-token windows (docs/concepts.md).
 
-    Text: ``train_files``/``val_files`` (one document or sentence per line, ``.gz`` allowed);
-    else ``dataset`` (+ ``dataset_config``) through ``datasets.load_dataset`` with
-    ``text_column``, ``train_split``, ``val_split``; else the Lee corpus. Without validation
-    text the last ``val_fraction`` of the training lines are held out. ``val_files`` alone
-    (with ``vocabulary``) is validation-only: no training text.
+    Text: ``train_files``/``val_files`` (one document or sentence per line, ``.gz`` allowed); else ``dataset``
+    (+ ``dataset_config``, ``text_column``, ``train_split``, ``val_split``) through ``datasets.load_dataset``; else
+    the Lee corpus. Without validation text the last ``val_fraction`` of the training lines are held out;
+    ``val_files`` alone (with ``vocabulary``) is validation-only.
 
-    Tokens: :class:`~lightning_embinit.text.text_tokenizer.WordTokenizer` (``tokenizer`` ``regex`` or
-    ``whitespace``, ``lowercase``), or a pretrained sub-word tokenizer (``tokenizer`` ``hf:minilm``, a Hugging Face
-    tokenizer name or directory, a saved config; :func:`~lightning_embinit.text.tokenization.build_tokenizer`) whose
-    tokens and special tokens are then the vocabulary (``tokenizer``, :attr:`tokenizer_config`: link it to a
-    model's ``tokenizer``; ``lowercase``, ``min_freq``, ``max_size`` and ``base_vocabulary`` are word-level options).
-    Every line ends with the eos token (``<eos>``; a BERT tokenizer's ``[SEP]``). Word-level vocabulary:
-    ``vocabulary`` when given (token strings by id, or the path of a one-token-per-line file, e.g. a checkpoint's —
-    ``min_freq``/``max_size`` are then unused); else built from the training text (``min_freq``, ``max_size``;
-    docs/concepts.md) with ``<pad>``, ``<unk>``, ``<bos>``, ``<eos>`` at ids 0–3. ``base_vocabulary`` (a trained
-    model's: token strings by id, a file, or its ``.ckpt``) is extended instead: its tokens keep their ids and the
-    training text's words it lacks, seen ≥ ``min_freq`` times, are appended — fine-tuning with new tokens
-    (:class:`~lightning_embinit.callbacks.VocabularyExtensionCallback`, docs/vocabulary_extension.md); a
-    ``vocabulary`` given beside it wins (``embinit fit --ckpt_path`` resuming a fine-tune gives its checkpoint's).
+    Tokens: :class:`~lightning_embinit.text.text_tokenizer.WordTokenizer` (``tokenizer`` ``regex`` or ``whitespace``),
+    or a pretrained sub-word tokenizer (``hf:minilm``, a tokenizer name or directory, a saved config) whose tokens are
+    then the vocabulary (:attr:`tokenizer_config`: link it to a model's ``tokenizer``); ``lowercase``, ``min_freq``,
+    ``max_size`` and ``base_vocabulary`` are word-level options. Every line ends with the eos token. Word-level
+    vocabulary: ``vocabulary`` when given (token strings by id, or a one-token-per-line file); else built from the
+    training text with ``<pad>``, ``<unk>``, ``<bos>``, ``<eos>`` at ids 0–3. ``base_vocabulary`` (a trained model's
+    tokens, file or ``.ckpt``) is extended instead: its ids kept, the training words it lacks seen ≥ ``min_freq``
+    times appended (docs/vocabulary_extension.md); a ``vocabulary`` given beside it wins (``embinit fit
+    --ckpt_path`` resuming a fine-tune gives its checkpoint's).
 
-    Batches: ``(inputs, targets)`` long tensors of shape (``batch_size``, ``seq_len``), targets
-    the inputs shifted by one. Distributed: the loaders carry plain samplers (train shuffled),
-    which Lightning replaces with a ``DistributedSampler`` (``Trainer(use_distributed_sampler=True)``,
-    the default): each rank reads a disjoint 1/world share of the training windows per epoch;
-    for validation the sampler pads the V windows to a multiple of the world size W by
-    repeating the first ones (≤ W − 1 windows counted twice), so ``val_loss`` is exact on one
-    device only.
+    Batches: ``(inputs, targets)`` long tensors of shape (``batch_size``, ``seq_len``), targets the inputs shifted by
+    one. Under DDP Lightning's ``DistributedSampler`` gives each rank a disjoint 1/W share of the training windows;
+    for validation it repeats ≤ W − 1 windows to fill the ranks, so ``val_loss`` is exact on one device only.
 
-    :attr:`vocabulary` (token strings by id) is available right after construction — it is the
-    source to link to a model's ``vocabulary`` (``link_arguments("data.vocabulary",
-    "model.init_args.vocabulary", apply_on="instantiate")``). Building it reads the training
-    text then, in that process; a ``dataset`` is otherwise downloaded in :meth:`prepare_data`.
+    :attr:`vocabulary` is available right after construction (it reads the training text then), to link to a
+    model's ``vocabulary`` (``link_arguments("data.vocabulary", "model.init_args.vocabulary",
+    apply_on="instantiate")``); a ``dataset`` is otherwise downloaded in :meth:`prepare_data`.
     """
 
     def __init__(

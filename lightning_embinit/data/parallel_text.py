@@ -1,10 +1,8 @@
 """Reading task text: aligned parallel files, labelled column files and Hugging Face ``datasets``.
 
-Every reader raises a :class:`ValueError` that names the file (and what was expected) before any
-tokenizing or training: missing files, parallel files of different lengths, empty files, missing
-columns, text that is not in the given ``encoding`` (UTF-8 by default), a ``.gz`` that is not gzip. Files
-may be gzip-compressed (``.gz``); ``\\n``, ``\\r\\n`` and a lone ``\\r`` all end a line. Every file is opened
-through :func:`lightning_embinit.text_files.open_text`.
+Every reader raises a :class:`ValueError` naming the file (and what was expected) before any tokenizing: missing,
+empty or unaligned files, missing columns, text not in ``encoding``, a ``.gz`` that is not gzip
+(:func:`lightning_embinit.text_files.open_text` opens every file).
 """
 
 from __future__ import annotations

@@ -39,14 +39,9 @@ Collate = Callable[[list[dict[str, Any]]], dict[str, Any]]
 
 class TokenizedTextDataModule(L.LightningDataModule, abc.ABC):
     """Base of :class:`~lightning_embinit.data.translation.TranslationDataModule` and
-    :class:`~lightning_embinit.data.classification.ClassificationDataModule`.
-
-    Subclasses read their raw text (:meth:`_read_text`), say which tokenizers they need
-    (:meth:`_tokenizer_plans`) and which tokenizer encodes each text field (``field_tokenizers``),
-    make one split's dataset and collate function (:meth:`_make_dataset`) and name their slots
-    (:meth:`_slot_fields`) and validation splits (:meth:`_val_splits`). The tokenized corpus is cached
-    under a key made of the raw text and the tokenizer plans (:mod:`.text_cache`); a second ``setup``
-    or datamodule with the same text and settings reads it instead of tokenizing again.
+    :class:`~lightning_embinit.data.classification.ClassificationDataModule`: subclasses implement the abstract
+    hooks and ``field_tokenizers``. The tokenized corpus is cached under a key made of the raw text and the
+    tokenizer plans (:mod:`.text_cache`), so the same text and settings are tokenized once.
 
     Args:
         restrict_vocabulary: a pretrained tokenizer keeps only the tokens the training text uses ≥ min_freq times
@@ -123,8 +118,7 @@ class TokenizedTextDataModule(L.LightningDataModule, abc.ABC):
 
     # ------------------------------------------------------------------ subclass hooks
     @abc.abstractmethod
-    def _read_text(self) -> RawSplits:
-        """The raw text (and labels) of every split."""
+    def _read_text(self) -> RawSplits: ...
 
     @abc.abstractmethod
     def _tokenizer_plans(self) -> dict[str, TokenizerPlan | str]:
@@ -150,7 +144,7 @@ class TokenizedTextDataModule(L.LightningDataModule, abc.ABC):
     # ------------------------------------------------------------------ text, tokenizers, cache
     @cached_property
     def raw_splits(self) -> RawSplits:
-        """The raw text of every split, read on first access."""
+        """The raw text (and labels) of every split (:meth:`_read_text`), read on first access."""
         return self._read_text()
 
     @cached_property
@@ -165,8 +159,8 @@ class TokenizedTextDataModule(L.LightningDataModule, abc.ABC):
     def _plan(
         self, spec: TokenizerSpec, fields: Sequence[str], *, default_min_freq: int, roles: list[str] | None = None
     ) -> TokenizerPlan:
-        """How to get the tokenizer of ``spec``, trained on the training text of ``fields``; its ``build_tokenizer``
-        options come from this module's hyperparameters (``roles``: trained kinds only)."""
+        """How to get the tokenizer of ``spec``, trained on the training text of ``fields``, with options from the
+        hyperparameters (``roles``: trained kinds only)."""
         hp = self.hparams
         if isinstance(spec, str) and spec in TRAINED_OPTIONS:
             options = {
@@ -270,9 +264,8 @@ class TokenizedTextDataModule(L.LightningDataModule, abc.ABC):
         return self._datasets[split][0]
 
     def _limit_lengths(self, split: str, lengths: np.ndarray) -> np.ndarray:
-        """Rows of ``split`` to keep under the ``too_long`` policy (``drop`` acts on the training split only:
-        evaluation keeps every example, truncated, so its scores cover the whole set); counts go to
-        :attr:`length_report` and are logged once."""
+        """Rows of ``split`` to keep under ``too_long`` (``drop`` acts on the training split only: evaluation scores
+        every example, truncated); counts go to :attr:`length_report` and the log."""
         max_length = self.hparams.max_length
         over = lengths > max_length
         too_long = int(over.sum())

@@ -129,20 +129,15 @@ class TranslationCollator:
 class TranslationDataModule(TokenizedTextDataModule):
     """Parallel text for encoder–decoder translation ([K], [R]); see the module doc for text and batches.
 
-    Tokenizers (``src_tokenizer``, ``tgt_tokenizer``, the latter defaulting to the former's spec):
-    ``"word"`` (vocabulary of the side's training text, ``min_freq`` — 2, or 5 for ``iwslt2017`` —,
-    ``max_size``, ``word_tokenizer``), ``"wordpiece"`` (trained on the side's training text,
-    ``vocab_size``, ``min_freq``), ``"hf:<hub id, directory or known model>"`` or a directory (a
-    pretrained tokenizer; ``restrict_vocabulary=True`` keeps only the tokens the side's training text
-    uses ≥ ``min_freq`` times, default 1 — [K]'s N-token vocabulary whose rows a source selects), or a
-    config dict / saved ``.json`` (e.g. a checkpoint's, to encode new text with its ids).
-    ``shared_vocabulary=True`` trains one tokenizer on both sides' text (slot ``shared``).
-
-    Lengths: both sides count their special tokens against ``max_length`` (128, as [R]); longer pairs
-    are truncated or, with ``too_long="drop"``, left out of the training split — counted in
-    :attr:`length_report` and logged. Batches are bucketed by length, ``batch_size`` pairs at most (64),
-    each rank an equal, disjoint share (:mod:`.batching`). Tokenized text is cached (:mod:`.text_cache`).
-    The other ``settings`` are :class:`~lightning_embinit.data.text_module.TokenizedTextDataModule`'s.
+    Tokenizers (``src_tokenizer``; ``tgt_tokenizer`` defaults to its spec): ``"word"`` (the side's training text,
+    ``min_freq`` 2, or 5 for ``iwslt2017``), ``"wordpiece"`` (trained on the side's training text),
+    ``"hf:<hub id, directory or known model>"`` or a directory (``restrict_vocabulary=True`` keeps only the tokens
+    the side's training text uses ≥ ``min_freq`` times, default 1: [K]'s N-token vocabulary), or a config dict /
+    saved ``.json`` (e.g. a checkpoint's). ``shared_vocabulary=True`` trains one tokenizer on both sides' text (slot
+    ``shared``). Both sides count their special tokens against ``max_length`` (128, as [R]); longer pairs are
+    truncated or, with ``too_long="drop"``, left out of the training split (:attr:`length_report`). The other
+    ``settings`` (bucketing :mod:`.batching`, caching :mod:`.text_cache`) are
+    :class:`~lightning_embinit.data.text_module.TokenizedTextDataModule`'s.
     """
 
     field_tokenizers = {side: side for side in SIDES}
@@ -261,14 +256,10 @@ class TranslationDataModule(TokenizedTextDataModule):
     @override
     def _tokenizer_plans(self) -> dict[str, TokenizerPlan | str]:
         hp = self.hparams
-        default_min_freq = TRANSLATION_DATASETS[hp.dataset].min_freq if hp.dataset is not None else 2
-        plans: dict[str, TokenizerPlan | str] = {}
-        for side in SIDES:
-            sides = SIDES if hp.shared_vocabulary else (side,)
-            plans[side] = self._plan(self._specs[side], sides, default_min_freq=default_min_freq)
+        min_freq = TRANSLATION_DATASETS[hp.dataset].min_freq if hp.dataset is not None else 2
         if hp.shared_vocabulary:
-            plans["tgt"] = "src"
-        return plans
+            return {"src": self._plan(self._specs["src"], SIDES, default_min_freq=min_freq), "tgt": "src"}
+        return {side: self._plan(self._specs[side], (side,), default_min_freq=min_freq) for side in SIDES}
 
     @property
     def src_tokenizer(self) -> TextTokenizer:

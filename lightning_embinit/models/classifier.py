@@ -1,10 +1,7 @@
 """[K]'s classification testbed (docs/concepts.md#kim-testbed) as a Lightning system: the encoder-only architecture
 :class:`~lightning_embinit.architectures.EncoderClassifier` with its tokenizer, label names, losses, accuracy and
-macro F1 per evaluation set, and :meth:`TransformerClassifier.classify` for new text.
-
-Sentence pairs arrive as one sequence: a pretrained tokenizer's own layout (``[CLS] a [SEP] b [SEP]``), or
-``<cls> a <sep> b`` for word-level and WordPiece vocabularies
-(:class:`~lightning_embinit.data.ClassificationDataModule`); ``cls`` pooling reads the tokenizer's first
+macro F1 per evaluation set, and :meth:`TransformerClassifier.classify` for new text. Sentence pairs arrive as one
+sequence (:class:`~lightning_embinit.data.ClassificationDataModule`); ``cls`` pooling reads the tokenizer's first
 token when its inputs start with one, else a learned vector.
 """
 
@@ -53,11 +50,8 @@ def split_classification_batch(batch: Any) -> tuple[torch.Tensor, torch.Tensor |
 
 
 def first_special_id(tokenizer: Any) -> int | None:
-    """The special token a tokenizer's single-sentence inputs start with (its cls), or None.
-
-    Word-level and WordPiece tokenizers with a ``cls`` role start with it (ClassificationDataModule's
-    ``add_cls=True``); a pretrained tokenizer as its post-processor says (BERT: ``[CLS]``, GPT-2: none).
-    """
+    """The special token a tokenizer's single-sentence inputs start with, or None: the ``cls`` role of a word-level or
+    WordPiece tokenizer (``add_cls=True``); a pretrained tokenizer's as its post-processor says (BERT: ``[CLS]``)."""
     first, _ = tokenizer.input_template(pair=False, add_cls="cls" in tokenizer.role_ids)[0]
     return first if isinstance(first, int) else None
 
@@ -65,20 +59,15 @@ def first_special_id(tokenizer: Any) -> int | None:
 class TransformerClassifier(EmbinitModule):
     """Encoder-only transformer classifier (module docstring; Kim et al.'s SST-2/MNLI model [K]).
 
-    Vocabulary: ``tokenizer`` (a :class:`~lightning_embinit.text.tokenization.TextTokenizer` or its
-    ``to_config()`` dict, saved in the hyperparameters so a checkpoint classifies new text with its own ids) or
-    ``vocab_size`` (pad id 0). Classes: ``label_names`` (saved with the model; ``predict_step`` and
-    :meth:`classify` return them) or ``num_classes`` (names ``"0"`` … ``"C−1"``).
+    Vocabulary: ``tokenizer`` (a :class:`~lightning_embinit.text.tokenization.TextTokenizer` or its ``to_config()``
+    dict, saved in the hyperparameters) or ``vocab_size`` (pad id 0). Classes: ``label_names`` (saved; what
+    ``predict_step`` and :meth:`classify` return) or ``num_classes`` (names ``"0"`` … ``"C−1"``). ``architecture``:
+    :class:`~lightning_embinit.architectures.EncoderClassifierConfig` ([K] Table 3 switches ``positional`` off);
+    ``optimizer``: :class:`~lightning_embinit.models.optimization.OptimizerConfig` (Adam at 1e-4, [K]).
 
-    ``architecture``: :class:`~lightning_embinit.architectures.EncoderClassifierConfig` (sizes, ``pre_norm``,
-    ``input_scale``, ``positional`` — [K] Table 3 switches P off —, ``pooling``, ``cls_source``,
-    ``num_segments``, ``init_scheme``, ``embedding_init``); ``optimizer``:
-    :class:`~lightning_embinit.models.optimization.OptimizerConfig` (Adam at 1e-4, [K]).
-
-    Logged: ``train_loss`` (per step), ``train_acc`` (per epoch); ``val_loss``, ``val_acc``, ``val_f1``
-    (macro F1) and the same for ``test_``; with several validation sets each under its own name,
-    ``val_<name>_acc`` … (the datamodule's ``val_dataloader_names``, e.g. MNLI's ``matched`` and
-    ``mismatched``; else the loader's index).
+    Logged: ``train_loss`` (per step), ``train_acc`` (per epoch); ``val_loss``, ``val_acc``, ``val_f1`` (macro F1)
+    and the same for ``test_``; several validation sets log ``val_<name>_acc`` … (the datamodule's
+    ``val_dataloader_names``, e.g. MNLI's ``matched`` and ``mismatched``; else the loader's index).
     """
 
     architecture_config = EncoderClassifierConfig
@@ -159,13 +148,6 @@ class TransformerClassifier(EmbinitModule):
 
     @override
     def validation_step(self, batch: Any, batch_idx: int, dataloader_idx: int = 0) -> torch.Tensor:
-        return self._evaluate(batch, dataloader_idx)
-
-    @override
-    def test_step(self, batch: Any, batch_idx: int, dataloader_idx: int = 0) -> torch.Tensor:
-        return self._evaluate(batch, dataloader_idx)
-
-    def _evaluate(self, batch: Any, dataloader_idx: int) -> torch.Tensor:
         prefix = self._eval_prefixes[dataloader_idx]
         metrics = self._metrics(prefix)
         logits, labels = self._logits(batch, prefix)
@@ -187,6 +169,8 @@ class TransformerClassifier(EmbinitModule):
                 metric_attribute=f"eval_metrics.{prefix}.{name}",
             )
         return loss
+
+    test_step = validation_step
 
     @override
     def predict_step(self, batch: Any, batch_idx: int, dataloader_idx: int = 0) -> list[str]:
@@ -232,11 +216,8 @@ class TransformerClassifier(EmbinitModule):
     def class_probabilities(
         self, texts: Sequence[str], pairs: Sequence[str] | None = None, *, batch_size: int = 64
     ) -> torch.Tensor:
-        """(N, C) class probabilities (by ``label_names``) of raw sentences or sentence pairs (evaluation mode).
-
-        Inputs are assembled as ClassificationDataModule does (its default ``add_cls=True``), truncated
-        longest-first to ``max_len``.
-        """
+        """(N, C) class probabilities (by ``label_names``) of raw sentences or sentence pairs (evaluation mode),
+        assembled as ClassificationDataModule does (``add_cls=True``), truncated longest-first to ``max_len``."""
         tokenizer = self.tokenizer
         if tokenizer is None:
             raise ValueError("classify() needs the model's tokenizer (give tokenizer= at construction)")

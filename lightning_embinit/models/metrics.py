@@ -1,11 +1,10 @@
-"""The systems' own metrics: :class:`PerplexityFromLoss`, and :class:`CorpusBLEU` — corpus BLEU as sacrebleu
-computes it, accumulated over batches and processes (issue 8 §2).
+"""The systems' own metrics: :class:`PerplexityFromLoss`, and :class:`CorpusBLEU`, corpus BLEU as sacrebleu computes
+it, accumulated over batches and processes (issue 8 §2).
 
-sacrebleu's corpus BLEU depends on the corpus only through sums of per-sentence statistics:
-hypothesis length, reference length, and matched and total n-grams for n = 1 … 4. Each batch's
-unsmoothed statistics are added to an integer torchmetrics state (summed across ranks under DDP), and
-:meth:`CorpusBLEU.compute` smooths and scores the sums once with ``BLEU.compute_bleu`` — so the result
-equals ``sacrebleu.corpus_bleu`` on the whole corpus, in float64, for every batching.
+sacrebleu's corpus BLEU depends on the corpus only through sums of statistics: hypothesis and reference lengths,
+matched and total n-grams for n = 1 … 4. Each batch's unsmoothed statistics are added to an integer state (summed
+across ranks), and :meth:`CorpusBLEU.compute` scores the sums once with ``BLEU.compute_bleu``, so the result equals
+``sacrebleu.corpus_bleu`` on the whole corpus, in float64, for every batching.
 """
 
 from __future__ import annotations

@@ -1,17 +1,12 @@
 """What every Lightning system of the package shares (:class:`LightningSystem`), and the base of those over the
-package's own architectures (:class:`EmbinitModule`).
+package's own architectures (:class:`EmbinitModule`): ``self.model``, a plain ``nn.Module`` of
+:mod:`lightning_embinit.architectures`, and the two typed settings groups ``architecture`` and ``optimizer``
+(:class:`~lightning_embinit.models.optimization.OptimizerConfig`), kept grouped as mappings in the hyperparameters (so
+``type(model)(**model.hparams)`` builds the same model and loggers show ``architecture/d_model``).
 
-Such a system holds its architecture — a plain ``nn.Module`` of :mod:`lightning_embinit.architectures` — as
-``self.model`` and owns what training needs around it: losses, metrics, decoding, the optimizer. Its settings
-come in two typed groups, ``architecture`` (the architecture's config) and ``optimizer``
-(:class:`~lightning_embinit.models.optimization.OptimizerConfig`), each a config or a mapping of its fields; the
-hyperparameters keep them grouped, as mappings (so ``type(model)(**model.hparams)`` builds the same model, a
-checkpoint loads with ``weights_only`` and loggers show ``architecture/d_model``).
-
-Metric states survive any order of ``validate``/``test``/``predict``/``fit``: Lightning evaluates under
-:func:`torch.inference_mode`, and a torchmetrics state computed or reset there becomes an inference tensor that
-a later ``fit`` (validation under ``no_grad``, training with autograd) cannot update in place.
-:func:`refresh_metric_states` swaps such states for normal copies at the start of every stage.
+Lightning evaluates under :func:`torch.inference_mode`, where a torchmetrics state becomes an inference tensor that a
+later ``fit`` cannot update in place: :func:`refresh_metric_states` swaps such states for normal copies at the start
+of every stage, so metrics survive any order of ``validate``/``test``/``predict``/``fit``.
 """
 
 from __future__ import annotations
@@ -56,10 +51,9 @@ def class_from_path(class_path: str) -> Any:
 
 
 def check_checkpoint_class(cls: type, path: str) -> tuple[str, bool]:
-    """Check the checkpoint file at ``path`` (:func:`load_checkpoint_file`) and that ``cls``, a class derived from it
-    or its base saved it, as the checkpoint records (:func:`saved_class`). Returns who saved it, for messages, and
-    whether that is unverified — no class recorded, or one that does not import — so that an error building ``cls``
-    from its hyperparameters may come from another class's checkpoint."""
+    """Check the checkpoint file at ``path`` and that ``cls``, a class derived from it or its base saved it
+    (:func:`saved_class`). Returns who saved it, for messages, and whether that is unverified (no class recorded, or
+    one that does not import)."""
     try:
         checkpoint = load_checkpoint_file(path)
     except UnsafeCheckpointError:
@@ -96,10 +90,8 @@ def group_config(config_type: type, value: Any, group: str, default: Any) -> Any
 
 
 def refresh_metric_states(module: nn.Module) -> int:
-    """Replace every metric state that is an inference tensor by a normal copy; returns how many were replaced.
-
-    Safe inside ``torch.inference_mode`` (the copies are made with inference mode switched off).
-    """
+    """Replace every metric state that is an inference tensor by a normal copy (made with inference mode off, so
+    safe inside ``torch.inference_mode``); returns how many were replaced."""
     replaced = 0
     with torch.inference_mode(False):
         for metric in (metric for metric in module.modules() if isinstance(metric, Metric)):
@@ -112,32 +104,29 @@ def refresh_metric_states(module: nn.Module) -> int:
     return replaced
 
 
-class TokenLossSteps:
-    """``training_step``/``validation_step``/``test_step`` of a language model: each is the system's
-    ``_step(batch, stage)`` (the loss, logged by ``_log_token_loss``); listed first among the bases of a
-    :class:`LightningSystem`, so these are the hooks Lightning calls."""
-
-    def training_step(self, batch: Any, batch_idx: int) -> torch.Tensor:
-        return self._step(batch, "train")
-
-    def validation_step(self, batch: Any, batch_idx: int) -> torch.Tensor:
-        return self._step(batch, "val")
-
-    def test_step(self, batch: Any, batch_idx: int) -> torch.Tensor:
-        return self._step(batch, "test")
-
-
 class LightningSystem(L.LightningModule):
     """What the package's Lightning systems share whatever network they train: token-loss metrics logged under one
     set of names, stage-safe metric states, tokenizers kept in the checkpoint, checkpoints that name their class,
-    Adam per :attr:`optimizer_config`."""
+    Adam per :attr:`optimizer_config`. The steps are a language model's ``_step(batch, stage)``; the classifier and
+    translation systems override them."""
 
     optimizer_config: OptimizerConfig
 
+    @override
+    def training_step(self, batch: Any, batch_idx: int) -> torch.Tensor:
+        return self._step(batch, "train")
+
+    @override
+    def validation_step(self, batch: Any, batch_idx: int) -> torch.Tensor:
+        return self._step(batch, "val")
+
+    @override
+    def test_step(self, batch: Any, batch_idx: int) -> torch.Tensor:
+        return self._step(batch, "test")
+
     def _set_tokenizer(self, name: str, tokenizer: TextTokenizer | None) -> None:
-        """``self.<name>`` and its config in the hyperparameters: in the checkpoint (which then encodes new text with
-        its own tokenizer) but not among those sent to loggers — a config is long, and a datamodule's own tokenizer
-        spec of the same name would clash with it there."""
+        """``self.<name>`` and its config in the hyperparameters: in the checkpoint, but not sent to loggers (a config
+        is long, and a datamodule's tokenizer spec of the same name would clash with it there)."""
         setattr(self, name, tokenizer)
         self.hparams[name] = None if tokenizer is None else tokenizer.to_config()
 
@@ -175,11 +164,9 @@ class LightningSystem(L.LightningModule):
     @override
     @classmethod
     def load_from_checkpoint(cls, checkpoint_path: Any, *args: Any, **kwargs: Any) -> Any:
-        """Lightning's ``load_from_checkpoint`` (same arguments) after checking a local file first: its CRCs, that
-        it is a whole checkpoint, and that this class (or one derived from it, or its base) saved it — each a
-        ValueError naming the file and, when the checkpoint tells, the class that saved it
-        (:func:`~lightning_embinit.init.sources.checkpoint_file.load_checkpoint_file`); when it does not, a
-        checkpoint that does not build or fit this class is a ValueError naming its hyperparameters."""
+        """Lightning's ``load_from_checkpoint`` after checking a local file first (:func:`check_checkpoint_class`):
+        a damaged file, another class's checkpoint, or one that does not build or fit this class is a ValueError
+        naming the file and the class that saved it (or its hyperparameters, when it does not tell)."""
         local = isinstance(checkpoint_path, (str, os.PathLike)) and "://" not in os.fspath(checkpoint_path)
         saver, unverified = (
             check_checkpoint_class(cls, os.fspath(checkpoint_path)) if local else ("an unknown class", False)
@@ -202,11 +189,9 @@ class LightningSystem(L.LightningModule):
 
 
 class EmbinitModule(LightningSystem):
-    """Base of the package's systems over its own architectures (module docstring): ``self.model``, its two
-    settings groups, its slots and vocabulary changes, on top of :class:`LightningSystem`. Subclasses set
-    :attr:`architecture_config`, call :meth:`_configure` in ``__init__``, and call ``super()`` in the
-    ``on_*_start`` hooks they override.
-    """
+    """Base of the systems over the package's own architectures (module docstring): ``self.model``, its settings
+    groups, slots and vocabulary changes. Subclasses set :attr:`architecture_config`, call :meth:`_configure` in
+    ``__init__``, and call ``super()`` in the ``on_*_start`` hooks they override."""
 
     architecture_config: ClassVar[type]
     """The config type of the ``architecture`` group."""
@@ -215,8 +200,7 @@ class EmbinitModule(LightningSystem):
 
     def _configure(self, architecture: Any, optimizer: Any, *, own: Mapping[str, Any]) -> Any:
         """The architecture config (returned) and :attr:`optimizer_config` from the two groups (:func:`group_config`
-        with the system's defaults); saves ``own`` (the system's other arguments) and both groups, as mappings, as
-        the hyperparameters."""
+        with the system's defaults); saves ``own`` (its other arguments) and both groups as the hyperparameters."""
         defaults = inspect.signature(type(self)).parameters
         config = group_config(self.architecture_config, architecture, "architecture", defaults["architecture"].default)
         optimizer = group_config(OptimizerConfig, optimizer, "optimizer", defaults["optimizer"].default)
@@ -244,9 +228,8 @@ class EmbinitModule(LightningSystem):
 
     def prepare_vocabulary_change(self, change: Any) -> Callable[[], None]:
         """Check that this system can follow ``change`` (a :class:`~lightning_embinit.init.extension.VocabularyChange`
-        of one slot, whose tables :func:`~lightning_embinit.init.extension.extend_vocabulary` rewrites) and return
-        what to run after the write: the architecture's vocabulary and ids, then ``_follow_vocabulary``'s
-        tokenizers and hyperparameters, so the checkpoint reloads with the new shapes."""
+        that :func:`~lightning_embinit.init.extension.extend_vocabulary` writes) and return what to run after the
+        write: the architecture's vocabulary, then ``_follow_vocabulary``'s tokenizers and hyperparameters."""
         vocab = Vocabulary.from_tokens(change.tokens, change.special_tokens or None)
         follow = self._follow_vocabulary(change, vocab)
 
@@ -282,10 +265,9 @@ class EmbinitModule(LightningSystem):
 
     @classmethod
     def from_preset(cls, name: str, **overrides: Any) -> EmbinitModule:
-        """A model configured as the preset ``name`` (:data:`~lightning_embinit.models.presets.PRESETS`), with
-        ``overrides`` on top (:func:`~lightning_embinit.models.presets.preset_arguments`): an instance of ``cls``
-        when it subclasses the preset's model (a user's own variant), else of the preset's model when that
-        subclasses ``cls``."""
+        """A model configured as the preset ``name`` with ``overrides`` on top
+        (:func:`~lightning_embinit.models.presets.preset_arguments`): an instance of ``cls`` when it subclasses the
+        preset's model (a user's own variant), else of the preset's model when that subclasses ``cls``."""
         target, arguments = preset_arguments(name, **overrides)
         if issubclass(cls, target):
             return cls(**arguments)

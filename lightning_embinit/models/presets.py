@@ -1,9 +1,6 @@
-"""Presets of every model of the package: one registry, keyed by the names users type.
-
-``Model.from_preset(name, **overrides)`` builds one
-(:meth:`~lightning_embinit.models.module.EmbinitModule.from_preset`); :func:`preset_arguments` gives the
-class and arguments. Entries name their class by path, so this module imports no model. Each preset has
-a YAML twin in ``examples/configs/<name>.yaml``.
+"""Presets of every model of the package, keyed by the names users type: ``Model.from_preset(name, **overrides)``
+builds one, :func:`preset_arguments` gives its class and arguments. Entries name their class by path, so this module
+imports no model. Each preset has a YAML twin in ``examples/configs/<name>.yaml``.
 """
 
 from __future__ import annotations
@@ -23,9 +20,8 @@ ADAM = {"betas": (0.9, 0.98), "eps": 1e-9}
 
 
 def _kim(preset: str, lr: float, **fields: Any) -> Builder:
-    """Kim et al.'s transformer ([K]): post-LN, 8 heads (10 when d is not a multiple of 8), FFN 4d, dropout 0.1,
-    ReLU, interleaved P at √d, Xavier, Adam(0.9, 0.98, 1e−9) at ``lr``; d = the embedding source's width, 512 by
-    default; ``fields``: the preset's own (layers, pooling, segments)."""
+    """Kim et al.'s transformer ([K], see :data:`PRESETS`): ReLU, interleaved P at √d, Xavier, Adam at ``lr``;
+    ``fields``: the preset's own (layers, pooling, segments)."""
 
     def build(architecture: Mapping[str, Any], optimizer: Mapping[str, Any]) -> Groups:
         d, heads = architecture.get("d_model", 512), architecture.get("num_heads")  # an override: checked by the config
@@ -50,8 +46,7 @@ def _kim(preset: str, lr: float, **fields: Any) -> Builder:
 
 
 def _reinforced(d: int, heads: int, ffn: int, layers: int, **fields: Any) -> Builder:
-    """[R]'s sizes and schedule (docs/concepts.md) with m = ``d``; r = q = m and the Noam peak lr = m^−½·w^−½ follow
-    an overridden ``d_model`` and ``warmup_steps``."""
+    """[R]'s sizes and schedule (docs/concepts.md, :data:`PRESETS`) with m = ``d``."""
 
     def build(architecture: Mapping[str, Any], optimizer: Mapping[str, Any]) -> Groups:
         m, warmup = architecture.get("d_model", d), optimizer.get("warmup_steps", 4000)

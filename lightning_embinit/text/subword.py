@@ -1,9 +1,5 @@
-"""Sub-word tokenizers on the Hugging Face ``tokenizers`` backend: trained WordPiece and pretrained.
-
-See :mod:`lightning_embinit.text.tokenization` for the three kinds; the interface is
-:class:`~lightning_embinit.text.text_tokenizer.TextTokenizer`, whose ``wordpiece`` and ``pretrained``
-constructors reach these classes by their registered kind.
-"""
+"""Sub-word tokenizers on the Hugging Face ``tokenizers`` backend: trained WordPiece and pretrained (see
+:mod:`lightning_embinit.text.tokenization`); ``TextTokenizer.wordpiece``/``pretrained`` reach them by their kind."""
 
 from __future__ import annotations
 
@@ -108,12 +104,7 @@ class WordPieceTokenizer(_BackendTokenizer):
             raise ValueError("cannot train a WordPiece vocabulary on empty text")
         backend = Tokenizer(models.WordPiece(unk_token=specials["unk"], continuing_subword_prefix="##"))
         backend.normalizer = normalizers.Sequence(
-            [
-                normalizers.NFC(),
-                normalizers.BertNormalizer(
-                    clean_text=True, handle_chinese_chars=True, strip_accents=False, lowercase=lowercase
-                ),
-            ]
+            [normalizers.NFC(), normalizers.BertNormalizer(strip_accents=False, lowercase=lowercase)]
         )
         # spaces become "▁" word starts and punctuation is split off; the decoder drops the spaces WordPiece
         # puts between pieces and turns "▁" back into spaces, so decoding restores the text's own spacing
