@@ -25,8 +25,7 @@ import numpy as np
 from typing_extensions import override
 
 from lightning_embinit.data.parallel_text import TextColumns, find_file, load_hub_dataset, read_columns, require_columns
-from lightning_embinit.data.raw_splits import RawSplits, SplitText
-from lightning_embinit.data.text_module import TokenizedTextDataModule
+from lightning_embinit.data.text_module import RawSplits, SplitText, TokenizedTextDataModule
 from lightning_embinit.text.batches import ClassificationCollator, LabelledDataset
 from lightning_embinit.text.tokenization import TextTokenizer, TokenizerPlan, TokenizerSpec
 

@@ -1,11 +1,9 @@
 """A language-modelling datamodule: text → word-level vocabulary or a pretrained sub-word tokenizer → packed
 (input, target) windows.
 
-Offline default corpus: the Lee corpus (Lee, Pincombe & Welsh 2005, "An empirical evaluation of
-models of text document similarity") — short English news articles from the Australian
-Broadcasting Corporation's news mail service, which gensim ships as test data:
-``lee_background.cor`` (300 articles, ≈60k words) trains, ``lee.cor`` (the 50 articles of the
-similarity study, ≈4k words, Latin-1) validates.
+Offline default corpus: the Lee corpus (Lee, Pincombe & Welsh 2005, "An empirical evaluation of models of text
+document similarity"), ABC news articles that gensim ships as test data: ``lee_background.cor`` (300 articles,
+≈60k words) trains, ``lee.cor`` (the study's 50 articles, ≈4k words, Latin-1) validates.
 """
 
 from __future__ import annotations
@@ -104,10 +102,8 @@ def pretrained_tokenizer(spec: TokenizerSpec) -> TextTokenizer:
 
 
 def pack(ids: Sequence[int], seq_len: int) -> torch.Tensor:
-    """(S, seq_len + 1) windows of a token stream with stride ``seq_len``; the remainder is dropped.
-
-    Row k holds ids[k·L : k·L + L + 1]: the model reads the first L and predicts the last L.
-    """
+    """(S, seq_len + 1) windows of a token stream with stride L = ``seq_len``, the remainder dropped: row k holds
+    ids[k·L : k·L + L + 1], the model reads the first L and predicts the last L."""
     stream = torch.tensor(ids, dtype=torch.long)
     count = (len(stream) - 1) // seq_len
     return (
@@ -210,8 +206,7 @@ class LanguageModelDataModule(L.LightningDataModule):
     # ------------------------------------------------------------------ text and vocabulary
     @override
     def prepare_data(self) -> None:
-        """Download ``dataset`` into the ``datasets`` cache; Lightning runs this once per node
-        (local rank 0, before :meth:`setup` on any rank). Local files need nothing."""
+        """Download ``dataset`` into the ``datasets`` cache (once per node, before any :meth:`setup`)."""
         if self.hparams.dataset is not None:
             self._load_dataset()
 

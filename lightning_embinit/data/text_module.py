@@ -1,13 +1,14 @@
-"""What translation and classification datamodules share: the settings, the raw splits, tokenizers from specs
-(:class:`~lightning_embinit.text.tokenization.TokenizerPlan`), the tokenized-text cache, the length limit, the
-bucketed loaders of every split, the slot API (``vocabulary_for``, ``special_tokens_for``, ``training_corpus``) and
-the cross-rank tokenizer check."""
+"""What translation and classification datamodules share: the settings, the raw splits (:class:`RawSplits`),
+tokenizers from specs (:class:`~lightning_embinit.text.tokenization.TokenizerPlan`), the tokenized-text cache, the
+length limit, the bucketed loaders of every split, the slot API (``vocabulary_for``, ``special_tokens_for``,
+``training_corpus``) and the cross-rank tokenizer check."""
 
 from __future__ import annotations
 
 import abc
 import os
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 from functools import cached_property
 from typing import Any, ClassVar
 
@@ -20,7 +21,6 @@ from typing_extensions import override
 
 from lightning_embinit.checks import check_choice, check_int, check_non_negative_int, check_positive_int
 from lightning_embinit.data.batching import BucketBatchSampler, EpochSampler
-from lightning_embinit.data.raw_splits import RawSplits
 from lightning_embinit.data.text_cache import TokenizedCorpus, cache_key, load_or_build, text_digest
 from lightning_embinit.text.batches import Ragged
 from lightning_embinit.text.text_tokenizer import WORD_TOKENIZERS
@@ -35,6 +35,31 @@ from lightning_embinit.text_files import check_encoding
 
 TOO_LONG = ("truncate", "drop")
 Collate = Callable[[list[dict[str, Any]]], dict[str, Any]]
+
+
+@dataclass(frozen=True)
+class SplitText:
+    """One split as read, before tokenization: line-aligned texts by field name (``src``/``tgt`` for translation;
+    ``a``, and ``b`` for sentence pairs, for classification), and the label ids of labelled text (None otherwise)."""
+
+    fields: dict[str, list[str]]
+    labels: np.ndarray | None = None
+
+
+@dataclass(frozen=True)
+class RawSplits:
+    """Every split's text by split name, the rows left out per split for a blank text, and the label names
+    (classification; empty otherwise)."""
+
+    splits: Mapping[str, SplitText]
+    blank: Mapping[str, int]
+    label_names: tuple[str, ...] = ()
+
+    def texts(self) -> dict[str, list[str]]:
+        """``"<split>/<field>"`` → texts: what the corpus encodes (under the same keys) and its cache key digests."""
+        return {
+            f"{name}/{field}": texts for name, split in self.splits.items() for field, texts in split.fields.items()
+        }
 
 
 class TokenizedTextDataModule(L.LightningDataModule, abc.ABC):
@@ -162,22 +187,12 @@ class TokenizedTextDataModule(L.LightningDataModule, abc.ABC):
         """How to get the tokenizer of ``spec``, trained on the training text of ``fields``, with options from the
         hyperparameters (``roles``: trained kinds only)."""
         hp = self.hparams
+        options: dict[str, Any] = {}
         if isinstance(spec, str) and spec in TRAINED_OPTIONS:
-            options = {
-                "min_freq": default_min_freq if hp.min_freq is None else hp.min_freq,
-                "max_size": hp.max_size,
-                "vocab_size": hp.vocab_size,
-                "lowercase": hp.lowercase,
-                "word_tokenizer": hp.word_tokenizer,
-                "roles": roles or None,
-            }
-            options = {key: value for key, value in options.items() if key in TRAINED_OPTIONS[spec]}
-        else:
-            options = (
-                {"restrict_vocabulary": True, "min_freq": 1 if hp.min_freq is None else hp.min_freq}
-                if hp.restrict_vocabulary
-                else {}
-            )
+            own = {"min_freq": default_min_freq if hp.min_freq is None else hp.min_freq, "roles": roles or None}
+            options = {key: own[key] if key in own else hp[key] for key in TRAINED_OPTIONS[spec]}
+        elif hp.restrict_vocabulary:
+            options = {"restrict_vocabulary": True, "min_freq": 1 if hp.min_freq is None else hp.min_freq}
         return TokenizerPlan(spec, options, lambda: self._training_text(fields))
 
     def _tokenize(self, raw: RawSplits, plans: dict[str, TokenizerPlan | str]) -> TokenizedCorpus:

@@ -23,8 +23,7 @@ from torch.utils.data import Dataset
 from typing_extensions import override
 
 from lightning_embinit.data.parallel_text import find_file, keep_complete_pairs, load_hub_dataset, read_parallel
-from lightning_embinit.data.raw_splits import RawSplits, SplitText
-from lightning_embinit.data.text_module import TokenizedTextDataModule
+from lightning_embinit.data.text_module import RawSplits, SplitText, TokenizedTextDataModule
 from lightning_embinit.text.batches import Ragged, pad_sequences
 from lightning_embinit.text.tokenization import TextTokenizer, TokenizerPlan, TokenizerSpec
 
@@ -231,12 +230,8 @@ class TranslationDataModule(TokenizedTextDataModule):
     def _read_files(self) -> Iterator[tuple[str, tuple[list[str], list[str], int]]]:
         """(split, (source texts, target texts, blank pairs left out)) of each split with files or a stem."""
         hp = self.hparams
-        sources = {
-            "train": (hp.train_files, hp.train_stem),
-            "val": (hp.val_files, hp.val_stem),
-            "test": (hp.test_files, hp.test_stem),
-        }
-        for split, (files, stem) in sources.items():
+        for split in ("train", "val", "test"):
+            files, stem = hp[f"{split}_files"], hp[f"{split}_stem"]
             if files is None and (hp.data_dir is None or stem is None):
                 continue
             paths = files or [

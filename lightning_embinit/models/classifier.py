@@ -21,9 +21,8 @@ from typing_extensions import override
 from lightning_embinit.architectures.classifier import EncoderClassifier
 from lightning_embinit.architectures.config import EncoderClassifierConfig
 from lightning_embinit.checks import check_positive_int, check_texts
-from lightning_embinit.models.module import EmbinitModule
+from lightning_embinit.models.module import EmbinitModule, resolve_tokenizer, saved_tokenizer
 from lightning_embinit.models.optimization import OptimizerConfig
-from lightning_embinit.models.vocabularies import resolve_tokenizer, saved_tokenizer
 from lightning_embinit.text.batches import ClassificationCollator, LabelledDataset, Ragged
 from lightning_embinit.vocabulary import Vocabulary
 

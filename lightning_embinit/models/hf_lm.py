@@ -17,10 +17,9 @@ import torch.nn.functional as F
 from typing_extensions import override
 
 from lightning_embinit.checks import check_choice, check_range
-from lightning_embinit.models.module import LightningSystem, group_config
+from lightning_embinit.models.module import LightningSystem, followed_tokenizer, group_config
 from lightning_embinit.models.optimization import OptimizerConfig
 from lightning_embinit.models.tied_lm import split_batch
-from lightning_embinit.models.vocabularies import followed_tokenizer
 from lightning_embinit.text.tokenization import TokenizerSpec, build_tokenizer
 
 OBJECTIVES = ("causal", "masked")

@@ -24,8 +24,7 @@ from lightning_embinit.checks import (
     check_texts,
 )
 from lightning_embinit.models.metrics import CorpusBLEU
-from lightning_embinit.models.module import EmbinitModule
-from lightning_embinit.models.vocabularies import saved_tokenizer, side_vocabulary
+from lightning_embinit.models.module import EmbinitModule, saved_tokenizer, side_vocabulary
 from lightning_embinit.modules.decoding import beam_search, greedy_decode
 from lightning_embinit.text.batches import pad_sequences
 
