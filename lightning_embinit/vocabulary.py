@@ -18,8 +18,7 @@ SPECIAL_ROLES = ("pad", "unk", "bos", "eos", "cls", "sep", "mask")
 
 
 def read_token_file(path: str | os.PathLike[str], what: str = "token") -> list[str]:
-    """One token per line, UTF-8, line k = id k − 1; ``\\r\\n`` endings are accepted; empty lines at the end (a
-    final newline, a trailing blank line) add no token."""
+    """One token per line, UTF-8, line k = id k − 1, ``\\r\\n`` endings accepted; empty lines at the end add none."""
     with open_text(os.path.expanduser(os.fspath(path)), what, newline="") as handle:
         lines = [line.removesuffix("\r") for line in handle.read().split("\n")]
     while lines and lines[-1] == "":
@@ -134,8 +133,8 @@ class Vocabulary(Sequence[str]):
         max_size: int | None = None,
         special_tokens: Mapping[str, str] | None = None,
     ) -> Vocabulary:
-        """Count tokens in ``sentences``; keep those seen ≥ ``min_freq`` times, at most ``max_size`` rows in all:
-        the special tokens first, then by descending frequency (ties by string)."""
+        """The special tokens, then the tokens of ``sentences`` seen ≥ ``min_freq`` times by descending frequency
+        (ties by string), at most ``max_size`` rows in all."""
         if min_freq < 1:
             raise ValueError(f"min_freq must be ≥ 1, got {min_freq}")
         specials = dict(SPECIAL_TOKENS if special_tokens is None else special_tokens)

@@ -35,8 +35,7 @@ from torch.utils.data.distributed import DistributedSampler
 
 
 class EpochSampler(Sampler[int]):
-    """``range(n)`` with an epoch counter: the ``sampler`` a :class:`BucketBatchSampler` carries,
-    so Lightning's per-epoch ``batch_sampler.sampler.set_epoch`` reaches the bucketing."""
+    """``range(n)`` with an epoch counter: Lightning's ``batch_sampler.sampler.set_epoch`` reaches the bucketing."""
 
     def __init__(self, size: int) -> None:
         self.size = size

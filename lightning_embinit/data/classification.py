@@ -99,8 +99,8 @@ def _key_name(key: str | float) -> str:
 
 
 def infer_label_names(values: Sequence[Any]) -> list[str]:
-    """Non-negative integer labels 0…k → ``["0", …, "k"]``; other numbers → their sorted distinct values; other
-    labels → their sorted distinct strings. Missing labels (:func:`label_key`) are left out."""
+    """Integer labels 0…k → ``["0", …, "k"]``, other numbers or strings → their sorted distinct values; missing
+    labels left out."""
     keys = {key for key in map(label_key, values) if key is not None}
     if keys and all(isinstance(key, float) for key in keys):
         if all(key.is_integer() and key >= 0 for key in keys):
@@ -110,8 +110,8 @@ def infer_label_names(values: Sequence[Any]) -> list[str]:
 
 
 def label_ids(values: Sequence[Any], names: Sequence[str], where: str) -> np.ndarray:
-    """Label values → ids: the name the value equals (numbers compare as numbers), else — when the names are not
-    numbers themselves — an integer index into ``names``; other values raise."""
+    """Label values → ids: the name the value equals (as numbers for numbers), else an integer index into
+    ``names`` that are not numbers themselves; other values raise."""
     lookup = {label_key(name): k for k, name in enumerate(names)}
     by_index = not all(isinstance(key, float) for key in lookup)
     ids = np.empty(len(values), dtype=np.int64)

@@ -57,8 +57,7 @@ def given_vocabulary(vocabulary: Sequence[str] | str | os.PathLike[str]) -> Voca
 
 
 def base_vocabulary_of(spec: Sequence[str] | str | os.PathLike[str]) -> Vocabulary:
-    """The vocabulary a datamodule extends: token strings by id, a one-token-per-line file, or a checkpoint
-    (``.ckpt``) whose ``vocabulary`` hyperparameter is read (a ``TiedEmbeddingLM``'s)."""
+    """The vocabulary to extend: token strings, a token file, or a (``TiedEmbeddingLM``) checkpoint's ``.ckpt``."""
     if isinstance(spec, (str, os.PathLike)) and os.fspath(spec).endswith(".ckpt"):
         from lightning_embinit.init.sources.checkpoint_file import load_checkpoint_file
 
@@ -73,8 +72,8 @@ def base_vocabulary_of(spec: Sequence[str] | str | os.PathLike[str]) -> Vocabula
 def extended_vocabulary(
     base: Vocabulary, sentences: Iterable[Sequence[str]], *, min_freq: int, max_size: int | None
 ) -> Vocabulary:
-    """``base`` with its ids kept, then the words of ``sentences`` seen ≥ ``min_freq`` times that it lacks, most
-    frequent first, up to ``max_size`` tokens in all."""
+    """``base``, then the words of ``sentences`` it lacks seen ≥ ``min_freq`` times, most frequent first, up to
+    ``max_size`` tokens in all."""
     try:
         learned = Vocabulary.build(sentences, min_freq=min_freq, special_tokens=base.special_tokens).tokens
     except ValueError:  # no word of the text is frequent enough: nothing to add

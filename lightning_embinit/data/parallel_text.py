@@ -138,11 +138,8 @@ def require_columns(columns: dict[str, list[Any]], wanted: Sequence[str | None],
 
 
 def load_hub_dataset(path: str, config: str | None, revision: str | None = None) -> Any:
-    """``datasets.load_dataset(path, config)``; a script-only dataset is read from the hub's parquet export.
-
-    ``datasets`` ≥ 4 no longer runs dataset scripts (``IWSLT/iwslt2017``, ``neulab/ted_hrlr`` are
-    scripts); the hub keeps a parquet conversion of such datasets at revision ``refs/convert/parquet``.
-    """
+    """``datasets.load_dataset(path, config)``; a script-only dataset (``IWSLT/iwslt2017``, ``neulab/ted_hrlr``),
+    which ``datasets`` ≥ 4 no longer runs, is read from the hub's parquet export (``refs/convert/parquet``)."""
     import datasets
 
     try:

@@ -155,8 +155,7 @@ class TokenizedTextDataModule(L.LightningDataModule, abc.ABC):
 
     @abc.abstractmethod
     def _slot_fields(self, slot: str | None) -> tuple[str, ...]:
-        """The text fields whose tokenizer makes ``slot``'s rows (the first field's) and whose training text
-        is its corpus; an unknown slot raises ValueError."""
+        """The fields whose (first field's) tokenizer makes ``slot``'s rows and whose training text is its corpus."""
 
     @abc.abstractmethod
     def _val_splits(self) -> list[str]:
@@ -184,8 +183,7 @@ class TokenizedTextDataModule(L.LightningDataModule, abc.ABC):
     def _plan(
         self, spec: TokenizerSpec, fields: Sequence[str], *, default_min_freq: int, roles: list[str] | None = None
     ) -> TokenizerPlan:
-        """How to get the tokenizer of ``spec``, trained on the training text of ``fields``, with options from the
-        hyperparameters (``roles``: trained kinds only)."""
+        """The tokenizer of ``spec`` trained on ``fields``' training text, with options from the hyperparameters."""
         hp = self.hparams
         options: dict[str, Any] = {}
         if isinstance(spec, str) and spec in TRAINED_OPTIONS:

@@ -72,8 +72,7 @@ of the reverse direction is used as is, with the columns swapped."""
 
 
 class ParallelDataset(Dataset):
-    """Token ids and raw text of one split's pairs (``rows`` kept under the length policy) and their ``lengths``,
-    special tokens included, at most ``max_length``."""
+    """Token ids and raw text of a split's kept ``rows``; ``lengths`` count special tokens, at most ``max_length``."""
 
     def __init__(
         self,

@@ -30,8 +30,8 @@ NO_TOKENIZER_PAD_ID = 0  # the package's special-token order (pad, unk, bos, eos
 
 
 def split_classification_batch(batch: Any) -> tuple[torch.Tensor, torch.Tensor | None, torch.Tensor | None]:
-    """(input_ids, token_type_ids, labels) from a ClassificationDataModule dict, an ``(input_ids, labels)``
-    or ``(input_ids, token_type_ids, labels)`` sequence, or bare ``input_ids``."""
+    """(input_ids, token_type_ids, labels) from a dict, an ``(input_ids[, token_type_ids], labels)`` sequence, or
+    bare ``input_ids``."""
     if isinstance(batch, Mapping):
         if "input_ids" not in batch:
             raise ValueError(f"a classification batch needs 'input_ids' (and 'labels'); got keys {sorted(batch)}")
@@ -173,8 +173,7 @@ class TransformerClassifier(EmbinitModule):
 
     @override
     def predict_step(self, batch: Any, batch_idx: int, dataloader_idx: int = 0) -> list[str]:
-        """The predicted label name of every example in the batch (batch order; ClassificationDataModule
-        batches carry each example's row in ``index``)."""
+        """The predicted label name of every example, in batch order (the batch's ``index`` gives their rows)."""
         input_ids, token_type_ids, _ = split_classification_batch(batch)
         return [self.label_names[k] for k in self(input_ids, token_type_ids).argmax(dim=-1).tolist()]
 
@@ -206,8 +205,7 @@ class TransformerClassifier(EmbinitModule):
 
     # ----------------------------------------------------------------- new text
     def classify(self, texts: Sequence[str], pairs: Sequence[str] | None = None, *, batch_size: int = 64) -> list[str]:
-        """Label names for raw sentences (or sentence pairs), each a list of strings, with the model's own tokenizer
-        (evaluation mode): the most probable class of :meth:`class_probabilities`."""
+        """Label names for raw sentences (or pairs): the most probable class of :meth:`class_probabilities`."""
         probabilities = self.class_probabilities(texts, pairs, batch_size=batch_size)
         return [self.label_names[k] for k in probabilities.argmax(dim=-1).tolist()]
 

@@ -44,8 +44,8 @@ def language_model_types() -> dict[str, tuple[str, ...]]:
 def hugging_face_config(
     model_type: str | None, config: Mapping[str, Any], config_path: str | None, defaults: Mapping[str, Any]
 ) -> Any:
-    """The ``transformers`` config of ``model_type`` (or of the ``config.json`` in the directory ``config_path``),
-    with ``config`` on top and ``defaults`` for the keys neither sets."""
+    """The ``transformers`` config of ``model_type`` (or ``config_path``'s ``config.json``), ``config`` on top and
+    ``defaults`` for the keys neither sets."""
     from transformers import AutoConfig
 
     if (model_type is None) == (config_path is None):

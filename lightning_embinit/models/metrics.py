@@ -29,9 +29,8 @@ class PerplexityFromLoss(MeanMetric):
 class CorpusBLEU(Metric):
     """sacrebleu corpus BLEU (default: 13a tokenization, mixed case, exp smoothing) as a torchmetrics Metric.
 
-    ``update(hypotheses, references)`` takes detokenized strings, one reference per hypothesis.
-    ``smooth_method``: one of sacrebleu's ``none``, ``floor``, ``add-k``, ``exp``; ``smooth_value``: the
-    ``floor``/``add-k`` value, ``None`` for sacrebleu's default (0.1, 1).
+    ``update(hypotheses, references)`` takes detokenized strings, one reference per hypothesis. ``smooth_method``:
+    ``none``, ``floor``, ``add-k``, ``exp``; ``smooth_value``: ``None`` for sacrebleu's default (0.1, 1).
     """
 
     full_state_update = False
@@ -57,8 +56,7 @@ class CorpusBLEU(Metric):
 
     @property
     def signature(self) -> str:
-        """sacrebleu's signature of these settings, e.g.
-        ``nrefs:1|case:mixed|eff:no|tok:13a|smooth:exp|version:2.6.0``."""
+        """sacrebleu's signature, e.g. ``nrefs:1|case:mixed|eff:no|tok:13a|smooth:exp|version:2.6.0``."""
         return str(self.bleu.get_signature())
 
     def update(self, hypotheses: Sequence[str], references: Sequence[str]) -> None:

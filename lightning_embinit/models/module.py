@@ -41,8 +41,7 @@ from lightning_embinit.vocabulary import SPECIAL_TOKENS, Vocabulary
 
 
 def class_from_path(class_path: str) -> Any:
-    """The object a ``class_path`` names (``pkg.module.Name``; a bare ``Name`` is looked up in
-    :mod:`lightning_embinit.models`), or None when it does not import."""
+    """The object ``pkg.module.Name`` (a bare ``Name``: in :mod:`lightning_embinit.models`) names, or None."""
     module_name, _, name = class_path.rpartition(".")
     try:
         return getattr(importlib.import_module(module_name or "lightning_embinit.models"), name, None)
@@ -75,8 +74,8 @@ def check_checkpoint_class(cls: type, path: str) -> tuple[str, bool]:
 
 
 def group_config(config_type: type, value: Any, group: str, default: Any) -> Any:
-    """``value`` as a ``config_type``: an instance as is; a mapping of its fields (YAML, a checkpoint's
-    hyperparameters) applied to ``default`` (the system's default for the group, as the CLI applies a YAML group)."""
+    """``value`` as a ``config_type``: an instance as is; a mapping of its fields applied to ``default`` (the
+    system's default for the group, as the CLI applies a YAML group)."""
     if isinstance(value, config_type):
         return value
     if not isinstance(value, Mapping):
@@ -112,9 +111,8 @@ def resolve_tokenizer(
     size_option: str = "vocab_size",
     min_size: int = 2,
 ) -> tuple[Any, int]:
-    """(``TextTokenizer`` or None, token-table size) of a model's vocabulary argument pair: a tokenizer
-    (``TextTokenizer`` or its ``to_config()`` dict) or a size (≥ ``min_size``); a size given next to a
-    tokenizer must agree with it. ``option``/``size_option``: the caller's argument names, for errors."""
+    """(``TextTokenizer`` or None, table size) of a model's arguments: a tokenizer (or its ``to_config()`` dict), with
+    which a size given next to it must agree, or a size ≥ ``min_size``; ``option``/``size_option`` name them."""
     if tokenizer is None:
         if vocab_size is None or vocab_size < min_size:
             raise ValueError(
@@ -130,8 +128,8 @@ def resolve_tokenizer(
 
 
 def side_vocabulary(side: str, tokenizer: Any, vocab_size: int | None) -> tuple[TextTokenizer | None, Vocabulary]:
-    """One side of a translation model: its tokenizer (config dict or ``TextTokenizer``; :func:`resolve_tokenizer`)
-    and vocabulary; without a tokenizer the special ids are the package's (pad 0, unk 1, bos 2, eos 3)."""
+    """One side of a translation model: :func:`resolve_tokenizer` and the vocabulary (pad 0, unk 1, bos 2, eos 3
+    without a tokenizer)."""
     tokenizer, size = resolve_tokenizer(
         tokenizer,
         vocab_size,
@@ -145,9 +143,8 @@ def side_vocabulary(side: str, tokenizer: Any, vocab_size: int | None) -> tuple[
 def followed_tokenizer(
     current: TextTokenizer | None, tokens: list[str], given: Any, *, option: str
 ) -> TextTokenizer | None:
-    """The tokenizer of a side after its vocabulary became ``tokens``: ``given`` (a ``TextTokenizer`` or its config,
-    whose tokens must be ``tokens``), else a word-level ``current`` rebuilt over ``tokens``; None without a tokenizer.
-    A sub-word tokenizer cannot be rebuilt from a token list: ValueError asks for the new tokenizer."""
+    """The tokenizer of a side whose vocabulary became ``tokens``: ``given`` (its tokens must be ``tokens``), else a
+    word-level ``current`` rebuilt over them (a sub-word one cannot be: ValueError); None without a tokenizer."""
     if given is not None:
         tokenizer = given if isinstance(given, TextTokenizer) else TextTokenizer.from_config(given)
         if list(tokenizer.tokens) != list(tokens):
@@ -167,8 +164,7 @@ def followed_tokenizer(
 
 
 def saved_tokenizer(config: Any) -> tuple[list[str] | None, TextTokenizer | None]:
-    """(token strings, tokenizer) of a tokenizer config kept in a checkpoint's hyperparameters; (None, None) for
-    None."""
+    """(token strings, tokenizer) of a tokenizer config in a checkpoint's hyperparameters; (None, None) for None."""
     tokenizer = None if config is None else TextTokenizer.from_config(config)
     return (None if tokenizer is None else list(tokenizer.tokens), tokenizer)
 
@@ -206,8 +202,8 @@ class LightningSystem(L.LightningModule):
         self.test_loss, self.test_ppl = MeanMetric(), PerplexityFromLoss()
 
     def _log_token_loss(self, stage: str, loss: torch.Tensor, count: torch.Tensor, batch_size: int) -> None:
-        """Log a mean loss over ``count`` tokens: ``train_loss`` per step and ``train_loss_epoch``, or
-        ``val_``/``test_`` ``loss`` and ``ppl`` per epoch (token-weighted)."""
+        """Log a mean loss over ``count`` tokens: ``train_loss`` (per step), ``train_loss_epoch``, ``val_``/``test_``
+        ``loss`` and ``ppl`` (per epoch, token-weighted)."""
         value = loss.detach().float()
         if stage == "train":
             self.train_loss_epoch.update(value, weight=count)
@@ -314,7 +310,7 @@ class EmbinitModule(LightningSystem):
 
     def _follow_tokenizers(self, change: Any, names: Sequence[str]) -> Callable[[], None]:
         """:meth:`_follow_vocabulary` for the tokenizer attributes ``names`` (:func:`followed_tokenizer`, checked
-        now): each tokenizer and its config, and the matching ``…vocab_size`` hyperparameter when one was given."""
+        now) and their ``…vocab_size`` hyperparameters when given."""
         tokens, given = change.tokens, change.tokenizer
         tokenizers = {name: followed_tokenizer(getattr(self, name), tokens, given, option=name) for name in names}
 
@@ -334,9 +330,8 @@ class EmbinitModule(LightningSystem):
 
     @classmethod
     def from_preset(cls, name: str, **overrides: Any) -> EmbinitModule:
-        """A model configured as the preset ``name`` with ``overrides`` on top
-        (:func:`~lightning_embinit.models.presets.preset_arguments`): an instance of ``cls`` when it subclasses the
-        preset's model (a user's own variant), else of the preset's model when that subclasses ``cls``."""
+        """The preset ``name`` with ``overrides`` (:func:`~lightning_embinit.models.presets.preset_arguments`): a
+        ``cls`` when it subclasses the preset's model (a user's variant), else the preset's model if a ``cls``."""
         target, arguments = preset_arguments(name, **overrides)
         if issubclass(cls, target):
             return cls(**arguments)

@@ -91,9 +91,8 @@ pooling; MNLI's sentence pairs with 2 learned segment vectors)."""
 
 
 def preset_arguments(name: str, **overrides: Any) -> tuple[type, dict[str, Any]]:
-    """(model class, constructor arguments) of preset ``name`` with ``overrides`` applied: the model's own arguments
-    as given, and ``architecture``/``optimizer`` mappings whose fields replace the preset's (``d_model``,
-    ``warmup_steps`` also recompute what the preset derives from them)."""
+    """(model class, constructor arguments) of preset ``name``; ``overrides``' ``architecture``/``optimizer`` fields
+    replace the preset's (``d_model``, ``warmup_steps`` also recompute what derives from them)."""
     if name not in PRESETS:
         raise ValueError(f"unknown preset {name!r}; known presets: {', '.join(PRESETS)}")
     class_path, build = PRESETS[name]

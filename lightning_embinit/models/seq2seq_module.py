@@ -48,8 +48,8 @@ def split_translation_batch(batch: Any) -> tuple[torch.Tensor, torch.Tensor | No
 def check_decoding(
     beam_size: Any, length_penalty: Any, max_len: Any, *, optional: bool = False, max_len_name: str = "max_len"
 ) -> None:
-    """Raise ValueError unless ``beam_size`` ≥ 1, ``length_penalty`` is finite and ``max_len`` ≥ 1 or None
-    (``optional``: None stands for the model's setting for each)."""
+    """Raise ValueError unless ``beam_size`` ≥ 1 and ``length_penalty`` is finite (or None, the model's setting,
+    when ``optional``), and ``max_len`` ≥ 1 or None."""
     check_positive_int("beam_size", beam_size, optional=optional)
     check_finite("length_penalty", length_penalty, optional=optional)
     check_positive_int(max_len_name, max_len, optional=True)
@@ -287,8 +287,7 @@ class Seq2SeqModule(EmbinitModule):
         max_len: int | None = None,
         batch_size: int = 64,
     ) -> list[str]:
-        """Translate raw source sentences with the model's own tokenizers (evaluation mode, no gradients); the
-        decoding options default to the hyperparameters'."""
+        """Translate raw source sentences with the model's own tokenizers (evaluation mode, hyperparameter defaults)."""
         source, target = self.src_tokenizer, self.tgt_tokenizer
         if source is None or target is None:
             raise ValueError(

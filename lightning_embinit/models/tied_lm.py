@@ -74,15 +74,12 @@ def continue_ids(
 
 
 class TiedEmbeddingLM(EmbinitModule):
-    """Causal transformer LM. Give ``vocabulary`` (token strings, saved with the model) or ``vocab_size``;
-    ``special_tokens`` (role → string; default: the package's ``<pad>``, ``<unk>``, ``<bos>``, ``<eos>`` found in
-    the vocabulary) name the padding row and the special tokens of the ``tokens`` slot.
-
-    ``architecture``: :class:`~lightning_embinit.architectures.CausalLMConfig` (sizes, ``positional``,
-    ``embedding_scale``, ``head``, ``zero_init_residual``, ``init_scheme`` — the non-embedding weights —,
-    ``embedding_init`` — any scheme name, e.g. ``normal:0.0625`` or ``log_n_over_d``, until
-    :class:`~lightning_embinit.callbacks.EmbeddingInitCallback` replaces it); ``optimizer``:
-    :class:`~lightning_embinit.models.optimization.OptimizerConfig` (Adam at 1e-3).
+    """Causal transformer LM over ``vocabulary`` (token strings, saved with the model) or ``vocab_size``;
+    ``special_tokens`` (default: the package's ``<pad>``, ``<unk>``, ``<bos>``, ``<eos>`` found in the vocabulary)
+    name the padding row and the ``tokens`` slot's special tokens. ``architecture``:
+    :class:`~lightning_embinit.architectures.CausalLMConfig` (``embedding_init``: any scheme name, e.g.
+    ``normal:0.0625``, until :class:`~lightning_embinit.callbacks.EmbeddingInitCallback` replaces it);
+    ``optimizer``: :class:`~lightning_embinit.models.optimization.OptimizerConfig` (Adam at 1e-3).
     """
 
     architecture_config = CausalLMConfig

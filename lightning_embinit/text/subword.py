@@ -24,11 +24,8 @@ from lightning_embinit.vocabulary import SPECIAL_ROLES, SPECIAL_TOKENS
 
 
 class _BackendTokenizer(TextTokenizer):
-    """Shared by WordPiece and pretrained: a ``tokenizers.Tokenizer`` without padding or truncation.
-
-    ``subset`` (pretrained only): the backend ids kept, in the order of this tokenizer's ids; any
-    other backend id encodes as unk ([K]'s vocabulary of the training text's tokens, docs/concepts.md#subword-rows).
-    """
+    """Shared by WordPiece and pretrained: a ``tokenizers.Tokenizer`` without padding or truncation. ``subset``: the
+    backend ids kept, by this tokenizer's id; any other encodes as unk (docs/concepts.md#subword-rows)."""
 
     def __init__(self, backend: Any, special_tokens: Mapping[str, str], subset: Sequence[int] | None = None) -> None:
         backend.no_padding()
@@ -174,8 +171,8 @@ class PretrainedTokenizer(_BackendTokenizer):
         super().__init__(copy.deepcopy(hf.backend_tokenizer), special_tokens, config.get("subset"))
 
     def restricted(self, texts: Sequence[str], *, min_freq: int = 1) -> PretrainedTokenizer:
-        """Only the tokens ``texts`` use ≥ ``min_freq`` times (most frequent first), after the special tokens:
-        [K]'s "vocabulary of N tokens built from the training data" whose N rows a source selects."""
+        """Only the tokens ``texts`` use ≥ ``min_freq`` times, most frequent first, after the special tokens ([K]'s
+        "vocabulary of N tokens built from the training data")."""
         if self.subset is not None:
             raise ValueError("this pretrained tokenizer is already restricted to a training vocabulary")
         if min_freq < 1:

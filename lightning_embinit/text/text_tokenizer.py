@@ -119,8 +119,7 @@ class TextTokenizer(abc.ABC):
         return [[tokens[i] for i in ids] for ids in self.encode_batch(texts)]
 
     def content_ids(self, ids: Sequence[int]) -> list[int]:
-        """``ids`` without a leading bos, cut at the first eos, special tokens (unk included) dropped; an id outside
-        0 … len − 1 is a ValueError."""
+        """``ids`` without a leading bos, cut at the first eos, special tokens dropped; an id out of range raises."""
         ids = [int(i) for i in ids]
         if bad := [i for i in ids if not 0 <= i < len(self.tokens)]:
             raise ValueError(

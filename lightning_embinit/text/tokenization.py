@@ -78,8 +78,7 @@ BUILD_OPTIONS = {"restrict_vocabulary", "min_freq"}.union(*TRAINED_OPTIONS.value
 
 
 def _spec_form(spec: Any) -> str | None:
-    """Which of :data:`SPEC_FORMS` ``spec`` is (``tokenizer``, ``config``, ``word``, ``wordpiece``, ``hf``,
-    ``directory``, ``file``); None: none of them."""
+    """Which form ``spec`` is: ``tokenizer``, ``config``, ``word``, ``wordpiece``, ``hf``, ``directory``, ``file``."""
     if isinstance(spec, TextTokenizer):
         return "tokenizer"
     if isinstance(spec, Mapping):
@@ -169,8 +168,7 @@ class TokenizerPlan:
         return build_tokenizer(self.spec)
 
     def key(self) -> dict[str, Any]:
-        """What identifies the tokenizer before training: its options and its kind, or the fingerprint of the
-        tokenizer it starts from."""
+        """What identifies the tokenizer: its options and kind, or the fingerprint of the tokenizer it starts from."""
         options = {k: v for k, v in sorted(self.options.items()) if v is not None}
         if self.trained:
             return {"spec": self.spec, "options": options}
