@@ -1,16 +1,14 @@
 """``ClassificationDataModule``: labelled sentences or sentence pairs → tokenizer → bucketed batches (issue 10).
 
-Text: ``dataset="sst2"`` / ``"mnli"`` (GLUE, [K]) from the Hugging Face hub (downloaded in
-:meth:`prepare_data`), or from GLUE-format files in ``data_dir``; or any local TSV/CSV/JSON-lines
-files (``train_file``, ``val_files``, ``test_file``; ``.gz`` allowed) with ``text_column``, an
-optional ``text_pair_column`` and ``label_column``.
+Text: ``dataset="sst2"`` / ``"mnli"`` (GLUE, [K]) from the Hugging Face hub (downloaded in :meth:`prepare_data`),
+or from GLUE-format files in ``data_dir``; or local TSV/CSV/JSON-lines files (``train_file``, ``val_files``,
+``test_file``; ``.gz`` allowed) with ``text_column``, an optional ``text_pair_column`` and ``label_column``.
 
-Batches (dicts): ``input_ids`` (B, L) padded with the tokenizer's pad id; ``token_type_ids`` (B, L)
-for sentence pairs only; ``labels`` (B,); ``index`` (B,), each example's row in its split; ``text``
-(and ``text_pair``) the raw strings. Inputs: a pretrained tokenizer's own layout (BERT:
-``[CLS] a [SEP] b [SEP]`` with its type ids); word level and WordPiece: ``<cls>? a <sep> b``
-(``add_cls``; the classifier's ``cls`` pooling reads that first token). Pairs longer than
-``max_length`` lose tokens from the longer text first (as Hugging Face's ``longest_first``).
+Batches (dicts): ``input_ids`` (B, L) padded with the tokenizer's pad id; ``token_type_ids`` (B, L) for sentence
+pairs only; ``labels`` (B,); ``index`` (B,), each example's row in its split; ``text`` (and ``text_pair``) the raw
+strings. Inputs: a pretrained tokenizer's own layout (BERT: ``[CLS] a [SEP] b [SEP]`` with its type ids); word
+level and WordPiece: ``<cls>? a <sep> b`` (``add_cls``; the classifier's ``cls`` pooling reads that first token).
+Pairs longer than ``max_length`` lose tokens from the longer text first (as Hugging Face's ``longest_first``).
 """
 
 from __future__ import annotations

@@ -70,8 +70,7 @@ class TokenizedTextDataModule(L.LightningDataModule, abc.ABC):
 
     Args:
         restrict_vocabulary: a pretrained tokenizer keeps only the tokens the training text uses ≥ min_freq times
-        min_freq: the fewest occurrences of a kept token, ≥ 1 (word level, WordPiece, restricted;
-            None: the kind's default)
+        min_freq: the fewest occurrences of a kept token, ≥ 1 (None: the kind's default)
         max_size: the most rows of a word-level vocabulary
         vocab_size: the size of a trained WordPiece vocabulary
         lowercase: lowercase before word-level and WordPiece tokenization

@@ -1,14 +1,12 @@
 """``TranslationDataModule``: parallel text → per-side tokenizers → length-bucketed (src, tgt) batches (issue 8).
 
-Text, first match wins per split: ``train_files``/``val_files``/``test_files`` ([source path, target
-path]); ``data_dir`` with ``<stem>.<lang>`` files (``.gz`` allowed; the default stems fit
-Multi30k's ``train``, ``val``, ``test_2016_flickr``); or ``dataset``, a Hugging Face dataset
-downloaded in :meth:`prepare_data` (:data:`TRANSLATION_DATASETS`).
+Text, first match wins per split: ``train_files``/``val_files``/``test_files`` ([source path, target path]);
+``data_dir`` with ``<stem>.<lang>`` files (``.gz`` allowed; the default stems fit Multi30k's ``train``, ``val``,
+``test_2016_flickr``); or ``dataset``, a Hugging Face dataset (:data:`TRANSLATION_DATASETS`).
 
-Batches (dicts): ``src`` (B, S) = ids + [eos], padded with the source pad id; ``tgt`` (B, T) =
-[bos] + ids + [eos], padded with the target pad id (a model reads ``tgt[:, :-1]`` and predicts
-``tgt[:, 1:]``); ``src_text``, ``tgt_text`` (raw strings); ``index`` (B,), each pair's position in
-its split, which restores the order of the length-sorted evaluation batches.
+Batches (dicts): ``src`` (B, S) = ids + [eos], padded with the source pad id; ``tgt`` (B, T) = [bos] + ids + [eos],
+padded with the target pad id (a model reads ``tgt[:, :-1]`` and predicts ``tgt[:, 1:]``); ``src_text``,
+``tgt_text`` (raw strings); ``index`` (B,), each pair's position in its split (evaluation batches are length-sorted).
 """
 
 from __future__ import annotations

@@ -102,9 +102,8 @@ class HuggingFaceLM(LightningSystem):
         config: config fields on top of the type's defaults (``n_embd``, ``num_hidden_layers``…); ``vocab_size`` and
             the pad/bos/eos ids default to the tokenizer's
         config_path: instead of ``model_type``, a directory with a ``config.json`` (``save_pretrained``'s)
-        objective: ``causal`` (next token) or ``masked`` ([MASK] 80 % / random 10 % / kept 10 % of
-            ``mlm_probability`` of the tokens, by ``transformers.DataCollatorForLanguageModeling``); default masked
-            for a type with a masked-LM head that is not configured as a decoder (BERT, RoBERTa), else causal
+        objective: ``causal`` (next token) or ``masked`` ([MASK] 80 % / random 10 % / kept 10 % of ``mlm_probability``
+            of the tokens); default masked for a type with a masked-LM head not configured as a decoder, else causal
         tokenizer: a tokenizer spec (``hf:minilm``, a tokenizer directory, a saved config) — the CLI links the
             datamodule's; kept in the checkpoint and as ``tokenizer``, where ``EmbeddingInitCallback`` finds the tokens
         mlm_probability: the share of tokens the masked objective predicts

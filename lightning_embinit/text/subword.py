@@ -8,6 +8,7 @@ import os
 import tempfile
 from collections import Counter
 from collections.abc import Mapping, Sequence
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -208,10 +209,7 @@ class PretrainedTokenizer(_BackendTokenizer):
             raise ValueError(f"tokenizer {name!r}: its pad token {special['pad']!r} is also its bos or eos token")
         with tempfile.TemporaryDirectory() as directory:
             hf.save_pretrained(directory)
-            files = {}
-            for file in sorted(os.listdir(directory)):
-                with open(os.path.join(directory, file), encoding="utf-8") as handle:
-                    files[file] = handle.read()
+            files = {path.name: path.read_text(encoding="utf-8") for path in sorted(Path(directory).iterdir())}
         config = {"kind": cls.kind, "version": CONFIG_VERSION, "name": name, "files": files, "special_tokens": special}
         return cls(hf, special, config)
 
@@ -245,7 +243,6 @@ class PretrainedTokenizer(_BackendTokenizer):
             for file, text in config["files"].items():
                 if os.path.basename(file) != file:
                     raise ValueError(f"pretrained tokenizer config: bad file name {file!r}")
-                with open(os.path.join(directory, file), "w", encoding="utf-8") as handle:
-                    handle.write(text)
+                (Path(directory) / file).write_text(text, encoding="utf-8")
             hf = AutoTokenizer.from_pretrained(directory, use_fast=True)
         return cls(hf, config["special_tokens"], config)
