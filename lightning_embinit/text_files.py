@@ -25,13 +25,9 @@ def check_encoding(encoding: str, option: str = "encoding") -> str:
 
 @contextmanager
 def open_text(path: str, what: str, *, encoding: str = "utf-8", newline: str | None = None) -> Iterator[IO[str]]:
-    """``path`` opened as text (``.gz``: gzip-decompressed), for reading inside the ``with`` block; a UTF-8
-    byte-order mark at its start is not read.
-
-    A byte sequence that is not ``encoding`` text, a ``.gz`` that is not gzip or is truncated: a ValueError
-    naming the ``what`` file (and, for text, ``encoding=``), raised from wherever the block reads. ``newline``
-    is :func:`open`'s (None: any of ``\\n``, ``\\r\\n``, ``\\r`` ends a line and reads as ``\\n``).
-    """
+    """``path`` opened as text (``.gz``: gzip-decompressed; a UTF-8 byte-order mark skipped) inside the ``with``
+    block; ``newline`` is :func:`open`'s. Text not in ``encoding``, a ``.gz`` that is not gzip or is truncated: a
+    ValueError naming the ``what`` file (and, for text, ``encoding=``), raised from wherever the block reads."""
     opener = gzip.open if str(path).endswith(".gz") else open
     try:
         reading = "utf-8-sig" if codecs.lookup(encoding).name == "utf-8" else encoding

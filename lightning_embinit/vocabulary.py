@@ -18,8 +18,7 @@ SPECIAL_ROLES = ("pad", "unk", "bos", "eos", "cls", "sep", "mask")
 
 
 def read_token_file(path: str | os.PathLike[str], what: str = "token") -> list[str]:
-    """One token per line, UTF-8, line k = id k − 1; ``\\r\\n`` endings are accepted; empty lines at the end (a
-    final newline, a trailing blank line) add no token."""
+    """One token per line, UTF-8, line k = id k − 1, ``\\r\\n`` endings accepted; empty lines at the end add none."""
     with open_text(os.path.expanduser(os.fspath(path)), what, newline="") as handle:
         lines = [line.removesuffix("\r") for line in handle.read().split("\n")]
     while lines and lines[-1] == "":
@@ -29,8 +28,7 @@ def read_token_file(path: str | os.PathLike[str], what: str = "token") -> list[s
 
 class Vocabulary(Sequence[str]):
     """``size`` token ids, ``tokens`` naming them (None when only the size is known), ``special_tokens`` (role →
-    string) and ``special_ids`` (role → id), ``origin``: where the tokens came from (a file, a tokenizer …), and
-    ``index``: token → its (first) id. :meth:`to_dict` is plain JSON (for a checkpoint's hyperparameters).
+    string), ``special_ids`` (role → id), ``origin`` (a file, a tokenizer …) and ``index`` (token → its first id).
 
     ``Vocabulary(tokens)`` is a word vocabulary: distinct non-empty strings that hold every special token (default:
     :data:`SPECIAL_TOKENS`). :meth:`from_tokens` takes any token list, :meth:`numbered` and :meth:`sized` a size.
@@ -78,8 +76,8 @@ class Vocabulary(Sequence[str]):
     def from_tokens(
         cls, tokens: Sequence[str], special_tokens: Mapping[str, str] | None = None, *, origin: str = ""
     ) -> Vocabulary:
-        """The vocabulary of any token list (a repeated token's id is its first); ``special_tokens`` (role → string)
-        must name tokens of the list; None: the roles of :data:`SPECIAL_TOKENS` whose strings are in the list."""
+        """The vocabulary of any token list (a repeated token's id is its first); ``special_tokens`` must name tokens
+        of the list (None: the roles of :data:`SPECIAL_TOKENS` whose strings are in it)."""
         tokens = [str(token) for token in tokens]
         if special_tokens is None:
             present = set(tokens)
@@ -90,7 +88,7 @@ class Vocabulary(Sequence[str]):
     def sized(
         cls, size: int, *, special_ids: Mapping[str, int] | None = None, special_tokens: Mapping[str, str] | None = None
     ) -> Vocabulary:
-        """``size`` ids without strings; ``special_ids`` (role → id) and ``special_tokens`` (role → string) as known."""
+        """``size`` ids without strings, with the ``special_ids`` and ``special_tokens`` that are known."""
         return cls.__new__(cls)._set(size, None, special_tokens, special_ids)
 
     @classmethod
@@ -105,8 +103,7 @@ class Vocabulary(Sequence[str]):
 
     @classmethod
     def of(cls, vocabulary: VocabularyLike, *, numbered: bool = False) -> Vocabulary:
-        """A :class:`Vocabulary` as is; an int n: n ids with no strings, and no special tokens or, with ``numbered``,
-        the package's first four (:meth:`numbered`)."""
+        """A :class:`Vocabulary` as is; an int n: n ids without strings (``numbered``: :meth:`numbered`)."""
         if isinstance(vocabulary, Vocabulary):
             return vocabulary
         if isinstance(vocabulary, bool) or not isinstance(vocabulary, int) or vocabulary < 1:
@@ -136,8 +133,8 @@ class Vocabulary(Sequence[str]):
         max_size: int | None = None,
         special_tokens: Mapping[str, str] | None = None,
     ) -> Vocabulary:
-        """Count tokens in ``sentences``; keep those seen ≥ ``min_freq`` times, at most ``max_size`` rows in all:
-        the special tokens first, then by descending frequency (ties by string)."""
+        """The special tokens, then the tokens of ``sentences`` seen ≥ ``min_freq`` times by descending frequency
+        (ties by string), at most ``max_size`` rows in all."""
         if min_freq < 1:
             raise ValueError(f"min_freq must be ≥ 1, got {min_freq}")
         specials = dict(SPECIAL_TOKENS if special_tokens is None else special_tokens)

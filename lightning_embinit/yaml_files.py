@@ -14,9 +14,10 @@ import yaml
 MERGE_TAG = "tag:yaml.org,2002:merge"
 
 
-def check_unique_keys(text: str, name: str) -> None:
-    """A yaml.YAMLError naming the file ``name``, the line and the key when a mapping of ``text`` gives a key twice
-    (a key given again after a ``<<`` merge is an override, not a repeat), or when ``text`` is not valid YAML."""
+def load_yaml(text: str, name: str, load: Callable[[str], Any] = yaml.safe_load) -> Any:
+    """``load(text)``, after a yaml.YAMLError naming the file ``name``, the line and the key when a mapping of
+    ``text`` gives a key twice (a key given again after a ``<<`` merge is an override, not a repeat), or when
+    ``text`` is not valid YAML."""
     stream = io.StringIO(text)
     stream.name = name  # the file the parser's messages name
     loader = yaml.SafeLoader(stream)
@@ -44,11 +45,6 @@ def check_unique_keys(text: str, name: str) -> None:
                         "); YAML would keep only the last value: remove or rename one",
                         problem_mark=key.start_mark,
                     )
-
-
-def load_yaml(text: str, name: str, load: Callable[[str], Any] = yaml.safe_load) -> Any:
-    """``load(text)`` after :func:`check_unique_keys` (``name``: the file, for the messages)."""
-    check_unique_keys(text, name)
     return load(text)
 
 

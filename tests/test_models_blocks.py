@@ -160,7 +160,7 @@ def test_embedding_input_is_scaled_lookup_plus_positional_rows_at_an_offset():
 
 
 def test_one_vocabulary_resolver_names_each_models_arguments():
-    from lightning_embinit.models.vocabularies import resolve_tokenizer
+    from lightning_embinit.models.module import resolve_tokenizer
     from lightning_embinit.text.tokenization import TextTokenizer
 
     tokenizer = TextTokenizer.word(["a man runs", "a dog runs"], min_freq=1)

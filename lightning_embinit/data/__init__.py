@@ -2,7 +2,7 @@
 
 from lightning_embinit.data.classification import CLASSIFICATION_DATASETS, ClassificationDataModule
 from lightning_embinit.data.lm import LanguageModelDataModule, lee_corpus_paths
-from lightning_embinit.data.raw_splits import RawSplits
+from lightning_embinit.data.text_module import RawSplits
 from lightning_embinit.data.translation import TRANSLATION_DATASETS, TranslationDataModule
 
 __all__ = [

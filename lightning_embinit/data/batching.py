@@ -1,34 +1,25 @@
 """Length-bucketed batches, sharded across DDP ranks (issues 8 and 10); :mod:`lightning_embinit.text.batches` pads them.
 
-:class:`BucketBatchSampler` forms the batches of *all* ranks identically in every process (same
-seed, same epoch), then hands rank ``r`` of ``W`` every ``W``-th batch:
+:class:`BucketBatchSampler` forms the batches of *all* ranks identically in every process (same seed, same
+epoch), then hands rank ``r`` of ``W`` every ``W``-th batch:
 
-- training (``shuffle=True``): the examples are shuffled, cut into pools of
-  ``batch_size · pool_batches``, each pool sorted by length (longest first and shortest first in
-  turn, so a batch spanning two pools still joins similar lengths), so a batch holds examples of
-  similar length; the W batches given out at the same step are neighbours in that order (similar shapes
-  on every rank), and the order of these groups is shuffled again.
-- evaluation (``shuffle=False``): all examples sorted by length, longest first; the ``index``
-  of each example restores the original order.
-- The N examples are cut into ``B = W · ⌈⌈N / batch_size⌉ / W⌉`` near-equal batches (sizes differ
-  by at most one, none above ``batch_size``), so every rank gets ``B / W`` batches: no rank waits
-  on another at the end of an epoch. Each example is used exactly once per epoch unless there are
-  fewer examples than batches (N < B); then the order wraps round to fill the B − N extra
-  batches. N < B exactly when N < W, or ``batch_size=1`` and N is not a multiple of W (N = 1014,
-  W = 4: B = 1016, two repeats). Evaluation avoids that where it can: for N < B with N ≥ W it
-  uses ``B = W · ⌊N / W⌋`` batches of one or two examples (the N mod W batches of two exceed
-  ``batch_size=1``), so every example is scored exactly once; only N < W repeats examples there
-  (every rank needs a batch). ``drop_last=True`` instead uses ``batch_size``-sized batches only
-  and leaves the remainder out (a different one each epoch).
-- A new epoch (``set_epoch``) reshuffles: the permutation is seeded by ``seed + epoch``.
+- training (``shuffle=True``): the examples are shuffled (seeded by ``seed + epoch``), cut into pools of
+  ``batch_size · pool_batches``, each pool sorted by length (longest and shortest first in turn, so a batch
+  spanning two pools still joins similar lengths); the W batches of one step are neighbours in that order
+  (similar shapes on every rank), and the order of these groups is shuffled again.
+- evaluation (``shuffle=False``): all examples sorted by length, longest first; ``index`` restores the order.
+- The N examples are cut into ``B = W · ⌈⌈N / batch_size⌉ / W⌉`` near-equal batches (none above
+  ``batch_size``), so every rank gets ``B / W`` batches and none waits at the end of an epoch. When N < B (N < W,
+  or ``batch_size=1`` and N not a multiple of W: N = 1014, W = 4 gives two repeats) the order wraps round to fill
+  the extra batches. Evaluation with N ≥ W uses ``B = W · ⌊N / W⌋`` batches of one or two examples instead, so
+  every example is scored exactly once. ``drop_last=True`` uses ``batch_size``-sized batches only and leaves the
+  remainder out (a different one each epoch).
 
-Lightning (``Trainer(use_distributed_sampler=True)``, the default) re-creates a ``BatchSampler``
-subclass with a ``DistributedSampler`` as its ``sampler`` argument
-(``lightning.fabric.utilities.data._dataloader_init_kwargs_resolve_sampler``) and calls
-``set_epoch`` on ``batch_sampler.sampler`` every epoch. This sampler never iterates that
-sampler: it reads ``num_replicas``, ``rank`` and ``epoch`` from it and shards the batches itself,
-so the examples are not sharded twice. With ``use_distributed_sampler=False`` (or outside
-Lightning) the world comes from ``torch.distributed`` when it is initialized.
+Lightning (``Trainer(use_distributed_sampler=True)``, the default) re-creates a ``BatchSampler`` subclass with a
+``DistributedSampler`` as its ``sampler`` (``lightning.fabric.utilities.data._dataloader_init_kwargs_resolve_sampler``)
+and calls ``set_epoch`` on it every epoch. This sampler never iterates it: it reads ``num_replicas``, ``rank`` and
+``epoch`` from it and shards the batches itself, so the examples are not sharded twice. Otherwise the world comes
+from ``torch.distributed`` when it is initialized.
 """
 
 from __future__ import annotations
@@ -44,8 +35,7 @@ from torch.utils.data.distributed import DistributedSampler
 
 
 class EpochSampler(Sampler[int]):
-    """``range(n)`` with an epoch counter: the ``sampler`` a :class:`BucketBatchSampler` carries,
-    so Lightning's per-epoch ``batch_sampler.sampler.set_epoch`` reaches the bucketing."""
+    """``range(n)`` with an epoch counter: Lightning's ``batch_sampler.sampler.set_epoch`` reaches the bucketing."""
 
     def __init__(self, size: int) -> None:
         self.size = size

@@ -1,16 +1,14 @@
 """``ClassificationDataModule``: labelled sentences or sentence pairs → tokenizer → bucketed batches (issue 10).
 
-Text: ``dataset="sst2"`` / ``"mnli"`` (GLUE, [K]) from the Hugging Face hub (downloaded in
-:meth:`prepare_data`), or from GLUE-format files in ``data_dir``; or any local TSV/CSV/JSON-lines
-files (``train_file``, ``val_files``, ``test_file``; ``.gz`` allowed) with ``text_column``, an
-optional ``text_pair_column`` and ``label_column``.
+Text: ``dataset="sst2"`` / ``"mnli"`` (GLUE, [K]) from the Hugging Face hub (downloaded in :meth:`prepare_data`),
+or from GLUE-format files in ``data_dir``; or local TSV/CSV/JSON-lines files (``train_file``, ``val_files``,
+``test_file``; ``.gz`` allowed) with ``text_column``, an optional ``text_pair_column`` and ``label_column``.
 
-Batches (dicts): ``input_ids`` (B, L) padded with the tokenizer's pad id; ``token_type_ids`` (B, L)
-for sentence pairs only; ``labels`` (B,); ``index`` (B,), each example's row in its split; ``text``
-(and ``text_pair``) the raw strings. Inputs: a pretrained tokenizer's own layout (BERT:
-``[CLS] a [SEP] b [SEP]`` with its type ids); word level and WordPiece: ``<cls>? a <sep> b``
-(``add_cls``; the classifier's ``cls`` pooling reads that first token). Pairs longer than
-``max_length`` lose tokens from the longer text first (as Hugging Face's ``longest_first``).
+Batches (dicts): ``input_ids`` (B, L) padded with the tokenizer's pad id; ``token_type_ids`` (B, L) for sentence
+pairs only; ``labels`` (B,); ``index`` (B,), each example's row in its split; ``text`` (and ``text_pair``) the raw
+strings. Inputs: a pretrained tokenizer's own layout (BERT: ``[CLS] a [SEP] b [SEP]`` with its type ids); word
+level and WordPiece: ``<cls>? a <sep> b`` (``add_cls``; the classifier's ``cls`` pooling reads that first token).
+Pairs longer than ``max_length`` lose tokens from the longer text first (as Hugging Face's ``longest_first``).
 """
 
 from __future__ import annotations
@@ -25,8 +23,7 @@ import numpy as np
 from typing_extensions import override
 
 from lightning_embinit.data.parallel_text import TextColumns, find_file, load_hub_dataset, read_columns, require_columns
-from lightning_embinit.data.raw_splits import RawSplits, SplitText
-from lightning_embinit.data.text_module import TokenizedTextDataModule
+from lightning_embinit.data.text_module import RawSplits, SplitText, TokenizedTextDataModule
 from lightning_embinit.text.batches import ClassificationCollator, LabelledDataset
 from lightning_embinit.text.tokenization import TextTokenizer, TokenizerPlan, TokenizerSpec
 
@@ -78,8 +75,8 @@ MISSING_LABELS = ("", "nan")
 
 
 def label_key(value: Any) -> str | float | None:
-    """What a label value stands for: None when missing (None, NaN, an empty cell), a float for a number — so
-    ``1``, ``1.0`` and ``"1"`` are one label —, else the stripped string."""
+    """What a label value stands for: None when missing (None, NaN, an empty cell), a float for a number (``1``,
+    ``1.0`` and ``"1"`` are one label), else the stripped string."""
     if value is None:
         return None
     if isinstance(value, numbers.Real) and not isinstance(value, bool):
@@ -100,8 +97,8 @@ def _key_name(key: str | float) -> str:
 
 
 def infer_label_names(values: Sequence[Any]) -> list[str]:
-    """Non-negative integer labels 0…k → ``["0", …, "k"]``; other numbers → their sorted distinct values; other
-    labels → their sorted distinct strings. Missing labels (:func:`label_key`) are left out."""
+    """Integer labels 0…k → ``["0", …, "k"]``, other numbers or strings → their sorted distinct values; missing
+    labels left out."""
     keys = {key for key in map(label_key, values) if key is not None}
     if keys and all(isinstance(key, float) for key in keys):
         if all(key.is_integer() and key >= 0 for key in keys):
@@ -111,8 +108,8 @@ def infer_label_names(values: Sequence[Any]) -> list[str]:
 
 
 def label_ids(values: Sequence[Any], names: Sequence[str], where: str) -> np.ndarray:
-    """Label values → ids: the name the value equals (numbers compare as numbers), else — when the names are not
-    numbers themselves — an integer index into ``names``; other values raise."""
+    """Label values → ids: the name the value equals (as numbers for numbers), else an integer index into
+    ``names`` that are not numbers themselves; other values raise."""
     lookup = {label_key(name): k for k, name in enumerate(names)}
     by_index = not all(isinstance(key, float) for key in lookup)
     ids = np.empty(len(values), dtype=np.int64)
@@ -153,15 +150,13 @@ def display(key: str) -> str:
 class ClassificationDataModule(TokenizedTextDataModule):
     """Sentence(-pair) classification data ([K]: SST-2, MNLI); see the module doc for text and batches.
 
-    ``tokenizer``: ``"word"`` (``min_freq`` — default 2 —, ``max_size``, ``word_tokenizer``),
-    ``"wordpiece"`` (``vocab_size``), ``"hf:<hub id, directory or known model>"`` or a directory
-    (``restrict_vocabulary=True``: only the tokens the training text uses ≥ ``min_freq`` times,
-    default 1), or a config dict / saved ``.json``; word level and WordPiece get ``cls`` and ``sep``
-    tokens. ``label_names``: given, the dataset's, or inferred from the training labels (integers
-    0…k, else the sorted strings); a label outside them is an error. Validation sets: one, or several by name
-    (``val_files`` as a dict; MNLI's ``matched`` and ``mismatched``), each its own dataloader in
-    :attr:`val_dataloader_names` order. ``batch_size`` 32; the other ``settings`` (lengths, bucketing,
-    caching) are :class:`~lightning_embinit.data.text_module.TokenizedTextDataModule`'s.
+    ``tokenizer``: ``"word"`` (``min_freq`` default 2), ``"wordpiece"``, ``"hf:<hub id, directory or known model>"``
+    or a directory (``restrict_vocabulary=True``: only the training text's tokens, ``min_freq`` default 1), or a
+    config dict / saved ``.json``; word level and WordPiece get ``cls`` and ``sep`` tokens. ``label_names``: given,
+    the dataset's, or inferred from the training labels (integers 0…k, else the sorted strings); another label is an
+    error. Validation sets: one, or several by name (``val_files`` as a dict; MNLI's ``matched``, ``mismatched``),
+    each its own loader in :attr:`val_dataloader_names` order. The other ``settings`` are
+    :class:`~lightning_embinit.data.text_module.TokenizedTextDataModule`'s.
     """
 
     training_text_hint = "train_file"

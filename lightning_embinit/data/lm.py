@@ -1,11 +1,9 @@
 """A language-modelling datamodule: text → word-level vocabulary or a pretrained sub-word tokenizer → packed
 (input, target) windows.
 
-Offline default corpus: the Lee corpus (Lee, Pincombe & Welsh 2005, "An empirical evaluation of
-models of text document similarity") — short English news articles from the Australian
-Broadcasting Corporation's news mail service, which gensim ships as test data:
-``lee_background.cor`` (300 articles, ≈60k words) trains, ``lee.cor`` (the 50 articles of the
-similarity study, ≈4k words, Latin-1) validates.
+Offline default corpus: the Lee corpus (Lee, Pincombe & Welsh 2005, "An empirical evaluation of models of text
+document similarity"), ABC news articles that gensim ships as test data: ``lee_background.cor`` (300 articles,
+≈60k words) trains, ``lee.cor`` (the study's 50 articles, ≈4k words, Latin-1) validates.
 """
 
 from __future__ import annotations
@@ -59,8 +57,7 @@ def given_vocabulary(vocabulary: Sequence[str] | str | os.PathLike[str]) -> Voca
 
 
 def base_vocabulary_of(spec: Sequence[str] | str | os.PathLike[str]) -> Vocabulary:
-    """The vocabulary a datamodule extends: token strings by id, a one-token-per-line file, or a checkpoint
-    (``.ckpt``) whose ``vocabulary`` hyperparameter is read (a ``TiedEmbeddingLM``'s)."""
+    """The vocabulary to extend: token strings, a token file, or a (``TiedEmbeddingLM``) checkpoint's ``.ckpt``."""
     if isinstance(spec, (str, os.PathLike)) and os.fspath(spec).endswith(".ckpt"):
         from lightning_embinit.init.sources.checkpoint_file import load_checkpoint_file
 
@@ -75,8 +72,8 @@ def base_vocabulary_of(spec: Sequence[str] | str | os.PathLike[str]) -> Vocabula
 def extended_vocabulary(
     base: Vocabulary, sentences: Iterable[Sequence[str]], *, min_freq: int, max_size: int | None
 ) -> Vocabulary:
-    """``base`` with its ids kept, then the words of ``sentences`` seen ≥ ``min_freq`` times that it lacks, most
-    frequent first, up to ``max_size`` tokens in all."""
+    """``base``, then the words of ``sentences`` it lacks seen ≥ ``min_freq`` times, most frequent first, up to
+    ``max_size`` tokens in all."""
     try:
         learned = Vocabulary.build(sentences, min_freq=min_freq, special_tokens=base.special_tokens).tokens
     except ValueError:  # no word of the text is frequent enough: nothing to add
@@ -104,10 +101,8 @@ def pretrained_tokenizer(spec: TokenizerSpec) -> TextTokenizer:
 
 
 def pack(ids: Sequence[int], seq_len: int) -> torch.Tensor:
-    """(S, seq_len + 1) windows of a token stream with stride ``seq_len``; the remainder is dropped.
-
-    Row k holds ids[k·L : k·L + L + 1]: the model reads the first L and predicts the last L.
-    """
+    """(S, seq_len + 1) windows of a token stream with stride L = ``seq_len``, the remainder dropped: row k holds
+    ids[k·L : k·L + L + 1], the model reads the first L and predicts the last L."""
     stream = torch.tensor(ids, dtype=torch.long)
     count = (len(stream) - 1) // seq_len
     return (
@@ -118,38 +113,28 @@ def pack(ids: Sequence[int], seq_len: int) -> torch.Tensor:
 class LanguageModelDataModule(L.LightningDataModule):
     """Plain text (local files or a ``datasets`` name) as contiguous next-token windows (docs/concepts.md).
 
-    Text: ``train_files``/``val_files`` (one document or sentence per line, ``.gz`` allowed);
-    else ``dataset`` (+ ``dataset_config``) through ``datasets.load_dataset`` with
-    ``text_column``, ``train_split``, ``val_split``; else the Lee corpus. Without validation
-    text the last ``val_fraction`` of the training lines are held out. ``val_files`` alone
-    (with ``vocabulary``) is validation-only: no training text.
+    Text: ``train_files``/``val_files`` (one document or sentence per line, ``.gz`` allowed); else ``dataset``
+    (+ ``dataset_config``, ``text_column``, ``train_split``, ``val_split``) through ``datasets.load_dataset``; else
+    the Lee corpus. Without validation text the last ``val_fraction`` of the training lines are held out;
+    ``val_files`` alone (with ``vocabulary``) is validation-only.
 
-    Tokens: :class:`~lightning_embinit.text.text_tokenizer.WordTokenizer` (``tokenizer`` ``regex`` or
-    ``whitespace``, ``lowercase``), or a pretrained sub-word tokenizer (``tokenizer`` ``hf:minilm``, a Hugging Face
-    tokenizer name or directory, a saved config; :func:`~lightning_embinit.text.tokenization.build_tokenizer`) whose
-    tokens and special tokens are then the vocabulary (``tokenizer``, :attr:`tokenizer_config`: link it to a
-    model's ``tokenizer``; ``lowercase``, ``min_freq``, ``max_size`` and ``base_vocabulary`` are word-level options).
-    Every line ends with the eos token (``<eos>``; a BERT tokenizer's ``[SEP]``). Word-level vocabulary:
-    ``vocabulary`` when given (token strings by id, or the path of a one-token-per-line file, e.g. a checkpoint's —
-    ``min_freq``/``max_size`` are then unused); else built from the training text (``min_freq``, ``max_size``;
-    docs/concepts.md) with ``<pad>``, ``<unk>``, ``<bos>``, ``<eos>`` at ids 0–3. ``base_vocabulary`` (a trained
-    model's: token strings by id, a file, or its ``.ckpt``) is extended instead: its tokens keep their ids and the
-    training text's words it lacks, seen ≥ ``min_freq`` times, are appended — fine-tuning with new tokens
-    (:class:`~lightning_embinit.callbacks.VocabularyExtensionCallback`, docs/vocabulary_extension.md); a
-    ``vocabulary`` given beside it wins (``embinit fit --ckpt_path`` resuming a fine-tune gives its checkpoint's).
+    Tokens: :class:`~lightning_embinit.text.text_tokenizer.WordTokenizer` (``tokenizer`` ``regex`` or ``whitespace``),
+    or a pretrained sub-word tokenizer (``hf:minilm``, a tokenizer name or directory, a saved config) whose tokens are
+    then the vocabulary (:attr:`tokenizer_config`: link it to a model's ``tokenizer``); ``lowercase``, ``min_freq``,
+    ``max_size`` and ``base_vocabulary`` are word-level options. Every line ends with the eos token. Word-level
+    vocabulary: ``vocabulary`` when given (token strings by id, or a one-token-per-line file); else built from the
+    training text with ``<pad>``, ``<unk>``, ``<bos>``, ``<eos>`` at ids 0–3. ``base_vocabulary`` (a trained model's
+    tokens, file or ``.ckpt``) is extended instead: its ids kept, the training words it lacks seen ≥ ``min_freq``
+    times appended (docs/vocabulary_extension.md); a ``vocabulary`` given beside it wins (``embinit fit
+    --ckpt_path`` resuming a fine-tune gives its checkpoint's).
 
-    Batches: ``(inputs, targets)`` long tensors of shape (``batch_size``, ``seq_len``), targets
-    the inputs shifted by one. Distributed: the loaders carry plain samplers (train shuffled),
-    which Lightning replaces with a ``DistributedSampler`` (``Trainer(use_distributed_sampler=True)``,
-    the default): each rank reads a disjoint 1/world share of the training windows per epoch;
-    for validation the sampler pads the V windows to a multiple of the world size W by
-    repeating the first ones (≤ W − 1 windows counted twice), so ``val_loss`` is exact on one
-    device only.
+    Batches: ``(inputs, targets)`` long tensors of shape (``batch_size``, ``seq_len``), targets the inputs shifted by
+    one. Under DDP Lightning's ``DistributedSampler`` gives each rank a disjoint 1/W share of the training windows;
+    for validation it repeats ≤ W − 1 windows to fill the ranks, so ``val_loss`` is exact on one device only.
 
-    :attr:`vocabulary` (token strings by id) is available right after construction — it is the
-    source to link to a model's ``vocabulary`` (``link_arguments("data.vocabulary",
-    "model.init_args.vocabulary", apply_on="instantiate")``). Building it reads the training
-    text then, in that process; a ``dataset`` is otherwise downloaded in :meth:`prepare_data`.
+    :attr:`vocabulary` is available right after construction (it reads the training text then), to link to a
+    model's ``vocabulary`` (``link_arguments("data.vocabulary", "model.init_args.vocabulary",
+    apply_on="instantiate")``); a ``dataset`` is otherwise downloaded in :meth:`prepare_data`.
     """
 
     def __init__(
@@ -220,8 +205,7 @@ class LanguageModelDataModule(L.LightningDataModule):
     # ------------------------------------------------------------------ text and vocabulary
     @override
     def prepare_data(self) -> None:
-        """Download ``dataset`` into the ``datasets`` cache; Lightning runs this once per node
-        (local rank 0, before :meth:`setup` on any rank). Local files need nothing."""
+        """Download ``dataset`` into the ``datasets`` cache (once per node, before any :meth:`setup`)."""
         if self.hparams.dataset is not None:
             self._load_dataset()
 

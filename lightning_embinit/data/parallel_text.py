@@ -1,10 +1,8 @@
 """Reading task text: aligned parallel files, labelled column files and Hugging Face ``datasets``.
 
-Every reader raises a :class:`ValueError` that names the file (and what was expected) before any
-tokenizing or training: missing files, parallel files of different lengths, empty files, missing
-columns, text that is not in the given ``encoding`` (UTF-8 by default), a ``.gz`` that is not gzip. Files
-may be gzip-compressed (``.gz``); ``\\n``, ``\\r\\n`` and a lone ``\\r`` all end a line. Every file is opened
-through :func:`lightning_embinit.text_files.open_text`.
+Every reader raises a :class:`ValueError` naming the file (and what was expected) before any tokenizing: missing,
+empty or unaligned files, missing columns, text not in ``encoding``, a ``.gz`` that is not gzip
+(:func:`lightning_embinit.text_files.open_text` opens every file).
 """
 
 from __future__ import annotations
@@ -140,11 +138,8 @@ def require_columns(columns: dict[str, list[Any]], wanted: Sequence[str | None],
 
 
 def load_hub_dataset(path: str, config: str | None, revision: str | None = None) -> Any:
-    """``datasets.load_dataset(path, config)``; a script-only dataset is read from the hub's parquet export.
-
-    ``datasets`` ≥ 4 no longer runs dataset scripts (``IWSLT/iwslt2017``, ``neulab/ted_hrlr`` are
-    scripts); the hub keeps a parquet conversion of such datasets at revision ``refs/convert/parquet``.
-    """
+    """``datasets.load_dataset(path, config)``; a script-only dataset (``IWSLT/iwslt2017``, ``neulab/ted_hrlr``),
+    which ``datasets`` ≥ 4 no longer runs, is read from the hub's parquet export (``refs/convert/parquet``)."""
     import datasets
 
     try:

@@ -1,16 +1,12 @@
 """Tokenized text cached by content and settings, so a second ``setup`` does not tokenize again.
 
-An entry holds the tokenizer configs (trained vocabularies included) and every split's token ids
-as ragged arrays. Its key hashes the raw text of every split and every setting that changes the
-result (tokenizer specs and options, :data:`CACHE_VERSION`), never file names or times: the same
-text read from elsewhere hits the same entry.
-
-Two levels: this process's memory (the last :data:`MEMORY_ENTRIES` entries) and
-``cache_root() / "data" / <key>.npz`` on disk, shared by DDP processes and later runs
-(``$EMBINIT_CACHE_DIR``, see :func:`lightning_embinit.init.sources.vector_cache.cache_root`).
-Entries are written to a temporary file and hard-linked into place, so the *first* writer wins and
-every process then reads that one entry: processes that trained a (non-deterministic) WordPiece
-vocabulary at the same time still end up with the same tokenizer.
+An entry holds the tokenizer configs and every split's token ids as ragged arrays. Its key hashes the raw text
+and every setting that changes the result (tokenizer specs and options, :data:`CACHE_VERSION`), never file names
+or times. Two levels: this process's memory (the last :data:`MEMORY_ENTRIES` entries) and
+``cache_root() / "data" / <key>.npz`` on disk (``$EMBINIT_CACHE_DIR``), shared by DDP processes and later runs.
+Entries are written to a temporary file and hard-linked into place, so the *first* writer wins and every process
+reads that one entry: processes that trained a (non-deterministic) WordPiece vocabulary at once still end up with
+the same tokenizer.
 """
 
 from __future__ import annotations

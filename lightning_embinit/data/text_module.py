@@ -1,13 +1,14 @@
-"""What translation and classification datamodules share: the settings, the raw splits, tokenizers from specs
-(:class:`~lightning_embinit.text.tokenization.TokenizerPlan`), the tokenized-text cache, the length limit, the
-bucketed loaders of every split, the slot API (``vocabulary_for``, ``special_tokens_for``, ``training_corpus``) and
-the cross-rank tokenizer check."""
+"""What translation and classification datamodules share: the settings, the raw splits (:class:`RawSplits`),
+tokenizers from specs (:class:`~lightning_embinit.text.tokenization.TokenizerPlan`), the tokenized-text cache, the
+length limit, the bucketed loaders of every split, the slot API (``vocabulary_for``, ``special_tokens_for``,
+``training_corpus``) and the cross-rank tokenizer check."""
 
 from __future__ import annotations
 
 import abc
 import os
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 from functools import cached_property
 from typing import Any, ClassVar
 
@@ -20,7 +21,6 @@ from typing_extensions import override
 
 from lightning_embinit.checks import check_choice, check_int, check_non_negative_int, check_positive_int
 from lightning_embinit.data.batching import BucketBatchSampler, EpochSampler
-from lightning_embinit.data.raw_splits import RawSplits
 from lightning_embinit.data.text_cache import TokenizedCorpus, cache_key, load_or_build, text_digest
 from lightning_embinit.text.batches import Ragged
 from lightning_embinit.text.text_tokenizer import WORD_TOKENIZERS
@@ -37,21 +37,40 @@ TOO_LONG = ("truncate", "drop")
 Collate = Callable[[list[dict[str, Any]]], dict[str, Any]]
 
 
+@dataclass(frozen=True)
+class SplitText:
+    """One split as read, before tokenization: line-aligned texts by field name (``src``/``tgt`` for translation;
+    ``a``, and ``b`` for sentence pairs, for classification), and the label ids of labelled text (None otherwise)."""
+
+    fields: dict[str, list[str]]
+    labels: np.ndarray | None = None
+
+
+@dataclass(frozen=True)
+class RawSplits:
+    """Every split's text by split name, the rows left out per split for a blank text, and the label names
+    (classification; empty otherwise)."""
+
+    splits: Mapping[str, SplitText]
+    blank: Mapping[str, int]
+    label_names: tuple[str, ...] = ()
+
+    def texts(self) -> dict[str, list[str]]:
+        """``"<split>/<field>"`` → texts: what the corpus encodes (under the same keys) and its cache key digests."""
+        return {
+            f"{name}/{field}": texts for name, split in self.splits.items() for field, texts in split.fields.items()
+        }
+
+
 class TokenizedTextDataModule(L.LightningDataModule, abc.ABC):
     """Base of :class:`~lightning_embinit.data.translation.TranslationDataModule` and
-    :class:`~lightning_embinit.data.classification.ClassificationDataModule`.
-
-    Subclasses read their raw text (:meth:`_read_text`), say which tokenizers they need
-    (:meth:`_tokenizer_plans`) and which tokenizer encodes each text field (``field_tokenizers``),
-    make one split's dataset and collate function (:meth:`_make_dataset`) and name their slots
-    (:meth:`_slot_fields`) and validation splits (:meth:`_val_splits`). The tokenized corpus is cached
-    under a key made of the raw text and the tokenizer plans (:mod:`.text_cache`); a second ``setup``
-    or datamodule with the same text and settings reads it instead of tokenizing again.
+    :class:`~lightning_embinit.data.classification.ClassificationDataModule`: subclasses implement the abstract
+    hooks and ``field_tokenizers``. The tokenized corpus is cached under a key made of the raw text and the
+    tokenizer plans (:mod:`.text_cache`), so the same text and settings are tokenized once.
 
     Args:
         restrict_vocabulary: a pretrained tokenizer keeps only the tokens the training text uses ≥ min_freq times
-        min_freq: the fewest occurrences of a kept token, ≥ 1 (word level, WordPiece, restricted;
-            None: the kind's default)
+        min_freq: the fewest occurrences of a kept token, ≥ 1 (None: the kind's default)
         max_size: the most rows of a word-level vocabulary
         vocab_size: the size of a trained WordPiece vocabulary
         lowercase: lowercase before word-level and WordPiece tokenization
@@ -123,8 +142,7 @@ class TokenizedTextDataModule(L.LightningDataModule, abc.ABC):
 
     # ------------------------------------------------------------------ subclass hooks
     @abc.abstractmethod
-    def _read_text(self) -> RawSplits:
-        """The raw text (and labels) of every split."""
+    def _read_text(self) -> RawSplits: ...
 
     @abc.abstractmethod
     def _tokenizer_plans(self) -> dict[str, TokenizerPlan | str]:
@@ -136,8 +154,7 @@ class TokenizedTextDataModule(L.LightningDataModule, abc.ABC):
 
     @abc.abstractmethod
     def _slot_fields(self, slot: str | None) -> tuple[str, ...]:
-        """The text fields whose tokenizer makes ``slot``'s rows (the first field's) and whose training text
-        is its corpus; an unknown slot raises ValueError."""
+        """The fields whose (first field's) tokenizer makes ``slot``'s rows and whose training text is its corpus."""
 
     @abc.abstractmethod
     def _val_splits(self) -> list[str]:
@@ -150,7 +167,7 @@ class TokenizedTextDataModule(L.LightningDataModule, abc.ABC):
     # ------------------------------------------------------------------ text, tokenizers, cache
     @cached_property
     def raw_splits(self) -> RawSplits:
-        """The raw text of every split, read on first access."""
+        """The raw text (and labels) of every split (:meth:`_read_text`), read on first access."""
         return self._read_text()
 
     @cached_property
@@ -165,25 +182,14 @@ class TokenizedTextDataModule(L.LightningDataModule, abc.ABC):
     def _plan(
         self, spec: TokenizerSpec, fields: Sequence[str], *, default_min_freq: int, roles: list[str] | None = None
     ) -> TokenizerPlan:
-        """How to get the tokenizer of ``spec``, trained on the training text of ``fields``; its ``build_tokenizer``
-        options come from this module's hyperparameters (``roles``: trained kinds only)."""
+        """The tokenizer of ``spec`` trained on ``fields``' training text, with options from the hyperparameters."""
         hp = self.hparams
+        options: dict[str, Any] = {}
         if isinstance(spec, str) and spec in TRAINED_OPTIONS:
-            options = {
-                "min_freq": default_min_freq if hp.min_freq is None else hp.min_freq,
-                "max_size": hp.max_size,
-                "vocab_size": hp.vocab_size,
-                "lowercase": hp.lowercase,
-                "word_tokenizer": hp.word_tokenizer,
-                "roles": roles or None,
-            }
-            options = {key: value for key, value in options.items() if key in TRAINED_OPTIONS[spec]}
-        else:
-            options = (
-                {"restrict_vocabulary": True, "min_freq": 1 if hp.min_freq is None else hp.min_freq}
-                if hp.restrict_vocabulary
-                else {}
-            )
+            own = {"min_freq": default_min_freq if hp.min_freq is None else hp.min_freq, "roles": roles or None}
+            options = {key: own[key] if key in own else hp[key] for key in TRAINED_OPTIONS[spec]}
+        elif hp.restrict_vocabulary:
+            options = {"restrict_vocabulary": True, "min_freq": 1 if hp.min_freq is None else hp.min_freq}
         return TokenizerPlan(spec, options, lambda: self._training_text(fields))
 
     def _tokenize(self, raw: RawSplits, plans: dict[str, TokenizerPlan | str]) -> TokenizedCorpus:
@@ -270,9 +276,8 @@ class TokenizedTextDataModule(L.LightningDataModule, abc.ABC):
         return self._datasets[split][0]
 
     def _limit_lengths(self, split: str, lengths: np.ndarray) -> np.ndarray:
-        """Rows of ``split`` to keep under the ``too_long`` policy (``drop`` acts on the training split only:
-        evaluation keeps every example, truncated, so its scores cover the whole set); counts go to
-        :attr:`length_report` and are logged once."""
+        """Rows of ``split`` to keep under ``too_long`` (``drop`` acts on the training split only: evaluation scores
+        every example, truncated); counts go to :attr:`length_report` and the log."""
         max_length = self.hparams.max_length
         over = lengths > max_length
         too_long = int(over.sum())

@@ -1,14 +1,12 @@
 """``TranslationDataModule``: parallel text → per-side tokenizers → length-bucketed (src, tgt) batches (issue 8).
 
-Text, first match wins per split: ``train_files``/``val_files``/``test_files`` ([source path, target
-path]); ``data_dir`` with ``<stem>.<lang>`` files (``.gz`` allowed; the default stems fit
-Multi30k's ``train``, ``val``, ``test_2016_flickr``); or ``dataset``, a Hugging Face dataset
-downloaded in :meth:`prepare_data` (:data:`TRANSLATION_DATASETS`).
+Text, first match wins per split: ``train_files``/``val_files``/``test_files`` ([source path, target path]);
+``data_dir`` with ``<stem>.<lang>`` files (``.gz`` allowed; the default stems fit Multi30k's ``train``, ``val``,
+``test_2016_flickr``); or ``dataset``, a Hugging Face dataset (:data:`TRANSLATION_DATASETS`).
 
-Batches (dicts): ``src`` (B, S) = ids + [eos], padded with the source pad id; ``tgt`` (B, T) =
-[bos] + ids + [eos], padded with the target pad id (a model reads ``tgt[:, :-1]`` and predicts
-``tgt[:, 1:]``); ``src_text``, ``tgt_text`` (raw strings); ``index`` (B,), each pair's position in
-its split, which restores the order of the length-sorted evaluation batches.
+Batches (dicts): ``src`` (B, S) = ids + [eos], padded with the source pad id; ``tgt`` (B, T) = [bos] + ids + [eos],
+padded with the target pad id (a model reads ``tgt[:, :-1]`` and predicts ``tgt[:, 1:]``); ``src_text``,
+``tgt_text`` (raw strings); ``index`` (B,), each pair's position in its split (evaluation batches are length-sorted).
 """
 
 from __future__ import annotations
@@ -23,8 +21,7 @@ from torch.utils.data import Dataset
 from typing_extensions import override
 
 from lightning_embinit.data.parallel_text import find_file, keep_complete_pairs, load_hub_dataset, read_parallel
-from lightning_embinit.data.raw_splits import RawSplits, SplitText
-from lightning_embinit.data.text_module import TokenizedTextDataModule
+from lightning_embinit.data.text_module import RawSplits, SplitText, TokenizedTextDataModule
 from lightning_embinit.text.batches import Ragged, pad_sequences
 from lightning_embinit.text.tokenization import TextTokenizer, TokenizerPlan, TokenizerSpec
 
@@ -73,8 +70,7 @@ of the reverse direction is used as is, with the columns swapped."""
 
 
 class ParallelDataset(Dataset):
-    """Token ids and raw text of one split's pairs (``rows`` kept under the length policy) and their ``lengths``,
-    special tokens included, at most ``max_length``."""
+    """Token ids and raw text of a split's kept ``rows``; ``lengths`` count special tokens, at most ``max_length``."""
 
     def __init__(
         self,
@@ -129,20 +125,15 @@ class TranslationCollator:
 class TranslationDataModule(TokenizedTextDataModule):
     """Parallel text for encoder–decoder translation ([K], [R]); see the module doc for text and batches.
 
-    Tokenizers (``src_tokenizer``, ``tgt_tokenizer``, the latter defaulting to the former's spec):
-    ``"word"`` (vocabulary of the side's training text, ``min_freq`` — 2, or 5 for ``iwslt2017`` —,
-    ``max_size``, ``word_tokenizer``), ``"wordpiece"`` (trained on the side's training text,
-    ``vocab_size``, ``min_freq``), ``"hf:<hub id, directory or known model>"`` or a directory (a
-    pretrained tokenizer; ``restrict_vocabulary=True`` keeps only the tokens the side's training text
-    uses ≥ ``min_freq`` times, default 1 — [K]'s N-token vocabulary whose rows a source selects), or a
-    config dict / saved ``.json`` (e.g. a checkpoint's, to encode new text with its ids).
-    ``shared_vocabulary=True`` trains one tokenizer on both sides' text (slot ``shared``).
-
-    Lengths: both sides count their special tokens against ``max_length`` (128, as [R]); longer pairs
-    are truncated or, with ``too_long="drop"``, left out of the training split — counted in
-    :attr:`length_report` and logged. Batches are bucketed by length, ``batch_size`` pairs at most (64),
-    each rank an equal, disjoint share (:mod:`.batching`). Tokenized text is cached (:mod:`.text_cache`).
-    The other ``settings`` are :class:`~lightning_embinit.data.text_module.TokenizedTextDataModule`'s.
+    Tokenizers (``src_tokenizer``; ``tgt_tokenizer`` defaults to its spec): ``"word"`` (the side's training text,
+    ``min_freq`` 2, or 5 for ``iwslt2017``), ``"wordpiece"`` (trained on the side's training text),
+    ``"hf:<hub id, directory or known model>"`` or a directory (``restrict_vocabulary=True`` keeps only the tokens
+    the side's training text uses ≥ ``min_freq`` times, default 1: [K]'s N-token vocabulary), or a config dict /
+    saved ``.json`` (e.g. a checkpoint's). ``shared_vocabulary=True`` trains one tokenizer on both sides' text (slot
+    ``shared``). Both sides count their special tokens against ``max_length`` (128, as [R]); longer pairs are
+    truncated or, with ``too_long="drop"``, left out of the training split (:attr:`length_report`). The other
+    ``settings`` (bucketing :mod:`.batching`, caching :mod:`.text_cache`) are
+    :class:`~lightning_embinit.data.text_module.TokenizedTextDataModule`'s.
     """
 
     field_tokenizers = {side: side for side in SIDES}
@@ -236,12 +227,8 @@ class TranslationDataModule(TokenizedTextDataModule):
     def _read_files(self) -> Iterator[tuple[str, tuple[list[str], list[str], int]]]:
         """(split, (source texts, target texts, blank pairs left out)) of each split with files or a stem."""
         hp = self.hparams
-        sources = {
-            "train": (hp.train_files, hp.train_stem),
-            "val": (hp.val_files, hp.val_stem),
-            "test": (hp.test_files, hp.test_stem),
-        }
-        for split, (files, stem) in sources.items():
+        for split in ("train", "val", "test"):
+            files, stem = hp[f"{split}_files"], hp[f"{split}_stem"]
             if files is None and (hp.data_dir is None or stem is None):
                 continue
             paths = files or [
@@ -261,14 +248,10 @@ class TranslationDataModule(TokenizedTextDataModule):
     @override
     def _tokenizer_plans(self) -> dict[str, TokenizerPlan | str]:
         hp = self.hparams
-        default_min_freq = TRANSLATION_DATASETS[hp.dataset].min_freq if hp.dataset is not None else 2
-        plans: dict[str, TokenizerPlan | str] = {}
-        for side in SIDES:
-            sides = SIDES if hp.shared_vocabulary else (side,)
-            plans[side] = self._plan(self._specs[side], sides, default_min_freq=default_min_freq)
+        min_freq = TRANSLATION_DATASETS[hp.dataset].min_freq if hp.dataset is not None else 2
         if hp.shared_vocabulary:
-            plans["tgt"] = "src"
-        return plans
+            return {"src": self._plan(self._specs["src"], SIDES, default_min_freq=min_freq), "tgt": "src"}
+        return {side: self._plan(self._specs[side], (side,), default_min_freq=min_freq) for side in SIDES}
 
     @property
     def src_tokenizer(self) -> TextTokenizer:

@@ -1,10 +1,7 @@
 """[K]'s classification testbed (docs/concepts.md#kim-testbed) as a Lightning system: the encoder-only architecture
 :class:`~lightning_embinit.architectures.EncoderClassifier` with its tokenizer, label names, losses, accuracy and
-macro F1 per evaluation set, and :meth:`TransformerClassifier.classify` for new text.
-
-Sentence pairs arrive as one sequence: a pretrained tokenizer's own layout (``[CLS] a [SEP] b [SEP]``), or
-``<cls> a <sep> b`` for word-level and WordPiece vocabularies
-(:class:`~lightning_embinit.data.ClassificationDataModule`); ``cls`` pooling reads the tokenizer's first
+macro F1 per evaluation set, and :meth:`TransformerClassifier.classify` for new text. Sentence pairs arrive as one
+sequence (:class:`~lightning_embinit.data.ClassificationDataModule`); ``cls`` pooling reads the tokenizer's first
 token when its inputs start with one, else a learned vector.
 """
 
@@ -24,9 +21,8 @@ from typing_extensions import override
 from lightning_embinit.architectures.classifier import EncoderClassifier
 from lightning_embinit.architectures.config import EncoderClassifierConfig
 from lightning_embinit.checks import check_positive_int, check_texts
-from lightning_embinit.models.module import EmbinitModule
+from lightning_embinit.models.module import EmbinitModule, resolve_tokenizer, saved_tokenizer
 from lightning_embinit.models.optimization import OptimizerConfig
-from lightning_embinit.models.vocabularies import resolve_tokenizer, saved_tokenizer
 from lightning_embinit.text.batches import ClassificationCollator, LabelledDataset, Ragged
 from lightning_embinit.vocabulary import Vocabulary
 
@@ -34,8 +30,8 @@ NO_TOKENIZER_PAD_ID = 0  # the package's special-token order (pad, unk, bos, eos
 
 
 def split_classification_batch(batch: Any) -> tuple[torch.Tensor, torch.Tensor | None, torch.Tensor | None]:
-    """(input_ids, token_type_ids, labels) from a ClassificationDataModule dict, an ``(input_ids, labels)``
-    or ``(input_ids, token_type_ids, labels)`` sequence, or bare ``input_ids``."""
+    """(input_ids, token_type_ids, labels) from a dict, an ``(input_ids[, token_type_ids], labels)`` sequence, or
+    bare ``input_ids``."""
     if isinstance(batch, Mapping):
         if "input_ids" not in batch:
             raise ValueError(f"a classification batch needs 'input_ids' (and 'labels'); got keys {sorted(batch)}")
@@ -53,11 +49,8 @@ def split_classification_batch(batch: Any) -> tuple[torch.Tensor, torch.Tensor |
 
 
 def first_special_id(tokenizer: Any) -> int | None:
-    """The special token a tokenizer's single-sentence inputs start with (its cls), or None.
-
-    Word-level and WordPiece tokenizers with a ``cls`` role start with it (ClassificationDataModule's
-    ``add_cls=True``); a pretrained tokenizer as its post-processor says (BERT: ``[CLS]``, GPT-2: none).
-    """
+    """The special token a tokenizer's single-sentence inputs start with, or None: the ``cls`` role of a word-level or
+    WordPiece tokenizer (``add_cls=True``); a pretrained tokenizer's as its post-processor says (BERT: ``[CLS]``)."""
     first, _ = tokenizer.input_template(pair=False, add_cls="cls" in tokenizer.role_ids)[0]
     return first if isinstance(first, int) else None
 
@@ -65,20 +58,15 @@ def first_special_id(tokenizer: Any) -> int | None:
 class TransformerClassifier(EmbinitModule):
     """Encoder-only transformer classifier (module docstring; Kim et al.'s SST-2/MNLI model [K]).
 
-    Vocabulary: ``tokenizer`` (a :class:`~lightning_embinit.text.tokenization.TextTokenizer` or its
-    ``to_config()`` dict, saved in the hyperparameters so a checkpoint classifies new text with its own ids) or
-    ``vocab_size`` (pad id 0). Classes: ``label_names`` (saved with the model; ``predict_step`` and
-    :meth:`classify` return them) or ``num_classes`` (names ``"0"`` … ``"C−1"``).
+    Vocabulary: ``tokenizer`` (a :class:`~lightning_embinit.text.tokenization.TextTokenizer` or its ``to_config()``
+    dict, saved in the hyperparameters) or ``vocab_size`` (pad id 0). Classes: ``label_names`` (saved; what
+    ``predict_step`` and :meth:`classify` return) or ``num_classes`` (names ``"0"`` … ``"C−1"``). ``architecture``:
+    :class:`~lightning_embinit.architectures.EncoderClassifierConfig` ([K] Table 3 switches ``positional`` off);
+    ``optimizer``: :class:`~lightning_embinit.models.optimization.OptimizerConfig` (Adam at 1e-4, [K]).
 
-    ``architecture``: :class:`~lightning_embinit.architectures.EncoderClassifierConfig` (sizes, ``pre_norm``,
-    ``input_scale``, ``positional`` — [K] Table 3 switches P off —, ``pooling``, ``cls_source``,
-    ``num_segments``, ``init_scheme``, ``embedding_init``); ``optimizer``:
-    :class:`~lightning_embinit.models.optimization.OptimizerConfig` (Adam at 1e-4, [K]).
-
-    Logged: ``train_loss`` (per step), ``train_acc`` (per epoch); ``val_loss``, ``val_acc``, ``val_f1``
-    (macro F1) and the same for ``test_``; with several validation sets each under its own name,
-    ``val_<name>_acc`` … (the datamodule's ``val_dataloader_names``, e.g. MNLI's ``matched`` and
-    ``mismatched``; else the loader's index).
+    Logged: ``train_loss`` (per step), ``train_acc`` (per epoch); ``val_loss``, ``val_acc``, ``val_f1`` (macro F1)
+    and the same for ``test_``; several validation sets log ``val_<name>_acc`` … (the datamodule's
+    ``val_dataloader_names``, e.g. MNLI's ``matched`` and ``mismatched``; else the loader's index).
     """
 
     architecture_config = EncoderClassifierConfig
@@ -159,13 +147,6 @@ class TransformerClassifier(EmbinitModule):
 
     @override
     def validation_step(self, batch: Any, batch_idx: int, dataloader_idx: int = 0) -> torch.Tensor:
-        return self._evaluate(batch, dataloader_idx)
-
-    @override
-    def test_step(self, batch: Any, batch_idx: int, dataloader_idx: int = 0) -> torch.Tensor:
-        return self._evaluate(batch, dataloader_idx)
-
-    def _evaluate(self, batch: Any, dataloader_idx: int) -> torch.Tensor:
         prefix = self._eval_prefixes[dataloader_idx]
         metrics = self._metrics(prefix)
         logits, labels = self._logits(batch, prefix)
@@ -188,10 +169,11 @@ class TransformerClassifier(EmbinitModule):
             )
         return loss
 
+    test_step = validation_step
+
     @override
     def predict_step(self, batch: Any, batch_idx: int, dataloader_idx: int = 0) -> list[str]:
-        """The predicted label name of every example in the batch (batch order; ClassificationDataModule
-        batches carry each example's row in ``index``)."""
+        """The predicted label name of every example, in batch order (the batch's ``index`` gives their rows)."""
         input_ids, token_type_ids, _ = split_classification_batch(batch)
         return [self.label_names[k] for k in self(input_ids, token_type_ids).argmax(dim=-1).tolist()]
 
@@ -223,8 +205,7 @@ class TransformerClassifier(EmbinitModule):
 
     # ----------------------------------------------------------------- new text
     def classify(self, texts: Sequence[str], pairs: Sequence[str] | None = None, *, batch_size: int = 64) -> list[str]:
-        """Label names for raw sentences (or sentence pairs), each a list of strings, with the model's own tokenizer
-        (evaluation mode): the most probable class of :meth:`class_probabilities`."""
+        """Label names for raw sentences (or pairs): the most probable class of :meth:`class_probabilities`."""
         probabilities = self.class_probabilities(texts, pairs, batch_size=batch_size)
         return [self.label_names[k] for k in probabilities.argmax(dim=-1).tolist()]
 
@@ -232,11 +213,8 @@ class TransformerClassifier(EmbinitModule):
     def class_probabilities(
         self, texts: Sequence[str], pairs: Sequence[str] | None = None, *, batch_size: int = 64
     ) -> torch.Tensor:
-        """(N, C) class probabilities (by ``label_names``) of raw sentences or sentence pairs (evaluation mode).
-
-        Inputs are assembled as ClassificationDataModule does (its default ``add_cls=True``), truncated
-        longest-first to ``max_len``.
-        """
+        """(N, C) class probabilities (by ``label_names``) of raw sentences or sentence pairs (evaluation mode),
+        assembled as ClassificationDataModule does (``add_cls=True``), truncated longest-first to ``max_len``."""
         tokenizer = self.tokenizer
         if tokenizer is None:
             raise ValueError("classify() needs the model's tokenizer (give tokenizer= at construction)")

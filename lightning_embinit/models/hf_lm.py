@@ -1,11 +1,7 @@
 """Any Hugging Face causal or masked language model, built from its config, as a Lightning system
-(:class:`HuggingFaceLM`): what ``embinit fit --config`` and the studies need to compare embedding starts on a GPT-2-,
-LLaMA- or BERT-shaped model.
-
-The network is ``transformers``' own (``AutoModelForCausalLM`` / ``AutoModelForMaskedLM`` ``.from_config``), and so
-is the loss's definition: mean cross-entropy over the labels that are not -100. The package's callbacks recognize the
-network as a Hugging Face model (its token table, positions, scale and tied head) and read its tokens from
-``HuggingFaceLM.tokenizer``.
+(:class:`HuggingFaceLM`), to compare embedding starts on a GPT-2-, LLaMA- or BERT-shaped model. The network
+(``AutoModelForCausalLM`` / ``AutoModelForMaskedLM`` ``.from_config``) and the loss's definition (mean cross-entropy
+over the labels that are not -100) are ``transformers``' own; the callbacks read its tokens from ``tokenizer``.
 """
 
 from __future__ import annotations
@@ -21,10 +17,9 @@ import torch.nn.functional as F
 from typing_extensions import override
 
 from lightning_embinit.checks import check_choice, check_range
-from lightning_embinit.models.module import LightningSystem, TokenLossSteps, group_config
+from lightning_embinit.models.module import LightningSystem, followed_tokenizer, group_config
 from lightning_embinit.models.optimization import OptimizerConfig
 from lightning_embinit.models.tied_lm import split_batch
-from lightning_embinit.models.vocabularies import followed_tokenizer
 from lightning_embinit.text.tokenization import TokenizerSpec, build_tokenizer
 
 OBJECTIVES = ("causal", "masked")
@@ -49,8 +44,8 @@ def language_model_types() -> dict[str, tuple[str, ...]]:
 def hugging_face_config(
     model_type: str | None, config: Mapping[str, Any], config_path: str | None, defaults: Mapping[str, Any]
 ) -> Any:
-    """The ``transformers`` config of ``model_type`` (or of the ``config.json`` in the directory ``config_path``),
-    with ``config`` on top and ``defaults`` for the keys neither sets."""
+    """The ``transformers`` config of ``model_type`` (or ``config_path``'s ``config.json``), ``config`` on top and
+    ``defaults`` for the keys neither sets."""
     from transformers import AutoConfig
 
     if (model_type is None) == (config_path is None):
@@ -70,9 +65,8 @@ def hugging_face_config(
 
 
 def language_model_objective(config: Any, objective: str | None) -> str:
-    """``objective``, or the config's default (masked for a type with a masked-LM head that is not configured as a
-    decoder, else causal), checked against the heads the type has; a causal BERT-like config becomes a decoder
-    (else it attends both ways)."""
+    """``objective`` (default: masked for a type with a masked-LM head not configured as a decoder, else causal),
+    checked against the type's heads; a causal BERT-like config becomes a decoder (else it attends both ways)."""
     heads = language_model_types()[config.model_type]
     decoder = getattr(config, "is_decoder", False)
     objective = objective or ("masked" if "masked" in heads and not decoder else "causal")
@@ -88,8 +82,7 @@ def language_model_objective(config: Any, objective: str | None) -> str:
 
 
 def masking(tokenizer: Any, probability: float) -> Any:
-    """``transformers``' masking for BERT-style training over a pretrained tokenizer's own ``transformers``
-    tokenizer."""
+    """``transformers``' masking for BERT-style training with a whole pretrained tokenizer."""
     from transformers import DataCollatorForLanguageModeling
 
     hf = getattr(tokenizer, "hf", None)
@@ -101,7 +94,7 @@ def masking(tokenizer: Any, probability: float) -> Any:
     return DataCollatorForLanguageModeling(tokenizer=hf, mlm=True, mlm_probability=probability)
 
 
-class HuggingFaceLM(TokenLossSteps, LightningSystem):
+class HuggingFaceLM(LightningSystem):
     """A Hugging Face language model built from a config (module docstring), trained with its LM loss.
 
     Args:
@@ -109,12 +102,10 @@ class HuggingFaceLM(TokenLossSteps, LightningSystem):
         config: config fields on top of the type's defaults (``n_embd``, ``num_hidden_layers``…); ``vocab_size`` and
             the pad/bos/eos ids default to the tokenizer's
         config_path: instead of ``model_type``, a directory with a ``config.json`` (``save_pretrained``'s)
-        objective: ``causal`` (next token) or ``masked`` ([MASK] 80 % / random 10 % / kept 10 % of
-            ``mlm_probability`` of the tokens, by ``transformers.DataCollatorForLanguageModeling``); default masked
-            for a type with a masked-LM head that is not configured as a decoder (BERT, RoBERTa), else causal
-        tokenizer: a tokenizer spec (``hf:minilm``, a tokenizer directory, a saved config;
-            :func:`~lightning_embinit.text.tokenization.build_tokenizer`) — the CLI links the datamodule's; kept in the
-            checkpoint and as ``tokenizer``, where ``EmbeddingInitCallback`` finds the tokens
+        objective: ``causal`` (next token) or ``masked`` ([MASK] 80 % / random 10 % / kept 10 % of ``mlm_probability``
+            of the tokens); default masked for a type with a masked-LM head not configured as a decoder, else causal
+        tokenizer: a tokenizer spec (``hf:minilm``, a tokenizer directory, a saved config) — the CLI links the
+            datamodule's; kept in the checkpoint and as ``tokenizer``, where ``EmbeddingInitCallback`` finds the tokens
         mlm_probability: the share of tokens the masked objective predicts
         optimizer: :class:`~lightning_embinit.models.optimization.OptimizerConfig` (Adam at 1e-3)
 
@@ -175,9 +166,8 @@ class HuggingFaceLM(TokenLossSteps, LightningSystem):
         self._add_token_loss_metrics()
 
     def prepare_vocabulary_change(self, change: Any) -> Callable[[], None]:
-        """Follow :func:`~lightning_embinit.init.extension.extend_vocabulary` of the token table (the family adapter
-        grows the table, the tied head and ``config.vocab_size``): the tokenizer — the new one given, checked now,
-        before any weight changes — and the saved config's ``vocab_size``, so the checkpoint reloads the new shapes."""
+        """Follow :func:`~lightning_embinit.init.extension.extend_vocabulary` of the token table: the tokenizer (the
+        new one given, checked now, before any weight changes) and the saved config's ``vocab_size``."""
         tokenizer = followed_tokenizer(self.tokenizer, list(change.tokens), change.tokenizer, option="tokenizer")
 
         def commit() -> None:

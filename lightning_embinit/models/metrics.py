@@ -1,11 +1,10 @@
-"""The systems' own metrics: :class:`PerplexityFromLoss`, and :class:`CorpusBLEU` — corpus BLEU as sacrebleu
-computes it, accumulated over batches and processes (issue 8 §2).
+"""The systems' own metrics: :class:`PerplexityFromLoss`, and :class:`CorpusBLEU`, corpus BLEU as sacrebleu computes
+it, accumulated over batches and processes (issue 8 §2).
 
-sacrebleu's corpus BLEU depends on the corpus only through sums of per-sentence statistics:
-hypothesis length, reference length, and matched and total n-grams for n = 1 … 4. Each batch's
-unsmoothed statistics are added to an integer torchmetrics state (summed across ranks under DDP), and
-:meth:`CorpusBLEU.compute` smooths and scores the sums once with ``BLEU.compute_bleu`` — so the result
-equals ``sacrebleu.corpus_bleu`` on the whole corpus, in float64, for every batching.
+sacrebleu's corpus BLEU depends on the corpus only through sums of statistics: hypothesis and reference lengths,
+matched and total n-grams for n = 1 … 4. Each batch's unsmoothed statistics are added to an integer state (summed
+across ranks), and :meth:`CorpusBLEU.compute` scores the sums once with ``BLEU.compute_bleu``, so the result equals
+``sacrebleu.corpus_bleu`` on the whole corpus, in float64, for every batching.
 """
 
 from __future__ import annotations
@@ -30,9 +29,8 @@ class PerplexityFromLoss(MeanMetric):
 class CorpusBLEU(Metric):
     """sacrebleu corpus BLEU (default: 13a tokenization, mixed case, exp smoothing) as a torchmetrics Metric.
 
-    ``update(hypotheses, references)`` takes detokenized strings, one reference per hypothesis.
-    ``smooth_method``: one of sacrebleu's ``none``, ``floor``, ``add-k``, ``exp``; ``smooth_value``: the
-    ``floor``/``add-k`` value, ``None`` for sacrebleu's default (0.1, 1).
+    ``update(hypotheses, references)`` takes detokenized strings, one reference per hypothesis. ``smooth_method``:
+    ``none``, ``floor``, ``add-k``, ``exp``; ``smooth_value``: ``None`` for sacrebleu's default (0.1, 1).
     """
 
     full_state_update = False
@@ -58,8 +56,7 @@ class CorpusBLEU(Metric):
 
     @property
     def signature(self) -> str:
-        """sacrebleu's signature of these settings, e.g.
-        ``nrefs:1|case:mixed|eff:no|tok:13a|smooth:exp|version:2.6.0``."""
+        """sacrebleu's signature, e.g. ``nrefs:1|case:mixed|eff:no|tok:13a|smooth:exp|version:2.6.0``."""
         return str(self.bleu.get_signature())
 
     def update(self, hypotheses: Sequence[str], references: Sequence[str]) -> None:

@@ -1,17 +1,13 @@
-"""What every Lightning system of the package shares (:class:`LightningSystem`), and the base of those over the
-package's own architectures (:class:`EmbinitModule`).
+"""What every Lightning system of the package shares (:class:`LightningSystem`; a model's vocabulary from a tokenizer
+or a size, :func:`resolve_tokenizer`), and the base of those over the package's own architectures
+(:class:`EmbinitModule`): ``self.model``, a plain ``nn.Module`` of
+:mod:`lightning_embinit.architectures`, and the two typed settings groups ``architecture`` and ``optimizer``
+(:class:`~lightning_embinit.models.optimization.OptimizerConfig`), kept grouped as mappings in the hyperparameters (so
+``type(model)(**model.hparams)`` builds the same model and loggers show ``architecture/d_model``).
 
-Such a system holds its architecture — a plain ``nn.Module`` of :mod:`lightning_embinit.architectures` — as
-``self.model`` and owns what training needs around it: losses, metrics, decoding, the optimizer. Its settings
-come in two typed groups, ``architecture`` (the architecture's config) and ``optimizer``
-(:class:`~lightning_embinit.models.optimization.OptimizerConfig`), each a config or a mapping of its fields; the
-hyperparameters keep them grouped, as mappings (so ``type(model)(**model.hparams)`` builds the same model, a
-checkpoint loads with ``weights_only`` and loggers show ``architecture/d_model``).
-
-Metric states survive any order of ``validate``/``test``/``predict``/``fit``: Lightning evaluates under
-:func:`torch.inference_mode`, and a torchmetrics state computed or reset there becomes an inference tensor that
-a later ``fit`` (validation under ``no_grad``, training with autograd) cannot update in place.
-:func:`refresh_metric_states` swaps such states for normal copies at the start of every stage.
+Lightning evaluates under :func:`torch.inference_mode`, where a torchmetrics state becomes an inference tensor that a
+later ``fit`` cannot update in place: :func:`refresh_metric_states` swaps such states for normal copies at the start
+of every stage, so metrics survive any order of ``validate``/``test``/``predict``/``fit``.
 """
 
 from __future__ import annotations
@@ -40,14 +36,12 @@ from lightning_embinit.init.sources.checkpoint_file import (
 from lightning_embinit.models.metrics import PerplexityFromLoss
 from lightning_embinit.models.optimization import OptimizerConfig, configure_adam
 from lightning_embinit.models.presets import preset_arguments
-from lightning_embinit.models.vocabularies import followed_tokenizer
 from lightning_embinit.text.tokenization import TextTokenizer
-from lightning_embinit.vocabulary import Vocabulary
+from lightning_embinit.vocabulary import SPECIAL_TOKENS, Vocabulary
 
 
 def class_from_path(class_path: str) -> Any:
-    """The object a ``class_path`` names (``pkg.module.Name``; a bare ``Name`` is looked up in
-    :mod:`lightning_embinit.models`), or None when it does not import."""
+    """The object ``pkg.module.Name`` (a bare ``Name``: in :mod:`lightning_embinit.models`) names, or None."""
     module_name, _, name = class_path.rpartition(".")
     try:
         return getattr(importlib.import_module(module_name or "lightning_embinit.models"), name, None)
@@ -56,10 +50,9 @@ def class_from_path(class_path: str) -> Any:
 
 
 def check_checkpoint_class(cls: type, path: str) -> tuple[str, bool]:
-    """Check the checkpoint file at ``path`` (:func:`load_checkpoint_file`) and that ``cls``, a class derived from it
-    or its base saved it, as the checkpoint records (:func:`saved_class`). Returns who saved it, for messages, and
-    whether that is unverified — no class recorded, or one that does not import — so that an error building ``cls``
-    from its hyperparameters may come from another class's checkpoint."""
+    """Check the checkpoint file at ``path`` and that ``cls``, a class derived from it or its base saved it
+    (:func:`saved_class`). Returns who saved it, for messages, and whether that is unverified (no class recorded, or
+    one that does not import)."""
     try:
         checkpoint = load_checkpoint_file(path)
     except UnsafeCheckpointError:
@@ -81,8 +74,8 @@ def check_checkpoint_class(cls: type, path: str) -> tuple[str, bool]:
 
 
 def group_config(config_type: type, value: Any, group: str, default: Any) -> Any:
-    """``value`` as a ``config_type``: an instance as is; a mapping of its fields (YAML, a checkpoint's
-    hyperparameters) applied to ``default`` (the system's default for the group, as the CLI applies a YAML group)."""
+    """``value`` as a ``config_type``: an instance as is; a mapping of its fields applied to ``default`` (the
+    system's default for the group, as the CLI applies a YAML group)."""
     if isinstance(value, config_type):
         return value
     if not isinstance(value, Mapping):
@@ -96,10 +89,8 @@ def group_config(config_type: type, value: Any, group: str, default: Any) -> Any
 
 
 def refresh_metric_states(module: nn.Module) -> int:
-    """Replace every metric state that is an inference tensor by a normal copy; returns how many were replaced.
-
-    Safe inside ``torch.inference_mode`` (the copies are made with inference mode switched off).
-    """
+    """Replace every metric state that is an inference tensor by a normal copy (made with inference mode off, so
+    safe inside ``torch.inference_mode``); returns how many were replaced."""
     replaced = 0
     with torch.inference_mode(False):
         for metric in (metric for metric in module.modules() if isinstance(metric, Metric)):
@@ -112,32 +103,95 @@ def refresh_metric_states(module: nn.Module) -> int:
     return replaced
 
 
-class TokenLossSteps:
-    """``training_step``/``validation_step``/``test_step`` of a language model: each is the system's
-    ``_step(batch, stage)`` (the loss, logged by ``_log_token_loss``); listed first among the bases of a
-    :class:`LightningSystem`, so these are the hooks Lightning calls."""
+def resolve_tokenizer(
+    tokenizer: Any,
+    vocab_size: int | None,
+    *,
+    option: str = "tokenizer",
+    size_option: str = "vocab_size",
+    min_size: int = 2,
+) -> tuple[Any, int]:
+    """(``TextTokenizer`` or None, table size) of a model's arguments: a tokenizer (or its ``to_config()`` dict), with
+    which a size given next to it must agree, or a size ≥ ``min_size``; ``option``/``size_option`` name them."""
+    if tokenizer is None:
+        if vocab_size is None or vocab_size < min_size:
+            raise ValueError(
+                f"give {option} (a tokenizer config, TextTokenizer.to_config(); the CLI links the "
+                f"datamodule's) or {size_option} ≥ {min_size}; got {size_option}={vocab_size}"
+            )
+        return None, vocab_size
+    if not isinstance(tokenizer, TextTokenizer):
+        tokenizer = TextTokenizer.from_config(tokenizer)
+    if vocab_size is not None and vocab_size != len(tokenizer):
+        raise ValueError(f"{size_option}={vocab_size} disagrees with the {option}'s {len(tokenizer)} tokens")
+    return tokenizer, len(tokenizer)
 
-    def training_step(self, batch: Any, batch_idx: int) -> torch.Tensor:
-        return self._step(batch, "train")
 
-    def validation_step(self, batch: Any, batch_idx: int) -> torch.Tensor:
-        return self._step(batch, "val")
+def side_vocabulary(side: str, tokenizer: Any, vocab_size: int | None) -> tuple[TextTokenizer | None, Vocabulary]:
+    """One side of a translation model: :func:`resolve_tokenizer` and the vocabulary (pad 0, unk 1, bos 2, eos 3
+    without a tokenizer)."""
+    tokenizer, size = resolve_tokenizer(
+        tokenizer,
+        vocab_size,
+        option=f"{side}_tokenizer",
+        size_option=f"{side}_vocab_size",
+        min_size=len(SPECIAL_TOKENS) + 1,
+    )
+    return tokenizer, Vocabulary.numbered(size) if tokenizer is None else tokenizer.vocabulary
 
-    def test_step(self, batch: Any, batch_idx: int) -> torch.Tensor:
-        return self._step(batch, "test")
+
+def followed_tokenizer(
+    current: TextTokenizer | None, tokens: list[str], given: Any, *, option: str
+) -> TextTokenizer | None:
+    """The tokenizer of a side whose vocabulary became ``tokens``: ``given`` (its tokens must be ``tokens``), else a
+    word-level ``current`` rebuilt over them (a sub-word one cannot be: ValueError); None without a tokenizer."""
+    if given is not None:
+        tokenizer = given if isinstance(given, TextTokenizer) else TextTokenizer.from_config(given)
+        if list(tokenizer.tokens) != list(tokens):
+            raise ValueError(
+                f"{option}: the given tokenizer's {len(tokenizer)} tokens are not the new vocabulary's {len(tokens)}"
+            )
+        return tokenizer
+    if current is None:
+        return None
+    if current.kind != "word":
+        raise ValueError(
+            f"{option} is a {current.kind} tokenizer, which a token list cannot rebuild: pass the new tokenizer "
+            "itself (extend_vocabulary(model, new_tokenizer), or a datamodule that has it)"
+        )
+    config = {**current.to_config(), "tokens": list(tokens)}
+    return TextTokenizer.from_config(config)
+
+
+def saved_tokenizer(config: Any) -> tuple[list[str] | None, TextTokenizer | None]:
+    """(token strings, tokenizer) of a tokenizer config in a checkpoint's hyperparameters; (None, None) for None."""
+    tokenizer = None if config is None else TextTokenizer.from_config(config)
+    return (None if tokenizer is None else list(tokenizer.tokens), tokenizer)
 
 
 class LightningSystem(L.LightningModule):
     """What the package's Lightning systems share whatever network they train: token-loss metrics logged under one
     set of names, stage-safe metric states, tokenizers kept in the checkpoint, checkpoints that name their class,
-    Adam per :attr:`optimizer_config`."""
+    Adam per :attr:`optimizer_config`. The steps are a language model's ``_step(batch, stage)``; the classifier and
+    translation systems override them."""
 
     optimizer_config: OptimizerConfig
 
+    @override
+    def training_step(self, batch: Any, batch_idx: int) -> torch.Tensor:
+        return self._step(batch, "train")
+
+    @override
+    def validation_step(self, batch: Any, batch_idx: int) -> torch.Tensor:
+        return self._step(batch, "val")
+
+    @override
+    def test_step(self, batch: Any, batch_idx: int) -> torch.Tensor:
+        return self._step(batch, "test")
+
     def _set_tokenizer(self, name: str, tokenizer: TextTokenizer | None) -> None:
-        """``self.<name>`` and its config in the hyperparameters: in the checkpoint (which then encodes new text with
-        its own tokenizer) but not among those sent to loggers — a config is long, and a datamodule's own tokenizer
-        spec of the same name would clash with it there."""
+        """``self.<name>`` and its config in the hyperparameters: in the checkpoint, but not sent to loggers (a config
+        is long, and a datamodule's tokenizer spec of the same name would clash with it there)."""
         setattr(self, name, tokenizer)
         self.hparams[name] = None if tokenizer is None else tokenizer.to_config()
 
@@ -148,8 +202,8 @@ class LightningSystem(L.LightningModule):
         self.test_loss, self.test_ppl = MeanMetric(), PerplexityFromLoss()
 
     def _log_token_loss(self, stage: str, loss: torch.Tensor, count: torch.Tensor, batch_size: int) -> None:
-        """Log a mean loss over ``count`` tokens: ``train_loss`` per step and ``train_loss_epoch``, or
-        ``val_``/``test_`` ``loss`` and ``ppl`` per epoch (token-weighted)."""
+        """Log a mean loss over ``count`` tokens: ``train_loss`` (per step), ``train_loss_epoch``, ``val_``/``test_``
+        ``loss`` and ``ppl`` (per epoch, token-weighted)."""
         value = loss.detach().float()
         if stage == "train":
             self.train_loss_epoch.update(value, weight=count)
@@ -175,11 +229,9 @@ class LightningSystem(L.LightningModule):
     @override
     @classmethod
     def load_from_checkpoint(cls, checkpoint_path: Any, *args: Any, **kwargs: Any) -> Any:
-        """Lightning's ``load_from_checkpoint`` (same arguments) after checking a local file first: its CRCs, that
-        it is a whole checkpoint, and that this class (or one derived from it, or its base) saved it — each a
-        ValueError naming the file and, when the checkpoint tells, the class that saved it
-        (:func:`~lightning_embinit.init.sources.checkpoint_file.load_checkpoint_file`); when it does not, a
-        checkpoint that does not build or fit this class is a ValueError naming its hyperparameters."""
+        """Lightning's ``load_from_checkpoint`` after checking a local file first (:func:`check_checkpoint_class`):
+        a damaged file, another class's checkpoint, or one that does not build or fit this class is a ValueError
+        naming the file and the class that saved it (or its hyperparameters, when it does not tell)."""
         local = isinstance(checkpoint_path, (str, os.PathLike)) and "://" not in os.fspath(checkpoint_path)
         saver, unverified = (
             check_checkpoint_class(cls, os.fspath(checkpoint_path)) if local else ("an unknown class", False)
@@ -202,11 +254,9 @@ class LightningSystem(L.LightningModule):
 
 
 class EmbinitModule(LightningSystem):
-    """Base of the package's systems over its own architectures (module docstring): ``self.model``, its two
-    settings groups, its slots and vocabulary changes, on top of :class:`LightningSystem`. Subclasses set
-    :attr:`architecture_config`, call :meth:`_configure` in ``__init__``, and call ``super()`` in the
-    ``on_*_start`` hooks they override.
-    """
+    """Base of the systems over the package's own architectures (module docstring): ``self.model``, its settings
+    groups, slots and vocabulary changes. Subclasses set :attr:`architecture_config`, call :meth:`_configure` in
+    ``__init__``, and call ``super()`` in the ``on_*_start`` hooks they override."""
 
     architecture_config: ClassVar[type]
     """The config type of the ``architecture`` group."""
@@ -215,8 +265,7 @@ class EmbinitModule(LightningSystem):
 
     def _configure(self, architecture: Any, optimizer: Any, *, own: Mapping[str, Any]) -> Any:
         """The architecture config (returned) and :attr:`optimizer_config` from the two groups (:func:`group_config`
-        with the system's defaults); saves ``own`` (the system's other arguments) and both groups, as mappings, as
-        the hyperparameters."""
+        with the system's defaults); saves ``own`` (its other arguments) and both groups as the hyperparameters."""
         defaults = inspect.signature(type(self)).parameters
         config = group_config(self.architecture_config, architecture, "architecture", defaults["architecture"].default)
         optimizer = group_config(OptimizerConfig, optimizer, "optimizer", defaults["optimizer"].default)
@@ -244,9 +293,8 @@ class EmbinitModule(LightningSystem):
 
     def prepare_vocabulary_change(self, change: Any) -> Callable[[], None]:
         """Check that this system can follow ``change`` (a :class:`~lightning_embinit.init.extension.VocabularyChange`
-        of one slot, whose tables :func:`~lightning_embinit.init.extension.extend_vocabulary` rewrites) and return
-        what to run after the write: the architecture's vocabulary and ids, then ``_follow_vocabulary``'s
-        tokenizers and hyperparameters, so the checkpoint reloads with the new shapes."""
+        that :func:`~lightning_embinit.init.extension.extend_vocabulary` writes) and return what to run after the
+        write: the architecture's vocabulary, then ``_follow_vocabulary``'s tokenizers and hyperparameters."""
         vocab = Vocabulary.from_tokens(change.tokens, change.special_tokens or None)
         follow = self._follow_vocabulary(change, vocab)
 
@@ -262,7 +310,7 @@ class EmbinitModule(LightningSystem):
 
     def _follow_tokenizers(self, change: Any, names: Sequence[str]) -> Callable[[], None]:
         """:meth:`_follow_vocabulary` for the tokenizer attributes ``names`` (:func:`followed_tokenizer`, checked
-        now): each tokenizer and its config, and the matching ``…vocab_size`` hyperparameter when one was given."""
+        now) and their ``…vocab_size`` hyperparameters when given."""
         tokens, given = change.tokens, change.tokenizer
         tokenizers = {name: followed_tokenizer(getattr(self, name), tokens, given, option=name) for name in names}
 
@@ -282,10 +330,8 @@ class EmbinitModule(LightningSystem):
 
     @classmethod
     def from_preset(cls, name: str, **overrides: Any) -> EmbinitModule:
-        """A model configured as the preset ``name`` (:data:`~lightning_embinit.models.presets.PRESETS`), with
-        ``overrides`` on top (:func:`~lightning_embinit.models.presets.preset_arguments`): an instance of ``cls``
-        when it subclasses the preset's model (a user's own variant), else of the preset's model when that
-        subclasses ``cls``."""
+        """The preset ``name`` with ``overrides`` (:func:`~lightning_embinit.models.presets.preset_arguments`): a
+        ``cls`` when it subclasses the preset's model (a user's variant), else the preset's model if a ``cls``."""
         target, arguments = preset_arguments(name, **overrides)
         if issubclass(cls, target):
             return cls(**arguments)

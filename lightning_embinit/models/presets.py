@@ -1,9 +1,6 @@
-"""Presets of every model of the package: one registry, keyed by the names users type.
-
-``Model.from_preset(name, **overrides)`` builds one
-(:meth:`~lightning_embinit.models.module.EmbinitModule.from_preset`); :func:`preset_arguments` gives the
-class and arguments. Entries name their class by path, so this module imports no model. Each preset has
-a YAML twin in ``examples/configs/<name>.yaml``.
+"""Presets of every model of the package, keyed by the names users type: ``Model.from_preset(name, **overrides)``
+builds one, :func:`preset_arguments` gives its class and arguments. Entries name their class by path, so this module
+imports no model. Each preset has a YAML twin in ``examples/configs/<name>.yaml``.
 """
 
 from __future__ import annotations
@@ -23,9 +20,8 @@ ADAM = {"betas": (0.9, 0.98), "eps": 1e-9}
 
 
 def _kim(preset: str, lr: float, **fields: Any) -> Builder:
-    """Kim et al.'s transformer ([K]): post-LN, 8 heads (10 when d is not a multiple of 8), FFN 4d, dropout 0.1,
-    ReLU, interleaved P at √d, Xavier, Adam(0.9, 0.98, 1e−9) at ``lr``; d = the embedding source's width, 512 by
-    default; ``fields``: the preset's own (layers, pooling, segments)."""
+    """Kim et al.'s transformer ([K], see :data:`PRESETS`): ReLU, interleaved P at √d, Xavier, Adam at ``lr``;
+    ``fields``: the preset's own (layers, pooling, segments)."""
 
     def build(architecture: Mapping[str, Any], optimizer: Mapping[str, Any]) -> Groups:
         d, heads = architecture.get("d_model", 512), architecture.get("num_heads")  # an override: checked by the config
@@ -50,8 +46,7 @@ def _kim(preset: str, lr: float, **fields: Any) -> Builder:
 
 
 def _reinforced(d: int, heads: int, ffn: int, layers: int, **fields: Any) -> Builder:
-    """[R]'s sizes and schedule (docs/concepts.md) with m = ``d``; r = q = m and the Noam peak lr = m^−½·w^−½ follow
-    an overridden ``d_model`` and ``warmup_steps``."""
+    """[R]'s sizes and schedule (docs/concepts.md, :data:`PRESETS`) with m = ``d``."""
 
     def build(architecture: Mapping[str, Any], optimizer: Mapping[str, Any]) -> Groups:
         m, warmup = architecture.get("d_model", d), optimizer.get("warmup_steps", 4000)
@@ -96,9 +91,8 @@ pooling; MNLI's sentence pairs with 2 learned segment vectors)."""
 
 
 def preset_arguments(name: str, **overrides: Any) -> tuple[type, dict[str, Any]]:
-    """(model class, constructor arguments) of preset ``name`` with ``overrides`` applied: the model's own arguments
-    as given, and ``architecture``/``optimizer`` mappings whose fields replace the preset's (``d_model``,
-    ``warmup_steps`` also recompute what the preset derives from them)."""
+    """(model class, constructor arguments) of preset ``name``; ``overrides``' ``architecture``/``optimizer`` fields
+    replace the preset's (``d_model``, ``warmup_steps`` also recompute what derives from them)."""
     if name not in PRESETS:
         raise ValueError(f"unknown preset {name!r}; known presets: {', '.join(PRESETS)}")
     class_path, build = PRESETS[name]

@@ -26,11 +26,10 @@ _leak_warned = False
 class ReinforcedTransformerSeq2Seq(Seq2SeqModule):
     """The reinforced transformer paper's proposed model ([R], docs/concepts.md) as a Lightning system.
 
-    ``architecture``: :class:`~lightning_embinit.architectures.ReinforcedEncoderDecoderConfig` (defaults are
-    ``reinforced_proposed``'s: m = 64, 2 + 2 layers, 4 heads, r = q = 64, FFN 256, tutorial PE layout, causal
-    target normalization); ``optimizer``: Noam with ``lr=None``, i.e. the peak m^−½·w^−½ of this ``d_model``
-    and ``warmup_steps``; the rest is :class:`Seq2SeqModule`'s.
-    ``target_normalization="sequence"`` warns once per process: its teacher-forced losses leak the future.
+    ``architecture``: :class:`~lightning_embinit.architectures.ReinforcedEncoderDecoderConfig` (the defaults of
+    ``reinforced_proposed``); ``optimizer``: Noam with ``lr=None``, the peak m^−½·w^−½ of this ``d_model`` and
+    ``warmup_steps``; the rest is :class:`Seq2SeqModule`'s. ``target_normalization="sequence"`` warns once per
+    process (:data:`LEAK_WARNING`).
     """
 
     architecture_class = ReinforcedEncoderDecoder

@@ -15,11 +15,9 @@ from lightning_embinit.models.seq2seq_module import Seq2SeqModule
 class TransformerSeq2Seq(Seq2SeqModule):
     """The post-LN encoder–decoder transformer of [R]'s baseline and Kim et al. [K] as a Lightning system.
 
-    ``architecture``: :class:`~lightning_embinit.architectures.EncoderDecoderConfig` (sizes ``d_model`` (m),
-    ``num_heads`` (p), per-head widths ``qk_head_dim`` (r) and ``v_head_dim`` (q), ``ffn_dim`` (s); ``input_scale``,
-    ``positional``, ``head`` …); ``optimizer``: :class:`~lightning_embinit.models.optimization.OptimizerConfig`
-    (Adam at 2e-4, [K]; ``lr=None`` with ``lr_schedule="noam"``: [R]'s peak m^−½·w^−½ — the number is what
-    the hyperparameters keep). The rest (tokenizers, decoding, BLEU) are :class:`Seq2SeqModule`'s.
+    ``architecture``: :class:`~lightning_embinit.architectures.EncoderDecoderConfig` (``d_model`` m, ``num_heads`` p,
+    ``qk_head_dim`` r, ``v_head_dim`` q, ``ffn_dim`` s …); ``optimizer``: Adam at 2e-4 ([K]; ``lr=None`` with
+    ``lr_schedule="noam"``: [R]'s peak m^−½·w^−½, the number kept); the rest is :class:`Seq2SeqModule`'s.
     """
 
     architecture_class = EncoderDecoder

@@ -1,11 +1,7 @@
-"""What both translation systems share (docs/concepts.md#kim-testbed, #reinforced-training): :class:`Seq2SeqModule`.
-
-It holds an encoder–decoder (:class:`~lightning_embinit.architectures.encoder_decoder.Seq2SeqArchitecture`) as
-``self.model`` and owns the rest: the two sides' tokenizers (configs saved in the hyperparameters, so a
-checkpoint decodes new text with its own), masked cross-entropy, validation/test loss and corpus BLEU,
-decoding (:mod:`~lightning_embinit.modules.decoding`), ``translate``/``predict_step``.
-:class:`~lightning_embinit.models.seq2seq.TransformerSeq2Seq` (the baseline) and
-:class:`~lightning_embinit.models.reinforced.ReinforcedTransformerSeq2Seq` choose the architecture.
+"""What both translation systems share (docs/concepts.md#kim-testbed, #reinforced-training): :class:`Seq2SeqModule`
+holds an encoder–decoder (:class:`~lightning_embinit.architectures.encoder_decoder.Seq2SeqArchitecture`) as
+``self.model`` and owns the two sides' tokenizers (saved in the hyperparameters), masked cross-entropy, loss and
+corpus BLEU, decoding (:mod:`~lightning_embinit.modules.decoding`), ``translate``/``predict_step``.
 """
 
 from __future__ import annotations
@@ -28,8 +24,7 @@ from lightning_embinit.checks import (
     check_texts,
 )
 from lightning_embinit.models.metrics import CorpusBLEU
-from lightning_embinit.models.module import EmbinitModule
-from lightning_embinit.models.vocabularies import saved_tokenizer, side_vocabulary
+from lightning_embinit.models.module import EmbinitModule, saved_tokenizer, side_vocabulary
 from lightning_embinit.modules.decoding import beam_search, greedy_decode
 from lightning_embinit.text.batches import pad_sequences
 
@@ -53,21 +48,21 @@ def split_translation_batch(batch: Any) -> tuple[torch.Tensor, torch.Tensor | No
 def check_decoding(
     beam_size: Any, length_penalty: Any, max_len: Any, *, optional: bool = False, max_len_name: str = "max_len"
 ) -> None:
-    """Raise ValueError for a decoding option out of range: ``beam_size`` ≥ 1, a finite ``length_penalty``,
-    ``max_len`` ≥ 1 or None (``optional``: None stands for the model's setting for each)."""
+    """Raise ValueError unless ``beam_size`` ≥ 1 and ``length_penalty`` is finite (or None, the model's setting,
+    when ``optional``), and ``max_len`` ≥ 1 or None."""
     check_positive_int("beam_size", beam_size, optional=optional)
     check_finite("length_penalty", length_penalty, optional=optional)
     check_positive_int(max_len_name, max_len, optional=True)
 
 
 class Seq2SeqModule(EmbinitModule):
-    """Shared base of the translation systems (module docstring); a subclass names its
-    :attr:`architecture_class` and :attr:`~EmbinitModule.architecture_config` and gives the defaults.
+    """Shared base of the translation systems (module docstring); a subclass names its :attr:`architecture_class`
+    and :attr:`~EmbinitModule.architecture_config` and gives the defaults.
 
     ``label_smoothing`` (training loss only); decoding for BLEU and ``predict``: greedy, or beam search with
-    ``beam_size`` and ``length_penalty``, at most ``max_decode_len`` tokens (default source length + 50, capped
-    at ``max_len``); ``bleu_every_n_validations``: BLEU on every N-th validation in fit, 0 = only in
-    ``validate``/``test`` runs; ``bleu_references``: :data:`BLEU_REFERENCES`.
+    ``beam_size`` and ``length_penalty``, at most ``max_decode_len`` tokens (default source length + 50, capped at
+    ``max_len``); ``bleu_every_n_validations``: BLEU on every N-th validation in fit, 0 = only in ``validate``/``test``
+    runs; ``bleu_references``: :data:`BLEU_REFERENCES`.
     """
 
     architecture_class: ClassVar[type[Seq2SeqArchitecture]]
@@ -121,8 +116,8 @@ class Seq2SeqModule(EmbinitModule):
     def teacher_forced_loss(
         self, src: torch.Tensor, tgt: torch.Tensor, *, label_smoothing: float
     ) -> tuple[torch.Tensor, torch.Tensor]:
-        """Runs the model on a batch: mean cross-entropy over the non-pad targets tgt[:, 1:] given
-        tgt[:, :-1], and their count. The output layer runs on the non-pad positions only."""
+        """Mean cross-entropy over the non-pad targets tgt[:, 1:] given tgt[:, :-1], and their count; the output
+        layer runs on the non-pad positions only."""
         targets, model = tgt[:, 1:], self.model
         hidden = model.decode(tgt[:, :-1], model.encode(src))
         keep = targets != model.pad_id
@@ -134,8 +129,7 @@ class Seq2SeqModule(EmbinitModule):
         return F.cross_entropy(logits, targets, label_smoothing=label_smoothing), keep.sum()
 
     def loss(self, logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
-        """Masked cross-entropy of given (B, T, V) logits against (B, T) targets (padding ignored, label
-        smoothing), as ``TiedEmbeddingLM.loss``; :meth:`teacher_forced_loss` runs the model itself."""
+        """Cross-entropy of (B, T, V) logits against (B, T) targets (padding ignored, label smoothing)."""
         return F.cross_entropy(
             logits.flatten(0, 1),
             targets.flatten(),
@@ -293,8 +287,7 @@ class Seq2SeqModule(EmbinitModule):
         max_len: int | None = None,
         batch_size: int = 64,
     ) -> list[str]:
-        """Translate raw source sentences (a list of strings) with the model's own tokenizers (evaluation mode, no
-        gradients); the decoding options default to the hyperparameters'."""
+        """Translate raw source sentences with the model's own tokenizers (evaluation mode, hyperparameter defaults)."""
         source, target = self.src_tokenizer, self.tgt_tokenizer
         if source is None or target is None:
             raise ValueError(

@@ -20,7 +20,7 @@ from typing_extensions import override
 from lightning_embinit.architectures.causal_lm import CausalLM
 from lightning_embinit.architectures.config import CausalLMConfig
 from lightning_embinit.checks import check_non_negative_int, check_positive_int, check_range, check_texts
-from lightning_embinit.models.module import EmbinitModule, TokenLossSteps
+from lightning_embinit.models.module import EmbinitModule
 from lightning_embinit.models.optimization import OptimizerConfig
 from lightning_embinit.text.text_tokenizer import WordTokenizer
 from lightning_embinit.vocabulary import Vocabulary
@@ -73,16 +73,13 @@ def continue_ids(
     return new
 
 
-class TiedEmbeddingLM(TokenLossSteps, EmbinitModule):
-    """Causal transformer LM. Give ``vocabulary`` (token strings, saved with the model) or ``vocab_size``;
-    ``special_tokens`` (role → string; default: the package's ``<pad>``, ``<unk>``, ``<bos>``, ``<eos>`` found in
-    the vocabulary) name the padding row and the special tokens of the ``tokens`` slot.
-
-    ``architecture``: :class:`~lightning_embinit.architectures.CausalLMConfig` (sizes, ``positional``,
-    ``embedding_scale``, ``head``, ``zero_init_residual``, ``init_scheme`` — the non-embedding weights —,
-    ``embedding_init`` — any scheme name, e.g. ``normal:0.0625`` or ``log_n_over_d``, until
-    :class:`~lightning_embinit.callbacks.EmbeddingInitCallback` replaces it); ``optimizer``:
-    :class:`~lightning_embinit.models.optimization.OptimizerConfig` (Adam at 1e-3).
+class TiedEmbeddingLM(EmbinitModule):
+    """Causal transformer LM over ``vocabulary`` (token strings, saved with the model) or ``vocab_size``;
+    ``special_tokens`` (default: the package's ``<pad>``, ``<unk>``, ``<bos>``, ``<eos>`` found in the vocabulary)
+    name the padding row and the ``tokens`` slot's special tokens. ``architecture``:
+    :class:`~lightning_embinit.architectures.CausalLMConfig` (``embedding_init``: any scheme name, e.g.
+    ``normal:0.0625``, until :class:`~lightning_embinit.callbacks.EmbeddingInitCallback` replaces it);
+    ``optimizer``: :class:`~lightning_embinit.models.optimization.OptimizerConfig` (Adam at 1e-3).
     """
 
     architecture_config = CausalLMConfig
@@ -173,11 +170,11 @@ class TiedEmbeddingLM(TokenLossSteps, EmbinitModule):
         seed: int = 0,
         tokenize: Callable[[str], list[str]] | None = None,
     ) -> list[str]:
-        """Continue each prompt, a string split by ``tokenize`` (default: lowercased regex words, as
-        :class:`~lightning_embinit.data.LanguageModelDataModule` splits by default) and read after ``<eos>`` as a
-        line of the training text is, by up to ``max_new_tokens`` tokens, stopping at ``<eos>``: greedy at
-        ``temperature`` 0, else sampled (:func:`next_token`) with one generator seeded by ``seed``. Returns each
-        continuation's tokens joined by spaces (evaluation mode)."""
+        """Continue each prompt, split by ``tokenize`` (default: lowercased regex words, as
+        :class:`~lightning_embinit.data.LanguageModelDataModule` splits) and read after ``<eos>`` as a training line
+        is, by up to ``max_new_tokens`` tokens, stopping at ``<eos>``: greedy at ``temperature`` 0, else sampled
+        (:func:`next_token`) with one generator seeded by ``seed``. Returns each continuation's tokens joined by
+        spaces (evaluation mode)."""
         prompts = check_texts(prompts, "generate() prompts")
         check_non_negative_int("max_new_tokens", max_new_tokens)
         check_range("temperature", temperature, 0)
@@ -185,28 +182,20 @@ class TiedEmbeddingLM(TokenLossSteps, EmbinitModule):
         tokenize = WordTokenizer() if tokenize is None else tokenize
         vocab = self.model.vocab
         eos = vocab.id("eos")
-        generator = torch.Generator(device=self.device).manual_seed(seed)
+        banned = [i for i in (vocab.pad_id, vocab.id("bos")) if i is not None]  # never generated
+        sampling = (temperature, top_k, torch.Generator(device=self.device).manual_seed(seed))
+
+        def last_logits(context: list[int]) -> torch.Tensor:
+            return self(torch.tensor([context], device=self.device))[0, -1]
+
         results = []
         was_training = self.training
         self.eval()
         try:
             for prompt in prompts:
                 ids = ([] if eos is None else [eos]) + vocab.encode(tokenize(prompt))
-                new = self._continue(ids, max_new_tokens, temperature, top_k, generator)
+                new = continue_ids(last_logits, ids, max_new_tokens, self.model.config.max_len, banned, eos, *sampling)
                 results.append(" ".join(vocab.decode(new)))
         finally:
             self.train(was_training)
         return results
-
-    def _continue(
-        self, ids: list[int], count: int, temperature: float, top_k: int | None, generator: torch.Generator
-    ) -> list[int]:
-        """Up to ``count`` new ids after ``ids`` (never ``pad`` or ``bos``), ending before ``eos``."""
-        vocab = self.model.vocab
-        banned = [i for i in (vocab.pad_id, vocab.id("bos")) if i is not None]
-
-        def last_logits(context: list[int]) -> torch.Tensor:
-            return self(torch.tensor([context], device=self.device))[0, -1]
-
-        sampling = (temperature, top_k, generator)
-        return continue_ids(last_logits, ids, count, self.model.config.max_len, banned, vocab.id("eos"), *sampling)

@@ -1,9 +1,5 @@
-"""Sub-word tokenizers on the Hugging Face ``tokenizers`` backend: trained WordPiece and pretrained.
-
-See :mod:`lightning_embinit.text.tokenization` for the three kinds; the interface is
-:class:`~lightning_embinit.text.text_tokenizer.TextTokenizer`, whose ``wordpiece`` and ``pretrained``
-constructors reach these classes by their registered kind.
-"""
+"""Sub-word tokenizers on the Hugging Face ``tokenizers`` backend: trained WordPiece and pretrained (see
+:mod:`lightning_embinit.text.tokenization`); ``TextTokenizer.wordpiece``/``pretrained`` reach them by their kind."""
 
 from __future__ import annotations
 
@@ -12,6 +8,7 @@ import os
 import tempfile
 from collections import Counter
 from collections.abc import Mapping, Sequence
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -28,11 +25,8 @@ from lightning_embinit.vocabulary import SPECIAL_ROLES, SPECIAL_TOKENS
 
 
 class _BackendTokenizer(TextTokenizer):
-    """Shared by WordPiece and pretrained: a ``tokenizers.Tokenizer`` without padding or truncation.
-
-    ``subset`` (pretrained only): the backend ids kept, in the order of this tokenizer's ids; any
-    other backend id encodes as unk ([K]'s vocabulary of the training text's tokens, docs/concepts.md#subword-rows).
-    """
+    """Shared by WordPiece and pretrained: a ``tokenizers.Tokenizer`` without padding or truncation. ``subset``: the
+    backend ids kept, by this tokenizer's id; any other encodes as unk (docs/concepts.md#subword-rows)."""
 
     def __init__(self, backend: Any, special_tokens: Mapping[str, str], subset: Sequence[int] | None = None) -> None:
         backend.no_padding()
@@ -108,12 +102,7 @@ class WordPieceTokenizer(_BackendTokenizer):
             raise ValueError("cannot train a WordPiece vocabulary on empty text")
         backend = Tokenizer(models.WordPiece(unk_token=specials["unk"], continuing_subword_prefix="##"))
         backend.normalizer = normalizers.Sequence(
-            [
-                normalizers.NFC(),
-                normalizers.BertNormalizer(
-                    clean_text=True, handle_chinese_chars=True, strip_accents=False, lowercase=lowercase
-                ),
-            ]
+            [normalizers.NFC(), normalizers.BertNormalizer(strip_accents=False, lowercase=lowercase)]
         )
         # spaces become "▁" word starts and punctuation is split off; the decoder drops the spaces WordPiece
         # puts between pieces and turns "▁" back into spaces, so decoding restores the text's own spacing
@@ -183,8 +172,8 @@ class PretrainedTokenizer(_BackendTokenizer):
         super().__init__(copy.deepcopy(hf.backend_tokenizer), special_tokens, config.get("subset"))
 
     def restricted(self, texts: Sequence[str], *, min_freq: int = 1) -> PretrainedTokenizer:
-        """Only the tokens ``texts`` use ≥ ``min_freq`` times (most frequent first), after the special tokens:
-        [K]'s "vocabulary of N tokens built from the training data" whose N rows a source selects."""
+        """Only the tokens ``texts`` use ≥ ``min_freq`` times, most frequent first, after the special tokens ([K]'s
+        "vocabulary of N tokens built from the training data")."""
         if self.subset is not None:
             raise ValueError("this pretrained tokenizer is already restricted to a training vocabulary")
         if min_freq < 1:
@@ -220,10 +209,7 @@ class PretrainedTokenizer(_BackendTokenizer):
             raise ValueError(f"tokenizer {name!r}: its pad token {special['pad']!r} is also its bos or eos token")
         with tempfile.TemporaryDirectory() as directory:
             hf.save_pretrained(directory)
-            files = {}
-            for file in sorted(os.listdir(directory)):
-                with open(os.path.join(directory, file), encoding="utf-8") as handle:
-                    files[file] = handle.read()
+            files = {path.name: path.read_text(encoding="utf-8") for path in sorted(Path(directory).iterdir())}
         config = {"kind": cls.kind, "version": CONFIG_VERSION, "name": name, "files": files, "special_tokens": special}
         return cls(hf, special, config)
 
@@ -257,7 +243,6 @@ class PretrainedTokenizer(_BackendTokenizer):
             for file, text in config["files"].items():
                 if os.path.basename(file) != file:
                     raise ValueError(f"pretrained tokenizer config: bad file name {file!r}")
-                with open(os.path.join(directory, file), "w", encoding="utf-8") as handle:
-                    handle.write(text)
+                (Path(directory) / file).write_text(text, encoding="utf-8")
             hf = AutoTokenizer.from_pretrained(directory, use_fast=True)
         return cls(hf, config["special_tokens"], config)

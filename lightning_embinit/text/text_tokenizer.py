@@ -1,17 +1,12 @@
-"""The tokenizer interface, :class:`TextTokenizer`, its word-level kind, and the word splitter.
+"""The tokenizer interface, :class:`TextTokenizer` (its kinds register by :attr:`TextTokenizer.kind`; see
+:mod:`lightning_embinit.text.tokenization`), its word-level kind, and the word splitter :class:`WordTokenizer`:
 
-The kinds register themselves by name (:attr:`TextTokenizer.kind`); the sub-word kinds live in
-:mod:`lightning_embinit.text.subword`, and :mod:`lightning_embinit.text.tokenization` builds any kind
-from a spec. See that module for the three kinds.
+- ``regex`` (default): words and single punctuation marks (:data:`WORD_PATTERN`): runs of letters/digits with
+  inner apostrophes, hyphens, periods and colons ("don't", "well-known", "u.s", "4:00pm"), and every other
+  non-space character alone.
+- ``whitespace``: ``str.split()``, as GloVe/word2vec style pre-tokenized text expects.
 
-Word splitters (:class:`WordTokenizer`, a word-level tokenizer's ``tokenizer=``):
-
-- ``regex`` (default): lowercases (``lowercase=True``) and splits text into words and single
-  punctuation marks with :data:`WORD_PATTERN`: runs of letters/digits, which may contain inner
-  apostrophes, hyphens, periods and colons ("don't", "well-known", "u.s", "4:00pm"), and every
-  other non-space character alone.
-- ``whitespace``: ``str.split()`` (after lowercasing when ``lowercase=True``), as GloVe/word2vec
-  style pre-tokenized text expects.
+Both lowercase first with ``lowercase=True``.
 """
 
 from __future__ import annotations
@@ -124,8 +119,7 @@ class TextTokenizer(abc.ABC):
         return [[tokens[i] for i in ids] for ids in self.encode_batch(texts)]
 
     def content_ids(self, ids: Sequence[int]) -> list[int]:
-        """``ids`` without a leading bos, cut at the first eos, special tokens (unk included) dropped; an id outside
-        0 … len − 1 is a ValueError (a negative id would otherwise index from the end)."""
+        """``ids`` without a leading bos, cut at the first eos, special tokens dropped; an id out of range raises."""
         ids = [int(i) for i in ids]
         if bad := [i for i in ids if not 0 <= i < len(self.tokens)]:
             raise ValueError(
@@ -151,11 +145,8 @@ class TextTokenizer(abc.ABC):
         """``text`` as this tokenizer round-trips it, with unknown pieces kept: a BLEU reference."""
 
     def input_template(self, *, pair: bool, add_cls: bool = False) -> list[tuple[str | int, int]]:
-        """How a model input is assembled: ``("a", type)``, ``("b", type)`` or ``(special id, type)`` parts.
-
-        Word-level and trained WordPiece: ``[cls]? a`` and ``[cls]? a [sep] b`` (type ids 0 up to
-        the separator, 1 after it); a pretrained tokenizer uses its own post-processor.
-        """
+        """How a model input is assembled: ``("a", type)``, ``("b", type)`` or ``(special id, type)`` parts:
+        ``[cls]? a`` and ``[cls]? a [sep] b`` (type ids 0 up to the separator, 1 after it)."""
         parts: list[tuple[str | int, int]] = []
         if add_cls:
             parts.append((self._role_id("cls", "add_cls=True"), 0))
@@ -178,8 +169,7 @@ class TextTokenizer(abc.ABC):
         """Complete JSON-serializable description; :meth:`from_config` rebuilds the same tokenizer."""
 
     def save(self, path: str | os.PathLike[str]) -> None:
-        """Write :meth:`to_config` as JSON; ``build_tokenizer(path)`` (or a datamodule's tokenizer spec)
-        reads it back."""
+        """Write :meth:`to_config` as JSON; ``build_tokenizer(path)`` reads it back."""
         with open(os.path.expanduser(os.fspath(path)), "w", encoding="utf-8") as handle:
             json.dump(self.to_config(), handle, ensure_ascii=False)
 
@@ -251,9 +241,8 @@ class TextTokenizer(abc.ABC):
     def pretrained(
         cls, name_or_path: str, *, restrict_to: Sequence[str] | None = None, min_freq: int = 1
     ) -> TextTokenizer:
-        """A Hugging Face tokenizer by hub id or local directory (``transformers.AutoTokenizer``, fast); with
-        ``restrict_to`` (training text), only the tokens it uses ≥ ``min_freq`` times are kept, their strings still
-        matching the model's rows (:meth:`~lightning_embinit.text.subword.PretrainedTokenizer.restricted`)."""
+        """A Hugging Face tokenizer by hub id or local directory; with ``restrict_to`` (training text), only the
+        tokens it uses ≥ ``min_freq`` times (:meth:`~lightning_embinit.text.subword.PretrainedTokenizer.restricted`)."""
         tokenizer = cls._kinds["pretrained"].load(name_or_path)
         return tokenizer if restrict_to is None else tokenizer.restricted(restrict_to, min_freq=min_freq)
 

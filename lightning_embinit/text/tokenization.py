@@ -2,28 +2,22 @@
 
 :class:`TextTokenizer` has three kinds, chosen per side by a spec (:func:`build_tokenizer`):
 
-- ``word``: :class:`~lightning_embinit.text.text_tokenizer.WordTokenizer` + a
-  :class:`~lightning_embinit.vocabulary.Vocabulary` built from the training text with a minimum frequency
-  ([K]: 2; 5 for IWSLT2017). Special tokens ``<pad> <unk> <bos> <eos>`` (ids 0–3), then ``<cls> <sep> <mask>``
-  when asked for (``roles``).
-- ``wordpiece``: a WordPiece vocabulary trained on the training text with the Hugging Face
-  ``tokenizers`` library, as [R]'s tutorial builds its vocabularies: BERT normalization without
-  accent stripping (German umlauts and ß survive), reserved tokens ``[PAD] [UNK] [START] [END]``
-  as in the tutorial (then ``[CLS] [SEP] [MASK]`` when asked for). Unlike BERT's pre-tokenizer,
-  word starts carry ``▁`` (``"▁mann"``, but ``"shirt"`` after the hyphen of ``"t-shirt"``), so
-  decoding gives back the text's own spacing instead of ``"t - shirt ."``.
-- ``pretrained``: any Hugging Face tokenizer (hub id or local directory, ``transformers.AutoTokenizer``);
-  its token strings by id are ``TextTokenizer.tokens``, so ``source="hf:<same>"`` aligns row for row.
-  Roles the tokenizer lacks come from its own tokens (bos → cls, eos → sep); a role with no token
-  at all (e.g. GPT-2's pad, T5's bos) gets a new special token appended to the vocabulary.
+- ``word``: :class:`~lightning_embinit.text.text_tokenizer.WordTokenizer` + a vocabulary of the training text's
+  words seen ≥ ``min_freq`` times ([K]: 2; 5 for IWSLT2017). Special tokens ``<pad> <unk> <bos> <eos>`` (ids 0–3),
+  then ``<cls> <sep> <mask>`` when asked for (``roles``).
+- ``wordpiece``: trained on the training text with the Hugging Face ``tokenizers`` library as [R]'s tutorial does:
+  BERT normalization without accent stripping (umlauts and ß survive), reserved tokens ``[PAD] [UNK] [START]
+  [END]`` (then ``[CLS] [SEP] [MASK]`` when asked for). Word starts carry ``▁`` (``"▁mann"``, but ``"shirt"`` after
+  the hyphen of ``"t-shirt"``), so decoding gives back the text's own spacing instead of ``"t - shirt ."``.
+- ``pretrained``: any Hugging Face tokenizer (hub id or local directory); its token strings by id are
+  ``TextTokenizer.tokens``, so ``source="hf:<same>"`` aligns row for row. Missing roles come from its own tokens
+  (bos → cls, eos → sep), else a new special token is appended (e.g. GPT-2's pad, T5's bos).
 
-``to_config()`` is complete JSON (a pretrained tokenizer embeds its ``save_pretrained`` files), so a
-checkpoint decodes new text with its own ids, offline. WordPiece training is not deterministic
-(the trainer breaks frequency ties in hash-map order), so processes must share one trained
-tokenizer — the datamodules' cache does that (see :mod:`lightning_embinit.data.text_cache`).
-The interface and the word kind live in :mod:`lightning_embinit.text.text_tokenizer`, the sub-word
-kinds in :mod:`lightning_embinit.text.subword`; this module builds any of them from a spec,
-and a datamodule's :class:`TokenizerPlan` (spec, options, training text) says how to get one.
+``to_config()`` is complete JSON (a pretrained tokenizer embeds its ``save_pretrained`` files), so a checkpoint
+decodes new text offline. WordPiece training is not deterministic (frequency ties break in hash-map order), so
+processes share one trained tokenizer through the datamodules' cache (:mod:`lightning_embinit.data.text_cache`).
+The kinds live in :mod:`.text_tokenizer` and :mod:`.subword`; this module builds any of them from a spec, and a
+datamodule's :class:`TokenizerPlan` says how to get one.
 """
 
 from __future__ import annotations
@@ -65,7 +59,7 @@ TokenizerSpec = str | dict[str, Any]
 
 
 def _known_model_location(name: str) -> str:
-    """``hf:minilm``, ``hf:bert``…: the names of :mod:`lightning_embinit.init.sources.hf` → directory or hub id."""
+    """``hf:minilm``, ``hf:bert``… (:mod:`lightning_embinit.init.sources.hf`'s names) → directory or hub id."""
     from lightning_embinit.init.sources.hf import KNOWN_MODELS, _package_dir
 
     known = KNOWN_MODELS.get(name)
@@ -84,8 +78,7 @@ BUILD_OPTIONS = {"restrict_vocabulary", "min_freq"}.union(*TRAINED_OPTIONS.value
 
 
 def _spec_form(spec: Any) -> str | None:
-    """Which of :data:`SPEC_FORMS` ``spec`` is (``tokenizer``, ``config``, ``word``, ``wordpiece``, ``hf``,
-    ``directory``, ``file``); None: none of them."""
+    """Which form ``spec`` is: ``tokenizer``, ``config``, ``word``, ``wordpiece``, ``hf``, ``directory``, ``file``."""
     if isinstance(spec, TextTokenizer):
         return "tokenizer"
     if isinstance(spec, Mapping):
@@ -117,14 +110,13 @@ def check_tokenizer_spec(spec: Any, what: str = "tokenizer") -> None:
 def build_tokenizer(
     spec: str | Mapping[str, Any] | TextTokenizer, texts: TextSource = (), **options: Any
 ) -> TextTokenizer:
-    """A :class:`TextTokenizer` from a spec (see :data:`SPEC_FORMS`); ``texts`` train ``word``/``wordpiece``.
+    """A :class:`TextTokenizer` from a spec (see :data:`SPEC_FORMS`); ``texts`` (or a callable giving them, called
+    only when needed) train ``word``/``wordpiece``.
 
-    ``options`` (each kind takes what applies to it; pretrained and saved tokenizers take none):
-    ``min_freq`` (word: minimum count; wordpiece: the trainer's ``min_frequency``), ``max_size``
-    (word), ``vocab_size`` (wordpiece), ``lowercase``, ``word_tokenizer`` (``regex``/``whitespace``),
-    ``roles`` (extra special tokens: ``cls``, ``sep``, ``mask``), ``restrict_vocabulary``
-    (pretrained: keep only the tokens ``texts`` use ≥ ``min_freq`` times, default 1). ``texts`` may
-    be a callable, read only when a vocabulary is learned from it.
+    ``options`` (each kind takes those of :data:`TRAINED_OPTIONS` that apply to it): ``min_freq`` (word: minimum
+    count; wordpiece: the trainer's ``min_frequency``), ``max_size``, ``vocab_size``, ``lowercase``,
+    ``word_tokenizer``, ``roles`` (extra special tokens: ``cls``, ``sep``, ``mask``); a pretrained tokenizer takes
+    ``restrict_vocabulary`` (keep only the tokens ``texts`` use ≥ ``min_freq`` times, default 1).
     """
     if unknown := sorted(set(options) - BUILD_OPTIONS):
         raise ValueError(f"unknown tokenizer options {unknown}; options: {', '.join(sorted(BUILD_OPTIONS))}")
@@ -176,8 +168,7 @@ class TokenizerPlan:
         return build_tokenizer(self.spec)
 
     def key(self) -> dict[str, Any]:
-        """What identifies the tokenizer before training: its options, and a trained kind's name or the
-        fingerprint of the pretrained (or saved) tokenizer it starts from."""
+        """What identifies the tokenizer: its options and kind, or the fingerprint of the tokenizer it starts from."""
         options = {k: v for k, v in sorted(self.options.items()) if v is not None}
         if self.trained:
             return {"spec": self.spec, "options": options}
