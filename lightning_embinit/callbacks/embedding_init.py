@@ -78,8 +78,6 @@ class EmbeddingInitCallback(FitOnceCallback):
     def state_key(self) -> str:
         return self._generate_state_key(slots=sorted(self.initializer.slot_recipes) or None)
 
-    # -- when --------------------------------------------------------------------------------
-
     @override
     def setup(self, trainer: Trainer, pl_module: LightningModule, stage: str) -> None:
         self._built_at_setup = None
@@ -122,8 +120,6 @@ class EmbeddingInitCallback(FitOnceCallback):
         corpus as in ``fit``. Under ``torch.distributed`` every rank must call it: rank 0 builds, every rank writes."""
         self._initialize(module, datamodule)
         return self.reports
-
-    # -- what --------------------------------------------------------------------------------
 
     def _initialize(
         self, module: torch.nn.Module, datamodule: Any, trainer: Trainer | None = None, *, deferred: bool = False
@@ -186,8 +182,6 @@ class EmbeddingInitCallback(FitOnceCallback):
         for logger in trainer.loggers:
             logger.log_hyperparams(report_hyperparameters(self.reports))
             logger.log_metrics(report_metrics(self.reports), step=0)
-
-    # -- checkpoint ------------------------------------------------------------------------------
 
     @override
     def on_save_checkpoint(self, trainer: Trainer, pl_module: LightningModule, checkpoint: dict[str, Any]) -> None:

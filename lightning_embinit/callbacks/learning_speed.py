@@ -98,7 +98,6 @@ class LearningSpeedMonitor(Callback):
             f"{self.prefix}/examples_seen": self.examples_seen,
         }
 
-    # ------------------------------------------------------------------ counting
     def _sum_over_ranks(
         self, trainer: L.Trainer, pl_module: L.LightningModule, value: float | None
     ) -> tuple[int, float | None]:
@@ -140,7 +139,6 @@ class LearningSpeedMonitor(Callback):
         if trainer.is_global_zero:
             log_scalars(trainer, scalars, step)
 
-    # ------------------------------------------------------------------ hooks
     @override
     def setup(self, trainer: L.Trainer, pl_module: L.LightningModule, stage: str) -> None:
         if stage == "fit":
@@ -184,7 +182,6 @@ class LearningSpeedMonitor(Callback):
                 "(with every_n_steps below the run's length) for a training metric"
             )
 
-    # ------------------------------------------------------------------ checkpointing
     @override
     def state_dict(self) -> dict[str, Any]:
         # examples since the last sum over ranks are counted on every rank alike (equal batch sizes, as a

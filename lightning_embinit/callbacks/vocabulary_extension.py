@@ -115,7 +115,6 @@ class VocabularyExtensionCallback(FitOnceCallback):
     def __getstate__(self) -> dict[str, Any]:
         return {**super().__getstate__(), "_frozen": {}}
 
-    # -- hooks -----------------------------------------------------------------------------
     @override
     def setup(self, trainer: Trainer, pl_module: LightningModule, stage: str) -> None:
         if not self.begin_fit(pl_module, stage):
@@ -183,10 +182,14 @@ class VocabularyExtensionCallback(FitOnceCallback):
         for logger in trainer.loggers:
             logger.log_metrics(extension_metrics(self.reports), step=0)
 
-    # -- steps -----------------------------------------------------------------------------
     def _extend(self, trainer: Trainer, pl_module: LightningModule) -> None:
         datamodule = getattr(trainer, "datamodule", None)
         checkpoint = self._read_checkpoint(pl_module)
+        old_tokenizer = self.old_tokenizer
+        if isinstance(old_tokenizer, (str, os.PathLike)):  # a saved tokenizer (.json), a directory or hf:<name>
+            from lightning_embinit.text.tokenization import build_tokenizer
+
+            old_tokenizer = build_tokenizer(os.fspath(old_tokenizer))
         state = None if checkpoint is None else dict(checkpoint["state_dict"])
         jobs = extension_jobs(
             pl_module,
@@ -194,7 +197,7 @@ class VocabularyExtensionCallback(FitOnceCallback):
             slots=self.slots,
             tokens=self.tokens,
             old_tokens=self.old_tokens,
-            old_tokenizer=_tokenizer_object(self.old_tokenizer),
+            old_tokenizer=old_tokenizer,
             datamodule=datamodule,
         )
         plans = run_on_rank_zero(  # built on global rank 0 and broadcast; a failure there is raised on every rank
@@ -246,12 +249,3 @@ class VocabularyExtensionCallback(FitOnceCallback):
 def _frozen_rows(masks: Mapping[str, torch.Tensor], name: str) -> torch.Tensor | None:
     added = masks.get(name)
     return None if added is None else ~added
-
-
-def _tokenizer_object(spec: Any) -> Any:
-    """An ``old_tokenizer=`` given as a saved tokenizer (``.json``), a directory or ``hf:<name>``, loaded."""
-    if isinstance(spec, (str, os.PathLike)):
-        from lightning_embinit.text.tokenization import build_tokenizer
-
-        return build_tokenizer(os.fspath(spec))
-    return spec

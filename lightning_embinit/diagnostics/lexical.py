@@ -49,6 +49,7 @@ from lightning_embinit.diagnostics.lexical_files import (
 )
 from lightning_embinit.init.positional import sinusoidal_encoding
 from lightning_embinit.init.registry import Registry
+from lightning_embinit.init.report import text_table
 from lightning_embinit.init.statistics import MatrixStats, matrix_statistics
 from lightning_embinit.init.transforms import StatisticsTarget, resolve_target, standardize
 from lightning_embinit.text_files import check_encoding
@@ -234,13 +235,12 @@ def lexical_probe(
     """``{chain: {"analogy": acc, "analogy_semantic": acc, "analogy_syntactic": acc, "analogy_count": n,
     "similarity": {name: spearman}, ...}}`` for an (N, D) ``matrix`` whose row i is word ``tokens[i]``.
 
-    ``input_scale`` is s (default √D); ``positional`` the (L, D) encoding whose rows are added
-    (default: sinusoidal, L = 512), one row per word drawn uniformly from a generator seeded with
-    ``seed``, the same rows for every chain; ``standardize_to`` the target of ``standardized``
-    (a scheme name, a std, a (mean, std) pair). ``max_analogies`` evaluates a seeded sample of
-    the in-vocabulary questions instead of all. Accuracies are None when nothing was evaluated. The files are
-    read in ``encoding`` (:mod:`.lexical_files`: a malformed file is a ValueError naming it); a table with a
-    NaN or infinite value (a diverged run) is a ValueError naming its first such rows.
+    ``input_scale`` is s (default √D); ``positional`` the (L, D) encoding (default: sinusoidal, L = 512), one row
+    per word drawn from a generator seeded with ``seed``, the same for every chain; ``standardize_to`` the target of
+    ``standardized`` (a scheme name, a std, a (mean, std) pair); ``max_analogies`` evaluates a seeded sample of the
+    in-vocabulary questions. Accuracies are None when nothing was evaluated. A malformed file
+    (:mod:`.lexical_files`, read in ``encoding``) or a table with a NaN or infinite value (a diverged run) is a
+    ValueError naming it.
     """
     chains = check_chains(chains)
     if matrix.dim() != 2 or matrix.shape[0] != len(tokens):
@@ -295,7 +295,4 @@ def format_probe(results: dict[str, dict[str, Any]]) -> str:
         + [number(r["similarity"].get(name)) for name in names]
         for chain, r in results.items()
     ]
-    widths = [max(len(cell) for cell in column) for column in zip(header, *rows)]
-    lines = ["  ".join(cell.ljust(width) for cell, width in zip(line, widths)).rstrip() for line in [header, *rows]]
-    lines.insert(1, "  ".join("-" * width for width in widths))
-    return "\n".join(lines)
+    return "\n".join(text_table(header, rows))
