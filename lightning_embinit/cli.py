@@ -1,15 +1,8 @@
-"""The ``embinit`` command: a LightningCLI over any LightningModule and LightningDataModule.
-
-``embinit fit --config cfg.yaml``, ``embinit validate|test ...``, ``embinit fit --print_config``.
-Models and data modules are chosen by ``class_path`` in the config; callbacks such as
-``lightning_embinit.EmbeddingInitCallback`` go under ``trainer.callbacks``. Logs and checkpoints
-go to ``trainer.default_root_dir`` (Lightning's default: ``lightning_logs/`` under the current
-directory). ``embinit inspect ...`` checks a start without training (:mod:`lightning_embinit.inspect_cli`);
-``embinit sweep|report ...`` run a study and tabulate it (:mod:`lightning_embinit.study_cli`);
-``embinit translate|generate|classify --ckpt_path RUN.ckpt`` run a trained model on text
-(:mod:`lightning_embinit.use_cli`), which ``embinit predict`` points to rather than print nothing;
-``embinit --version`` prints the package's version.
-The LightningCLI itself lives in :mod:`lightning_embinit.lightning_cli`.
+"""The ``embinit`` command: a LightningCLI over any LightningModule and LightningDataModule (``embinit fit --config
+cfg.yaml``, ``embinit validate|test ...``; :mod:`lightning_embinit.lightning_cli`), and the commands of
+:data:`OTHER_COMMANDS`: ``inspect`` (:mod:`lightning_embinit.inspect_cli`), ``sweep|report``
+(:mod:`lightning_embinit.study_cli`), ``translate|generate|classify`` (:mod:`lightning_embinit.use_cli`, which
+``embinit predict`` points to rather than print nothing).
 
 Exit status: 0 on success; 2 when the arguments or the config are refused (one line on stderr:
 ``embinit fit: error: ...``); 1 when the run itself fails (one line naming the exception; ``EMBINIT_DEBUG=1``

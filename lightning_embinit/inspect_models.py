@@ -141,29 +141,6 @@ def auto_class(config: Any) -> Any:
     return (named or [auto for auto, _ in fitting])[0]
 
 
-def hugging_face_model(config: Any) -> nn.Module:
-    """``config``'s model (:func:`auto_class`) on meta with real embedding tables; ``init_weights()`` initializes
-    them as ``from_config`` on the CPU would (a no-op on the meta weights) and re-ties the output layer."""
-    model = on_meta(lambda: auto_class(config).from_config(config))
-    model.init_weights()
-    return model
-
-
-def litgpt_model(name: str, fields: Mapping[str, Any]) -> nn.Module:
-    """``litgpt.GPT(Config.from_name(name, **fields))`` on meta with a real token table, as ``GPT`` leaves it (torch's
-    N(0, 1); litgpt's pre-training re-initializes it)."""
-    try:
-        from litgpt import GPT, Config
-    except ImportError:
-        raise ImportError("--litgpt-config needs litgpt (pip install litgpt)") from None
-    config = Config.from_name(name, **fields)
-    model = on_meta(lambda: GPT(config))
-    for module in model.modules():
-        if isinstance(module, nn.Embedding):
-            module.reset_parameters()
-    return model
-
-
 def model_from_config(
     *,
     hf_config: str | None = None,
@@ -175,11 +152,23 @@ def model_from_config(
     """The model of a Hugging Face config (``hf_config`` or ``model_type``) or a litgpt config name, with ``sizes``
     (``vocab_size``, ``dim``, ``num_layers``, ``num_heads``) and other config fields ``options`` set."""
     sizes, options = dict(sizes or {}), dict(options or {})
-    if litgpt_config is not None:
+    if litgpt_config is not None:  # litgpt.GPT, its token table as GPT leaves it (torch's N(0, 1))
+        try:
+            from litgpt import GPT, Config
+        except ImportError:
+            raise ImportError("--litgpt-config needs litgpt (pip install litgpt)") from None
         fields = {field: value for size, value in sizes.items() for field in LITGPT_SIZES[size]}
-        return litgpt_model(litgpt_config, {**fields, **options})
+        config = Config.from_name(litgpt_config, **{**fields, **options})
+        model = on_meta(lambda: GPT(config))
+        for module in model.modules():
+            if isinstance(module, nn.Embedding):
+                module.reset_parameters()
+        return model
     fields = {HF_SIZES[size]: value for size, value in sizes.items()}
-    return hugging_face_model(hugging_face_config(hf_config, model_type, {**fields, **options}))
+    config = hugging_face_config(hf_config, model_type, {**fields, **options})
+    model = on_meta(lambda: auto_class(config).from_config(config))
+    model.init_weights()  # initializes the real tables as from_config on the CPU would, and re-ties the head
+    return model
 
 
 def on_meta(build: Callable[[], nn.Module]) -> nn.Module:

@@ -1,9 +1,5 @@
-"""The LightningCLI behind ``embinit fit|validate|test`` and ``embinit inspect --config``.
-
-:class:`EmbinitCLI` links the datamodule's vocabulary, tokenizers and label names to the model's
-arguments, hands a checkpoint's own ones to the datamodule with ``--ckpt_path``, and adds a progress
-bar that knows the step budget. :func:`embinit_cli` builds it over any LightningModule and
-LightningDataModule chosen by ``class_path``, as both commands do.
+"""The LightningCLI behind ``embinit fit|validate|test`` and ``embinit inspect --config``: :class:`EmbinitCLI`,
+built over any LightningModule and LightningDataModule chosen by ``class_path`` (:func:`embinit_cli`).
 
 Errors stay readable: the parser's (``--model.init_args.architecture.d_model abc``) end the command with one line
 (:class:`EmbinitArgumentParser`), and :func:`error_summary` reduces jsonargparse's report of a refused class to its
@@ -51,10 +47,9 @@ known before the model is built, so its tables have their rows and token strings
 
 class EmbinitCLI(LightningCLI):
     """LightningCLI with this package's defaults: the datamodule's vocabulary, tokenizers and label names go to the
-    model's arguments of those names when both exist (:data:`DATA_TO_MODEL_LINKS`), so the embedding tables have
-    their rows and token strings before ``EmbeddingInitCallback`` runs at setup. With ``--ckpt_path``, the
-    checkpoint's hyperparameters configure the model as in LightningCLI, except those (:data:`CHECKPOINT_TO_DATA`):
-    they go to the datamodule, so the model gets the checkpoint's token ids and labels, not ones built from new text.
+    model (:data:`DATA_TO_MODEL_LINKS`); with ``--ckpt_path`` the checkpoint's hyperparameters configure the model
+    as in LightningCLI, except :data:`CHECKPOINT_TO_DATA`, which go to the datamodule (the model gets the
+    checkpoint's token ids and labels, not ones built from new text); a progress bar that knows the step budget.
     """
 
     _checkpoint_config_read = False

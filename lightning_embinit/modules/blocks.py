@@ -1,16 +1,8 @@
-"""Generic transformer building blocks shared by every model of the package.
-
-One block serves the pre-LN causal LM of [S], the post-LN encoder–decoder of [R] and [K] and the reinforced
-model's layers (docs/concepts.md#tied-head, #reinforced-baseline, #reinforced-model): ``pre_norm`` picks the
-layer-norm placement, ``causal`` is a call-time flag, a block built with ``cross_attention=True`` attends to a
-memory, per-head widths r and q are options, and values of their own width can be given at call time. Attention
-runs on :func:`torch.nn.functional.scaled_dot_product_attention`; padding masks reach every attention.
-
-- :class:`TransformerStack`: an encoder or a decoder (with incremental decoding through a
-  :class:`DecoderCache` of :class:`AttentionCache` s), reused unchanged by every model;
-- what the first layer sees (s · E[ids] + P) is :mod:`lightning_embinit.modules.inputs`.
-
-Nothing here imports Lightning.
+"""Transformer blocks shared by every model of the package: the pre-LN causal LM of [S], the post-LN encoder–decoder
+of [R] and [K] and the reinforced model's layers (docs/concepts.md#tied-head, #reinforced-baseline,
+#reinforced-model). :class:`TransformerStack` is an encoder or a decoder (incremental decoding through a
+:class:`DecoderCache`); what the first layer sees (s · E[ids] + P) is :mod:`lightning_embinit.modules.inputs`.
+Attention runs on :func:`torch.nn.functional.scaled_dot_product_attention`. Nothing here imports Lightning.
 """
 
 from __future__ import annotations
@@ -58,14 +50,12 @@ def activation_fn(
 
 
 class Dropout(nn.Dropout):
-    """``nn.Dropout`` with a cheaper mask on CPU; other devices use :func:`torch.nn.functional.dropout`.
+    """``nn.Dropout`` with a cheaper mask on CPU (torch's draws one Bernoulli variable per element, about a sixth of a
+    training step of [K]'s model in ``benchmarks/bench_seq2seq.py``); other devices use torch's.
 
-    torch's CPU dropout draws one Bernoulli variable per element, about a sixth of a training step
-    of [K]'s model in ``benchmarks/bench_seq2seq.py``. Here one 64-bit random integer (torch's
-    generator, so seeding works as usual) masks four elements: an element is kept when its 16-bit
-    share is ≥ the threshold, so p is rounded to a multiple of 1/65536 (0.1 → 0.100006). Kept
-    elements are scaled by 1/(1 − p), as in ``nn.Dropout``; the mask is kept as 0 or 1/(1 − p) in
-    ``x``'s dtype, so forward and backward are one product each.
+    One 64-bit random integer (torch's generator, so seeding works as usual) masks four elements: an element is kept
+    when its 16-bit share is ≥ the threshold, so p is rounded to a multiple of 1/65536 (0.1 → 0.100006). Kept
+    elements are scaled by 1/(1 − p) as in ``nn.Dropout``, by one product with a mask of 0 or 1/(1 − p).
     """
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
@@ -194,9 +184,9 @@ class TransformerBlock(nn.Module):
 
 
 class DecoderCache:
-    """Everything a decoder keeps between incremental steps: one self- and one (static)
-    cross-attention :class:`AttentionCache` per layer, the number of positions already decoded
-    (``length``), and model-specific running tensors (``state``, batch-first)."""
+    """What a decoder keeps between incremental steps: one self- and one (static) cross-attention
+    :class:`AttentionCache` per layer, the positions decoded (``length``) and the model's running tensors
+    (``state``, batch-first)."""
 
     def __init__(self, num_layers: int) -> None:
         self.self_attention = [AttentionCache() for _ in range(num_layers)]
@@ -212,13 +202,9 @@ class DecoderCache:
 
 
 class TransformerStack(nn.Module):
-    """``num_layers`` :class:`TransformerBlock` s of width ``dim``, and a final norm when pre-LN.
-
-    ``causal``: self-attention sees positions ≤ t only (a decoder, a language model) or the whole padded
-    sequence (an encoder). ``block_options`` are :class:`TransformerBlock`'s; with ``cross_attention=True`` every
-    layer also attends to a memory (an encoder–decoder's decoder). Incremental decoding goes through a
-    :class:`DecoderCache`; masks and ``values``/``memory_values`` ([R]'s reinforced model) go to every layer.
-    """
+    """``num_layers`` :class:`TransformerBlock` s of width ``dim`` (``block_options``: the block's), and a final norm
+    when pre-LN. ``causal``: self-attention sees positions ≤ t only (a decoder, a language model), else the whole
+    padded sequence (an encoder)."""
 
     def __init__(
         self,
