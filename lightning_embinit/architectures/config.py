@@ -14,9 +14,9 @@ from typing import Any, ClassVar
 from lightning_embinit.checks import (
     check_choice,
     check_non_negative_int,
-    check_positive,
     check_positive_int,
     check_probability,
+    check_range,
 )
 from lightning_embinit.init.schemes import get_scheme
 from lightning_embinit.modules.blocks import ACTIVATIONS, NORMS, TransformerStack
@@ -191,7 +191,7 @@ class ReinforcedEncoderDecoderConfig(Seq2SeqConfig):
     def __post_init__(self) -> None:
         check_choice("target_normalization", self.target_normalization, TARGET_NORMALIZATIONS)
         super().__post_init__()
-        check_positive("tn_eps", self.tn_eps)
+        check_range("tn_eps", self.tn_eps, 0, None, low_open=True)
 
 
 POOLINGS = ("cls", "mean")

@@ -33,28 +33,24 @@ from lightning_embinit.init.sharding import whole_slot
 
 
 class EmbeddingVarianceMonitor(Callback):
-    """Log ``{prefix}/{slot}/{key}`` for each slot at train start, every ``every_n_steps`` steps and at train end.
+    """Log ``{prefix}/{slot}/{key}`` for each slot at train start, every ``every_n_steps`` steps and at train end
+    (docs/diagnostics.md).
 
     Keys: ``mean``, ``std``, ``min``, ``max`` of the table (non-padding rows), the same with a ``scaled_`` prefix
     for s · X, ``pe_std``, ``pe_min``, ``pe_max``, ``pe_range`` of the positional encoding P, ``ratio`` =
-    σ(s · X)/σ(P), and ``semantic_retention``, ``positional_retention`` and ``neighbour_survival`` on
-    ``sample_rows`` rows at random positions below ``max_position`` (None: all), k = ``neighbours``
-    (:mod:`lightning_embinit.diagnostics.absorption`). s and P are the model's own: a recognized family's
-    (:mod:`lightning_embinit.init.families`; BERT and GPT-2 add their learned position table to unscaled token
-    vectors, s = 1) or what the slot declares. A model that adds no positions to the token vectors (rotary, ALiBi,
-    relative-bias attention) gets ``no_additive_positional_encoding`` = 1 instead of the positional keys, and a
-    message (once per fit) that says what it does instead.
+    σ(s · X)/σ(P), and the absorption measures ``semantic_retention``, ``positional_retention`` and
+    ``neighbour_survival`` (:func:`~lightning_embinit.diagnostics.absorption.slot_absorption`: ``sample_rows``
+    rows at positions below ``max_position``, k = ``neighbours``, a private generator seeded with ``seed``). s and
+    P are the model's own (a recognized family's, :mod:`lightning_embinit.init.families`, or the slot's); a model
+    that adds no positions to the token vectors (rotary, ALiBi, relative-bias) logs
+    ``no_additive_positional_encoding`` = 1 instead of the positional keys, and says so once per fit.
 
-    Computed on global rank zero (a sharded table, FSDP2's DTensor, is first gathered on every rank: the only
-    collective) from a private generator seeded with ``seed``, without gradients, touching neither the weights,
-    the train/eval mode nor the global RNG. A warning (once) names the countermeasures when a retention falls below
-    ``positional_threshold`` (tokens drown positions) or ``semantic_threshold`` (positions drown tokens; see
-    :func:`~lightning_embinit.diagnostics.absorption.drowning`). With ``figures``, a histogram of s · X against P
-    goes to TensorBoard loggers at start and end.
-
-    ``start``, ``latest`` and the warning start afresh at every ``fit``; a resumed run gets them back from its
-    checkpoint. :meth:`summary` (:class:`~lightning_embinit.callbacks.summary.PublishesSummary`) holds the latest
-    values and those at the start.
+    Computed on global rank zero (a sharded table is first gathered on every rank) without touching the weights,
+    the train/eval mode or the global RNG. A warning (once) names the countermeasures when a retention falls below
+    ``positional_threshold`` or ``semantic_threshold`` (:func:`~lightning_embinit.diagnostics.absorption.drowning`);
+    with ``figures``, a histogram of s · X against P goes to TensorBoard loggers at start and end. ``start``,
+    ``latest`` and the warning start afresh at every ``fit`` and are checkpointed; :meth:`summary` holds the latest
+    values and those at the start (``..._at_start``).
     """
 
     summary_key = MONITORS

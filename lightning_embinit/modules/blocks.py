@@ -36,10 +36,10 @@ ACTIVATION_FUNCTIONS: dict[str, Callable[[torch.Tensor], torch.Tensor]] = {
 ACTIVATIONS = ("relu", "gelu")
 
 
-def build_norm(kind: str, dim: int, eps: float = 1e-5) -> nn.Module:
-    """``layernorm`` (γ = 1, β = 0) or ``rmsnorm`` (γ = 1): x / rms(x) · γ."""
+def build_norm(kind: str, dim: int) -> nn.Module:
+    """``layernorm`` (γ = 1, β = 0) or ``rmsnorm`` (γ = 1): x / rms(x) · γ, both with ε = 1e-5."""
     check_choice("norm", kind, NORMS)
-    return nn.LayerNorm(dim, eps=eps) if kind == "layernorm" else nn.RMSNorm(dim, eps=eps)
+    return nn.LayerNorm(dim, eps=1e-5) if kind == "layernorm" else nn.RMSNorm(dim, eps=1e-5)
 
 
 def activation_fn(
@@ -108,7 +108,6 @@ class TransformerBlock(nn.Module):
         norm: str = "layernorm",
         bias: bool = True,
         dropout: float = 0.0,
-        norm_eps: float = 1e-5,
         qk_head_dim: int | None = None,
         v_head_dim: int | None = None,
         value_dim: int | None = None,
@@ -123,7 +122,7 @@ class TransformerBlock(nn.Module):
         activation_dropout = dropout if activation_dropout is None else activation_dropout
         heads = {"qk_head_dim": qk_head_dim, "v_head_dim": v_head_dim, "bias": bias, "dropout": attention_dropout}
         self.self_attn = MultiHeadAttention(dim, num_heads, value_dim=value_dim, **heads)
-        self.norm1 = build_norm(norm, dim, norm_eps)
+        self.norm1 = build_norm(norm, dim)
         self.cross_attn = None
         self.norm_cross = None
         if cross_attention:
@@ -134,9 +133,9 @@ class TransformerBlock(nn.Module):
                 value_dim=memory_dim if memory_value_dim is None else memory_value_dim,
                 **heads,
             )
-            self.norm_cross = build_norm(norm, dim, norm_eps)
+            self.norm_cross = build_norm(norm, dim)
         self.ffn = FeedForward(dim, hidden_dim, activation=activation, bias=bias, dropout=activation_dropout)
-        self.norm2 = build_norm(norm, dim, norm_eps)
+        self.norm2 = build_norm(norm, dim)
         self.dropout = Dropout(dropout)
 
     def residual_projections(self) -> list[nn.Linear]:
@@ -216,7 +215,6 @@ class TransformerStack(nn.Module):
         causal: bool = False,
         pre_norm: bool = False,
         norm: str = "layernorm",
-        norm_eps: float = 1e-5,
         **block_options: Any,
     ) -> None:
         super().__init__()
@@ -224,12 +222,10 @@ class TransformerStack(nn.Module):
             raise ValueError(f"num_layers must be ≥ 1, got {num_layers}")
         self.causal = causal
         self.layers = nn.ModuleList(
-            TransformerBlock(
-                dim, num_heads, hidden_dim, pre_norm=pre_norm, norm=norm, norm_eps=norm_eps, **block_options
-            )
+            TransformerBlock(dim, num_heads, hidden_dim, pre_norm=pre_norm, norm=norm, **block_options)
             for _ in range(num_layers)
         )
-        self.final_norm = build_norm(norm, dim, norm_eps) if pre_norm else None
+        self.final_norm = build_norm(norm, dim) if pre_norm else None
 
     def new_cache(self) -> DecoderCache:
         """An empty cache for incremental decoding with this (decoder) stack."""
