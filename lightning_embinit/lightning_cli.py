@@ -328,9 +328,7 @@ def debug_requested() -> bool:
 CONFIG_MODE = "embinit_yaml"
 """The jsonargparse parser mode of :class:`EmbinitArgumentParser`: jsonargparse's YAML, a key given twice refused."""
 set_loader(
-    CONFIG_MODE,
-    lambda text, path="": load_yaml(text, path or "<string>", get_loader("yaml")),
-    (yaml.YAMLError,),
+    CONFIG_MODE, lambda text, path="": load_yaml(text, path or "<string>", get_loader("yaml")), (yaml.YAMLError,)
 )
 
 

@@ -96,10 +96,7 @@ def similarity_lines(path: str, encoding: str = "utf-8") -> list[str]:
 
 
 def sample_analogies(
-    entries: Sequence[tuple[str | None, str]],
-    vocabulary: set[str],
-    limit: int,
-    seed: int,
+    entries: Sequence[tuple[str | None, str]], vocabulary: set[str], limit: int, seed: int
 ) -> list[str]:
     """The lines of an analogy file with at most ``limit`` in-vocabulary questions (a seeded sample; every section
     header kept)."""
