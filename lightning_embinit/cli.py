@@ -75,8 +75,14 @@ def main(args: Any = None) -> int:
     if argv[:1] in (["--version"], ["-V"]):
         print(f"embinit (lightning_embinit) {__version__}")
         return 0
-    if argv[0] in ("-h", "--help"):
-        print_help()
+    if argv[0] in ("-h", "--help"):  # answered without importing Lightning (`embinit fit --help` lists a config's)
+        print(
+            f"usage: embinit [-h] [-V] {{{','.join(LIGHTNING_COMMANDS)}}} [--config CONFIG] ...\n"
+            f"       embinit {{{','.join(OTHER_COMMANDS)}}} ...\n\ncommands:"
+        )
+        for command, description in LIGHTNING_COMMANDS.items():
+            print(f"  {command:<10}{description}")
+        print(f"\n{MORE_COMMANDS}\n`embinit fit --help` lists the config's options; -V, --version prints the version.")
         return 0
     if argv[0] == "predict" and not {"-h", "--help"} & set(argv):
         print(PREDICT_REFUSAL, file=sys.stderr)
@@ -86,17 +92,6 @@ def main(args: Any = None) -> int:
             module, function = OTHER_COMMANDS[argv[0]]
             return getattr(importlib.import_module(module), function)(argv[1:])
         return lightning_main(args)
-
-
-def print_help() -> None:
-    """``embinit --help``, answered without importing Lightning (``embinit fit --help`` lists a config's options)."""
-    print(
-        f"usage: embinit [-h] [-V] {{{','.join(LIGHTNING_COMMANDS)}}} [--config CONFIG] ...\n"
-        f"       embinit {{{','.join(OTHER_COMMANDS)}}} ...\n\ncommands:"
-    )
-    for command, description in LIGHTNING_COMMANDS.items():
-        print(f"  {command:<10}{description}")
-    print(f"\n{MORE_COMMANDS}\n`embinit fit --help` lists the config's options; -V, --version prints the version.")
 
 
 def lightning_main(args: Sequence[str] | None = None) -> int:

@@ -1,13 +1,10 @@
 """The models ``embinit inspect`` builds: a bare shape (:class:`ShapeModel`), or someone else's model from its config,
 on the meta device (docs/howto/inspect.md).
 
-A Hugging Face config — a directory holding ``config.json`` or a hub name, or a model type and sizes through
-``AutoConfig.for_model`` — becomes the model of the Auto class that fits it (the one whose model its
-``architectures`` names; else a seq2seq LM, a masked LM, a causal LM, the bare model, the first that has its model
-type). A litgpt config name becomes ``litgpt.GPT``. The model is built on the meta device; only its ``nn.Embedding``
-tables (token, position and token-type tables, small beside the transformer) get real CPU memory, initialized as the
-model initializes them, so that sources can be written into them and measured: inspecting a billion-parameter config
-allocates its embedding tables and nothing else.
+A Hugging Face config (a directory holding ``config.json``, a hub name, or a model type and sizes) becomes the model
+of the Auto class that fits it (:func:`auto_class`); a litgpt config name becomes ``litgpt.GPT``. Only the
+``nn.Embedding`` tables get real CPU memory (:func:`on_meta`), initialized as the model initializes them: inspecting
+a billion-parameter config allocates its embedding tables and nothing else.
 """
 
 from __future__ import annotations
@@ -126,7 +123,8 @@ def _check_fields(config: Any, fields: Mapping[str, Any]) -> None:
 
 
 def auto_class(config: Any) -> Any:
-    """The Auto class whose model fits ``config`` (module docstring)."""
+    """The Auto class whose model fits ``config``: the one whose model its ``architectures`` names, else the first of
+    :data:`AUTO_CLASSES` that has its model type."""
     import transformers
     from transformers.models.auto import modeling_auto
 

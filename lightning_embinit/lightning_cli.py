@@ -140,21 +140,17 @@ class EmbinitCLI(LightningCLI):
             if name == "vocabulary" and data_arguments.vocabulary is not None:
                 continue  # a vocabulary given on purpose stands
             data_arguments[name] = write(ckpt_path, name, value)
-        if hparams:
-            self.config = self.parser.parse_object(
-                {subcommand: {"model": self._model_arguments(subcommand, hparams)}}, self.config
-            )
-
-    def _model_arguments(self, subcommand: str, hparams: dict[str, Any]) -> dict[str, Any]:
-        """The checkpoint's hyperparameters as the model's config: a package system's as its arguments (the groups
-        as saved); any other model's as extra keyword arguments, as LightningCLI does."""
+        if not hparams:
+            return
+        # the model's config: a package system's arguments (the groups as saved); any other model's extra keyword
+        # arguments, as LightningCLI does
         model = self.config[subcommand].get("model")
         class_path = hparams.pop("_class_path", None) or (model.get("class_path") if model is not None else None)
-        if class_path is None:
-            return hparams
-        found = class_from_path(class_path)
-        ours = isinstance(found, type) and issubclass(found, EmbinitModule)
-        return {"class_path": class_path, "init_args" if ours else "dict_kwargs": hparams}
+        if class_path is not None:
+            found = class_from_path(class_path)
+            ours = isinstance(found, type) and issubclass(found, EmbinitModule)
+            hparams = {"class_path": class_path, "init_args" if ours else "dict_kwargs": hparams}
+        self.config = self.parser.parse_object({subcommand: {"model": hparams}}, self.config)
 
 
 def embinit_cli(args: Any = None, **options: Any) -> EmbinitCLI:

@@ -70,15 +70,6 @@ def _read_lines(source: str) -> list[str]:
     return path.read_text(encoding="utf-8").splitlines()
 
 
-def _write_lines(target: str, lines: Sequence[str]) -> None:
-    text = "".join(f"{line}\n" for line in lines)
-    if target == "-":
-        sys.stdout.write(text)
-        sys.stdout.flush()
-    else:
-        Path(target).write_text(text, encoding="utf-8")
-
-
 def load_model(command: str, path: str, device: str = "cpu") -> tuple[Any, dict[str, Any]]:
     """The model of checkpoint ``path`` in evaluation mode on ``device``, if its class is one ``command`` serves
     (else a ValueError naming the checkpoint's class and the command that serves it), and the checkpoint's
@@ -181,7 +172,12 @@ def main(command: str, args: Sequence[str]) -> int:
     except (ValueError, TypeError) as error:
         print(f"{parser.prog}: error: {' '.join(str(error).split())}", file=sys.stderr)
         return 2
-    _write_lines(options.output, outputs)
+    text = "".join(f"{line}\n" for line in outputs)
+    if options.output == "-":
+        sys.stdout.write(text)
+        sys.stdout.flush()
+    else:
+        Path(options.output).write_text(text, encoding="utf-8")
     return 0
 
 

@@ -68,22 +68,10 @@ class TransformerConfig:
         check_probability("dropout", self.dropout)
         check_probability("attention_dropout", self.attention_dropout, optional=True)
         check_probability("activation_dropout", self.activation_dropout, optional=True)
-        self._check_head_widths()
-
-    layer_counts: ClassVar[tuple[str, ...]] = ()
-    """The fields that count layers (each ≥ 1)."""
-    head_dims: ClassVar[tuple[str, ...]] = ()
-    """The fields that set per-head widths (None: the layer width / num_heads)."""
-    width_factor: ClassVar[int] = 1
-    """The layers' width in units of d_model (the reinforced model's layers are 2 · d_model wide)."""
-
-    def _check_head_widths(self) -> None:
-        """Per-head widths ≥ 1; where one is None, num_heads must divide the layer width (named as the user set it)."""
-        given = {name: check_positive_int(name, getattr(self, name), optional=True) for name in self.head_dims}
-        if any(value is not None for value in given.values()) and all(value is not None for value in given.values()):
-            return
+        # per-head widths ≥ 1; where one is None, num_heads must divide the layer width (named as the user set it)
+        given = [check_positive_int(name, getattr(self, name), optional=True) for name in self.head_dims]
         width = self.width_factor * self.d_model
-        if width % self.num_heads:
+        if (not given or None in given) and width % self.num_heads:
             what = (
                 f"d_model={self.d_model}"
                 if self.width_factor == 1
@@ -91,6 +79,13 @@ class TransformerConfig:
             )
             fix = f", or give {' and '.join(self.head_dims)}" if self.head_dims else ""
             raise ValueError(f"{what} is not divisible by num_heads={self.num_heads}: change d_model or num_heads{fix}")
+
+    layer_counts: ClassVar[tuple[str, ...]] = ()
+    """The fields that count layers (each ≥ 1)."""
+    head_dims: ClassVar[tuple[str, ...]] = ()
+    """The fields that set per-head widths (None: the layer width / num_heads)."""
+    width_factor: ClassVar[int] = 1
+    """The layers' width in units of d_model (the reinforced model's layers are 2 · d_model wide)."""
 
     @property
     def hidden_dim(self) -> int:

@@ -129,9 +129,7 @@ class EmbeddingInitCallback(FitOnceCallback):
             self.reports, self.seed_used = initialized.reports, initialized.seed
             self._pretrained_rows.clear()  # in place: the gradient masks read this dict
             self._pretrained_rows.update(initialized.pretrained_rows)
-        self._freeze(by_mask=deferred and wrapped_for_ddp(trainer))
-
-    def _freeze(self, *, by_mask: bool) -> None:
+        by_mask = deferred and wrapped_for_ddp(trainer)
         self._masks, messages = self.initializer.freeze(self.prepared, self._pretrained_rows, by_mask=by_mask)
         for message in messages:
             rank_zero_warn(f"EmbeddingInitCallback: {message}")

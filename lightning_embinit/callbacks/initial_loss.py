@@ -45,25 +45,18 @@ class InitialLossMonitor(Callback):
     """Log ``init_loss``, ``ln_vocab``, ``init_loss_ratio`` (= init_loss / ln n) and the predictions.
 
     ``init_loss`` is the mean of the losses ``training_step`` returned for the batches of the first optimizer step
-    (all ``accumulate_grad_batches`` of them, computed before any update; Lightning's division by
-    ``accumulate_grad_batches`` is undone under automatic optimization), averaged over ranks
-    (``trainer.strategy.reduce``): no extra forward pass. The first ``track_steps`` optimizer steps' losses are kept
-    alike in ``step_losses`` (checkpointed) and logged at each of those steps (logger step = optimizer step − 1, as
-    ``train_loss``, whatever ``log_every_n_steps``) as ``init_phase_loss``, ``loss_over_ln_vocab`` and
-    ``ln_vocab``; the one-off values (``init_loss``, ``init_loss_ratio``, the predictions) reach every logger
-    once, at the first step.
-
-    n: ``vocab_size``; else the rows of the slot named ``slot`` or of the module's tied slot; else the
-    ``out_features`` of the module's last ``nn.Linear``; else those of a single embedding table.
+    (computed before any update; Lightning's division by ``accumulate_grad_batches`` undone under automatic
+    optimization), averaged over ranks: no extra forward pass. The first ``track_steps`` optimizer steps' losses are
+    kept alike in ``step_losses`` (checkpointed) and logged at each of those steps (logger step = optimizer step −
+    1, as ``train_loss``) as ``init_phase_loss``, ``loss_over_ln_vocab`` and ``ln_vocab``; the one-off values reach
+    every logger once, at the first step. n: ``vocab_size``; else the rows of the ``slot`` named or of the tied
+    slot; else the ``out_features`` of the module's last ``nn.Linear``; else those of a single embedding table.
 
     Predictions, from the weights at the first batch: ``init_loss_predicted`` (``predicted``) is
-    ln(e^{dσ} + n − 1) (``docs/concepts.md``) for a tied slot, σ the table's std over its non-padding rows (None
-    without a tied slot); ``init_loss_predicted_model`` (``predicted_model``) is
-    ``pl_module.initial_loss_prediction()`` when defined (as :class:`~lightning_embinit.models.TiedEmbeddingLM`),
-    given ``length=`` the first batch's :func:`sequence_length` when it takes that argument.
-
-    A warning (once, rank zero) fires when init_loss > ln n + ``margin``. The one-off values are also its
-    :meth:`summary` (:class:`~lightning_embinit.callbacks.summary.PublishesSummary`).
+    ln(e^{dσ} + n − 1) (``docs/concepts.md``) for a tied slot, σ its std over non-padding rows;
+    ``init_loss_predicted_model`` (``predicted_model``) is ``pl_module.initial_loss_prediction()`` when defined (as
+    :class:`~lightning_embinit.models.TiedEmbeddingLM`), given ``length=`` (:func:`sequence_length`) when it takes
+    it. A warning (once, rank zero) fires when init_loss > ln n + ``margin``; :meth:`summary`: the one-off values.
     """
 
     summary_key = MONITORS
@@ -97,16 +90,14 @@ class InitialLossMonitor(Callback):
         self._active = False
         self._predict = False
 
-    def _slots(self, pl_module: nn.Module) -> dict[str, EmbeddingSlot]:
-        if self.slot is not None:
-            return select_slots(pl_module, [self.slot])
-        try:
-            return discover_slots(pl_module)
-        except ValueError:
-            return {}
-
     def _resolve(self, pl_module: nn.Module) -> None:
-        slots = self._slots(pl_module)
+        if self.slot is not None:
+            slots = select_slots(pl_module, [self.slot])
+        else:
+            try:
+                slots = discover_slots(pl_module)
+            except ValueError:
+                slots = {}
         tied = [s for s in slots.values() if s.is_tied]
         chosen = slots[self.slot] if self.slot is not None else (tied[0] if tied else None)
         self._tied = chosen if chosen is not None and chosen.is_tied else None

@@ -58,16 +58,12 @@ class LexicalProbe(Callback):
         seed: the seed of the random positional rows and of the question sample.
         encoding: the text encoding of the analogy and similarity files (read, and checked, when the callback is made).
 
-    Logged on global rank zero (a sharded table, FSDP2's DTensor, is first gathered on every rank):
-    ``{prefix}/{slot}/{chain}/analogy`` (``analogy_semantic``, ``analogy_syntactic``) and
-    ``{prefix}/{slot}/{chain}/similarity/{name}`` to every logger; the table as text and the scatter (raw vectors,
-    and s · x + P as the first layer sees them) to TensorBoard loggers. s and P are the model's own (a recognized
-    family's, :mod:`lightning_embinit.init.families`); a model that adds no positions to the token vectors (rotary,
-    ALiBi, relative-bias attention) skips the chains with + P, says so in the table and logs
-    ``{prefix}/{slot}/no_additive_positional_encoding`` = 1. Results are kept in ``results``
-    (``{"start": ..., "end": ...}``, checkpointed, afresh at every ``fit``; a resumed run keeps the start of the
-    first). :meth:`summary` (:class:`~lightning_embinit.callbacks.summary.PublishesSummary`) holds the latest
-    probe's values.
+    Logged on global rank zero (docs/diagnostics.md): ``{prefix}/{slot}/{chain}/analogy`` (``analogy_semantic``,
+    ``analogy_syntactic``) and ``{prefix}/{slot}/{chain}/similarity/{name}`` to every logger; the table as text and
+    the PCA scatter (raw x, and s · x + P as the first layer sees them) to TensorBoard loggers. A model that adds no
+    positions to the token vectors (rotary, ALiBi, relative-bias) skips the chains with + P and logs
+    ``{prefix}/{slot}/no_additive_positional_encoding`` = 1. ``results`` (``{"start": ..., "end": ...}``) is
+    checkpointed and starts afresh at every ``fit``; :meth:`summary` holds the latest probe's values.
     """
 
     summary_key = MONITORS

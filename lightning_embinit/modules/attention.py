@@ -92,13 +92,6 @@ class MultiHeadAttention(nn.Module):
     def _heads(self, x: torch.Tensor, head_dim: int) -> torch.Tensor:
         return x.unflatten(-1, (self.num_heads, head_dim)).transpose(1, 2)  # (B, H, L, h)
 
-    def _project_kv(self, key: torch.Tensor, value: torch.Tensor | None) -> tuple[torch.Tensor, torch.Tensor]:
-        if value is None or value is key:
-            k, v = self._fused(key, self.k_proj, self.v_proj)
-        else:
-            k, v = self.k_proj(key), self.v_proj(value)
-        return self._heads(k, self.qk_head_dim), self._heads(v, self.v_head_dim)
-
     def forward(
         self,
         query: torch.Tensor,
@@ -130,8 +123,14 @@ class MultiHeadAttention(nn.Module):
             q, k, v = self.q_proj(query), cache.key, cache.value
         elif key is None:
             raise ValueError("a static (cross-attention) cache is filled from a memory: pass key at the first step")
-        else:
-            q, (k, v) = self.q_proj(query), self._project_kv(key, value)
+        else:  # a memory
+            q = self.q_proj(query)
+            k, v = (
+                self._fused(key, self.k_proj, self.v_proj)
+                if value is None or value is key
+                else (self.k_proj(key), self.v_proj(value))
+            )
+            k, v = self._heads(k, self.qk_head_dim), self._heads(v, self.v_head_dim)
             if static:
                 k, v = cache.extend(k, v)
         q = self._heads(q, self.qk_head_dim)

@@ -82,18 +82,14 @@ class FeedForward(nn.Module):
 
 
 class TransformerBlock(nn.Module):
-    """Self-attention, optional cross-attention and an FFN, each a residual branch.
+    """Self-attention, optional cross-attention and an FFN, each a residual branch: x ← x + Drop(F(LN(x))) pre-LN,
+    x ← LN(x + Drop(F(x))) post-LN ([R], [K]).
 
-    Pre-LN (``pre_norm=True``):  x ← x + Drop(F(LN(x))) for each branch F.
-    Post-LN (``pre_norm=False``, [R], [K]): x ← LN(x + Drop(F(x))).
-
-    [R]'s options: per-head query/key width ``qk_head_dim`` (r) and value width
-    ``v_head_dim`` (q); ``value_dim`` / ``memory_value_dim``: the width of a separate value input
-    given at call time (``values`` for self-attention, ``memory_values`` for cross-attention) —
-    the reinforced model's "value without concatenation"; ``memory_dim``: the memory's width.
-    ``dropout`` acts on every residual branch, and on the attention weights and the FFN's hidden
-    layer unless ``attention_dropout``/``activation_dropout`` say otherwise (``torch.nn.Transformer``'s
-    placement; Vaswani et al. drop only the residual branches and the input: set both to 0).
+    [R]'s options: per-head widths ``qk_head_dim`` (r) and ``v_head_dim`` (q); ``value_dim`` /
+    ``memory_value_dim``: the width of separate values given at call time (``values``, ``memory_values``: the
+    reinforced model's "value without concatenation"); ``memory_dim``: the memory's width. ``dropout`` acts on every
+    residual branch, and on the attention weights and the FFN's hidden layer unless ``attention_dropout`` /
+    ``activation_dropout`` say otherwise (``torch.nn.Transformer``'s placement; Vaswani et al.'s: set both to 0).
     """
 
     def __init__(
