@@ -55,7 +55,6 @@ class VocabularyExtensionCallback(FitOnceCallback):
             ``TiedEmbeddingLM.load_from_checkpoint(...)``).
         rule, head_rule, bias, standardize, source_options: the new rows' start
             (:func:`~lightning_embinit.init.extension.extend_vocabulary`).
-        slots: which slots (None: every slot of the model).
         trainable: ``True``, or ``"new_rows"``: only the new rows of the tables and their output layers learn (every
             other parameter frozen, the old rows masked and, for AdamW with weight decay, pinned after each step).
         allow_dropping: let the new vocabulary drop old tokens (their rows are lost).
