@@ -1,11 +1,9 @@
-"""The files of the lexical probes: analogy questions and word-similarity pairs, read and checked once.
-
-An analogy file has Mikolov's questions-words layout: a ``: <section>`` line, then one ``a b c d`` question per
-line. A word-similarity file has ``word1<TAB>word2<TAB>rating`` lines (``#`` comments). Every file is read
-through :func:`lightning_embinit.text_files.read_text_lines` (any encoding given, ``.gz``, any line ending), and a
-file that is not text, a question before any section header, or a file without a single question or pair is a
-ValueError naming the file — whether or not questions are sampled. gensim then scores a UTF-8 copy of exactly
-the lines checked here (:func:`prepare_probe_files`).
+"""The files of the lexical probes, read and checked once: analogy files (Mikolov's questions-words layout, a
+``: <section>`` line, then one ``a b c d`` question per line) and word-similarity files (``word1<TAB>word2<TAB>rating``
+lines, ``#`` comments), through :func:`lightning_embinit.text_files.read_text_lines` (any encoding, ``.gz``, any line
+ending). A file that is not text, a question before any section header, or a file without a question or pair is a
+ValueError naming the file, sampled or not; gensim scores a UTF-8 copy of exactly these lines
+(:func:`prepare_probe_files`).
 """
 
 from __future__ import annotations
