@@ -66,18 +66,14 @@ def _is_real(value: Any) -> bool:
     return isinstance(value, numbers.Real) and not isinstance(value, bool)
 
 
-def check_int(
-    name: str, value: Any, *, minimum: int | None = None, maximum: int | None = None, optional: bool = False
-) -> Any:
-    """``value`` if it is an integer in [``minimum``, ``maximum``] (either bound may be absent), else a ValueError:
-    ``max_len must be ≥ 1, got 0``, ``max_len must be an integer ≥ 1, got 2.5``. ``optional``: None is accepted
-    (and returned)."""
+def check_int(name: str, value: Any, *, minimum: int | None = None, optional: bool = False) -> Any:
+    """``value`` if it is an integer ≥ ``minimum`` (when given), else a ValueError: ``max_len must be ≥ 1, got 0``,
+    ``max_len must be an integer ≥ 1, got 2.5``. ``optional``: None is accepted (and returned)."""
     if value is None and optional:
         return None
     integer = _is_integer(value)
-    if not integer or (minimum is not None and value < minimum) or (maximum is not None and value > maximum):
-        bounds = [f"≥ {minimum}" if minimum is not None else "", f"≤ {maximum}" if maximum is not None else ""]
-        wanted = " and ".join(bound for bound in bounds if bound)
+    if not integer or (minimum is not None and value < minimum):
+        wanted = "" if minimum is None else f"≥ {minimum}"
         wanted = (wanted if integer else f"an integer {wanted}").strip()
         raise ValueError(f"{name} must be {wanted}{' or None' if optional else ''}, got {value!r}")
     return int(value)
@@ -131,11 +127,6 @@ def check_range(
         )
         raise ValueError(f"{name} must be in {interval}{' or None' if optional else ''}, got {value!r}")
     return float(value)
-
-
-def check_positive(name: str, value: Any, *, optional: bool = False) -> Any:
-    """A finite number > 0 (a learning rate, an ε); :func:`check_range`."""
-    return check_range(name, value, 0, None, low_open=True, optional=optional)
 
 
 def check_probability(name: str, value: Any, *, optional: bool = False) -> Any:

@@ -1,15 +1,8 @@
-"""The ``embinit`` command: a LightningCLI over any LightningModule and LightningDataModule.
-
-``embinit fit --config cfg.yaml``, ``embinit validate|test ...``, ``embinit fit --print_config``.
-Models and data modules are chosen by ``class_path`` in the config; callbacks such as
-``lightning_embinit.EmbeddingInitCallback`` go under ``trainer.callbacks``. Logs and checkpoints
-go to ``trainer.default_root_dir`` (Lightning's default: ``lightning_logs/`` under the current
-directory). ``embinit inspect ...`` checks a start without training (:mod:`lightning_embinit.inspect_cli`);
-``embinit sweep|report ...`` run a study and tabulate it (:mod:`lightning_embinit.study_cli`);
-``embinit translate|generate|classify --ckpt_path RUN.ckpt`` run a trained model on text
-(:mod:`lightning_embinit.use_cli`), which ``embinit predict`` points to rather than print nothing;
-``embinit --version`` prints the package's version.
-The LightningCLI itself lives in :mod:`lightning_embinit.lightning_cli`.
+"""The ``embinit`` command: a LightningCLI over any LightningModule and LightningDataModule (``embinit fit --config
+cfg.yaml``, ``embinit validate|test ...``; :mod:`lightning_embinit.lightning_cli`), and the commands of
+:data:`OTHER_COMMANDS`: ``inspect`` (:mod:`lightning_embinit.inspect_cli`), ``sweep|report``
+(:mod:`lightning_embinit.study_cli`), ``translate|generate|classify`` (:mod:`lightning_embinit.use_cli`, which
+``embinit predict`` points to rather than print nothing).
 
 Exit status: 0 on success; 2 when the arguments or the config are refused (one line on stderr:
 ``embinit fit: error: ...``); 1 when the run itself fails (one line naming the exception; ``EMBINIT_DEBUG=1``
@@ -82,8 +75,14 @@ def main(args: Any = None) -> int:
     if argv[:1] in (["--version"], ["-V"]):
         print(f"embinit (lightning_embinit) {__version__}")
         return 0
-    if argv[0] in ("-h", "--help"):
-        print_help()
+    if argv[0] in ("-h", "--help"):  # answered without importing Lightning (`embinit fit --help` lists a config's)
+        print(
+            f"usage: embinit [-h] [-V] {{{','.join(LIGHTNING_COMMANDS)}}} [--config CONFIG] ...\n"
+            f"       embinit {{{','.join(OTHER_COMMANDS)}}} ...\n\ncommands:"
+        )
+        for command, description in LIGHTNING_COMMANDS.items():
+            print(f"  {command:<10}{description}")
+        print(f"\n{MORE_COMMANDS}\n`embinit fit --help` lists the config's options; -V, --version prints the version.")
         return 0
     if argv[0] == "predict" and not {"-h", "--help"} & set(argv):
         print(PREDICT_REFUSAL, file=sys.stderr)
@@ -93,17 +92,6 @@ def main(args: Any = None) -> int:
             module, function = OTHER_COMMANDS[argv[0]]
             return getattr(importlib.import_module(module), function)(argv[1:])
         return lightning_main(args)
-
-
-def print_help() -> None:
-    """``embinit --help``, answered without importing Lightning (``embinit fit --help`` lists a config's options)."""
-    print(
-        f"usage: embinit [-h] [-V] {{{','.join(LIGHTNING_COMMANDS)}}} [--config CONFIG] ...\n"
-        f"       embinit {{{','.join(OTHER_COMMANDS)}}} ...\n\ncommands:"
-    )
-    for command, description in LIGHTNING_COMMANDS.items():
-        print(f"  {command:<10}{description}")
-    print(f"\n{MORE_COMMANDS}\n`embinit fit --help` lists the config's options; -V, --version prints the version.")
 
 
 def lightning_main(args: Sequence[str] | None = None) -> int:

@@ -6,18 +6,14 @@
         [--num-layers 2 --num-heads 8 --model-option KEY=VALUE ...] [--source minilm --tokens DIR ...]
     embinit inspect --vocab-size 30000 --dim 512 --tied --source 'normal:1/sqrt(d)' [--format json]
 
-For a model config (parsed by the same LightningCLI parser ``embinit fit`` uses: model,
-datamodule and trainer callbacks are instantiated, nothing is trained), a model someone else wrote
-(a Hugging Face or litgpt config, built on the meta device by :mod:`lightning_embinit.inspect_models`:
-its tables found, scaled and positioned as its family says) or a bare shape, the
-setting of the config's :class:`~lightning_embinit.callbacks.EmbeddingInitCallback` — with
-``--source``/``--standardize``/``--match``/``--shuffle``/``--scale``/``--trainable``/``--seed``/
-``--tokens`` overriding its options — is applied by the callback's own engine
-(:meth:`~lightning_embinit.init.engine.EmbeddingInitializer.run`, what
-:meth:`~lightning_embinit.callbacks.EmbeddingInitCallback.initialize` runs), and the result is
-:func:`lightning_embinit.diagnostics.inspect.inspection`: the init report, absorption, the [S]
-prediction for tied heads, and a verdict. A config without the callback (and no option given)
-shows the model's own initialization. Only ``--config`` imports Lightning: a bare shape is torch and the init engine.
+The model comes from a config (parsed by ``embinit fit``'s LightningCLI parser: model, datamodule and trainer
+callbacks are instantiated, nothing is trained), from a Hugging Face or litgpt config (built on the meta device by
+:mod:`lightning_embinit.inspect_models`) or from a bare shape. The config's
+:class:`~lightning_embinit.callbacks.EmbeddingInitCallback`, its options overridden by ``--source``,
+``--standardize``, ... ``--tokens``, is applied by its own engine
+(:meth:`~lightning_embinit.init.engine.EmbeddingInitializer.run`); without the callback and options the model's
+own initialization is shown. The result is :func:`lightning_embinit.diagnostics.inspect.inspection`. Only
+``--config`` imports Lightning.
 """
 
 from __future__ import annotations
@@ -218,28 +214,11 @@ def _option_initializer(args: argparse.Namespace) -> EmbeddingInitializer | None
     return EmbeddingInitializer(InitRecipe(**options), seed=seed, tokens=tokens)
 
 
-def _config_callback(cli: Any) -> tuple[Any, dict[str, Any]] | None:
-    """The config's EmbeddingInitCallback (instantiated) and its init arguments, or None."""
-    from lightning_embinit.callbacks.embedding_init import EmbeddingInitCallback
-    from lightning_embinit.models.module import class_from_path
-
-    found = []
-    for entry in cli.config.get("trainer.callbacks") or []:
-        cls = class_from_path(str(entry.class_path))
-        if isinstance(cls, type) and issubclass(cls, EmbeddingInitCallback):
-            found.append(dict(entry.init_args.as_dict()) if entry.get("init_args") is not None else {})
-    instances = [c for c in cli.trainer.callbacks if isinstance(c, EmbeddingInitCallback)]
-    if len(instances) > 1:
-        raise ValueError(
-            f"the config has {len(instances)} EmbeddingInitCallbacks; inspect takes one (merge them with slots=)"
-        )
-    return (instances[0], found[0] if found else {}) if instances else None
-
-
 def _from_config(args: argparse.Namespace, extra: Sequence[str]) -> tuple[nn.Module, Any, EmbeddingInitializer | None]:
     """(model, datamodule, the callback's initializer or None) from a config, through ``embinit fit``'s parser."""
     from lightning_embinit.callbacks.embedding_init import EmbeddingInitCallback
     from lightning_embinit.lightning_cli import embinit_cli
+    from lightning_embinit.models.module import class_from_path
 
     with warnings.catch_warnings():  # `embinit inspect` hands LightningCLI its own args, not sys.argv
         warnings.filterwarnings("ignore", message="LightningCLI's args parameter")
@@ -250,12 +229,22 @@ def _from_config(args: argparse.Namespace, extra: Sequence[str]) -> tuple[nn.Mod
             parser_kwargs={"prog": "embinit inspect"},
         )
     overrides = _callback_overrides(args)
-    configured = _config_callback(cli)
-    if configured is None:
+    configured = []  # the init arguments of the config's EmbeddingInitCallback
+    for entry in cli.config.get("trainer.callbacks") or []:
+        cls = class_from_path(str(entry.class_path))
+        if isinstance(cls, type) and issubclass(cls, EmbeddingInitCallback):
+            configured.append(dict(entry.init_args.as_dict()) if entry.get("init_args") is not None else {})
+    instances = [c for c in cli.trainer.callbacks if isinstance(c, EmbeddingInitCallback)]
+    if len(instances) > 1:
+        raise ValueError(
+            f"the config has {len(instances)} EmbeddingInitCallbacks; inspect takes one (merge them with slots=)"
+        )
+    if not instances:
         return cli.model, cli.datamodule, _option_initializer(args)
     if overrides:
-        return cli.model, cli.datamodule, EmbeddingInitCallback(**{**configured[1], **overrides}).initializer
-    initializer = configured[0].initializer
+        arguments = configured[0] if configured else {}
+        return cli.model, cli.datamodule, EmbeddingInitCallback(**{**arguments, **overrides}).initializer
+    initializer = instances[0].initializer
     if initializer.seed is None:
         initializer.seed = 0
     return cli.model, cli.datamodule, initializer
@@ -308,15 +297,6 @@ def _from_shape(args: argparse.Namespace) -> tuple[nn.Module, Any, EmbeddingInit
     return model, None, _option_initializer(args) or EmbeddingInitializer(seed=0)
 
 
-def _own_reports(model: nn.Module) -> dict[str, dict[str, Any]]:
-    """Report rows of the tables as the model initialized them (no callback in the config)."""
-    recipe = InitRecipe(source="model")
-    reports = {name: slot_report(slot, None, recipe, seed=None) for name, slot in discover_slots(model).items()}
-    for report in reports.values():
-        report["source"] = "the model's own initialization"
-    return reports
-
-
 def _model_loss(model: nn.Module, datamodule: Any, method: str) -> float | None:
     """The module's own ``initial_loss_prediction`` or ``initial_loss_probe`` (TiedEmbeddingLM's: [S]'s estimate, its
     loss on random tokens), at the datamodule's ``seq_len`` when it has one and the method takes a ``length``."""
@@ -344,7 +324,13 @@ def run_inspection(args: argparse.Namespace, extra: Sequence[str] = ()) -> dict[
         model, datamodule, initializer = _from_model_config(args)
     else:
         model, datamodule, initializer = _from_shape(args)
-    reports = _own_reports(model) if initializer is None else initializer.run(model, datamodule=datamodule).reports
+    if initializer is None:  # no callback in the config: the tables as the model initialized them
+        recipe = InitRecipe(source="model")
+        reports = {name: slot_report(slot, None, recipe, seed=None) for name, slot in discover_slots(model).items()}
+        for report in reports.values():
+            report["source"] = "the model's own initialization"
+    else:
+        reports = initializer.run(model, datamodule=datamodule).reports
     slots = discover_slots(model)
     estimate = _model_loss(model, datamodule, "initial_loss_prediction")
     tied = [name for name in reports if slots[name].is_tied]

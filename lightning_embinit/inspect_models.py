@@ -1,13 +1,10 @@
 """The models ``embinit inspect`` builds: a bare shape (:class:`ShapeModel`), or someone else's model from its config,
 on the meta device (docs/howto/inspect.md).
 
-A Hugging Face config — a directory holding ``config.json`` or a hub name, or a model type and sizes through
-``AutoConfig.for_model`` — becomes the model of the Auto class that fits it (the one whose model its
-``architectures`` names; else a seq2seq LM, a masked LM, a causal LM, the bare model, the first that has its model
-type). A litgpt config name becomes ``litgpt.GPT``. The model is built on the meta device; only its ``nn.Embedding``
-tables (token, position and token-type tables, small beside the transformer) get real CPU memory, initialized as the
-model initializes them, so that sources can be written into them and measured: inspecting a billion-parameter config
-allocates its embedding tables and nothing else.
+A Hugging Face config (a directory holding ``config.json``, a hub name, or a model type and sizes) becomes the model
+of the Auto class that fits it (:func:`auto_class`); a litgpt config name becomes ``litgpt.GPT``. Only the
+``nn.Embedding`` tables get real CPU memory (:func:`on_meta`), initialized as the model initializes them: inspecting
+a billion-parameter config allocates its embedding tables and nothing else.
 """
 
 from __future__ import annotations
@@ -126,7 +123,8 @@ def _check_fields(config: Any, fields: Mapping[str, Any]) -> None:
 
 
 def auto_class(config: Any) -> Any:
-    """The Auto class whose model fits ``config`` (module docstring)."""
+    """The Auto class whose model fits ``config``: the one whose model its ``architectures`` names, else the first of
+    :data:`AUTO_CLASSES` that has its model type."""
     import transformers
     from transformers.models.auto import modeling_auto
 
@@ -141,29 +139,6 @@ def auto_class(config: Any) -> Any:
     return (named or [auto for auto, _ in fitting])[0]
 
 
-def hugging_face_model(config: Any) -> nn.Module:
-    """``config``'s model (:func:`auto_class`) on meta with real embedding tables; ``init_weights()`` initializes
-    them as ``from_config`` on the CPU would (a no-op on the meta weights) and re-ties the output layer."""
-    model = on_meta(lambda: auto_class(config).from_config(config))
-    model.init_weights()
-    return model
-
-
-def litgpt_model(name: str, fields: Mapping[str, Any]) -> nn.Module:
-    """``litgpt.GPT(Config.from_name(name, **fields))`` on meta with a real token table, as ``GPT`` leaves it (torch's
-    N(0, 1); litgpt's pre-training re-initializes it)."""
-    try:
-        from litgpt import GPT, Config
-    except ImportError:
-        raise ImportError("--litgpt-config needs litgpt (pip install litgpt)") from None
-    config = Config.from_name(name, **fields)
-    model = on_meta(lambda: GPT(config))
-    for module in model.modules():
-        if isinstance(module, nn.Embedding):
-            module.reset_parameters()
-    return model
-
-
 def model_from_config(
     *,
     hf_config: str | None = None,
@@ -175,11 +150,23 @@ def model_from_config(
     """The model of a Hugging Face config (``hf_config`` or ``model_type``) or a litgpt config name, with ``sizes``
     (``vocab_size``, ``dim``, ``num_layers``, ``num_heads``) and other config fields ``options`` set."""
     sizes, options = dict(sizes or {}), dict(options or {})
-    if litgpt_config is not None:
+    if litgpt_config is not None:  # litgpt.GPT, its token table as GPT leaves it (torch's N(0, 1))
+        try:
+            from litgpt import GPT, Config
+        except ImportError:
+            raise ImportError("--litgpt-config needs litgpt (pip install litgpt)") from None
         fields = {field: value for size, value in sizes.items() for field in LITGPT_SIZES[size]}
-        return litgpt_model(litgpt_config, {**fields, **options})
+        config = Config.from_name(litgpt_config, **{**fields, **options})
+        model = on_meta(lambda: GPT(config))
+        for module in model.modules():
+            if isinstance(module, nn.Embedding):
+                module.reset_parameters()
+        return model
     fields = {HF_SIZES[size]: value for size, value in sizes.items()}
-    return hugging_face_model(hugging_face_config(hf_config, model_type, {**fields, **options}))
+    config = hugging_face_config(hf_config, model_type, {**fields, **options})
+    model = on_meta(lambda: auto_class(config).from_config(config))
+    model.init_weights()  # initializes the real tables as from_config on the CPU would, and re-ties the head
+    return model
 
 
 def on_meta(build: Callable[[], nn.Module]) -> nn.Module:

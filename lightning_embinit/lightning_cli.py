@@ -1,9 +1,5 @@
-"""The LightningCLI behind ``embinit fit|validate|test`` and ``embinit inspect --config``.
-
-:class:`EmbinitCLI` links the datamodule's vocabulary, tokenizers and label names to the model's
-arguments, hands a checkpoint's own ones to the datamodule with ``--ckpt_path``, and adds a progress
-bar that knows the step budget. :func:`embinit_cli` builds it over any LightningModule and
-LightningDataModule chosen by ``class_path``, as both commands do.
+"""The LightningCLI behind ``embinit fit|validate|test`` and ``embinit inspect --config``: :class:`EmbinitCLI`,
+built over any LightningModule and LightningDataModule chosen by ``class_path`` (:func:`embinit_cli`).
 
 Errors stay readable: the parser's (``--model.init_args.architecture.d_model abc``) end the command with one line
 (:class:`EmbinitArgumentParser`), and :func:`error_summary` reduces jsonargparse's report of a refused class to its
@@ -51,10 +47,9 @@ known before the model is built, so its tables have their rows and token strings
 
 class EmbinitCLI(LightningCLI):
     """LightningCLI with this package's defaults: the datamodule's vocabulary, tokenizers and label names go to the
-    model's arguments of those names when both exist (:data:`DATA_TO_MODEL_LINKS`), so the embedding tables have
-    their rows and token strings before ``EmbeddingInitCallback`` runs at setup. With ``--ckpt_path``, the
-    checkpoint's hyperparameters configure the model as in LightningCLI, except those (:data:`CHECKPOINT_TO_DATA`):
-    they go to the datamodule, so the model gets the checkpoint's token ids and labels, not ones built from new text.
+    model (:data:`DATA_TO_MODEL_LINKS`); with ``--ckpt_path`` the checkpoint's hyperparameters configure the model
+    as in LightningCLI, except :data:`CHECKPOINT_TO_DATA`, which go to the datamodule (the model gets the
+    checkpoint's token ids and labels, not ones built from new text); a progress bar that knows the step budget.
     """
 
     _checkpoint_config_read = False
@@ -145,21 +140,17 @@ class EmbinitCLI(LightningCLI):
             if name == "vocabulary" and data_arguments.vocabulary is not None:
                 continue  # a vocabulary given on purpose stands
             data_arguments[name] = write(ckpt_path, name, value)
-        if hparams:
-            self.config = self.parser.parse_object(
-                {subcommand: {"model": self._model_arguments(subcommand, hparams)}}, self.config
-            )
-
-    def _model_arguments(self, subcommand: str, hparams: dict[str, Any]) -> dict[str, Any]:
-        """The checkpoint's hyperparameters as the model's config: a package system's as its arguments (the groups
-        as saved); any other model's as extra keyword arguments, as LightningCLI does."""
+        if not hparams:
+            return
+        # the model's config: a package system's arguments (the groups as saved); any other model's extra keyword
+        # arguments, as LightningCLI does
         model = self.config[subcommand].get("model")
         class_path = hparams.pop("_class_path", None) or (model.get("class_path") if model is not None else None)
-        if class_path is None:
-            return hparams
-        found = class_from_path(class_path)
-        ours = isinstance(found, type) and issubclass(found, EmbinitModule)
-        return {"class_path": class_path, "init_args" if ours else "dict_kwargs": hparams}
+        if class_path is not None:
+            found = class_from_path(class_path)
+            ours = isinstance(found, type) and issubclass(found, EmbinitModule)
+            hparams = {"class_path": class_path, "init_args" if ours else "dict_kwargs": hparams}
+        self.config = self.parser.parse_object({subcommand: {"model": hparams}}, self.config)
 
 
 def embinit_cli(args: Any = None, **options: Any) -> EmbinitCLI:
@@ -333,9 +324,7 @@ def debug_requested() -> bool:
 CONFIG_MODE = "embinit_yaml"
 """The jsonargparse parser mode of :class:`EmbinitArgumentParser`: jsonargparse's YAML, a key given twice refused."""
 set_loader(
-    CONFIG_MODE,
-    lambda text, path="": load_yaml(text, path or "<string>", get_loader("yaml")),
-    (yaml.YAMLError,),
+    CONFIG_MODE, lambda text, path="": load_yaml(text, path or "<string>", get_loader("yaml")), (yaml.YAMLError,)
 )
 
 

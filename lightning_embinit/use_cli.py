@@ -6,13 +6,9 @@
     embinit classify  --ckpt_path RUN.ckpt [--input FILE|-] [--output FILE|-] [--format tsv|jsonl]
 
 Each loads the checkpoint with its class's ``load_from_checkpoint`` (on ``--device``, the CPU by default) and runs
-the model's own method with its saved tokenizers: ``translate`` (:class:`~lightning_embinit.models.TransformerSeq2Seq`,
-:class:`~lightning_embinit.models.ReinforcedTransformerSeq2Seq`), ``generate``
-(:class:`~lightning_embinit.models.TiedEmbeddingLM`; a causal :class:`~lightning_embinit.models.HuggingFaceLM` is
-continued the same way here, :func:`generate_hugging_face`) and ``classify`` / ``class_probabilities``
-(:class:`~lightning_embinit.models.TransformerClassifier`). Text is read from a file or stdin (``-``, the default)
-and written to a file or stdout. A bad argument, a missing file or a checkpoint of another class is exit status 2
-and one line on stderr.
+the model's own method (``translate``, ``generate``, ``class_probabilities``; a causal HuggingFaceLM through
+:func:`generate_hugging_face`) with its saved tokenizers. A bad argument, a missing file or a checkpoint of another
+class is exit status 2 and one line on stderr.
 """
 
 from __future__ import annotations
@@ -21,6 +17,7 @@ import argparse
 import json
 import sys
 from collections.abc import Sequence
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -73,15 +70,6 @@ def _read_lines(source: str) -> list[str]:
     return path.read_text(encoding="utf-8").splitlines()
 
 
-def _write_lines(target: str, lines: Sequence[str]) -> None:
-    text = "".join(f"{line}\n" for line in lines)
-    if target == "-":
-        sys.stdout.write(text)
-        sys.stdout.flush()
-    else:
-        Path(target).write_text(text, encoding="utf-8")
-
-
 def load_model(command: str, path: str, device: str = "cpu") -> tuple[Any, dict[str, Any]]:
     """The model of checkpoint ``path`` in evaluation mode on ``device``, if its class is one ``command`` serves
     (else a ValueError naming the checkpoint's class and the command that serves it), and the checkpoint's
@@ -104,16 +92,6 @@ def load_model(command: str, path: str, device: str = "cpu") -> tuple[Any, dict[
         raise ValueError(f"--ckpt_path {path} holds a {cls.__name__}, not a {' or '.join(COMMANDS[command])}: {hint}")
     model = cls.load_from_checkpoint(path, map_location=device)
     return model.to(device).eval(), dict(checkpoint.get("datamodule_hyper_parameters") or {})
-
-
-def _word_tokenizer(data: dict[str, Any]) -> Any:
-    """The word splitter of the data the LM was trained on (``data``: its datamodule hyperparameters)."""
-    from lightning_embinit.text.text_tokenizer import WORD_TOKENIZERS, WordTokenizer
-
-    kind = data.get("tokenizer", "regex")
-    if not isinstance(kind, str) or kind not in WORD_TOKENIZERS:
-        raise ValueError(f"generate reads word-level text; this model was trained on tokenizer {kind!r}")
-    return WordTokenizer(kind, lowercase=data.get("lowercase", True))
 
 
 def generate_hugging_face(
@@ -162,26 +140,17 @@ def _outputs(
         return model.translate(
             lines, beam_size=options.beam_size, max_len=options.max_length, batch_size=options.batch_size
         )
-    from lightning_embinit.models import HuggingFaceLM
-
-    if command == "generate" and isinstance(model, HuggingFaceLM):
-        return generate_hugging_face(
-            model,
-            lines,
-            max_new_tokens=options.max_new_tokens,
-            temperature=options.temperature,
-            top_k=options.top_k,
-            seed=options.seed,
-        )
     if command == "generate":
-        return model.generate(
-            lines,
-            max_new_tokens=options.max_new_tokens,
-            temperature=options.temperature,
-            top_k=options.top_k,
-            seed=options.seed,
-            tokenize=_word_tokenizer(data),
-        )
+        from lightning_embinit.models import HuggingFaceLM
+        from lightning_embinit.text.text_tokenizer import WORD_TOKENIZERS, WordTokenizer
+
+        sampling = {name: getattr(options, name) for name in ("max_new_tokens", "temperature", "top_k", "seed")}
+        if isinstance(model, HuggingFaceLM):
+            return generate_hugging_face(model, lines, **sampling)
+        kind = data.get("tokenizer", "regex")  # the word splitter of the data the LM was trained on
+        if not isinstance(kind, str) or kind not in WORD_TOKENIZERS:
+            raise ValueError(f"generate reads word-level text; this model was trained on tokenizer {kind!r}")
+        return model.generate(lines, **sampling, tokenize=WordTokenizer(kind, lowercase=data.get("lowercase", True)))
     probabilities = model.class_probabilities(lines, batch_size=options.batch_size)
     labels = [model.label_names[k] for k in probabilities.argmax(dim=-1).tolist()]
     if options.format == "tsv":
@@ -203,17 +172,15 @@ def main(command: str, args: Sequence[str]) -> int:
     except (ValueError, TypeError) as error:
         print(f"{parser.prog}: error: {' '.join(str(error).split())}", file=sys.stderr)
         return 2
-    _write_lines(options.output, outputs)
+    text = "".join(f"{line}\n" for line in outputs)
+    if options.output == "-":
+        sys.stdout.write(text)
+        sys.stdout.flush()
+    else:
+        Path(options.output).write_text(text, encoding="utf-8")
     return 0
 
 
-def translate_main(args: Sequence[str]) -> int:
-    return main("translate", args)
-
-
-def generate_main(args: Sequence[str]) -> int:
-    return main("generate", args)
-
-
-def classify_main(args: Sequence[str]) -> int:
-    return main("classify", args)
+translate_main = partial(main, "translate")
+generate_main = partial(main, "generate")
+classify_main = partial(main, "classify")

@@ -1,10 +1,9 @@
 """Typed settings of the architectures: one frozen dataclass per architecture, on a shared base.
 
-A config holds the network's shape and its initialization scheme, nothing about data, losses or optimizers:
-the plain-torch architectures take it (``EncoderDecoder(EncoderDecoderConfig(d_model=256), …)``), and the
-Lightning systems take it as their ``architecture`` argument — in YAML the ``architecture:`` group of
-``model.init_args`` (``--model.init_args.architecture.d_model 256`` on the command line). Every value is
-checked when the config is made, so a bad one fails before any weight exists.
+A config holds the network's shape and its initialization scheme, nothing about data, losses or optimizers: the
+plain-torch architectures take it (``EncoderDecoder(EncoderDecoderConfig(d_model=256), …)``), the Lightning systems
+as their ``architecture`` argument (``--model.init_args.architecture.d_model 256``). Every value is checked when the
+config is made, before any weight exists.
 """
 
 from __future__ import annotations
@@ -15,9 +14,9 @@ from typing import Any, ClassVar
 from lightning_embinit.checks import (
     check_choice,
     check_non_negative_int,
-    check_positive,
     check_positive_int,
     check_probability,
+    check_range,
 )
 from lightning_embinit.init.schemes import get_scheme
 from lightning_embinit.modules.blocks import ACTIVATIONS, NORMS, TransformerStack
@@ -32,15 +31,10 @@ class TransformerConfig:
 
     Args:
         d_model: the model width (m in [R]; D of the token table)
-        num_heads: attention heads per layer
         ffn_dim: the feed-forward hidden width (None: 4 · d_model)
-        dropout: on the input and every residual branch (and on attention weights and the FFN's hidden layer
-            unless attention_dropout / activation_dropout say otherwise)
-        attention_dropout: dropout on the attention weights (None: dropout)
-        activation_dropout: dropout on the FFN's hidden layer (None: dropout)
-        max_len: the most positions a sequence may have
+        dropout: on the input and every residual branch, and on the attention weights and the FFN's hidden layer
+            unless attention_dropout / activation_dropout (None: dropout) say otherwise
         activation: the FFN's activation (relu, gelu)
-        norm: layernorm or rmsnorm
         positional: the positional encoding (interleaved, half, sinusoidal, learned, none)
         init_scheme: the non-embedding weights (xavier as [K], hf, he_ffn; docs/concepts.md#non-embedding-init)
         embedding_init: the token tables' scheme until EmbeddingInitCallback replaces them (any scheme name)
@@ -74,22 +68,10 @@ class TransformerConfig:
         check_probability("dropout", self.dropout)
         check_probability("attention_dropout", self.attention_dropout, optional=True)
         check_probability("activation_dropout", self.activation_dropout, optional=True)
-        self._check_head_widths()
-
-    layer_counts: ClassVar[tuple[str, ...]] = ()
-    """The fields that count layers (each ≥ 1)."""
-    head_dims: ClassVar[tuple[str, ...]] = ()
-    """The fields that set per-head widths (None: the layer width / num_heads)."""
-    width_factor: ClassVar[int] = 1
-    """The layers' width in units of d_model (the reinforced model's layers are 2 · d_model wide)."""
-
-    def _check_head_widths(self) -> None:
-        """Per-head widths ≥ 1; where one is None, num_heads must divide the layer width (named as the user set it)."""
-        given = {name: check_positive_int(name, getattr(self, name), optional=True) for name in self.head_dims}
-        if any(value is not None for value in given.values()) and all(value is not None for value in given.values()):
-            return
+        # per-head widths ≥ 1; where one is None, num_heads must divide the layer width (named as the user set it)
+        given = [check_positive_int(name, getattr(self, name), optional=True) for name in self.head_dims]
         width = self.width_factor * self.d_model
-        if width % self.num_heads:
+        if (not given or None in given) and width % self.num_heads:
             what = (
                 f"d_model={self.d_model}"
                 if self.width_factor == 1
@@ -97,6 +79,13 @@ class TransformerConfig:
             )
             fix = f", or give {' and '.join(self.head_dims)}" if self.head_dims else ""
             raise ValueError(f"{what} is not divisible by num_heads={self.num_heads}: change d_model or num_heads{fix}")
+
+    layer_counts: ClassVar[tuple[str, ...]] = ()
+    """The fields that count layers (each ≥ 1)."""
+    head_dims: ClassVar[tuple[str, ...]] = ()
+    """The fields that set per-head widths (None: the layer width / num_heads)."""
+    width_factor: ClassVar[int] = 1
+    """The layers' width in units of d_model (the reinforced model's layers are 2 · d_model wide)."""
 
     @property
     def hidden_dim(self) -> int:
@@ -127,8 +116,6 @@ class Seq2SeqConfig(TransformerConfig):
     """What both encoder–decoders share (docs/concepts.md#reinforced-baseline, #reinforced-model).
 
     Args:
-        num_encoder_layers: encoder blocks
-        num_decoder_layers: decoder blocks
         qk_head_dim: r, the per-head query/key width (None: d_model / num_heads)
         v_head_dim: q, the per-head value width (None: d_model / num_heads)
         share_embeddings: one token table for source and target (one joint vocabulary)
@@ -151,9 +138,7 @@ class EncoderDecoderConfig(Seq2SeqConfig):
     Args:
         pre_norm: pre-LN blocks and a final norm (False: post-LN, as [R] and [K])
         input_scale: s in s · E[t] + P: sqrt_d, inv_sqrt_d, none or a number
-        head: untied (a dense layer with bias, [R]) or a tied head (tied, tied_orthogonal, tied_half_swap,
-            tied_shuffle) reading the target table
-        head_bias: the untied head's bias
+        head: untied (a dense layer, [R]) or a tied head (tied, tied_orthogonal, tied_half_swap, tied_shuffle)
     """
 
     pre_norm: bool = False
@@ -180,7 +165,6 @@ class ReinforcedEncoderDecoderConfig(Seq2SeqConfig):
         positional: the concatenated P's kind (half: the tutorial's layout; interleaved; learned)
         target_normalization: causal (statistics over positions ≤ t: no leak) or sequence (the paper's: the
             whole target sentence, which leaks the future into teacher-forced losses)
-        tn_eps: ε of the token normalization
     """
 
     d_model: int = 64
@@ -202,7 +186,7 @@ class ReinforcedEncoderDecoderConfig(Seq2SeqConfig):
     def __post_init__(self) -> None:
         check_choice("target_normalization", self.target_normalization, TARGET_NORMALIZATIONS)
         super().__post_init__()
-        check_positive("tn_eps", self.tn_eps)
+        check_range("tn_eps", self.tn_eps, 0, None, low_open=True)
 
 
 POOLINGS = ("cls", "mean")
@@ -216,11 +200,10 @@ class EncoderClassifierConfig(TransformerConfig):
     """[K]'s encoder-only classifier (:class:`~lightning_embinit.architectures.EncoderClassifier`).
 
     Args:
-        num_layers: encoder blocks
         pre_norm: pre-LN blocks and a final norm (False: [K]'s post-LN)
         input_scale: s in s · E[t] + P: sqrt_d, inv_sqrt_d, none or a number
         pooling: cls (the first position) or mean (over the non-padding positions)
-        cls_source: auto, tokenizer or learned (where cls pooling's first vector comes from)
+        cls_source: where cls pooling's first vector comes from (:data:`CLS_SOURCES`)
         num_segments: learned segment vectors indexed by token_type_ids (0: none)
     """
 
@@ -247,13 +230,9 @@ class CausalLMConfig(TransformerConfig):
     """The causal pre-LN language model of [S] (:class:`~lightning_embinit.architectures.CausalLM`).
 
     Args:
-        positional: sinusoidal (in positional_layout), interleaved, half, learned or none
-        num_layers: pre-LN blocks
-        positional_layout: the sinusoidal layout of positional=sinusoidal (interleaved or half)
+        positional: sinusoidal (in positional_layout: interleaved or half), interleaved, half, learned or none
         embedding_scale: s in s · E[t] + P: sqrt_d, inv_sqrt_d, none or a number
-        bias: biases in the blocks' linear layers
         head: tied, untied, tied_orthogonal, tied_half_swap or tied_shuffle (docs/concepts.md#tied-countermeasures)
-        head_bias: the head's bias (untied, tied_orthogonal)
         head_activation: after tied_orthogonal's projection (none, relu, gelu, tanh)
         shuffle_groups: g of tied_shuffle
         zero_init_residual: every block the identity at initialization ([S]'s initial-loss regime)

@@ -165,10 +165,8 @@ class Seq2SeqArchitecture(nn.Module, abc.ABC):
 
 
 class EncoderDecoder(Seq2SeqArchitecture):
-    """The post-LN encoder–decoder transformer of [R] / [K] (module docstring; :class:`EncoderDecoderConfig`).
-
-    Its slots carry each side's input scale and positional encoding.
-    """
+    """The post-LN encoder–decoder transformer of [R] / [K] (module docstring; :class:`EncoderDecoderConfig`); its
+    slots carry each side's input scale and positional encoding."""
 
     def __init__(self, config: EncoderDecoderConfig, src_vocab: VocabularyLike, tgt_vocab: VocabularyLike) -> None:
         super().__init__(config, src_vocab, tgt_vocab)

@@ -1,23 +1,16 @@
 """The reinforced-position-embedding encoder–decoder of [R] (the "proposed" model; docs/concepts.md#reinforced-model),
-a plain ``nn.Module``.
+a plain ``nn.Module``. Three changes to the baseline (:class:`~lightning_embinit.architectures.EncoderDecoder`):
 
-Three changes to the baseline (:class:`~lightning_embinit.architectures.EncoderDecoder`):
-
-1. Token normalization: TN(X_e) standardizes each feature column of a sequence's n×m token
-   embeddings over its non-pad positions: (x − mean) / √(var + ε)
-   (:mod:`lightning_embinit.modules.token_normalization`).
+1. Token normalization: TN(X_e) standardizes each feature column of a sequence's n×m token embeddings over its
+   non-pad positions, (x − mean) / √(var + ε) (:mod:`lightning_embinit.modules.token_normalization`).
 2. Concatenation: the first block's input is [TN(X_e) ‖ P], width 2m.
-3. Values without concatenation: every attention takes queries and keys from its 2m-wide layer
-   input, but values from the model input's normalized token embeddings — TN(X_e) of the source
-   in encoder self-attention and decoder cross-attention, TN(Y_e) of the target prefix in decoder
-   masked self-attention. So W^V is m → q·p, W^O q·p → 2m; residuals, norms, FFNs and the output
-   layer (dense with bias) are 2m wide.
+3. Values without concatenation: every attention takes queries and keys from its 2m-wide input, but values from
+   TN(X_e) of the source (encoder self-attention, decoder cross-attention) or TN(Y_e) of the target prefix (decoder
+   self-attention): W^V is m → q·p, W^O q·p → 2m; residuals, norms, FFNs and the dense output layer are 2m wide.
 
-Target normalization (``target_normalization``): ``sequence`` (the paper's) takes each target
-column's statistics over the whole target sequence, so the decoder input at position t depends on
-later target tokens — teacher-forced losses leak the future, and step-by-step decoding (which
-only has the prefix) differs from training. ``causal`` takes them over positions ≤ t: no leak,
-and incremental decoding equals the full forward. The source side always uses the whole sentence.
+``target_normalization="sequence"`` (the paper's) takes each target column's statistics over the whole target
+sentence, which leaks later tokens into teacher-forced losses and makes step-by-step decoding differ from training;
+``causal`` takes them over positions ≤ t: no leak, and incremental decoding equals the full forward.
 """
 
 from __future__ import annotations
@@ -41,12 +34,10 @@ TN_STATE = ("tn_sum", "tn_sum_sq", "tn_count")
 
 
 class ReinforcedEncoderDecoder(Seq2SeqArchitecture):
-    """[R]'s proposed model (module docstring; :class:`ReinforcedEncoderDecoderConfig`): ``d_model`` is m
-    (layers are 2m wide), ``qk_head_dim``/``v_head_dim`` are r and q, ``positional`` the concatenated P's kind.
+    """[R]'s proposed model (module docstring; :class:`ReinforcedEncoderDecoderConfig`): ``d_model`` is m.
 
-    Slots ``src`` and ``tgt`` (or ``shared``) have ``input_scale`` 1: TN standardizes every column per sentence,
-    so any factor s > 0 on the table cancels; their ``positional_encoding`` is None because P is concatenated,
-    not added (no absorption of one signal by the other).
+    Slots ``src`` and ``tgt`` (or ``shared``) have ``input_scale`` 1 (TN cancels any factor s > 0 on the table) and
+    no ``positional_encoding`` (P is concatenated, not added: no absorption).
     """
 
     def __init__(

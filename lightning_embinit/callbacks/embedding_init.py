@@ -1,15 +1,11 @@
 """``EmbeddingInitCallback``: initialize a model's embedding tables when ``fit`` sets up.
 
-A thin adapter over :class:`~lightning_embinit.init.engine.EmbeddingInitializer`: the engine prepares the slots
-(tokens, recipes), builds every matrix (on global rank 0, broadcast to every rank), writes, freezes and reports;
-the callback decides when. It does nothing on validate, test or predict, nothing the second time for a model, and
-a resumed fit ends with the checkpoint's tables and report (:mod:`.lifecycle`).
-
-When: at ``setup(stage="fit")`` when the selected tables exist then; tables that the module creates in
-``configure_model`` (or that sit on the meta device until the strategy materializes them) are built at
-``on_fit_start``, the first callback hook after ``configure_model`` and the strategy's setup, before any optimizer
-step (:mod:`.strategies`). Sharded tables (FSDP2's ``DTensor``) get each rank's slice of the one matrix
-(:mod:`lightning_embinit.init.sharding`).
+A thin adapter over :class:`~lightning_embinit.init.engine.EmbeddingInitializer`, which prepares the slots, builds
+every matrix (on global rank 0, broadcast), writes, freezes and reports; the callback decides when: at
+``setup(stage="fit")`` when the selected tables exist then, else (tables made in ``configure_model`` or on the meta
+device) at ``on_fit_start``, before any optimizer step (:mod:`.strategies`). Nothing on validate, test or predict,
+nothing the second time for a model; a resumed fit ends with the checkpoint's tables and report (:mod:`.lifecycle`).
+Sharded tables (FSDP2's ``DTensor``) get each rank's slice of the one matrix (:mod:`lightning_embinit.init.sharding`).
 """
 
 from __future__ import annotations
@@ -34,11 +30,7 @@ from lightning_embinit.init.tokens import TokenSpec
 
 
 class EmbeddingInitCallback(FitOnceCallback):
-    """Initialize embedding tables when ``fit`` sets up and record how they were born.
-
-    Every :class:`~lightning_embinit.init.recipe.InitRecipe` field is a keyword argument: ``source``,
-    ``standardize``, ``match``, ``shuffle``, ``scale``, ``transforms``, ``trainable``, ``source_options``,
-    ``match_options``, ``standardize_options``, ``cache_dir``.
+    """Initialize embedding tables when ``fit`` sets up and record how they were born (module docstring).
 
     Args:
         slots: which tables: ``None`` (all), a list of slot names or dotted module paths, or a mapping
@@ -48,8 +40,8 @@ class EmbeddingInitCallback(FitOnceCallback):
             line, a Hugging Face tokenizer name or directory (its vocabulary in id order), or a mapping slot → one
             of these. Else the datamodule's ``vocabulary_for(slot)`` or ``vocabulary``, else the model's
             ``vocabulary`` attribute.
-        verbose: print the report table on global rank 0.
-        **recipe: the fields of :class:`~lightning_embinit.init.recipe.InitRecipe`.
+        **recipe: the fields of :class:`~lightning_embinit.init.recipe.InitRecipe` (``source``, ``standardize``,
+            ``match``, ``shuffle``, ``scale``, ``transforms``, ``trainable``, ``*_options``, ``cache_dir``).
     """
 
     def __init__(
@@ -77,8 +69,6 @@ class EmbeddingInitCallback(FitOnceCallback):
     @property
     def state_key(self) -> str:
         return self._generate_state_key(slots=sorted(self.initializer.slot_recipes) or None)
-
-    # -- when --------------------------------------------------------------------------------
 
     @override
     def setup(self, trainer: Trainer, pl_module: LightningModule, stage: str) -> None:
@@ -123,8 +113,6 @@ class EmbeddingInitCallback(FitOnceCallback):
         self._initialize(module, datamodule)
         return self.reports
 
-    # -- what --------------------------------------------------------------------------------
-
     def _initialize(
         self, module: torch.nn.Module, datamodule: Any, trainer: Trainer | None = None, *, deferred: bool = False
     ) -> None:
@@ -141,9 +129,7 @@ class EmbeddingInitCallback(FitOnceCallback):
             self.reports, self.seed_used = initialized.reports, initialized.seed
             self._pretrained_rows.clear()  # in place: the gradient masks read this dict
             self._pretrained_rows.update(initialized.pretrained_rows)
-        self._freeze(by_mask=deferred and wrapped_for_ddp(trainer))
-
-    def _freeze(self, *, by_mask: bool) -> None:
+        by_mask = deferred and wrapped_for_ddp(trainer)
         self._masks, messages = self.initializer.freeze(self.prepared, self._pretrained_rows, by_mask=by_mask)
         for message in messages:
             rank_zero_warn(f"EmbeddingInitCallback: {message}")
@@ -186,8 +172,6 @@ class EmbeddingInitCallback(FitOnceCallback):
         for logger in trainer.loggers:
             logger.log_hyperparams(report_hyperparameters(self.reports))
             logger.log_metrics(report_metrics(self.reports), step=0)
-
-    # -- checkpoint ------------------------------------------------------------------------------
 
     @override
     def on_save_checkpoint(self, trainer: Trainer, pl_module: LightningModule, checkpoint: dict[str, Any]) -> None:

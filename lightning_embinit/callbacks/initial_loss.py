@@ -32,14 +32,6 @@ COUNTERMEASURES = (
 )
 
 
-def _loss_of(outputs: Any) -> torch.Tensor | None:
-    if isinstance(outputs, torch.Tensor):
-        return outputs
-    if isinstance(outputs, Mapping):
-        return outputs.get("loss")
-    return None
-
-
 def sequence_length(batch: Any) -> int | None:
     """Dim 1 of a batch's inputs: ``batch["input_ids"]``, the first item of a tuple/list, or the tensor itself."""
     if isinstance(batch, Mapping):
@@ -52,32 +44,19 @@ def sequence_length(batch: Any) -> int | None:
 class InitialLossMonitor(Callback):
     """Log ``init_loss``, ``ln_vocab``, ``init_loss_ratio`` (= init_loss / ln n) and the predictions.
 
-    Measurement: the losses ``training_step`` returned for the batches of the first optimizer
-    step, read in ``on_train_batch_end`` (no extra forward pass). Every such batch — all
-    ``accumulate_grad_batches`` of them — was computed before any parameter update. Lightning
-    hands those outputs over divided by ``accumulate_grad_batches``; the monitor multiplies that
-    back (automatic optimization). Per rank: the mean over those batches; the logged value is the
-    mean over ranks (``trainer.strategy.reduce``). The first ``track_steps`` optimizer steps'
-    losses are kept the same way in ``step_losses`` (saved in checkpoints) and written to the
-    trainer's loggers at every one of those steps (logger step = optimizer step − 1, as
-    ``train_loss``; independent of ``log_every_n_steps``) as ``init_phase_loss``,
-    ``loss_over_ln_vocab`` and ``ln_vocab``; the one-off values (``init_loss``, ``init_loss_ratio``,
-    the predictions) reach every logger exactly once, at the first step.
+    ``init_loss`` is the mean of the losses ``training_step`` returned for the batches of the first optimizer step
+    (computed before any update; Lightning's division by ``accumulate_grad_batches`` undone under automatic
+    optimization), averaged over ranks: no extra forward pass. The first ``track_steps`` optimizer steps' losses are
+    kept alike in ``step_losses`` (checkpointed) and logged at each of those steps (logger step = optimizer step −
+    1, as ``train_loss``) as ``init_phase_loss``, ``loss_over_ln_vocab`` and ``ln_vocab``; the one-off values reach
+    every logger once, at the first step. n: ``vocab_size``; else the rows of the ``slot`` named or of the tied
+    slot; else the ``out_features`` of the module's last ``nn.Linear``; else those of a single embedding table.
 
-    n: ``vocab_size`` if given; else the slot named ``slot`` or the tied slot of the module's
-    :meth:`~lightning_embinit.init.host.EmbeddingHost.embedding_slots` (or its ``nn.Embedding`` tables);
-    else the ``out_features`` of the module's last ``nn.Linear`` (its output layer); else a single
-    embedding table.
-
-    Predictions, from the weights at the first batch: ``init_loss_predicted`` (``predicted``)
-    is ln(e^{dσ} + n − 1) (``docs/concepts.md``) for a tied slot, σ the table's std over its non-padding
-    rows, n and d its shape (None without a tied slot); ``init_loss_predicted_model``
-    (``predicted_model``) is ``pl_module.initial_loss_prediction()`` when the module has
-    one (as :class:`~lightning_embinit.models.TiedEmbeddingLM`), given ``length=`` the first
-    batch's sequence length (:func:`sequence_length`) when it takes that argument.
-
-    A warning (once, rank zero) fires when init_loss > ln n + ``margin``. The one-off values are also its
-    :meth:`summary` (:class:`~lightning_embinit.callbacks.summary.PublishesSummary`).
+    Predictions, from the weights at the first batch: ``init_loss_predicted`` (``predicted``) is
+    ln(e^{dσ} + n − 1) (``docs/concepts.md``) for a tied slot, σ its std over non-padding rows;
+    ``init_loss_predicted_model`` (``predicted_model``) is ``pl_module.initial_loss_prediction()`` when defined (as
+    :class:`~lightning_embinit.models.TiedEmbeddingLM`), given ``length=`` (:func:`sequence_length`) when it takes
+    it. A warning (once, rank zero) fires when init_loss > ln n + ``margin``; :meth:`summary`: the one-off values.
     """
 
     summary_key = MONITORS
@@ -111,17 +90,14 @@ class InitialLossMonitor(Callback):
         self._active = False
         self._predict = False
 
-    # ------------------------------------------------------------------ resolution
-    def _slots(self, pl_module: nn.Module) -> dict[str, EmbeddingSlot]:
-        if self.slot is not None:
-            return select_slots(pl_module, [self.slot])
-        try:
-            return discover_slots(pl_module)
-        except ValueError:
-            return {}
-
     def _resolve(self, pl_module: nn.Module) -> None:
-        slots = self._slots(pl_module)
+        if self.slot is not None:
+            slots = select_slots(pl_module, [self.slot])
+        else:
+            try:
+                slots = discover_slots(pl_module)
+            except ValueError:
+                slots = {}
         tied = [s for s in slots.values() if s.is_tied]
         chosen = slots[self.slot] if self.slot is not None else (tied[0] if tied else None)
         self._tied = chosen if chosen is not None and chosen.is_tied else None
@@ -161,7 +137,6 @@ class InitialLossMonitor(Callback):
             takes_length = False
         self.predicted_model = predict(length=length) if takes_length and length is not None else predict()
 
-    # ------------------------------------------------------------------ hooks
     @override
     def on_train_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         tracking = len(self.step_losses) < self.track_steps and trainer.global_step == len(self.step_losses)
@@ -187,8 +162,8 @@ class InitialLossMonitor(Callback):
     ) -> None:
         if not self._active:
             return
-        loss = _loss_of(outputs)
-        if loss is not None:
+        loss = outputs.get("loss") if isinstance(outputs, Mapping) else outputs
+        if isinstance(loss, torch.Tensor):
             scale = trainer.accumulate_grad_batches if pl_module.automatic_optimization else 1
             self._pending[0] += float(loss.detach().float()) * scale
             self._pending[1] += 1
@@ -256,7 +231,6 @@ class InitialLossMonitor(Callback):
             f"([S]: loss ≈ ln(e^(dσ) + n − 1)). Countermeasures: {COUNTERMEASURES}."
         )
 
-    # ------------------------------------------------------------------ checkpointing
     @override
     def state_dict(self) -> dict[str, Any]:
         return {

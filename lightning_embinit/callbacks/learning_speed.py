@@ -28,23 +28,18 @@ class LearningSpeedMonitor(Callback):
 
     Args:
         monitor: a metric the module logs (``trainer.callback_metrics``), e.g. ``"val_acc"``, ``"val_loss"``.
-        threshold: the score to reach.
         mode: ``"max"`` (higher is better: smoothed ≥ threshold) or ``"min"`` (smoothed ≤ threshold).
         smoothing: TensorBoard's smoothing weight (0.6 in [KB]).
         debias: TensorBoard's current debiased average (True) or the pre-2019 one (False).
-        check_on: ``"validation"`` (a point after every validation run during fit) or
-            ``"train_step"`` (a point every ``every_n_steps`` optimizer steps, default the trainer's
-            ``log_every_n_steps``: the points TensorBoard plots for a per-step metric).
+        check_on: ``"validation"`` (a point after every validation run during fit) or ``"train_step"`` (a point
+            every ``every_n_steps`` optimizer steps, default the trainer's ``log_every_n_steps``).
 
-    Examples are the batch sizes of every training batch (``extract_batch_size``) summed over
-    ranks: each rank counts its own, and at every point the counts and rank zero's metric value
-    (the one its loggers show) are summed with one ``trainer.strategy.reduce`` that every rank
-    reaches at the same point, as at the end of every training epoch. Logged at every point:
-    ``{prefix}/{monitor}_smoothed`` and ``{prefix}/examples_seen``; at the crossing:
-    ``{prefix}/{monitor}/examples_to_threshold`` and ``.../steps_to_threshold`` (also in
-    :attr:`crossed_at_examples`, :attr:`crossed_at_step`). The count, the smoothing state and the
-    crossing are saved in checkpoints, so a resumed run continues counting; a new ``fit`` without
-    a checkpoint (the monitor reused for another run) counts from zero. :meth:`summary`
+    Examples are the batch sizes of every training batch (``extract_batch_size``), each rank counting its own; at
+    every point (and epoch end) the counts and rank zero's metric value are summed over ranks by one
+    ``trainer.strategy.reduce``. Logged at every point: ``{prefix}/{monitor}_smoothed`` and
+    ``{prefix}/examples_seen``; at the crossing: ``{prefix}/{monitor}/examples_to_threshold`` and
+    ``.../steps_to_threshold`` (:attr:`crossed_at_examples`, :attr:`crossed_at_step`). Count, smoothing and
+    crossing are checkpointed (a resumed run continues; a new ``fit`` counts from zero). :meth:`summary`
     (:class:`~lightning_embinit.callbacks.summary.PublishesSummary`) holds the crossing (None before) and the count.
     """
 
@@ -98,7 +93,6 @@ class LearningSpeedMonitor(Callback):
             f"{self.prefix}/examples_seen": self.examples_seen,
         }
 
-    # ------------------------------------------------------------------ counting
     def _sum_over_ranks(
         self, trainer: L.Trainer, pl_module: L.LightningModule, value: float | None
     ) -> tuple[int, float | None]:
@@ -140,7 +134,6 @@ class LearningSpeedMonitor(Callback):
         if trainer.is_global_zero:
             log_scalars(trainer, scalars, step)
 
-    # ------------------------------------------------------------------ hooks
     @override
     def setup(self, trainer: L.Trainer, pl_module: L.LightningModule, stage: str) -> None:
         if stage == "fit":
@@ -184,7 +177,6 @@ class LearningSpeedMonitor(Callback):
                 "(with every_n_steps below the run's length) for a training metric"
             )
 
-    # ------------------------------------------------------------------ checkpointing
     @override
     def state_dict(self) -> dict[str, Any]:
         # examples since the last sum over ranks are counted on every rank alike (equal batch sizes, as a

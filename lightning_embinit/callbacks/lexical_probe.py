@@ -41,13 +41,6 @@ DEFAULT_WORDS = tuple(
 )
 
 
-def gensim_test_file(name: str) -> str:
-    """The copy of a standard test set that gensim ships (``questions-words.txt``, ``wordsim353.tsv``, ...)."""
-    from gensim.test.utils import datapath
-
-    return datapath(name)
-
-
 class LexicalProbe(Callback):
     """Run :func:`~lightning_embinit.diagnostics.lexical_probe` on a word-level slot at train start and end.
 
@@ -55,9 +48,9 @@ class LexicalProbe(Callback):
         analogies: an analogy file (questions-words layout). With neither this nor ``similarity``,
             gensim's bundled ``questions-words.txt`` and ``wordsim353.tsv`` are used.
         similarity: word-similarity files (``word1<TAB>word2<TAB>rating``).
-        slot: the slot to probe. Default: the slot with token strings; among several, the one whose
-            vocabulary holds the most distinct words of the test sets (the first on a tie), named in
-            the log and in ``probed_slot`` — on a de→en translation model, ``tgt``.
+        slot: the slot to probe. Default: the slot with token strings; among several, the one whose vocabulary
+            holds the most distinct test-set words (the first on a tie; ``probed_slot``, logged): on a de→en
+            translation model, ``tgt``.
         chains: chain names (:data:`~lightning_embinit.diagnostics.lexical.CHAINS`).
         words: the words of the PCA scatter (those in the vocabulary; default :data:`DEFAULT_WORDS`).
         max_analogies: evaluate a seeded sample of this many in-vocabulary questions (None: all).
@@ -65,18 +58,12 @@ class LexicalProbe(Callback):
         seed: the seed of the random positional rows and of the question sample.
         encoding: the text encoding of the analogy and similarity files (read, and checked, when the callback is made).
 
-    Logged on global rank zero (the weights are the same on every rank; a sharded table, FSDP2's DTensor,
-    is first gathered on every rank):
-    ``{prefix}/{slot}/{chain}/analogy`` (``analogy_semantic``, ``analogy_syntactic``) and
-    ``{prefix}/{slot}/{chain}/similarity/{name}`` to every logger; the table as text and the
-    scatter (raw vectors, and s · x + P as the first layer sees them) to TensorBoard loggers. s and P are the
-    model's own (a recognized family's, :mod:`lightning_embinit.init.families`); a model that adds no positions to
-    the token vectors (rotary, ALiBi, relative-bias attention) skips the chains with + P, says so in the table and
-    logs ``{prefix}/{slot}/no_additive_positional_encoding`` = 1.
-    Results are kept in ``results`` (``{"start": ..., "end": ...}``) and in checkpoints; they
-    start empty at every ``fit`` (a monitor reused for a new run measures that run), and a resumed
-    run gets them back from its checkpoint, so it keeps the start of the first. :meth:`summary`
-    (:class:`~lightning_embinit.callbacks.summary.PublishesSummary`) holds the latest probe's values.
+    Logged on global rank zero (docs/diagnostics.md): ``{prefix}/{slot}/{chain}/analogy`` (``analogy_semantic``,
+    ``analogy_syntactic``) and ``{prefix}/{slot}/{chain}/similarity/{name}`` to every logger; the table as text and
+    the PCA scatter (raw x, and s · x + P as the first layer sees them) to TensorBoard loggers. A model that adds no
+    positions to the token vectors (rotary, ALiBi, relative-bias) skips the chains with + P and logs
+    ``{prefix}/{slot}/no_additive_positional_encoding`` = 1. ``results`` (``{"start": ..., "end": ...}``) is
+    checkpointed and starts afresh at every ``fit``; :meth:`summary` holds the latest probe's values.
     """
 
     summary_key = MONITORS
@@ -96,8 +83,10 @@ class LexicalProbe(Callback):
         prefix: str = "lexical",
         encoding: str = "utf-8",
     ) -> None:
-        if analogies is None and not similarity:
-            analogies, similarity = gensim_test_file("questions-words.txt"), [gensim_test_file("wordsim353.tsv")]
+        if analogies is None and not similarity:  # the standard test sets that gensim ships
+            from gensim.test.utils import datapath
+
+            analogies, similarity = datapath("questions-words.txt"), [datapath("wordsim353.tsv")]
         similarity = [similarity] if isinstance(similarity, str) else list(similarity or [])
         try:
             check_probe_inputs(analogies, similarity, max_analogies)

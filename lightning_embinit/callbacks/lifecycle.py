@@ -1,17 +1,15 @@
 """When the package's callbacks change a model: once per model, when ``fit`` sets up, never over a resumed checkpoint.
 
-``EmbeddingInitCallback`` and ``VocabularyExtensionCallback`` change a model's tables once, when ``fit`` sets up.
-Lightning restores a checkpoint after ``setup`` and ``configure_model`` (and, for strategies whose
-``restore_checkpoint_after_setup`` is True — FSDP, DeepSpeed, ``ModelParallelStrategy`` — after ``on_fit_start``),
-and no public API tells at ``setup`` whether the running fit will restore one. So the work runs at ``setup`` (or
-``on_fit_start``) every time. When the fit resumes, Lightning's restore replaces the tables with the checkpoint's,
-bit for bit, calls the callback's ``on_load_checkpoint`` (its own result is discarded) and ``load_state_dict`` (the
-checkpoint's report and masks come back); the work done is thrown away (its cost: docs/initialization.md#resume).
+Lightning restores a checkpoint after ``setup`` and ``configure_model`` (after ``on_fit_start`` for strategies
+whose ``restore_checkpoint_after_setup`` is True: FSDP, DeepSpeed, ``ModelParallelStrategy``), and no public API
+tells at ``setup`` whether the fit will restore one. So the work runs at ``setup`` (or ``on_fit_start``) every time;
+on resume Lightning's restore replaces the tables with the checkpoint's, bit for bit, calls the callback's
+``on_load_checkpoint`` (its own result is discarded) and ``load_state_dict`` (the checkpoint's report and masks come
+back); the cost: docs/initialization.md#resume.
 
-The report is published at ``on_train_start``, after every restore, and only for a fresh fit. There the callback
-also confirms the hook order through public API: ``trainer.ckpt_path`` is the checkpoint this fit restored (None
-for a fresh fit), and it must agree with whether ``on_load_checkpoint`` was called after ``setup``; a disagreement
-(a Lightning release that restores at another time) raises before the first step.
+The report is published at ``on_train_start``, after every restore, for a fresh fit only. There the callback checks
+the hook order through public API: ``trainer.ckpt_path`` (None for a fresh fit) must agree with whether
+``on_load_checkpoint`` was called after ``setup``, else it raises before the first step.
 """
 
 from __future__ import annotations

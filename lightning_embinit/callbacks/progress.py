@@ -25,13 +25,11 @@ class StepBudgetProgressBar(RichProgressBar):
         metrics.pop("v_num", None)
         return metrics
 
-    def train_title(self, trainer: L.Trainer) -> str:
-        return f"Epoch {trainer.current_epoch} · step {trainer.global_step}/{trainer.max_steps}"
-
     def _retitle(self, trainer: L.Trainer) -> None:
         step_budgeted = trainer.max_epochs in (None, -1) and trainer.max_steps is not None and trainer.max_steps > 0
         if step_budgeted and self.progress is not None and self.train_progress_bar_id is not None:
-            self.progress.update(self.train_progress_bar_id, description=self.train_title(trainer))
+            title = f"Epoch {trainer.current_epoch} · step {trainer.global_step}/{trainer.max_steps}"
+            self.progress.update(self.train_progress_bar_id, description=title)
 
     @override
     def on_train_epoch_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:

@@ -1,12 +1,10 @@
 """What the callbacks need to know about Lightning's strategies and ``configure_model``.
 
-Lightning calls a module's ``configure_model`` after every callback's ``setup``; tables created there
-(Lightning's advice for large models, and a must under ``ModelParallelStrategy``) exist from
-``on_fit_start`` on, after the strategy has materialized meta-device layers, wrapped the model
-(DDP, FSDP2) and created the optimizers. No public callback hook runs between ``configure_model``
-and the strategy's setup, so a table built later is written in place (optimizers and wrappers keep
-their references) and, under a DDP wrapper, frozen by a gradient mask rather than
-``requires_grad=False`` (:func:`wrapped_for_ddp`).
+Tables a module creates in ``configure_model`` (Lightning's advice for large models, a must under
+``ModelParallelStrategy``) exist from ``on_fit_start`` on, after the strategy has materialized meta-device layers,
+wrapped the model and created the optimizers; no callback hook runs in between. So a table built then is written in
+place (optimizers and wrappers keep their references) and, under a DDP wrapper, frozen by a gradient mask rather
+than ``requires_grad=False`` (:func:`wrapped_for_ddp`).
 """
 
 from __future__ import annotations

@@ -33,33 +33,24 @@ from lightning_embinit.init.sharding import whole_slot
 
 
 class EmbeddingVarianceMonitor(Callback):
-    """Log ``{prefix}/{slot}/{key}`` for each slot at train start, every ``every_n_steps`` steps and at train end.
+    """Log ``{prefix}/{slot}/{key}`` for each slot at train start, every ``every_n_steps`` steps and at train end
+    (docs/diagnostics.md).
 
-    Keys: ``mean``, ``std``, ``min``, ``max`` of the table (non-padding rows), the same with a
-    ``scaled_`` prefix for s · X (s the slot's input scale), ``pe_std``, ``pe_min``, ``pe_max``,
-    ``pe_range`` of the positional encoding, ``ratio`` = σ(s · X)/σ(P), and — when the model adds
-    positions — ``semantic_retention``, ``positional_retention`` and ``neighbour_survival`` on
-    ``sample_rows`` rows at random positions below ``max_position`` (all rows when None), k =
-    ``neighbours`` (see :mod:`lightning_embinit.diagnostics.absorption`). A model that adds no positions to the
-    token vectors (rotary, ALiBi, relative-bias attention) gets ``no_additive_positional_encoding`` = 1 instead of
-    the positional keys, and a message (once per fit) that says what it does instead.
+    Keys: ``mean``, ``std``, ``min``, ``max`` of the table (non-padding rows), the same with a ``scaled_`` prefix
+    for s · X, ``pe_std``, ``pe_min``, ``pe_max``, ``pe_range`` of the positional encoding P, ``ratio`` =
+    σ(s · X)/σ(P), and the absorption measures ``semantic_retention``, ``positional_retention`` and
+    ``neighbour_survival`` (:func:`~lightning_embinit.diagnostics.absorption.slot_absorption`: ``sample_rows``
+    rows at positions below ``max_position``, k = ``neighbours``, a private generator seeded with ``seed``). s and
+    P are the model's own (a recognized family's, :mod:`lightning_embinit.init.families`, or the slot's); a model
+    that adds no positions to the token vectors (rotary, ALiBi, relative-bias) logs
+    ``no_additive_positional_encoding`` = 1 instead of the positional keys, and says so once per fit.
 
-    s and P are the model's own: a recognized family's (:mod:`lightning_embinit.init.families`: BERT and GPT-2 add
-    their learned position table to the unscaled token vectors, s = 1) or what the slot declares.
-
-    Computed on global rank zero only (every rank holds the same weights under DDP; a sharded table,
-    FSDP2's DTensor, is first gathered on every rank: the only collective),
-    from a private generator seeded with ``seed``, without gradients, never touching the weights,
-    the train/eval mode or the global RNG. A warning (once) names the countermeasures when a
-    retention falls below its threshold: ``positional_threshold`` (tokens drown positions) or
-    ``semantic_threshold`` (positions drown tokens; see :func:`~lightning_embinit.diagnostics.absorption.drowning`
-    for why the two differ). With ``figures``, a histogram of the scaled token
-    values against the positional values goes to TensorBoard loggers at start and end.
-
-    ``start``, ``latest`` and the warning start afresh at every ``fit`` (a monitor reused
-    for a new run measures that run); a resumed run gets them back from its checkpoint, so it keeps
-    the start of the first. :meth:`summary` (:class:`~lightning_embinit.callbacks.summary.PublishesSummary`) holds
-    the latest values and those at the start.
+    Computed on global rank zero (a sharded table is first gathered on every rank) without touching the weights,
+    the train/eval mode or the global RNG. A warning (once) names the countermeasures when a retention falls below
+    ``positional_threshold`` or ``semantic_threshold`` (:func:`~lightning_embinit.diagnostics.absorption.drowning`);
+    with ``figures``, a histogram of s · X against P goes to TensorBoard loggers at start and end. ``start``,
+    ``latest`` and the warning start afresh at every ``fit`` and are checkpointed; :meth:`summary` holds the latest
+    values and those at the start (``..._at_start``).
     """
 
     summary_key = MONITORS
@@ -116,7 +107,6 @@ class EmbeddingVarianceMonitor(Callback):
             self.start, self.latest, self.latest_step, self._warned = None, None, None, False
             self._told = set()
 
-    # ------------------------------------------------------------------ measurement
     @torch.no_grad()
     def measure(self, pl_module: torch.nn.Module) -> dict[str, dict[str, Any]]:
         """The numbers for every selected slot of ``pl_module`` now (every rank must call it when a table
@@ -197,7 +187,6 @@ class EmbeddingVarianceMonitor(Callback):
         title = f"slot {slot.name!r}: s·X (s = {float(slot.input_scale):.3g}) against P, step {step}"
         log_figure(trainer, tag, value_histogram(scaled, positional, title=title), step)
 
-    # ------------------------------------------------------------------ hooks
     @override
     def on_train_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         self._record(trainer, pl_module, "start")
@@ -215,7 +204,6 @@ class EmbeddingVarianceMonitor(Callback):
     def on_train_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         self._record(trainer, pl_module, "end")
 
-    # ------------------------------------------------------------------ checkpointing
     @override
     def state_dict(self) -> dict[str, Any]:
         return {"start": self.start, "latest": self.latest, "latest_step": self.latest_step, "warned": self._warned}

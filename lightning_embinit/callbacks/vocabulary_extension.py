@@ -1,22 +1,21 @@
 """``VocabularyExtensionCallback``: fine-tune a trained model on text with tokens its vocabulary lacks.
 
-At ``setup(stage="fit")`` it loads the weights of ``from_checkpoint`` — weights only: a fine-tune starts a fresh
-optimizer, fresh loops and step count — and extends each slot to the new vocabulary through
-:mod:`lightning_embinit.init.extension` (every old row kept bit for bit; the new rows by ``rule``). The new rows
-are built on global rank 0 and broadcast, so every rank holds identical tables.
+At ``setup(stage="fit")`` it loads the weights of ``from_checkpoint`` (weights only: a fine-tune starts a fresh
+optimizer, loops and step count) and extends each slot to the new vocabulary through
+:mod:`lightning_embinit.init.extension` (every old row kept bit for bit; the new rows by ``rule``), built on global
+rank 0 and broadcast. Where the vocabularies come from:
 
-- Old tokens: ``old_tokens=``, else the checkpoint's ``embinit`` record (this callback and
-  ``EmbeddingInitCallback`` write it), else the system's hyperparameters (``checkpoint_vocabularies``).
-- New tokens: ``tokens=`` (a list, a file, a tokenizer, or a mapping slot → one of these), else the datamodule's
+- old tokens: ``old_tokens=``, else the checkpoint's ``embinit`` record (this callback and ``EmbeddingInitCallback``
+  write it), else the system's hyperparameters (``checkpoint_vocabularies``);
+- new tokens: ``tokens=`` (a list, a file, a tokenizer, or a mapping slot → one of these), else the datamodule's
   ``vocabulary_for(slot)`` / ``vocabulary``, else the model's own (``embinit fit`` builds the model over the
-  datamodule's vocabulary, so it already has the new shapes: the checkpoint's tensors are extended into them).
-- Old tokenizer (``pieces``): ``old_tokenizer=`` (a tokenizer object, a saved tokenizer ``.json``, a directory
-  or ``hf:<name>``), else the checkpoint's own (translation and classification systems keep theirs).
+  datamodule's vocabulary: the checkpoint's tensors are extended into its shapes);
+- old tokenizer (``pieces``): ``old_tokenizer=`` (a tokenizer, a saved ``.json``, a directory or ``hf:<name>``), else
+  the checkpoint's own.
 
-``--ckpt_path`` keeps Lightning's meaning: it resumes a run — weights, optimizer, loops — with that run's shapes.
-Resuming a fine-tune run (its checkpoints hold the extended tables) works: Lightning's restore replaces the tables
-the callback extended at ``setup`` and brings back its report and masks (:mod:`.lifecycle`). A ``--ckpt_path``
-whose tables have other shapes fails in Lightning's strict restore, and the callback says what to pass instead.
+``--ckpt_path`` keeps Lightning's meaning: it resumes a run (weights, optimizer, loops) with that run's shapes, so
+resuming a fine-tune run works (:mod:`.lifecycle`), and one whose tables have other shapes fails in Lightning's
+strict restore with a warning that says what to pass instead.
 """
 
 from __future__ import annotations
@@ -52,19 +51,16 @@ class VocabularyExtensionCallback(FitOnceCallback):
     """Extend a trained model's vocabulary at ``setup(stage="fit")`` (module docstring).
 
     Args:
-        from_checkpoint: the trained model's checkpoint, whose weights the fine-tune starts from (None: the model's
-            own weights are the trained ones, e.g. ``TiedEmbeddingLM.load_from_checkpoint(...)``).
+        from_checkpoint: the trained model's checkpoint (None: the model's own weights are the trained ones, e.g.
+            ``TiedEmbeddingLM.load_from_checkpoint(...)``).
         rule, head_rule, bias, standardize, source_options: the new rows' start
             (:func:`~lightning_embinit.init.extension.extend_vocabulary`).
-        slots: which slots (None: every slot of the model).
-        tokens, old_tokens, old_tokenizer: the vocabularies (module docstring).
         trainable: ``True``, or ``"new_rows"``: only the new rows of the tables and their output layers learn (every
             other parameter frozen, the old rows masked and, for AdamW with weight decay, pinned after each step).
         allow_dropping: let the new vocabulary drop old tokens (their rows are lost).
         seed: the generator seed of the new rows (None: drawn on global rank 0, and reported).
         probe: measure the probability the new tokens take on the first training batch (models with
             ``output_states(batch)``: the package's LM and translation systems).
-        verbose: print the report on global rank 0.
     """
 
     def __init__(
@@ -115,7 +111,6 @@ class VocabularyExtensionCallback(FitOnceCallback):
     def __getstate__(self) -> dict[str, Any]:
         return {**super().__getstate__(), "_frozen": {}}
 
-    # -- hooks -----------------------------------------------------------------------------
     @override
     def setup(self, trainer: Trainer, pl_module: LightningModule, stage: str) -> None:
         if not self.begin_fit(pl_module, stage):
@@ -183,10 +178,14 @@ class VocabularyExtensionCallback(FitOnceCallback):
         for logger in trainer.loggers:
             logger.log_metrics(extension_metrics(self.reports), step=0)
 
-    # -- steps -----------------------------------------------------------------------------
     def _extend(self, trainer: Trainer, pl_module: LightningModule) -> None:
         datamodule = getattr(trainer, "datamodule", None)
         checkpoint = self._read_checkpoint(pl_module)
+        old_tokenizer = self.old_tokenizer
+        if isinstance(old_tokenizer, (str, os.PathLike)):  # a saved tokenizer (.json), a directory or hf:<name>
+            from lightning_embinit.text.tokenization import build_tokenizer
+
+            old_tokenizer = build_tokenizer(os.fspath(old_tokenizer))
         state = None if checkpoint is None else dict(checkpoint["state_dict"])
         jobs = extension_jobs(
             pl_module,
@@ -194,7 +193,7 @@ class VocabularyExtensionCallback(FitOnceCallback):
             slots=self.slots,
             tokens=self.tokens,
             old_tokens=self.old_tokens,
-            old_tokenizer=_tokenizer_object(self.old_tokenizer),
+            old_tokenizer=old_tokenizer,
             datamodule=datamodule,
         )
         plans = run_on_rank_zero(  # built on global rank 0 and broadcast; a failure there is raised on every rank
@@ -246,12 +245,3 @@ class VocabularyExtensionCallback(FitOnceCallback):
 def _frozen_rows(masks: Mapping[str, torch.Tensor], name: str) -> torch.Tensor | None:
     added = masks.get(name)
     return None if added is None else ~added
-
-
-def _tokenizer_object(spec: Any) -> Any:
-    """An ``old_tokenizer=`` given as a saved tokenizer (``.json``), a directory or ``hf:<name>``, loaded."""
-    if isinstance(spec, (str, os.PathLike)):
-        from lightning_embinit.text.tokenization import build_tokenizer
-
-        return build_tokenizer(os.fspath(spec))
-    return spec

@@ -1,24 +1,19 @@
 """Absorption: how much of the token signal and of the position signal survive x · s + P ([K];
 docs/concepts.md#absorption).
 
-On a sample of K non-padding rows w_i, each paired with a random position p_i, let
-x_i = s · w_i (s the slot's input scale), P_i the positional row of p_i and z_i = x_i + P_i:
+On a sample of K non-padding rows w_i, each paired with a random position p_i, let x_i = s · w_i (s the slot's
+input scale), P_i the positional row of p_i and z_i = x_i + P_i:
 
 - semantic retention = mean_i cos(x_i, z_i): how far the sum still points along the token vector;
 - positional retention = mean_i cos(P_i, z_i): the same for the position vector;
-- neighbour survival = mean_i ``|N_k(x, i) ∩ N_k(z, i)|`` / k, N_k(v, i) the k nearest sampled rows
-  of row i by cosine among v_1 … v_K: the share of each token's nearest-neighbour list (among
-  the sampled tokens) that survives adding the positions.
+- neighbour survival = mean_i ``|N_k(x, i) ∩ N_k(z, i)|`` / k, N_k(v, i) the k nearest sampled rows of row i by
+  cosine among v_1 … v_K: the share of each token's nearest-neighbour list that survives adding the positions.
 
-For independent directions, cos(x, z) = r / √(1 + r²) and cos(P, z) = 1 / √(1 + r²) with
-r = ``|x| / |P|``: one retention near 0 means that signal is drowned by the other.
-
-The two directions are judged differently (:func:`drowning`). Token vectors that drown the
-positions (GloVe or T5 at √D, r ≫ 1) are the starts [K] finds harmful: positional retention
-below 0.2 (r > 4.9) is flagged. Positions that dominate the tokens are the normal regime of a
-Xavier start (r ≈ 0.2–0.6 for N = 4k–50k, D = 50–512; semantic retention 0.15–0.5),
-which [K] recommends; only a nearly invisible token signal (semantic retention below 0.05,
-r < 1/20: σ = 0.001 or zeros, say) is flagged.
+For independent directions, cos(x, z) = r / √(1 + r²) and cos(P, z) = 1 / √(1 + r²) with r = ``|x| / |P|``. Token
+vectors that drown the positions (GloVe or T5 at √D) are the starts [K] finds harmful: positional retention below
+0.2 (r > 4.9) is flagged. Positions dominating the tokens are the normal regime of the Xavier start [K] recommends
+(r ≈ 0.2–0.6, semantic retention 0.15–0.5); only a nearly invisible token signal (semantic retention below 0.05,
+r < 1/20: σ = 0.001 or zeros) is flagged (:func:`drowning`).
 """
 
 from __future__ import annotations

@@ -1,17 +1,12 @@
 """``embinit inspect``'s report: a start checked before paying for a run (docs/concepts.md#absorption, #tied-head).
 
-Per slot: the init report row (as :class:`~lightning_embinit.callbacks.EmbeddingInitCallback`
-produced it), the variance monitor's absorption measures
-(:func:`~lightning_embinit.diagnostics.absorption.slot_absorption`), and for a tied head [S]'s
-predicted initial loss ln(e^{dσ} + n − 1) (:func:`~lightning_embinit.diagnostics.initial_loss.tied_initial_loss`)
-next to ln n; then a verdict with the countermeasures for what is wrong.
-
-The JSON schema (``"schema": "embinit.inspect/1"``) is stable: a top-level ``slots`` list and
-``verdict``; each slot has ``name``, ``num_embeddings``, ``embedding_dim``, ``std``,
-``scaled_std``, ``positional_std``, ``predicted_initial_loss`` (null when untied), ``ln_vocab``
-and the fields of :data:`SLOT_FIELDS`, plus ``init_report`` (the callback's row verbatim). ``positions`` says what
-the model adds to the scaled token vectors; for a model that adds nothing (rotary, ALiBi, relative-bias) it is the
-sentence :data:`NO_POSITIONS` with the reason, and the absorption fields are null.
+Per slot: the init report row, the absorption measures
+(:func:`~lightning_embinit.diagnostics.absorption.slot_absorption`) and, for a tied head, [S]'s predicted initial
+loss ln(e^{dσ} + n − 1) (:func:`~lightning_embinit.diagnostics.initial_loss.tied_initial_loss`) next to ln n; then a
+verdict with the countermeasures for what is wrong. The JSON schema (``"schema": "embinit.inspect/1"``) is stable:
+``slots`` (each with the fields of :data:`SLOT_FIELDS` and ``init_report``, the callback's row verbatim) and
+``verdict``. For a model that adds nothing to its token vectors (rotary, ALiBi, relative-bias) ``positions`` is
+:data:`NO_POSITIONS` with the reason, and the absorption fields are null.
 """
 
 from __future__ import annotations
@@ -221,11 +216,9 @@ def _drowning_problem(
 ) -> Problem | None:
     """Positional encodings drowning the token rows, or the reverse
     (:func:`~lightning_embinit.diagnostics.absorption.drowning`)."""
-    drowned = (
-        None
-        if measured is None
-        else drowning(measured, positional_threshold=positional_threshold, semantic_threshold=semantic_threshold)
-    )
+    if measured is None:
+        return None
+    drowned = drowning(measured, positional_threshold=positional_threshold, semantic_threshold=semantic_threshold)
     if drowned is None:
         return None
     return {"problem": f"{drowned[0]}; σ(s·X)/σ(P) = {report['ratio']:.3g}", "countermeasures": drowned[1]}

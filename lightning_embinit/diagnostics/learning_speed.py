@@ -1,11 +1,10 @@
-"""Learning speed: training examples seen when a smoothed metric first crosses a threshold ([KB] Table 2).
+"""Learning speed: training examples seen when a smoothed metric first crosses a threshold ([KB] Table 2,
+docs/concepts.md#learning-speed), read off TensorBoard's smoothed curve (weight 0.6 in [KB]).
 
-[KB] (docs/concepts.md#learning-speed) reads the number off TensorBoard's smoothed curve (smoothing weight 0.6).
 TensorBoard's scalar smoothing is a debiased exponential moving average: with weight w, every finite value v_t
-updates a running sum m_t = w · m_{t−1} + (1 − w) · v_t (m_0 = 0) and the plotted value is
-m_t / (1 − w^k), k the number of finite values so far; a non-finite value is plotted as it is and
-leaves the average alone. ``debias=False`` gives the older TensorBoard curve (before 2019, the
-one [KB] looked at), which starts the average at the first value: s_1 = v_1, s_t = w · s_{t−1} + (1 − w) · v_t.
+updates m_t = w · m_{t−1} + (1 − w) · v_t (m_0 = 0) and the plotted value is m_t / (1 − w^k), k the number of finite
+values so far; a non-finite value is plotted as it is and leaves the average alone. ``debias=False`` gives the
+pre-2019 curve [KB] looked at: s_1 = v_1, s_t = w · s_{t−1} + (1 − w) · v_t.
 """
 
 from __future__ import annotations
@@ -85,13 +84,9 @@ CURVE_STATE = ("last_smoothed", "points", "crossed_at_examples", "crossed_at_ste
 
 @dataclass
 class CrossingTracker:
-    """Follows one metric's smoothed curve and records where it first reaches the threshold.
-
-    ``update(value, examples, step)`` takes each new point with the number of training examples
-    seen so far; the first point whose smoothed value reaches the threshold sets
-    :attr:`crossed_at_examples` and :attr:`crossed_at_step`. The state round-trips through
-    :meth:`state_dict`, so a resumed run continues the same curve.
-    """
+    """Follows one metric's smoothed curve (:meth:`update`: each point with the training examples seen so far) and
+    records where it first reaches the threshold (:attr:`crossed_at_examples`, :attr:`crossed_at_step`); the state
+    round-trips through :meth:`state_dict`, so a resumed run continues the same curve."""
 
     threshold: float
     mode: str = "max"

@@ -49,6 +49,7 @@ from lightning_embinit.diagnostics.lexical_files import (
 )
 from lightning_embinit.init.positional import sinusoidal_encoding
 from lightning_embinit.init.registry import Registry
+from lightning_embinit.init.report import text_table
 from lightning_embinit.init.statistics import MatrixStats, matrix_statistics
 from lightning_embinit.init.transforms import StatisticsTarget, resolve_target, standardize
 from lightning_embinit.text_files import check_encoding
@@ -141,10 +142,10 @@ def is_syntactic(section: str) -> bool:
     return section.lower().startswith("gram")
 
 
-def vocabulary_coverage(tokens: Sequence[str], words: set[str], *, case_insensitive: bool = True) -> int:
+def vocabulary_coverage(tokens: Sequence[str], words: set[str]) -> int:
     """How many of ``words`` (folded by :func:`~lightning_embinit.diagnostics.lexical_files.probe_words`)
     are among ``tokens``."""
-    return len(words & {fold(str(token), case_insensitive) for token in tokens})
+    return len(words & {fold(str(token)) for token in tokens})
 
 
 def keyed_vectors(matrix: torch.Tensor, tokens: Sequence[str]):
@@ -179,18 +180,14 @@ def _accuracy(sections: Sequence[dict[str, Any]]) -> tuple[float | None, int]:
     return (correct / total if total else None), total
 
 
-def evaluate(
-    vectors: Any, analogies: str | None, similarity: Sequence[str], *, case_insensitive: bool = True
-) -> dict[str, Any]:
+def evaluate(vectors: Any, analogies: str | None, similarity: Sequence[str]) -> dict[str, Any]:
     """Analogy accuracy (all, semantic, syntactic, counts) and Spearman's ρ per similarity file, by gensim."""
     restrict = len(vectors)
-    vocabulary = {fold(word, case_insensitive) for word in vectors.index_to_key}
+    vocabulary = {fold(word) for word in vectors.index_to_key}
     sections: list[dict[str, Any]] = []
     # gensim divides by the file's question count: a sampled file of no in-vocabulary question would fail
-    if analogies is not None and count_questions(analogies, vocabulary, case_insensitive=case_insensitive):
-        _, sections = vectors.evaluate_word_analogies(
-            analogies, restrict_vocab=restrict, case_insensitive=case_insensitive
-        )
+    if analogies is not None and count_questions(analogies, vocabulary):
+        _, sections = vectors.evaluate_word_analogies(analogies, restrict_vocab=restrict, case_insensitive=True)
         sections = sections[:-1]  # the last entry is gensim's total, whose score is _accuracy(sections)
     parts = {
         "analogy": _accuracy(sections),
@@ -205,12 +202,12 @@ def evaluate(
     }
     for path in similarity:
         name = Path(path).stem
-        count = count_pairs(path, vocabulary, case_insensitive=case_insensitive)
+        count = count_pairs(path, vocabulary)
         result["similarity_count"][name] = count
         if count < 2:
             result["similarity"][name] = None
             continue
-        _, spearman, _ = vectors.evaluate_word_pairs(path, restrict_vocab=restrict, case_insensitive=case_insensitive)
+        _, spearman, _ = vectors.evaluate_word_pairs(path, restrict_vocab=restrict, case_insensitive=True)
         value = float(spearman.statistic if hasattr(spearman, "statistic") else spearman[0])
         result["similarity"][name] = value if math.isfinite(value) else None
     return result
@@ -228,19 +225,17 @@ def lexical_probe(
     standardize_to: StatisticsTarget = "xavier",
     seed: int = 0,
     max_analogies: int | None = None,
-    case_insensitive: bool = True,
     encoding: str = "utf-8",
 ) -> dict[str, dict[str, Any]]:
     """``{chain: {"analogy": acc, "analogy_semantic": acc, "analogy_syntactic": acc, "analogy_count": n,
     "similarity": {name: spearman}, ...}}`` for an (N, D) ``matrix`` whose row i is word ``tokens[i]``.
 
-    ``input_scale`` is s (default √D); ``positional`` the (L, D) encoding whose rows are added
-    (default: sinusoidal, L = 512), one row per word drawn uniformly from a generator seeded with
-    ``seed``, the same rows for every chain; ``standardize_to`` the target of ``standardized``
-    (a scheme name, a std, a (mean, std) pair). ``max_analogies`` evaluates a seeded sample of
-    the in-vocabulary questions instead of all. Accuracies are None when nothing was evaluated. The files are
-    read in ``encoding`` (:mod:`.lexical_files`: a malformed file is a ValueError naming it); a table with a
-    NaN or infinite value (a diverged run) is a ValueError naming its first such rows.
+    ``input_scale`` is s (default √D); ``positional`` the (L, D) encoding (default: sinusoidal, L = 512), one row
+    per word drawn from a generator seeded with ``seed``, the same for every chain; ``standardize_to`` the target of
+    ``standardized`` (a scheme name, a std, a (mean, std) pair); ``max_analogies`` evaluates a seeded sample of the
+    in-vocabulary questions. Accuracies are None when nothing was evaluated. A malformed file
+    (:mod:`.lexical_files`, read in ``encoding``) or a table with a NaN or infinite value (a diverged run) is a
+    ValueError naming it.
     """
     chains = check_chains(chains)
     if matrix.dim() != 2 or matrix.shape[0] != len(tokens):
@@ -261,12 +256,11 @@ def lexical_probe(
             encoding=encoding,
             max_analogies=max_analogies,
             seed=seed,
-            vocabulary={fold(t, case_insensitive) for t in tokens},
-            case_insensitive=case_insensitive,
+            vocabulary={fold(t) for t in tokens},
         )
         for name in chains:
             vectors = keyed_vectors(CHAINS.build(name)(inputs), tokens)
-            results[name] = evaluate(vectors, analogy_path, similarity_paths, case_insensitive=case_insensitive)
+            results[name] = evaluate(vectors, analogy_path, similarity_paths)
     return results
 
 
@@ -295,7 +289,4 @@ def format_probe(results: dict[str, dict[str, Any]]) -> str:
         + [number(r["similarity"].get(name)) for name in names]
         for chain, r in results.items()
     ]
-    widths = [max(len(cell) for cell in column) for column in zip(header, *rows)]
-    lines = ["  ".join(cell.ljust(width) for cell, width in zip(line, widths)).rstrip() for line in [header, *rows]]
-    lines.insert(1, "  ".join("-" * width for width in widths))
-    return "\n".join(lines)
+    return "\n".join(text_table(header, rows))

@@ -1,11 +1,9 @@
-"""The files of the lexical probes: analogy questions and word-similarity pairs, read and checked once.
-
-An analogy file has Mikolov's questions-words layout: a ``: <section>`` line, then one ``a b c d`` question per
-line. A word-similarity file has ``word1<TAB>word2<TAB>rating`` lines (``#`` comments). Every file is read
-through :func:`lightning_embinit.text_files.read_text_lines` (any encoding given, ``.gz``, any line ending), and a
-file that is not text, a question before any section header, or a file without a single question or pair is a
-ValueError naming the file — whether or not questions are sampled. gensim then scores a UTF-8 copy of exactly
-the lines checked here (:func:`prepare_probe_files`).
+"""The files of the lexical probes, read and checked once: analogy files (Mikolov's questions-words layout, a
+``: <section>`` line, then one ``a b c d`` question per line) and word-similarity files (``word1<TAB>word2<TAB>rating``
+lines, ``#`` comments), through :func:`lightning_embinit.text_files.read_text_lines` (any encoding, ``.gz``, any line
+ending). A file that is not text, a question before any section header, or a file without a question or pair is a
+ValueError naming the file, sampled or not; gensim scores a UTF-8 copy of exactly these lines
+(:func:`prepare_probe_files`).
 """
 
 from __future__ import annotations
@@ -22,9 +20,9 @@ from lightning_embinit.text_files import read_text_lines
 SIMILARITY_DELIMITER = "\t"
 
 
-def fold(word: str, case_insensitive: bool) -> str:
-    """A word as gensim compares it (upper case when case-insensitive)."""
-    return word.upper() if case_insensitive else word
+def fold(word: str) -> str:
+    """A word as gensim compares it (upper case: case-insensitive, gensim's default)."""
+    return word.upper()
 
 
 def check_file(path: str | os.PathLike[str], what: str) -> str:
@@ -96,21 +94,14 @@ def similarity_lines(path: str, encoding: str = "utf-8") -> list[str]:
 
 
 def sample_analogies(
-    entries: Sequence[tuple[str | None, str]],
-    vocabulary: set[str],
-    limit: int,
-    seed: int,
-    *,
-    case_insensitive: bool = True,
+    entries: Sequence[tuple[str | None, str]], vocabulary: set[str], limit: int, seed: int
 ) -> list[str]:
     """The lines of an analogy file with at most ``limit`` in-vocabulary questions (a seeded sample; every section
     header kept)."""
     questions = [
         index
         for index, (header, line) in enumerate(entries)
-        if header is None
-        and len(words := line.split()) == 4
-        and all(fold(w, case_insensitive) in vocabulary for w in words)
+        if header is None and len(words := line.split()) == 4 and all(fold(w) in vocabulary for w in words)
     ]
     order = torch.randperm(len(questions), generator=torch.Generator().manual_seed(seed))[:limit].tolist()
     chosen = {questions[k] for k in order}
@@ -133,7 +124,6 @@ def prepare_probe_files(
     vocabulary: set[str] | None = None,
     max_analogies: int | None = None,
     seed: int = 0,
-    case_insensitive: bool = True,
 ) -> tuple[str | None, list[str]]:
     """UTF-8 copies in ``directory`` of the checked files, for gensim: the analogy file (a seeded sample of
     ``max_analogies`` questions in ``vocabulary`` when given) and each similarity file (whose stem names its result)."""
@@ -143,7 +133,7 @@ def prepare_probe_files(
         lines = (
             [line for _, line in entries]
             if max_analogies is None or vocabulary is None
-            else sample_analogies(entries, vocabulary, max_analogies, seed, case_insensitive=case_insensitive)
+            else sample_analogies(entries, vocabulary, max_analogies, seed)
         )
         analogy_copy = _write(lines, os.path.join(directory, "analogies.txt"))
     copies = [
@@ -153,12 +143,10 @@ def prepare_probe_files(
     return analogy_copy, copies
 
 
-def count_questions(path: str, vocabulary: set[str], *, case_insensitive: bool = True, encoding: str = "utf-8") -> int:
+def count_questions(path: str, vocabulary: set[str], *, encoding: str = "utf-8") -> int:
     """How many questions of an analogy file gensim evaluates (all four words in the vocabulary)."""
     return sum(
-        header is None
-        and len(words := line.split()) == 4
-        and all(fold(w, case_insensitive) in vocabulary for w in words)
+        header is None and len(words := line.split()) == 4 and all(fold(w) in vocabulary for w in words)
         for header, line in analogy_lines(path, encoding, require_question=False)
     )
 
@@ -170,16 +158,15 @@ def similarity_pairs(path: str, encoding: str = "utf-8") -> Iterator[tuple[str, 
             yield pair
 
 
-def count_pairs(path: str, vocabulary: set[str], *, case_insensitive: bool = True, encoding: str = "utf-8") -> int:
+def count_pairs(path: str, vocabulary: set[str], *, encoding: str = "utf-8") -> int:
     """How many pairs of a similarity file gensim evaluates (both words in the vocabulary)."""
-    return sum(all(fold(w, case_insensitive) in vocabulary for w in pair) for pair in similarity_pairs(path, encoding))
+    return sum(all(fold(w) in vocabulary for w in pair) for pair in similarity_pairs(path, encoding))
 
 
 def probe_words(
     analogies: str | os.PathLike[str] | None,
     similarity: Sequence[str | os.PathLike[str]] = (),
     *,
-    case_insensitive: bool = True,
     encoding: str = "utf-8",
 ) -> set[str]:
     """The distinct words of an analogy file's questions and of the similarity files' pairs, folded as
@@ -188,8 +175,8 @@ def probe_words(
     if analogies is not None:
         for header, line in analogy_lines(check_file(analogies, "analogy"), encoding):
             if header is None and len(question := line.split()) == 4:
-                words.update(fold(w, case_insensitive) for w in question)
+                words.update(fold(w) for w in question)
     for path in [similarity] if isinstance(similarity, (str, os.PathLike)) else similarity:
         for pair in similarity_pairs(check_file(path, "word-similarity"), encoding):
-            words.update(fold(w, case_insensitive) for w in pair)
+            words.update(fold(w) for w in pair)
     return words

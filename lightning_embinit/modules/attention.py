@@ -1,7 +1,5 @@
-"""Multi-head attention on :func:`torch.nn.functional.scaled_dot_product_attention`, with the key/value
-cache of incremental decoding ([R]: per-head widths r and q, values of their own width;
-docs/concepts.md#reinforced-model).
-
+"""Multi-head attention on :func:`torch.nn.functional.scaled_dot_product_attention`, with the key/value cache of
+incremental decoding ([R]: per-head widths r and q, values of their own width; docs/concepts.md#reinforced-model).
 Nothing here imports Lightning.
 """
 
@@ -15,12 +13,9 @@ from lightning_embinit.checks import check_positive_int, check_probability
 
 
 class AttentionCache:
-    """Keys and values of one attention layer, kept across incremental decoding steps.
-
-    A ``static`` cache (cross-attention) is filled from the memory at the first call and reused;
-    otherwise (self-attention) every call appends the new positions' keys and values, so the
-    keys/values of earlier steps are never recomputed.
-    """
+    """Keys and values of one attention layer, kept across incremental decoding steps: a ``static`` cache
+    (cross-attention) is filled from the memory at the first call and reused; otherwise (self-attention) every call
+    appends the new positions' keys and values."""
 
     def __init__(self, static: bool = False) -> None:
         self.static = static
@@ -48,11 +43,10 @@ class AttentionCache:
 class MultiHeadAttention(nn.Module):
     """Multi-head attention with separate query, key and value inputs (self- or cross-attention).
 
-    softmax(Q Kᵀ / √r) V per head, Q = x W_Q, K = k W_K, V = v W_V, then the concatenated heads
-    times W_O ([R]). ``qk_head_dim`` (r) and ``v_head_dim`` (q) default to
-    ``embed_dim / num_heads``; ``key_dim``/``value_dim`` let keys and values come from inputs of
-    another width ([R]'s "value without concatenation"). Projections that read the same input
-    run as one GEMM (Q, K, V for self-attention; Q, K when only the values differ; K, V for a memory).
+    softmax(Q Kᵀ / √r) V per head, Q = x W_Q, K = k W_K, V = v W_V, then the concatenated heads times W_O ([R]).
+    ``qk_head_dim`` (r) and ``v_head_dim`` (q) default to ``embed_dim / num_heads``; ``key_dim`` / ``value_dim``:
+    keys and values from inputs of another width ([R]'s "value without concatenation"). Projections that read the
+    same input run as one GEMM.
     """
 
     def __init__(
@@ -92,13 +86,6 @@ class MultiHeadAttention(nn.Module):
     def _heads(self, x: torch.Tensor, head_dim: int) -> torch.Tensor:
         return x.unflatten(-1, (self.num_heads, head_dim)).transpose(1, 2)  # (B, H, L, h)
 
-    def _project_kv(self, key: torch.Tensor, value: torch.Tensor | None) -> tuple[torch.Tensor, torch.Tensor]:
-        if value is None or value is key:
-            k, v = self._fused(key, self.k_proj, self.v_proj)
-        else:
-            k, v = self.k_proj(key), self.v_proj(value)
-        return self._heads(k, self.qk_head_dim), self._heads(v, self.v_head_dim)
-
     def forward(
         self,
         query: torch.Tensor,
@@ -111,10 +98,9 @@ class MultiHeadAttention(nn.Module):
     ) -> torch.Tensor:
         """(B, Lq, D) → (B, Lq, D). ``key_padding_mask`` is (B, Lk), True where a key is padding.
 
-        ``key=None`` is self-attention (keys from ``query``; values from ``value`` when given, a
-        width-``value_dim`` input, else from ``query``); a ``key`` is a memory (cross-attention;
-        values from ``value``, else from ``key``). With a ``cache`` the new keys/values are appended
-        to (self-attention) or read from (static cache, after its first call) the earlier steps'.
+        ``key=None`` is self-attention (keys from ``query``; values from ``value`` when given, else ``query``); a
+        ``key`` is a memory (values from ``value``, else ``key``). With a ``cache`` the new keys/values are appended
+        to (self-attention) or read from (a static cache, after its first call) the earlier steps'.
         """
         static = cache is not None and cache.static
         if key is None and not static:  # self-attention
@@ -130,8 +116,14 @@ class MultiHeadAttention(nn.Module):
             q, k, v = self.q_proj(query), cache.key, cache.value
         elif key is None:
             raise ValueError("a static (cross-attention) cache is filled from a memory: pass key at the first step")
-        else:
-            q, (k, v) = self.q_proj(query), self._project_kv(key, value)
+        else:  # a memory
+            q = self.q_proj(query)
+            k, v = (
+                self._fused(key, self.k_proj, self.v_proj)
+                if value is None or value is key
+                else (self.k_proj(key), self.v_proj(value))
+            )
+            k, v = self._heads(k, self.qk_head_dim), self._heads(v, self.v_head_dim)
             if static:
                 k, v = cache.extend(k, v)
         q = self._heads(q, self.qk_head_dim)

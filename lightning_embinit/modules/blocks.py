@@ -1,16 +1,8 @@
-"""Generic transformer building blocks shared by every model of the package.
-
-One block serves the pre-LN causal LM of [S], the post-LN encoder–decoder of [R] and [K] and the reinforced
-model's layers (docs/concepts.md#tied-head, #reinforced-baseline, #reinforced-model): ``pre_norm`` picks the
-layer-norm placement, ``causal`` is a call-time flag, a block built with ``cross_attention=True`` attends to a
-memory, per-head widths r and q are options, and values of their own width can be given at call time. Attention
-runs on :func:`torch.nn.functional.scaled_dot_product_attention`; padding masks reach every attention.
-
-- :class:`TransformerStack`: an encoder or a decoder (with incremental decoding through a
-  :class:`DecoderCache` of :class:`AttentionCache` s), reused unchanged by every model;
-- what the first layer sees (s · E[ids] + P) is :mod:`lightning_embinit.modules.inputs`.
-
-Nothing here imports Lightning.
+"""Transformer blocks shared by every model of the package: the pre-LN causal LM of [S], the post-LN encoder–decoder
+of [R] and [K] and the reinforced model's layers (docs/concepts.md#tied-head, #reinforced-baseline,
+#reinforced-model). :class:`TransformerStack` is an encoder or a decoder (incremental decoding through a
+:class:`DecoderCache`); what the first layer sees (s · E[ids] + P) is :mod:`lightning_embinit.modules.inputs`.
+Attention runs on :func:`torch.nn.functional.scaled_dot_product_attention`. Nothing here imports Lightning.
 """
 
 from __future__ import annotations
@@ -44,10 +36,10 @@ ACTIVATION_FUNCTIONS: dict[str, Callable[[torch.Tensor], torch.Tensor]] = {
 ACTIVATIONS = ("relu", "gelu")
 
 
-def build_norm(kind: str, dim: int, eps: float = 1e-5) -> nn.Module:
-    """``layernorm`` (γ = 1, β = 0) or ``rmsnorm`` (γ = 1): x / rms(x) · γ."""
+def build_norm(kind: str, dim: int) -> nn.Module:
+    """``layernorm`` (γ = 1, β = 0) or ``rmsnorm`` (γ = 1): x / rms(x) · γ, both with ε = 1e-5."""
     check_choice("norm", kind, NORMS)
-    return nn.LayerNorm(dim, eps=eps) if kind == "layernorm" else nn.RMSNorm(dim, eps=eps)
+    return nn.LayerNorm(dim, eps=1e-5) if kind == "layernorm" else nn.RMSNorm(dim, eps=1e-5)
 
 
 def activation_fn(
@@ -58,14 +50,12 @@ def activation_fn(
 
 
 class Dropout(nn.Dropout):
-    """``nn.Dropout`` with a cheaper mask on CPU; other devices use :func:`torch.nn.functional.dropout`.
+    """``nn.Dropout`` with a cheaper mask on CPU (torch's draws one Bernoulli variable per element, about a sixth of a
+    training step of [K]'s model in ``benchmarks/bench_seq2seq.py``); other devices use torch's.
 
-    torch's CPU dropout draws one Bernoulli variable per element, about a sixth of a training step
-    of [K]'s model in ``benchmarks/bench_seq2seq.py``. Here one 64-bit random integer (torch's
-    generator, so seeding works as usual) masks four elements: an element is kept when its 16-bit
-    share is ≥ the threshold, so p is rounded to a multiple of 1/65536 (0.1 → 0.100006). Kept
-    elements are scaled by 1/(1 − p), as in ``nn.Dropout``; the mask is kept as 0 or 1/(1 − p) in
-    ``x``'s dtype, so forward and backward are one product each.
+    One 64-bit random integer (torch's generator, so seeding works as usual) masks four elements: an element is kept
+    when its 16-bit share is ≥ the threshold, so p is rounded to a multiple of 1/65536 (0.1 → 0.100006). Kept
+    elements are scaled by 1/(1 − p) as in ``nn.Dropout``, by one product with a mask of 0 or 1/(1 − p).
     """
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
@@ -92,18 +82,14 @@ class FeedForward(nn.Module):
 
 
 class TransformerBlock(nn.Module):
-    """Self-attention, optional cross-attention and an FFN, each a residual branch.
+    """Self-attention, optional cross-attention and an FFN, each a residual branch: x ← x + Drop(F(LN(x))) pre-LN,
+    x ← LN(x + Drop(F(x))) post-LN ([R], [K]).
 
-    Pre-LN (``pre_norm=True``):  x ← x + Drop(F(LN(x))) for each branch F.
-    Post-LN (``pre_norm=False``, [R], [K]): x ← LN(x + Drop(F(x))).
-
-    [R]'s options: per-head query/key width ``qk_head_dim`` (r) and value width
-    ``v_head_dim`` (q); ``value_dim`` / ``memory_value_dim``: the width of a separate value input
-    given at call time (``values`` for self-attention, ``memory_values`` for cross-attention) —
-    the reinforced model's "value without concatenation"; ``memory_dim``: the memory's width.
-    ``dropout`` acts on every residual branch, and on the attention weights and the FFN's hidden
-    layer unless ``attention_dropout``/``activation_dropout`` say otherwise (``torch.nn.Transformer``'s
-    placement; Vaswani et al. drop only the residual branches and the input: set both to 0).
+    [R]'s options: per-head widths ``qk_head_dim`` (r) and ``v_head_dim`` (q); ``value_dim`` /
+    ``memory_value_dim``: the width of separate values given at call time (``values``, ``memory_values``: the
+    reinforced model's "value without concatenation"); ``memory_dim``: the memory's width. ``dropout`` acts on every
+    residual branch, and on the attention weights and the FFN's hidden layer unless ``attention_dropout`` /
+    ``activation_dropout`` say otherwise (``torch.nn.Transformer``'s placement; Vaswani et al.'s: set both to 0).
     """
 
     def __init__(
@@ -118,7 +104,6 @@ class TransformerBlock(nn.Module):
         norm: str = "layernorm",
         bias: bool = True,
         dropout: float = 0.0,
-        norm_eps: float = 1e-5,
         qk_head_dim: int | None = None,
         v_head_dim: int | None = None,
         value_dim: int | None = None,
@@ -133,7 +118,7 @@ class TransformerBlock(nn.Module):
         activation_dropout = dropout if activation_dropout is None else activation_dropout
         heads = {"qk_head_dim": qk_head_dim, "v_head_dim": v_head_dim, "bias": bias, "dropout": attention_dropout}
         self.self_attn = MultiHeadAttention(dim, num_heads, value_dim=value_dim, **heads)
-        self.norm1 = build_norm(norm, dim, norm_eps)
+        self.norm1 = build_norm(norm, dim)
         self.cross_attn = None
         self.norm_cross = None
         if cross_attention:
@@ -144,9 +129,9 @@ class TransformerBlock(nn.Module):
                 value_dim=memory_dim if memory_value_dim is None else memory_value_dim,
                 **heads,
             )
-            self.norm_cross = build_norm(norm, dim, norm_eps)
+            self.norm_cross = build_norm(norm, dim)
         self.ffn = FeedForward(dim, hidden_dim, activation=activation, bias=bias, dropout=activation_dropout)
-        self.norm2 = build_norm(norm, dim, norm_eps)
+        self.norm2 = build_norm(norm, dim)
         self.dropout = Dropout(dropout)
 
     def residual_projections(self) -> list[nn.Linear]:
@@ -194,9 +179,9 @@ class TransformerBlock(nn.Module):
 
 
 class DecoderCache:
-    """Everything a decoder keeps between incremental steps: one self- and one (static)
-    cross-attention :class:`AttentionCache` per layer, the number of positions already decoded
-    (``length``), and model-specific running tensors (``state``, batch-first)."""
+    """What a decoder keeps between incremental steps: one self- and one (static) cross-attention
+    :class:`AttentionCache` per layer, the positions decoded (``length``) and the model's running tensors
+    (``state``, batch-first)."""
 
     def __init__(self, num_layers: int) -> None:
         self.self_attention = [AttentionCache() for _ in range(num_layers)]
@@ -212,13 +197,9 @@ class DecoderCache:
 
 
 class TransformerStack(nn.Module):
-    """``num_layers`` :class:`TransformerBlock` s of width ``dim``, and a final norm when pre-LN.
-
-    ``causal``: self-attention sees positions ≤ t only (a decoder, a language model) or the whole padded
-    sequence (an encoder). ``block_options`` are :class:`TransformerBlock`'s; with ``cross_attention=True`` every
-    layer also attends to a memory (an encoder–decoder's decoder). Incremental decoding goes through a
-    :class:`DecoderCache`; masks and ``values``/``memory_values`` ([R]'s reinforced model) go to every layer.
-    """
+    """``num_layers`` :class:`TransformerBlock` s of width ``dim`` (``block_options``: the block's), and a final norm
+    when pre-LN. ``causal``: self-attention sees positions ≤ t only (a decoder, a language model), else the whole
+    padded sequence (an encoder)."""
 
     def __init__(
         self,
@@ -230,7 +211,6 @@ class TransformerStack(nn.Module):
         causal: bool = False,
         pre_norm: bool = False,
         norm: str = "layernorm",
-        norm_eps: float = 1e-5,
         **block_options: Any,
     ) -> None:
         super().__init__()
@@ -238,12 +218,10 @@ class TransformerStack(nn.Module):
             raise ValueError(f"num_layers must be ≥ 1, got {num_layers}")
         self.causal = causal
         self.layers = nn.ModuleList(
-            TransformerBlock(
-                dim, num_heads, hidden_dim, pre_norm=pre_norm, norm=norm, norm_eps=norm_eps, **block_options
-            )
+            TransformerBlock(dim, num_heads, hidden_dim, pre_norm=pre_norm, norm=norm, **block_options)
             for _ in range(num_layers)
         )
-        self.final_norm = build_norm(norm, dim, norm_eps) if pre_norm else None
+        self.final_norm = build_norm(norm, dim) if pre_norm else None
 
     def new_cache(self) -> DecoderCache:
         """An empty cache for incremental decoding with this (decoder) stack."""

@@ -109,15 +109,6 @@ def _finish(hypotheses: list[tuple[float, list[int]]], k: int, log_p: float, tok
         hypotheses.append((log_p / len(tokens) ** alpha, tokens))
 
 
-def _best_hypotheses(finished: Hypotheses, *, pad_id: int, device: torch.device) -> torch.Tensor:
-    """(B, longest) ids of each sentence's highest-scoring hypothesis, padded with ``pad``."""
-    best = [max(hypotheses, key=lambda item: item[0])[1] for hypotheses in finished]
-    output = torch.full((len(best), max(map(len, best))), pad_id, dtype=torch.long, device=device)
-    for sentence, hypothesis in enumerate(best):
-        output[sentence, : len(hypothesis)] = torch.tensor(hypothesis, device=device)
-    return output
-
-
 @torch.no_grad()
 def beam_search(
     model: IncrementalDecoder,
@@ -167,4 +158,8 @@ def beam_search(
         for beam, score in enumerate(scores[row].tolist()):
             if score > float("-inf"):
                 _finish(finished[sentence], k, score, prefix[row * k + beam, 1:].tolist(), length_penalty)
-    return _best_hypotheses(finished, pad_id=model.pad_id, device=device)
+    best = [max(hypotheses, key=lambda item: item[0])[1] for hypotheses in finished]  # padded with pad
+    output = torch.full((batch, max(map(len, best))), model.pad_id, dtype=torch.long, device=device)
+    for sentence, hypothesis in enumerate(best):
+        output[sentence, : len(hypothesis)] = torch.tensor(hypothesis, device=device)
+    return output

@@ -1,12 +1,6 @@
-"""What the first layer of every model sees: s · E[ids] + P (docs/concepts.md#transformer-input).
-
-- :class:`EmbeddingInput`: token lookup (:func:`lookup_tokens`, ids checked against the table),
-  input scale s (:func:`resolve_scale`: √D, 1/√D, 1 or a number) and positional rows;
-  :func:`fill_token_table_` (re)initializes a token table;
-- positional encodings by name (:data:`POSITIONALS`, :func:`build_positional`): sinusoidal in
-  Vaswani's interleaved or the tutorial's half layout ([R]), learned, or none (docs/concepts.md#sinusoidal-encoding);
-
-Nothing here imports Lightning.
+"""What the first layer of every model sees: s · E[ids] + P (docs/concepts.md#transformer-input): token lookup
+(:func:`lookup_tokens`), input scale s (:func:`resolve_scale`) and positional rows (:func:`build_positional`;
+docs/concepts.md#sinusoidal-encoding) in :class:`EmbeddingInput`. Nothing here imports Lightning.
 """
 
 from __future__ import annotations
@@ -64,11 +58,7 @@ class LearnedPositionalEmbedding(PositionalTable):
 
 
 def build_positional(kind: str, max_len: int, dim: int, *, layout: str = "interleaved") -> PositionalTable | None:
-    """The positional module for a :data:`POSITIONALS` name (``none`` → None).
-
-    ``interleaved`` and ``half`` (alias ``halves``) are sinusoidal tables in that layout;
-    ``sinusoidal`` is a sinusoidal table in ``layout``; ``learned`` a trainable table.
-    """
+    """The positional module for a :data:`POSITIONALS` name (``none`` → None; ``sinusoidal`` in ``layout``)."""
     if check_choice("positional encoding", kind, POSITIONALS) == "none":
         return None
     if kind == "learned":
@@ -77,10 +67,8 @@ def build_positional(kind: str, max_len: int, dim: int, *, layout: str = "interl
 
 
 def lookup_tokens(embedding: nn.Embedding, ids: torch.Tensor) -> torch.Tensor:
-    """``embedding(ids)``; an id outside the table raises ``ValueError`` naming it and the table's size.
-
-    The check costs nothing on the normal path: torch's own ``IndexError`` is caught and explained.
-    """
+    """``embedding(ids)``; an id outside the table raises ``ValueError`` naming it and the table's size (torch's own
+    ``IndexError``, caught and explained: nothing to pay on the normal path)."""
     try:
         return embedding(ids)
     except IndexError:
