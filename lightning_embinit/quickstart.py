@@ -1,24 +1,11 @@
 """Quick start, offline, about two minutes on 2 CPU cores: [S]'s tied-embedding initial loss, then the headline.
 
-Part 1 trains :class:`~lightning_embinit.models.TiedEmbeddingLM` (d = 256, so √d = 16 ≫ ln n) on the
-Lee news corpus that gensim ships, once per setting, each through
-:class:`~lightning_embinit.callbacks.EmbeddingInitCallback` and
-:class:`~lightning_embinit.callbacks.initial_loss.InitialLossMonitor`, and prints one table::
-
-    python -m lightning_embinit.quickstart            # all four settings
-    python -m lightning_embinit.quickstart --settings tied-normal,tied-log_n_over_d --steps 30
-
-Settings: ``tied-normal`` (tied head, N(0, 1/d) embeddings), ``tied-log_n_over_d`` (tied,
-σ = ln n / d), ``untied-normal`` and ``half_swap-normal`` (tied, halves swapped, [S] (d)).
-Columns: the measured initial loss, ln n, the ln(e^{dσ} + n − 1) of Su, "Re-exploring Shared Embeddings at the
-Output of Language Models" [S] (docs/concepts.md#tied-head), from the embedding's actual σ (tied tables only) and
-the model's own estimate (:meth:`TiedEmbeddingLM.initial_loss_prediction`).
-
-Part 2 runs the ``smoke`` variant of the headline study (:func:`~lightning_embinit.studies.headline.headline_study`,
-``examples/studies/headline.yaml``): word2vec trained on the corpus, raw vs standardized to Xavier's std vs Xavier,
-2 seeds each, through ``embinit sweep``'s engine into ``--results`` (default ``runs/quickstart-headline``; a rerun
-reuses finished trials). It prints ``embinit report``'s table (mean ± std, differences from Xavier with Welch
-95 % intervals) and ``embinit inspect``'s verdict on each start, with its countermeasures.
+Part 1 trains :class:`~lightning_embinit.models.TiedEmbeddingLM` (d = 256, so √d = 16 ≫ ln n) on the Lee news corpus
+that gensim ships, once per setting (``tied-normal``, ``tied-log_n_over_d``, ``untied-normal``, ``half_swap-normal``),
+and prints the measured initial loss beside ln n, the ln(e^{dσ} + n − 1) of Su, "Re-exploring Shared Embeddings at
+the Output of Language Models" [S] (docs/concepts.md#tied-head), and the model's own estimate. Part 2 runs the
+``smoke`` variant of the headline study (:func:`~lightning_embinit.studies.headline.headline_study`) and prints
+``embinit report``'s table and ``embinit inspect``'s verdicts. docs/tied_lm.md#quick-start has the options and output.
 """
 
 from __future__ import annotations
@@ -224,10 +211,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         "--settings", default=",".join(SETTINGS), help=f"part 1, comma-separated, from: {', '.join(SETTINGS)}"
     )
     parser.add_argument("--steps", type=int, default=50, help="part 1: optimizer steps per setting")
-    parser.add_argument("--d-model", type=int, default=256)
-    parser.add_argument("--layers", type=int, default=2)
-    parser.add_argument("--seq-len", type=int, default=64)
-    parser.add_argument("--batch-size", type=int, default=32)
+    for option, default in (("--d-model", 256), ("--layers", 2), ("--seq-len", 64), ("--batch-size", 32)):
+        parser.add_argument(option, type=int, default=default)
     parser.add_argument(
         "--max-vocab", type=int, default=None, help="cap the vocabulary (default: all words seen twice)"
     )

@@ -1,8 +1,4 @@
-"""``embinit sweep`` (run a study's trials) and ``embinit report`` (its tables and figures).
-
-    embinit sweep examples/studies/kim_translation.yaml --variant smoke --results runs/kim-smoke \\
-        [--workers 2] [--threads 1] [--retry-failed] [--engine local|ray] [--ray-address auto] [--no-progress]
-    embinit report runs/kim-smoke [--out DIR] [--reference xavier] [--metrics test_bleu,best_val_loss]
+"""``embinit sweep`` (run a study's trials) and ``embinit report`` (its tables and figures); docs/cli_reference.md.
 
 ``sweep`` exits 0 when every trial of the variant is done, 1 when some failed (each is recorded with its
 error), 2 when the study cannot start (the error names the key, the file or the missing install), 130 when

@@ -61,12 +61,9 @@ class Initialized:
 class EmbeddingInitializer:
     """How a model's embedding tables are born: a recipe (per slot, optionally), the token strings and a seed.
 
-    Args:
-        slots: which tables: ``None`` (all), slot names or dotted module paths, or a mapping slot → overrides of
-            the recipe's fields.
-        seed: the generator seed; drawn at random (and reported) when ``None``.
-        tokens: token strings for tables whose model does not name them (:mod:`lightning_embinit.init.tokens`), or a
-            mapping slot → tokens.
+    ``slots``: ``None`` (all), slot names or dotted module paths, or a mapping slot → overrides of the recipe's fields.
+    ``seed``: drawn at random (and reported) when ``None``. ``tokens``: for tables whose model does not name them
+    (:mod:`lightning_embinit.init.tokens`), or a mapping slot → tokens.
     """
 
     def __init__(

@@ -27,15 +27,10 @@ class InitRecipe:
     with Pre-trained Embeddings", §3.4; the formulas are in ``docs/concepts.md``), or ``transforms``, an explicit
     ordered list of ``"name[:argument]"`` steps.
 
-    Args:
-        source: a random scheme (``"xavier"``, ``"normal:0.01"``, ...), a pre-trained source name (``"bert"``,
-            ``"hf:<dir>"``, ...) or an ``EmbeddingSource`` object; ``source_options`` are its options.
-        standardize, match: a target's mean and std (a scheme name, a std, a ``(mean, std)`` pair, a source or a
-            matrix); ``match_options``/``standardize_options``: the options of the source either names.
-        trainable: ``True``; ``False`` freezes the table (and any output layer tied to it); ``"pretrained_rows"``
-            masks the gradient of the rows a pre-trained source filled.
-        cache_dir: where every source of the recipe caches parsed vector files (else a file source's own
-            ``cache_dir``, then ``$EMBINIT_CACHE_DIR``).
+    ``source`` is a random scheme (``"xavier"``, ``"normal:0.01"``, ...), a pre-trained source name (``"bert"``,
+    ``"hf:<dir>"``, ...) or an ``EmbeddingSource``; ``trainable`` is ``True``, ``False`` (frozen, with any output layer
+    tied to it) or ``"pretrained_rows"`` (only the rows a pre-trained source filled are frozen); ``cache_dir`` serves
+    every source of the recipe. docs/initialization.md gives every field.
     """
 
     source: str | EmbeddingSource | RandomScheme = "xavier"

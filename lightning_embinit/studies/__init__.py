@@ -1,10 +1,6 @@
 """Studies: a base config × named settings × seeds, run as trials (``embinit sweep``) and tabulated
-(``embinit report``).
-
-:class:`Study` (:mod:`.spec`) is the YAML under ``examples/studies/``; :func:`run_study` (:mod:`.local`) runs
-its trials on this machine, :func:`run_study_on_ray` (:mod:`.ray_engine`) on Ray Tune; :func:`run_trial`
-(:mod:`.trial`) runs one in the current process, for any engine. The names below are imported on first
-use, so ``import lightning_embinit.studies`` stays light.
+(``embinit report``); docs/studies.md. The names below are imported on first use, so
+``import lightning_embinit.studies`` stays light.
 """
 
 from __future__ import annotations

@@ -2,18 +2,9 @@
 
 A claim names the paper (``source``) and its words (``says``), two settings (``setting``, ``versus``), a metric, and
 the direction the paper gives for ``setting − versus``: ``lower``, ``higher``, or ``equal`` within an absolute
-``margin``. ``stand_in: true`` (or a note) marks a claim tested on a stand-in for what the paper used::
-
-    claims:
-      - id: shuffled_worse
-        source: "Kim et al., On Initializing Transformers with Pre-trained Embeddings"
-        says: "shuffled vectors do worse than unshuffled"
-        setting: glove_shuffled
-        versus: glove_raw
-        metric: test_bleu
-        direction: lower
-
-:func:`evaluate_claim` gives the verdict from the seeds' values (:func:`claim_verdict` states the rules).
+``margin``. ``stand_in: true`` (or a note) marks a claim tested on a stand-in for what the paper used; the YAML under
+``examples/studies/`` has examples. :func:`evaluate_claim` gives the verdict from the seeds' values
+(:func:`claim_verdict` states the rules).
 """
 
 from __future__ import annotations

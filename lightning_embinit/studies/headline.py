@@ -1,12 +1,8 @@
 """The package's headline as a :class:`~.spec.Study` built in Python, so the installed package runs it without the repo.
 
 [K]'s finding on [S]'s model (docs/concepts.md#transforms, #tied-head): a pre-trained start whose spread is far from
-Xavier's hurts; standardized to Xavier's std it does not. :class:`~lightning_embinit.models.TiedEmbeddingLM` (d = 256,
-tied head) on the Lee news corpus that gensim ships, its token table started from Xavier (the reference), from
-word2vec trained on the training text (source ``word2vec-trainset``) as it is, and from the same vectors
-standardized to Xavier's std. It is ``examples/studies/headline.yaml`` (base ``examples/configs/tied_lm.yaml``)
-as an object — ``tests/test_studies_examples.py`` checks that their trials are the same — and the second part
-of ``embinit-quickstart``.
+Xavier's hurts; standardized to Xavier's std it does not. It is ``examples/studies/headline.yaml`` as an object
+(the Headline section of docs/results.md describes its trials).
 """
 
 from __future__ import annotations

@@ -1,12 +1,9 @@
 """Dotted config keys, their overrides on a loaded LightningCLI config, ``${VAR:-default}`` and hashing.
 
-A key walks the config as ``embinit fit``'s command line names it, plus list entries:
-``model.init_args.architecture.d_model``, ``trainer.callbacks[0].init_args.source`` (also
-``trainer.callbacks.0.init_args.source``), ``trainer.callbacks[EmbeddingInitCallback].init_args.source``
-(the one entry whose ``class_path`` is or ends in ``.EmbeddingInitCallback``) and
-``trainer.callbacks[+]`` (appends the value). An override replaces the value at its key; missing
-mappings on the way are created (the LightningCLI parser then refuses a key it does not know). A study's grid
-(:func:`expand_grid`) gives more settings: the product of its axes.
+A key walks the config as ``embinit fit``'s command line names it, plus list entries by index, by class name or
+``[+]`` (appends); docs/studies.md#writing-a-study. An override replaces the value at its key; missing mappings on the
+way are created (the LightningCLI parser then refuses a key it does not know). A study's grid (:func:`expand_grid`)
+gives more settings: the product of its axes.
 """
 
 from __future__ import annotations

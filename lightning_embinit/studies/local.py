@@ -84,11 +84,9 @@ def run_study(
 ) -> list[dict[str, Any]]:
     """Run every trial of ``study``'s ``variant`` not finished in ``results_dir``; return the records in trial order.
 
-    Everything is checked before any trial starts (the thread budget, every config with the ``embinit`` parser,
-    the results directory), then ``study.json`` is written; the sweep holds the results directory until it ends.
-    Finished trials with the same config hash are skipped; failed ones rerun with ``retry_failed``. A failed trial is
-    recorded and the sweep goes on. Interrupted (Ctrl-C, SIGINT), it interrupts the running trials the same way, so
-    they write no record, and raises KeyboardInterrupt.
+    Everything is checked before any trial starts (the thread budget, every config, the results directory), then
+    ``study.json`` is written; docs/studies.md#running-locally gives the resume, failure, interrupt and lock rules.
+    Interrupted, it raises KeyboardInterrupt once the running trials stopped.
     """
     start_trial_server()
     threads = thread_budget(workers, threads)

@@ -2,10 +2,9 @@
 directory (for the whole sweep), and split its trials into those to run and the records kept from earlier runs.
 While they run: a bar over the study's trials with the ETA, a line per finished trial, and the summary at the end.
 
-Every trial's config is checked with the parser ``embinit fit`` uses, instantiating nothing: :class:`ConfigChecker`
-is :class:`~lightning_embinit.lightning_cli.EmbinitCLI` whose own parse and ``instantiate_classes`` do nothing, so its
-parser only validates (unknown keys, wrong types). A refused config is traced to the first override that makes it
-fail, and the error names the setting, where the override comes from, the key, the value and the parser's reason.
+Every trial's config is checked with the parser ``embinit fit`` uses (:class:`ConfigChecker`), instantiating nothing;
+a refused config is traced to the first override that makes it fail, and the error names the setting, where the
+override comes from, the key, the value and the parser's reason.
 """
 
 from __future__ import annotations

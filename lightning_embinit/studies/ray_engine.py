@@ -45,11 +45,9 @@ def run_study_on_ray(
 ) -> list[dict[str, Any]]:
     """Run every pending trial of ``study``'s ``variant`` as a Ray Tune trial; return the records in trial order.
 
-    ``threads``: CPUs per trial (default 1), ``gpus_per_trial``: GPUs per trial, ``workers``: at most this many
-    trials at once (default: as many as the cluster's resources fit), ``address``: an existing cluster
-    (``auto``, ``ray://head:10001``; default a local instance of this machine's cores). ``ddp_workers`` > 1: each
-    trial is a DDP run of that many Ray Train workers (:mod:`.ray_train`), each with ``threads`` CPUs and
-    ``gpus_per_trial`` GPUs; the Tune trial that starts it holds no CPU or GPU of its own.
+    ``threads`` (default 1) and ``gpus_per_trial`` are per trial, ``workers`` caps the trials at once (default: as
+    many as the cluster fits), ``address`` names a cluster (default a local instance); ``ddp_workers`` > 1 runs each
+    trial on that many Ray Train workers (:mod:`.ray_train`) with those resources each. docs/studies.md#running-on-ray.
     """
     require_ray()
     cpus = 1 if threads is None else threads

@@ -1,12 +1,8 @@
-"""One trial as a multi-worker DDP run on Ray Train (docs/studies.md#running-on-ray), for a trial that needs several
-GPUs or nodes.
+"""One trial as a multi-worker DDP run on Ray Train, for a trial that needs several GPUs or nodes.
 
-Each worker of a ``ray.train.torch.TorchTrainer`` (gloo on CPU, NCCL on GPU) runs :func:`~.trial.run_trial` with a
-:class:`~.trial.TrialLaunch` that gives the Trainer Ray's ``RayDDPStrategy`` and ``RayLightningEnvironment`` (in place
-of the config's :data:`RAY_TRAINER_KEYS`) through ``ray.train.lightning.prepare_trainer``. Rank 0 writes the run
-directory and the record, and sends the record to the driver through one ``ray.train.report``. Ray's
-``RayTrainReportCallback`` is not used: it would save a checkpoint every epoch that nothing reads. Needs the ``ray``
-extra.
+Each worker runs :func:`~.trial.run_trial` with a :class:`~.trial.TrialLaunch` that replaces the config's
+:data:`RAY_TRAINER_KEYS`; rank 0 writes the run directory and the record and sends the record to the driver
+(docs/studies.md#running-on-ray). Needs the ``ray`` extra.
 """
 
 from __future__ import annotations

@@ -2,7 +2,7 @@
 
     <results>/study.json              the study (name, hash, variant, its mapping, the trials of the variant) and
                                       each sweep into it: its start, end, elapsed time and machine
-    <results>/trials/<trial_id>.json  one record per trial (:mod:`.trial` describes the fields)
+    <results>/trials/<trial_id>.json  one record per trial (docs/studies.md#records-and-the-report)
     <results>/logs/<trial_id>.log     the trial's stdout and stderr
     <results>/runs/<trial_id>/        its merged config, checkpoints, CSV and TensorBoard logs
 

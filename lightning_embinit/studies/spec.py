@@ -1,34 +1,9 @@
 """A study: a base LightningCLI config, named settings (overrides of config keys), seeds, a protocol, variants.
 
-The YAML under ``examples/studies/`` and :class:`Study` are the same thing::
-
-    name: kim_translation
-    base: ../configs/kim_multi30k.yaml        # relative to the study file; or an inline mapping
-    overrides: {model.init_args.architecture.d_model: 50}          # every setting, every variant
-    settings:                                   # name → {dotted config key: value}; first = reference
-      xavier: {}
-      glove_xavier: {"trainer.callbacks[EmbeddingInitCallback].init_args.standardize": xavier}
-    grid:                                       # more settings: the product of its axes
-      model.init_args.architecture.positional: [interleaved, none]      # a key and its values
-      init: {xavier: {}, glove: {...overrides...}}                      # or named groups of overrides
-    seeds: [0, 1, 2]
-    seed_keys: ["trainer.callbacks[EmbeddingInitCallback].init_args.seed"]   # also set to the trial's seed
-    reference: xavier                           # differences are measured against it (default: the first)
-    blocks: {xavier_d384: [minilm_raw]}         # reference → settings measured against it instead (other widths)
-    protocol: {monitor: val_loss, mode: min, test: auto, checkpoints: none}   # best: keep the best checkpoint
-    variants:                                   # --variant NAME: its overrides (after the study's) and seeds
-      smoke: {seeds: [0, 1], overrides: {trainer.max_steps: 20}}
-    claims: [{id: ..., source: ..., says: ..., setting: ..., versus: ..., metric: ..., direction: lower}]
-    x-glove: &glove "file:..."                  # keys starting with x- are ignored: a place for YAML anchors
-
-Keys are :mod:`.keys`' dotted keys; a value replaces what is at its key (to change one field of a mapping,
-name the field). Grid settings are named ``axis=value,axis=value`` (a key axis by its
-last part). A trial's config is base → ``overrides`` → the variant's → the setting's → ``seed_everything``
-and ``seed_keys`` = the seed; ``${VAR}`` / ``${VAR:-default}`` in its strings are then read from the
-environment (e.g. ``${EMBINIT_SHARED_DATA:-../shared/data}``). Relative paths in the config resolve from
-the directory the sweep runs in, as with ``embinit fit``. The config hash covers the config after that
-substitution, the seed, the protocol and the package version: a changed setting, or a variable that now
-names another checkpoint or data directory, is a new trial.
+The YAML under ``examples/studies/`` and :class:`Study` are the same thing; docs/studies.md#writing-a-study gives the
+keys, the order in which overrides apply and what the config hash covers. Besides those: ``blocks`` maps a reference
+to the settings measured against it instead (other widths), ``claims`` lists :mod:`.claims`' claims, a variant may
+set its own ``seeds``, and keys starting with ``x-`` are ignored (a place for YAML anchors).
 """
 
 from __future__ import annotations
@@ -74,12 +49,7 @@ def package_version() -> str:
 class Protocol:
     """How a trial is scored ([K]'s default): keep the checkpoint with the best ``monitor`` (``mode``), then test it
     (``test``: ``"auto"`` when the datamodule has a test split, ``True``, or ``False``: validate it instead).
-
-    ``checkpoints``: what stays on disk once the trial is scored. ``"none"`` (the default) deletes the trial's
-    checkpoints: the record holds every number the report reads, and a resumed sweep skips finished trials by their
-    record. ``"best"`` keeps the best checkpoint (the record's ``checkpoint``) for whoever starts from the trained
-    model: another study (``kocmi_bojar_self_pretrain.yaml`` starts from ``kocmi_bojar.yaml``'s), or
-    ``embinit translate --ckpt_path``."""
+    ``checkpoints``: what stays on disk once it is scored, ``"none"`` or ``"best"`` (docs/studies.md)."""
 
     monitor: str = "val_loss"
     mode: str = "min"

@@ -5,23 +5,8 @@
 ``ModelCheckpoint`` (unless the config has one with the same monitor and mode; one without a monitor goes) and a
 ``CSVLogger`` (unless the config has one), fits, and tests the best checkpoint (or validates it: protocol
 ``test: false``, or ``auto`` with a datamodule without a test split), then keeps it or deletes it (the protocol's
-``checkpoints``). The record, written atomically to
-``<results>/trials/<trial_id>.json``, holds:
-
-``schema``, ``study``, ``study_hash``, ``variant``, ``setting``, ``seed``, ``trial_id``, ``config_hash``,
-``overrides`` (the setting's), ``config`` (merged), ``protocol``, ``status`` (``done``/``failed``), ``error``
-(None, or ``type``, ``message``, ``traceback``: its last lines), ``metrics`` (``best_<monitor>``,
-``best_epoch``, ``best_step``, then the test — or validation — metrics of the best checkpoint: ``test_loss``,
-``test_bleu``, ``val_acc``, ...), ``final`` (the model's own metrics at the end of fit), ``trained``
-(``steps``, ``epochs``, ``world_size``), ``cost`` (:func:`~.outcome.cost_values`: parameters, seconds per step and per
-epoch), ``monitors`` (the monitors' logged values and summaries), ``init_report`` (the ``EmbeddingInitCallback``
-report per slot) and any other section a callback's summary fills (:func:`~.outcome.summaries`), ``curves`` (per
-logged metric, ``[step, epoch, value]`` rows; the step counts optimizer steps, as ``best_step``:
-:func:`optimizer_steps`), ``checkpoint`` (the best checkpoint relative to the results directory with the
-protocol's ``checkpoints: best``; else None: the trial's checkpoints are deleted once it is scored),
-``wall_time_s``, ``versions``, ``host``, ``started``/``finished`` (ISO times), ``log`` and ``run_dir`` (relative
-paths), ``run_id`` (set by the engine that started the run). A NaN or infinite
-loss or score fails the trial.
+``checkpoints``). The record, written atomically to ``<results>/trials/<trial_id>.json``, holds what
+docs/studies.md#records-and-the-report describes. A NaN or infinite loss or score fails the trial.
 """
 
 from __future__ import annotations

@@ -75,20 +75,8 @@ def extend_vocabulary(
 ) -> dict[str, Any]:
     """Extend ``slot``'s vocabulary of ``module`` to ``tokens`` in place (module docstring); returns the report.
 
-    Args:
-        tokens: the new token strings by id, a tokenizer, a token file or a Hugging Face tokenizer directory; every
-            old token must be among them (``allow_dropping=True`` drops the others).
-        rule, head_rule: where the new rows come from (:func:`~lightning_embinit.init.extension.rules.resolve_rule`);
-            ``head_rule`` for untied output layers (default: ``rule``, or ``mean`` for a pre-trained source).
-        bias: new bias entries of untied output layers: ``mean`` (default), ``min``, ``zero`` or a number.
-        standardize: ``True`` (the old rows' mean and std) or a target of
-            :func:`~lightning_embinit.init.transforms.standardize`, for the new rows only.
-        old_tokenizer: splits new tokens into old pieces (``pieces``).
-        old_tokens: the old tokens when the slot does not name them (as ``tokens``; a tokenizer is also the
-            ``old_tokenizer``).
-        outputs: the untied output layers (dotted paths); default the host's ``vocabulary_outputs()``.
-        probe: the states that meet the output matrix, or a function of the extended module returning them (the
-            report's ``new_token_mass``).
+    ``tokens``: the new token strings by id, a tokenizer, a token file or a Hugging Face tokenizer directory; every old
+    token must be among them. docs/vocabulary_extension.md's table gives the other arguments.
     """
     new_tokens, tokenizer = token_list(tokens)
     plan = plan_for_module(

@@ -1,13 +1,10 @@
 """``checkpoint:<path>``: self-pretraining from an earlier model's embeddings ([KB]; docs/concepts.md#self-pretraining).
 
-Rows are taken *by token string* (docs/sources.md, "Self-pretraining from a checkpoint") from a Lightning checkpoint
-or a plain state dict, loaded by :mod:`.checkpoint_file`. ``EmbeddingInitCallback`` records in every checkpoint::
-
-    checkpoint["embinit"] = {"slots": {slot_name: {"parameter": "model.embed.weight",
-                                                   "tokens": ["<pad>", "<unk>", ...]}}}
-
-A memory-mapped checkpoint is kept for :data:`KEEP_LOADED_S` seconds (one build round) for the next slot reading the
-unchanged file; :func:`release_loaded` drops it at once. A legacy (non-zip) checkpoint is loaded per slot.
+Rows are taken *by token string* from a Lightning checkpoint or a plain state dict (loaded by :mod:`.checkpoint_file`)
+through the ``checkpoint["embinit"]`` record ``EmbeddingInitCallback`` writes (docs/sources.md, "Self-pretraining from
+a checkpoint"). A memory-mapped checkpoint is kept for :data:`KEEP_LOADED_S` seconds (one build round) for the next
+slot reading the unchanged file; :func:`release_loaded` drops it at once. A legacy (non-zip) checkpoint is loaded per
+slot.
 """
 
 from __future__ import annotations

@@ -1,10 +1,6 @@
-"""A parse-once cache for big vector files (docs/sources.md, "The cache").
-
-A file is parsed once into ``<cache>/vectors/<key>/`` (``matrix.npy``, float32 V×D, memory-mapped by later loads;
-``tokens.txt``, joined by ``\n`` and read back without newline translation; ``meta.json``), the key hashing the file's
-identity (absolute path, size, mtime, ctime, inode) and the parse options. The directory is the one set for the build
-(:func:`cache_directory`), else a source's ``cache_dir``, ``$EMBINIT_CACHE_DIR``, ``~/.cache/lightning_embinit``; one
-that cannot be used means a parse into memory and one warning. Entries are staged, checked and renamed into place.
+"""A parse-once cache for big vector files: ``<cache>/vectors/<key>/`` holds ``matrix.npy`` (float32 V×D,
+memory-mapped by later loads), ``tokens.txt`` and ``meta.json``; docs/sources.md, "The cache", gives the key, the
+directory's precedence (:func:`cache_directory` first) and the staging that keeps entries whole.
 """
 
 from __future__ import annotations
