@@ -1,10 +1,5 @@
-"""``embinit inspect``: check an embedding start before paying for a run (docs/concepts.md#absorption, #tied-head).
-
-    embinit inspect --config cfg.yaml [--model.init_args.architecture.d_model 512 ...]
-        [--source glove --standardize xavier]
-    embinit inspect --hf-config DIR_OR_NAME | --model-type llama --vocab-size 32000 --dim 512 | --litgpt-config NAME
-        [--num-layers 2 --num-heads 8 --model-option KEY=VALUE ...] [--source minilm --tokens DIR ...]
-    embinit inspect --vocab-size 30000 --dim 512 --tied --source 'normal:1/sqrt(d)' [--format json]
+"""``embinit inspect``: check an embedding start before paying for a run (docs/concepts.md#absorption, #tied-head;
+usage in docs/diagnostics.md).
 
 The model comes from a config (parsed by ``embinit fit``'s LightningCLI parser: model, datamodule and trainer
 callbacks are instantiated, nothing is trained), from a Hugging Face or litgpt config (built on the meta device by

@@ -1,9 +1,5 @@
-"""``embinit translate|generate|classify``: a trained model on new text, one output line per input line, in order.
-
-    embinit translate --ckpt_path RUN.ckpt [--input FILE|-] [--output FILE|-] [--beam-size N --max-length N]
-    embinit generate  --ckpt_path RUN.ckpt [--prompt TEXT | --input FILE|-] [--max-new-tokens N --temperature T
-                      --top-k K --seed S]
-    embinit classify  --ckpt_path RUN.ckpt [--input FILE|-] [--output FILE|-] [--format tsv|jsonl]
+"""``embinit translate|generate|classify``: a trained model on new text, one output line per input line, in order
+(options: docs/cli_reference.md).
 
 Each loads the checkpoint with its class's ``load_from_checkpoint`` (on ``--device``, the CPU by default) and runs
 the model's own method (``translate``, ``generate``, ``class_probabilities``; a causal HuggingFaceLM through

@@ -22,6 +22,7 @@ from lightning_embinit.architectures.config import CausalLMConfig
 from lightning_embinit.checks import check_positive_int
 from lightning_embinit.diagnostics.initial_loss import predicted_initial_loss, token_std
 from lightning_embinit.init.host import EmbeddingSlot
+from lightning_embinit.modules.decoding import eval_mode
 from lightning_embinit.modules.heads import OutputHead
 from lightning_embinit.modules.initialization import init_non_embedding_
 from lightning_embinit.modules.inputs import EmbeddingInput, fill_token_table_
@@ -152,10 +153,6 @@ class CausalLM(nn.Module):
         draw = lambda: ordinary[torch.randint(len(ordinary), (batch_size, length), generator=generator)]  # noqa: E731
         inputs, targets = draw(), draw()
         device = self.token_embedding.weight.device
-        was_training = self.training
-        self.eval()
-        try:
+        with eval_mode(self):
             logits = self(inputs.to(device)).float()
-        finally:
-            self.train(was_training)
         return float(nn.functional.cross_entropy(logits.flatten(0, 1), targets.to(device).flatten()))

@@ -45,6 +45,7 @@ from lightning_embinit.init.extension.rules import new_bias_value, resolve_rule
 from lightning_embinit.init.host import select_slots
 from lightning_embinit.init.sources.checkpoint import CHECKPOINT_KEY
 from lightning_embinit.init.sources.checkpoint_file import checked_file, load_checkpoint_file
+from lightning_embinit.modules.decoding import eval_mode
 
 
 class VocabularyExtensionCallback(FitOnceCallback):
@@ -234,12 +235,8 @@ class VocabularyExtensionCallback(FitOnceCallback):
         ):
             batch = next(iter(datamodule.train_dataloader()))
             probe = lambda module: module.output_states(batch)  # noqa: E731
-        was_training = pl_module.training
-        pl_module.eval()
-        try:
+        with eval_mode(pl_module):
             return finish_report(pl_module, plan, probe)
-        finally:
-            pl_module.train(was_training)
 
 
 def _frozen_rows(masks: Mapping[str, torch.Tensor], name: str) -> torch.Tensor | None:

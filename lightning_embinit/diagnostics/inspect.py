@@ -44,43 +44,12 @@ COVERAGE_COUNTERMEASURES = (
     "gives full coverage"
 )
 #: The fields of each slot in ``embinit inspect --format json`` (schema ``embinit.inspect/1``).
-SLOT_FIELDS = (
-    "name",
-    "num_embeddings",
-    "embedding_dim",
-    "source",
-    "transforms",
-    "trainable",
-    "tied",
-    "tied_modules",
-    "family",
-    "positions",
-    "mean",
-    "std",
-    "min",
-    "max",
-    "input_scale",
-    "scaled_mean",
-    "scaled_std",
-    "scaled_min",
-    "scaled_max",
-    "positional_std",
-    "positional_min",
-    "positional_max",
-    "positional_range",
-    "ratio",
-    "semantic_retention",
-    "positional_retention",
-    "neighbour_survival",
-    "xavier_std",
-    "std_over_xavier",
-    "coverage",
-    "predicted_initial_loss",
-    "predicted_initial_loss_model",
-    "probed_initial_loss",
-    "ln_vocab",
-    "verdict",
-    "problems",
+SLOT_FIELDS = tuple(
+    "name num_embeddings embedding_dim source transforms trainable tied tied_modules family positions mean std "
+    "min max input_scale scaled_mean scaled_std scaled_min scaled_max positional_std positional_min "
+    "positional_max positional_range ratio semantic_retention positional_retention neighbour_survival "
+    "xavier_std std_over_xavier coverage predicted_initial_loss predicted_initial_loss_model "
+    "probed_initial_loss ln_vocab verdict problems".split()
 )
 #: The columns of the diagnostics table of ``embinit inspect``: title, slot field, number format.
 TABLE_COLUMNS = (

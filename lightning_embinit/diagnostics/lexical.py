@@ -7,22 +7,9 @@ cosine similarity and human ratings) through gensim's own
 words are all in the vocabulary count (case-insensitive, as gensim's default), and the counts are
 reported. Sections named ``gram…`` are morpho-syntactic, the others semantic ([KB]).
 
-Chains (X the table, s the input scale, P a random positional row per word, X* = X standardized
-to the target, σ_p = std(X), σ_x = the target's std, Xavier's √(2/(N+D)) by default):
-
-===========================  =======================  ===========================================
-name                         matrix                   meaning
-===========================  =======================  ===========================================
-``raw``                      X                        the vectors as loaded
-``scaled``                   s · X                    after the input scale (cosine-invariant)
-``raw+pe``                   X + P                    positions added to the raw vectors
-``standardized``             X*                       Pre-trained_Xavier ([K] §3.4)
-``standardized+scaled``      s · X*
-``standardized+pe``          X* + P                   positions added after standardizing
-``raw+pe_scaled``            X + P · σ_p / σ_x        the same balance as ``standardized+pe``, raw vectors
-``scaled+pe``                s · X + P                what the first layer sees (not in [K] Table 4)
-``standardized+scaled+pe``   s · X* + P               the same after standardizing
-===========================  =======================  ===========================================
+The chains (X the table, s the input scale, P a random positional row per word, X* = X standardized to the
+target, σ_p = std(X), σ_x = the target's std, Xavier's √(2/(N+D)) by default) are registered in :data:`CHAINS`
+with their matrices; docs/diagnostics.md tables them.
 """
 
 from __future__ import annotations

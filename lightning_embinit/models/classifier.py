@@ -23,6 +23,7 @@ from lightning_embinit.architectures.config import EncoderClassifierConfig
 from lightning_embinit.checks import check_positive_int, check_texts
 from lightning_embinit.models.module import EmbinitModule, resolve_tokenizer, saved_tokenizer
 from lightning_embinit.models.optimization import OptimizerConfig
+from lightning_embinit.modules.decoding import eval_mode
 from lightning_embinit.text.batches import ClassificationCollator, LabelledDataset, Ragged
 from lightning_embinit.vocabulary import Vocabulary
 
@@ -232,17 +233,13 @@ class TransformerClassifier(EmbinitModule):
         collate = ClassificationCollator(tokenizer.pad_id, second is not None)
         order = np.argsort(-data.lengths, kind="stable")
         results = torch.zeros(len(texts), len(self.label_names))
-        was_training = self.training
-        self.eval()
-        try:
+        with eval_mode(self):
             for start in range(0, len(order), batch_size):
                 chunk = order[start : start + batch_size].tolist()
                 batch = collate([data[i] for i in chunk])
                 types = batch.get("token_type_ids")
                 logits = self(batch["input_ids"].to(self.device), None if types is None else types.to(self.device))
                 results[chunk] = logits.float().softmax(dim=-1).cpu()
-        finally:
-            self.train(was_training)
         return results
 
 

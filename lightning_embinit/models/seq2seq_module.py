@@ -25,7 +25,7 @@ from lightning_embinit.checks import (
 )
 from lightning_embinit.models.metrics import CorpusBLEU
 from lightning_embinit.models.module import EmbinitModule, saved_tokenizer, side_vocabulary
-from lightning_embinit.modules.decoding import beam_search, greedy_decode
+from lightning_embinit.modules.decoding import beam_search, eval_mode, greedy_decode
 from lightning_embinit.text.batches import pad_sequences
 
 BLEU_REFERENCES = ("tokenizer", "raw")
@@ -300,15 +300,11 @@ class Seq2SeqModule(EmbinitModule):
         encoded = [ids[: limit - 1] + [source.eos_id] for ids in source.encode_batch(texts)]
         order = sorted(range(len(encoded)), key=lambda i: len(encoded[i]))
         results: list[str] = [""] * len(encoded)
-        was_training = self.training
-        self.eval()
-        try:
+        with eval_mode(self):
             for start in range(0, len(order), batch_size):
                 chunk = order[start : start + batch_size]
                 src = pad_sequences([encoded[i] for i in chunk], source.pad_id).to(self.device)
                 outputs = self.generate(src, beam_size=beam_size, length_penalty=length_penalty, max_len=max_len)
                 for i, text in zip(chunk, self._detokenize(outputs)):
                     results[i] = text
-        finally:
-            self.train(was_training)
         return results

@@ -22,6 +22,7 @@ from lightning_embinit.architectures.config import CausalLMConfig
 from lightning_embinit.checks import check_non_negative_int, check_positive_int, check_range, check_texts
 from lightning_embinit.models.module import EmbinitModule
 from lightning_embinit.models.optimization import OptimizerConfig
+from lightning_embinit.modules.decoding import eval_mode
 from lightning_embinit.text.text_tokenizer import WordTokenizer
 from lightning_embinit.vocabulary import Vocabulary
 
@@ -189,13 +190,9 @@ class TiedEmbeddingLM(EmbinitModule):
             return self(torch.tensor([context], device=self.device))[0, -1]
 
         results = []
-        was_training = self.training
-        self.eval()
-        try:
+        with eval_mode(self):
             for prompt in prompts:
                 ids = ([] if eos is None else [eos]) + vocab.encode(tokenize(prompt))
                 new = continue_ids(last_logits, ids, max_new_tokens, self.model.config.max_len, banned, eos, *sampling)
                 results.append(" ".join(vocab.decode(new)))
-        finally:
-            self.train(was_training)
         return results

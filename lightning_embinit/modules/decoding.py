@@ -16,6 +16,8 @@ Finished rows leave the batch.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -38,6 +40,17 @@ class EncoderState:
         """The rows ``indices`` of every tensor (repeat for beams, drop finished sentences)."""
         tensors = (self.memory, self.padding_mask, self.values)
         return EncoderState(*(None if t is None else t.index_select(0, indices) for t in tensors))
+
+
+@contextmanager
+def eval_mode(module: torch.nn.Module) -> Iterator[None]:
+    """``module`` in eval mode (no dropout) inside the block, its training flag restored after."""
+    was_training = module.training
+    module.eval()
+    try:
+        yield
+    finally:
+        module.train(was_training)
 
 
 class IncrementalDecoder(Protocol):
