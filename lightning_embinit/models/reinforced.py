@@ -29,7 +29,7 @@ class ReinforcedTransformerSeq2Seq(Seq2SeqModule):
     ``architecture``: :class:`~lightning_embinit.architectures.ReinforcedEncoderDecoderConfig` (the defaults of
     ``reinforced_proposed``); ``optimizer``: Noam with ``lr=None``, the peak m^−½·w^−½ of this ``d_model`` and
     ``warmup_steps``; the rest is :class:`Seq2SeqModule`'s. ``target_normalization="sequence"`` warns once per
-    process (:data:`LEAK_WARNING`).
+    process (``LEAK_WARNING``).
     """
 
     architecture_class = ReinforcedEncoderDecoder

@@ -1,5 +1,6 @@
 """The Ray engine (docs/studies.md#running-on-ray): a study's trials as a Ray Tune run of a function trainable, on a
-local Ray instance or an existing cluster, with the local engine's checks, plan and records (:mod:`.plan`).
+local Ray instance or an existing cluster, with the local engine's checks, plan and records
+(:mod:`lightning_embinit.studies.plan`).
 
 Each Tune trial calls :func:`~.trial.run_trial` (or, with ``ddp_workers`` > 1, :mod:`.ray_train`) and reports the
 record through ``ray.tune.report``; the driver writes every record into ``<results>/trials/``, wherever the trial ran.

@@ -75,7 +75,7 @@ def value_of(record: Mapping[str, Any], metric: str) -> float | None:
 
 def metric_names(records: Iterable[Mapping[str, Any]], group: str | None = None) -> list[str]:
     """Every metric any finished trial has, in first-seen order: ``metrics``, ``monitors``, ``cost``, then wall time;
-    ``group`` (one of :data:`GROUPS`) keeps that group only."""
+    ``group`` (one of ``GROUPS``) keeps that group only."""
     records = done(records)
     names: dict[str, None] = {}
     for name in (group,) if group else GROUPS:
@@ -181,7 +181,7 @@ def compare(
     settings: Sequence[str] | None = None,
 ) -> pd.DataFrame:
     """Each other setting's difference of means from ``reference``, per metric, with Welch's interval: rows (setting,
-    metric) in setting order, columns :data:`COMPARE_COLUMNS`."""
+    metric) in setting order, columns ``COMPARE_COLUMNS``."""
     records = list(records)
     names, order = _table_axes(records, metrics, settings)
     check_choice("reference setting", reference, order)
