@@ -31,10 +31,15 @@ class TransformerConfig:
 
     Args:
         d_model: the model width (m in [R]; D of the token table)
+        num_heads: attention heads per layer
         ffn_dim: the feed-forward hidden width (None: 4 · d_model)
-        dropout: on the input and every residual branch, and on the attention weights and the FFN's hidden layer
-            unless attention_dropout / activation_dropout (None: dropout) say otherwise
+        dropout: on the input and every residual branch (and on attention weights and the FFN's hidden layer
+            unless attention_dropout / activation_dropout say otherwise)
+        attention_dropout: dropout on the attention weights (None: dropout)
+        activation_dropout: dropout on the FFN's hidden layer (None: dropout)
+        max_len: the most positions a sequence may have
         activation: the FFN's activation (relu, gelu)
+        norm: layernorm or rmsnorm
         positional: the positional encoding (interleaved, half, sinusoidal, learned, none)
         init_scheme: the non-embedding weights (xavier as [K], hf, he_ffn; docs/concepts.md#non-embedding-init)
         embedding_init: the token tables' scheme until EmbeddingInitCallback replaces them (any scheme name)
@@ -116,6 +121,8 @@ class Seq2SeqConfig(TransformerConfig):
     """What both encoder–decoders share (docs/concepts.md#reinforced-baseline, #reinforced-model).
 
     Args:
+        num_encoder_layers: encoder blocks
+        num_decoder_layers: decoder blocks
         qk_head_dim: r, the per-head query/key width (None: d_model / num_heads)
         v_head_dim: q, the per-head value width (None: d_model / num_heads)
         share_embeddings: one token table for source and target (one joint vocabulary)
@@ -139,6 +146,7 @@ class EncoderDecoderConfig(Seq2SeqConfig):
         pre_norm: pre-LN blocks and a final norm (False: post-LN, as [R] and [K])
         input_scale: s in s · E[t] + P: sqrt_d, inv_sqrt_d, none or a number
         head: untied (a dense layer, [R]) or a tied head (tied, tied_orthogonal, tied_half_swap, tied_shuffle)
+        head_bias: the untied head's bias
     """
 
     pre_norm: bool = False
@@ -165,6 +173,7 @@ class ReinforcedEncoderDecoderConfig(Seq2SeqConfig):
         positional: the concatenated P's kind (half: the tutorial's layout; interleaved; learned)
         target_normalization: causal (statistics over positions ≤ t: no leak) or sequence (the paper's: the
             whole target sentence, which leaks the future into teacher-forced losses)
+        tn_eps: ε of the token normalization
     """
 
     d_model: int = 64
@@ -200,10 +209,11 @@ class EncoderClassifierConfig(TransformerConfig):
     """[K]'s encoder-only classifier (:class:`~lightning_embinit.architectures.EncoderClassifier`).
 
     Args:
+        num_layers: encoder blocks
         pre_norm: pre-LN blocks and a final norm (False: [K]'s post-LN)
         input_scale: s in s · E[t] + P: sqrt_d, inv_sqrt_d, none or a number
         pooling: cls (the first position) or mean (over the non-padding positions)
-        cls_source: where cls pooling's first vector comes from (:data:`CLS_SOURCES`)
+        cls_source: auto, tokenizer or learned (where cls pooling's first vector comes from)
         num_segments: learned segment vectors indexed by token_type_ids (0: none)
     """
 
@@ -230,9 +240,13 @@ class CausalLMConfig(TransformerConfig):
     """The causal pre-LN language model of [S] (:class:`~lightning_embinit.architectures.CausalLM`).
 
     Args:
-        positional: sinusoidal (in positional_layout: interleaved or half), interleaved, half, learned or none
+        positional: sinusoidal (in positional_layout), interleaved, half, learned or none
+        num_layers: pre-LN blocks
+        positional_layout: the sinusoidal layout of positional=sinusoidal (interleaved or half)
         embedding_scale: s in s · E[t] + P: sqrt_d, inv_sqrt_d, none or a number
+        bias: biases in the blocks' linear layers
         head: tied, untied, tied_orthogonal, tied_half_swap or tied_shuffle (docs/concepts.md#tied-countermeasures)
+        head_bias: the head's bias (untied, tied_orthogonal)
         head_activation: after tied_orthogonal's projection (none, relu, gelu, tanh)
         shuffle_groups: g of tied_shuffle
         zero_init_residual: every block the identity at initialization ([S]'s initial-loss regime)

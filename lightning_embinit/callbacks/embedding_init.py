@@ -40,6 +40,7 @@ class EmbeddingInitCallback(FitOnceCallback):
             line, a Hugging Face tokenizer name or directory (its vocabulary in id order), or a mapping slot → one
             of these. Else the datamodule's ``vocabulary_for(slot)`` or ``vocabulary``, else the model's
             ``vocabulary`` attribute.
+        verbose: print the report table on global rank 0.
         **recipe: the fields of :class:`~lightning_embinit.init.recipe.InitRecipe` (``source``, ``standardize``,
             ``match``, ``shuffle``, ``scale``, ``transforms``, ``trainable``, ``*_options``, ``cache_dir``).
     """

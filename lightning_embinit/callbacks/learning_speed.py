@@ -28,6 +28,7 @@ class LearningSpeedMonitor(Callback):
 
     Args:
         monitor: a metric the module logs (``trainer.callback_metrics``), e.g. ``"val_acc"``, ``"val_loss"``.
+        threshold: the score to reach.
         mode: ``"max"`` (higher is better: smoothed ≥ threshold) or ``"min"`` (smoothed ≤ threshold).
         smoothing: TensorBoard's smoothing weight (0.6 in [KB]).
         debias: TensorBoard's current debiased average (True) or the pre-2019 one (False).

@@ -56,12 +56,15 @@ class VocabularyExtensionCallback(FitOnceCallback):
             ``TiedEmbeddingLM.load_from_checkpoint(...)``).
         rule, head_rule, bias, standardize, source_options: the new rows' start
             (:func:`~lightning_embinit.init.extension.extend_vocabulary`).
+        slots: which slots (None: every slot of the model).
+        tokens, old_tokens, old_tokenizer: the vocabularies (module docstring).
         trainable: ``True``, or ``"new_rows"``: only the new rows of the tables and their output layers learn (every
             other parameter frozen, the old rows masked and, for AdamW with weight decay, pinned after each step).
         allow_dropping: let the new vocabulary drop old tokens (their rows are lost).
         seed: the generator seed of the new rows (None: drawn on global rank 0, and reported).
         probe: measure the probability the new tokens take on the first training batch (models with
             ``output_states(batch)``: the package's LM and translation systems).
+        verbose: print the report on global rank 0.
     """
 
     def __init__(

@@ -61,9 +61,14 @@ class Initialized:
 class EmbeddingInitializer:
     """How a model's embedding tables are born: a recipe (per slot, optionally), the token strings and a seed.
 
-    ``slots``: ``None`` (all), slot names or dotted module paths, or a mapping slot → overrides of the recipe's fields.
-    ``seed``: drawn at random (and reported) when ``None``. ``tokens``: for tables whose model does not name them
-    (:mod:`lightning_embinit.init.tokens`), or a mapping slot → tokens.
+    Args:
+        recipe: the source, transforms and trainability of every selected slot (:class:`InitRecipe`).
+        slots: which tables: ``None`` (all), slot names or dotted module paths, or a mapping slot → overrides of
+            the recipe's fields (a different source per slot, say).
+        seed: the generator seed; drawn at random (and reported) when ``None``.
+        tokens: token strings for tables whose model does not name them: a list (by id), a one-token-per-line file,
+            a Hugging Face tokenizer name or directory, or a mapping slot → one of these
+            (:mod:`lightning_embinit.init.tokens`).
     """
 
     def __init__(

@@ -24,13 +24,25 @@ class InitRecipe:
 
     The source fills the table; then ``match`` (Xavier_Pre-trained), ``standardize`` (Pre-trained_Xavier),
     ``shuffle`` (Pre-trained_Shuffled) and ``scale`` run in that order (Kim et al., "Initializing Transformers
-    with Pre-trained Embeddings", §3.4; the formulas are in ``docs/concepts.md``), or ``transforms``, an explicit
-    ordered list of ``"name[:argument]"`` steps.
+    with Pre-trained Embeddings", §3.4; the formulas are in ``docs/concepts.md``). These Args are also the help of
+    ``EmbeddingInitCallback``'s options under ``embinit fit --help``.
 
-    ``source`` is a random scheme (``"xavier"``, ``"normal:0.01"``, ...), a pre-trained source name (``"bert"``,
-    ``"hf:<dir>"``, ...) or an ``EmbeddingSource``; ``trainable`` is ``True``, ``False`` (frozen, with any output layer
-    tied to it) or ``"pretrained_rows"`` (only the rows a pre-trained source filled are frozen); ``cache_dir`` serves
-    every source of the recipe. docs/initialization.md gives every field.
+    Args:
+        source: a random scheme (``"xavier"``, ``"normal:0.01"``, ...), a pre-trained source name (``"bert"``,
+            ``"glove"``, ``"hf:<dir>"``, ...) or an ``EmbeddingSource`` object.
+        source_options: keyword options of a pre-trained source (``{"oov": "match"}``, ...).
+        standardize: move the table onto a target's mean and std (Pre-trained_Xavier): a scheme name, a std, a
+            ``(mean, std)`` pair, a source name or a matrix.
+        match: move the table onto a reference source's statistics (Xavier_Pre-trained).
+        shuffle: permute rows and columns (Pre-trained_Shuffled).
+        scale: multiply the table by a constant.
+        transforms: an explicit ordered list of ``"name[:argument]"`` steps instead of the four above.
+        trainable: ``True``; ``False`` freezes the table (and any output layer tied to it); ``"pretrained_rows"``
+            freezes only the rows a pre-trained source filled, by masking their gradient.
+        match_options: options of the reference source named by ``match`` (``{"project": "pca"}``, ...).
+        standardize_options: options of the reference source named by ``standardize``.
+        cache_dir: where every source of the recipe (the main one and references) caches parsed vector files;
+            else a file source's own ``cache_dir`` option, then ``$EMBINIT_CACHE_DIR``.
     """
 
     source: str | EmbeddingSource | RandomScheme = "xavier"

@@ -170,9 +170,7 @@ def protocol_problem(metric: str, monitor: str, test: bool | str) -> str:
 def published_monitors(config: Mapping[str, Any]) -> tuple[set[str], set[str]] | None:
     """(exact names, ``prefix/`` starts) of the monitors a trial's config can record; None when that is not knowable
     (a model or a callback from outside the package, which may log any name)."""
-    model = config.get("model")
-    model_path = model.get("class_path") if isinstance(model, Mapping) else model
-    if not str(model_path or "").startswith("lightning_embinit."):
+    if not (class_path(config.get("model")) or "").startswith("lightning_embinit."):
         return None
     names, prefixes = set(), set()
     for entry in (config.get("trainer") or {}).get("callbacks") or []:

@@ -21,6 +21,7 @@ import pandas as pd
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
+from lightning_embinit.studies.keys import class_path
 from lightning_embinit.studies.statistics import align_curves, curve_points, done, metric_names, setting_name
 
 LEARNING_SPEED_SUFFIX = "examples_to_threshold"
@@ -102,7 +103,7 @@ def learning_speed_goal(records: Sequence[Mapping[str, Any]], metric: str) -> st
     for record in done(records):
         callbacks = ((record.get("config") or {}).get("trainer") or {}).get("callbacks") or []
         for callback in callbacks if isinstance(callbacks, list) else [callbacks]:
-            if isinstance(callback, Mapping) and str(callback.get("class_path")).endswith("LearningSpeedMonitor"):
+            if isinstance(callback, Mapping) and (class_path(callback) or "").endswith("LearningSpeedMonitor"):
                 options = {**MONITOR_DEFAULTS, **(callback.get("init_args") or {})}
                 if (options.get("prefix"), options.get("monitor")) == (prefix, monitor):
                     sign = "≥" if options["mode"] == "max" else "≤"

@@ -228,7 +228,7 @@ def _latest_per_trial(found: dict[Path, dict[str, Any]]) -> tuple[list[dict[str,
     return list(latest.values()), superseded
 
 
-def _read_record(path: Path) -> tuple[dict[str, Any] | None, str]:
+def _parse_record(path: Path) -> tuple[dict[str, Any] | None, str]:
     """(the trial record in ``path``, "") or (None, why it is not one)."""
     try:
         record = json.loads(path.read_text(encoding="utf-8"))
@@ -273,7 +273,7 @@ def load_results(results_dir: str | Path) -> Results:
     found: dict[Path, dict[str, Any]] = {}
     unreadable, stale = [], []
     for path in sorted((directory / TRIALS_DIR).glob("*.json")):
-        record, problem = _read_record(path)
+        record, problem = _parse_record(path)
         if record is not None and not _current(record, header.get("trials")):
             problem = (
                 f"{STUDY_FILE} lists no trial {record.get('trial_id')!r} with config hash {record.get('config_hash')!r}"

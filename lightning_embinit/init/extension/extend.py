@@ -75,8 +75,22 @@ def extend_vocabulary(
 ) -> dict[str, Any]:
     """Extend ``slot``'s vocabulary of ``module`` to ``tokens`` in place (module docstring); returns the report.
 
-    ``tokens``: the new token strings by id, a tokenizer, a token file or a Hugging Face tokenizer directory; every old
-    token must be among them. docs/vocabulary_extension.md's table gives the other arguments.
+    Args:
+        tokens: the new token strings by id, or a tokenizer (its vocabulary in id order), a token file or a Hugging
+            Face tokenizer directory: every old token must be among them (``allow_dropping=True`` drops the others).
+        slot: the slot (needed when the module has several).
+        rule, head_rule: where the new rows come from (:func:`~lightning_embinit.init.extension.rules.resolve_rule`);
+            ``head_rule`` for untied output layers (default: ``rule``, or ``mean`` for a pre-trained source).
+        bias: new bias entries of untied output layers: ``mean`` (default), ``min``, ``zero`` or a number.
+        standardize: ``True`` (the old rows' mean and std, per tensor) or a target of
+            :func:`~lightning_embinit.init.transforms.standardize`, applied to the new rows only.
+        old_tokenizer: splits new tokens into old pieces (``pieces``).
+        old_tokens: the old token strings when the slot does not name them (anything ``tokens`` takes; a tokenizer
+            object also serves as ``old_tokenizer``).
+        outputs: the untied output layers (dotted paths); default the host's ``vocabulary_outputs()``, else the ones
+            the slot's model family names (never a layer by its width alone).
+        probe: the states that meet the output matrix, or a function of the extended module returning them:
+            the report's ``new_token_mass``.
     """
     new_tokens, tokenizer = token_list(tokens)
     plan = plan_for_module(
