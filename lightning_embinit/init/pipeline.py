@@ -79,9 +79,12 @@ def build_slot(
             raise ValueError(f"{where}: the source covers none of the slot's {matrix.coverage.total} tokens")
         steps = recipe.steps()
         body = matrix  # without the (zeroed) padding row, which transforms and their statistics never see
-        if slot.padding_idx is not None:
-            weight, rows = (rows_without(t, slot.padding_idx) for t in (matrix.weight, matrix.pretrained_rows))
-            body = replace(matrix, weight=weight, pretrained_rows=rows)
+        if slot.padding_idx is not None:  # no local keeps the copy alive once a transform replaces it
+            body = replace(
+                matrix,
+                weight=rows_without(matrix.weight, slot.padding_idx),
+                pretrained_rows=rows_without(matrix.pretrained_rows, slot.padding_idx),
+            )
         for step in steps:
             body = step(body, request)
     statistics = check_matrix(body.weight, *body.weight.shape, where=where, padding_idx=slot.padding_idx)
