@@ -9,6 +9,7 @@ from __future__ import annotations
 import importlib.util
 import json
 import os
+import signal
 
 import pytest
 
@@ -16,6 +17,7 @@ from lightning_embinit.studies.records import read_records
 from lightning_embinit.studies.report import write_report
 from lightning_embinit.studies.spec import Study
 from tests.study_helpers import tiny_study, write_study
+from tests.test_faults_studies import SWEEP_PID
 
 if importlib.util.find_spec("ray") is None:
     if os.environ.get("EMBINIT_REQUIRE_RAY") == "1":
@@ -23,17 +25,34 @@ if importlib.util.find_spec("ray") is None:
     pytest.skip("Ray is not installed (pip install 'lightning_embinit[ray]')", allow_module_level=True)
 
 
-def test_two_trials_on_a_local_ray_instance_write_the_records_the_report_reads(tmp_path):
+def test_trials_on_a_local_ray_instance_write_the_records_the_report_reads_and_ctrl_c_fails_none(tmp_path, monkeypatch):
+    """A finished, a failed and an interrupted trial (its callback sends SIGINT to this process, as Ctrl-C would):
+    the interrupted one gets no record, the sweep raises KeyboardInterrupt as the local engine does and leaves the
+    SIGINT handler as it found it (Tune's would swallow a later Ctrl-C); the next sweep runs only that trial."""
     from lightning_embinit.studies.ray_engine import run_study_on_ray
 
-    study = Study.from_dict(
-        tiny_study(settings={"normal": {}, "broken": {"model.init_args.optimizer.lr": 1e30}}, seeds=[0])
-    )
+    interrupt = {
+        "trainer.callbacks[+]": {"class_path": "tests.test_faults_studies.InterruptSweep"},
+        "trainer.max_steps": 200,
+    }
+    settings = {"normal": {}, "broken": {"model.init_args.optimizer.lr": 1e30}, "interrupted": interrupt}
+    study = Study.from_dict(tiny_study(settings=settings, seeds=[0]))
     results = tmp_path / "results"
+    monkeypatch.setenv(SWEEP_PID, str(os.getpid()))  # a Ray instance started here passes it to its workers
+    handler = signal.getsignal(signal.SIGINT)
+    with pytest.raises(KeyboardInterrupt):
+        run_study_on_ray(study, results, threads=1, workers=1, progress=False)
+    assert signal.getsignal(signal.SIGINT) is handler
+    assert sorted(path.name for path in (results / "trials").iterdir()) == ["broken-seed0.json", "normal-seed0.json"]
+    assert (results / ".sweep.lock").read_text() == ""
+
+    monkeypatch.delenv(SWEEP_PID)
     records = run_study_on_ray(study, results, threads=1, progress=False)
+    assert signal.getsignal(signal.SIGINT) is handler  # also when no signal came
     by_setting = {record["setting"]: record for record in records}
-    assert set(by_setting) == {"normal", "broken"}
-    assert by_setting["normal"]["status"] == "done" and by_setting["normal"]["metrics"]["best_val_loss"] > 0
+    assert set(by_setting) == set(settings)
+    assert by_setting["normal"]["status"] == by_setting["interrupted"]["status"] == "done"
+    assert by_setting["normal"]["metrics"]["best_val_loss"] > 0
     assert by_setting["broken"]["status"] == "failed" and "finite" in json.dumps(by_setting["broken"]["error"]).lower()
     on_disk = {record["trial_id"]: record for record in read_records(results)}
     reported = {record["trial_id"]: record for record in records}
@@ -44,7 +63,8 @@ def test_two_trials_on_a_local_ray_instance_write_the_records_the_report_reads(t
     again = run_study_on_ray(study, results, threads=1, progress=False)  # resumable: nothing left to run
     assert [record["run_id"] for record in again] == [record["run_id"] for record in records]
     sweeps = json.loads((results / "study.json").read_text())["sweeps"]
-    assert [(sweep["engine"], sweep["threads"], sweep["ran"]) for sweep in sweeps] == [("ray", 1, 2), ("ray", 1, 0)]
+    assert "finished" not in sweeps[0]  # the interrupted sweep
+    assert [(sweep["engine"], sweep["threads"], sweep["ran"]) for sweep in sweeps[1:]] == [("ray", 1, 1), ("ray", 1, 0)]
 
 
 @pytest.mark.slow

@@ -10,8 +10,11 @@ Needs the ``ray`` extra: ``pip install 'lightning_embinit[ray]'``.
 from __future__ import annotations
 
 import json
+import signal
+import threading
 import uuid
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -49,6 +52,7 @@ def run_study_on_ray(
     ``threads`` (default 1) and ``gpus_per_trial`` are per trial, ``workers`` caps the trials at once (default: as
     many as the cluster fits), ``address`` names a cluster (default a local instance); ``ddp_workers`` > 1 runs each
     trial on that many Ray Train workers (:mod:`.ray_train`) with those resources each. docs/studies.md#running-on-ray.
+    Interrupted (Ctrl-C), it raises KeyboardInterrupt once Tune stopped the running trials, which get no record.
     """
     require_ray()
     cpus = 1 if threads is None else threads
@@ -125,17 +129,42 @@ def _tune(
                 callbacks=[_ProgressCallback(jobs, bar)],
             ),
         )
-        records = {}
-        for result in tuner.fit():
+        with _tune_signal_handlers():
+            results = tuner.fit()
+        records, interrupted = {}, []
+        for result in results:
             job = jobs[int(result.config["trial_index"])]
             record = own_record(job, (result.metrics or {}).get(REPORTED_RECORD))
+            if record is None and result.error is None:
+                # Ctrl-C: Tune's own SIGINT handler ends the run and fit() returns; the trials it stopped (or never
+                # started) have neither a record nor an error. As on the local engine they are not failures.
+                interrupted.append(job["trial"]["trial_id"])
+                continue
             message = f"the Ray trial ended before reporting: {result.error!r}"
             records[job["trial"]["trial_id"]] = record or failed_record(job, "RayTrialError", message)
+        if interrupted:
+            raise KeyboardInterrupt(f"the Ray run was interrupted; not finished: {', '.join(interrupted)}")
         return records
     finally:
         _PROGRESS_BARS.clear()
         if started_here:
             ray.shutdown()
+
+
+@contextmanager
+def _tune_signal_handlers() -> Iterator[None]:
+    """Give back the SIGINT and SIGUSR1 handlers ``Tuner.fit`` replaces: Tune installs its own for the run and
+    leaves them installed when no signal came (Ray 2.x, ``ray.tune.tune._setup_signal_catching``; no public API
+    restores them), so a later Ctrl-C in this process, on a local sweep say, would only log a Tune warning."""
+    names = [name for name in ("SIGINT", "SIGUSR1") if hasattr(signal, name)]
+    before = {name: signal.getsignal(getattr(signal, name)) for name in names}
+    try:
+        yield
+    finally:
+        if threading.current_thread() is threading.main_thread():  # Tune installs none from another thread
+            for name, handler in before.items():
+                if handler is not None:  # None: installed outside Python, cannot be reinstalled from here
+                    signal.signal(getattr(signal, name), handler)
 
 
 class _ProgressCallback(TuneCallback):
