@@ -19,8 +19,6 @@ from lightning_embinit import cli
 from lightning_embinit.studies import Study, StudyError, prepare_sweep, run_study, write_report
 from tests.study_helpers import tiny_study, write_study
 
-SWEEP_PID = "EMBINIT_TEST_SWEEP_PID"
-
 
 def _record(setting: str, seed: int, loss: float, config_hash: str = "current") -> dict[str, Any]:
     return {
@@ -130,24 +128,33 @@ def test_every_study_value_is_checked_by_a_study_error_before_study_json_is_writ
 
 
 class InterruptSweep(Callback):
-    """Sends SIGINT to the sweep (its pid in :data:`SWEEP_PID`) once training starts, then trains on, slowly; without
-    that variable it does nothing."""
+    """Sends SIGINT to process ``pid`` (the sweep) once training starts, then trains on, slowly. With ``once``, only a
+    trial that finds no file there does so (and creates it); later trials train as usual."""
+
+    def __init__(self, pid: int, once: str | None = None) -> None:
+        self.pid, self.once, self.interrupting = pid, once, False
 
     def on_train_start(self, trainer: Any, pl_module: Any) -> None:
-        if SWEEP_PID in os.environ:
-            os.kill(int(os.environ[SWEEP_PID]), signal.SIGINT)
+        if self.once is not None and os.path.exists(self.once):
+            return
+        if self.once is not None:
+            open(self.once, "x").close()
+        self.interrupting = True
+        os.kill(self.pid, signal.SIGINT)
 
     def on_train_batch_end(self, *args: Any) -> None:
-        if SWEEP_PID in os.environ:
+        if self.interrupting:
             time.sleep(0.2)
 
 
-def test_an_interrupted_sweep_records_nothing_for_its_running_trials_and_releases_its_directory(tmp_path, monkeypatch):
+def test_an_interrupted_sweep_records_nothing_for_its_running_trials_and_releases_its_directory(tmp_path):
     """As docs/studies.md says: the running trial stops as on Ctrl-C and is not recorded as failed (the next sweep
     reruns it); finished records stay."""
-    monkeypatch.setenv(SWEEP_PID, str(os.getpid()))
     interrupt = {
-        "trainer.callbacks[+]": {"class_path": "tests.test_faults_studies.InterruptSweep"},
+        "trainer.callbacks[+]": {
+            "class_path": "tests.test_faults_studies.InterruptSweep",
+            "init_args": {"pid": os.getpid()},
+        },
         "trainer.max_steps": 1000,
     }
     results = tmp_path / "results"

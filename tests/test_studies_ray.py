@@ -17,7 +17,6 @@ from lightning_embinit.studies.records import read_records
 from lightning_embinit.studies.report import write_report
 from lightning_embinit.studies.spec import Study
 from tests.study_helpers import tiny_study, write_study
-from tests.test_faults_studies import SWEEP_PID
 
 if importlib.util.find_spec("ray") is None:
     if os.environ.get("EMBINIT_REQUIRE_RAY") == "1":
@@ -25,30 +24,39 @@ if importlib.util.find_spec("ray") is None:
     pytest.skip("Ray is not installed (pip install 'lightning_embinit[ray]')", allow_module_level=True)
 
 
-def test_trials_on_a_local_ray_instance_write_the_records_the_report_reads_and_ctrl_c_fails_none(tmp_path, monkeypatch):
-    """A finished, a failed and an interrupted trial (its callback sends SIGINT to this process, as Ctrl-C would):
-    the interrupted one gets no record, the sweep raises KeyboardInterrupt as the local engine does and leaves the
-    SIGINT handler as it found it (Tune's would swallow a later Ctrl-C); the next sweep runs only that trial."""
+def test_trials_on_a_running_ray_instance_write_the_records_the_report_reads_and_ctrl_c_fails_none(tmp_path):
+    """On a Ray instance already running (as on a cluster: the engine neither starts nor stops it), a finished, a
+    failed and an interrupted trial (its callback sends SIGINT to this process, as Ctrl-C would): the interrupted one
+    gets no record, the sweep raises KeyboardInterrupt as the local engine does and leaves the SIGINT handler as it
+    found it (Tune's would swallow a later Ctrl-C); the next sweep runs only that trial."""
+    import ray
+
     from lightning_embinit.studies.ray_engine import run_study_on_ray
 
     interrupt = {
-        "trainer.callbacks[+]": {"class_path": "tests.test_faults_studies.InterruptSweep"},
-        "trainer.max_steps": 200,
+        "trainer.callbacks[+]": {
+            "class_path": "tests.test_faults_studies.InterruptSweep",
+            "init_args": {"pid": os.getpid(), "once": str(tmp_path / "interrupted-once")},
+        },
+        "trainer.max_steps": 100,
     }
     settings = {"normal": {}, "broken": {"model.init_args.optimizer.lr": 1e30}, "interrupted": interrupt}
     study = Study.from_dict(tiny_study(settings=settings, seeds=[0]))
     results = tmp_path / "results"
-    monkeypatch.setenv(SWEEP_PID, str(os.getpid()))  # a Ray instance started here passes it to its workers
     handler = signal.getsignal(signal.SIGINT)
-    with pytest.raises(KeyboardInterrupt):
-        run_study_on_ray(study, results, threads=1, workers=1, progress=False)
-    assert signal.getsignal(signal.SIGINT) is handler
-    assert sorted(path.name for path in (results / "trials").iterdir()) == ["broken-seed0.json", "normal-seed0.json"]
-    assert (results / ".sweep.lock").read_text() == ""
-
-    monkeypatch.delenv(SWEEP_PID)
-    records = run_study_on_ray(study, results, threads=1, progress=False)
-    assert signal.getsignal(signal.SIGINT) is handler  # also when no signal came
+    ray.init(num_cpus=2, include_dashboard=False, configure_logging=False, log_to_driver=False)
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            run_study_on_ray(study, results, threads=1, workers=1, progress=False)
+        assert signal.getsignal(signal.SIGINT) is handler
+        trials = sorted(path.name for path in (results / "trials").iterdir())
+        assert trials == ["broken-seed0.json", "normal-seed0.json"]
+        assert (results / ".sweep.lock").read_text() == ""
+        records = run_study_on_ray(study, results, threads=1, progress=False)
+        assert signal.getsignal(signal.SIGINT) is handler  # also when no signal came
+        assert ray.is_initialized()  # not the engine's to stop
+    finally:
+        ray.shutdown()
     by_setting = {record["setting"]: record for record in records}
     assert set(by_setting) == set(settings)
     assert by_setting["normal"]["status"] == by_setting["interrupted"]["status"] == "done"

@@ -3,12 +3,14 @@ sweep resumed, and the kim_translation smoke study end to end through ``embinit 
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
 import subprocess
 import sys
 import time
+import warnings
 from pathlib import Path
 
 import pytest
@@ -16,6 +18,7 @@ import torch
 
 from lightning_embinit import cli
 from lightning_embinit.studies import Study, run_study, write_report
+from lightning_embinit.studies.worker import trial_process_state
 from tests.study_helpers import tiny_study, write_study
 
 REPO = Path(__file__).resolve().parent.parent
@@ -203,3 +206,43 @@ def test_the_kim_translation_smoke_study_runs_end_to_end(shared_data, monkeypatc
     assert records["xavier-seed0"]["config"]["data"]["init_args"]["data_dir"] == f"{shared_data}/multi30k"
     assert cli.main(["report", str(results), "--metrics", "test_bleu,best_val_loss"]) == 0
     assert "kim_translation" in (results / "report" / "summary.md").read_text()
+
+
+def _warn() -> None:
+    warnings.warn("a trial's warning", UserWarning, stacklevel=1)
+
+
+def test_a_process_running_trials_one_after_another_gets_back_what_each_changed(tmp_path, monkeypatch, capfd):
+    """What the Ray engine's reused actors rely on (trial_process_state): each trial starts from the process as the
+    previous one found it, and sees the warnings a process of its own would show."""
+    shown = []
+    monkeypatch.setattr(warnings, "showwarning", lambda message, *args, **kwargs: shown.append(str(message)))
+    warnings.simplefilter("default")  # once per location: a second call shows nothing
+    _warn()
+    _warn()
+    assert shown == ["a trial's warning"]
+    cwd, log = os.getcwd(), tmp_path / "trial.log"
+    for trial in range(2):
+        with pytest.raises(RuntimeError) if trial else contextlib.nullcontext(), trial_process_state():
+            _warn()  # shown again: as in a fresh process
+            os.environ["PL_GLOBAL_SEED"] = "7"
+            os.chdir(tmp_path)
+            descriptor = os.open(log, os.O_WRONLY | os.O_CREAT | os.O_TRUNC)
+            os.dup2(descriptor, 1)
+            os.close(descriptor)
+            os.write(1, f"trial {trial} into its log\n".encode())
+            torch.use_deterministic_algorithms(True)
+            torch.backends.cudnn.benchmark = True
+            torch.set_float32_matmul_precision("medium")
+            warnings.simplefilter("ignore")
+            if trial:
+                raise RuntimeError("a failing trial is put back too")
+        os.write(1, f"after trial {trial}\n".encode())
+        assert log.read_text() == f"trial {trial} into its log\n"
+        assert "PL_GLOBAL_SEED" not in os.environ and os.getcwd() == cwd
+        assert not torch.are_deterministic_algorithms_enabled() and not torch.backends.cudnn.benchmark
+        assert torch.get_float32_matmul_precision() == "highest"
+        assert warnings.filters[0][0] == "default"
+    assert shown == ["a trial's warning"] * 3
+    out = capfd.readouterr().out
+    assert "after trial 0" in out and "after trial 1" in out and "into its log" not in out

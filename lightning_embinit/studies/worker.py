@@ -1,14 +1,17 @@
-"""The process one trial of the local engine runs in: its output to the trial's log, its threads and GPU, then
-:func:`~.trial.run_trial`. It ends itself when the sweep that started it is gone."""
+"""The process one trial runs in: its output to the trial's log, its threads and GPU, then :func:`~.trial.run_trial`.
+The local engine's trial process ends itself when the sweep that started it is gone; a Ray actor that runs one
+trial after another puts back what each changed (:func:`trial_process_state`)."""
 
 from __future__ import annotations
 
 import contextlib
+import gc
 import os
 import sys
 import threading
 import time
-from collections.abc import Mapping
+import warnings
+from collections.abc import Iterator, Mapping
 from typing import Any
 
 import torch
@@ -76,3 +79,41 @@ def run_job(job: Mapping[str, Any]) -> None:
     finally:
         sys.stdout.flush()
         sys.stderr.flush()
+
+
+@contextlib.contextmanager
+def trial_process_state() -> Iterator[None]:
+    """Run the block as a trial in a process that runs more than one (Tune's ``reuse_actors``), and put back after it
+    what a trial changes process-wide: the environment (``enter_job``'s thread variables, Lightning's
+    ``PL_GLOBAL_SEED``), the working directory, fds 1 and 2, the warning filters, torch's deterministic-algorithm,
+    cuDNN and float32-matmul settings (Lightning's Trainer sets them globally). Entering also forgets which warnings
+    were shown once, so each trial's log has the warnings it would have in a process of its own."""
+    environment, cwd = dict(os.environ), os.getcwd()
+    flags = (
+        torch.are_deterministic_algorithms_enabled(),
+        torch.is_deterministic_algorithms_warn_only_enabled(),
+        torch.backends.cudnn.benchmark,
+        torch.backends.cudnn.deterministic,
+        torch.get_float32_matmul_precision(),
+    )
+    sys.stdout.flush()
+    sys.stderr.flush()
+    output = (os.dup(1), os.dup(2))
+    try:
+        with warnings.catch_warnings():  # entering invalidates every module's registry of warnings shown once
+            yield
+    finally:
+        sys.stdout.flush()
+        sys.stderr.flush()
+        for descriptor, saved in zip((1, 2), output):
+            os.dup2(saved, descriptor)
+            os.close(saved)
+        os.chdir(cwd)
+        os.environ.clear()
+        os.environ.update(environment)
+        torch.use_deterministic_algorithms(flags[0], warn_only=flags[1])
+        torch.backends.cudnn.benchmark, torch.backends.cudnn.deterministic = flags[2], flags[3]
+        torch.set_float32_matmul_precision(flags[4])
+        gc.collect()
+        if torch.cuda.is_available():
+            torch.cuda.empty_cache()
