@@ -123,11 +123,15 @@ def _follow_ups(fit: tuple[str, ...]) -> list[list[str]]:
 
 
 def _run(args: list[str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> tuple[Any, list[str]]:
-    """``embinit`` on ``args`` from ``tmp_path`` with a tiny model and the shared data: (the CLI, its warnings)."""
+    """``embinit`` on ``args`` from ``tmp_path`` with a tiny model (and batches of 4 for a run of a fixed number of
+    steps that validates every N steps, not epochs) and the shared data: (the CLI, its warnings)."""
     config = REPO / option(args, "--config")
     loaded = yaml.safe_load(config.read_text(encoding="utf-8"))
     architecture = (loaded["model"].get("init_args") or {}).get("architecture") or {}
     extra = [f"--model.init_args.architecture.{key}={value}" for key, value in TINY.items() if key in architecture]
+    steps_only = (loaded.get("trainer") or {}).get("check_val_every_n_epoch", 1) is None  # validates every N steps
+    if steps_only and option(args, "--trainer.max_steps") and "batch_size" in (loaded["data"].get("init_args") or {}):
+        extra.append("--data.init_args.batch_size=4")  # the same steps and validations, on smaller batches
     data_dir = (loaded["data"].get("init_args") or {}).get("data_dir")
     if isinstance(data_dir, str) and data_dir.startswith(SHARED):
         extra.append(f"--data.init_args.data_dir={require_shared_data(data_dir[len(SHARED) :])}")

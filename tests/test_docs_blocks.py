@@ -367,6 +367,22 @@ def block_params() -> list[Any]:
 _sandboxes: dict[str, Path] = {}
 
 
+def _link_venv(venv: Path) -> None:
+    """The virtualenv at ``venv`` (what a block's ``.venv/bin/...`` finds): links to this one's files, but
+    ``bin/embinit`` is the warm client (as ``embinit`` on the blocks' ``PATH``) unless ``EMBINIT_DOCS_COLD`` is set."""
+    if os.environ.get("EMBINIT_DOCS_COLD"):
+        venv.symlink_to(Path(sys.prefix), target_is_directory=True)
+        return
+    venv.mkdir()
+    for entry in Path(sys.prefix).iterdir():
+        if entry.name != "bin":
+            (venv / entry.name).symlink_to(entry, target_is_directory=entry.is_dir())
+    (venv / "bin").mkdir()
+    for entry in Path(sys.prefix, "bin").iterdir():
+        target = Path(WARM_EMBINIT.bin_dir(), "embinit") if entry.name == "embinit" else entry
+        (venv / "bin" / entry.name).symlink_to(target)
+
+
 def sandbox_for(document: Document, tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A fresh copy of the repository's layout for one page: ``<tmp>/repo`` (the cwd) beside ``<tmp>/shared/data``."""
     if document.path not in _sandboxes:
@@ -377,7 +393,7 @@ def sandbox_for(document: Document, tmp_path_factory: pytest.TempPathFactory) ->
         repo.mkdir()
         for name in ("examples", "benchmarks"):
             (repo / name).symlink_to(ROOT / name, target_is_directory=True)
-        (repo / ".venv").symlink_to(Path(sys.prefix), target_is_directory=True)
+        _link_venv(repo / ".venv")
         _sandboxes[document.path] = repo
     return _sandboxes[document.path]
 
