@@ -221,27 +221,30 @@ def test_a_process_running_trials_one_after_another_gets_back_what_each_changed(
     _warn()
     _warn()
     assert shown == ["a trial's warning"]
-    cwd, log = os.getcwd(), tmp_path / "trial.log"
+    cwd, log, environment = os.getcwd(), tmp_path / "trial.log", dict(os.environ)
+    flags = (torch.are_deterministic_algorithms_enabled(), torch.backends.cudnn.benchmark)
+    precision = torch.get_float32_matmul_precision()
     for trial in range(2):
         with pytest.raises(RuntimeError) if trial else contextlib.nullcontext(), trial_process_state():
             _warn()  # shown again: as in a fresh process
-            os.environ["PL_GLOBAL_SEED"] = "7"
+            os.environ["PL_GLOBAL_SEED"] = f"7{os.environ.get('PL_GLOBAL_SEED', '')}"
+            os.environ["EMBINIT_A_TRIALS_VARIABLE"] = "1"
             os.chdir(tmp_path)
             descriptor = os.open(log, os.O_WRONLY | os.O_CREAT | os.O_TRUNC)
             os.dup2(descriptor, 1)
             os.close(descriptor)
             os.write(1, f"trial {trial} into its log\n".encode())
-            torch.use_deterministic_algorithms(True)
-            torch.backends.cudnn.benchmark = True
-            torch.set_float32_matmul_precision("medium")
+            torch.use_deterministic_algorithms(not flags[0])
+            torch.backends.cudnn.benchmark = not flags[1]
+            torch.set_float32_matmul_precision("medium" if precision != "medium" else "high")
             warnings.simplefilter("ignore")
             if trial:
                 raise RuntimeError("a failing trial is put back too")
         os.write(1, f"after trial {trial}\n".encode())
         assert log.read_text() == f"trial {trial} into its log\n"
-        assert "PL_GLOBAL_SEED" not in os.environ and os.getcwd() == cwd
-        assert not torch.are_deterministic_algorithms_enabled() and not torch.backends.cudnn.benchmark
-        assert torch.get_float32_matmul_precision() == "highest"
+        assert dict(os.environ) == environment and os.getcwd() == cwd
+        assert (torch.are_deterministic_algorithms_enabled(), torch.backends.cudnn.benchmark) == flags
+        assert torch.get_float32_matmul_precision() == precision
         assert warnings.filters[0][0] == "default"
     assert shown == ["a trial's warning"] * 3
     out = capfd.readouterr().out
