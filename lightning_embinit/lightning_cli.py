@@ -9,11 +9,14 @@ reason, with long values (vocabularies, tokenizer configs) summarized by kind, s
 from __future__ import annotations
 
 import contextlib
+import functools
 import importlib.util
+import operator
 import os
 import re
 import sys
 import tempfile
+import typing
 import warnings
 from collections.abc import Callable, Mapping
 from pathlib import Path
@@ -70,6 +73,11 @@ class EmbinitCLI(LightningCLI):
     def after_instantiate_classes(self) -> None:
         self._classes_ready = True
         super().after_instantiate_classes()
+
+    @override
+    def add_core_arguments_to_parser(self, parser: LightningArgumentParser) -> None:
+        super().add_core_arguments_to_parser(parser)
+        ints_before_floats(parser)
 
     @override
     def add_arguments_to_parser(self, parser: Any) -> None:
@@ -151,6 +159,34 @@ class EmbinitCLI(LightningCLI):
             ours = isinstance(found, type) and issubclass(found, EmbinitModule)
             hparams = {"class_path": class_path, "init_args" if ours else "dict_kwargs": hparams}
         self.config = self.parser.parse_object({subcommand: {"model": hparams}}, self.config)
+
+
+def ints_before_floats(parser: LightningArgumentParser, group: str = "trainer") -> None:
+    """Make ``parser`` try ``int`` before ``float`` for every ``--<group>.*`` argument whose type is a union of both.
+
+    jsonargparse tries a union's types in their order, and Lightning's ``limit_val_batches: int | float | None``
+    means one batch as ``1`` and every batch as ``1.0``. ``typing`` caches unions as equal whatever their order, so
+    Lightning's ``Optional[Union[int, float]]`` can be the ``Union[float, int, None]`` another module built first
+    (rich does, and a Ray Tune trial imports rich before Lightning): ``limit_val_batches: 1`` then parsed as 1.0,
+    and a Ray trial validated on every batch. jsonargparse has no public way to set an argument's type after it is
+    added, so this sets its ``ActionTypeHint``'s ``_typehint`` (to a ``types.UnionType``, which typing does not
+    cache); a jsonargparse without that attribute gets a LightningInternalsWarning, not a silent 1.0.
+    """
+    for option, action in parser._option_string_actions.items():
+        if not option.startswith(f"--{group}.") or type(action).__name__ != "ActionTypeHint":
+            continue
+        if not hasattr(action, "_typehint"):
+            warnings.warn(
+                f"EmbinitCLI: jsonargparse's ActionTypeHint has no _typehint; {option} may parse an integer as a "
+                "float (limit_val_batches 1 → 1.0: every batch, not one)",
+                LightningInternalsWarning,
+                stacklevel=2,
+            )
+            return
+        members = typing.get_args(action._typehint) if typing.get_origin(action._typehint) is typing.Union else ()
+        if int in members and float in members and members.index(float) < members.index(int):
+            ordered = [int if member is float else float if member is int else member for member in members]
+            action._typehint = functools.reduce(operator.or_, ordered)
 
 
 def embinit_cli(args: Any = None, **options: Any) -> EmbinitCLI:

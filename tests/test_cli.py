@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -112,3 +114,35 @@ def test_embinit_inspect_is_routed_to_the_inspector(capsys):
     slot = json.loads(capsys.readouterr().out)["slots"][0]
     assert slot["num_embeddings"] == 500 and slot["embedding_dim"] == 64
     assert slot["predicted_initial_loss"] > slot["ln_vocab"] + 1  # ln(e^{dσ} + n − 1) with dσ = 8
+
+
+RICH_FIRST = """
+import contextlib, io, sys
+import rich.console  # before Lightning, as in a Ray Tune trial: typing's cached union lists float first
+from lightning.pytorch import Trainer
+from lightning.pytorch.cli import LightningArgumentParser
+from lightning_embinit.cli import main
+
+plain = LightningArgumentParser()
+plain.add_lightning_class_args(Trainer, "trainer")
+for given in sys.argv[2:]:
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.suppress(SystemExit):  # --print_config exits
+        main(["fit", "--config", sys.argv[1], f"--trainer.limit_val_batches={given}", "--print_config"])
+    ours = next(line for line in out.getvalue().splitlines() if "limit_val_batches" in line).split(":")[1].strip()
+    print(repr(plain.parse_args([f"--trainer.limit_val_batches={given}"]).trainer.limit_val_batches), ours)
+"""
+
+
+def test_an_integer_batch_limit_stays_an_integer_when_rich_was_imported_before_lightning():
+    """``typing`` caches ``Union[float, int, None]`` and ``Union[int, float, None]`` as one object, so when rich
+    (which Ray Tune imports) builds one first, Lightning's annotation lists float first and a plain LightningCLI
+    parses ``limit_val_batches: 1`` (one batch) as 1.0 (every batch). ``embinit`` keeps what was given."""
+    given = ["1", "2", "0.5", "1.0"]
+    done = subprocess.run(
+        [sys.executable, "-c", RICH_FIRST, str(CONFIG), *given], capture_output=True, text=True, timeout=300
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    rows = [line.split() for line in done.stdout.splitlines()]
+    assert [plain for plain, _ in rows] == ["1.0", "2.0", "0.5", "1.0"]  # the hazard is real in that process
+    assert [ours for _, ours in rows] == given

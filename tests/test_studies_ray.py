@@ -16,6 +16,7 @@ import pytest
 from lightning_embinit.studies.records import read_records
 from lightning_embinit.studies.report import write_report
 from lightning_embinit.studies.spec import Study
+from lightning_embinit.studies.trial import run_trial
 from tests.study_helpers import tiny_study, write_study
 
 if importlib.util.find_spec("ray") is None:
@@ -29,7 +30,7 @@ def test_trials_on_a_running_ray_instance_write_the_records_the_report_reads_and
     failed and an interrupted trial, one after another in one reused actor (the third one's callback sends SIGINT to
     this process, as Ctrl-C would): the interrupted one gets no record, the sweep raises KeyboardInterrupt as the
     local engine does and leaves the SIGINT handler as it found it (Tune's would swallow a later Ctrl-C); the
-    finished ones are recorded as the report reads them."""
+    finished ones are recorded as the report reads them, with the numbers the same trial gives in this process."""
     import ray
 
     from lightning_embinit.studies.ray_engine import run_study_on_ray
@@ -41,7 +42,8 @@ def test_trials_on_a_running_ray_instance_write_the_records_the_report_reads_and
         },
         "trainer.max_steps": 1000,
     }
-    settings = {"normal": {}, "broken": {"model.init_args.optimizer.lr": 1e30}, "interrupted": interrupt}
+    one_batch = {"trainer.limit_val_batches": 1}  # one batch, not 1.0 (every batch) as a Ray worker once parsed it
+    settings = {"normal": one_batch, "broken": {"model.init_args.optimizer.lr": 1e30}, "interrupted": interrupt}
     study = Study.from_dict(tiny_study(settings=settings, seeds=[0]))
     results = tmp_path / "results"
     handler = signal.getsignal(signal.SIGINT)
@@ -59,6 +61,9 @@ def test_trials_on_a_running_ray_instance_write_the_records_the_report_reads_and
     assert by_setting["normal"]["status"] == "done" and by_setting["normal"]["metrics"]["best_val_loss"] > 0
     assert by_setting["broken"]["status"] == "failed" and "finite" in json.dumps(by_setting["broken"]["error"]).lower()
     assert (results / by_setting["normal"]["log"]).stat().st_size > 0  # the trial's own log
+    [normal] = [trial for trial in study.trials() if trial.setting == "normal"]
+    here = run_trial(normal.to_dict(), tmp_path / "here", run_id="here")  # the same trial in this process
+    assert by_setting["normal"]["metrics"] == here["metrics"] and by_setting["normal"]["curves"] == here["curves"]
     report = write_report(results)
     assert report["failed"] == 1 and "normal" in report["markdown"]
     assert "finished" not in json.loads((results / "study.json").read_text())["sweeps"][0]  # interrupted
