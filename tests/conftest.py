@@ -29,18 +29,18 @@ def shared_data():
 
 
 LONGEST_FIRST = (
-    "docs/translation.md",
-    "tests/test_studies_examples.py",
     "tests/test_studies_ray.py",
-    "tests/test_ddp.py",
+    "tests/test_studies_examples.py",
     "tests/test_notebooks.py",
-    "tests/test_models_tied_lm.py",
-    "docs/tied_lm.md",
-    "docs/cli.md",
-    "tests/test_quickstart.py",
     "tests/test_studies_sweep.py",
-    "tests/test_models_reinforced.py",
+    "tests/test_quickstart.py",
     "tests/test_hf_lm.py",
+    "tests/test_quiet_cli.py",
+    "docs/tied_lm.md",
+    "docs/translation.md",
+    "tests/test_config_commands.py",
+    "tests/test_sharded_tables.py",
+    "tests/test_ddp.py",
 )
 """The longest scopes (a test file, or a docs page) of a run on 2 cores, longest first: a worker starts them first,
 so that the run does not end with one worker alone on a long file while the other is idle."""
