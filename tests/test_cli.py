@@ -144,5 +144,8 @@ def test_an_integer_batch_limit_stays_an_integer_when_rich_was_imported_before_l
     )
     assert done.returncode == 0, done.stderr[-3000:]
     rows = [line.split() for line in done.stdout.splitlines()]
-    assert [plain for plain, _ in rows] == ["1.0", "2.0", "0.5", "1.0"]  # the hazard is real in that process
+    plain = [parsed for parsed, _ in rows]
+    if plain == given:
+        pytest.skip("with these rich, typing and Lightning versions, Lightning's union lists int first anyway")
+    assert plain == ["1.0", "2.0", "0.5", "1.0"]  # the hazard is real in that process
     assert [ours for _, ours in rows] == given
