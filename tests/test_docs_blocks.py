@@ -260,9 +260,8 @@ def run_bash(example: Example) -> None:
             '<!-- skip: next "why" --> or give it a small-scale stand-in (<!-- docs-test: replace ... -->)'
         )
     environment = dict(os.environ, **env)
-    environment["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{environment.get('PATH', '')}"
-    if re.search(r"\bembinit\b", source) and not os.environ.get("EMBINIT_DOCS_COLD"):
-        environment["PATH"] = f"{WARM_EMBINIT.bin_dir()}{os.pathsep}{environment['PATH']}"
+    bin_dir = example.namespace[SANDBOX] / ".venv" / "bin"  # embinit there is the warm client (_link_venv)
+    environment["PATH"] = f"{bin_dir}{os.pathsep}{environment.get('PATH', '')}"
     done = subprocess.run(
         ["bash", "-e", "-o", "pipefail", "-c", source],
         cwd=example.namespace[SANDBOX],
@@ -368,8 +367,8 @@ _sandboxes: dict[str, Path] = {}
 
 
 def _link_venv(venv: Path) -> None:
-    """The virtualenv at ``venv`` (what a block's ``.venv/bin/...`` finds): links to this one's files, but
-    ``bin/embinit`` is the warm client (as ``embinit`` on the blocks' ``PATH``) unless ``EMBINIT_DOCS_COLD`` is set."""
+    """The virtualenv at ``venv`` (a block's ``.venv/bin/...`` and, first on its ``PATH``, its bare commands): links
+    to this one's files, but ``bin/embinit`` is the warm client unless ``EMBINIT_DOCS_COLD`` is set."""
     if os.environ.get("EMBINIT_DOCS_COLD"):
         venv.symlink_to(Path(sys.prefix), target_is_directory=True)
         return

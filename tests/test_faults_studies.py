@@ -128,23 +128,16 @@ def test_every_study_value_is_checked_by_a_study_error_before_study_json_is_writ
 
 
 class InterruptSweep(Callback):
-    """Sends SIGINT to process ``pid`` (the sweep) once training starts, then trains on, slowly. With ``once``, only a
-    trial that finds no file there does so (and creates it); later trials train as usual."""
+    """Sends SIGINT to process ``pid`` (the sweep) once training starts, then trains on, slowly."""
 
-    def __init__(self, pid: int, once: str | None = None) -> None:
-        self.pid, self.once, self.interrupting = pid, once, False
+    def __init__(self, pid: int) -> None:
+        self.pid = pid
 
     def on_train_start(self, trainer: Any, pl_module: Any) -> None:
-        if self.once is not None and os.path.exists(self.once):
-            return
-        if self.once is not None:
-            open(self.once, "x").close()
-        self.interrupting = True
         os.kill(self.pid, signal.SIGINT)
 
     def on_train_batch_end(self, *args: Any) -> None:
-        if self.interrupting:
-            time.sleep(0.2)
+        time.sleep(0.2)
 
 
 def test_an_interrupted_sweep_records_nothing_for_its_running_trials_and_releases_its_directory(tmp_path):
