@@ -161,8 +161,8 @@ class EmbinitCLI(LightningCLI):
         self.config = self.parser.parse_object({subcommand: {"model": hparams}}, self.config)
 
 
-def ints_before_floats(parser: LightningArgumentParser, group: str = "trainer") -> None:
-    """Make ``parser`` try ``int`` before ``float`` for every ``--<group>.*`` argument whose type is a union of both.
+def ints_before_floats(parser: LightningArgumentParser) -> None:
+    """Make ``parser`` try ``int`` before ``float`` for every ``--trainer.*`` argument whose type is a union of both.
 
     jsonargparse tries a union's types in their order, and Lightning's ``limit_val_batches: int | float | None``
     means one batch as ``1`` and every batch as ``1.0``. ``typing`` caches unions as equal whatever their order, so
@@ -170,20 +170,22 @@ def ints_before_floats(parser: LightningArgumentParser, group: str = "trainer") 
     (rich does, and a Ray Tune trial imports rich before Lightning): ``limit_val_batches: 1`` then parsed as 1.0,
     and a Ray trial validated on every batch. jsonargparse has no public way to set an argument's type after it is
     added, so this sets its ``ActionTypeHint``'s ``_typehint`` (to a ``types.UnionType``, which typing does not
-    cache); a jsonargparse without that attribute gets a LightningInternalsWarning, not a silent 1.0.
+    cache); where ``--trainer.limit_val_batches`` has no such attribute, a LightningInternalsWarning says so.
     """
-    for option, action in parser._option_string_actions.items():
-        if not option.startswith(f"--{group}.") or type(action).__name__ != "ActionTypeHint":
-            continue
-        if not hasattr(action, "_typehint"):
-            warnings.warn(
-                f"EmbinitCLI: jsonargparse's ActionTypeHint has no _typehint; {option} may parse an integer as a "
-                "float (limit_val_batches 1 → 1.0: every batch, not one)",
-                LightningInternalsWarning,
-                stacklevel=2,
-            )
-            return
-        members = typing.get_args(action._typehint) if typing.get_origin(action._typehint) is typing.Union else ()
+    actions = parser._option_string_actions  # argparse's option → action table
+    if not hasattr(actions.get("--trainer.limit_val_batches"), "_typehint"):
+        warnings.warn(
+            "EmbinitCLI: jsonargparse keeps --trainer.limit_val_batches's type elsewhere than in "
+            "ActionTypeHint._typehint; an integer batch limit may parse as a float (1 → 1.0: every batch, not one)",
+            LightningInternalsWarning,
+            stacklevel=2,
+        )
+        return
+    for option, action in actions.items():
+        hint = getattr(action, "_typehint", None)
+        members = (
+            typing.get_args(hint) if option.startswith("--trainer.") and typing.get_origin(hint) is typing.Union else ()
+        )
         if int in members and float in members and members.index(float) < members.index(int):
             ordered = [int if member is float else float if member is int else member for member in members]
             action._typehint = functools.reduce(operator.or_, ordered)

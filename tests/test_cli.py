@@ -9,11 +9,12 @@ from pathlib import Path
 import pytest
 from lightning.pytorch import LightningDataModule, LightningModule
 from lightning.pytorch.callbacks import Callback, TQDMProgressBar
-from lightning.pytorch.cli import LightningCLI
+from lightning.pytorch.cli import LightningArgumentParser, LightningCLI
 
 from lightning_embinit import cli
 from lightning_embinit.callbacks.lightning_internals import LightningInternalsWarning
 from lightning_embinit.callbacks.progress import StepBudgetProgressBar
+from lightning_embinit.lightning_cli import ints_before_floats
 from tests.host_models import TwoSlotHost, make_trainer, token_loader
 
 CONFIG = Path(__file__).resolve().parent.parent / "examples" / "configs" / "tied_lm.yaml"
@@ -149,3 +150,10 @@ def test_an_integer_batch_limit_stays_an_integer_when_rich_was_imported_before_l
         pytest.skip("with these rich, typing and Lightning versions, Lightning's union lists int first anyway")
     assert plain == ["1.0", "2.0", "0.5", "1.0"]  # the hazard is real in that process
     assert [ours for _, ours in rows] == given
+
+
+def test_a_jsonargparse_that_hides_the_type_of_a_batch_limit_is_named_not_passed_over():
+    parser = LightningArgumentParser()
+    parser.add_argument("--trainer.limit_val_batches")  # a plain argparse action: no _typehint
+    with pytest.raises(LightningInternalsWarning, match="an integer batch limit may parse as a float"):
+        ints_before_floats(parser)
