@@ -22,13 +22,12 @@ from __future__ import annotations
 import argparse
 import csv
 import gzip
-import os
 from contextlib import nullcontext
 
 import bench_seq2seq
 import torch
 import torch.nn.functional as F
-from bench_seq2seq import DTYPES
+from bench_seq2seq import DTYPES, shared_file
 from flops import device_peak, gemm_ceiling, measure_training_flops, print_utilization
 from timing import alternate, print_throughput
 from torch import nn
@@ -41,7 +40,6 @@ SIZES = {
     "k": {"d_model": 512, "num_heads": 8, "num_layers": 3, "ffn_dim": 2048},
     "small": {"d_model": 128, "num_heads": 4, "num_layers": 2, "ffn_dim": 512},
 }
-DATA = os.environ.get("EMBINIT_SHARED_DATA", os.path.join(os.path.dirname(__file__), "..", "..", "shared", "data"))
 
 
 class ReferenceClassifier(nn.Module):
@@ -86,7 +84,7 @@ def sst2_batch(batch: int, device: torch.device) -> tuple[TextTokenizer, torch.T
     """A word tokenizer of SST-2 train and ``batch`` dev sentences around the median length, ``<cls>`` first."""
 
     def rows(name: str) -> list[tuple[str, int]]:
-        with gzip.open(os.path.join(DATA, "sst2", name), "rt", encoding="utf-8") as handle:
+        with gzip.open(shared_file("sst2", name), "rt", encoding="utf-8") as handle:
             return [
                 (text, int(label))
                 for text, label in list(csv.reader(handle, delimiter="\t", quoting=csv.QUOTE_NONE))[1:]

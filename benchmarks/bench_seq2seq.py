@@ -7,7 +7,8 @@ padding masks and output layer (dense with bias), post-LN, ReLU, dropout 0.1; ba
 5,970 en). Runs alternate between the models (order flipped each repeat); the table gives median
 and best tokens/s, then model FLOPs per token and the utilization against the fp32 GEMM ceiling
 measured at the model's own matrix shapes (``flops.py``). Sizes: ``k`` ([K]: 3+3, d=512, 8 heads,
-FFN 2048, batch 64×24) and ``small`` (2+2, d=128, 4 heads, FFN 512, batch 64×24).
+FFN 2048, batch 64×24), ``small`` (2+2, d=128, 4 heads, FFN 512, batch 64×24) and ``big`` (Vaswani et al.'s
+Transformer-big, 6+6, d=1024, 16 heads, FFN 4096, on batches of 64×256 that fill a GPU).
 
 ``epoch``: seconds per epoch of ``reinforced_proposed`` and ``reinforced_baseline`` on the same
 Multi30k slice and the same batches (WordPiece, as [R]), alternating epochs; [R] reports ≈ 0.31.
@@ -43,6 +44,7 @@ from lightning_embinit.modules.inputs import EmbeddingInput
 SIZES = {
     "k": {"d_model": 512, "num_heads": 8, "layers": 3, "ffn_dim": 2048, "batch": 64, "length": 24},
     "small": {"d_model": 128, "num_heads": 4, "layers": 2, "ffn_dim": 512, "batch": 64, "length": 24},
+    "big": {"d_model": 1024, "num_heads": 16, "layers": 6, "ffn_dim": 4096, "batch": 64, "length": 256},
 }
 SRC_VOCAB, TGT_VOCAB, PAD = 7855, 5970, 0
 DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16}
@@ -131,7 +133,7 @@ def train(args: argparse.Namespace) -> None:
             "num_decoder_layers": size["layers"],
             "ffn_dim": size["ffn_dim"],
             "dropout": args.dropout,
-            "max_len": 64,
+            "max_len": max(64, length + 1),
         },
     }
     models = {"TransformerSeq2Seq": TransformerSeq2Seq(**options).to(device)}
@@ -167,8 +169,19 @@ def train(args: argparse.Namespace) -> None:
     )
 
 
+def shared_file(*parts: str) -> str:
+    """A file of the shared data folder; a missing one ends the benchmark with the folder and the variable named."""
+    path = os.path.join(DATA, *parts)
+    if not os.path.exists(path):
+        raise SystemExit(
+            f"{os.path.join(*parts)} is not in the shared data folder {os.path.abspath(DATA)}: "
+            "set EMBINIT_SHARED_DATA to the folder that holds it"
+        )
+    return path
+
+
 def multi30k(split: str, lang: str, count: int | None = None) -> list[str]:
-    with gzip.open(os.path.join(DATA, "multi30k", f"{split}.{lang}.gz"), "rt", encoding="utf-8") as handle:
+    with gzip.open(shared_file("multi30k", f"{split}.{lang}.gz"), "rt", encoding="utf-8") as handle:
         lines = [line.rstrip("\n") for line in handle]
     return lines[:count]
 

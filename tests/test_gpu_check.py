@@ -5,6 +5,7 @@ CUDA tests the check runs."""
 from __future__ import annotations
 
 import ast
+import gzip
 import importlib.util
 import os
 import subprocess
@@ -103,3 +104,36 @@ def test_the_check_runs_every_test_that_skips_without_cuda():
             ):
                 found.add(f"{name}::{node.name}")
     assert found == set(gpu_check.CUDA_TESTS)
+
+
+@pytest.fixture
+def bench_seq2seq(monkeypatch):
+    monkeypatch.syspath_prepend(str(ROOT / "benchmarks"))  # its sibling modules (flops, timing) by bare name
+    return _script("bench_seq2seq")
+
+
+def test_a_benchmark_without_the_shared_data_names_the_file_the_folder_and_the_variable(bench_seq2seq, tmp_path):
+    bench_seq2seq.DATA = str(tmp_path)
+    with pytest.raises(
+        SystemExit, match=rf"multi30k/train.de.gz is not in the shared data folder {tmp_path}: set EMBINIT_SHARED_DATA"
+    ):
+        bench_seq2seq.multi30k("train", "de")
+    (tmp_path / "multi30k").mkdir()
+    with gzip.open(tmp_path / "multi30k" / "train.de.gz", "wt", encoding="utf-8") as handle:
+        handle.write("ein Satz\nzwei\n")
+    assert bench_seq2seq.multi30k("train", "de") == ["ein Satz", "zwei"]
+
+
+def test_the_translation_benchmark_trains_sequences_longer_than_64(bench_seq2seq, monkeypatch, capsys):
+    """``--size big`` has 256-token sequences: the models' positions must cover them (they stopped at 64)."""
+    tiny_long = {"d_model": 16, "num_heads": 2, "layers": 1, "ffn_dim": 32, "batch": 2, "length": 80}
+    monkeypatch.setitem(bench_seq2seq.SIZES, "tiny_long", tiny_long)
+    ceiling = bench_seq2seq.gemm_ceiling
+    monkeypatch.setattr(bench_seq2seq, "gemm_ceiling", lambda *a, **k: ceiling(*a, **k, min_seconds=1e-3, rounds=1))
+    monkeypatch.setattr(
+        sys,
+        "argv",
+        ["bench_seq2seq.py", "train", "--size", "tiny_long", "--steps", "1", "--warmup", "0", "--repeats", "1"],
+    )
+    bench_seq2seq.main()
+    assert "batch 2×80" in capsys.readouterr().out
