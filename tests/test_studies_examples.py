@@ -136,6 +136,9 @@ def test_kocmi_bojar_smoke_then_self_pretraining_from_its_checkpoint(monkeypatch
     )
     assert first["word2vec_trainset"]["init_report"]["src"]["source"].startswith("word2vec-trainset")
     assert first["word2vec_trainset_frozen"]["init_report"]["tgt"]["trainable"] is False
+    external = first["standin_glove_external"]["init_report"]  # [KB]'s external vectors: English side only
+    assert external["src"]["source"] == "xavier" and external["tgt"]["source"].startswith("file:")
+    assert 0.5 < external["tgt"]["coverage"]["fraction"] < 1, external["tgt"]["coverage"]
     assert (
         cli.main(
             [
