@@ -110,6 +110,10 @@ def recorded_before(trainer, fit_metrics, curves):
         elif isinstance(callback, EmbeddingVarianceMonitor) and callback.start:
             for slot, measured in callback.start.items():
                 values |= {f"embvar/{slot}/{k}_at_start": v for k, v in measured.items() if number(v) is not None}
+        elif isinstance(callback, LexicalProbe):  # the probe at train start: each curve's first logged value
+            for name, rows in curves.items():
+                if name.startswith(f"{callback.prefix}/") and not name.endswith("no_additive_positional_encoding"):
+                    values[f"{name}_at_start"] = rows[0][2]
         elif isinstance(callback, LearningSpeedMonitor):
             base = f"{callback.prefix}/{callback.monitor}"
             values[f"{base}/examples_to_threshold"] = callback.crossed_at_examples
@@ -133,10 +137,15 @@ def test_monitor_summaries_give_a_study_the_monitors_it_recorded_by_class(tmp_pa
     fit_metrics, curves = scalars(trainer.callback_metrics), read_curves(f"{logger.log_dir}/metrics.csv")
     recorded = summaries(trainer, fit_metrics, {"curves": curves})["monitors"]
     expected = recorded_before(trainer, fit_metrics, curves)
-    assert list(recorded.items()) == list(expected.items())  # same names, order and numbers
+    at_start = [name for name in expected if name.startswith("lexical/") and name.endswith("_at_start")]
+    assert at_start and {name: recorded[name] for name in at_start} == {name: expected[name] for name in at_start}
+    assert [item for item in recorded.items() if item[0] not in at_start] == [
+        item for item in expected.items() if item[0] not in at_start
+    ]  # same names, order and numbers
     assert recorded["fast/train_loss/steps_to_threshold"] == 2 and recorded["fast/examples_seen"] == 32
     assert recorded["learning_speed/train_loss/examples_to_threshold"] is None  # the 0.0 threshold: not reached
     assert {"init_loss_ratio", "embvar/tokens/std_at_start", "lexical/tokens/raw/analogy"} <= set(recorded)
+    assert set(recorded) == set(expected) and "lexical/tokens/raw+pe/analogy_at_start" in recorded
 
 
 def read_csv(logger):

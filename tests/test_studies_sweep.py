@@ -189,6 +189,7 @@ def test_the_kim_translation_smoke_study_runs_end_to_end(shared_data, monkeypatc
         assert record["status"] == "done" and record["variant"] == "smoke"
         assert {"best_val_loss", "best_epoch", "best_step", "test_loss", "test_bleu"} <= set(record["metrics"])
         assert {"train_loss", "val_loss"} <= set(record["curves"]) and "embinit/tgt/std" in record["monitors"]
+        assert {"lexical/tgt/raw+pe/analogy_at_start", "lexical/tgt/raw/analogy"} <= set(record["monitors"])  # Table 4
     tgt = {name: records[f"{name}-seed0"]["init_report"]["tgt"] for name in settings}
     assert tgt["xavier"]["source"] == "xavier" and tgt["xavier"]["coverage"] is None
     assert "glove.6B.50d.multi30k_subset" in tgt["glove_raw"]["source"] and tgt["glove_raw"]["coverage"]["found"] > 0

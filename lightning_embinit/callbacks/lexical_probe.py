@@ -211,23 +211,27 @@ class LexicalProbe(Callback):
         if self.figures and figure_loggers(trainer):
             self._log_scatter(trainer, slot, when, step)
 
-    def _scalars(self, slot: str, results: dict[str, dict[str, Any]]) -> dict[str, float]:
-        """The accuracies and ρ of a probe as logged, ``{prefix}/{slot}/{chain}/...`` (None left out)."""
+    def _scalars(self, slot: str, results: dict[str, dict[str, Any]], suffix: str = "") -> dict[str, float]:
+        """The accuracies and ρ of a probe as logged, ``{prefix}/{slot}/{chain}/...`` (None left out), each name
+        followed by ``suffix``."""
         scalars: dict[str, float] = {}
         for chain, result in results.items():
             base = f"{self.prefix}/{slot}/{chain}"
             for key in ("analogy", "analogy_semantic", "analogy_syntactic"):
                 if result[key] is not None:
-                    scalars[f"{base}/{key}"] = result[key]
-            scalars |= {f"{base}/similarity/{n}": v for n, v in result["similarity"].items() if v is not None}
-        if self.skipped_chains:
+                    scalars[f"{base}/{key}{suffix}"] = result[key]
+            scalars |= {f"{base}/similarity/{n}{suffix}": v for n, v in result["similarity"].items() if v is not None}
+        if self.skipped_chains and not suffix:
             scalars[f"{self.prefix}/{slot}/no_additive_positional_encoding"] = 1.0
         return scalars
 
     def summary(self) -> dict[str, float]:
-        """The latest probe's values (train end, else start), named as logged."""
-        latest = self.results.get("end") or self.results.get("start")
-        return {} if latest is None or self.probed_slot is None else self._scalars(self.probed_slot, latest)
+        """The latest probe's values (train end, else start), named as logged, then those of the probe at train
+        start (``..._at_start``: [K] Table 4 probes the table as it starts)."""
+        start, latest = self.results.get("start"), self.results.get("end") or self.results.get("start")
+        if latest is None or self.probed_slot is None:
+            return {}
+        return {**self._scalars(self.probed_slot, latest), **self._scalars(self.probed_slot, start or {}, "_at_start")}
 
     def _log_scatter(self, trainer: L.Trainer, slot: EmbeddingSlot, when: str, step: int) -> None:
         index = {token: row for row, token in enumerate(slot.tokens)}
