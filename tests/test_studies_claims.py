@@ -130,6 +130,7 @@ def _study(**claim: object) -> dict:
         ({"metric": "best_val_acc"}, "no trial records metric 'best_val_acc': the protocol keeps best_val_loss, "),
         ({"direction_": "lower"}, r"unknown claim 'c' key \['direction_'\]; valid: id, source"),
         ({"stand_in": 3}, "stand_in must be true, false or a note"),
+        ({"scope": ""}, "claim 'c': scope must be a note"),
     ],
 )
 def test_a_bad_claim_is_refused_when_the_study_is_read(claim, message):
@@ -229,7 +230,8 @@ def test_the_report_prints_the_claims_table(tmp_path):
     values = {"xavier": TIGHT_HIGH, "glove": TIGHT_LOW, "glove_std": WIDE_A, "bert": [2.0, 2.01, 1.99]}
     claims = [
         {**LOWER, "id": "glove_lower", "setting": "glove", "versus": "xavier", "direction": "lower"},
-        {**LOWER, "id": "std_higher", "setting": "glove_std", "versus": "glove", "direction": "higher"},
+        {**LOWER, "id": "std_higher", "setting": "glove_std", "versus": "glove", "direction": "higher"}
+        | {"scope": "early training"},
         {**LOWER, "id": "bert_equal", "setting": "bert", "versus": "xavier", "direction": "equal", "margin": 0.5}
         | {"stand_in": "MiniLM for BERT"},
     ]
@@ -249,6 +251,7 @@ def test_the_report_prints_the_claims_table(tmp_path):
     # glove_std 1, 2, 3 against glove 1, 1.1, 0.9: Δ = +1, pooled variance (1 + 0.01) / 2
     needed = seeds_for_power(1.0, 0.505, 0.025)
     assert lines[5].endswith(f"| **inconclusive** | {needed} |") and "| higher | 2 (3) | 1 (3) | +1 [" in lines[5]
+    assert lines[5].startswith("| std_higher (scope: early training) | [K]: a is lower | glove_std − glove |")
     low90, high90 = _interval([2.0, 2.01, 1.99], TIGHT_HIGH, 0.90)
     assert lines[6].startswith("| bert_equal (stand-in: MiniLM for BERT) | [K]: a is lower | bert − xavier |")
     assert "| equal ±0.5 |" in lines[6] and f"; 90 %: [{low90:.3g}, {high90:.3g}] | **supported** | – |" in lines[6]

@@ -2,8 +2,9 @@
 
 A claim names the paper (``source``) and its words (``says``), two settings (``setting``, ``versus``), a metric, and
 the direction the paper gives for ``setting − versus``: ``lower``, ``higher``, or ``equal`` within an absolute
-``margin``. ``stand_in: true`` (or a note) marks a claim tested on a stand-in for what the paper used; the YAML under
-``examples/studies/`` has examples. :func:`evaluate_claim` gives the verdict from the seeds' values
+``margin``. ``stand_in: true`` (or a note) marks a claim tested on a stand-in for what the paper used, and ``scope`` (a
+note) one whose design covers less of the paper's protocol (``"early training: 1,200 steps of [K]'s 10 epochs"``);
+the YAML under ``examples/studies/`` has examples. :func:`evaluate_claim` gives the verdict from the seeds' values
 (:func:`claim_verdict` states the rules).
 """
 
@@ -83,6 +84,7 @@ class Claim:
     direction: str
     margin: float | None = None
     stand_in: bool | str = False
+    scope: str | None = None
 
     def __post_init__(self) -> None:
         where = f"claim {self.id!r}"
@@ -108,6 +110,8 @@ class Claim:
             raise StudyError(f"{where} compares setting {self.setting!r} with itself: name two settings")
         if not isinstance(self.stand_in, (bool, str)):
             raise StudyError(f"{where}: stand_in must be true, false or a note, got {self.stand_in!r}")
+        if self.scope is not None and (not isinstance(self.scope, str) or not self.scope):
+            raise StudyError(f"{where}: scope must be a note (a non-empty string) or absent, got {self.scope!r}")
 
     @classmethod
     def from_dict(cls, data: Any) -> Claim:
@@ -119,7 +123,9 @@ class Claim:
         where = f"claim {data.get('id')!r}"
         try:
             check_known(f"{where} key", data, [f.name for f in fields(cls)])
-            missing = [f.name for f in fields(cls) if f.name not in data and f.name not in ("margin", "stand_in")]
+            missing = [
+                f.name for f in fields(cls) if f.name not in data and f.name not in ("margin", "stand_in", "scope")
+            ]
             if missing:
                 raise StudyError(f"{where} lacks {', '.join(missing)}")
         except ValueError as error:

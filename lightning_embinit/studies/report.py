@@ -210,7 +210,7 @@ def _claim_row(result: ClaimResult) -> list[str]:
             difference += f"; 90 %: [{result.interval_90[0]:.3g}, {result.interval_90[1]:.3g}]"
     stand_in = f" (stand-in: {claim.stand_in})" if isinstance(claim.stand_in, str) else " (stand-in)"
     return [
-        claim.id + (stand_in if claim.stand_in else ""),
+        claim.id + (stand_in if claim.stand_in else "") + (f" (scope: {claim.scope})" if claim.scope else ""),
         f"{claim.source}: {claim.says}",
         f"{claim.setting} − {claim.versus}",
         claim.metric,
