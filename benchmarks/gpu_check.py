@@ -26,6 +26,7 @@ import argparse
 import copy
 import logging
 import math
+import os
 import subprocess
 import sys
 import tempfile
@@ -50,6 +51,8 @@ BENCH_COMMANDS = (
 )
 """[K]'s size (d = 512, 8 heads, FFN 2048; the LM with 6 layers, as the 3 + 3 of [K]'s translation model)."""
 BENCH_OPTIONS = ("--device", "cuda", "--dtype", "bf16", "--steps", "20", "--warmup", "5")
+SHARED_DATA_FILES = {"bench_classifier.py": ("sst2/train.tsv.gz", "sst2/dev.tsv.gz")}
+"""The shared-data files each benchmark reads (under ``EMBINIT_SHARED_DATA``, else ``../shared/data``)."""
 VOCAB, LENGTH, EXAMPLES, BATCH = 64, 24, 128, 16
 TINY = {"d_model": 64, "num_heads": 4, "ffn_dim": 128, "max_len": 32, "dropout": 0.0}
 
@@ -248,10 +251,24 @@ def same_on_cpu_and_device(module: Any, callbacks: dict[str, Any], device: str) 
     )
 
 
-def run_benchmarks() -> list[str]:
-    """Each training benchmark in bf16 on the GPU, in its own process; its output as it comes."""
-    failures = []
+def missing_shared_data() -> dict[str, str]:
+    """Benchmark → why it cannot run: the shared-data files it reads that are missing (checked before any GPU time is
+    spent, so a machine the data did not travel to says so at once)."""
+    folder = Path(os.environ.get("EMBINIT_SHARED_DATA", ROOT.parent / "shared" / "data"))
+    problems = {}
+    for script, files in SHARED_DATA_FILES.items():
+        if missing := [name for name in files if not (folder / name).is_file()]:
+            problems[script] = f"{', '.join(missing)} not in the shared data folder {folder}: set EMBINIT_SHARED_DATA"
+    return problems
+
+
+def run_benchmarks(skipped: dict[str, str]) -> list[str]:
+    """Each training benchmark in bf16 on the GPU, in its own process, its output as it comes; those in ``skipped``
+    (benchmark → why) are failures without a run."""
+    failures = [f"{script}: not run: {why}" for script, why in skipped.items()]
     for script, *options in BENCH_COMMANDS:
+        if script in skipped:
+            continue
         command = [sys.executable, str(BENCHMARKS / script), *options, *BENCH_OPTIONS]
         print("\n$ " + " ".join(["python", f"benchmarks/{script}", *options, *BENCH_OPTIONS]), flush=True)
         if (code := subprocess.run(command, cwd=ROOT).returncode) != 0:
@@ -278,13 +295,16 @@ def main(argv: list[str] | None = None) -> int:
     print(f"gpu-check on {where}, torch {torch.__version__}", flush=True)
     for noise in ("does not have many workers", "but have no `val_dataloader`", "isinstance.treespec, LeafSpec"):
         warnings.filterwarnings("ignore", message=f".*{noise}.*")
+    unrunnable = missing_shared_data() if "bench" in parts and args.device == "cuda" else {}
+    for script, why in unrunnable.items():
+        print(f"gpu-check: {script} will not run: {why}", flush=True)
     failures = run_cuda_tests() if "tests" in parts and args.device == "cuda" else []
     if "fits" in parts:
         print(f"\nbf16-mixed fits, {args.steps} steps each, with the callbacks:", flush=True)
         for name, build in family_cases().items():
             failures += fit_family(name, build, args.device, args.steps)
     if "bench" in parts and args.device == "cuda":
-        failures += run_benchmarks()
+        failures += run_benchmarks(unrunnable)
     elapsed = time.perf_counter() - started
     budget = "within" if elapsed <= BUDGET_S else "OVER"
     print(f"\ngpu-check: {elapsed:.0f} s elapsed ({budget} the {BUDGET_S // 60}-minute budget)")

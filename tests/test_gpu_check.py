@@ -135,5 +135,25 @@ def test_the_translation_benchmark_trains_sequences_longer_than_64(bench_seq2seq
         "argv",
         ["bench_seq2seq.py", "train", "--size", "tiny_long", "--steps", "1", "--warmup", "0", "--repeats", "1"],
     )
-    bench_seq2seq.main()
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)  # tiny products: a second thread only waits on a busy machine (seconds become minutes)
+    try:
+        bench_seq2seq.main()
+    finally:
+        torch.set_num_threads(threads)
     assert "batch 2×80" in capsys.readouterr().out
+
+
+def test_the_check_names_missing_shared_data_before_spending_gpu_time(tmp_path, monkeypatch):
+    monkeypatch.setenv("EMBINIT_SHARED_DATA", str(tmp_path))
+    assert gpu_check.missing_shared_data() == {
+        "bench_classifier.py": f"sst2/train.tsv.gz, sst2/dev.tsv.gz not in the shared data folder {tmp_path}: "
+        "set EMBINIT_SHARED_DATA"
+    }
+    for name in gpu_check.SHARED_DATA_FILES["bench_classifier.py"]:
+        (tmp_path / name).parent.mkdir(exist_ok=True)
+        (tmp_path / name).write_bytes(b"")
+    assert gpu_check.missing_shared_data() == {}
+    assert gpu_check.run_benchmarks({script: "why" for script, *_ in gpu_check.BENCH_COMMANDS}) == [
+        f"{script}: not run: why" for script, *_ in gpu_check.BENCH_COMMANDS
+    ]
