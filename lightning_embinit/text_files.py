@@ -6,10 +6,22 @@ from __future__ import annotations
 
 import codecs
 import gzip
+import importlib.util
+import os
 import zlib
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import IO
+
+
+def gensim_test_data(name: str) -> str:
+    """The path of ``name`` among the files gensim ships as test data (the Lee corpus, Mikolov's analogies,
+    WordSim353), found without importing gensim, which takes seconds: ``gensim.test.utils.datapath`` joins the same
+    folder, ``gensim/test/test_data``."""
+    spec = importlib.util.find_spec("gensim")
+    if spec is None or not spec.submodule_search_locations:
+        raise ModuleNotFoundError("gensim is not installed (pip install gensim): its test data is the file asked for")
+    return os.path.join(spec.submodule_search_locations[0], "test", "test_data", name)
 
 
 def check_encoding(encoding: str, option: str = "encoding") -> str:

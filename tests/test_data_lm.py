@@ -1,6 +1,10 @@
 """LanguageModelDataModule and the word vocabulary: text sources, packing, splits and bad input."""
 
 import gzip
+import json
+import os
+import subprocess
+import sys
 
 import pytest
 import torch
@@ -69,6 +73,24 @@ def test_default_corpus_is_the_lee_news_text():
     assert inputs.shape == targets.shape == (8, 32) and inputs.dtype == torch.long
     first_in, first_target = data.train_set[0]
     torch.testing.assert_close(first_in[1:], first_target[:-1])  # targets are the inputs shifted by one
+
+
+def test_gensims_test_data_is_found_without_importing_gensim():
+    """gensim's own ``datapath`` is the reference; in a fresh process, finding the files leaves gensim unimported
+    (its import takes seconds of every trial's start)."""
+    names = ["lee_background.cor", "lee.cor", "questions-words.txt", "wordsim353.tsv"]
+    script = (
+        "import json, sys; from lightning_embinit.data.lm import lee_corpus_paths; "
+        "from lightning_embinit.text_files import gensim_test_data; "
+        f"paths = [gensim_test_data(n) for n in {names!r}]; assert list(lee_corpus_paths()) == paths[:2]; "
+        "print(json.dumps([paths, 'gensim' in sys.modules]))"
+    )
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, check=True)
+    paths, imported = json.loads(done.stdout)
+    from gensim.test.utils import datapath
+
+    assert paths == [datapath(name) for name in names] and all(map(os.path.isfile, paths))
+    assert imported is False
 
 
 def test_local_files_packing_and_held_out_split(tmp_path):

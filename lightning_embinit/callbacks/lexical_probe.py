@@ -32,7 +32,7 @@ from lightning_embinit.init.host import EmbeddingSlot, select_slots
 from lightning_embinit.init.sharding import whole_slot
 from lightning_embinit.init.tokens import resolve_slot_tokens
 from lightning_embinit.init.transforms import StatisticsTarget
-from lightning_embinit.text_files import check_encoding
+from lightning_embinit.text_files import check_encoding, gensim_test_data
 
 #: The words of the PCA scatter when ``words=`` is not given (those in the vocabulary are drawn).
 DEFAULT_WORDS = tuple(
@@ -84,9 +84,7 @@ class LexicalProbe(Callback):
         encoding: str = "utf-8",
     ) -> None:
         if analogies is None and not similarity:  # the standard test sets that gensim ships
-            from gensim.test.utils import datapath
-
-            analogies, similarity = datapath("questions-words.txt"), [datapath("wordsim353.tsv")]
+            analogies, similarity = gensim_test_data("questions-words.txt"), [gensim_test_data("wordsim353.tsv")]
         similarity = [similarity] if isinstance(similarity, str) else list(similarity or [])
         try:
             check_probe_inputs(analogies, similarity, max_analogies)

@@ -27,15 +27,13 @@ from lightning_embinit.text.tokenization import (
     build_tokenizer,
     check_tokenizer_spec,
 )
-from lightning_embinit.text_files import check_encoding
+from lightning_embinit.text_files import check_encoding, gensim_test_data
 from lightning_embinit.vocabulary import Vocabulary
 
 
 def lee_corpus_paths() -> tuple[str, str]:
     """(train, validation) paths of the Lee corpus inside the installed gensim."""
-    from gensim.test.utils import datapath
-
-    return datapath("lee_background.cor"), datapath("lee.cor")
+    return gensim_test_data("lee_background.cor"), gensim_test_data("lee.cor")
 
 
 def read_lines(
