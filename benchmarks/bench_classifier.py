@@ -27,7 +27,8 @@ from contextlib import nullcontext
 import bench_seq2seq
 import torch
 import torch.nn.functional as F
-from bench_seq2seq import DTYPES, shared_file
+from bench_seq2seq import DTYPES
+from data_files import shared_file
 from flops import device_peak, gemm_ceiling, measure_training_flops, print_utilization
 from timing import alternate, print_throughput
 from torch import nn

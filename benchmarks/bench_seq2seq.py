@@ -27,13 +27,13 @@ from __future__ import annotations
 
 import argparse
 import gzip
-import os
 import statistics
 import time
 from contextlib import nullcontext
 
 import torch
 import torch.nn.functional as F
+from data_files import shared_file
 from flops import device_peak, gemm_ceiling, measure_training_flops, print_utilization
 from timing import alternate, print_throughput
 from torch import nn
@@ -48,7 +48,6 @@ SIZES = {
 }
 SRC_VOCAB, TGT_VOCAB, PAD = 7855, 5970, 0
 DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16}
-DATA = os.environ.get("EMBINIT_SHARED_DATA", os.path.join(os.path.dirname(__file__), "..", "..", "shared", "data"))
 
 
 class ReferenceSeq2Seq(nn.Module):
@@ -167,17 +166,6 @@ def train(args: argparse.Namespace) -> None:
         dtype=args.dtype,
         peak=device_peak(device, dtype),
     )
-
-
-def shared_file(*parts: str) -> str:
-    """A file of the shared data folder; a missing one ends the benchmark with the folder and the variable named."""
-    path = os.path.join(DATA, *parts)
-    if not os.path.exists(path):
-        raise SystemExit(
-            f"{os.path.join(*parts)} is not in the shared data folder {os.path.abspath(DATA)}: "
-            "set EMBINIT_SHARED_DATA to the folder that holds it"
-        )
-    return path
 
 
 def multi30k(split: str, lang: str, count: int | None = None) -> list[str]:

@@ -26,7 +26,6 @@ import argparse
 import copy
 import logging
 import math
-import os
 import subprocess
 import sys
 import tempfile
@@ -37,6 +36,7 @@ from pathlib import Path
 from typing import Any
 
 import torch
+from data_files import shared_data_folder
 
 ROOT = Path(__file__).resolve().parent.parent
 BENCHMARKS = Path(__file__).resolve().parent
@@ -52,7 +52,7 @@ BENCH_COMMANDS = (
 """[K]'s size (d = 512, 8 heads, FFN 2048; the LM with 6 layers, as the 3 + 3 of [K]'s translation model)."""
 BENCH_OPTIONS = ("--device", "cuda", "--dtype", "bf16", "--steps", "20", "--warmup", "5")
 SHARED_DATA_FILES = {"bench_classifier.py": ("sst2/train.tsv.gz", "sst2/dev.tsv.gz")}
-"""The shared-data files each benchmark reads (under ``EMBINIT_SHARED_DATA``, else ``../shared/data``)."""
+"""The shared-data files each benchmark reads (in :func:`data_files.shared_data_folder`)."""
 VOCAB, LENGTH, EXAMPLES, BATCH = 64, 24, 128, 16
 TINY = {"d_model": 64, "num_heads": 4, "ffn_dim": 128, "max_len": 32, "dropout": 0.0}
 
@@ -254,7 +254,7 @@ def same_on_cpu_and_device(module: Any, callbacks: dict[str, Any], device: str) 
 def missing_shared_data() -> dict[str, str]:
     """Benchmark → why it cannot run: the shared-data files it reads that are missing (checked before any GPU time is
     spent, so a machine the data did not travel to says so at once)."""
-    folder = Path(os.environ.get("EMBINIT_SHARED_DATA", ROOT.parent / "shared" / "data"))
+    folder = shared_data_folder()
     problems = {}
     for script, files in SHARED_DATA_FILES.items():
         if missing := [name for name in files if not (folder / name).is_file()]:

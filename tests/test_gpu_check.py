@@ -17,6 +17,7 @@ import torch
 from torch import nn
 
 ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "benchmarks"))  # the scripts import their sibling modules (flops, data_files) by name
 
 
 def _script(name: str):
@@ -107,13 +108,14 @@ def test_the_check_runs_every_test_that_skips_without_cuda():
 
 
 @pytest.fixture
-def bench_seq2seq(monkeypatch):
-    monkeypatch.syspath_prepend(str(ROOT / "benchmarks"))  # its sibling modules (flops, timing) by bare name
+def bench_seq2seq():
     return _script("bench_seq2seq")
 
 
-def test_a_benchmark_without_the_shared_data_names_the_file_the_folder_and_the_variable(bench_seq2seq, tmp_path):
-    bench_seq2seq.DATA = str(tmp_path)
+def test_a_benchmark_without_the_shared_data_names_the_file_the_folder_and_the_variable(
+    bench_seq2seq, tmp_path, monkeypatch
+):
+    monkeypatch.setenv("EMBINIT_SHARED_DATA", str(tmp_path))
     with pytest.raises(
         SystemExit, match=rf"multi30k/train.de.gz is not in the shared data folder {tmp_path}: set EMBINIT_SHARED_DATA"
     ):

@@ -13,7 +13,7 @@ from __future__ import annotations
 import math
 import re
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import asdict, dataclass, fields
+from dataclasses import MISSING, asdict, dataclass, fields
 from typing import Any
 
 import numpy as np
@@ -123,9 +123,7 @@ class Claim:
         where = f"claim {data.get('id')!r}"
         try:
             check_known(f"{where} key", data, [f.name for f in fields(cls)])
-            missing = [
-                f.name for f in fields(cls) if f.name not in data and f.name not in ("margin", "stand_in", "scope")
-            ]
+            missing = [f.name for f in fields(cls) if f.name not in data and f.default is MISSING]
             if missing:
                 raise StudyError(f"{where} lacks {', '.join(missing)}")
         except ValueError as error:
