@@ -1,6 +1,6 @@
 """The one opener of the package's text files (plain or ``.gz``): any decode or format error becomes a
-ValueError naming the file and, for text, ``encoding=``; and where gensim's test data lies, without importing it. Like :mod:`lightning_embinit.checks`, it imports
-nothing from the package."""
+ValueError naming the file and, for text, ``encoding=``; and where gensim's test data lies, without importing
+gensim. Like :mod:`lightning_embinit.checks`, it imports nothing from the package."""
 
 from __future__ import annotations
 
