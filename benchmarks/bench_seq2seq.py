@@ -7,8 +7,10 @@ padding masks and output layer (dense with bias), post-LN, ReLU, dropout 0.1; ba
 5,970 en). Runs alternate between the models (order flipped each repeat); the table gives median
 and best tokens/s, then model FLOPs per token and the utilization against the fp32 GEMM ceiling
 measured at the model's own matrix shapes (``flops.py``). Sizes: ``k`` ([K]: 3+3, d=512, 8 heads,
-FFN 2048, batch 64×24), ``small`` (2+2, d=128, 4 heads, FFN 512, batch 64×24) and ``big`` (Vaswani et al.'s
-Transformer-big, 6+6, d=1024, 16 heads, FFN 4096, on batches of 64×256 that fill a GPU).
+FFN 2048, batch 64×24), ``small`` (2+2, d=128, 4 heads, FFN 512, batch 64×24), ``big`` (Vaswani et al.'s
+Transformer-big, 6+6, d=1024, 16 heads, FFN 4096, on batches of 64×256 that fill a GPU) and, for GPUs whose
+peak a d=1024 model's matrix shapes cannot reach, ``wide`` (6+6, d=2048, 16 heads, FFN 8192, batch 32×512)
+and ``wider`` (2+2, d=4096, 32 heads, FFN 16384, batch 16×1024).
 
 ``epoch``: seconds per epoch of ``reinforced_proposed`` and ``reinforced_baseline`` on the same
 Multi30k slice and the same batches (WordPiece, as [R]), alternating epochs; [R] reports ≈ 0.31.
@@ -45,6 +47,8 @@ SIZES = {
     "k": {"d_model": 512, "num_heads": 8, "layers": 3, "ffn_dim": 2048, "batch": 64, "length": 24},
     "small": {"d_model": 128, "num_heads": 4, "layers": 2, "ffn_dim": 512, "batch": 64, "length": 24},
     "big": {"d_model": 1024, "num_heads": 16, "layers": 6, "ffn_dim": 4096, "batch": 64, "length": 256},
+    "wide": {"d_model": 2048, "num_heads": 16, "layers": 6, "ffn_dim": 8192, "batch": 32, "length": 512},
+    "wider": {"d_model": 4096, "num_heads": 32, "layers": 2, "ffn_dim": 16384, "batch": 16, "length": 1024},
 }
 SRC_VOCAB, TGT_VOCAB, PAD = 7855, 5970, 0
 DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16}
@@ -53,10 +57,12 @@ DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16}
 class ReferenceSeq2Seq(nn.Module):
     """``torch.nn.Transformer`` with the same inputs and output layer as TransformerSeq2Seq."""
 
-    def __init__(self, d_model: int, num_heads: int, layers: int, ffn_dim: int, dropout: float) -> None:
+    def __init__(self, d_model: int, num_heads: int, layers: int, ffn_dim: int, dropout: float, max_len: int) -> None:
         super().__init__()
-        self.src_input = EmbeddingInput(nn.Embedding(SRC_VOCAB, d_model, padding_idx=PAD), dropout=dropout)
-        self.tgt_input = EmbeddingInput(nn.Embedding(TGT_VOCAB, d_model, padding_idx=PAD), dropout=dropout)
+        src_table = nn.Embedding(SRC_VOCAB, d_model, padding_idx=PAD)
+        tgt_table = nn.Embedding(TGT_VOCAB, d_model, padding_idx=PAD)
+        self.src_input = EmbeddingInput(src_table, max_len=max_len, dropout=dropout)
+        self.tgt_input = EmbeddingInput(tgt_table, max_len=max_len, dropout=dropout)
         self.transformer = nn.Transformer(
             d_model, num_heads, layers, layers, ffn_dim, dropout=dropout, batch_first=True, norm_first=False
         )
@@ -135,10 +141,13 @@ def train(args: argparse.Namespace) -> None:
             "max_len": max(64, length + 1),
         },
     }
+    max_len = options["architecture"]["max_len"]
     models = {"TransformerSeq2Seq": TransformerSeq2Seq(**options).to(device)}
     if args.compile:
         models["TransformerSeq2Seq+compile"] = TransformerSeq2Seq(**options).to(device)
-    reference = ReferenceSeq2Seq(size["d_model"], size["num_heads"], size["layers"], size["ffn_dim"], args.dropout)
+    reference = ReferenceSeq2Seq(
+        size["d_model"], size["num_heads"], size["layers"], size["ffn_dim"], args.dropout, max_len
+    )
     runners = {
         name: Runner(_loss_function(model, name.endswith("+compile")), model, (src, tgt), autocast, args.fused_adam)
         for name, model in models.items()

@@ -126,9 +126,10 @@ def test_a_benchmark_without_the_shared_data_names_the_file_the_folder_and_the_v
     assert bench_seq2seq.multi30k("train", "de") == ["ein Satz", "zwei"]
 
 
-def test_the_translation_benchmark_trains_sequences_longer_than_64(bench_seq2seq, monkeypatch, capsys):
-    """``--size big`` has 256-token sequences: the models' positions must cover them (they stopped at 64)."""
-    tiny_long = {"d_model": 16, "num_heads": 2, "layers": 1, "ffn_dim": 32, "batch": 2, "length": 80}
+def test_the_translation_benchmark_trains_sequences_longer_than_512(bench_seq2seq, monkeypatch, capsys):
+    """``--size big`` has 256-token sequences, ``wider`` 1,024: the positions of both the model and its
+    ``nn.Transformer`` reference must cover them (they stopped at 64, then the reference's at 512)."""
+    tiny_long = {"d_model": 16, "num_heads": 2, "layers": 1, "ffn_dim": 32, "batch": 2, "length": 520}
     monkeypatch.setitem(bench_seq2seq.SIZES, "tiny_long", tiny_long)
     ceiling = bench_seq2seq.gemm_ceiling
     monkeypatch.setattr(bench_seq2seq, "gemm_ceiling", lambda *a, **k: ceiling(*a, **k, min_seconds=1e-3, rounds=1))
@@ -143,7 +144,7 @@ def test_the_translation_benchmark_trains_sequences_longer_than_64(bench_seq2seq
         bench_seq2seq.main()
     finally:
         torch.set_num_threads(threads)
-    assert "batch 2×80" in capsys.readouterr().out
+    assert "batch 2×520" in capsys.readouterr().out
 
 
 def test_the_check_names_missing_shared_data_before_spending_gpu_time(tmp_path, monkeypatch):
