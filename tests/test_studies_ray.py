@@ -25,6 +25,10 @@ if importlib.util.find_spec("ray") is None:
     pytest.skip("Ray is not installed (pip install 'lightning_embinit[ray]')", allow_module_level=True)
 
 
+def niceness() -> int:
+    return os.nice(0)
+
+
 def test_trials_on_a_running_ray_instance_write_the_records_the_report_reads_and_ctrl_c_fails_none(tmp_path):
     """On a Ray instance already running (as on a cluster: the engine neither starts nor stops it), a finished, a
     failed and an interrupted trial, one after another in one reused actor (the third one's callback sends SIGINT to
@@ -33,7 +37,7 @@ def test_trials_on_a_running_ray_instance_write_the_records_the_report_reads_and
     finished ones are recorded as the report reads them, with the numbers the same trial gives in this process."""
     import ray
 
-    from lightning_embinit.studies.ray_engine import run_study_on_ray
+    from lightning_embinit.studies.ray_engine import run_study_on_ray, start_ray
 
     interrupt = {
         "trainer.callbacks[+]": {
@@ -47,8 +51,9 @@ def test_trials_on_a_running_ray_instance_write_the_records_the_report_reads_and
     study = Study.from_dict(tiny_study(settings=settings, seeds=[0]))
     results = tmp_path / "results"
     handler = signal.getsignal(signal.SIGINT)
-    ray.init(num_cpus=2, include_dashboard=False, configure_logging=False, log_to_driver=False)
+    start_ray()  # the engine's own local start, here before the engine is called: an instance already running
     try:
+        assert ray.get(ray.remote(niceness).remote()) == niceness()  # trials at this process's priority, not Ray's 15
         with pytest.raises(KeyboardInterrupt):
             run_study_on_ray(study, results, threads=1, workers=1, progress=False)
         assert ray.is_initialized()  # not the engine's to stop
