@@ -61,6 +61,14 @@ NEAR_A, NEAR_B = [1.0, 1.01, 0.99, 1.0], [1.0, 1.02, 0.98, 1.0]
         ("equal", 0.1, TIGHT_HIGH, TIGHT_LOW, "contradicted"),
         ("equal", 0.1, WIDE_A, WIDE_B, "inconclusive"),
         ("equal", 0.01, NEAR_A, NEAR_B, "inconclusive"),
+        ("not_lower", 0.1, TIGHT_HIGH, TIGHT_LOW, "supported"),  # better counts: "as well or better"
+        ("not_lower", 0.1, NEAR_A, NEAR_B, "supported"),
+        ("not_lower", 0.1, TIGHT_LOW, TIGHT_HIGH, "contradicted"),
+        ("not_lower", 0.1, WIDE_A, WIDE_B, "inconclusive"),
+        ("not_lower", 0.01, NEAR_A, NEAR_B, "inconclusive"),
+        ("not_higher", 0.1, TIGHT_LOW, TIGHT_HIGH, "supported"),
+        ("not_higher", 0.1, TIGHT_HIGH, TIGHT_LOW, "contradicted"),
+        ("not_higher", 0.1, WIDE_A, WIDE_B, "inconclusive"),
     ],
 )
 def test_each_verdict_follows_the_welch_intervals(direction, margin, a, b, verdict):
@@ -72,12 +80,15 @@ def test_each_verdict_follows_the_welch_intervals(direction, margin, a, b, verdi
     assert (result.mean, result.mean_versus, result.welch.n, result.welch.n_reference) == pytest.approx(
         (np.mean(a), np.mean(b), len(a), len(b))
     )
-    if direction == "equal":
+    if margin is not None:
         low90, high90 = _interval(a, b, 0.90)
         assert result.interval_90 == pytest.approx((low90, high90))
-        inside, beyond = -margin < low90 and high90 < margin, low > margin or high < -margin
+        inside = {"equal": -margin < low90 and high90 < margin, "not_lower": low90 > -margin}
+        beyond = {"equal": low > margin or high < -margin, "not_lower": high < -margin}
+        inside, beyond = inside.get(direction, high90 < margin), beyond.get(direction, low > margin)
         expected = "supported" if inside else "contradicted" if beyond else "inconclusive"
     else:
+        assert result.interval_90 is None
         side = high < 0 if direction == "lower" else low > 0
         other = low > 0 if direction == "lower" else high < 0
         expected = "supported" if side else "contradicted" if other else "inconclusive"
@@ -99,6 +110,14 @@ def test_the_seeds_needed_are_those_of_the_power_tables():
     assert equal.seeds_needed == seeds_for_power(0.01, pooled, 0.05) > len(NEAR_A)
     beyond = evaluate_claim(Claim(**LOWER, direction="equal", margin=0.1), _records({"a": WIDE_A, "b": WIDE_B}))
     assert beyond.verdict == "inconclusive" and beyond.seeds_needed == seeds_for_power(0.4, 1.0, 0.025)
+    # not lower by more than 0.01 with Δ = 0: the gap above −0.01, one-sided at 5 %; Δ = −0.5 against a margin of
+    # 0.1 lies below it: the seeds to show it beyond the margin, two-sided
+    at_least = evaluate_claim(Claim(**LOWER, direction="not_lower", margin=0.01), _records({"a": NEAR_A, "b": NEAR_B}))
+    assert at_least.seeds_needed == seeds_for_power(0.01, pooled, 0.05)
+    below = evaluate_claim(Claim(**LOWER, direction="not_lower", margin=0.1), _records({"a": WIDE_A, "b": WIDE_B}))
+    assert below.verdict == "inconclusive" and below.seeds_needed == seeds_for_power(-0.4, 1.0, 0.025)
+    at_most = evaluate_claim(Claim(**LOWER, direction="not_higher", margin=0.1), _records({"a": WIDE_B, "b": WIDE_A}))
+    assert at_most.verdict == "inconclusive" and at_most.seeds_needed == seeds_for_power(-0.4, 1.0, 0.025)
 
 
 def test_a_claim_reads_the_end_of_fit_value_and_says_why_it_has_no_interval():
@@ -122,10 +141,15 @@ def _study(**claim: object) -> dict:
     [
         ({"setting": "smal"}, "claim 'c': unknown setting 'smal'; choose one of: normal, small"),
         ({"versus": "xavier"}, "claim 'c': unknown versus 'xavier'; choose one of: normal, small"),
-        ({"direction": "less"}, "claim 'c': unknown direction 'less'; choose one of: lower, higher, equal"),
+        (
+            {"direction": "less"},
+            "claim 'c': unknown direction 'less'; choose one of: lower, higher, equal, not_lower, not_higher$",
+        ),
         ({"direction": "equal"}, "claim 'c': direction 'equal' needs a margin, a positive number"),
         ({"direction": "equal", "margin": -1}, "direction 'equal' needs a margin"),
-        ({"margin": 0.1}, "claim 'c': a margin is for direction 'equal' only, not 'lower'"),
+        ({"direction": "not_lower"}, "claim 'c': direction 'not_lower' needs a margin, a positive number"),
+        ({"direction": "not_higher", "margin": float("inf")}, "direction 'not_higher' needs a margin"),
+        ({"margin": 0.1}, "claim 'c': a margin is for directions equal, not_lower, not_higher only, not 'lower'"),
         ({"versus": "small"}, "claim 'c' compares setting 'small' with itself"),
         ({"metric": "best_val_acc"}, "no trial records metric 'best_val_acc': the protocol keeps best_val_loss, "),
         ({"direction_": "lower"}, r"unknown claim 'c' key \['direction_'\]; valid: id, source"),
@@ -258,6 +282,25 @@ def test_the_report_prints_the_claims_table(tmp_path):
     table = pd.read_csv(tmp_path / "results" / "report" / "claims.csv")
     assert list(table["verdict"]) == ["supported", "inconclusive", "supported"]
     assert table.loc[1, "seeds_needed"] == needed and table.loc[2, "high_90"] == pytest.approx(high90)
+    assert "not lower (≥ −m)" not in report["markdown"]  # the one-sided rule is explained where a claim uses it
+
+
+def test_a_claim_of_as_well_or_better_is_supported_by_a_better_setting(tmp_path):
+    """[K]'s "BERT does as well as Xavier or better": a clearly better BERT supports it (an ``equal`` claim would
+    call that a contradiction); a clearly worse one contradicts it."""
+    values = {"xavier": [0.77, 0.775, 0.765], "bert": [0.80, 0.79, 0.805], "worse": [0.70, 0.71, 0.69]}
+    claims = [
+        {**LOWER, "id": "bert_ok", "setting": "bert", "versus": "xavier", "direction": "not_lower", "margin": 0.01},
+        {**LOWER, "id": "worse_ok", "setting": "worse", "versus": "xavier", "direction": "not_lower", "margin": 0.01},
+    ]
+    study = {"name": "toy", "settings": {s: {} for s in values}, "reference": "xavier", "claims": claims}
+    report = write_report(_results(tmp_path, study, values))
+    assert [result.verdict for result in report["claims"]] == ["supported", "contradicted"]
+    low90, high90 = _interval(values["bert"], values["xavier"], 0.90)
+    assert low90 > -0.01 and report["claims"][0].interval_90 == pytest.approx((low90, high90))
+    row = report["markdown"].split("| bert_ok |")[1].splitlines()[0]
+    assert "| not lower, ≥ -0.01 |" in row and f"; 90 %: [{low90:.3g}, {high90:.3g}] | **supported** | – |" in row
+    assert "not lower (≥ −m): **supported** when the 90 % interval lies wholly above −m" in report["markdown"]
 
 
 # ---------------------------------------------------------------------------------------------- shipped studies

@@ -1,10 +1,11 @@
 """A study's claims: a paper's words as a comparison of two settings that the report checks from the records.
 
 A claim names the paper (``source``) and its words (``says``), two settings (``setting``, ``versus``), a metric, and
-the direction the paper gives for ``setting − versus``: ``lower``, ``higher``, or ``equal`` within an absolute
-``margin``. ``stand_in: true`` (or a note) marks a claim tested on a stand-in for what the paper used, and ``scope`` (a
-note) one whose design covers less of the paper's protocol (``"early training: 1,200 steps of [K]'s 10 epochs"``);
-the YAML under ``examples/studies/`` has examples. :func:`evaluate_claim` gives the verdict from the seeds' values
+the direction the paper gives for ``setting − versus``: ``lower``, ``higher``, ``equal`` within an absolute
+``margin``, or ``not_lower`` / ``not_higher`` by more than the margin ("as well or better": non-inferiority).
+``stand_in: true`` (or a note) marks a claim tested on a stand-in for what the paper used, and ``scope`` (a note)
+one whose design covers less of the paper's protocol (``"early training: 1,200 steps of [K]'s 10 epochs"``); the
+YAML under ``examples/studies/`` has examples. :func:`evaluate_claim` gives the verdict from the seeds' values
 (:func:`claim_verdict` states the rules).
 """
 
@@ -33,7 +34,9 @@ from lightning_embinit.studies.statistics import (
     welch,
 )
 
-DIRECTIONS = ("lower", "higher", "equal")
+DIRECTIONS = ("lower", "higher", "equal", "not_lower", "not_higher")
+WITH_MARGIN = ("equal", "not_lower", "not_higher")
+"""The directions tested against a margin, with the 90 % interval (one-sided tests at 5 %)."""
 SUPPORTED, INCONCLUSIVE, CONTRADICTED = "supported", "inconclusive", "contradicted"
 POWER = 0.8
 CONFIDENCE = 0.95
@@ -96,16 +99,18 @@ class Claim:
                 raise StudyError(f"{where}: {name} must be a non-empty string, got {value!r}")
         if self.direction not in DIRECTIONS:
             raise StudyError(f"{where}: unknown direction {self.direction!r}; choose one of: {', '.join(DIRECTIONS)}")
-        if self.direction == "equal":
+        if self.direction in WITH_MARGIN:
             margin = number(self.margin)
             if margin is None or not 0 < margin < math.inf:
                 raise StudyError(
-                    f"{where}: direction 'equal' needs a margin, a positive number in the metric's units "
-                    f"(the largest difference that counts as equal), got {self.margin!r}"
+                    f"{where}: direction {self.direction!r} needs a margin, a positive number in the metric's units "
+                    f"(the largest difference that still counts as level), got {self.margin!r}"
                 )
             object.__setattr__(self, "margin", margin)
         elif self.margin is not None:
-            raise StudyError(f"{where}: a margin is for direction 'equal' only, not {self.direction!r}")
+            raise StudyError(
+                f"{where}: a margin is for directions {', '.join(WITH_MARGIN)} only, not {self.direction!r}"
+            )
         if self.setting == self.versus:
             raise StudyError(f"{where} compares setting {self.setting!r} with itself: name two settings")
         if not isinstance(self.stand_in, (bool, str)):
@@ -136,7 +141,13 @@ class Claim:
     @property
     def expected(self) -> str:
         """The direction as the claims table prints it."""
-        return f"equal ±{self.margin:g}" if self.direction == "equal" else self.direction
+        if self.direction == "equal":
+            return f"equal ±{self.margin:g}"
+        if self.direction == "not_lower":
+            return f"not lower, ≥ -{self.margin:g}"
+        if self.direction == "not_higher":
+            return f"not higher, ≤ +{self.margin:g}"
+        return self.direction
 
 
 def read_claims(values: Any, settings: Sequence[str], protocol: Any, where: str) -> tuple[Claim, ...]:
@@ -217,9 +228,9 @@ def check_claim_metrics(claims: Iterable[Claim], configs: Mapping[str, Mapping[s
 
 @dataclass(frozen=True)
 class ClaimResult:
-    """A claim checked on the records: the seeds' means, the difference ``setting − versus`` with Welch's 95 %
-    interval (and the 90 % one for ``equal``), the verdict, and for an inconclusive one the seeds each setting
-    needs to show the observed effect at 80 % power (None when no number can be given)."""
+    """A claim checked on the records: the seeds' means, the difference ``setting − versus`` with Welch's 95 % interval
+    (and the 90 % one for a direction with a margin), the verdict, and for an inconclusive one the seeds each
+    setting needs to show the observed effect at 80 % power (None when no number can be given)."""
 
     claim: Claim
     mean: float
@@ -268,14 +279,21 @@ def claim_verdict(claim: Claim, interval_95: tuple[float, float], interval_90: t
     """``lower``/``higher``: supported when the 95 % interval of ``setting − versus`` lies wholly on the claimed side
     of 0, contradicted when it lies wholly on the other side. ``equal``: supported when the 90 % interval lies inside
     ±margin (both one-sided tests at 5 %: Schuirmann's two one-sided tests), contradicted when the 95 % interval lies
-    wholly beyond +margin or −margin. Inconclusive otherwise, and without an interval."""
+    wholly beyond +margin or −margin. ``not_lower`` (non-inferiority): supported when the 90 % interval lies wholly
+    above −margin (one-sided test at 5 %), contradicted when the 95 % interval lies wholly below it; ``not_higher``
+    the mirror image at +margin. Inconclusive otherwise, and without an interval."""
     low, high = interval_95
     if math.isnan(low):
         return INCONCLUSIVE
+    margin = claim.margin
     if claim.direction == "equal":
-        if -claim.margin < interval_90[0] and interval_90[1] < claim.margin:
+        if -margin < interval_90[0] and interval_90[1] < margin:
             return SUPPORTED
-        return CONTRADICTED if low > claim.margin or high < -claim.margin else INCONCLUSIVE
+        return CONTRADICTED if low > margin or high < -margin else INCONCLUSIVE
+    if claim.direction == "not_lower":
+        return SUPPORTED if interval_90[0] > -margin else CONTRADICTED if high < -margin else INCONCLUSIVE
+    if claim.direction == "not_higher":
+        return SUPPORTED if interval_90[1] < margin else CONTRADICTED if low > margin else INCONCLUSIVE
     below, above = high < 0, low > 0
     if below or above:
         return SUPPORTED if below == (claim.direction == "lower") else CONTRADICTED
@@ -302,16 +320,18 @@ def seeds_for_power(effect: float, variance_per_seed: float, alpha: float) -> in
 
 
 def _seeds_needed(claim: Claim, values: np.ndarray, versus: np.ndarray, difference: float) -> int | None:
-    """For ``lower``/``higher``: the seeds to show the observed difference (two-sided α = 0.05); for ``equal``: to
-    show it inside the margin (one-sided α = 0.05, as each of the two one-sided tests) or, when it is at or beyond the
-    margin, beyond it (two-sided α = 0.05)."""
+    """For ``lower``/``higher``: the seeds to show the observed difference (two-sided α = 0.05); for a direction
+    with a margin: to show it on the claimed side of the margin (one-sided α = 0.05, as each one-sided test) or, when
+    it is at or beyond the margin, beyond it (two-sided α = 0.05)."""
     if len(values) < 2 or len(versus) < 2:
         return None
     pooled = (variance(values) + variance(versus)) / 2
     alpha = (1 - CONFIDENCE) / 2
-    if claim.direction != "equal":
+    if claim.direction not in WITH_MARGIN:
         return seeds_for_power(difference, pooled, alpha)
-    gap = claim.margin - abs(difference)
+    gap = {"equal": claim.margin - abs(difference), "not_lower": difference + claim.margin}.get(
+        claim.direction, claim.margin - difference
+    )
     return seeds_for_power(gap, pooled, 2 * alpha if gap > 0 else alpha)
 
 
@@ -321,7 +341,7 @@ def evaluate_claim(claim: Claim, records: Sequence[Mapping[str, Any]]) -> ClaimR
     versus = claim_samples(records, claim.versus, claim.metric)
     result = welch(values, versus, CONFIDENCE)
     narrow = welch(values, versus, 2 * CONFIDENCE - 1)
-    interval_90 = (narrow.low, narrow.high) if claim.direction == "equal" else None
+    interval_90 = (narrow.low, narrow.high) if claim.direction in WITH_MARGIN else None
     verdict = claim_verdict(claim, (result.low, result.high), (narrow.low, narrow.high))
     needed = _seeds_needed(claim, values, versus, result.difference) if verdict == INCONCLUSIVE else None
     return ClaimResult(claim, mean(values), mean(versus), result, verdict, interval_90, needed)

@@ -227,6 +227,7 @@ def _claims_lines(claims: Sequence[ClaimResult]) -> list[str]:
     """The claims table and how its verdicts are reached."""
     header = ["claim", "paper: says", "compared", "metric", "expected Δ", "mean (n)", "versus (n)", "Δ [95 % CI]"]
     rows = [[*header, "verdict", "seeds for 80 % power"], ["---"] * (len(header) + 2), *map(_claim_row, claims)]
+    one_sided = any(result.claim.direction in ("not_lower", "not_higher") for result in claims)
     return [
         "",
         "## Claims: the papers' claims checked on these records",
@@ -236,9 +237,16 @@ def _claims_lines(claims: Sequence[ClaimResult]) -> list[str]:
         "Δ = setting − versus, difference of the seeds' means, with Welch's 95 % interval. lower/higher: **supported** "
         "when the interval lies wholly on the claimed side of 0, **contradicted** when wholly on the other side. "
         "equal ±m: **supported** when the 90 % interval lies inside ±m (two one-sided tests at 5 %), **contradicted** "
-        "when the 95 % interval lies wholly beyond ±m. **inconclusive** otherwise; then the seeds each setting needs "
-        "for the observed Δ at 80 % power (Student's t, two-sided α = 0.05; for equal: Δ's distance to the margin, "
-        "one-sided α = 0.05 inside it).",
+        "when the 95 % interval lies wholly beyond ±m. "
+        + (
+            "not lower (≥ −m): **supported** when the 90 % interval lies wholly above −m (a one-sided test at 5 %), "
+            "**contradicted** when the 95 % interval lies wholly below −m; not higher (≤ +m) the mirror image. "
+            if one_sided
+            else ""
+        )
+        + "**inconclusive** otherwise; then the seeds each setting needs for the observed Δ at 80 % power (Student's "
+        "t, two-sided α = 0.05; for equal: Δ's distance to the margin, one-sided α = 0.05 inside it"
+        + ("; for not lower/not higher: likewise on the claimed side of the margin)." if one_sided else ")."),
     ]
 
 
