@@ -126,6 +126,7 @@ def train(args: argparse.Namespace) -> None:
     autocast = (lambda: torch.autocast(device.type, dtype=dtype)) if dtype != torch.float32 else nullcontext
     torch.manual_seed(0)
     batch, length = size["batch"], size["length"]
+    max_len = max(64, length + 1)  # the target side holds length + 1 tokens
     src = torch.randint(4, SRC_VOCAB, (batch, length), device=device)
     tgt = torch.randint(4, TGT_VOCAB, (batch, length + 1), device=device)
     options = {
@@ -138,10 +139,9 @@ def train(args: argparse.Namespace) -> None:
             "num_decoder_layers": size["layers"],
             "ffn_dim": size["ffn_dim"],
             "dropout": args.dropout,
-            "max_len": max(64, length + 1),
+            "max_len": max_len,
         },
     }
-    max_len = options["architecture"]["max_len"]
     models = {"TransformerSeq2Seq": TransformerSeq2Seq(**options).to(device)}
     if args.compile:
         models["TransformerSeq2Seq+compile"] = TransformerSeq2Seq(**options).to(device)

@@ -34,9 +34,11 @@ from lightning_embinit.studies.statistics import (
     welch,
 )
 
-DIRECTIONS = ("lower", "higher", "equal", "not_lower", "not_higher")
-WITH_MARGIN = ("equal", "not_lower", "not_higher")
+ONE_SIDED = ("not_lower", "not_higher")
+"""Non-inferiority directions: one one-sided test against the margin."""
+WITH_MARGIN = ("equal", *ONE_SIDED)
 """The directions tested against a margin, with the 90 % interval (one-sided tests at 5 %)."""
+DIRECTIONS = ("lower", "higher", *WITH_MARGIN)
 SUPPORTED, INCONCLUSIVE, CONTRADICTED = "supported", "inconclusive", "contradicted"
 POWER = 0.8
 CONFIDENCE = 0.95
@@ -329,9 +331,12 @@ def _seeds_needed(claim: Claim, values: np.ndarray, versus: np.ndarray, differen
     alpha = (1 - CONFIDENCE) / 2
     if claim.direction not in WITH_MARGIN:
         return seeds_for_power(difference, pooled, alpha)
-    gap = {"equal": claim.margin - abs(difference), "not_lower": difference + claim.margin}.get(
-        claim.direction, claim.margin - difference
-    )
+    if claim.direction == "equal":
+        gap = claim.margin - abs(difference)
+    elif claim.direction == "not_lower":
+        gap = difference + claim.margin
+    else:
+        gap = claim.margin - difference
     return seeds_for_power(gap, pooled, 2 * alpha if gap > 0 else alpha)
 
 

@@ -18,7 +18,7 @@ import numpy as np
 import pandas as pd
 
 from lightning_embinit.checks import check_known, choice_error
-from lightning_embinit.studies.claims import Claim, ClaimResult, evaluate_claim
+from lightning_embinit.studies.claims import ONE_SIDED, Claim, ClaimResult, evaluate_claim
 from lightning_embinit.studies.figures import learning_speed_absence, write_figures
 from lightning_embinit.studies.notes import duration, elapsed_line, footnotes
 from lightning_embinit.studies.records import (
@@ -227,7 +227,7 @@ def _claims_lines(claims: Sequence[ClaimResult]) -> list[str]:
     """The claims table and how its verdicts are reached."""
     header = ["claim", "paper: says", "compared", "metric", "expected Δ", "mean (n)", "versus (n)", "Δ [95 % CI]"]
     rows = [[*header, "verdict", "seeds for 80 % power"], ["---"] * (len(header) + 2), *map(_claim_row, claims)]
-    one_sided = any(result.claim.direction in ("not_lower", "not_higher") for result in claims)
+    one_sided = any(result.claim.direction in ONE_SIDED for result in claims)
     return [
         "",
         "## Claims: the papers' claims checked on these records",
