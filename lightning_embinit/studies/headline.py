@@ -106,7 +106,7 @@ HEADLINE_CLAIMS = [  # as in examples/studies/headline.yaml
 
 def headline_study() -> Study:
     """The headline study: settings ``xavier``, ``word2vec_raw``, ``word2vec_xavier``; variants ``smoke``
-    (3 × 2 seeds, about a minute on 2 cores), ``medium`` (3 × 3 seeds, 350 steps) and ``full``
+    (3 × 2 seeds, about a minute on 2 cores), ``medium`` (3 × 7 seeds, 350 steps) and ``full``
     (5 seeds, 2,000 steps)."""
     return Study.from_dict(
         {
@@ -148,7 +148,7 @@ def headline_study() -> Study:
                     },
                 },
                 "medium": {
-                    "seeds": [0, 1, 2],
+                    "seeds": [0, 1, 2, 3, 4, 5, 6],
                     "description": "d 256, 2 layers, 350 steps at batch 32 × 64 tokens, lr 1e-3",
                     "overrides": {
                         "trainer.max_steps": 350,
