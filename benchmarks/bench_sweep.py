@@ -9,6 +9,12 @@ with one worker gives each trial all the cores, with two workers half each; Ray 
 the cores, as the local engine's single worker. Targets (issue 31): two workers ≥ 1.8× the throughput of one;
 Ray ≤ 5 s more per trial than the local engine. Ratios depend on the machine and its load: the header names both.
 
+Throughput is trials per hour once the engine has started: a sweep pays the start-up once, whatever its length, so
+the workers' ratio compares the two sweeps without it, and the sweeps' wall times (start-up included) are printed
+beside it. A third local sweep, one worker on one thread, gives the ceiling two workers can reach here: two
+one-thread trials side by side at best each run as fast as one alone, so 2 × (one worker's time on all the cores)
+/ (its time on one thread), both without the start-up.
+
     python benchmarks/bench_sweep.py                                           # hf_starts, smoke: 3 × 2 trials
     python benchmarks/bench_sweep.py --settings 1                              # 2 trials per sweep
     python benchmarks/bench_sweep.py --study examples/studies/kim_positional.yaml --seeds 0
@@ -49,14 +55,21 @@ class SweepTiming:
     done: int
     seconds: float
     startup: float | None = None
+    threads: int | None = None
+
+    @property
+    def seconds_after_startup(self) -> float:
+        return self.seconds - (self.startup or 0.0)
 
     @property
     def seconds_per_trial(self) -> float:
-        return self.seconds / self.trials
+        """Once the engine has started."""
+        return self.seconds_after_startup / self.trials
 
     @property
     def trials_per_hour(self) -> float:
-        return 3600 * self.trials / self.seconds
+        """Once the engine has started."""
+        return 3600 * self.trials / self.seconds_after_startup
 
 
 def sweep_table(timings: Sequence[SweepTiming], header: str, ray_missing: str | None = None) -> str:
@@ -64,24 +77,40 @@ def sweep_table(timings: Sequence[SweepTiming], header: str, ray_missing: str | 
     lines = [
         header,
         "",
-        "| engine | workers | trials (done) | wall s | s / trial | trials / hour |",
-        "| --- | ---: | ---: | ---: | ---: | ---: |",
+        "| engine | workers | threads per trial | trials (done) | wall s | s / trial after start-up | trials / hour |",
+        "| --- | ---: | ---: | ---: | ---: | ---: | ---: |",
     ]
     for t in timings:
         startup = f" (start-up {t.startup:.1f})" if t.startup is not None else ""
+        threads = t.threads if t.threads is not None else "all / workers"
         lines.append(
-            f"| {t.engine} | {t.workers} | {t.trials} ({t.done}) | {t.seconds:.1f}{startup} | "
+            f"| {t.engine} | {t.workers} | {threads} | {t.trials} ({t.done}) | {t.seconds:.1f}{startup} | "
             f"{t.seconds_per_trial:.1f} | {t.trials_per_hour:.0f} |"
         )
     if ray_missing:
-        lines.append(f"| Ray | 1 | — | — | — | — ({ray_missing}) |")
-    by_key = {(t.engine, t.workers): t for t in timings}
-    one, two, ray = by_key.get(("local", 1)), by_key.get(("local", 2)), by_key.get(("Ray", 1))
+        lines.append(f"| Ray | 1 | — | — | — | — | — ({ray_missing}) |")
+    by_key = {(t.engine, t.workers, t.threads): t for t in timings}
+    one, two, ray = by_key.get(("local", 1, None)), by_key.get(("local", 2, None)), by_key.get(("Ray", 1, None))
+    one_thread = by_key.get(("local", 1, 1))
     lines.append("")
     if one and two:
         speedup = two.trials_per_hour / one.trials_per_hour
         met = "met" if speedup >= WORKERS_TARGET else "not met"
-        lines.append(f"`--workers 2` / `--workers 1` throughput: {speedup:.2f}× (target ≥ {WORKERS_TARGET}×: {met})")
+        after = ", trials per hour after the start-up both sweeps share" if one.startup or two.startup else ""
+        lines.append(
+            f"`--workers 2` / `--workers 1` throughput{after}: {speedup:.2f}× (target ≥ {WORKERS_TARGET}×: {met})"
+        )
+        if one.startup or two.startup:
+            lines.append(
+                f"the sweeps' wall times, start-up included: {one.seconds / two.seconds:.2f}× "
+                "(a sweep pays the start-up once, whatever its length)"
+            )
+        if one_thread:
+            ceiling = 2 * one.seconds_after_startup / one_thread.seconds_after_startup
+            lines.append(
+                f"ceiling here, 2 × one worker's time on all the cores / its time on one thread: {ceiling:.2f}× "
+                "(two one-thread trials side by side, each as fast as one alone)"
+            )
     if one and ray:
         extra = ray.seconds_per_trial - one.seconds_per_trial
         met = "met" if extra <= RAY_OVERHEAD_TARGET_S else "not met"
@@ -107,15 +136,22 @@ def study_mapping(path: Path, variant: str, settings: int | None, seeds: list[in
     return data
 
 
-def timed(engine: str, workers: int, run: Callable[[Path], list[dict[str, Any]]], startup: float | None = None):
+def timed(
+    engine: str,
+    workers: int,
+    run: Callable[[Path], list[dict[str, Any]]],
+    startup: float | None = None,
+    threads: int | None = None,
+) -> SweepTiming:
     """Run one sweep into a fresh directory; its :class:`SweepTiming`."""
     with tempfile.TemporaryDirectory() as directory:
         started = time.perf_counter()
         records = run(Path(directory) / "results")
         seconds = time.perf_counter() - started
     done = sum(record["status"] == "done" for record in records)
-    print(f"{engine} × {workers}: {len(records)} trials ({done} done) in {seconds:.1f} s", flush=True)
-    return SweepTiming(engine, workers, len(records), done, seconds + (startup or 0.0), startup)
+    on = f" on {threads} thread(s)" if threads else ""
+    print(f"{engine} × {workers}{on}: {len(records)} trials ({done} done) in {seconds:.1f} s", flush=True)
+    return SweepTiming(engine, workers, len(records), done, seconds + (startup or 0.0), startup, threads)
 
 
 def local_startup() -> float:
@@ -172,6 +208,16 @@ def main() -> None:
         )
         for workers in (1, 2)
     ]
+    if cores > 1:
+        timings.append(
+            timed(
+                "local",
+                1,
+                lambda results: run_study(study, results, variant=args.variant, workers=1, threads=1, progress=False),
+                startup,
+                threads=1,
+            )
+        )
     ray_missing = None if importlib.util.find_spec("ray") else "Ray missing: pip install 'lightning_embinit[ray]'"
     if ray_missing is None:
         timings.append(ray_sweep(study, args.variant, cores))
