@@ -11,6 +11,7 @@ import pytest
 import torch
 
 from lightning_embinit.data import ClassificationDataModule
+from lightning_embinit.data.parallel_text import read_columns
 from lightning_embinit.data.text_cache import clear_memory_cache
 from lightning_embinit.text import WordTokenizer
 from lightning_embinit.text.tokenization import WordLevelTokenizer
@@ -111,6 +112,18 @@ def write_pairs(path, rows, fmt):
             writer.writerow(["premise", "hypothesis", "label"])
             writer.writerows(rows)
     return str(path)
+
+
+@pytest.mark.parametrize("fmt", ["csv", "tsv"])
+def test_rows_of_blank_or_whitespace_cells_are_skipped_and_the_rest_keep_their_line_numbers(tmp_path, fmt):
+    sep = "\t" if fmt == "tsv" else ","
+    rows = ["sentence,label", "a dog runs,1", ",", " , ", "\t,", "cats sleep,0", ",0", "  x  ,"]
+    path = tmp_path / f"rows.{fmt}"
+    path.write_text("\n".join(row.replace(",", sep) for row in rows) + "\n", encoding="utf-8")
+    text = read_columns(str(path), "training")
+    kept = [k for k, row in enumerate(rows[1:], start=2) if any(cell.strip() for cell in row.split(","))]
+    assert text.lines == kept == [2, 6, 7, 8]
+    assert text.columns == {"sentence": ["a dog runs", "cats sleep", "", "  x  "], "label": ["1", "0", "0", ""]}
 
 
 @pytest.mark.parametrize("fmt", ["jsonl", "csv", "tsv"])

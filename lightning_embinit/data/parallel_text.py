@@ -112,7 +112,7 @@ def _read_delimited(handle: IO[str], path: str, what: str, fmt: str) -> TextColu
     body, lines = [], []
     start = rows.line_num + 1
     for row in rows:
-        if any(cell.strip() for cell in row):
+        if "".join(row).strip():  # some cell is not blank
             body.append(row)
             lines.append(start)
         start = rows.line_num + 1
