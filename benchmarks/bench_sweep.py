@@ -96,11 +96,12 @@ def sweep_table(timings: Sequence[SweepTiming], header: str, ray_missing: str | 
     if one and two:
         speedup = two.trials_per_hour / one.trials_per_hour
         met = "met" if speedup >= WORKERS_TARGET else "not met"
-        after = ", trials per hour after the start-up both sweeps share" if one.startup or two.startup else ""
+        started = bool(one.startup or two.startup)
+        after = ", trials per hour after the start-up both sweeps share" if started else ""
         lines.append(
             f"`--workers 2` / `--workers 1` throughput{after}: {speedup:.2f}× (target ≥ {WORKERS_TARGET}×: {met})"
         )
-        if one.startup or two.startup:
+        if started:
             lines.append(
                 f"the sweeps' wall times, start-up included: {one.seconds / two.seconds:.2f}× "
                 "(a sweep pays the start-up once, whatever its length)"
