@@ -67,7 +67,7 @@ test-lightning-latest:
 
 ## the main job: a tied-embedding LM under four initializations (three starts, four heads), offline, one table
 quickstart: install
-	$(PY) -m lightning_embinit.quickstart
+	$(PY) -m lightning_embinit.commands.quickstart
 
 ## the sdist and the wheel in dist/ (`python -m build`: the wheel is built from the sdist), checked by `twine check`;
 ## build and twine live in their own virtualenv, not in the package's dependencies

@@ -1,4 +1,4 @@
-from lightning_embinit.cli import main
+from lightning_embinit.commands.main import main
 
 if __name__ == "__main__":
     raise SystemExit(main())

@@ -11,9 +11,9 @@ import pytest
 import torch
 
 from lightning_embinit.architectures import EncoderClassifierConfig, ReinforcedEncoderDecoderConfig
+from lightning_embinit.commands.inspect import main as inspect_main
 from lightning_embinit.diagnostics import lexical_probe
 from lightning_embinit.init.sources import SourceRequest, resolve_source
-from lightning_embinit.inspect_cli import main as inspect_main
 from lightning_embinit.models import (
     ReinforcedTransformerSeq2Seq,
     TransformerClassifier,
@@ -211,7 +211,7 @@ def test_a_checkpoint_with_flipped_bytes_is_refused(checkpoints, tmp_path):
         ).build(
             SourceRequest("src", 12, 8, tokens=[f"t{k}" for k in range(12)], generator=torch.Generator().manual_seed(0))
         )
-    from lightning_embinit.lightning_cli import EmbinitCLI
+    from lightning_embinit.commands.lightning_cli import EmbinitCLI
 
     cli = EmbinitCLI.__new__(EmbinitCLI)
     cli.config = {"subcommand": "validate", "validate": {"ckpt_path": str(damaged)}}

@@ -449,7 +449,7 @@ def test_learning_speed_names_a_missing_metric_and_bad_options(tmp_path):
 def test_monitors_configured_from_lightningcli_yaml(tmp_path, glove_path, lexical):
     import yaml
 
-    from lightning_embinit.cli import main
+    from lightning_embinit.commands.main import main
 
     analogies, wordsim = lexical
     multi30k = require_shared_data("multi30k")

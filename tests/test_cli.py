@@ -11,10 +11,10 @@ from lightning.pytorch import LightningDataModule, LightningModule
 from lightning.pytorch.callbacks import Callback, TQDMProgressBar
 from lightning.pytorch.cli import LightningArgumentParser, LightningCLI
 
-from lightning_embinit import cli
 from lightning_embinit.callbacks.lightning_internals import LightningInternalsWarning
 from lightning_embinit.callbacks.progress import StepBudgetProgressBar
-from lightning_embinit.lightning_cli import ints_before_floats
+from lightning_embinit.commands import main as cli
+from lightning_embinit.commands.lightning_cli import ints_before_floats
 from tests.host_models import TwoSlotHost, make_trainer, token_loader
 
 CONFIG = Path(__file__).resolve().parent.parent / "examples" / "configs" / "tied_lm.yaml"
@@ -122,7 +122,7 @@ import contextlib, io, sys
 import rich.console  # before Lightning, as in a Ray Tune trial: typing's cached union lists float first
 from lightning.pytorch import Trainer
 from lightning.pytorch.cli import LightningArgumentParser
-from lightning_embinit.cli import main
+from lightning_embinit.commands.main import main
 
 plain = LightningArgumentParser()
 plain.add_lightning_class_args(Trainer, "trainer")

@@ -15,8 +15,8 @@ from pathlib import Path
 
 import pytest
 
-from lightning_embinit import cli
-from lightning_embinit.lightning_cli import error_summary, summarize_values
+from lightning_embinit.commands import main as cli
+from lightning_embinit.commands.lightning_cli import error_summary, summarize_values
 from lightning_embinit.models import TiedEmbeddingLM
 
 CONFIG = Path(__file__).resolve().parent.parent / "examples" / "configs" / "tied_lm.yaml"

@@ -22,7 +22,7 @@ from typing import Any
 import pytest
 import yaml
 
-from lightning_embinit.lightning_cli import embinit_cli
+from lightning_embinit.commands.lightning_cli import embinit_cli
 from tests.shared_data import require_shared_data
 
 REPO = Path(__file__).resolve().parent.parent

@@ -15,7 +15,8 @@ from pathlib import Path
 
 import pytest
 
-from lightning_embinit import __version__, cli
+from lightning_embinit import __version__
+from lightning_embinit.commands import main as cli
 from tests.test_cli_errors import console_script
 
 try:

@@ -115,7 +115,7 @@ def test_the_embinit_console_script_is_installed():
 
 def test_cli_help_and_print_config(capsys):
     """In this process (the console script's own process is tested in test_console_scripts.py)."""
-    from lightning_embinit import cli
+    from lightning_embinit.commands import main as cli
 
     for subcommand in ("fit", "validate", "test"):
         with pytest.raises(SystemExit) as done:

@@ -12,13 +12,13 @@ import torch
 
 from lightning_embinit import EmbeddingInitCallback, LanguageModelDataModule, TiedEmbeddingLM
 from lightning_embinit.callbacks.learning_speed import LearningSpeedMonitor
+from lightning_embinit.commands.inspect import main as inspect_main
+from lightning_embinit.commands.inspect_models import ShapeModel
 from lightning_embinit.init.projection import fit_projection
 from lightning_embinit.init.recipe import InitRecipe
 from lightning_embinit.init.sources import SourceRequest, resolve_source, vector_cache
 from lightning_embinit.init.sources.static import normalize_format
 from lightning_embinit.init.sources.vector_file import check_policies
-from lightning_embinit.inspect_cli import main as inspect_main
-from lightning_embinit.inspect_models import ShapeModel
 from tests.test_sources_hf import save_bert
 
 SPECIALS = {"pad": "<pad>", "unk": "<unk>"}

@@ -5,8 +5,8 @@ import lightning as L
 import pytest
 import torch
 
-from lightning_embinit import cli
 from lightning_embinit.callbacks import VocabularyExtensionCallback
+from lightning_embinit.commands import main as cli
 from lightning_embinit.init.sources import resolve_source
 from lightning_embinit.models import TiedEmbeddingLM, TransformerClassifier
 from tests.test_cli import CONFIG, SMALL

@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 from lightning.pytorch.callbacks import Callback
 
-from lightning_embinit import cli
+from lightning_embinit.commands import main as cli
 from lightning_embinit.studies import Study, StudyError, prepare_sweep, run_study, write_report
 from tests.study_helpers import tiny_study, write_study
 

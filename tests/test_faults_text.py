@@ -7,7 +7,7 @@ import re
 
 import pytest
 
-from lightning_embinit import cli
+from lightning_embinit.commands import main as cli
 from lightning_embinit.text_files import open_text, read_text_lines
 from lightning_embinit.vocabulary import read_token_file
 

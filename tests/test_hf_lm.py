@@ -17,9 +17,9 @@ import transformers as T
 from lightning.pytorch import Callback, Trainer
 
 from lightning_embinit import EmbeddingInitCallback, LanguageModelDataModule
+from lightning_embinit.commands.lightning_cli import embinit_cli
 from lightning_embinit.data.lm import pack
 from lightning_embinit.init.host import discover_slots
-from lightning_embinit.lightning_cli import embinit_cli
 from lightning_embinit.models import HuggingFaceLM
 from lightning_embinit.text.tokenization import build_tokenizer
 from tests.test_cli_errors import console_script

@@ -46,9 +46,9 @@ FLOORS: list[tuple[str, tuple[str, ...]]] = [
     ("data", ("data",)),
     ("Lightning systems", ("models",)),
     ("callbacks", ("callbacks",)),
-    ("LightningCLI", ("lightning_cli",)),
+    ("LightningCLI", ("commands.lightning_cli",)),
     ("studies", ("studies",)),
-    ("commands", ("cli", "inspect_cli", "inspect_models", "quickstart", "study_cli", "use_cli", "__main__")),
+    ("commands", ("commands", "__main__")),
 ]
 """Floors, lowest first, by module-name prefix relative to the package (the longest prefix wins)."""
 

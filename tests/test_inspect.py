@@ -1,4 +1,4 @@
-"""``embinit inspect`` (lightning_embinit.inspect_cli.main): offline, in seconds, the callback's own numbers."""
+"""``embinit inspect`` (lightning_embinit.commands.inspect.main): offline, in seconds, the callback's own numbers."""
 
 import json
 import math
@@ -9,9 +9,9 @@ import lightning  # noqa: F401  (Lightning's log handler binds to the real stder
 import pytest
 import yaml
 
+from lightning_embinit.commands.inspect import main
 from lightning_embinit.diagnostics.initial_loss import tied_initial_loss
 from lightning_embinit.diagnostics.inspect import SLOT_FIELDS
-from lightning_embinit.inspect_cli import main
 from tests.shared_data import require_shared_data
 
 REQUIRED = (
@@ -75,7 +75,7 @@ def test_a_bare_shape_imports_no_lightning_and_reports_as_in_process(capsys):
         "json",
     ]
     code = (
-        "import sys\nfrom lightning_embinit.cli import main\n"
+        "import sys\nfrom lightning_embinit.commands.main import main\n"
         f"status = main({argv!r})\n"
         "print(status, sorted(m for m in sys.modules if m.split('.')[0] in ('lightning', 'pytorch_lightning')))"
     )
@@ -134,7 +134,7 @@ def test_inspect_equals_the_callbacks_own_report(tmp_path, capsys):
     from lightning.pytorch import LightningDataModule, LightningModule
 
     from lightning_embinit import EmbeddingInitCallback
-    from lightning_embinit.cli import EmbinitCLI
+    from lightning_embinit.commands.main import EmbinitCLI
 
     glove = require_shared_data("glove", "glove.6B.50d.multi30k_subset.txt.gz")
     init = {

@@ -11,8 +11,8 @@ import torch
 import transformers as T
 from torch import nn
 
-from lightning_embinit.inspect_cli import main
-from lightning_embinit.inspect_models import model_from_config
+from lightning_embinit.commands.inspect import main
+from lightning_embinit.commands.inspect_models import model_from_config
 
 ROTARY = "no additive positional encoding (rotary embeddings in attention)"
 LLAMA = ["--model-type", "llama", "--vocab-size", "1000", "--dim", "64", "--num-layers", "1", "--num-heads", "2"]

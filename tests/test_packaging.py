@@ -110,7 +110,13 @@ def test_the_sdist_carries_the_license_and_builds_the_same_package(built):
         names = {name.split("/", 1)[1] for name in sdist.getnames() if "/" in name}
         base = sdist.getnames()[0].split("/")[0]
         metadata = _metadata(io.TextIOWrapper(sdist.extractfile(f"{base}/PKG-INFO")).read())
-    assert {"LICENSE", "README.md", "pyproject.toml", "lightning_embinit/py.typed", "lightning_embinit/cli.py"} <= names
+    assert {
+        "LICENSE",
+        "README.md",
+        "pyproject.toml",
+        "lightning_embinit/py.typed",
+        "lightning_embinit/commands/main.py",
+    } <= names
     assert not [name for name in names if name.startswith("tests/")], "a partial copy of the test suite"
     assert metadata["License-Expression"] == ["Apache-2.0"] and metadata["Version"] == [lightning_embinit.__version__]
 

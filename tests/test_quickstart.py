@@ -8,10 +8,10 @@ import lightning as L
 import pytest
 from lightning.pytorch import LightningDataModule, LightningModule
 
-from lightning_embinit import cli
+from lightning_embinit.commands import main as cli
+from lightning_embinit.commands.quickstart import LEGEND, format_table, main, run
 from lightning_embinit.data import LanguageModelDataModule
 from lightning_embinit.models import TiedEmbeddingLM
-from lightning_embinit.quickstart import LEGEND, format_table, main, run
 from lightning_embinit.studies import Study, headline, read_records
 from lightning_embinit.vocabulary import Vocabulary
 

@@ -11,7 +11,7 @@ import sys
 import warnings
 from pathlib import Path
 
-from lightning_embinit import quickstart
+from lightning_embinit.commands import quickstart
 from lightning_embinit.quiet import RANK_ZERO_LOGGERS, LightningTipFilter, quiet_lightning_noise
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -53,7 +53,7 @@ def test_the_noise_is_left_out_only_inside_the_context():
 
 def test_importing_the_package_and_its_cli_installs_no_filter():
     code = (
-        "import logging, warnings, lightning_embinit.cli, lightning_embinit.quickstart\n"
+        "import logging, warnings, lightning_embinit.commands.main, lightning_embinit.commands.quickstart\n"
         "from lightning_embinit.quiet import RANK_ZERO_LOGGERS\n"
         "print(any(logging.getLogger(n).filters for n in RANK_ZERO_LOGGERS),"
         " any('LeafSpec' in str(f[1] and f[1].pattern) for f in warnings.filters))"
@@ -129,7 +129,7 @@ def test_the_quickstart_prints_progress_through_a_pipe_before_it_ends():
         [
             sys.executable,
             "-m",
-            "lightning_embinit.quickstart",
+            "lightning_embinit.commands.quickstart",
             "--settings",
             "tied-normal,untied-normal",
             "--steps",

@@ -7,7 +7,7 @@ from __future__ import annotations
 import subprocess
 import sys
 
-from lightning_embinit import cli
+from lightning_embinit.commands import main as cli
 
 LIGHT_PATHS = [["--help"], ["-h"], ["translate"], ["--version"], [], ["report", "--help"], ["sweep", "--help"]]
 
@@ -15,7 +15,7 @@ LIGHT_PATHS = [["--help"], ["-h"], ["translate"], ["--version"], [], ["report", 
 def test_help_and_argument_errors_import_neither_lightning_nor_torch():
     code = (
         "import contextlib, io, sys\n"
-        "import lightning_embinit.cli as cli\n"
+        "import lightning_embinit.commands.main as cli\n"
         f"for argv in {LIGHT_PATHS!r}:\n"
         "    with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):\n"
         "        with contextlib.suppress(SystemExit):\n"

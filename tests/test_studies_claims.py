@@ -12,8 +12,8 @@ import pytest
 import torch
 from scipy import stats
 
-from lightning_embinit import cli
 from lightning_embinit.callbacks import EmbeddingVarianceMonitor, InitialLossMonitor, LearningSpeedMonitor, LexicalProbe
+from lightning_embinit.commands import main as cli
 from lightning_embinit.studies.claims import (
     COST_NAMES,
     MONITOR_NAMES,

@@ -17,7 +17,7 @@ from typing import Any
 
 import pytest
 
-from lightning_embinit import cli
+from lightning_embinit.commands import main as cli
 from lightning_embinit.studies import Study
 from lightning_embinit.studies.keys import StudyError, get_key
 from lightning_embinit.studies.plan import validate_trials

@@ -78,7 +78,7 @@ def test_trials_on_a_running_ray_instance_write_the_records_the_report_reads_and
 def test_one_trial_as_a_two_worker_ddp_run_on_ray_train(tmp_path):
     """`--engine ray --ddp-workers 2`: a Tune trial starts a TorchTrainer of 2 gloo workers (RayDDPStrategy,
     RayLightningEnvironment, prepare_trainer); rank 0's record reaches the results, and Ray keeps no checkpoint."""
-    from lightning_embinit import cli
+    from lightning_embinit.commands import main as cli
 
     best = {"checkpoints": "best"}
     study = write_study(tmp_path / "tiny.yaml", tiny_study(settings={"normal": {}}, seeds=[0], protocol=best))
@@ -113,7 +113,7 @@ def test_one_trial_as_a_two_worker_ddp_run_on_ray_train(tmp_path):
 
 
 def test_ddp_workers_need_the_ray_engine(tmp_path, capsys):
-    from lightning_embinit import cli
+    from lightning_embinit.commands import main as cli
 
     study = write_study(tmp_path / "tiny.yaml", tiny_study(seeds=[0]))
     assert cli.main(["sweep", str(study), "--ddp-workers", "2", "--results", str(tmp_path / "r")]) == 2

@@ -236,7 +236,7 @@ def test_the_thread_budget_is_checked_against_the_cores():
 def test_engine_ray_without_ray_names_the_install_command(monkeypatch, tmp_path, capsys):
     import importlib.util
 
-    from lightning_embinit import cli
+    from lightning_embinit.commands import main as cli
 
     real = importlib.util.find_spec
     monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "ray" else real(name, *a))

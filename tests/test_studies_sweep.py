@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from lightning_embinit import cli
+from lightning_embinit.commands import main as cli
 from lightning_embinit.studies import Study, run_study, write_report
 from lightning_embinit.studies.worker import trial_process_state
 from tests.study_helpers import tiny_study, write_study

@@ -12,7 +12,8 @@ import lightning as L
 import pytest
 import torch
 
-from lightning_embinit import cli
+from lightning_embinit.commands import main as cli
+from lightning_embinit.commands.use import generate_hugging_face
 from lightning_embinit.data import ClassificationDataModule, LanguageModelDataModule
 from lightning_embinit.models import (
     HuggingFaceLM,
@@ -23,7 +24,6 @@ from lightning_embinit.models import (
 )
 from lightning_embinit.text.text_tokenizer import WordTokenizer
 from lightning_embinit.text.tokenization import build_tokenizer
-from lightning_embinit.use_cli import generate_hugging_face
 from tests.shared_data import require_shared_data
 from tests.test_cli_errors import console_script
 from tests.translation_helpers import TINY, TINY_REINFORCED, multi30k_data, multi30k_lines, tokenizer_configs, trainer

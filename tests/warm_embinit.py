@@ -29,11 +29,11 @@ import tempfile
 from pathlib import Path
 
 PRELOAD = (
-    "lightning_embinit.cli",
-    "lightning_embinit.lightning_cli",
-    "lightning_embinit.inspect_cli",
-    "lightning_embinit.study_cli",
-    "lightning_embinit.use_cli",
+    "lightning_embinit.commands.main",
+    "lightning_embinit.commands.lightning_cli",
+    "lightning_embinit.commands.inspect",
+    "lightning_embinit.commands.study",
+    "lightning_embinit.commands.use",
     "matplotlib.pyplot",
 )
 """What the server imports once; the rest is imported by each child on use."""
@@ -102,7 +102,7 @@ def run_child(connection: socket.socket, request: dict, fds: list[int], console_
     numpy.random.seed()
     status = 1
     try:
-        from lightning_embinit.cli import main
+        from lightning_embinit.commands.main import main
 
         status = exit_status(main())
     except SystemExit as done:

@@ -9,7 +9,8 @@ from __future__ import annotations
 import argparse
 import re
 
-from lightning_embinit import inspect_cli, study_cli
+from lightning_embinit.commands import inspect as inspect_cli
+from lightning_embinit.commands import study as study_cli
 
 _MARKUP = re.compile(r"([*`|_\\])")
 

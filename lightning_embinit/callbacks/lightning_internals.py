@@ -2,8 +2,8 @@
 package then warns with :class:`LightningInternalsWarning` (an error under the test suite) and takes the safe path.
 ``make test-lightning-latest`` runs their tests against the newest Lightning on the package index.
 
-1. ``LightningCLI._parse_ckpt_path``, overridden by ``EmbinitCLI`` (``lightning_cli.py``; Lightning offers no public
-   hook to adjust the model configuration read from ``--ckpt_path``), whose call is checked in
+1. ``LightningCLI._parse_ckpt_path``, overridden by ``EmbinitCLI`` (``commands/lightning_cli.py``; Lightning offers no
+   public hook to adjust the model configuration read from ``--ckpt_path``), whose call is checked in
    ``before_instantiate_classes``;
 2. how Lightning re-creates a ``BatchSampler`` subclass around its ``DistributedSampler`` and calls ``set_epoch`` on
    ``batch_sampler.sampler`` (``data/batching.py``): the 2-process DDP tests of the data modules fail if it changes.

@@ -26,7 +26,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 
-from lightning_embinit.lightning_cli import EmbinitCLI
+from lightning_embinit.commands.lightning_cli import EmbinitCLI
 from lightning_embinit.studies.keys import StudyError, set_key, substitute_environment
 from lightning_embinit.studies.records import (
     STUDY_FILE,

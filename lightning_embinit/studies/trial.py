@@ -31,7 +31,7 @@ from lightning.pytorch.callbacks import ModelCheckpoint
 from lightning.pytorch.loggers import CSVLogger
 from lightning.pytorch.utilities.model_helpers import is_overridden
 
-from lightning_embinit.lightning_cli import EmbinitCLI, embinit_cli
+from lightning_embinit.commands.lightning_cli import EmbinitCLI, embinit_cli
 from lightning_embinit.quiet import quiet_lightning_noise
 from lightning_embinit.studies.outcome import (
     EpochClock,

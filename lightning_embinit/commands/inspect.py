@@ -3,7 +3,7 @@ usage in docs/diagnostics.md).
 
 The model comes from a config (parsed by ``embinit fit``'s LightningCLI parser: model, datamodule and trainer
 callbacks are instantiated, nothing is trained), from a Hugging Face or litgpt config (built on the meta device by
-:mod:`lightning_embinit.inspect_models`) or from a bare shape. The config's
+:mod:`lightning_embinit.commands.inspect_models`) or from a bare shape. The config's
 :class:`~lightning_embinit.callbacks.EmbeddingInitCallback`, its options overridden by ``--source``,
 ``--standardize``, ... ``--tokens``, is applied by its own engine
 (:meth:`~lightning_embinit.init.engine.EmbeddingInitializer.run`); without the callback and options the model's
@@ -25,6 +25,7 @@ import torch
 from torch import nn
 
 from lightning_embinit.checks import check_finite, check_int, choice_error
+from lightning_embinit.commands.inspect_models import POSITIONALS, ShapeModel, model_from_config
 from lightning_embinit.diagnostics.absorption import POSITIONAL_THRESHOLD, SEMANTIC_THRESHOLD
 from lightning_embinit.diagnostics.inspect import format_inspection, inspection
 from lightning_embinit.init.engine import EmbeddingInitializer
@@ -33,7 +34,6 @@ from lightning_embinit.init.pipeline import slot_report
 from lightning_embinit.init.positional import LAYOUTS
 from lightning_embinit.init.recipe import InitRecipe
 from lightning_embinit.init.tokens import load_tokens
-from lightning_embinit.inspect_models import POSITIONALS, ShapeModel, model_from_config
 from lightning_embinit.modules.inputs import resolve_scale
 
 SHAPE_DEFAULTS = {
@@ -212,7 +212,7 @@ def _option_initializer(args: argparse.Namespace) -> EmbeddingInitializer | None
 def _from_config(args: argparse.Namespace, extra: Sequence[str]) -> tuple[nn.Module, Any, EmbeddingInitializer | None]:
     """(model, datamodule, the callback's initializer or None) from a config, through ``embinit fit``'s parser."""
     from lightning_embinit.callbacks.embedding_init import EmbeddingInitCallback
-    from lightning_embinit.lightning_cli import embinit_cli
+    from lightning_embinit.commands.lightning_cli import embinit_cli
     from lightning_embinit.models.module import class_from_path
 
     with warnings.catch_warnings():  # `embinit inspect` hands LightningCLI its own args, not sys.argv
@@ -247,7 +247,7 @@ def _from_config(args: argparse.Namespace, extra: Sequence[str]) -> tuple[nn.Mod
 
 def _from_model_config(args: argparse.Namespace) -> tuple[nn.Module, Any, EmbeddingInitializer | None]:
     """(model, None, initializer or None) from a Hugging Face or litgpt config
-    (:mod:`lightning_embinit.inspect_models`); no option: the model's own initialization."""
+    (:mod:`lightning_embinit.commands.inspect_models`); no option: the model's own initialization."""
     shape_only = [
         f"--{name.replace('_', '-')}" for name, default in SHAPE_DEFAULTS.items() if getattr(args, name) != default
     ]
@@ -352,7 +352,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         result = run_inspection(args, extra)
     except (ValueError, TypeError, LookupError, OSError, ImportError) as error:
-        from lightning_embinit.lightning_cli import debug_requested, print_error
+        from lightning_embinit.commands.lightning_cli import debug_requested, print_error
 
         if debug_requested():
             raise

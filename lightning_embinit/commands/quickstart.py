@@ -150,7 +150,7 @@ def print_progress(row: dict[str, float | str]) -> None:
 def headline_verdict(config: Path) -> str:
     """``embinit inspect --config <config>``'s verdict on one trial's start, with the countermeasures of
     each problem."""
-    from lightning_embinit.inspect_cli import build_parser, run_inspection
+    from lightning_embinit.commands.inspect import build_parser, run_inspection
 
     result = run_inspection(build_parser().parse_args(["--config", str(config)]))
     lines = ["sound" if result["verdict"] == "ok" else "fix the start before training"]
@@ -205,7 +205,7 @@ def quiet_lightning() -> Iterator[None]:
 def main(argv: Sequence[str] | None = None) -> int:
     """Console entry point: parse options, run both parts, print their tables; 0 on success."""
     parser = argparse.ArgumentParser(
-        prog="python -m lightning_embinit.quickstart", description=__doc__.split("\n\n")[0]
+        prog="python -m lightning_embinit.commands.quickstart", description=__doc__.split("\n\n")[0]
     )
     parser.add_argument(
         "--settings", default=",".join(SETTINGS), help=f"part 1, comma-separated, from: {', '.join(SETTINGS)}"

@@ -1,7 +1,7 @@
 """The ``embinit`` command: a LightningCLI over any LightningModule and LightningDataModule (``embinit fit --config
-cfg.yaml``, ``embinit validate|test ...``; :mod:`lightning_embinit.lightning_cli`), and the commands of
-:data:`OTHER_COMMANDS`: ``inspect`` (:mod:`lightning_embinit.inspect_cli`), ``sweep|report``
-(:mod:`lightning_embinit.study_cli`), ``translate|generate|classify`` (:mod:`lightning_embinit.use_cli`, which
+cfg.yaml``, ``embinit validate|test ...``; :mod:`lightning_embinit.commands.lightning_cli`), and the commands of
+:data:`OTHER_COMMANDS`: ``inspect`` (:mod:`lightning_embinit.commands.inspect`), ``sweep|report``
+(:mod:`lightning_embinit.commands.study`), ``translate|generate|classify`` (:mod:`lightning_embinit.commands.use`, which
 ``embinit predict`` points to rather than print nothing).
 
 Exit status: 0 on success; 2 when the arguments or the config are refused (one line on stderr:
@@ -23,12 +23,12 @@ _FROM_LIGHTNING_CLI = ("CHECKPOINT_TO_DATA", "DATA_TO_MODEL_LINKS", "EmbinitCLI"
 
 __all__ = [*_FROM_LIGHTNING_CLI, "main"]
 OTHER_COMMANDS = {
-    "inspect": ("lightning_embinit.inspect_cli", "main"),
-    "sweep": ("lightning_embinit.study_cli", "sweep_main"),
-    "report": ("lightning_embinit.study_cli", "report_main"),
-    "translate": ("lightning_embinit.use_cli", "translate_main"),
-    "generate": ("lightning_embinit.use_cli", "generate_main"),
-    "classify": ("lightning_embinit.use_cli", "classify_main"),
+    "inspect": ("lightning_embinit.commands.inspect", "main"),
+    "sweep": ("lightning_embinit.commands.study", "sweep_main"),
+    "report": ("lightning_embinit.commands.study", "report_main"),
+    "translate": ("lightning_embinit.commands.use", "translate_main"),
+    "generate": ("lightning_embinit.commands.use", "generate_main"),
+    "classify": ("lightning_embinit.commands.use", "classify_main"),
 }
 """The commands beside LightningCLI's: the module and function that run each, imported on use."""
 MORE_COMMANDS = (
@@ -54,10 +54,10 @@ def __getattr__(name: str) -> Any:
     """The LightningCLI names, imported on first use (``embinit sweep`` starts its trial server before
     Lightning loads)."""
     if name in _FROM_LIGHTNING_CLI:
-        from lightning_embinit import lightning_cli
+        from lightning_embinit.commands import lightning_cli
 
         return getattr(lightning_cli, name)
-    raise AttributeError(f"module 'lightning_embinit.cli' has no attribute {name!r}")
+    raise AttributeError(f"module 'lightning_embinit.commands.main' has no attribute {name!r}")
 
 
 def main(args: Any = None) -> int:
@@ -97,7 +97,7 @@ def main(args: Any = None) -> int:
 def lightning_main(args: Sequence[str] | None = None) -> int:
     """``embinit fit|validate|test|predict ...`` (``args``; None: ``sys.argv``): 0 when the subcommand ran, 2 when
     the arguments or the config were refused, 1 when the run failed; each failure is one line on stderr."""
-    from lightning_embinit.lightning_cli import CONFIG_ERROR, debug_requested, embinit_cli, print_error
+    from lightning_embinit.commands.lightning_cli import CONFIG_ERROR, debug_requested, embinit_cli, print_error
 
     argv = sys.argv[1:] if args is None else list(args)
     command = " ".join(["embinit", *[a for a in argv if not a.startswith("-")][:1]])
