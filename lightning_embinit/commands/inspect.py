@@ -43,7 +43,7 @@ SHAPE_DEFAULTS = {
     "max_len": 512,
     "padding_idx": None,
 }
-"""The options only a bare shape takes (a model brings its own), with their defaults."""
+"""The options only a bare shape takes (a model config brings its own), with their defaults."""
 SIZES = ("vocab_size", "dim", "num_layers", "num_heads")
 CALLBACK_OPTIONS = ("source", "standardize", "match", "shuffle", "scale", "trainable", "seed", "tokens")
 
@@ -112,15 +112,13 @@ def _add_model_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def _add_shape_arguments(parser: argparse.ArgumentParser) -> None:
+    """The bare shape's options; each defaults to None (:data:`SHAPE_DEFAULTS` fills it in), so that one given with
+    a model config is refused even when it names the default."""
     shape = parser.add_argument_group("bare shape (a model config brings its own)")
-    shape.add_argument(
-        "--input-scale", default=SHAPE_DEFAULTS["input_scale"], help="sqrt_d (default), inv_sqrt_d, none, or a number"
-    )
-    shape.add_argument("--positional", default=SHAPE_DEFAULTS["positional"], choices=POSITIONALS)
-    shape.add_argument("--positional-layout", default=SHAPE_DEFAULTS["positional_layout"], choices=LAYOUTS)
-    shape.add_argument(
-        "--max-len", type=_integer(1), default=SHAPE_DEFAULTS["max_len"], help="positions in the encoding"
-    )
+    shape.add_argument("--input-scale", help="sqrt_d (default), inv_sqrt_d, none, or a number")
+    shape.add_argument("--positional", choices=POSITIONALS, help="default: sinusoidal")
+    shape.add_argument("--positional-layout", choices=LAYOUTS, help="default: interleaved")
+    shape.add_argument("--max-len", type=_integer(1), help="positions in the encoding (default: 512)")
     shape.add_argument("--padding-idx", type=_integer(0), help="the padding row")
 
 
@@ -248,9 +246,7 @@ def _from_config(args: argparse.Namespace, extra: Sequence[str]) -> tuple[nn.Mod
 def _from_model_config(args: argparse.Namespace) -> tuple[nn.Module, Any, EmbeddingInitializer | None]:
     """(model, None, initializer or None) from a Hugging Face or litgpt config
     (:mod:`lightning_embinit.commands.inspect_models`); no option: the model's own initialization."""
-    shape_only = [
-        f"--{name.replace('_', '-')}" for name, default in SHAPE_DEFAULTS.items() if getattr(args, name) != default
-    ]
+    shape_only = [f"--{name.replace('_', '-')}" for name in SHAPE_DEFAULTS if getattr(args, name) is not None]
     if shape_only:
         raise ValueError(
             f"{', '.join(shape_only)}: a bare shape's option; a model config brings its own input scale, positions "
@@ -278,16 +274,19 @@ def _from_shape(args: argparse.Namespace) -> tuple[nn.Module, Any, EmbeddingInit
         vocab_size = len(load_tokens(args.tokens, what="--tokens ").tokens)
     if vocab_size is None or args.dim is None:
         raise ValueError("give --config, or a bare shape with --vocab-size (or --tokens) and --dim")
-    input_scale = resolve_scale(args.input_scale, args.dim, option="--input-scale")
+    shape = {
+        name: default if getattr(args, name) is None else getattr(args, name)
+        for name, default in SHAPE_DEFAULTS.items()
+    }
     model = ShapeModel(
         vocab_size,
         args.dim,
         tied=args.tied,
-        input_scale=input_scale,
-        positional=args.positional,
-        layout=args.positional_layout,
-        max_len=args.max_len,
-        padding_idx=args.padding_idx,
+        input_scale=resolve_scale(shape["input_scale"], args.dim, option="--input-scale"),
+        positional=shape["positional"],
+        layout=shape["positional_layout"],
+        max_len=shape["max_len"],
+        padding_idx=shape["padding_idx"],
     )
     return model, None, _option_initializer(args) or EmbeddingInitializer(seed=0)
 

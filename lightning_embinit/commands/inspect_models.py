@@ -10,7 +10,9 @@ a billion-parameter config allocates its embedding tables and nothing else.
 from __future__ import annotations
 
 import difflib
-from collections.abc import Callable, Mapping
+import traceback
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -18,26 +20,18 @@ import torch
 from torch import nn
 
 from lightning_embinit.checks import check_choice
+from lightning_embinit.commands.inspect_limits import (
+    HF_SIZES,
+    LITGPT_SIZES,
+    check_hf_sizes,
+    check_litgpt_sizes,
+    check_memory,
+)
 from lightning_embinit.init.host import EmbeddingSlot
 from lightning_embinit.modules.inputs import EmbeddingInput
 
 POSITIONALS = ("sinusoidal", "none")
 
-HF_SIZES = {
-    "vocab_size": "vocab_size",
-    "dim": "hidden_size",
-    "num_layers": "num_hidden_layers",
-    "num_heads": "num_attention_heads",
-}
-"""The Hugging Face config field each size sets (``dim`` sets ``hidden_size``); a config's ``attribute_map`` turns it
-into its own name (GPT-2's ``n_embd``)."""
-LITGPT_SIZES = {
-    "vocab_size": ("vocab_size", "padded_vocab_size"),
-    "dim": ("n_embd",),
-    "num_layers": ("n_layer",),
-    "num_heads": ("n_head",),
-}
-"""Size option → the litgpt ``Config`` fields it sets."""
 AUTO_CLASSES = (
     ("AutoModelForSeq2SeqLM", "MODEL_FOR_SEQ_TO_SEQ_CAUSAL_LM_MAPPING_NAMES"),
     ("AutoModelForMaskedLM", "MODEL_FOR_MASKED_LM_MAPPING_NAMES"),
@@ -71,6 +65,7 @@ class ShapeModel(nn.Module):
                 f"--padding-idx {padding_idx} is not a row of the table's {vocab_size} rows (0 … {vocab_size - 1})"
             )
         check_choice("--positional", positional, POSITIONALS, hint="a learned table is inspected through --config")
+        check_memory({"tokens": ((vocab_size, dim), torch.get_default_dtype())})
         table = nn.Embedding(vocab_size, dim, padding_idx=padding_idx)
         self.input = EmbeddingInput(
             table,
@@ -103,14 +98,56 @@ def hugging_face_config(source: str | None, model_type: str | None, fields: Mapp
             )
         defaults = CONFIG_MAPPING[model_type]()
         _check_fields(defaults, fields)
-        return AutoConfig.for_model(model_type, **fields)
-    if Path(source).is_dir() and not (Path(source) / "config.json").is_file():
+        with _field_types(f"--model-type {model_type}"):
+            return AutoConfig.for_model(model_type, **fields)
+    local = _local_config(source)
+    try:
+        with _field_types(f"--hf-config {source}"):
+            config, unused = AutoConfig.from_pretrained(local or source, return_unused_kwargs=True, **fields)
+    except OSError as error:
+        if local is not None:
+            raise
+        reason = " ".join(str(error).split()) or type(error).__name__
         raise ValueError(
-            f"--hf-config {source}: the directory holds no config.json (write one with config.save_pretrained(dir))"
-        )
-    config, unused = AutoConfig.from_pretrained(source, return_unused_kwargs=True, **fields)
+            f"--hf-config {source}: no such directory, and the hub gives no config for it: {reason}"
+        ) from None
     _check_fields(config, unused)
     return config
+
+
+@contextmanager
+def _field_types(where: str) -> Iterator[None]:
+    """transformers' refusal of a field's type (``n_embd`` 1000.0 for an int) as one ValueError naming ``where``."""
+    from huggingface_hub.errors import StrictDataclassError
+
+    try:
+        yield
+    except StrictDataclassError as error:
+        raise ValueError(f"{where}: {' '.join(str(error).split())}") from None
+
+
+def _local_config(source: str) -> str | None:
+    """The local path ``source`` names (a directory holding ``config.json``, or a config file), None for a hub name;
+    ValueError for a directory without ``config.json``, or a path that is not there and cannot be a hub name."""
+    from huggingface_hub.utils import HFValidationError, validate_repo_id
+
+    path = Path(source).expanduser()
+    if path.is_dir():
+        if not (path / "config.json").is_file():
+            raise ValueError(
+                f"--hf-config {source}: the directory holds no config.json (write one with config.save_pretrained(dir))"
+            )
+        return str(path)
+    if path.exists():
+        return str(path)
+    try:
+        validate_repo_id(source)
+    except HFValidationError:
+        raise ValueError(
+            f"--hf-config {source}: no such directory; give a directory holding config.json "
+            "(config.save_pretrained writes one) or a hub name such as openai-community/gpt2"
+        ) from None
+    return None
 
 
 def _check_fields(config: Any, fields: Mapping[str, Any]) -> None:
@@ -148,7 +185,8 @@ def model_from_config(
     options: Mapping[str, Any] | None = None,
 ) -> nn.Module:
     """The model of a Hugging Face config (``hf_config`` or ``model_type``) or a litgpt config name, with ``sizes``
-    (``vocab_size``, ``dim``, ``num_layers``, ``num_heads``) and other config fields ``options`` set."""
+    (``vocab_size``, ``dim``, ``num_layers``, ``num_heads``) and other config fields ``options`` set; its sizes are
+    checked (:mod:`~lightning_embinit.commands.inspect_limits`) before anything is built."""
     sizes, options = dict(sizes or {}), dict(options or {})
     if litgpt_config is not None:  # litgpt.GPT, its token table as GPT leaves it (torch's N(0, 1))
         try:
@@ -156,24 +194,50 @@ def model_from_config(
         except ImportError:
             raise ImportError("--litgpt-config needs litgpt (pip install litgpt)") from None
         fields = {field: value for size, value in sizes.items() for field in LITGPT_SIZES[size]}
-        config = Config.from_name(litgpt_config, **{**fields, **options})
-        model = on_meta(lambda: GPT(config))
+        check_litgpt_sizes(litgpt_config, {**fields, **options}, options)
+        config = _built(
+            f"--litgpt-config {litgpt_config}", lambda: Config.from_name(litgpt_config, **{**fields, **options})
+        )
+        model = on_meta(lambda: _built(f"--litgpt-config {litgpt_config}", lambda: GPT(config)))
         for module in model.modules():
             if isinstance(module, nn.Embedding):
                 module.reset_parameters()
         return model
     fields = {HF_SIZES[size]: value for size, value in sizes.items()}
     config = hugging_face_config(hf_config, model_type, {**fields, **options})
-    model = on_meta(lambda: auto_class(config).from_config(config))
+    where = f"--hf-config {hf_config}" if hf_config is not None else f"--model-type {model_type}"
+    check_hf_sizes(config, where, options)
+    cls = auto_class(config)
+    model = on_meta(lambda: _built(where, lambda: cls.from_config(config)))
     model.init_weights()  # initializes the real tables as from_config on the CPU would, and re-ties the head
     return model
 
 
+def _built(where: str, build: Callable[[], Any]) -> Any:
+    """``build()``; an error of the library's own checks (an assert, a shape it refuses) as one ValueError naming the
+    config and the library's reason."""
+    try:
+        return build()
+    except (AssertionError, RuntimeError, ValueError, TypeError, IndexError, KeyError) as error:
+        reason = str(error).strip().splitlines()[0] if str(error).strip() else ""
+        if not reason:
+            frames = traceback.extract_tb(error.__traceback__)
+            reason = f"{type(error).__name__} at {frames[-1].line!r}" if frames else type(error).__name__
+        raise ValueError(f"{where}: the config does not build a model: {reason}") from None
+
+
 def on_meta(build: Callable[[], nn.Module]) -> nn.Module:
     """``build()`` on the meta device, then every ``nn.Embedding``'s parameters and buffers re-created (uninitialized)
-    on the CPU; a module that shares a table's weight (a tied head) shares the new one."""
+    on the CPU, once :func:`~lightning_embinit.commands.inspect_limits.check_memory` finds room for them; a module
+    that shares a table's weight (a tied head) shares the new one."""
     with torch.device("meta"):
         model = build()
+    tables: dict[int, tuple[str, torch.Tensor]] = {}
+    for prefix, table in model.named_modules():
+        if isinstance(table, nn.Embedding):
+            for name, tensor in (*table.named_buffers(recurse=False), *table.named_parameters(recurse=False)):
+                tables.setdefault(id(tensor), (f"{prefix}.{name}", tensor))
+    check_memory({name: (tuple(tensor.shape), tensor.dtype) for name, tensor in tables.values()})
     real: dict[int, nn.Parameter] = {}
     for table in model.modules():
         if isinstance(table, nn.Embedding):
