@@ -27,7 +27,9 @@ class EmbeddingSlot:
     ``tied_modules`` are output layers whose weight *is* this table's. ``tokens`` names the rows by id; rows past the
     last token are out-of-vocabulary rows for pre-trained sources. A known family's slot also carries ``family``,
     ``positions`` (in words), and what follows the table when its vocabulary changes: the untied ``output_layers``, the
-    ``vocabulary_biases`` (one entry per token) and ``after_resize(n)`` (the model's vocabulary size).
+    ``vocabulary_biases`` (one entry per token) and ``after_resize(n)`` (the model's vocabulary size), and how its
+    scale and positions were found (``input_scale_found_by``, ``positions_found_by``: names and flags, or a probe of
+    the model's own forward).
     """
 
     name: str
@@ -43,6 +45,8 @@ class EmbeddingSlot:
     output_layers: tuple[str, ...] = ()
     vocabulary_biases: tuple[str, ...] = ()
     after_resize: Callable[[int], None] | None = None
+    input_scale_found_by: str | None = None
+    positions_found_by: str | None = None
 
     def __post_init__(self) -> None:
         if not isinstance(self.embedding, nn.Embedding):
@@ -119,6 +123,8 @@ def family_slot(root: nn.Module, prefix: str, family: str, table: TokenTable) ->
         output_layers=tuple(join(prefix, layer) for layer in table.output_layers),
         vocabulary_biases=tuple(join(prefix, bias) for bias in table.vocabulary_biases),
         after_resize=table.after_resize,
+        input_scale_found_by=table.input_scale_found_by,
+        positions_found_by=table.positions_found_by,
     )
 
 

@@ -26,6 +26,8 @@ class TokenTable:
     ``output_layers`` the untied output layers over the same vocabulary (their biases follow them);
     ``vocabulary_biases`` the other tensors with one entry per token along their last dimension (a tied head's bias,
     BART's ``final_logits_bias``); ``after_resize(n)`` keeps the model's record of its vocabulary size in step.
+    ``input_scale_found_by`` and ``positions_found_by`` say in words how each was found (names and flags, the probe
+    of :mod:`~lightning_embinit.init.families.probe`, or both agreeing).
     """
 
     path: str
@@ -37,6 +39,8 @@ class TokenTable:
     output_layers: tuple[str, ...] = ()
     vocabulary_biases: tuple[str, ...] = ()
     after_resize: Callable[[int], None] | None = None
+    input_scale_found_by: str | None = None
+    positions_found_by: str | None = None
 
 
 @dataclass(frozen=True)

@@ -1,7 +1,7 @@
 """Decoder-only families built from their own code: litgpt's ``GPT`` (``transformer.wte``, rotary, input scale √d
 when ``config.scale_embeddings``), torchtune's ``TransformerDecoder`` (``tok_embeddings``, a ``TiedLinear`` or untied
 ``output``, rotary, √d for Gemma) and nanoGPT (``transformer.wte`` with the learned ``transformer.wpe`` added
-unscaled, ``lm_head`` tied).
+unscaled, ``lm_head`` tied). Each claim is checked by the probe of the model's own forward (:func:`~.settle.probed`).
 """
 
 from __future__ import annotations
@@ -12,33 +12,53 @@ from typing import Any
 from torch import nn
 
 from lightning_embinit.init.families.base import FAMILIES, Family, TokenTable, learned_rows
+from lightning_embinit.init.families.settle import Claim, probed
+
+ROTARY = "none: rotary embeddings in attention"
 
 
 def _is_litgpt(module: nn.Module) -> bool:
     return type(module).__name__ == "GPT" and type(module).__module__.startswith("litgpt.")
 
 
-def _wte_tables(model: nn.Module, **described: Any) -> list[TokenTable]:
+def _wte_tables(model: nn.Module, claim: Claim, length: int, **described: Any) -> list[TokenTable]:
     """The ``transformer.wte`` table of a GPT with an ``lm_head``, tied to it or not."""
-    tied = model.lm_head.weight is model.transformer.wte.weight
+    table = model.transformer.wte
+    tied = model.lm_head.weight is table.weight
     return [
         TokenTable(
             path="transformer.wte",
             output_layers=() if tied else ("lm_head",),
             vocabulary_biases=("lm_head.bias",) if tied and model.lm_head.bias is not None else (),
+            **_settled(model, table, claim, length),
             **described,
         )
     ]
 
 
+def _settled(model: nn.Module, table: nn.Embedding, claim: Claim, length: int) -> dict[str, Any]:
+    """The table's scale and positions as TokenTable fields: the claim, checked by the probe of ``model(ids)``."""
+    settled = probed(model, table, claim, lambda ids, _: model(ids), length)
+    return {
+        "input_scale": settled.input_scale,
+        "positions": settled.positions,
+        "positional_rows": settled.positional_rows,
+        "input_scale_found_by": settled.input_scale_found_by,
+        "positions_found_by": settled.positions_found_by,
+    }
+
+
 def _litgpt_tables(model: nn.Module) -> list[TokenTable]:
     scaled = getattr(model.config, "scale_embeddings", False)
-    return _wte_tables(
-        model,
-        input_scale=math.sqrt(model.transformer.wte.embedding_dim) if scaled else 1.0,
-        positions="none: rotary embeddings in attention",
-        after_resize=lambda size: _set_litgpt_size(model, size),
+    width = model.transformer.wte.embedding_dim
+    claim = Claim(
+        math.sqrt(width) if scaled else 1.0,
+        "config.scale_embeddings (√d)" if scaled else "no scale flag (1)",
+        ROTARY,
+        None,
+        ROTARY,
     )
+    return _wte_tables(model, claim, model.config.block_size, after_resize=lambda size: _set_litgpt_size(model, size))
 
 
 def _set_litgpt_size(model: nn.Module, size: int) -> None:
@@ -55,13 +75,19 @@ def _torchtune_tables(model: nn.Module) -> list[TokenTable]:
     table, output = model.tok_embeddings, model.output
     tied = getattr(output, "tied_module", None) is table
     scaled = "Gemma" in type(model).__name__
+    claim = Claim(
+        math.sqrt(table.embedding_dim) if scaled else 1.0,
+        "Gemma (√d)" if scaled else "no scale flag (1)",
+        ROTARY,
+        None,
+        ROTARY,
+    )
     return [
         TokenTable(
             path="tok_embeddings",
-            input_scale=math.sqrt(table.embedding_dim) if scaled else 1.0,
-            positions="none: rotary embeddings in attention",
             tied=("output",) if tied else (),
             output_layers=() if tied or not isinstance(output, nn.Linear) else ("output",),
+            **_settled(model, table, claim, getattr(model, "max_seq_len", None) or 512),
         )
     ]
 
@@ -78,10 +104,9 @@ def _is_nanogpt(module: nn.Module) -> bool:
 
 
 def _nanogpt_tables(model: nn.Module) -> list[TokenTable]:
-    positional_rows = learned_rows(model.transformer.wpe)
-    return _wte_tables(
-        model, input_scale=1.0, positions="learned table transformer.wpe", positional_rows=positional_rows
-    )
+    positions = model.transformer.wpe
+    claim = Claim(1.0, "nanoGPT adds unscaled rows (1)", "learned table transformer.wpe", learned_rows(positions))
+    return _wte_tables(model, claim, positions.num_embeddings)
 
 
 @FAMILIES.register("litgpt", summary="litgpt GPT (litgpt.model.GPT built from a litgpt Config)")

@@ -1,28 +1,31 @@
-"""Hugging Face ``PreTrainedModel``: the token table is ``get_input_embeddings()``; the rest comes from the model.
+"""Hugging Face ``PreTrainedModel``: its token tables are ``get_input_embeddings()`` and, in an encoder–decoder whose
+decoder has a table of its own (Marian with ``share_encoder_decoder_embeddings=False``, FSMT), the decoder's.
 
-- Output: ``get_output_embeddings()``, tied when it shares the weight; its bias and BART's ``final_logits_bias``.
-- Positions: a learned table beside the token table (``wpe``, ``position_embeddings``, ``embed_positions``) from its
-  first real position on (row ``offset``, or ``padding_idx + 1`` for RoBERTa), plus BERT's token-type-0 row; none
-  for rotary, ALiBi (BLOOM, MPT) and relative-bias (T5) models.
-- Input scale: √d where the model scales (``embed_scale``, ``config.scale_embedding``, Gemma), else 1.
+- Scale and positions: the names and flags of :mod:`~.hugging_face_names`, checked by running the model's own
+  forward on probe ids (:mod:`~.probe`, :mod:`~.settle`); the report says how each was found.
+- Output: ``get_output_embeddings()`` (FSMT: the decoder's ``output_projection``) belongs to the table the decoder
+  reads, tied when it shares the weight; its bias and ``final_logits_bias`` follow that table.
 - Padding row: the table's ``padding_idx``, else ``config.pad_token_id``.
+- Vocabulary size after a resize, as ``resize_token_embeddings`` / ``resize_decoder_token_embeddings`` keep it: the
+  (text) config's ``vocab_size`` (FSMT: ``src_vocab_size``) and the model's own, plus ``decoder_vocab_size`` when the
+  decoder shares the table; a decoder's own table: ``decoder_vocab_size`` (Marian) or ``tgt_vocab_size`` (FSMT).
 """
 
 from __future__ import annotations
 
-import math
+import inspect
 import sys
-from collections.abc import Callable
+import weakref
 
 import torch
 from torch import nn
 
-from lightning_embinit.init.families.base import FAMILIES, Family, TokenTable, learned_rows, module_path
+from lightning_embinit.init.families import hugging_face_names as names
+from lightning_embinit.init.families.base import FAMILIES, Family, TokenTable, module_path
+from lightning_embinit.init.families.probe import LENGTH, observe, probe_ids
+from lightning_embinit.init.families.settle import Finding, Settled, cached, find, settle, table_key
 
-POSITION_NAMES = ("wpe", "position_embeddings", "embed_positions")
-TOKEN_TYPE_NAMES = ("token_type_embeddings",)
-ALIBI_TYPES = ("bloom", "mpt", "falcon")
-SCALED_TYPES = ("gemma", "gemma2", "gemma3")
+DECODER_SIZE_FIELDS = ("decoder_vocab_size", "tgt_vocab_size")
 
 
 def is_hugging_face(module: nn.Module) -> bool:
@@ -30,81 +33,167 @@ def is_hugging_face(module: nn.Module) -> bool:
         return False
     from transformers import PreTrainedModel
 
-    return isinstance(module, PreTrainedModel) and isinstance(module.get_input_embeddings(), nn.Embedding)
+    if not isinstance(module, PreTrainedModel):
+        return False
+    try:
+        return isinstance(module.get_input_embeddings(), nn.Embedding)
+    except (NotImplementedError, AttributeError):
+        return False
 
 
-def _named(model: nn.Module, names: tuple[str, ...], skip: nn.Module) -> list[tuple[str, nn.Embedding]]:
-    return [
-        (path, module)
-        for path, module in model.named_modules()
-        if isinstance(module, nn.Embedding) and module is not skip and path.rpartition(".")[2] in names
-    ]
+def _runner(model: nn.Module):
+    accepted = inspect.signature(model.forward).parameters
+
+    def run(ids: torch.Tensor, decoder_ids: torch.Tensor | None) -> object:
+        inputs = {"input_ids": ids}
+        if decoder_ids is not None:
+            inputs["decoder_input_ids"] = decoder_ids
+        if "use_cache" in accepted:
+            inputs["use_cache"] = False
+        return model(**inputs)
+
+    return run
 
 
-def _positions(model: nn.Module, table: nn.Embedding) -> tuple[str, Callable[[], torch.Tensor] | None]:
-    config = model.config
-    positions = _named(model, POSITION_NAMES, table)
-    if positions:
-        path, learned = positions[0]
-        offset = getattr(learned, "offset", 0)
-        if not offset and learned.padding_idx is not None:
-            offset = learned.padding_idx + 1  # RoBERTa numbers positions from padding_idx + 1
-        types = _named(model, TOKEN_TYPE_NAMES, table)
-        described = f"learned table {path}" + (f" from row {offset}" if offset else "")
-        described += f" + token type 0 ({types[0][0]})" if types else ""
-        return described, learned_rows(learned, offset, *(module for _, module in types[:1]))
-    model_type = getattr(config, "model_type", "")
-    if any(path.endswith("relative_attention_bias") for path, _ in model.named_modules()):
-        return "none: relative position bias in attention", None
-    if model_type in ALIBI_TYPES or getattr(config, "alibi", False):
-        return "none: ALiBi bias in attention", None
-    if getattr(config, "rope_theta", None) is not None or any("Rotary" in type(m).__name__ for m in model.modules()):
-        return "none: rotary embeddings in attention", None
-    return "none found", None
+def _streams(model: nn.Module, tables: dict[str, nn.Embedding], lengths: dict[str, int]) -> dict[str, torch.Tensor]:
+    avoid = names.special_ids(model) | {t.padding_idx for t in tables.values() if t.padding_idx is not None}
+    return {
+        stream: probe_ids(tables.get(stream, tables["input"]).num_embeddings, lengths[stream], avoid, seed)
+        for seed, stream in enumerate(lengths)
+    }
 
 
-def _input_scale(model: nn.Module, table: nn.Embedding) -> float:
-    config = model.config
-    scale = getattr(table, "embed_scale", None)
-    if isinstance(scale, (int, float, torch.Tensor)):
-        return float(scale)
-    if getattr(config, "scale_embedding", False) or getattr(config, "model_type", "") in SCALED_TYPES:
-        return math.sqrt(table.embedding_dim)
-    return 1.0
+def _probe(model: nn.Module, primary: nn.Embedding, by_name: nn.Embedding | None) -> dict[str, object]:
+    """The probe's findings: per stream the decoder table's path (``decoder_table``) and a :class:`Finding`."""
+    decoding = names.decoder_module(model) is not None
+    lengths = {"input": LENGTH, **({"decoder": LENGTH} if decoding else {})}
+    tables = {"input": primary, **({"decoder": by_name} if by_name is not None else {})}
+    observed = observe(model, _runner(model), _streams(model, tables, lengths), {primary.embedding_dim})
+    found: dict[str, object] = {"decoder_table": None if by_name is None else module_path(model, by_name)}
+    if isinstance(observed, str):
+        return {**found, "input": Finding(None, None, "unknown", reason=observed), "decoder": observed}
+    own = [t for t in observed.tables("decoder") if getattr(t, "weight", None) is not primary.weight]
+    if decoding and observed.tables("decoder"):
+        found["decoder_table"] = module_path(model, own[0]) if own else None
+    skip = {id(t.weight) for t in (primary, *own)}
+    found["input"] = find(
+        model, observed.fit("input", primary), _claim(model, primary, None), primary.weight.dtype, skip
+    )
+    if found["decoder_table"] is not None:
+        table = model.get_submodule(found["decoder_table"])
+        fit = observed.fit("decoder", table)
+        found["decoder"] = find(model, fit, _claim(model, table, "decoder"), table.weight.dtype, skip)
+    return found
+
+
+def _claim(model: nn.Module, table: nn.Embedding, stream: str | None):
+    scope = names.decoder_module(model) if stream == "decoder" else model
+    return names.claim(model, scope or model, table)
+
+
+def _measure(model: nn.Module, stream: str, path: str):
+    """The added rows over every position, from a probe as long as the model's positions (rows no table holds)."""
+    held = weakref.ref(model)
+
+    def rows() -> torch.Tensor | None:
+        root = held()
+        if root is None:
+            return None
+        table = root.get_submodule(path)
+        lengths = {"input": LENGTH, **({"decoder": LENGTH} if names.decoder_module(root) is not None else {})}
+        lengths[stream] = names.positions_length(root)
+        tables = {"input": root.get_input_embeddings(), stream: table}
+        observed = observe(root, _runner(root), _streams(root, tables, lengths), {table.embedding_dim})
+        fit = observed if isinstance(observed, str) else observed.fit(stream, table)
+        return None if isinstance(fit, str) else fit.added
+
+    return rows
+
+
+def _settled(model: nn.Module, table: nn.Embedding, stream: str, finding: object) -> Settled:
+    if not isinstance(finding, Finding):
+        finding = Finding(None, None, "unknown", reason=str(finding))
+    return settle(model, _claim(model, table, stream), finding, _measure(model, stream, module_path(model, table)))
 
 
 def token_tables(model: nn.Module) -> list[TokenTable]:
-    table = model.get_input_embeddings()
+    primary = model.get_input_embeddings()
+    by_name = names.decoder_table(model, primary)
+    candidates = [primary] + ([by_name] if by_name is not None else [])
+    found = cached(model, table_key(model, candidates), lambda: _probe(model, primary, by_name))
+    decoder = None if found["decoder_table"] is None else model.get_submodule(found["decoder_table"])
+    tables = [_table(model, primary, _settled(model, primary, "input", found["input"]), head=decoder is None)]
+    if decoder is not None:
+        settled = _settled(model, decoder, "decoder", found.get("decoder", "the decoder was not probed"))
+        tables.append(_table(model, decoder, settled, head=True, decoder=True))
+    return tables
+
+
+def _head(model: nn.Module, table: nn.Embedding) -> nn.Module | None:
+    """The output layer over the table's vocabulary: ``get_output_embeddings()``, or FSMT's ``output_projection``
+    where that is the decoder's table itself."""
     output = model.get_output_embeddings()
-    tied = output is not None and getattr(output, "weight", None) is table.weight
+    if output is table or isinstance(output, nn.Embedding):
+        decoder = names.decoder_module(model)
+        output = getattr(decoder, "output_projection", None) if decoder is not None else None
+    return output if isinstance(output, nn.Linear) else None
+
+
+def _table(model: nn.Module, table: nn.Embedding, settled: Settled, *, head: bool, decoder: bool = False) -> TokenTable:
+    output = _head(model, table) if head else None
+    tied = output is not None and output.weight is table.weight
     biases = []
     if tied and getattr(output, "bias", None) is not None:
         biases.append(f"{module_path(model, output)}.bias")
-    if isinstance(getattr(model, "final_logits_bias", None), torch.Tensor):
+    if head and isinstance(getattr(model, "final_logits_bias", None), torch.Tensor):
         biases.append("final_logits_bias")
-    positions, rows = _positions(model, table)
     padding = table.padding_idx if table.padding_idx is not None else getattr(model.config, "pad_token_id", None)
-    return [
-        TokenTable(
-            path=module_path(model, table),
-            input_scale=_input_scale(model, table),
-            positions=positions,
-            positional_rows=rows,
-            padding_idx=padding if isinstance(padding, int) and 0 <= padding < table.num_embeddings else None,
-            output_layers=() if output is None or tied else (module_path(model, output),),
-            vocabulary_biases=tuple(biases),
-            after_resize=lambda size: _set_vocab_size(model, size),
-        )
-    ]
+    return TokenTable(
+        path=module_path(model, table),
+        input_scale=settled.input_scale,
+        positions=settled.positions,
+        positional_rows=settled.positional_rows,
+        padding_idx=padding if isinstance(padding, int) and 0 <= padding < table.num_embeddings else None,
+        output_layers=() if output is None or tied else (module_path(model, output),),
+        vocabulary_biases=tuple(biases),
+        after_resize=_resizer(model, decoder=decoder, shared=head and not decoder),
+        input_scale_found_by=settled.input_scale_found_by,
+        positions_found_by=settled.positions_found_by,
+    )
 
 
-def _set_vocab_size(model: nn.Module, size: int) -> None:
-    """What ``resize_token_embeddings`` keeps in step: the (text) config's ``vocab_size`` and the model's own."""
+def _resizer(model: nn.Module, *, decoder: bool, shared: bool):
+    held = weakref.ref(model)
+
+    def after_resize(size: int) -> None:
+        root = held()
+        if root is not None:
+            (_set_decoder_size if decoder else _set_vocab_size)(root, size, shared=shared)
+
+    return after_resize
+
+
+def _set_vocab_size(model: nn.Module, size: int, *, shared: bool) -> None:
+    """What ``resize_token_embeddings`` keeps in step: the (text) config's ``vocab_size`` (FSMT's ``src_vocab_size``)
+    and the model's own; Marian's ``decoder_vocab_size`` too when its decoder reads this table."""
     config = model.config
-    text_config = config.get_text_config() if callable(getattr(config, "get_text_config", None)) else config
-    text_config.vocab_size = size
+    if hasattr(config, "src_vocab_size"):
+        config.src_vocab_size = size
+    else:
+        names.text_config(model).vocab_size = size
     if hasattr(model, "vocab_size"):
         model.vocab_size = size
+    if shared and hasattr(config, "decoder_vocab_size"):
+        config.decoder_vocab_size = size
+
+
+def _set_decoder_size(model: nn.Module, size: int, *, shared: bool) -> None:
+    """What ``resize_decoder_token_embeddings`` keeps in step: ``decoder_vocab_size`` (Marian), or FSMT's
+    ``tgt_vocab_size``."""
+    for field in DECODER_SIZE_FIELDS:
+        if hasattr(model.config, field):
+            setattr(model.config, field, size)
+            return
 
 
 @FAMILIES.register("hugging_face", summary="transformers PreTrainedModel (get_input_embeddings, its config)")
