@@ -6,6 +6,10 @@ PYTEST_ARGS ?=
 # pytest-xdist: one worker per core; a test file's tests, or a docs page's blocks, stay on one worker (tests/conftest.py)
 XDIST ?= -n auto
 
+# setuptools' editable install warns, at every install, that a folder named like the package may shadow it; the
+# repository root is that folder on purpose
+EDITABLE = PYTHONWARNINGS="ignore:Editable installation" $(PY) -m pip install --quiet
+
 LATEST_VENV ?= .venv-lightning-latest
 DIST_VENV ?= .venv-dist
 
@@ -15,16 +19,19 @@ $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
 	$(PY) -m pip install --quiet torch==2.13.0
-	$(PY) -m pip install --quiet -e ".[test]"
-	# litgpt for the model-family tests, without its dependencies: it pins huggingface-hub<1.4 and
-	# jsonargparse<=4.41, which would downgrade what transformers and LightningCLI use; its model code needs neither
-	$(PY) -m pip install --quiet --no-deps litgpt==0.5.13
+	$(EDITABLE) -e ".[test]"
+	# litgpt and torchtune for the model-family tests, without their dependencies: litgpt pins huggingface-hub<1.4
+	# and jsonargparse<=4.41, which would downgrade what transformers and LightningCLI use; torchtune asks for
+	# huggingface-hub's hf_transfer extra, which huggingface-hub 1.x no longer has (pip warns at every install).
+	# Their model code needs neither pin; torchtune's imports need the packages of the second line.
+	$(PY) -m pip install --quiet --no-deps litgpt==0.5.13 torchtune==0.6.1
+	$(PY) -m pip install --quiet torchao==0.13.0 "torchdata>=0.11,<0.12" omegaconf sentencepiece tiktoken
 	touch $@
 
 install: $(VENV)/.installed
 
 $(VENV)/.installed-docs: $(VENV)/.installed pyproject.toml
-	$(PY) -m pip install --quiet -e ".[docs]"
+	$(EDITABLE) -e ".[docs]"
 	touch $@
 
 ## the documentation site, docs/_build/html/index.html: MyST pages, the API reference from the docstrings, the

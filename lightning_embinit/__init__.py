@@ -19,12 +19,14 @@ _LAZY = {
     "InitRecipe": "lightning_embinit.init.recipe",
     "initialize_embeddings": "lightning_embinit.init.engine",
     "extend_vocabulary": "lightning_embinit.init.extension",
+    "transplant_tokenizer": "lightning_embinit.init.transplant",
     "EmbeddingInitCallback": "lightning_embinit.callbacks",
     "InitialLossMonitor": "lightning_embinit.callbacks",
     "EmbeddingVarianceMonitor": "lightning_embinit.callbacks",
     "LexicalProbe": "lightning_embinit.callbacks",
     "LearningSpeedMonitor": "lightning_embinit.callbacks",
     "VocabularyExtensionCallback": "lightning_embinit.callbacks",
+    "TokenTransplantCallback": "lightning_embinit.callbacks",
     "TiedEmbeddingLM": "lightning_embinit.models",
     "HuggingFaceLM": "lightning_embinit.models",
     "TransformerSeq2Seq": "lightning_embinit.models",
@@ -34,6 +36,7 @@ _LAZY = {
     "TranslationDataModule": "lightning_embinit.data",
     "ClassificationDataModule": "lightning_embinit.data",
     "TextTokenizer": "lightning_embinit.text",
+    "quiet_lightning": "lightning_embinit.quiet",
 }
 
 __all__ = list(_LAZY)

@@ -2,7 +2,8 @@
 
 Lightning logs a "💡 Tip" advertising litlogger (and litmodels when a checkpoint is saved) at every fit, and its
 ``_pytree.py`` trips torch's ``LeafSpec is deprecated`` FutureWarning; neither is about the user's run.
-Imports only the standard library, so that the commands' help stays fast.
+:func:`quiet_lightning` also leaves out Lightning's per-fit banners (GPU/TPU lines, the model summary): what the
+examples of the docs use around a fit. Imports only the standard library, so that the commands' help stays fast.
 """
 
 from __future__ import annotations
@@ -12,6 +13,8 @@ import logging
 import warnings
 from collections.abc import Iterator
 
+LIGHTNING_LOGGERS = ("lightning.pytorch", "lightning.fabric")
+"""The loggers of Lightning's banners (device lines, model summary, tips)."""
 RANK_ZERO_LOGGERS = ("lightning.pytorch.utilities.rank_zero", "lightning.fabric.utilities.rank_zero")
 """The loggers of Lightning's ``rank_zero_info``."""
 ADVERTISED = ("litlogger", "litmodels")
@@ -39,3 +42,20 @@ def quiet_lightning_noise() -> Iterator[None]:
     finally:
         for logger in loggers:
             logger.removeFilter(tip_filter)
+
+
+@contextlib.contextmanager
+def quiet_lightning() -> Iterator[None]:
+    """Within: Lightning logs warnings only (no GPU/TPU lines, model summary or tips), torch's ``LeafSpec``
+    deprecation and Lightning's "does not have many workers" advice are not shown. Warnings about the run stay."""
+    loggers = [logging.getLogger(name) for name in LIGHTNING_LOGGERS]
+    levels = [logger.level for logger in loggers]
+    for logger in loggers:
+        logger.setLevel(logging.WARNING)
+    try:
+        with quiet_lightning_noise(), warnings.catch_warnings():
+            warnings.filterwarnings("ignore", message=".*does not have many workers.*")
+            yield
+    finally:
+        for logger, level in zip(loggers, levels):
+            logger.setLevel(level)

@@ -8,10 +8,50 @@ import codecs
 import gzip
 import importlib.util
 import os
+import re
 import zlib
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import IO
+
+ENVIRONMENT_REFERENCE = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?::-([^}]*))?\}")
+"""``${NAME}`` or ``${NAME:-default}`` in a path or a config value, as a POSIX shell writes them."""
+
+
+def substitute_variables(text: str, *, where: str = "config") -> str:
+    """``text`` with every ``${NAME}`` / ``${NAME:-default}`` replaced from the environment (an unset or empty
+    variable takes the default); a variable without a default that is not set is a ValueError naming ``where``."""
+
+    def replace(match: re.Match[str]) -> str:
+        name, default = match.group(1), match.group(2)
+        found = os.environ.get(name)
+        if found not in (None, ""):
+            return found
+        if default is None:
+            raise ValueError(
+                f"{where}: environment variable {name} in {text!r} is not set (write ${{{name}:-<default>}} to give "
+                "a default)"
+            )
+        return default
+
+    return ENVIRONMENT_REFERENCE.sub(replace, text)
+
+
+def expand_path(path: str | os.PathLike[str], what: str) -> str:
+    """``path`` with ``${NAME:-default}`` and ``~`` expanded (``what`` names it in errors)."""
+    return os.path.expanduser(substitute_variables(os.fspath(path), where=what))
+
+
+def where_relative(path: str) -> str:
+    """For an error about a missing ``path``: nothing when it is absolute; else where it was looked up from and the
+    variable that points the package's example configs at the shared data."""
+    if os.path.isabs(path):
+        return ""
+    return (
+        f"; the relative path was looked up from the working directory {os.getcwd()}: give an absolute path or run "
+        "from the directory it is relative to; the example configs read ${EMBINIT_SHARED_DATA:-../shared/data}, so "
+        "EMBINIT_SHARED_DATA set to the data directory works from anywhere"
+    )
 
 
 def gensim_test_data(name: str) -> str:

@@ -77,3 +77,22 @@ def pytest_xdist_make_scheduler(config, log):
             return _scope(nodeid)
 
     return FileOrDocsPageScheduling(config, log)
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_configure(config):
+    """pytest-xdist 3.8, out of a terminal and with ``-q``, prints its placeholder status "bringing up nodes..."
+    twice (when the workers start and when they have collected); ``make test`` keeps the first only. The reporter is
+    xdist's plugin ``terminaldistreporter``; if a release renames it, the line is printed twice again, nothing more."""
+    reporter = config.pluginmanager.get_plugin("terminaldistreporter")
+    if reporter is None or config.option.verbose >= 0:
+        return
+    show_status = reporter.ensure_show_status
+    shown = []
+
+    def show_once() -> None:
+        if not shown:
+            shown.append(True)
+            show_status()
+
+    reporter.ensure_show_status = show_once

@@ -12,7 +12,7 @@ import warnings
 from pathlib import Path
 
 from lightning_embinit.commands import quickstart
-from lightning_embinit.quiet import RANK_ZERO_LOGGERS, LightningTipFilter, quiet_lightning_noise
+from lightning_embinit.quiet import RANK_ZERO_LOGGERS, LightningTipFilter, quiet_lightning, quiet_lightning_noise
 
 ROOT = Path(__file__).resolve().parent.parent
 CONFIG = ROOT / "examples" / "configs" / "tied_lm.yaml"
@@ -91,6 +91,36 @@ def test_embinit_fit_shows_no_tip_no_leafspec_warning_and_no_v_num(tmp_path):
         assert noise not in output
 
 
+def test_a_python_fit_inside_quiet_lightning_prints_only_what_the_user_prints(tmp_path):
+    """The docs' Python examples (``enable_model_summary=False``): Trainer's device lines, the tips and LeafSpec
+    left out, in a fresh interpreter (warnings and handlers as a user has them); without the context they are there."""
+    fit = (
+        "import lightning as L\n"
+        "from lightning_embinit import LanguageModelDataModule, TiedEmbeddingLM, quiet_lightning\n"
+        "data = LanguageModelDataModule(seq_len=16, batch_size=4, max_size=200)\n"
+        "model = TiedEmbeddingLM(vocabulary=data.vocabulary, architecture={'d_model': 16, 'num_layers': 1})\n"
+        "{wrap}trainer = L.Trainer(max_steps=1, logger=False, enable_checkpointing=False, enable_progress_bar=False,\n"
+        "{indent}                    enable_model_summary=False)\n"
+        "{indent}trainer.fit(model, data)\n"
+        "print('done')\n"
+    )
+    outputs = {}
+    for quiet, wrap in ((True, "with quiet_lightning():\n    "), (False, "")):
+        code = fit.replace("{wrap}", wrap).replace("{indent}", "    " if quiet else "")
+        result = subprocess.run(
+            [sys.executable, "-c", code],
+            capture_output=True,
+            text=True,
+            env={**os.environ, "OMP_NUM_THREADS": "1"},
+            cwd=tmp_path,
+        )
+        assert result.returncode == 0, result.stderr
+        outputs[quiet] = result.stdout + result.stderr
+    assert outputs[True].split() == ["done"], outputs[True]
+    for noise in ("GPU available", "LeafSpec"):
+        assert noise in outputs[False]
+
+
 class FlushRecorder(io.StringIO):
     """A stdout that records, at each flush, what had been written so far."""
 
@@ -113,7 +143,7 @@ def test_each_quickstart_setting_is_printed_and_flushed_as_it_finishes(monkeypat
         seen.append(stream.flushed[-1])  # flushed by the time the next setting starts
 
     settings = ["tied-normal", "untied-normal"]
-    with quickstart.quiet_lightning():
+    with quiet_lightning():
         rows = quickstart.run(
             settings, steps=1, d_model=16, num_layers=1, seq_len=16, batch_size=4, max_vocab=300, on_row=on_row
         )

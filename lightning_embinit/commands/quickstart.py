@@ -11,15 +11,12 @@ the Output of Language Models" [S] (docs/concepts.md#tied-head), and the model's
 from __future__ import annotations
 
 import argparse
-import contextlib
 import dataclasses
-import logging
 import math
 import os
 import textwrap
 import time
-import warnings
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -29,7 +26,7 @@ from lightning_embinit.callbacks import EmbeddingInitCallback
 from lightning_embinit.callbacks.initial_loss import InitialLossMonitor
 from lightning_embinit.data import LanguageModelDataModule
 from lightning_embinit.models import CausalLMConfig, OptimizerConfig, TiedEmbeddingLM
-from lightning_embinit.quiet import quiet_lightning_noise
+from lightning_embinit.quiet import quiet_lightning
 
 SETTINGS: dict[str, tuple[str, str]] = {  # name → (head, source given to EmbeddingInitCallback as is)
     "tied-normal": ("tied", "normal:1/sqrt(d)"),
@@ -186,26 +183,10 @@ def run_headline(results: str | Path, *, variant: str = "smoke") -> dict[str, An
     return report
 
 
-@contextlib.contextmanager
-def quiet_lightning() -> Iterator[None]:
-    """Lightning's per-fit banners, tips and three harmless warnings off, for the quick start's own output."""
-    loggers = [logging.getLogger(name) for name in ("lightning.pytorch", "lightning.fabric")]
-    levels = [logger.level for logger in loggers]
-    for logger in loggers:
-        logger.setLevel(logging.WARNING)
-    try:
-        with quiet_lightning_noise(), warnings.catch_warnings():
-            warnings.filterwarnings("ignore", message=".*does not have many workers.*")
-            yield
-    finally:
-        for logger, level in zip(loggers, levels):
-            logger.setLevel(level)
-
-
 def main(argv: Sequence[str] | None = None) -> int:
     """Console entry point: parse options, run both parts, print their tables; 0 on success."""
     parser = argparse.ArgumentParser(
-        prog="python -m lightning_embinit.commands.quickstart", description=__doc__.split("\n\n")[0]
+        prog="python -m lightning_embinit.commands.quickstart", description=__doc__.split("\n\n")[0], allow_abbrev=False
     )
     parser.add_argument(
         "--settings", default=",".join(SETTINGS), help=f"part 1, comma-separated, from: {', '.join(SETTINGS)}"

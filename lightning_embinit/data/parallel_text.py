@@ -16,25 +16,28 @@ from dataclasses import dataclass
 from typing import IO, Any
 
 from lightning_embinit.checks import check_choice
-from lightning_embinit.text_files import open_text, read_text_lines
+from lightning_embinit.text_files import expand_path, open_text, read_text_lines, where_relative
 
 COLUMN_FORMATS = ("tsv", "csv", "jsonl")
 
 
 def existing_file(path: str, what: str) -> str:
-    path = os.path.expanduser(str(path))
+    """``path`` (``${NAME:-default}`` and ``~`` expanded) when it is a file; the error says where a relative path
+    was looked up from."""
+    path = expand_path(path, f"{what} file")
     if not os.path.isfile(path):
-        raise ValueError(f"{what} file not found: {path}")
+        raise ValueError(f"{what} file not found: {path}{where_relative(path)}")
     return path
 
 
 def find_file(directory: str, stem: str, what: str) -> str:
-    """``<directory>/<stem>`` or ``<directory>/<stem>.gz``; the error names both paths tried."""
-    base = os.path.join(os.path.expanduser(directory), stem)
+    """``<directory>/<stem>`` or ``<directory>/<stem>.gz`` (``${NAME:-default}`` and ``~`` expanded in
+    ``directory``); the error names both paths tried and where a relative directory was looked up from."""
+    base = os.path.join(expand_path(directory, f"{what} data_dir"), stem)
     for candidate in (base, f"{base}.gz"):
         if os.path.isfile(candidate):
             return candidate
-    raise ValueError(f"{what} file not found: neither {base} nor {base}.gz exists")
+    raise ValueError(f"{what} file not found: neither {base} nor {base}.gz exists{where_relative(base)}")
 
 
 def read_lines(path: str, what: str, encoding: str = "utf-8") -> list[str]:

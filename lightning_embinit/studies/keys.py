@@ -13,16 +13,15 @@ import hashlib
 import itertools
 import json
 import math
-import os
 import re
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
+from lightning_embinit.text_files import substitute_variables
 from lightning_embinit.yaml_files import read_yaml
 
 _SEGMENT = re.compile(r"\[([^\]]*)\]|([^.\[\]]+)")
-_VARIABLE = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?::-([^}]*))?\}")
 APPEND = "+"
 RAY_INSTALL = "pip install 'lightning_embinit[ray]'"
 """The install command every missing-Ray message names."""
@@ -139,20 +138,10 @@ def apply_overrides(config: dict[str, Any], overrides: Iterable[tuple[str, Any]]
 def substitute_environment(value: Any, *, where: str = "config") -> Any:
     """Every ``${NAME}`` / ``${NAME:-default}`` in the strings of ``value`` replaced from the environment."""
     if isinstance(value, str):
-
-        def replace(match: re.Match[str]) -> str:
-            name, default = match.group(1), match.group(2)
-            found = os.environ.get(name)
-            if found not in (None, ""):
-                return found
-            if default is None:
-                raise StudyError(
-                    f"{where}: environment variable {name} in {value!r} is not set "
-                    f"(write ${{{name}:-<default>}} to give a default)"
-                )
-            return default
-
-        return _VARIABLE.sub(replace, value)
+        try:
+            return substitute_variables(value, where=where)
+        except ValueError as error:
+            raise StudyError(str(error)) from None
     if isinstance(value, Mapping):
         return {k: substitute_environment(v, where=where) for k, v in value.items()}
     if isinstance(value, (list, tuple)):
