@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import inspect
 import json
+import math
 from pathlib import Path
 
 import numpy as np
@@ -14,16 +15,11 @@ from scipy import stats
 
 from lightning_embinit.callbacks import EmbeddingVarianceMonitor, InitialLossMonitor, LearningSpeedMonitor, LexicalProbe
 from lightning_embinit.commands import main as cli
-from lightning_embinit.studies.claims import (
-    COST_NAMES,
-    MONITOR_NAMES,
-    MONITOR_PREFIXES,
-    Claim,
-    evaluate_claim,
-    seeds_for_power,
-)
+from lightning_embinit.studies.claims import Claim, claim_verdict, evaluate_claim
 from lightning_embinit.studies.keys import StudyError
+from lightning_embinit.studies.metric_names import COST_NAMES, MONITOR_NAMES, MONITOR_PREFIXES
 from lightning_embinit.studies.outcome import EpochClock, cost_values
+from lightning_embinit.studies.power import claim_power, seeds_for_power
 from lightning_embinit.studies.report import write_report
 from lightning_embinit.studies.spec import Study
 from tests.study_helpers import tiny_study, write_study
@@ -98,26 +94,90 @@ def test_each_verdict_follows_the_welch_intervals(direction, margin, a, b, verdi
 
 def test_the_seeds_needed_are_those_of_the_power_tables():
     # Cohen (1988), Statistical Power Analysis, Table 2.4.1: two-sided α = 0.05, power 0.8, n per group for
-    # d = 0.5, 0.8, 1.0 is 64, 26, 17 (d = Δ / σ); one-sided α = 0.05, d = 0.5: 50.15 (statsmodels' solve_power) → 51
-    assert [seeds_for_power(d, 1.0, 0.025) for d in (0.5, 0.8, 1.0)] == [64, 26, 17]
-    assert seeds_for_power(-2.5, 25.0, 0.025) == 64 and seeds_for_power(0.5, 1.0, 0.05) == 51
-    assert seeds_for_power(0.0, 1.0, 0.025) is None and seeds_for_power(10.0, 1.0, 0.025) == 2
+    # d = 0.5, 0.8, 1.0 is 64, 26, 17 (d = Δ / σ); with equal variances Welch's df at n a side is Student's 2n − 2
+    assert [seeds_for_power("lower", -d, None, 1.0, 1.0) for d in (0.5, 0.8, 1.0)] == [64, 26, 17]
+    assert seeds_for_power("higher", -2.5, None, 25.0, 25.0) == 64
+    # one-sided α = 0.05, d = 0.5: 50.15 (statsmodels' solve_power) → 51; a not_lower claim at Δ = 0 is that test
+    assert seeds_for_power("not_lower", 0.0, 0.5, 1.0, 1.0) == 51
+    assert seeds_for_power("lower", 0.0, None, 1.0, 1.0) is None and seeds_for_power("lower", 10.0, None, 1.0, 1.0) == 2
+    assert seeds_for_power("lower", 1.0, None, 0.0, 0.0) is None  # no spread: no number
+    assert seeds_for_power("equal", 0.1, 0.1, 1.0, 1.0) is None  # on the margin: no number of seeds moves it
     result = evaluate_claim(Claim(**LOWER, direction="lower"), _records({"a": WIDE_A, "b": WIDE_B}))
     assert result.seeds_needed == 64  # both sample variances 1, Δ = −0.5: d = 0.5
-    # equal ±0.01 with Δ = 0: the gap to the margin, each one-sided test at 5 %
+    near = (np.var(NEAR_A, ddof=1), np.var(NEAR_B, ddof=1))
     equal = evaluate_claim(Claim(**LOWER, direction="equal", margin=0.01), _records({"a": NEAR_A, "b": NEAR_B}))
-    pooled = (np.var(NEAR_A, ddof=1) + np.var(NEAR_B, ddof=1)) / 2
-    assert equal.seeds_needed == seeds_for_power(0.01, pooled, 0.05) > len(NEAR_A)
+    assert equal.seeds_needed == seeds_for_power("equal", 0.0, 0.01, *near) > len(NEAR_A)
     beyond = evaluate_claim(Claim(**LOWER, direction="equal", margin=0.1), _records({"a": WIDE_A, "b": WIDE_B}))
-    assert beyond.verdict == "inconclusive" and beyond.seeds_needed == seeds_for_power(0.4, 1.0, 0.025)
-    # not lower by more than 0.01 with Δ = 0: the gap above −0.01, one-sided at 5 %; Δ = −0.5 against a margin of
-    # 0.1 lies below it: the seeds to show it beyond the margin, two-sided
+    assert beyond.verdict == "inconclusive" and beyond.seeds_needed == seeds_for_power("lower", -0.4, None, 1.0, 1.0)
     at_least = evaluate_claim(Claim(**LOWER, direction="not_lower", margin=0.01), _records({"a": NEAR_A, "b": NEAR_B}))
-    assert at_least.seeds_needed == seeds_for_power(0.01, pooled, 0.05)
+    assert at_least.seeds_needed == seeds_for_power("not_lower", 0.0, 0.01, *near)
     below = evaluate_claim(Claim(**LOWER, direction="not_lower", margin=0.1), _records({"a": WIDE_A, "b": WIDE_B}))
-    assert below.verdict == "inconclusive" and below.seeds_needed == seeds_for_power(-0.4, 1.0, 0.025)
+    assert below.verdict == "inconclusive" and below.seeds_needed == seeds_for_power("lower", -0.4, None, 1.0, 1.0)
     at_most = evaluate_claim(Claim(**LOWER, direction="not_higher", margin=0.1), _records({"a": WIDE_B, "b": WIDE_A}))
-    assert at_most.verdict == "inconclusive" and at_most.seeds_needed == seeds_for_power(-0.4, 1.0, 0.025)
+    assert at_most.verdict == "inconclusive" and at_most.seeds_needed == below.seeds_needed
+
+
+def test_with_one_side_constant_the_seeds_are_those_of_welchs_own_interval():
+    """Issue 40: 10, 12 against a constant 0 is Δ = 11 with Welch's interval [−1.7, 23.7] (df = 1): inconclusive.
+    Student's pooled t (df = 2) called 2 seeds enough; at 2 seeds a side the verdict is supported 61 % of the time."""
+    result = evaluate_claim(Claim(**LOWER, direction="higher"), _records({"a": [10.0, 12.0], "b": [0.0, 0.0]}))
+    assert result.welch.df == 1 and (result.welch.low, result.welch.high) == pytest.approx((-1.706, 23.706), abs=1e-3)
+    assert result.verdict == "inconclusive" and result.seeds_needed == 3
+    claim = Claim(**LOWER, direction="higher")
+    # with σ₂ = 0, Welch's statistic is exactly noncentral t(n − 1, Δ / (σ₁ / √n))
+    assert claim_power("higher", 11.0, None, 2.0, 0.0, 2) == pytest.approx(stats.nct.sf(stats.t.ppf(0.975, 1), 1, 11))
+    rng = np.random.default_rng(0)
+    assert simulated(claim, 11.0, math.sqrt(2), 0.0, 2, rng).count("supported") / REPLICATES < 0.65
+    assert simulated(claim, 11.0, math.sqrt(2), 0.0, 3, rng).count("supported") / REPLICATES > 0.99
+
+
+REPLICATES = 20_000
+
+
+def simulated(claim: Claim, difference: float, sd: float, sd_versus: float, n: int, rng) -> list[str]:
+    """The verdicts on ``claim`` of many studies of n seeds a side drawn from N(Δ, sd²) and N(0, sd_versus²): the
+    Welch intervals computed here (vectorized), judged by the report's own ``claim_verdict``."""
+    a = rng.normal(difference, sd, (REPLICATES, n))
+    b = rng.normal(0.0, sd_versus, (REPLICATES, n)) if sd_versus else np.zeros((REPLICATES, n))
+    share, share_versus = a.var(axis=1, ddof=1) / n, b.var(axis=1, ddof=1) / n
+    df = (share + share_versus) ** 2 / ((share**2 + share_versus**2) / (n - 1))
+    delta, spread = a.mean(axis=1) - b.mean(axis=1), np.sqrt(share + share_versus)
+    h95, h90 = stats.t.ppf(0.975, df) * spread, stats.t.ppf(0.95, df) * spread
+    first = evaluate_claim(claim, _records({"a": list(a[0]), "b": list(b[0])}))  # the same interval as the report's
+    assert (first.welch.low, first.welch.high) == pytest.approx((delta[0] - h95[0], delta[0] + h95[0]))
+    return [
+        claim_verdict(claim, (d - w95, d + w95), (d - w90, d + w90))
+        for d, w95, w90 in zip(delta.tolist(), h95.tolist(), h90.tolist(), strict=True)
+    ]
+
+
+@pytest.mark.parametrize(
+    ("direction", "difference", "margin", "sd", "sd_versus"),
+    [
+        ("lower", -1.0, None, 0.5, 2.0),
+        ("higher", -1.0, None, 0.5, 2.0),  # the observed Δ against the claim: the seeds to contradict it
+        ("equal", 0.02, 0.1, 0.1, 0.05),
+        ("equal", 0.0, 0.1, 0.1, 0.0),
+        ("equal", 0.3, 0.1, 0.2, 0.2),  # beyond the margin: the seeds to contradict it
+        ("not_lower", 0.0, 0.05, 0.1, 0.1),
+        ("not_lower", -0.2, 0.05, 0.1, 0.2),
+        ("not_higher", 0.0, 0.1, 0.1, 0.0),
+    ],
+)
+def test_the_seeds_needed_give_the_verdict_80_percent_of_the_time(direction, difference, margin, sd, sd_versus):
+    """Monte Carlo of the verdict itself (fixed seed): at the seeds needed it reaches the observed Δ's verdict at least
+    80 % of the time, one seed fewer does not, and the power computed agrees with the simulated one."""
+    claim = Claim(**LOWER, direction=direction, margin=margin)
+    needed = seeds_for_power(direction, difference, margin, sd**2, sd_versus**2)
+    inside = {"lower": difference < 0, "higher": difference > 0, "equal": abs(difference) < (margin or 0)}
+    inside |= {"not_lower": difference > -(margin or 0), "not_higher": difference < (margin or 0)}
+    target = "supported" if inside[direction] else "contradicted"
+    rng = np.random.default_rng(7)
+    for n in (needed - 1, needed):
+        power = claim_power(direction, difference, margin, sd**2, sd_versus**2, n)
+        assert (power >= 0.8) == (n == needed)
+        found = simulated(claim, difference, sd, sd_versus, n, rng).count(target) / REPLICATES
+        assert found == pytest.approx(power, abs=0.015), n
 
 
 def test_a_claim_reads_the_end_of_fit_value_and_says_why_it_has_no_interval():
@@ -179,7 +239,7 @@ def test_a_metric_no_trial_can_record_is_refused_before_any_trial(tmp_path, caps
     assert cli.main(["sweep", str(path), "--results", str(tmp_path / "r")]) == 2
     error = capsys.readouterr().err
     assert "claim 'c': no trial of setting 'small' records metric 'embvar/tokens/ratio'" in error
-    assert "a monitor its callbacks publish (init_loss, init_loss_predicted" in error and "embinit/..." in error
+    assert "its callbacks publish init_loss, init_loss_predicted" in error and "embinit/..." in error
     assert not (tmp_path / "r").exists()
     with_monitor = _study(metric="embvar/tokens/ratio")
     with_monitor["overrides"]["trainer.callbacks[+]"] = {"class_path": "lightning_embinit.EmbeddingVarianceMonitor"}
@@ -272,8 +332,8 @@ def test_the_report_prints_the_claims_table(tmp_path):
         f"| glove_lower | [K]: a is lower | glove − xavier | best_val_loss | lower | 1 (3) | 2 (3) "
         f"| -1 [{low:.3g}, {high:.3g}] | **supported** | – |"
     )
-    # glove_std 1, 2, 3 against glove 1, 1.1, 0.9: Δ = +1, pooled variance (1 + 0.01) / 2
-    needed = seeds_for_power(1.0, 0.505, 0.025)
+    # glove_std 1, 2, 3 against glove 1, 1.1, 0.9: Δ = +1, variances 1 and 0.01
+    needed = seeds_for_power("higher", 1.0, None, 1.0, 0.01)
     assert lines[5].endswith(f"| **inconclusive** | {needed} |") and "| higher | 2 (3) | 1 (3) | +1 [" in lines[5]
     assert lines[5].startswith("| std_higher (scope: early training) | [K]: a is lower | glove_std − glove |")
     low90, high90 = _interval([2.0, 2.01, 1.99], TIGHT_HIGH, 0.90)

@@ -12,18 +12,17 @@ YAML under ``examples/studies/`` has examples. :func:`evaluate_claim` gives the 
 from __future__ import annotations
 
 import math
-import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import MISSING, asdict, dataclass, fields
 from typing import Any
 
 import numpy as np
-from scipy import stats
 
 from lightning_embinit.checks import check_known
-from lightning_embinit.studies.keys import StudyError, class_path
+from lightning_embinit.studies.keys import StudyError
+from lightning_embinit.studies.metric_names import MODEL_METRIC as MODEL_METRIC  # re-exported: outcome reads it
+from lightning_embinit.studies.power import seeds_for_power
 from lightning_embinit.studies.statistics import (
-    WALL_TIME,
     Welch,
     done,
     mean,
@@ -40,40 +39,7 @@ WITH_MARGIN = ("equal", *ONE_SIDED)
 """The directions tested against a margin, with the 90 % interval (one-sided tests at 5 %)."""
 DIRECTIONS = ("lower", "higher", *WITH_MARGIN)
 SUPPORTED, INCONCLUSIVE, CONTRADICTED = "supported", "inconclusive", "contradicted"
-POWER = 0.8
 CONFIDENCE = 0.95
-MODEL_METRIC = re.compile(r"^(train|val|test)_|^(epoch|step)$|^lr[-_]")
-"""Names the Lightning systems log themselves (losses, accuracies, BLEU); everything else is a monitor's."""
-COST_NAMES = ("parameters", "trainable_parameters", "fit_s", "seconds_per_step", "seconds_per_epoch", "whole_epochs")
-"""The ``cost`` section of a trial record (:func:`~.outcome.cost_values`); ``wall_time_s`` is next to it."""
-MONITOR_NAMES = {
-    "InitialLossMonitor": (
-        "init_loss",
-        "ln_vocab",
-        "init_loss_ratio",
-        "init_loss_predicted",
-        "init_loss_predicted_model",
-    )
-}
-"""The package's monitors that publish fixed names."""
-MONITOR_PREFIXES = {
-    "EmbeddingVarianceMonitor": "embvar",
-    "LearningSpeedMonitor": "learning_speed",
-    "LexicalProbe": "lexical",
-}
-"""The package's monitors that publish ``<prefix>/...`` names: the default of their ``prefix`` argument."""
-INIT_REPORT_PREFIX = {"EmbeddingInitCallback": "embinit"}
-"""``EmbeddingInitCallback`` logs its report's scalars as ``embinit/<slot>/<key>``."""
-SILENT_CALLBACKS = (
-    "ModelCheckpoint",
-    "EarlyStopping",
-    "LearningRateMonitor",
-    "TQDMProgressBar",
-    "RichProgressBar",
-    "ModelSummary",
-    "RichModelSummary",
-)
-"""Lightning's callbacks that log no monitor (LearningRateMonitor's ``lr-*`` names are model metrics by name)."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -184,47 +150,6 @@ def protocol_problem(metric: str, monitor: str, test: bool | str) -> str:
     return ""
 
 
-def published_monitors(config: Mapping[str, Any]) -> tuple[set[str], set[str]] | None:
-    """(exact names, ``prefix/`` starts) of the monitors a trial's config can record; None when that is not knowable
-    (a model or a callback from outside the package, which may log any name)."""
-    if not (class_path(config.get("model")) or "").startswith("lightning_embinit."):
-        return None
-    names, prefixes = set(), set()
-    for entry in (config.get("trainer") or {}).get("callbacks") or []:
-        name = str(class_path(entry)).rsplit(".", 1)[-1]
-        arguments = (entry.get("init_args") or {}) if isinstance(entry, Mapping) else {}
-        if name in MONITOR_NAMES:
-            names.update(MONITOR_NAMES[name])
-        elif name in MONITOR_PREFIXES:
-            prefixes.add(f"{arguments.get('prefix') or MONITOR_PREFIXES[name]}/")
-        elif name in INIT_REPORT_PREFIX:
-            prefixes.add(f"{INIT_REPORT_PREFIX[name]}/")
-        elif name not in SILENT_CALLBACKS:
-            return None
-    return names, prefixes
-
-
-def check_claim_metrics(claims: Iterable[Claim], configs: Mapping[str, Mapping[str, Any]], where: str) -> None:
-    """StudyError for a claim whose metric is a monitor that no callback of a setting's config (``configs``: setting
-    → a trial's config) publishes; model metrics, costs and unknowable configs pass."""
-    for claim in claims:
-        metric = claim.metric
-        if MODEL_METRIC.search(metric) or metric.startswith("best_") or metric in (*COST_NAMES, WALL_TIME):
-            continue
-        for setting in (claim.setting, claim.versus):
-            published = published_monitors(configs[setting])
-            if published is None:
-                continue
-            names, prefixes = published
-            if metric not in names and not metric.startswith(tuple(prefixes)):
-                offered = ", ".join([*sorted(names), *(f"{p}..." for p in sorted(prefixes))]) or "none"
-                raise StudyError(
-                    f"{where}, claim {claim.id!r}: no trial of setting {setting!r} records metric {metric!r}: "
-                    f"choose a model metric (train_..., val_..., test_...), best_<the protocol's monitor>, a cost "
-                    f"({', '.join((*COST_NAMES, WALL_TIME))}) or a monitor its callbacks publish ({offered})"
-                )
-
-
 # ---------------------------------------------------------------------------------------------- evaluation
 
 
@@ -232,7 +157,8 @@ def check_claim_metrics(claims: Iterable[Claim], configs: Mapping[str, Mapping[s
 class ClaimResult:
     """A claim checked on the records: the seeds' means, the difference ``setting − versus`` with Welch's 95 % interval
     (and the 90 % one for a direction with a margin), the verdict, and for an inconclusive one the seeds each
-    setting needs to show the observed effect at 80 % power (None when no number can be given)."""
+    setting needs for the verdict's own test to show the observed effect at 80 % power (:mod:`.power`; None when no
+    number can be given)."""
 
     claim: Claim
     mean: float
@@ -302,42 +228,12 @@ def claim_verdict(claim: Claim, interval_95: tuple[float, float], interval_90: t
     return INCONCLUSIVE
 
 
-def seeds_for_power(effect: float, variance_per_seed: float, alpha: float) -> int | None:
-    """The fewest seeds per setting (at least 2) with which Student's t test of two settings, at level ``alpha``
-    one-sided (``alpha``/2 of a two-sided test), detects a true difference ``effect`` with 80 % power, when each
-    seed's value varies by ``variance_per_seed``: noncentral t with 2n − 2 degrees of freedom, noncentrality
-    ``|effect|`` / √(2 s² / n), the far tail left out. None for no effect or no spread."""
-    if not effect or not variance_per_seed or math.isnan(effect) or math.isnan(variance_per_seed):
-        return None
-    z = stats.norm.ppf(1 - alpha) + stats.norm.ppf(POWER)
-    n = max(2, math.ceil(2 * z**2 * variance_per_seed / effect**2))  # the normal approximation: a lower bound
-
-    def power(seeds: int) -> float:
-        shift = abs(effect) / math.sqrt(2 * variance_per_seed / seeds)
-        return float(stats.nct.sf(stats.t.ppf(1 - alpha, 2 * seeds - 2), 2 * seeds - 2, shift))
-
-    while power(n) < POWER:
-        n += 1
-    return n
-
-
 def _seeds_needed(claim: Claim, values: np.ndarray, versus: np.ndarray, difference: float) -> int | None:
-    """For ``lower``/``higher``: the seeds to show the observed difference (two-sided α = 0.05); for a direction
-    with a margin: to show it on the claimed side of the margin (one-sided α = 0.05, as each one-sided test) or, when
-    it is at or beyond the margin, beyond it (two-sided α = 0.05)."""
+    """The seeds a side at which the verdict's own Welch test would show the observed difference at 80 % power
+    (:func:`~.power.seeds_for_power`: on its side of 0, of the margin, or inside ±margin)."""
     if len(values) < 2 or len(versus) < 2:
         return None
-    pooled = (variance(values) + variance(versus)) / 2
-    alpha = (1 - CONFIDENCE) / 2
-    if claim.direction not in WITH_MARGIN:
-        return seeds_for_power(difference, pooled, alpha)
-    if claim.direction == "equal":
-        gap = claim.margin - abs(difference)
-    elif claim.direction == "not_lower":
-        gap = difference + claim.margin
-    else:
-        gap = claim.margin - difference
-    return seeds_for_power(gap, pooled, 2 * alpha if gap > 0 else alpha)
+    return seeds_for_power(claim.direction, difference, claim.margin, variance(values), variance(versus))
 
 
 def evaluate_claim(claim: Claim, records: Sequence[Mapping[str, Any]]) -> ClaimResult:

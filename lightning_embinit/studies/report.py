@@ -244,9 +244,10 @@ def _claims_lines(claims: Sequence[ClaimResult]) -> list[str]:
             if one_sided
             else ""
         )
-        + "**inconclusive** otherwise; then the seeds each setting needs for the observed Δ at 80 % power (Student's "
-        "t, two-sided α = 0.05; for equal: Δ's distance to the margin, one-sided α = 0.05 inside it"
-        + ("; for not lower/not higher: likewise on the claimed side of the margin)." if one_sided else ")."),
+        + "**inconclusive** otherwise; then the seeds each setting needs for this verdict to show the observed Δ at "
+        "80 % power (Welch's test at that many seeds a side, the seeds' variances taken as true: on Δ's side of 0 at "
+        "two-sided α = 0.05; for equal: inside ±m, both one-sided tests at 5 %, or beyond it"
+        + ("; for not lower/not higher: on Δ's side of the margin)." if one_sided else ")."),
     ]
 
 

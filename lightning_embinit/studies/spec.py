@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from lightning_embinit.checks import check_choice, check_known
-from lightning_embinit.studies.claims import Claim, check_claim_metrics, read_claims
+from lightning_embinit.studies.claims import Claim, read_claims
 from lightning_embinit.studies.keys import (
     StudyError,
     apply_overrides,
@@ -29,6 +29,7 @@ from lightning_embinit.studies.keys import (
     split_key,
     substitute_environment,
 )
+from lightning_embinit.studies.metric_names import check_claim_metrics
 from lightning_embinit.studies.statistics import block_references
 
 VARIANT_KEYS = ("overrides", "seeds", "description")
@@ -192,6 +193,8 @@ class Study:
             check_choice("reference setting", self.reference, names)
         object.__setattr__(self, "blocks", _blocks(self.blocks, names, self.reference or names[0], where))
         object.__setattr__(self, "claims", read_claims(self.claims, names, self.protocol, where))
+        if self.claims and (configs := self._written_configs()) is not None:
+            check_claim_metrics(self.claims, configs, where)
 
     # ------------------------------------------------------------------ reading and writing
     @classmethod
@@ -279,6 +282,20 @@ class Study:
         if isinstance(self.base, Mapping):
             return copy.deepcopy(dict(self.base))
         return read_yaml_mapping(self.base, f"study {self.name!r}: base config")
+
+    def _written_configs(self) -> dict[str, dict[str, Any]] | None:
+        """Each setting's config as the study is written (no variant, no seed), for the checks made when it is read;
+        None when the base cannot be read or an override applied (:meth:`trials` names the problem)."""
+        try:
+            base, configs = self.base_config(), {}
+            for setting in self.setting_names():
+                config = copy.deepcopy(base)
+                for where, layer in self.override_layers(setting, None):
+                    apply_overrides(config, layer, where=where)
+                configs[setting] = config  # unsubstituted: a variable may be set only where the trials run
+        except (StudyError, ValueError, TypeError, OSError):
+            return None
+        return configs
 
     def trials(self, variant: str | None = None) -> list[Trial]:
         """Every setting × seed of ``variant`` (None: the study as written), settings in order, seeds inside."""
