@@ -153,7 +153,8 @@ class EmbeddingInitCallback(FitOnceCallback):
             found = discover_slots(pl_module)
         except ValueError:
             return
-        if late := [name for name, slot in found.items() if id(slot.embedding) not in self._built_at_setup]:
+        built, left = self._built_at_setup, self.prepared.skipped  # left: frozen, or too small for the tokens
+        if late := [name for name, slot in found.items() if id(slot.embedding) not in built and name not in left]:
             raise ValueError(
                 f"EmbeddingInitCallback built {', '.join(self.prepared.slots)} at setup, but configure_model created "
                 f"more embedding tables afterwards ({', '.join(late)}), which would train uninitialized: create every "

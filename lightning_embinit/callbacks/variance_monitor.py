@@ -28,6 +28,7 @@ from lightning_embinit.diagnostics.absorption import (
 )
 from lightning_embinit.diagnostics.figures import value_histogram
 from lightning_embinit.diagnostics.variance import no_positions_note, positional_matrix, slot_statistics, token_rows
+from lightning_embinit.init.freezing import check_not_meta, reference_models
 from lightning_embinit.init.host import EmbeddingSlot, select_slots
 from lightning_embinit.init.sharding import whole_slot
 
@@ -43,7 +44,9 @@ class EmbeddingVarianceMonitor(Callback):
     rows at positions below ``max_position``, k = ``neighbours``, a private generator seeded with ``seed``). s and
     P are the model's own (a recognized family's, :mod:`lightning_embinit.init.families`, or the slot's); a model
     that adds no positions to the token vectors (rotary, ALiBi, relative-bias) logs
-    ``no_additive_positional_encoding`` = 1 instead of the positional keys, and says so once per fit.
+    ``no_additive_positional_encoding`` = 1 instead of the positional keys, and says so once per fit. Without
+    ``slots``, a module holding several recognized models leaves out those none of whose parameters trains (a frozen
+    teacher beside a student: its table never changes), as ``EmbeddingInitCallback`` leaves a frozen table alone.
 
     Computed on global rank zero (a sharded table is first gathered on every rank) without touching the weights,
     the train/eval mode or the global RNG. A warning (once) names the countermeasures when a retention falls below
@@ -115,8 +118,20 @@ class EmbeddingVarianceMonitor(Callback):
 
     def _whole_slots(self, pl_module: torch.nn.Module) -> dict[str, EmbeddingSlot]:
         """The selected slots, a sharded table gathered whole (a collective: every rank calls this at the
-        same point)."""
-        return {name: whole_slot(slot) for name, slot in select_slots(pl_module, self.slot_names).items()}
+        same point). Without ``slots``, a recognized model none of whose parameters trains (a frozen teacher beside a
+        student) is left out, and said once per fit; a table on the meta device is refused."""
+        slots = select_slots(pl_module, self.slot_names)
+        if self.slot_names is None and (left := reference_models(pl_module, slots)):
+            slots = {name: slot for name, slot in slots.items() if name not in left}
+            if "reference models" not in self._told:
+                self._told.add("reference models")
+                rank_zero_info(
+                    f"EmbeddingVarianceMonitor: {', '.join(left)} belong to a model none of whose parameters trains "
+                    "(a frozen teacher?): not measured; name them in slots=[...] to measure them"
+                )
+        for slot in slots.values():
+            check_not_meta(slot, "measure")
+        return {name: whole_slot(slot) for name, slot in slots.items()}
 
     def _measure_slot(self, slot: EmbeddingSlot) -> dict[str, Any]:
         positional = positional_matrix(slot)

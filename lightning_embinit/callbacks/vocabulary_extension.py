@@ -41,6 +41,7 @@ from lightning_embinit.init.extension import (
 )
 from lightning_embinit.init.extension.checkpoint import extend_state, extension_jobs, load_extended_state, plan_job
 from lightning_embinit.init.extension.extend import TRAINABLE_EXTENSION, apply_plan, finish_report
+from lightning_embinit.init.extension.plan import check_pad_to_multiple_of
 from lightning_embinit.init.extension.rules import new_bias_value, resolve_rule
 from lightning_embinit.init.host import select_slots
 from lightning_embinit.init.sources.checkpoint import CHECKPOINT_KEY
@@ -61,6 +62,8 @@ class VocabularyExtensionCallback(FitOnceCallback):
         trainable: ``True``, or ``"new_rows"``: only the new rows of the tables and their output layers learn (every
             other parameter frozen, the old rows masked and, for AdamW with weight decay, pinned after each step).
         allow_dropping: let the new vocabulary drop old tokens (their rows are lost).
+        pad_to_multiple_of: when a table grows (the new ids pass its end), round its size up to a multiple of this; a
+            padded table's rows past its tokens go to the new tokens first.
         seed: the generator seed of the new rows (None: drawn on global rank 0, and reported).
         probe: measure the probability the new tokens take on the first training batch (models with
             ``output_states(batch)``: the package's LM and translation systems).
@@ -80,6 +83,7 @@ class VocabularyExtensionCallback(FitOnceCallback):
         old_tokenizer: Any = None,
         trainable: bool | str = True,
         allow_dropping: bool = False,
+        pad_to_multiple_of: int | None = None,
         source_options: Mapping[str, Any] | None = None,
         seed: int | None = 0,
         probe: bool = True,
@@ -91,6 +95,7 @@ class VocabularyExtensionCallback(FitOnceCallback):
         if head_rule is not None:
             resolve_rule(head_rule)
         new_bias_value(bias, torch.zeros(1))
+        check_pad_to_multiple_of(pad_to_multiple_of)
         if from_checkpoint is not None:
             from_checkpoint = checked_file(from_checkpoint, f"from_checkpoint={os.fspath(from_checkpoint)!r}")
         self.from_checkpoint = from_checkpoint
@@ -101,6 +106,7 @@ class VocabularyExtensionCallback(FitOnceCallback):
             "standardize": standardize,
             "source_options": dict(source_options or {}),
             "allow_dropping": allow_dropping,
+            "pad_to_multiple_of": pad_to_multiple_of,
             "seed": seed,
         }
         self.slots, self.tokens, self.old_tokens, self.old_tokenizer = slots, tokens, old_tokens, old_tokenizer

@@ -17,7 +17,13 @@ import torch
 from torch import nn
 
 from lightning_embinit.init.distributed import build_on_rank_zero
-from lightning_embinit.init.freezing import FrozenRows, apply_trainability, check_trainability
+from lightning_embinit.init.freezing import (
+    FrozenRows,
+    apply_trainability,
+    check_not_meta,
+    check_trainability,
+    tables_to_write,
+)
 from lightning_embinit.init.host import ANY_EMBEDDING, EmbeddingSlot, select_slots
 from lightning_embinit.init.pipeline import BuiltSlot, build_slot, slot_report, write_slot
 from lightning_embinit.init.recipe import InitRecipe
@@ -102,10 +108,17 @@ class EmbeddingInitializer:
 
     def prepare(self, module: nn.Module, *, datamodule: Any = None, corpus: SlotCorpus | None = None) -> PreparedSlots:
         """The selected slots with their token strings (:func:`~lightning_embinit.init.tokens.resolve_slot_tokens`),
-        each recipe checked against its table; no weight is touched. ``corpus(slot)`` (else the datamodule's
-        ``training_corpus``) is the slot's tokenized training text."""
+        each recipe checked against its table; no weight is touched. Without ``slots=``, a frozen table is left alone
+        and tables of several recognized models are refused (:func:`~lightning_embinit.init.freezing.tables_to_write`).
+        ``corpus(slot)`` (else the datamodule's ``training_corpus``) is the slot's tokenized training text."""
         prepared = PreparedSlots({}, {})
-        for name, slot in select_slots(module, self.slot_names).items():
+        found = select_slots(module, self.slot_names)
+        if self.slot_names is None:
+            found, frozen = tables_to_write(module, found)
+            prepared.skipped = {name: FROZEN_NOTE.format(name=name) for name in frozen}
+        too_small: dict[str, TableTooSmall] = {}
+        for name, slot in found.items():
+            check_not_meta(slot, "write")
             try:
                 slot, prepared.token_origins[name] = resolve_slot_tokens(
                     slot, given=self.tokens, datamodule=datamodule, model=module
@@ -113,7 +126,8 @@ class EmbeddingInitializer:
             except TableTooSmall as error:
                 if self.slot_names is not None or slot.family != ANY_EMBEDDING:
                     raise
-                prepared.skipped[name] = f"{error}: left as it is (a position or token-type table?)"
+                too_small[name] = error
+                prepared.skipped[name] = f"{error.problem}: left as it is (a position or token-type table?)"
                 continue
             recipe = self.slot_recipes.get(name, self.recipe)
             source = recipe.validate(slot.num_embeddings, slot.embedding_dim, slot=name)
@@ -123,10 +137,7 @@ class EmbeddingInitializer:
             prepared.slots[name], prepared.recipes[name] = slot, recipe
             prepared.corpora[name] = (lambda n=name: corpus(n)) if corpus else corpus_for_slot(datamodule, name)
         if not prepared.slots:
-            raise ValueError(
-                f"{type(module).__name__} has no table that fits the token list: {'; '.join(prepared.skipped.values())}"
-                ". Name its token table with slots=[...]"
-            )
+            raise _no_table_fits(module, found, too_small)
         return prepared
 
     def build(
@@ -183,6 +194,26 @@ class EmbeddingInitializer:
         for message in [*prepared.skipped.values(), *self.freeze(prepared, initialized.pretrained_rows)[1]]:
             warnings.warn(message, stacklevel=3)
         return initialized
+
+
+FROZEN_NOTE = (
+    "slot {name!r} is frozen (requires_grad=False): left as it is (a pre-trained teacher's table?); a frozen table is "
+    "written only when named in slots=[...]"
+)
+
+
+def _no_table_fits(
+    module: nn.Module, found: Mapping[str, EmbeddingSlot], too_small: Mapping[str, TableTooSmall]
+) -> ValueError:
+    """The error when every table of an unrecognized model is shorter than its token list: the largest is most
+    likely the token table, not resized after tokens were added to the tokenizer."""
+    largest = max(too_small, key=lambda name: found[name].num_embeddings)
+    problems = "; ".join(error.problem for error in too_small.values())
+    rows = found[largest].num_embeddings
+    return ValueError(
+        f"{type(module).__name__} has no table that fits the token list: {problems}. If {largest!r} ({rows} rows) is "
+        f"the token table, {too_small[largest].advice}; or name the token table with slots=[...]"
+    )
 
 
 def initialize_embeddings(

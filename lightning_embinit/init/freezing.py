@@ -1,4 +1,5 @@
-"""Whether an embedding table trains: frozen whole, or frozen only in its pre-trained rows.
+"""Whether an embedding table trains: frozen whole, or frozen only in its pre-trained rows; and which tables a writer
+may change (:func:`tables_to_write`: a frozen table only when named).
 
 Partial freezing is a gradient mask (a hook on the weight), which keeps SGD and Adam from moving the rows; for
 optimizers that also decay weights the rows are pinned back after every step (:func:`pin_rows`).
@@ -6,15 +7,16 @@ optimizers that also decay weights the rows are pinned back after every step (:f
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 
 import torch
 from torch import nn
 from torch.utils.hooks import RemovableHandle
 
-from lightning_embinit.init.host import EmbeddingSlot
+from lightning_embinit.init.families import recognized_models
+from lightning_embinit.init.host import EmbeddingHost, EmbeddingSlot
 from lightning_embinit.init.recipe import Trainable
-from lightning_embinit.init.sharding import is_sharded
+from lightning_embinit.init.sharding import is_meta, is_sharded
 
 FrozenRows = Callable[[], "torch.Tensor | None"]
 
@@ -83,3 +85,69 @@ def apply_trainability(
         return None
     freeze_rows(slot.weight, mask)
     return mask
+
+
+def check_not_meta(slot: EmbeddingSlot, what: str) -> None:
+    """Refuse a table on the meta device (a shape without values), naming the slot and what to do."""
+    if is_meta(slot.weight):
+        raise ValueError(
+            f"slot {slot.name!r} is on the meta device (a shape without values), so there is nothing to {what} yet: "
+            "materialize the model first (model.to_empty(device=...), then its own initialization), or build the "
+            "tables in the LightningModule's configure_model and let fit materialize them (the callbacks write and "
+            "measure them once it has); nothing was changed"
+        )
+
+
+def slot_models(root: nn.Module, slots: Mapping[str, EmbeddingSlot]) -> dict[str, str]:
+    """Slot name → the path of the recognized model that holds its table, when ``root`` (no ``EmbeddingHost``) holds
+    several recognized models (a teacher beside a student); ``{}`` otherwise."""
+    if isinstance(root, EmbeddingHost):
+        return {}
+    models = recognized_models(root)
+    if len(models) < 2:
+        return {}
+    owners = {}
+    for path, model, _ in models:
+        inside = {id(module) for module in model.modules()}
+        owners |= {name: path for name, slot in slots.items() if id(slot.embedding) in inside}
+    return owners
+
+
+def tables_to_write(root: nn.Module, slots: Mapping[str, EmbeddingSlot]) -> tuple[dict[str, EmbeddingSlot], list[str]]:
+    """Of the tables found without ``slots=``, those to write, and the frozen ones left alone (their names): a table
+    with ``requires_grad=False`` (a frozen pre-trained teacher's) is written only when named. ``ValueError`` when every
+    table is frozen, or when the rest belong to more than one recognized model (which to write is the user's call)."""
+    frozen = [name for name, slot in slots.items() if not slot.weight.requires_grad]
+    kept = {name: slot for name, slot in slots.items() if name not in frozen}
+    if not kept:
+        raise ValueError(
+            f"every embedding table of {type(root).__name__} is frozen (requires_grad=False: {', '.join(frozen)}), and "
+            "a frozen table is written only when named: pass slots=[...] to write it anyway; nothing was written"
+        )
+    owners = slot_models(root, kept)
+    models: dict[str, list[str]] = {}
+    for name, path in owners.items():
+        models.setdefault(path, []).append(name)
+    if len(models) > 1:
+        listed = "; ".join(
+            f"{path or 'the module itself'} ({type(root.get_submodule(path)).__name__}: {', '.join(names)})"
+            for path, names in models.items()
+        )
+        raise ValueError(
+            f"{type(root).__name__} holds {len(models)} models with trainable token tables: {listed}. Which to "
+            f"initialize is your call (a pre-trained teacher beside a student must keep its weights): name the "
+            f"tables with slots=[...], e.g. slots={list(models[list(models)[-1]])!r}, or freeze the teacher "
+            "(teacher.requires_grad_(False): a frozen table is left alone); nothing was written"
+        )
+    return kept, frozen
+
+
+def reference_models(root: nn.Module, slots: Mapping[str, EmbeddingSlot]) -> list[str]:
+    """The slots of recognized models none of whose parameters trains (a frozen teacher), when ``root`` holds several
+    recognized models and some other slot remains: what a monitor leaves out unless named."""
+    owners = slot_models(root, slots)
+    frozen_models = {
+        path for path in set(owners.values()) if not any(p.requires_grad for p in root.get_submodule(path).parameters())
+    }
+    left = [name for name, path in owners.items() if path in frozen_models]
+    return left if len(left) < len(slots) else []

@@ -133,7 +133,7 @@ def slot_report(
         "transforms": list(built.transforms) if built else [],
         "num_embeddings": slot.num_embeddings,
         "embedding_dim": slot.embedding_dim,
-        "trainable": recipe.trainable,
+        "trainable": recipe.trainable if recipe.trainable is not True else bool(slot.weight.requires_grad),
         "tied_modules": list(slot.tied_modules),
         "seed": seed,
         "family": slot.family,

@@ -200,14 +200,32 @@ def resolve_slot_tokens(
     if len(found.tokens) > slot.num_embeddings:
         raise TableTooSmall(
             f"slot {slot.name!r}: {found.origin} lists {len(found.tokens)} tokens, but the table has only "
-            f"{slot.num_embeddings} rows; the vocabulary does not belong to this table"
+            f"{slot.num_embeddings} rows",
+            advice=resize_advice(slot.num_embeddings, len(found.tokens)),
         )
     special = dict(slot.special_tokens) or found.special_tokens
     return replace(slot, tokens=list(found.tokens), special_tokens=special), found.origin
 
 
 class TableTooSmall(ValueError):
-    """A vocabulary longer than the table it was given for: the table is not a token table of that vocabulary."""
+    """A vocabulary longer than the table it was given for: a token table not resized after tokens were added to its
+    tokenizer, or a table of something else (positions, token types). ``problem`` states it, ``advice`` what to do
+    when it is the token table; the message is both."""
+
+    def __init__(self, problem: str, *, advice: str) -> None:
+        super().__init__(f"{problem}: {advice}")
+        self.problem, self.advice = problem, advice
+
+
+def resize_advice(rows: int, tokens: int) -> str:
+    """What to do when a tokenizer of ``tokens`` tokens meets its token table of ``rows`` rows."""
+    return (
+        f"the table needs resizing if its tokenizer gained the {tokens - rows} tokens it lacks: "
+        f"model.resize_token_embeddings({tokens}) for a Hugging Face model, or "
+        "lightning_embinit.extend_vocabulary(model, tokenizer, old_tokens=<the tokens before>), which keeps every "
+        "trained row and starts the new ones from them (docs/vocabulary_extension.md); else give this model's own "
+        "tokenizer"
+    )
 
 
 def missing_tokens_error(slot_name: str, source_name: str, family: str | None = None) -> ValueError:

@@ -172,7 +172,7 @@ class HuggingFaceLM(LightningSystem):
 
         def commit() -> None:
             self._set_tokenizer("tokenizer", tokenizer)
-            self.hparams["config"] = {**self.hparams["config"], "vocab_size": len(change.tokens)}
+            self.hparams["config"] = {**self.hparams["config"], "vocab_size": change.table_rows}
 
         return commit
 

@@ -12,6 +12,7 @@ of every stage, so metrics survive any order of ``validate``/``test``/``predict`
 
 from __future__ import annotations
 
+import copy
 import importlib
 import inspect
 import os
@@ -36,7 +37,7 @@ from lightning_embinit.init.sources.checkpoint_file import (
 from lightning_embinit.models.metrics import PerplexityFromLoss
 from lightning_embinit.models.optimization import OptimizerConfig, configure_adam
 from lightning_embinit.models.presets import preset_arguments
-from lightning_embinit.text.tokenization import TextTokenizer
+from lightning_embinit.text.tokenization import PretrainedTokenizer, TextTokenizer
 from lightning_embinit.vocabulary import SPECIAL_TOKENS, Vocabulary
 
 
@@ -146,7 +147,13 @@ def followed_tokenizer(
     """The tokenizer of a side whose vocabulary became ``tokens``: ``given`` (its tokens must be ``tokens``), else a
     word-level ``current`` rebuilt over them (a sub-word one cannot be: ValueError); None without a tokenizer."""
     if given is not None:
-        tokenizer = given if isinstance(given, TextTokenizer) else TextTokenizer.from_config(given)
+        if isinstance(given, TextTokenizer):
+            tokenizer = given
+        elif isinstance(given, Mapping):
+            tokenizer = TextTokenizer.from_config(given)
+        else:  # a transformers tokenizer object, copied: wrapping it adds the roles it lacks
+            name = getattr(given, "name_or_path", None) or type(given).__name__
+            tokenizer = PretrainedTokenizer.from_hf(copy.deepcopy(given), name)
         if list(tokenizer.tokens) != list(tokens):
             raise ValueError(
                 f"{option}: the given tokenizer's {len(tokenizer)} tokens are not the new vocabulary's {len(tokens)}"

@@ -15,7 +15,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from lightning_embinit.init.extension.extend import token_list
+from lightning_embinit.init.extension.extend import check_host_follows, token_list
 from lightning_embinit.init.extension.plan import ExtensionPlan, plan_extension
 from lightning_embinit.init.extension.rules import splitter_of
 from lightning_embinit.init.extension.tables import SlotTables, output_layers, parameter_names, read_tables, tensor_at
@@ -54,12 +54,13 @@ def extension_jobs(
     for name, slot in select_slots(module, slots).items():
         new_tokens, tokenizer = new_vocabulary(name, slot, tokens, datamodule)
         old, recorded_tokenizer = old_vocabulary(name, slot, old_tokens, recorded, checkpoint is not None)
-        into_state = checkpoint is not None and slot.num_embeddings != len(old)
-        if into_state and slot.num_embeddings != len(new_tokens):
+        rows = checkpoint_rows(module, slot, checkpoint)
+        into_state = rows is not None and slot.num_embeddings != rows
+        if into_state and slot.num_embeddings < len(new_tokens):
             raise ValueError(
-                f"slot {name!r}: the model's table has {slot.num_embeddings} rows, the checkpoint's "
-                f"vocabulary {len(old)} tokens and the new one {len(new_tokens)}: build the model "
-                "over the old or the new vocabulary"
+                f"slot {name!r}: the model's table has {slot.num_embeddings} rows, the checkpoint's {rows} (for "
+                f"{len(old)} tokens) and the new vocabulary {len(new_tokens)} tokens: build the model over the old or "
+                "the new vocabulary"
             )
         old_padding = slot.padding_idx
         if into_state and slot.padding_idx is not None:
@@ -97,8 +98,23 @@ def plan_job(
         split=splitter_of(job.old_tokenizer, job.old_tokens),
         **options,
     )
+    if job.into_state and plan.num_rows != job.slot.num_embeddings:
+        raise ValueError(
+            f"slot {job.slot.name!r}: the checkpoint's table extended to the {len(job.new_tokens)} new tokens has "
+            f"{plan.num_rows} rows (a padded table keeps its rows past its tokens), the model's "
+            f"{job.slot.num_embeddings}: build the model over the old vocabulary (it is extended in place), or with "
+            f"{plan.num_rows} rows"
+        )
+    check_host_follows(module, plan)
     plan.report["seed"] = options["seed"]
     return plan
+
+
+def checkpoint_rows(module: nn.Module, slot: EmbeddingSlot, checkpoint: Mapping[str, Any] | None) -> int | None:
+    """The rows of the checkpoint's tensor for ``slot``'s table (None without a checkpoint, or when it has none)."""
+    state = (checkpoint or {}).get("state_dict") or {}
+    key = next((k for k in parameter_names(module, slot.weight) if k in state), None)
+    return None if key is None else int(state[key].shape[0])
 
 
 def datamodule_tokenizer(datamodule: Any, slot: str, tokens: Sequence[str]) -> Any:

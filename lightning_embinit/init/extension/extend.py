@@ -29,8 +29,8 @@ from lightning_embinit.init.extension.tables import (
     vocabulary_tensors,
     write_tables,
 )
-from lightning_embinit.init.freezing import freeze_rows, pin_rows
-from lightning_embinit.init.host import EmbeddingSlot, select_slots
+from lightning_embinit.init.freezing import check_not_meta, freeze_rows, pin_rows
+from lightning_embinit.init.host import EmbeddingHost, EmbeddingSlot, select_slots
 from lightning_embinit.init.tokens import load_tokens, resolve_slot_tokens, tokenizer_object_tokens
 from lightning_embinit.init.transforms import StatisticsTarget
 from lightning_embinit.vocabulary import Vocabulary
@@ -69,6 +69,7 @@ def extend_vocabulary(
     old_tokens: Any = None,
     outputs: Sequence[str] | None = None,
     allow_dropping: bool = False,
+    pad_to_multiple_of: int | None = None,
     seed: int = 0,
     source_options: Mapping[str, Any] | None = None,
     probe: torch.Tensor | Callable[[nn.Module], torch.Tensor] | None = None,
@@ -89,6 +90,9 @@ def extend_vocabulary(
             object also serves as ``old_tokenizer``).
         outputs: the untied output layers (dotted paths); default the host's ``vocabulary_outputs()``, else the ones
             the slot's model family names (never a layer by its width alone).
+        pad_to_multiple_of: when the table grows (the new ids pass its end), round its size up to a multiple of this
+            (``resize_token_embeddings``' option). A padded table (rows past its tokens) keeps its size while the new
+            tokens fit: they take its padded rows, written by the rule.
         probe: the states that meet the output matrix, or a function of the extended module returning them:
             the report's ``new_token_mass``.
     """
@@ -105,6 +109,7 @@ def extend_vocabulary(
         old_tokens=old_tokens,
         outputs=outputs,
         allow_dropping=allow_dropping,
+        pad_to_multiple_of=pad_to_multiple_of,
         seed=seed,
         source_options=source_options,
     )
@@ -157,6 +162,7 @@ def plan_for_module(
     """:func:`plan_extension` for a slot of ``module`` (its tensors, tokens, padding row and output layers);
     ``options`` as :func:`extend_vocabulary`'s. Nothing is written."""
     target = _one_slot(module, slot)
+    check_not_meta(target, "extend its vocabulary")
     if target.tokens is None and old_tokens is None:  # the module's tokenizer or vocabulary attribute, if any
         target = resolve_slot_tokens(target, model=module)[0]
         own = getattr(module, "tokenizer", None)
@@ -180,7 +186,7 @@ def plan_for_module(
             stacklevel=3,
         )
     check_unhooked(module, target, layers)
-    return plan_extension(
+    plan = plan_extension(
         read_tables(module, target, layers),
         slot=target.name,
         old_tokens=old_tokens,
@@ -190,6 +196,20 @@ def plan_for_module(
         split=splitter_of(old_tokenizer, old_tokens),
         **options,
     )
+    check_host_follows(module, plan)
+    return plan
+
+
+def check_host_follows(module: nn.Module, plan: ExtensionPlan) -> None:
+    """Refuse rows without a token for a host whose vocabulary is its table (it names a token for every row and
+    follows the change itself, as the package's systems): ``pad_to_multiple_of`` cannot apply there."""
+    if isinstance(module, EmbeddingHost) and callable(getattr(module, "prepare_vocabulary_change", None)):
+        if plan.num_rows != len(plan.tokens):
+            raise ValueError(
+                f"slot {plan.slot!r}: {type(module).__name__} names a token for every row of its table, so it cannot "
+                f"hold the {plan.num_rows - len(plan.tokens)} rows without a token that pad_to_multiple_of adds: "
+                "leave pad_to_multiple_of out; nothing was changed"
+            )
 
 
 def apply_plan(module: nn.Module, plan: ExtensionPlan, *, tokenizer: Any = None) -> None:
@@ -206,12 +226,12 @@ def apply_plan(module: nn.Module, plan: ExtensionPlan, *, tokenizer: Any = None)
         )
     prepare = getattr(module, "prepare_vocabulary_change", None)  # it checks now, and returns what to run after
     change = VocabularyChange(
-        plan.slot, list(plan.tokens), dict(target.special_tokens), plan.source_ids.tolist(), tokenizer
+        plan.slot, list(plan.tokens), dict(target.special_tokens), plan.source_ids.tolist(), tokenizer, plan.num_rows
     )
     commit = prepare(change) if callable(prepare) else None
     write_tables(module, target, plan.assemble(old), plan.padding_idx)
     if target.after_resize is not None:
-        target.after_resize(len(plan.tokens))
+        target.after_resize(plan.num_rows)
     if commit:
         commit()
 

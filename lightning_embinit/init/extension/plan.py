@@ -6,7 +6,7 @@ from __future__ import annotations
 import itertools
 from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy as np
@@ -14,21 +14,28 @@ import torch
 
 from lightning_embinit.init.extension.report import plan_report
 from lightning_embinit.init.extension.rules import NewRowsRequest, new_bias_value, resolve_rule
-from lightning_embinit.init.extension.tables import SlotTables
-from lightning_embinit.init.statistics import matrix_statistics, rows_without
+from lightning_embinit.init.extension.tables import SlotTables, old_token_rows
+from lightning_embinit.init.statistics import matrix_statistics
 from lightning_embinit.init.transforms import StatisticsTarget, resolve_target, standardize
 
 
 @dataclass(frozen=True)
 class VocabularyChange:
     """What a host is told before its slot's vocabulary changes: the new token strings by id, the special tokens, each
-    new id's old id (−1 for a new token), and the new tokenizer when the caller has one."""
+    new row's old row (−1 for a new one), the new tokenizer when the caller has one, and the table's new size."""
 
     slot: str
     tokens: list[str]
     special_tokens: dict[str, str]
     source_ids: list[int]
     tokenizer: Any = None
+    num_rows: int | None = None
+    """The table's rows after the change: past ``len(tokens)`` for a padded table; None: one per token."""
+
+    @property
+    def table_rows(self) -> int:
+        """The table's rows after the change (a model's ``vocab_size`` when it counts rows, as Hugging Face's)."""
+        return len(self.tokens) if self.num_rows is None else self.num_rows
 
     def new_id(self, old_id: int | None) -> int | None:
         """The new id of an old id (None stays None)."""
@@ -37,8 +44,10 @@ class VocabularyChange:
 
 @dataclass
 class ExtensionPlan:
-    """A checked extension of one slot: the new token list, each new row's old row (``source_ids``, −1 for new
-    tokens), the padding index, the new rows of each tensor, and the report."""
+    """A checked extension of one slot: the new token list, each row's old row in the extended table (``source_ids``,
+    −1 for the rows a rule writes; past the new tokens for a padded table), the padding index, the new rows of each
+    tensor, the report, and how many of the old table's first rows held a token (``named_rows``; the rest were
+    padded rows)."""
 
     slot: str
     tokens: list[str]
@@ -48,11 +57,18 @@ class ExtensionPlan:
     output_rows: dict[str, torch.Tensor] = field(default_factory=dict)
     bias_values: dict[str, float | None] = field(default_factory=dict)
     report: dict[str, Any] = field(default_factory=dict)
+    named_rows: int | None = None
 
     @property
     def added(self) -> torch.Tensor:
-        """(N′,) bool: True at the new tokens' rows."""
+        """(T′,) bool: True at the rows a rule writes: the new tokens' (a padded row they land on too) and the rows
+        the table grows by past them."""
         return self.source_ids < 0
+
+    @property
+    def num_rows(self) -> int:
+        """The extended table's rows T′ (≥ the new tokens: a padded table keeps its rows past them)."""
+        return len(self.source_ids)
 
     def assemble(self, old: SlotTables) -> SlotTables:
         """The extended tensors (the old ones' dtype and device): old rows copied exactly to their new ids, new rows."""
@@ -86,6 +102,17 @@ class ExtensionPlan:
         )
 
 
+def table_rows(num_rows: int, named: int, new_count: int, pad_to_multiple_of: int | None = None) -> int:
+    """The extended table's size. A padded table (rows past its ``named`` tokens, as Pythia's 50,304 rows for 50,277
+    tokens) keeps its size while the ``new_count`` tokens fit and grows only when they pass its end; a table of
+    exactly its tokens takes the new vocabulary's size. A size that changes is rounded up to a multiple of
+    ``pad_to_multiple_of`` (as ``resize_token_embeddings(pad_to_multiple_of=…)`` rounds)."""
+    size = new_count if new_count > num_rows or num_rows <= named else num_rows
+    if pad_to_multiple_of and size != num_rows:
+        size = -(-size // pad_to_multiple_of) * pad_to_multiple_of
+    return size
+
+
 def check_vocabulary_change(
     slot: str,
     old_tokens: Sequence[str],
@@ -94,9 +121,33 @@ def check_vocabulary_change(
     num_rows: int,
     special_tokens: Mapping[str, str] | None = None,
     allow_dropping: bool = False,
+    pad_to_multiple_of: int | None = None,
 ) -> torch.Tensor:
-    """Each new id's old id (−1: a new token); ``ValueError`` for a duplicate token (old or new), an old token the new
-    list drops or a table row without a token (unless ``allow_dropping``), or a special token dropped (always)."""
+    """Each row's old row in the extended table (:func:`table_rows` rows): for the new ids, the old id of their token
+    (−1: a new token, even where it lands on a padded row); past the new vocabulary, the row itself where the old
+    table had it (a padded row keeps its values), else −1 (a row the table grows by). ``ValueError`` for more old
+    tokens than rows, a duplicate token (old or new), an old token the new list drops (unless ``allow_dropping``), or
+    a special token dropped (always)."""
+    if len(old_tokens) > num_rows:
+        raise ValueError(
+            f"slot {slot!r}: the old vocabulary lists {len(old_tokens)} tokens, but the table has only {num_rows} "
+            "rows: these are not the tokens it was trained with (the tokenizer after tokens were added?); pass the "
+            "old tokens as old_tokens= (the tokenizer as it was)"
+        )
+    size = table_rows(num_rows, len(old_tokens), len(new_tokens), pad_to_multiple_of)
+    past = torch.arange(len(new_tokens), size)
+    tail = torch.where(past < num_rows, past, torch.full_like(past, -1))
+    return torch.cat((_token_sources(slot, old_tokens, new_tokens, special_tokens, allow_dropping), tail))
+
+
+def _token_sources(
+    slot: str,
+    old_tokens: Sequence[str],
+    new_tokens: Sequence[str],
+    special_tokens: Mapping[str, str] | None,
+    allow_dropping: bool,
+) -> torch.Tensor:
+    """Each new id's old id (−1: a new token), the vocabularies checked (:func:`check_vocabulary_change`)."""
     appended = len(new_tokens) >= len(old_tokens) and list(new_tokens[: len(old_tokens)]) == list(old_tokens)
     distinct: set[str] = set()
     for what, tokens in (("old vocabulary", old_tokens), ("new vocabulary", new_tokens))[appended:]:
@@ -113,32 +164,37 @@ def check_vocabulary_change(
             f"slot {slot!r}: the new vocabulary holds the empty token '' (id {list(new_tokens).index('')}); "
             "a blank line in a token file? remove it"
         )
-    unnamed = num_rows - len(old_tokens)
-    if appended and (unnamed <= 0 or allow_dropping):  # the common case, new tokens after the old: no lookups
+    if appended:  # the common case, new tokens after the old: no lookups
         return torch.cat((torch.arange(len(old_tokens)), torch.full((len(new_tokens) - len(old_tokens),), -1)))
     index = {token: i for i, token in enumerate(old_tokens)}
     new_index = distinct  # the new tokens' (the loop's last)
     dropped = [t for t in old_tokens if t not in new_index]
     if lost := [t for t in (special_tokens or {}).values() if t in index and t not in new_index]:
         raise ValueError(f"slot {slot!r}: the new vocabulary drops the special tokens {lost}; they must stay")
-    if (dropped or unnamed > 0) and not allow_dropping:
-        parts = [f"drops {len(dropped)} of the slot's {len(old_tokens)} old tokens (e.g. {dropped[:5]})"] * bool(
-            dropped
-        )
-        parts += [f"has no token for the table's {unnamed} rows past its {len(old_tokens)} named ones"] * (unnamed > 0)
+    if dropped and not allow_dropping:
         raise ValueError(
-            f"slot {slot!r}: the new vocabulary {' and '.join(parts)}; their rows would be lost. A new "
-            "tokenizer must hold every old token (in any order); pass allow_dropping=True to drop them"
+            f"slot {slot!r}: the new vocabulary drops {len(dropped)} of the slot's {len(old_tokens)} old tokens "
+            f"(e.g. {dropped[:5]}); their rows would be lost. A new tokenizer must hold every old token (in any "
+            "order); pass allow_dropping=True to drop them"
         )
     sources = np.fromiter(map(index.get, new_tokens, itertools.repeat(-1)), dtype=np.int64, count=len(new_tokens))
     return torch.from_numpy(sources)
 
 
 def _new_rows(
-    rule: Any, request: NewRowsRequest, target: StatisticsTarget | bool | None
+    rule: Any, request: NewRowsRequest, target: StatisticsTarget | bool | None, unnamed: int = 0
 ) -> tuple[torch.Tensor, dict[str, int]]:
+    """The rule's rows for ``request.tokens``, then those of the ``unnamed`` rows the table grows by past the new
+    vocabulary (no token: the rule's own draw, μ for a rule that reads tokens), standardized together, checked."""
     rows, counts = rule(request)
     rows = rows.float()
+    if unnamed:
+        if rule.reads_tokens:
+            extra, how = request.mean_row.float().expand(unnamed, -1), "mean"
+        else:
+            extra, how = rule(replace(request, tokens=[""] * unnamed))[0].float(), rule.name
+        rows = torch.cat((rows, extra))
+        counts = {**counts, f"{how} (rows without a token)": unnamed}
     if target is True or target == "old":  # the old rows' own mean and std
         stats = matrix_statistics(request.old_rows)
         target = (stats.mean, stats.std)
@@ -154,9 +210,12 @@ def _new_rows(
     return rows, counts
 
 
-def check_old_tables(slot: str, old: SlotTables, rules: Sequence[Any], padding_idx: int | None) -> None:
-    """``ValueError`` for an old tensor holding NaN or inf (naming its first bad rows), or a table with no row but the
-    padding row for a rule that starts from the old rows."""
+def check_old_tables(
+    slot: str, old: SlotTables, rules: Sequence[Any], padding_idx: int | None, named: int | None = None
+) -> None:
+    """``ValueError`` for an old tensor holding NaN or inf (naming its first bad rows), or a table with no token row
+    but the padding row (of its first ``named`` rows, the ones with a token) for a rule that starts from the old
+    rows."""
     tensors = {"the table": old.embedding, **{f"output layer {p!r}": weight for p, weight in old.outputs.items()}}
     tensors |= {f"the bias of {p!r}": b for p, b in old.biases.items() if b is not None}
     tensors |= {f"bias {p!r}": bias.movedim(-1, 0) for p, bias in old.vocabulary_biases.items()}  # rows: token ids
@@ -168,22 +227,49 @@ def check_old_tables(slot: str, old: SlotTables, rules: Sequence[Any], padding_i
                 f"slot {slot!r}: {name} already holds NaN or inf (rows {rows[:5]}{' …' if len(rows) > 5 else ''}) "
                 "before any extension; new rows cannot be made from it — a diverged checkpoint? nothing was written"
             )
-    if rows_without(old.embedding, padding_idx).shape[0] == 0 and (needy := [r.name for r in rules if r.uses_old_rows]):
+    token_rows = old_token_rows(old.embedding, named, padding_idx)
+    if token_rows.shape[0] == 0 and (needy := [r.name for r in rules if r.uses_old_rows]):
         raise ValueError(
             f"slot {slot!r}: the table has no row but the padding row {padding_idx}, so rule {needy[0]!r} has no "
             "mean or covariance to start new rows from; use a scheme (rule='xavier') or a source (rule='glove')"
         )
 
 
-def _new_bias_values(old: SlotTables, bias: str | float, padding_idx: int | None) -> dict[str, float | None]:
-    """The value each new entry of every bias over the vocabulary takes (output layers' and vocabulary biases')."""
+def _new_bias_values(
+    old: SlotTables, bias: str | float, padding_idx: int | None, named: int
+) -> dict[str, float | None]:
+    """The value each new entry of every bias over the vocabulary takes (output layers' and vocabulary biases'), from
+    the old tokens' entries."""
     values = {
-        path: None if b is None else new_bias_value(bias, rows_without(b, padding_idx))
+        path: None if b is None else new_bias_value(bias, old_token_rows(b, named, padding_idx))
         for path, b in old.biases.items()
     }
     for path, b in old.vocabulary_biases.items():
-        values[path] = new_bias_value(bias, rows_without(b.reshape(-1, b.shape[-1])[0], padding_idx))
+        values[path] = new_bias_value(bias, old_token_rows(b.reshape(-1, b.shape[-1])[0], named, padding_idx))
     return values
+
+
+def _resolve_rules(
+    slot: str,
+    old: SlotTables,
+    rules: tuple[Any, Any, Mapping[str, Any] | None],
+    padding_idx: int | None,
+    named: int,
+    split: Any,
+) -> tuple[Any, Any]:
+    """The rule of the table's new rows and of its untied output layers' (``rules``: rule, head rule, source
+    options), checked against the old tables."""
+    rule, head_rule, source_options = rules
+    row_rule = resolve_rule(rule, **dict(source_options or {}))
+    out_rule = row_rule if row_rule.serves_output_layers else resolve_rule("mean")
+    out_rule = out_rule if head_rule is None else resolve_rule(head_rule)
+    check_old_tables(slot, old, [row_rule, *([out_rule] if old.outputs else [])], padding_idx, named)
+    if (row_rule.needs_split or (old.outputs and out_rule.needs_split)) and split is None:
+        raise ValueError(
+            f"slot {slot!r}: rule 'pieces' needs the old tokenizer (old_tokenizer=: a tokenizer, a Hugging "
+            "Face tokenizer or a callable token → pieces) to split the new tokens; none was given"
+        )
+    return row_rule, out_rule
 
 
 def plan_extension(
@@ -202,44 +288,52 @@ def plan_extension(
     seed: int = 0,
     source_options: Mapping[str, Any] | None = None,
     allow_dropping: bool = False,
+    pad_to_multiple_of: int | None = None,
 ) -> ExtensionPlan:
     """Check an extension of ``old`` (a slot's tensors) from ``old_tokens`` to ``new_tokens`` and build its new rows;
-    nothing is written. Options as :func:`~lightning_embinit.init.extension.extend.extend_vocabulary`'s."""
+    nothing is written. Options as :func:`~lightning_embinit.init.extension.extend.extend_vocabulary`'s. The old
+    tokens' rows are the table's first ``len(old_tokens)`` (the padding row aside): μ, Σ and the bias means are
+    theirs, never a padded row's."""
+    check_pad_to_multiple_of(pad_to_multiple_of)
+    num_rows, named = old.embedding.shape[0], len(old_tokens)
     source_ids = check_vocabulary_change(
         slot,
         old_tokens,
         new_tokens,
-        num_rows=old.embedding.shape[0],
+        num_rows=num_rows,
         special_tokens=special_tokens,
         allow_dropping=allow_dropping,
+        pad_to_multiple_of=pad_to_multiple_of,
     )
-    if padding_idx is not None and (padding_idx >= len(old_tokens) or old_tokens[padding_idx] not in set(new_tokens)):
+    if padding_idx is not None and (padding_idx >= named or old_tokens[padding_idx] not in set(new_tokens)):
         raise ValueError(f"slot {slot!r}: the padding row {padding_idx} must keep its token in the new vocabulary")
     new_padding = None if padding_idx is None else list(new_tokens).index(old_tokens[padding_idx])
-    row_rule = resolve_rule(rule, **dict(source_options or {}))
-    out_rule = row_rule if row_rule.serves_output_layers else resolve_rule("mean")
-    out_rule = out_rule if head_rule is None else resolve_rule(head_rule)
-    check_old_tables(slot, old, [row_rule, *([out_rule] if old.outputs else [])], padding_idx)
-    if (row_rule.needs_split or (old.outputs and out_rule.needs_split)) and split is None:
-        raise ValueError(
-            f"slot {slot!r}: rule 'pieces' needs the old tokenizer (old_tokenizer=: a tokenizer, a Hugging "
-            "Face tokenizer or a callable token → pieces) to split the new tokens; none was given"
-        )
+    row_rule, out_rule = _resolve_rules(slot, old, (rule, head_rule, source_options), padding_idx, named, split)
     added_tokens = [t for t, source in zip(new_tokens, source_ids.tolist()) if source < 0]
+    unnamed = int((source_ids[len(new_tokens) :] < 0).sum())  # rows the table grows by past the new vocabulary
     generator = torch.Generator().manual_seed(seed)
-    values = _new_bias_values(old, bias, padding_idx)
 
     def request(table: torch.Tensor, what: str) -> NewRowsRequest:
         table = table.detach().cpu()  # the rows are made on the CPU (its generator), whatever the table's device
-        return NewRowsRequest(
-            table, rows_without(table, padding_idx), added_tokens, len(new_tokens), generator, what, split
-        )
+        old_rows = old_token_rows(table, named, padding_idx)
+        return NewRowsRequest(table, old_rows, added_tokens, len(source_ids), generator, what, split)
 
-    rows, counts = _new_rows(row_rule, request(old.embedding, f"slot {slot!r}"), standardize)
+    rows, counts = _new_rows(row_rule, request(old.embedding, f"slot {slot!r}"), standardize, unnamed)
     outputs = {
-        path: _new_rows(out_rule, request(weight, f"output layer {path!r}"), standardize)[0]
+        path: _new_rows(out_rule, request(weight, f"output layer {path!r}"), standardize, unnamed)[0]
         for path, weight in old.outputs.items()
     }
-    plan = ExtensionPlan(slot, list(new_tokens), source_ids, new_padding, rows, outputs, values)
+    values = _new_bias_values(old, bias, padding_idx, named)
+    plan = ExtensionPlan(slot, list(new_tokens), source_ids, new_padding, rows, outputs, values, named_rows=named)
     plan.report = plan_report(plan, old, row_rule.name, out_rule.name, counts, padding_idx, standardize, bias)
     return plan
+
+
+def check_pad_to_multiple_of(value: Any) -> int | None:
+    """``pad_to_multiple_of``: None or a positive integer (``ValueError`` otherwise)."""
+    if value is not None and (not isinstance(value, int) or isinstance(value, bool) or value < 1):
+        raise ValueError(
+            f"pad_to_multiple_of= takes a positive integer (the table's size is rounded up to a multiple of it when "
+            f"it grows, e.g. 64) or None; got {value!r}"
+        )
+    return value

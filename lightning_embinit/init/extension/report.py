@@ -7,9 +7,9 @@ from typing import Any
 
 import torch
 
-from lightning_embinit.init.extension.tables import SlotTables
+from lightning_embinit.init.extension.tables import SlotTables, old_token_rows
 from lightning_embinit.init.report import text_table
-from lightning_embinit.init.statistics import matrix_statistics, rows_without
+from lightning_embinit.init.statistics import matrix_statistics
 
 _COLUMNS = (
     ("slot", lambda r: r["slot"]),
@@ -55,6 +55,8 @@ def format_extension_report(reports: Mapping[str, Mapping[str, Any]]) -> str:
                 f"slot {name!r}: {path}: {entry['bias_rule']} → {entry['new_bias']:.4g} "
                 f"(old mean {entry['old_bias_mean']:.4g})"
             )
+        if (padding := _padding_note(name, report)) is not None:
+            notes.append(padding)
         if report.get("added_tokens"):
             notes.append(
                 f"slot {name!r}: new tokens (first {len(report['added_tokens'])}): {', '.join(report['added_tokens'])}"
@@ -69,6 +71,8 @@ def extension_metrics(reports: Mapping[str, Mapping[str, Any]], prefix: str = "v
         "num_embeddings",
         "added_rows",
         "dropped_rows",
+        "padded_rows",
+        "reused_rows",
         "old_std",
         "new_std",
         "old_row_norm",
@@ -105,39 +109,85 @@ def plan_report(
     standardized: Any,
     bias: Any,
 ) -> dict[str, Any]:
+    named = plan.named_rows
     report: dict[str, Any] = {
         "slot": plan.slot,
         "rule": rule,
         "by_rule": dict(counts),
         "standardize": None if standardized is None or standardized is False else str(standardized),
         "old_rows": int(old.embedding.shape[0]),
-        "num_embeddings": len(plan.tokens),
+        "num_embeddings": plan.num_rows,
         "added_rows": int(plan.added.sum()),
-        "kept_rows": int((~plan.added).sum()),
-        "dropped_rows": int(old.embedding.shape[0] - int((~plan.added).sum())),
+        **_row_counts(plan, int(old.embedding.shape[0])),
         "added_tokens": [t for t, new in zip(plan.tokens, plan.added.tolist()) if new][:10],
-        **_row_numbers("old", rows_without(old.embedding, padding_idx)),
+        **_row_numbers("old", old_token_rows(old.embedding, named, padding_idx)),
         **_row_numbers("new", plan.embedding_rows),
         "outputs": {},
         "new_token_mass": None,
-        "uniform_mass": int(plan.added.sum()) / max(len(plan.tokens), 1),
+        "uniform_mass": int(plan.added.sum()) / max(plan.num_rows, 1),
     }
     for path, weight in old.outputs.items():
         entry = {
             "rule": head_rule,
-            **_row_numbers("old", rows_without(weight, padding_idx)),
+            **_row_numbers("old", old_token_rows(weight, named, padding_idx)),
             **_row_numbers("new", plan.output_rows[path]),
         }
         if old.biases.get(path) is not None:
-            old_mean = float(rows_without(old.biases[path], padding_idx).double().mean())
+            old_mean = float(old_token_rows(old.biases[path], named, padding_idx).double().mean())
             entry.update(bias_rule=str(bias), old_bias_mean=old_mean, new_bias=plan.bias_values[path])
         report["outputs"][path] = entry
     report["biases"] = {
         path: {
             "bias_rule": str(bias),
-            "old_bias_mean": float(rows_without(values.reshape(-1, values.shape[-1])[0], padding_idx).double().mean()),
+            "old_bias_mean": float(
+                old_token_rows(values.reshape(-1, values.shape[-1])[0], named, padding_idx).double().mean()
+            ),
             "new_bias": plan.bias_values[path],
         }
         for path, values in old.vocabulary_biases.items()
     }
     return report
+
+
+def _row_counts(plan: Any, old_rows: int) -> dict[str, Any]:
+    """How the extended table's rows came: old tokens kept and dropped; the old table's padded rows (past its
+    tokens), those a new token took (``reused_ids``: [start, stop) ranges) and the rows past the new tokens."""
+    sources = plan.source_ids[: len(plan.tokens)]
+    kept = int((sources >= 0).sum())
+    named = old_rows if plan.named_rows is None else plan.named_rows
+    ids = torch.arange(len(plan.tokens))
+    reused = ids[(sources < 0) & (ids >= named) & (ids < old_rows)].tolist()
+    return {
+        "kept_rows": kept,
+        "dropped_rows": named - kept,
+        "padded_rows": old_rows - named,
+        "reused_rows": len(reused),
+        "reused_ids": _ranges(reused),
+        "rows_without_token": plan.num_rows - len(plan.tokens),
+        "new_rows_without_token": int((plan.source_ids[len(plan.tokens) :] < 0).sum()),
+    }
+
+
+def _ranges(ids: list[int]) -> list[list[int]]:
+    """Sorted ids as [start, stop) ranges."""
+    ranges: list[list[int]] = []
+    for i in ids:
+        if ranges and ranges[-1][1] == i:
+            ranges[-1][1] = i + 1
+        else:
+            ranges.append([i, i + 1])
+    return ranges
+
+
+def _padding_note(name: str, report: Mapping[str, Any]) -> str | None:
+    """A line on a padded table's rows: which a new token took, how many stay without a token, how many it grew by."""
+    padded, past = report.get("padded_rows", 0), report.get("rows_without_token", 0)
+    if not padded and not past:
+        return None
+    reused = ", ".join(f"{a}" if b == a + 1 else f"{a}–{b - 1}" for a, b in report["reused_ids"])
+    took = f"new tokens took {report['reused_rows']} of them (rows {reused})" if reused else "no new token took one"
+    fresh = report.get("new_rows_without_token", 0)
+    had = f"the table had {padded} rows past its {report['old_rows'] - padded} tokens; {took}; " if padded else ""
+    return f"slot {name!r}: {had}{past} rows past the new tokens have no token" + (
+        f" ({fresh} of them new: pad_to_multiple_of; rule rows)" if fresh else ""
+    )

@@ -38,8 +38,9 @@ new token's text for the ``pieces`` rule drops."""
 @dataclass
 class NewRowsRequest:
     """What a rule reads: ``old_table``, the whole (N, D) old matrix (``pieces`` reads rows by old id); ``old_rows``,
-    its non-padding rows (μ, Σ); the ``tokens`` that need rows; ``num_embeddings``, the extended table's size N′ (a
-    shape-dependent scheme's std); ``what`` names the matrix in errors."""
+    the old tokens' rows (μ, Σ: neither the padding row nor a padded table's rows without a token); the ``tokens``
+    that need rows; ``num_embeddings``, the extended table's size N′ (a shape-dependent scheme's std); ``what`` names
+    the matrix in errors."""
 
     old_table: torch.Tensor
     old_rows: torch.Tensor
@@ -66,13 +67,15 @@ NewRows = tuple[torch.Tensor, dict[str, int]]
 @dataclass(frozen=True)
 class ExtensionRule:
     """A named way to make new rows; ``serves_output_layers``: also an untied output layer's (not a pre-trained
-    source: ``mean`` serves them); ``needs_split``: reads the old tokenizer's pieces; ``uses_old_rows``: needs μ, Σ."""
+    source: ``mean`` serves them); ``needs_split``: reads the old tokenizer's pieces; ``uses_old_rows``: needs μ, Σ;
+    ``reads_tokens``: a row follows its token's string (rows without a token get μ)."""
 
     name: str
     make: Callable[[NewRowsRequest], NewRows]
     serves_output_layers: bool = True
     needs_split: bool = False
     uses_old_rows: bool = False
+    reads_tokens: bool = False
 
     def __call__(self, request: NewRowsRequest) -> NewRows:
         return self.make(request)
@@ -149,7 +152,7 @@ def _pieces(request: NewRowsRequest) -> NewRows:
 
 @RULES.register("pieces", summary="the mean of the old rows of the pieces the old tokenizer splits the new token into")
 def pieces_rule() -> ExtensionRule:
-    return ExtensionRule("pieces", _pieces, needs_split=True, uses_old_rows=True)
+    return ExtensionRule("pieces", _pieces, needs_split=True, uses_old_rows=True, reads_tokens=True)
 
 
 def scheme_rule(scheme: RandomScheme) -> ExtensionRule:
@@ -191,7 +194,7 @@ def source_rule(source: EmbeddingSource) -> ExtensionRule:
         rows = torch.where(found.unsqueeze(1), built.weight.float(), request.mean_row.float())
         return rows, {source.name: int(found.sum()), "mean (not in the source)": int((~found).sum())}
 
-    return ExtensionRule(source.name, make, serves_output_layers=False)
+    return ExtensionRule(source.name, make, serves_output_layers=False, reads_tokens=True)
 
 
 def known_rules() -> str:

@@ -13,6 +13,7 @@ import torch
 from torch import nn
 
 from lightning_embinit.init.host import EmbeddingSlot, tied_modules_of
+from lightning_embinit.init.statistics import rows_without
 
 
 @dataclass
@@ -24,6 +25,12 @@ class SlotTables:
     outputs: dict[str, torch.Tensor] = field(default_factory=dict)
     biases: dict[str, torch.Tensor | None] = field(default_factory=dict)
     vocabulary_biases: dict[str, torch.Tensor] = field(default_factory=dict)
+
+
+def old_token_rows(tensor: torch.Tensor, named: int | None, padding_idx: int | None) -> torch.Tensor:
+    """The rows (first dimension) of the old tokens: the first ``named`` (all when None; the rest are a padded
+    table's rows without a token), the padding row left out."""
+    return rows_without(tensor if named is None else tensor[:named], padding_idx)
 
 
 def output_layers(root: nn.Module, slot: EmbeddingSlot, given: Sequence[str] | None = None) -> tuple[str, ...]:
