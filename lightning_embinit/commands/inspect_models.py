@@ -155,7 +155,8 @@ def _check_fields(config: Any, fields: Mapping[str, Any]) -> None:
     if unknown:
         sizes = ", ".join(f"--{option.replace('_', '-')} sets {field}" for option, field in HF_SIZES.items())
         raise ValueError(
-            f"the {config.model_type} config has no field {', '.join(unknown)} (a --model-option, or {sizes})"
+            f"the {config.model_type} config has no field {', '.join(unknown)}: a --model-option names one of its "
+            f"fields; {sizes}"
         )
 
 
