@@ -156,3 +156,15 @@ def test_a_failed_run_is_one_line_with_status_1_and_the_traceback_on_request(tmp
     monkeypatch.setenv("EMBINIT_DEBUG", "1")
     with pytest.raises(RuntimeError, match="went to pieces"):
         cli.main(args)
+
+
+def test_an_abbreviated_option_is_refused_naming_it_not_taken_for_the_full_one(capsys):
+    for args in (["--trainer.max_step", "5"], ["--trainer.max_step=5"], ["--trainer.max_epoch", "1"]):
+        with pytest.raises(SystemExit) as exit:  # --print_config: were it accepted, nothing would train
+            cli.main(["fit", "--config", str(CONFIG), *args, "--print_config"])
+        err = capsys.readouterr().err
+        assert exit.value.code == 2 and len(err.splitlines()) == 1, err
+        assert err.startswith(f"embinit fit: error: unrecognized arguments: {args[0]}")
+    with pytest.raises(SystemExit) as exit:
+        cli.main(["validate", "--config", str(CONFIG), "--ckpt", "x.ckpt"])
+    assert exit.value.code == 2 and "unrecognized arguments: --ckpt x.ckpt" in capsys.readouterr().err

@@ -239,3 +239,35 @@ def test_a_vocabulary_extension_follows_into_the_tokenizer_and_the_saved_config(
     assert again.model.transformer.wte.num_embeddings == len(old) + 2 == again.model.config.vocab_size
     assert again.model.lm_head.weight is again.model.transformer.wte.weight
     assert torch.equal(again.model.transformer.wte.weight, model.model.transformer.wte.weight)
+
+
+def test_a_config_key_the_config_class_does_not_know_is_refused_with_the_known_ones(minilm, monkeypatch, tmp_path):
+    def built(*args, **kwargs):
+        raise AssertionError("a model was built")
+
+    monkeypatch.setattr(T.AutoModelForCausalLM, "from_config", built)
+    known = set(T.GPT2Config().to_dict()) | set(T.GPT2Config.attribute_map)  # transformers' own list of the fields
+    with pytest.raises(ValueError) as refused:
+        HuggingFaceLM("gpt2", {**GPT2, "n_layers": 2}, tokenizer=minilm)  # GPT-2's field is n_layer
+    message = str(refused.value)
+    assert message.startswith("HuggingFaceLM config: the gpt2 config has no field 'n_layers' (did you mean n_layer")
+    listed = set(message.split("its fields: ")[1].split(", "))
+    assert {"n_layer", "n_embd", "hidden_size", "num_hidden_layers", "vocab_size"} <= listed <= known
+    with pytest.raises(ValueError, match="the llama config has no field 'n_embd'"):
+        HuggingFaceLM("llama", {"n_embd": 32}, tokenizer=minilm)
+    T.GPT2Config(**GPT2).save_pretrained(tmp_path)  # the same rule for a config directory
+    with pytest.raises(ValueError, match="the gpt2 config has no field 'num_layer'"):
+        HuggingFaceLM(config_path=str(tmp_path), config={"num_layer": 1}, tokenizer=minilm)
+
+
+def test_a_config_json_that_is_not_json_names_the_file(minilm, tmp_path):
+    (tmp_path / "config.json").write_text('{"model_type": "gpt2",\n  n_layer: 2}\n', encoding="utf-8")
+    file = tmp_path / "config.json"
+    with pytest.raises(ValueError, match=rf"{file} is not valid JSON \(.* at line 2, column 3\)"):
+        HuggingFaceLM(config_path=str(tmp_path), tokenizer=minilm)
+    file.write_text("[1, 2]", encoding="utf-8")
+    with pytest.raises(ValueError, match=rf"{file} holds a JSON list, not an object"):
+        HuggingFaceLM(config_path=str(tmp_path), tokenizer=minilm)
+    file.write_bytes(b"\xff\xfe\x00")
+    with pytest.raises(ValueError, match=rf"{file} is not a text file"):
+        HuggingFaceLM(config_path=str(tmp_path), tokenizer=minilm)

@@ -219,7 +219,8 @@ def test_accuracy_and_f1_equal_a_hand_count_on_real_sst2_rows(tmp_path):
     assert scores["val_acc"] == pytest.approx(accuracy, abs=1e-6) and scores["val_f1"] == pytest.approx(f1, abs=1e-6)
     by_batch = trainer(tmp_path).predict(model, datamodule=data)  # its predict loader: the validation set here
     rows = [k for batch in data.predict_dataloader() for k in batch["index"].tolist()]
-    assert [predicted[k] for k in rows] == [name for names in by_batch for name in names]
+    assert [predicted[k] for k in rows] == [record["label"] for records in by_batch for record in records]
+    assert rows == [record["index"] for records in by_batch for record in records]
     tested = trainer(tmp_path).test(
         model,
         DataLoader(TensorDataset(encoded(data.tokenizer, texts), torch.as_tensor(labels)), batch_size=7),

@@ -254,7 +254,7 @@ def test_validate_fit_validate_test_with_bleu_equal_to_sacrebleu(tmp_path, name)
     tested = trainer(tmp_path).test(model, data, verbose=False)[0]
     assert {"test_loss", "test_ppl", "test_bleu"} <= set(tested) and math.isfinite(tested["test_loss"])
     predictions = trainer(tmp_path).predict(model, data)
-    assert isinstance(predictions[0][0], str)
+    assert isinstance(predictions[0][0]["translation"], str)
 
 
 def test_every_run_logs_the_bleu_signature_and_raw_references_are_the_data_text(tmp_path):

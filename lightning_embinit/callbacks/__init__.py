@@ -4,6 +4,7 @@ from lightning_embinit.callbacks.embedding_init import EmbeddingInitCallback
 from lightning_embinit.callbacks.initial_loss import InitialLossMonitor
 from lightning_embinit.callbacks.learning_speed import LearningSpeedMonitor
 from lightning_embinit.callbacks.lexical_probe import LexicalProbe
+from lightning_embinit.callbacks.prediction_writer import PredictionWriter
 from lightning_embinit.callbacks.summary import PublishesSummary
 from lightning_embinit.callbacks.variance_monitor import EmbeddingVarianceMonitor
 from lightning_embinit.callbacks.vocabulary_extension import VocabularyExtensionCallback
@@ -16,4 +17,4 @@ __all__ = [
     "LexicalProbe",
     "PublishesSummary",
 ]
-__all__ += ["VocabularyExtensionCallback"]
+__all__ += ["PredictionWriter", "VocabularyExtensionCallback"]

@@ -370,10 +370,12 @@ class EmbinitArgumentParser(LightningArgumentParser):
     """LightningCLI's parser, whose refusals end the command with one line of stderr (``embinit fit: error: ...``,
     :func:`error_summary`) and status 2, not with the usage and the whole refused value. A parser made with
     ``exit_on_error=False`` raises as jsonargparse's does; ``JSONARGPARSE_DEBUG`` keeps jsonargparse's report.
-    Its config files (:data:`CONFIG_MODE`) may not give a key twice, and one that is not text is named."""
+    Its config files (:data:`CONFIG_MODE`) may not give a key twice, and one that is not text is named. Options are
+    never abbreviated (``allow_abbrev=False``, which jsonargparse's subcommand parsers inherit): ``--trainer.max_step``
+    is refused, not read as ``--trainer.max_steps``."""
 
-    def __init__(self, *args: Any, parser_mode: str = CONFIG_MODE, **kwargs: Any) -> None:
-        super().__init__(*args, parser_mode=parser_mode, **kwargs)
+    def __init__(self, *args: Any, parser_mode: str = CONFIG_MODE, allow_abbrev: bool = False, **kwargs: Any) -> None:
+        super().__init__(*args, parser_mode=parser_mode, allow_abbrev=allow_abbrev, **kwargs)
 
     def parse_path(self, path: Any, *args: Any, **kwargs: Any) -> Any:
         try:

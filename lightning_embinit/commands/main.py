@@ -1,8 +1,9 @@
 """The ``embinit`` command: a LightningCLI over any LightningModule and LightningDataModule (``embinit fit --config
 cfg.yaml``, ``embinit validate|test ...``; :mod:`lightning_embinit.commands.lightning_cli`), and the commands of
 :data:`OTHER_COMMANDS`: ``inspect`` (:mod:`lightning_embinit.commands.inspect`), ``sweep|report``
-(:mod:`lightning_embinit.commands.study`), ``translate|generate|classify`` (:mod:`lightning_embinit.commands.use`, which
-``embinit predict`` points to rather than print nothing).
+(:mod:`lightning_embinit.commands.study`), ``translate|generate|classify`` (:mod:`lightning_embinit.commands.use`);
+and ``predict`` (:mod:`lightning_embinit.commands.predict`: LightningCLI's ``predict``, its predictions written to
+``--output``).
 
 Exit status: 0 on success; 2 when the arguments or the config are refused (one line on stderr:
 ``embinit fit: error: ...``); 1 when the run itself fails (one line naming the exception; ``EMBINIT_DEBUG=1``
@@ -37,15 +38,11 @@ MORE_COMMANDS = (
     "`embinit COMMAND --help` for each."
 )
 COMMANDS = ("fit", "validate", "test", "predict", *OTHER_COMMANDS)
-PREDICT_REFUSAL = (
-    "embinit predict: error: predict writes no predictions; use `embinit translate`, `embinit generate` or "
-    "`embinit classify --ckpt_path CHECKPOINT` (text in, text out), or Trainer.predict from Python"
-)
 LIGHTNING_COMMANDS = {
     "fit": "train a model (the config's trainer, model and data)",
     "validate": "one pass over the validation set (of a checkpoint with --ckpt_path)",
     "test": "one pass over the test set",
-    "predict": "the model's predictions on the data",
+    "predict": "the model's predictions on the data, written to --output FILE",
 }
 """LightningCLI's subcommands, described without importing Lightning (``embinit --help`` stays fast)."""
 
@@ -84,25 +81,28 @@ def main(args: Any = None) -> int:
             print(f"  {command:<10}{description}")
         print(f"\n{MORE_COMMANDS}\n`embinit fit --help` lists the config's options; -V, --version prints the version.")
         return 0
-    if argv[0] == "predict" and not {"-h", "--help"} & set(argv):
-        print(PREDICT_REFUSAL, file=sys.stderr)
-        return 2
     with quiet_lightning_noise():
+        if argv[0] == "predict":
+            from lightning_embinit.commands.predict import predict_main
+
+            return predict_main(argv[1:], lightning_main)
         if argv[0] in OTHER_COMMANDS:
             module, function = OTHER_COMMANDS[argv[0]]
             return getattr(importlib.import_module(module), function)(argv[1:])
         return lightning_main(args)
 
 
-def lightning_main(args: Sequence[str] | None = None) -> int:
+def lightning_main(args: Sequence[str] | None = None, **options: Any) -> int:
     """``embinit fit|validate|test|predict ...`` (``args``; None: ``sys.argv``): 0 when the subcommand ran, 2 when
-    the arguments or the config were refused, 1 when the run failed; each failure is one line on stderr."""
+    the arguments or the config were refused, 1 when the run failed; each failure is one line on stderr.
+    ``options`` go to :func:`~lightning_embinit.commands.lightning_cli.embinit_cli` (``parser_kwargs`` merged)."""
     from lightning_embinit.commands.lightning_cli import CONFIG_ERROR, debug_requested, embinit_cli, print_error
 
     argv = sys.argv[1:] if args is None else list(args)
     command = " ".join(["embinit", *[a for a in argv if not a.startswith("-")][:1]])
     try:
-        embinit_cli(args, save_config_kwargs={"overwrite": True}, parser_kwargs={"prog": "embinit"})
+        parser_kwargs = {"prog": "embinit", **options.pop("parser_kwargs", {})}
+        embinit_cli(args, save_config_kwargs={"overwrite": True}, parser_kwargs=parser_kwargs, **options)
     except Exception as error:
         if debug_requested():
             raise

@@ -20,6 +20,7 @@ ENGINES = ("local", "ray")
 def sweep_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="embinit sweep",
+        allow_abbrev=False,
         description="Run a study's trials (setting × seed); finished trials in the results directory are skipped.",
     )
     parser.add_argument("study", help="the study's YAML file (examples/studies/*.yaml)")
@@ -87,6 +88,7 @@ def sweep_main(argv: Sequence[str] | None = None) -> int:
 def report_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="embinit report",
+        allow_abbrev=False,
         description="Tables (Markdown, CSV) and figures of a "
         "sweep's results: mean ± std per setting, differences from the reference.",
     )

@@ -1,21 +1,33 @@
 """``embinit translate|generate|classify``: a trained model on new text, one output line per input line, in order
 (options: docs/cli_reference.md).
 
-Each loads the checkpoint with its class's ``load_from_checkpoint`` (on ``--device``, the CPU by default) and runs
-the model's own method (``translate``, ``generate``, ``class_probabilities``; a causal HuggingFaceLM through
-:func:`generate_hugging_face`) with its saved tokenizers. A bad argument, a missing file or a checkpoint of another
-class is exit status 2 and one line on stderr.
+Every argument is checked first (:mod:`lightning_embinit.commands.arguments`: ``--output``, ``--device``, the input
+text); then the checkpoint is loaded with its class's ``load_from_checkpoint`` (on ``--device``, the CPU by default)
+and the model's own prediction path runs (``translate_texts``, ``continue_batch``, ``classify_texts``: the records
+its ``predict_step`` gives ``embinit predict``), written by
+:func:`~lightning_embinit.callbacks.prediction_writer.prediction_line`. A blank input line is not run: its output
+line is empty. A refused argument, a missing file or a checkpoint of another class is exit status 2 and one line on
+stderr.
 """
 
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from collections.abc import Sequence
 from functools import partial
 from pathlib import Path
 from typing import Any
+
+from lightning_embinit.commands.arguments import (
+    CommandParser,
+    check_device,
+    check_output,
+    encoding_name,
+    int_at_least,
+    non_negative_float,
+    read_input_lines,
+)
 
 COMMANDS = {
     "translate": ("TransformerSeq2Seq", "ReinforcedTransformerSeq2Seq"),
@@ -23,47 +35,63 @@ COMMANDS = {
     "classify": ("TransformerClassifier",),
 }
 """Each command and the classes (of :mod:`lightning_embinit.models`, or derived from them) it serves."""
+FORMATS = {"translate": "text", "generate": "text", "classify": "tsv"}
+"""Each command's default ``--format`` (:data:`lightning_embinit.callbacks.prediction_writer.FORMATS`)."""
 
 
-def _parser(command: str) -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+def _parser(command: str) -> CommandParser:
+    parser = CommandParser(
         prog=f"embinit {command}",
-        allow_abbrev=False,
-        description=f"Run a trained {' or '.join(COMMANDS[command])} checkpoint on text: one output line per line.",
+        description=f"Run a trained {' or '.join(COMMANDS[command])} checkpoint on text: one output line per input "
+        "line, in order (a blank line gives an empty line, without running the model).",
     )
     parser.add_argument("--ckpt_path", "--ckpt-path", required=True, help="a checkpoint saved by training")
     source = parser.add_mutually_exclusive_group()
-    source.add_argument("--input", default="-", help="a text file, one input per line; - (default): stdin")
-    parser.add_argument("--output", default="-", help="the file to write; - (default): stdout")
-    parser.add_argument("--device", default="cpu", help="where the model runs (cpu, cuda, cuda:1, ...)")
+    source.add_argument("--input", default="-", help="a text file, one input per line (default: -, stdin)")
+    parser.add_argument("--output", default="-", help="the file to write (default: -, stdout); never the input")
+    parser.add_argument("--encoding", type=encoding_name, default="utf-8", help="of the input (default: %(default)s)")
+    parser.add_argument("--device", default="cpu", help="where the model runs: cpu (default), cuda, cuda:N, mps")
+    parser.add_argument(
+        "--format",
+        choices=("text", "tsv", "jsonl"),
+        default=FORMATS[command],
+        help="text: the output; tsv: output<TAB>input; jsonl: a JSON record per line (default: %(default)s)",
+    )
     if command == "translate":
-        parser.add_argument("--beam-size", type=int, help="beams (1: greedy); default: the model's")
-        parser.add_argument("--max-length", type=int, help="most tokens per translation; default: the model's")
-        parser.add_argument("--batch-size", type=int, default=64, help="sentences decoded together")
+        parser.add_argument("--beam-size", type=int_at_least(1), help="beams, 1: greedy (default: the model's)")
+        parser.add_argument(
+            "--max-length", type=int_at_least(1), help="most tokens per translation (default: the model's)"
+        )
+        parser.add_argument(
+            "--batch-size", type=int_at_least(1), default=64, help="sentences decoded together (default: %(default)s)"
+        )
     elif command == "generate":
         source.add_argument("--prompt", help="one prompt (instead of --input)")
-        parser.add_argument("--max-new-tokens", type=int, default=20, help="most tokens added to each prompt")
-        parser.add_argument("--temperature", type=float, default=0.0, help="0 (default): greedy; else sampling")
-        parser.add_argument("--top-k", type=int, help="sample among the K most likely tokens (default: all)")
-        parser.add_argument("--seed", type=int, default=0, help="the sampling generator's seed")
-    else:
-        parser.add_argument("--batch-size", type=int, default=64, help="sentences classified together")
         parser.add_argument(
-            "--format", choices=("tsv", "jsonl"), default="tsv", help="label<TAB>text, or JSON with probabilities"
+            "--max-new-tokens", type=int_at_least(0), default=20, help="most tokens added (default: %(default)s)"
+        )
+        parser.add_argument(
+            "--temperature", type=non_negative_float, default=0.0, help="0 (default): greedy; above 0: sampling"
+        )
+        parser.add_argument(
+            "--top-k", type=int_at_least(1), help="sample among the K most likely tokens (default: all)"
+        )
+        parser.add_argument(
+            "--seed", type=int_at_least(0), default=0, help="prompt k samples with seed + k (default: %(default)s)"
+        )
+        parser.add_argument(
+            "--no-unk",
+            action="store_true",
+            help="never generate the unknown token (by default it can be chosen and is printed as is, e.g. <unk>)",
+        )
+    else:
+        parser.add_argument(
+            "--batch-size",
+            type=int_at_least(1),
+            default=64,
+            help="sentences classified together (default: %(default)s)",
         )
     return parser
-
-
-def _read_lines(source: str) -> list[str]:
-    """The lines of a file or of stdin (``-``), line ends removed; a missing file or a directory is a ValueError."""
-    if source == "-":
-        return sys.stdin.read().splitlines()
-    path = Path(source)
-    if path.is_dir():
-        raise ValueError(f"--input {source} is a directory, not a text file")
-    if not path.exists():
-        raise ValueError(f"--input {source}: no such file")
-    return path.read_text(encoding="utf-8").splitlines()
 
 
 def load_model(command: str, path: str, device: str = "cpu") -> tuple[Any, dict[str, Any]]:
@@ -90,71 +118,39 @@ def load_model(command: str, path: str, device: str = "cpu") -> tuple[Any, dict[
     return model.to(device).eval(), dict(checkpoint.get("datamodule_hyper_parameters") or {})
 
 
-def generate_hugging_face(
-    model: Any, prompts: Sequence[str], *, max_new_tokens: int, temperature: float, top_k: int | None, seed: int
-) -> list[str]:
-    """Continue each prompt with a causal :class:`~lightning_embinit.models.HuggingFaceLM` as
-    ``TiedEmbeddingLM.generate`` continues its own: the prompt encoded by the model's tokenizer after ``eos`` (the
-    language-model data ends every line with it), up to ``max_new_tokens`` tokens chosen by
-    :func:`~lightning_embinit.models.tied_lm.next_token` (never ``pad`` or ``bos``; greedy at temperature 0, else
-    sampled with one generator seeded by ``seed``) over the model's last ``max_position_embeddings`` positions,
-    stopping at ``eos``. Returns each continuation detokenized."""
-    import torch
-
-    from lightning_embinit.checks import check_non_negative_int, check_positive_int, check_range
-    from lightning_embinit.models.tied_lm import continue_ids
-
-    if model.hparams.objective != "causal":
-        raise ValueError(
-            f"generate continues text with a causal language model; this HuggingFaceLM ({model.hparams.model_type}) "
-            f"was trained with objective={model.hparams.objective!r}: train one with objective='causal'"
-        )
-    check_non_negative_int("max_new_tokens", max_new_tokens)
-    check_range("temperature", temperature, 0)
-    check_positive_int("top_k", top_k, optional=True)
-    tokenizer, device = model.tokenizer, model.device
-    window = getattr(model.model.config, "max_position_embeddings", None)
-    eos = tokenizer.eos_id
-    banned = [i for i in (tokenizer.pad_id, tokenizer.bos_id) if i is not None and i != eos]
-    generator = torch.Generator(device=device).manual_seed(seed)
-
-    def last_logits(context: list[int]) -> torch.Tensor:
-        return model(input_ids=torch.tensor([context], device=device)).logits[0, -1]
-
-    results = []
-    for prompt in prompts:
-        ids = ([] if eos is None else [eos]) + tokenizer.encode(prompt)
-        new = continue_ids(last_logits, ids, max_new_tokens, window, banned, eos, temperature, top_k, generator)
-        results.append(tokenizer.decode(new))
-    return results
+def generate_hugging_face(model: Any, prompts: Sequence[str], **options: Any) -> list[str]:
+    """Continue each prompt with a causal :class:`~lightning_embinit.models.HuggingFaceLM`: its ``generate``."""
+    return model.generate(prompts, **options)
 
 
-def _outputs(
+def _records(
     command: str, model: Any, data: dict[str, Any], lines: list[str], options: argparse.Namespace
-) -> list[str]:
+) -> list[dict[str, Any]]:
+    """The model's prediction records of ``lines`` (:mod:`lightning_embinit.models.prediction`)."""
     if command == "translate":
-        return model.translate(
+        return model.translate_texts(
             lines, beam_size=options.beam_size, max_len=options.max_length, batch_size=options.batch_size
         )
-    if command == "generate":
-        from lightning_embinit.models import HuggingFaceLM
-        from lightning_embinit.text.text_tokenizer import WORD_TOKENIZERS, WordTokenizer
+    if command == "classify":
+        return model.classify_texts(lines, batch_size=options.batch_size)
+    from lightning_embinit.models import HuggingFaceLM
+    from lightning_embinit.models.prediction import Generation
+    from lightning_embinit.text.prompts import prompt_batch
+    from lightning_embinit.text.text_tokenizer import WORD_TOKENIZERS, WordTokenizer
 
-        sampling = {name: getattr(options, name) for name in ("max_new_tokens", "temperature", "top_k", "seed")}
-        if isinstance(model, HuggingFaceLM):
-            return generate_hugging_face(model, lines, **sampling)
+    generation = Generation(options.max_new_tokens, options.temperature, options.top_k, options.seed, options.no_unk)
+    if isinstance(model, HuggingFaceLM):
+        encode = model.tokenizer.encode
+    else:
         kind = data.get("tokenizer", "regex")  # the word splitter of the data the LM was trained on
         if not isinstance(kind, str) or kind not in WORD_TOKENIZERS:
             raise ValueError(f"generate reads word-level text; this model was trained on tokenizer {kind!r}")
-        return model.generate(lines, **sampling, tokenize=WordTokenizer(kind, lowercase=data.get("lowercase", True)))
-    probabilities = model.class_probabilities(lines, batch_size=options.batch_size)
-    labels = [model.label_names[k] for k in probabilities.argmax(dim=-1).tolist()]
-    if options.format == "tsv":
-        return [f"{label}\t{text}" for label, text in zip(labels, lines)]
-    return [
-        json.dumps({"text": text, "label": label, "probabilities": dict(zip(model.label_names, row))})
-        for text, label, row in zip(lines, labels, probabilities.tolist())
-    ]
+        words = WordTokenizer(kind, lowercase=data.get("lowercase", True))
+
+        def encode(text: str) -> list[int]:
+            return model.model.vocab.encode(words(text))
+
+    return model.continue_batch(prompt_batch(lines, encode), generation)
 
 
 def main(command: str, args: Sequence[str]) -> int:
@@ -162,18 +158,23 @@ def main(command: str, args: Sequence[str]) -> int:
     parser = _parser(command)
     options = parser.parse_args(list(args))
     try:
-        model, data = load_model(command, options.ckpt_path, options.device)
-        lines = [options.prompt] if getattr(options, "prompt", None) is not None else _read_lines(options.input)
-        outputs = _outputs(command, model, data, lines, options)
+        check_output(options.output, [("--input", options.input), ("--ckpt_path", options.ckpt_path)])
+        device = check_device(options.device)
+        prompt = getattr(options, "prompt", None)
+        lines = [prompt] if prompt is not None else read_input_lines(options.input, options.encoding)
+        model, data = load_model(command, options.ckpt_path, device)
+        records = _records(command, model, data, lines, options)
     except (ValueError, TypeError) as error:
         print(f"{parser.prog}: error: {' '.join(str(error).split())}", file=sys.stderr)
         return 2
-    text = "".join(f"{line}\n" for line in outputs)
+    from lightning_embinit.callbacks.prediction_writer import prediction_line, write_text_replacing
+
+    text = "".join(f"{prediction_line(record, options.format)}\n" for record in records)
     if options.output == "-":
         sys.stdout.write(text)
         sys.stdout.flush()
     else:
-        Path(options.output).write_text(text, encoding="utf-8")
+        write_text_replacing(Path(options.output).expanduser(), text)
     return 0
 
 

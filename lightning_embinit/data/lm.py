@@ -19,6 +19,7 @@ from typing_extensions import override
 
 from lightning_embinit.checks import check_non_negative_int, check_positive_int, check_range
 from lightning_embinit.data.parallel_text import read_lines as read_file_lines
+from lightning_embinit.text.prompts import PromptDataset, collate_prompts
 from lightning_embinit.text.text_tokenizer import WORD_TOKENIZERS, WordTokenizer
 from lightning_embinit.text.tokenization import (
     TRAINED_OPTIONS,
@@ -133,6 +134,10 @@ class LanguageModelDataModule(L.LightningDataModule):
     :attr:`vocabulary` is available right after construction (it reads the training text then), to link to a
     model's ``vocabulary`` (``link_arguments("data.vocabulary", "model.init_args.vocabulary",
     apply_on="instantiate")``); a ``dataset`` is otherwise downloaded in :meth:`prepare_data`.
+
+    ``predict_files``: prompts, one per line (blank lines kept: they get empty outputs), for ``Trainer.predict``
+    (``embinit predict``): batches of :mod:`lightning_embinit.text.prompts`, read with this module's tokenizer and
+    vocabulary, in file order.
     """
 
     def __init__(
@@ -155,6 +160,7 @@ class LanguageModelDataModule(L.LightningDataModule):
         num_workers: int = 0,
         vocabulary: list[str] | str | None = None,
         base_vocabulary: list[str] | str | None = None,
+        predict_files: str | list[str] | None = None,
     ) -> None:
         super().__init__()
         for name, value in (("seq_len", seq_len), ("batch_size", batch_size), ("min_freq", min_freq)):
@@ -312,7 +318,10 @@ class LanguageModelDataModule(L.LightningDataModule):
 
     @override
     def setup(self, stage: str | None = None) -> None:
-        """Windows of the training (``fit`` or no stage) and validation text, read from files or the cache."""
+        """Windows of the training (``fit`` or no stage) and validation text, read from files or the cache; nothing
+        for ``predict`` (the prompts are read by :meth:`predict_dataloader`)."""
+        if stage == "predict":
+            return
         if stage in (None, "fit") and self.train_set is None:
             self.train_set = self._windows("training")
         if self.val_set is None:
@@ -333,3 +342,17 @@ class LanguageModelDataModule(L.LightningDataModule):
     def val_dataloader(self) -> DataLoader:
         self.setup("validate")
         return DataLoader(self.val_set, batch_size=self.hparams.batch_size, num_workers=self.hparams.num_workers)
+
+    @override
+    def predict_dataloader(self) -> DataLoader:
+        """The prompts of ``predict_files`` in file order, ``batch_size`` at a time."""
+        hp = self.hparams
+        if hp.predict_files is None:
+            raise ValueError(
+                "LanguageModelDataModule has no prompts to predict from: give predict_files (one prompt per line; "
+                "--data.init_args.predict_files FILE)"
+            )
+        files = [hp.predict_files] if isinstance(hp.predict_files, (str, os.PathLike)) else hp.predict_files
+        prompts = [line for path in files for line in read_file_lines(path, "predict", hp.encoding)]
+        data = PromptDataset(prompts, lambda text: self.vocab.encode(self.tokenize(text)))
+        return DataLoader(data, batch_size=hp.batch_size, collate_fn=collate_prompts, num_workers=hp.num_workers)

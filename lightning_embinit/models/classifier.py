@@ -7,7 +7,7 @@ token when its inputs start with one, else a learned vector.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -23,6 +23,7 @@ from lightning_embinit.architectures.config import EncoderClassifierConfig
 from lightning_embinit.checks import check_positive_int, check_texts
 from lightning_embinit.models.module import EmbinitModule, resolve_tokenizer, saved_tokenizer
 from lightning_embinit.models.optimization import OptimizerConfig
+from lightning_embinit.models.prediction import batch_indices, in_order, is_blank
 from lightning_embinit.modules.decoding import eval_mode
 from lightning_embinit.text.batches import ClassificationCollator, LabelledDataset, Ragged
 from lightning_embinit.vocabulary import Vocabulary
@@ -173,10 +174,38 @@ class TransformerClassifier(EmbinitModule):
     test_step = validation_step
 
     @override
-    def predict_step(self, batch: Any, batch_idx: int, dataloader_idx: int = 0) -> list[str]:
-        """The predicted label name of every example, in batch order (the batch's ``index`` gives their rows)."""
+    def predict_step(self, batch: Any, batch_idx: int, dataloader_idx: int = 0) -> list[dict[str, Any]]:
+        """The batch's predictions as records (:meth:`classify_batch`)."""
+        return self.classify_batch(batch)
+
+    @torch.no_grad()
+    def classify_batch(self, batch: Any) -> list[dict[str, Any]]:
+        """Records of a batch (a ClassificationDataModule dict, a sequence or bare ``input_ids``): each row's
+        ``index`` (the batch's, else its position), ``text`` (and ``text_pair``; None when the batch has none),
+        ``label`` (the most probable class's name) and ``probabilities`` (class name → probability). A row whose
+        texts are all blank is not run: its label and probabilities are None (evaluation mode)."""
         input_ids, token_type_ids, _ = split_classification_batch(batch)
-        return [self.label_names[k] for k in self(input_ids, token_type_ids).argmax(dim=-1).tolist()]
+        size = input_ids.shape[0]
+        given = batch if isinstance(batch, Mapping) else {}
+        texts = list(given.get("text") or [None] * size)
+        pairs = given.get("text_pair")
+        run = [row for row in range(size) if not (is_blank(texts[row]) and (pairs is None or is_blank(pairs[row])))]
+        probabilities: list[list[float] | None] = [None] * size
+        if run:
+            with eval_mode(self):
+                logits = self(input_ids[run], None if token_type_ids is None else token_type_ids[run])
+            for row, values in zip(run, logits.float().softmax(dim=-1).tolist()):
+                probabilities[row] = values
+        records = []
+        for row, index in enumerate(batch_indices(batch, size)):
+            record: dict[str, Any] = {"index": index, "text": texts[row]}
+            if pairs is not None:
+                record["text_pair"] = pairs[row]
+            values = probabilities[row]
+            record["label"] = None if values is None else self.label_names[values.index(max(values))]
+            record["probabilities"] = None if values is None else dict(zip(self.label_names, values))
+            records.append(record)
+        return records
 
     # ----------------------------------------------------------------- metrics by evaluation set
     def _new_metrics(self) -> nn.ModuleDict:
@@ -210,12 +239,31 @@ class TransformerClassifier(EmbinitModule):
         probabilities = self.class_probabilities(texts, pairs, batch_size=batch_size)
         return [self.label_names[k] for k in probabilities.argmax(dim=-1).tolist()]
 
-    @torch.no_grad()
     def class_probabilities(
         self, texts: Sequence[str], pairs: Sequence[str] | None = None, *, batch_size: int = 64
     ) -> torch.Tensor:
         """(N, C) class probabilities (by ``label_names``) of raw sentences or sentence pairs (evaluation mode),
         assembled as ClassificationDataModule does (``add_cls=True``), truncated longest-first to ``max_len``."""
+        results = torch.zeros(len(texts), len(self.label_names))
+        for batch in self._text_batches(texts, pairs, batch_size):
+            types = batch.get("token_type_ids")
+            with torch.no_grad(), eval_mode(self):
+                logits = self(batch["input_ids"], types)
+            results[batch["index"]] = logits.float().softmax(dim=-1).cpu()
+        return results
+
+    def classify_texts(
+        self, texts: Sequence[str], pairs: Sequence[str] | None = None, *, batch_size: int = 64
+    ) -> list[dict[str, Any]]:
+        """The records of :meth:`classify_batch` for raw sentences (or pairs), in their order; batches assembled as
+        :meth:`class_probabilities` assembles them."""
+        records = [r for batch in self._text_batches(texts, pairs, batch_size) for r in self.classify_batch(batch)]
+        return in_order(records, len(records))
+
+    def _text_batches(
+        self, texts: Sequence[str], pairs: Sequence[str] | None, batch_size: int
+    ) -> Iterator[dict[str, Any]]:
+        """Batches (ClassificationCollator's, on the model's device) of raw texts, longest first."""
         tokenizer = self.tokenizer
         if tokenizer is None:
             raise ValueError("classify() needs the model's tokenizer (give tokenizer= at construction)")
@@ -232,15 +280,12 @@ class TransformerClassifier(EmbinitModule):
         data = LabelledDataset(first, second, np.zeros(len(texts), dtype=np.int64), texts, pairs, template, limit, rows)
         collate = ClassificationCollator(tokenizer.pad_id, second is not None)
         order = np.argsort(-data.lengths, kind="stable")
-        results = torch.zeros(len(texts), len(self.label_names))
-        with eval_mode(self):
-            for start in range(0, len(order), batch_size):
-                chunk = order[start : start + batch_size].tolist()
-                batch = collate([data[i] for i in chunk])
-                types = batch.get("token_type_ids")
-                logits = self(batch["input_ids"].to(self.device), None if types is None else types.to(self.device))
-                results[chunk] = logits.float().softmax(dim=-1).cpu()
-        return results
+        for start in range(0, len(order), batch_size):
+            batch = collate([data[i] for i in order[start : start + batch_size].tolist()])
+            yield {
+                key: value.to(self.device) if key in ("input_ids", "token_type_ids") else value
+                for key, value in batch.items()
+            }
 
 
 def resolve_label_names(label_names: Sequence[str] | None, num_classes: int | None) -> list[str]:

@@ -6,9 +6,10 @@ over the labels that are not -100) are ``transformers``' own; the callbacks read
 
 from __future__ import annotations
 
+import difflib
 import json
 import os
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import asdict
 from typing import Any
 
@@ -16,10 +17,13 @@ import torch
 import torch.nn.functional as F
 from typing_extensions import override
 
-from lightning_embinit.checks import check_choice, check_range
+from lightning_embinit.checks import check_choice, check_range, check_texts
 from lightning_embinit.models.module import LightningSystem, followed_tokenizer, group_config
 from lightning_embinit.models.optimization import OptimizerConfig
+from lightning_embinit.models.prediction import Generation, continue_prompts
 from lightning_embinit.models.tied_lm import split_batch
+from lightning_embinit.modules.decoding import eval_mode
+from lightning_embinit.text.prompts import prompt_batch
 from lightning_embinit.text.tokenization import TokenizerSpec, build_tokenizer
 
 OBJECTIVES = ("causal", "masked")
@@ -41,26 +45,73 @@ def language_model_types() -> dict[str, tuple[str, ...]]:
     }
 
 
+def config_fields(config: Any) -> list[str]:
+    """The field names of a ``transformers`` config that a config mapping may set: its saved fields and their
+    aliases (``attribute_map``: ``hidden_size`` for GPT-2's ``n_embd``), sorted."""
+    names = {name for name in config.to_dict() if not name.startswith("_")} - {"transformers_version", "model_type"}
+    return sorted(names | set(getattr(config, "attribute_map", {})))
+
+
+def check_config_fields(config: Any, names: Iterable[str], what: str) -> None:
+    """Raise ValueError when a name of ``names`` is no field of ``config`` (``transformers`` would keep it as a
+    stray attribute the model never reads): the error names ``what``, the closest fields and every field. A field
+    is one of :func:`config_fields` or another attribute of the config that is not a method."""
+    known = config_fields(config)
+    unknown = [
+        name
+        for name in names
+        if name not in known and (not hasattr(config, name) or callable(getattr(type(config), name, None)))
+    ]
+    if unknown:
+        close = [match for name in unknown for match in difflib.get_close_matches(name, known, n=2)]
+        hint = f" (did you mean {', '.join(dict.fromkeys(close))}?)" if close else ""
+        raise ValueError(
+            f"{what}: the {config.model_type} config has no field {', '.join(map(repr, unknown))}{hint}; its fields: "
+            f"{', '.join(known)}"
+        )
+
+
+def _read_config_json(config_path: str) -> dict[str, Any]:
+    """The mapping in ``config_path``/config.json; a file that is missing, not JSON or not an object: a ValueError
+    naming it."""
+    file = os.path.join(os.path.expanduser(config_path), "config.json")
+    try:
+        with open(file, encoding="utf-8") as handle:
+            saved = json.load(handle)
+    except OSError as error:
+        raise ValueError(f"config_path {config_path!r}: no readable config.json ({error.strerror})") from None
+    except UnicodeDecodeError as error:
+        raise ValueError(f"config_path {config_path!r}: {file} is not a text file (byte {error.start})") from None
+    except json.JSONDecodeError as error:
+        raise ValueError(
+            f"config_path {config_path!r}: {file} is not valid JSON ({error.msg} at line {error.lineno}, column "
+            f"{error.colno}); write it with config.save_pretrained(directory)"
+        ) from None
+    if not isinstance(saved, dict):
+        raise ValueError(f"config_path {config_path!r}: {file} holds a JSON {type(saved).__name__}, not an object")
+    return saved
+
+
 def hugging_face_config(
     model_type: str | None, config: Mapping[str, Any], config_path: str | None, defaults: Mapping[str, Any]
 ) -> Any:
     """The ``transformers`` config of ``model_type`` (or ``config_path``'s ``config.json``), ``config`` on top and
-    ``defaults`` for the keys neither sets."""
+    ``defaults`` for the keys neither sets; a key of ``config`` the config class does not know is refused
+    (:func:`check_config_fields`)."""
     from transformers import AutoConfig
+    from transformers.models.auto.configuration_auto import CONFIG_MAPPING
 
     if (model_type is None) == (config_path is None):
         raise ValueError("give model_type (e.g. 'gpt2', 'llama', 'bert') or config_path (a directory with config.json)")
     types = language_model_types()
     if config_path is None:
         check_choice("model_type", model_type, types, hint="the model types with a causal or masked LM head")
+        check_config_fields(CONFIG_MAPPING[model_type](), config, "HuggingFaceLM config")
         return AutoConfig.for_model(model_type, **{**defaults, **config})
-    path = os.path.expanduser(config_path)
-    try:
-        with open(os.path.join(path, "config.json"), encoding="utf-8") as handle:
-            saved = json.load(handle)
-    except OSError as error:
-        raise ValueError(f"config_path {config_path!r}: no readable config.json ({error.strerror})") from None
+    saved = _read_config_json(config_path)
     check_choice("model_type", saved.get("model_type"), types, hint=f"of {config_path}/config.json")
+    check_config_fields(CONFIG_MAPPING[saved["model_type"]](), config, "HuggingFaceLM config")
+    path = os.path.expanduser(config_path)
     return AutoConfig.from_pretrained(path, **{**{k: v for k, v in defaults.items() if k not in saved}, **config})
 
 
@@ -200,3 +251,43 @@ class HuggingFaceLM(LightningSystem):
         loss = F.cross_entropy(logits.flatten(0, 1).float(), labels.flatten(), ignore_index=IGNORE)
         self._log_token_loss(stage, loss, (labels != IGNORE).sum(), labels.shape[0])
         return loss
+
+    # ----------------------------------------------------------------- new text
+    @override
+    def predict_step(self, batch: Any, batch_idx: int, dataloader_idx: int = 0) -> list[dict[str, Any]]:
+        """The continuations of a prompt batch as records, as :meth:`TiedEmbeddingLM.predict_step
+        <lightning_embinit.models.TiedEmbeddingLM.predict_step>` gives them (a causal model only)."""
+        return self.continue_batch(batch)
+
+    @torch.no_grad()
+    def continue_batch(self, batch: Mapping[str, Any], generation: Generation | None = None) -> list[dict[str, Any]]:
+        """The records of a prompt batch (:func:`~lightning_embinit.models.prediction.continue_prompts`) over the
+        model's last ``max_position_embeddings`` positions, each continuation detokenized by the tokenizer."""
+        if self.hparams.objective != "causal":
+            raise ValueError(
+                f"generate continues text with a causal language model; this HuggingFaceLM ({self.hparams.model_type})"
+                f" was trained with objective={self.hparams.objective!r}: train one with objective='causal'"
+            )
+        tokenizer = self.tokenizer
+
+        def last_logits(context: list[int]) -> torch.Tensor:
+            return self.model(input_ids=torch.tensor([context], device=self.device)).logits[0, -1]
+
+        with eval_mode(self):
+            return continue_prompts(
+                batch,
+                last_logits,
+                tokenizer.decode,
+                roles=tokenizer.role_ids,
+                window=getattr(self.model.config, "max_position_embeddings", None),
+                generation=generation or Generation(),
+                device=self.device,
+            )
+
+    def generate(self, prompts: Sequence[str], **options: Any) -> list[str]:
+        """Continue each prompt (encoded by the model's tokenizer) as :meth:`TiedEmbeddingLM.generate
+        <lightning_embinit.models.TiedEmbeddingLM.generate>` does (``options``: the fields of
+        :class:`~lightning_embinit.models.prediction.Generation`); returns each continuation detokenized."""
+        prompts = check_texts(prompts, "generate() prompts")
+        batch = prompt_batch(prompts, self.tokenizer.encode)
+        return [record["continuation"] for record in self.continue_batch(batch, Generation(**options))]

@@ -25,6 +25,7 @@ from lightning_embinit.checks import (
 )
 from lightning_embinit.models.metrics import CorpusBLEU
 from lightning_embinit.models.module import EmbinitModule, saved_tokenizer, side_vocabulary
+from lightning_embinit.models.prediction import batch_indices, in_order, is_blank
 from lightning_embinit.modules.decoding import beam_search, eval_mode, greedy_decode
 from lightning_embinit.text.batches import pad_sequences
 
@@ -238,10 +239,10 @@ class Seq2SeqModule(EmbinitModule):
             self.logger.log_hyperparams({"bleu_signature": bleu.signature, "bleu_references": references})
 
     @override
-    def predict_step(self, batch: Any, batch_idx: int, dataloader_idx: int = 0) -> list[str] | list[list[int]]:
-        """Detokenized translations of the batch's ``src`` (token id lists without a target tokenizer)."""
-        src, _, _ = split_translation_batch(batch)
-        return self._detokenize(self.generate(src))
+    def predict_step(self, batch: Any, batch_idx: int, dataloader_idx: int = 0) -> list[dict[str, Any]]:
+        """The translations of the batch's ``src`` as records (``index``, ``source``, ``translation``:
+        :mod:`lightning_embinit.models.prediction`), decoded with the model's settings (:meth:`translate_batch`)."""
+        return self.translate_batch(batch)
 
     # ----------------------------------------------------------------- decoding
     def _detokenize(self, ids: torch.Tensor) -> list[str] | list[list[int]]:
@@ -278,6 +279,32 @@ class Seq2SeqModule(EmbinitModule):
             self.model, src, beam_size=beam_size, max_len=max_len, length_penalty=length_penalty, use_cache=use_cache
         )
 
+    @torch.no_grad()
+    def translate_batch(
+        self,
+        batch: Any,
+        *,
+        beam_size: int | None = None,
+        length_penalty: float | None = None,
+        max_len: int | None = None,
+    ) -> list[dict[str, Any]]:
+        """Records of a batch (a TranslationDataModule dict, a ``(src, tgt)`` pair or bare ``src``): each row's
+        ``index`` (the batch's, else its position), ``source`` (its ``src_text``, else None) and ``translation``
+        (detokenized; token ids without a target tokenizer). A row whose source text is blank is not decoded: its
+        translation is ``""`` (evaluation mode; None: the hyperparameter's setting)."""
+        src, _, _ = split_translation_batch(batch)
+        texts = batch.get("src_text") if isinstance(batch, Mapping) else None
+        texts = [None] * src.shape[0] if texts is None else list(texts)
+        outputs: list[Any] = [""] * src.shape[0]
+        run = [row for row, text in enumerate(texts) if not is_blank(text)]
+        if run:
+            with eval_mode(self):
+                ids = self.generate(src[run], beam_size=beam_size, length_penalty=length_penalty, max_len=max_len)
+            for row, output in zip(run, self._detokenize(ids)):
+                outputs[row] = output
+        rows = batch_indices(batch, src.shape[0])
+        return [{"index": i, "source": t, "translation": o} for i, t, o in zip(rows, texts, outputs)]
+
     def translate(
         self,
         texts: Sequence[str],
@@ -287,7 +314,25 @@ class Seq2SeqModule(EmbinitModule):
         max_len: int | None = None,
         batch_size: int = 64,
     ) -> list[str]:
-        """Translate raw source sentences with the model's own tokenizers (evaluation mode, hyperparameter defaults)."""
+        """Translate raw source sentences with the model's own tokenizers (evaluation mode, hyperparameter defaults):
+        the ``translation`` of each record of :meth:`translate_texts`; a blank sentence gives ``""``."""
+        records = self.translate_texts(
+            texts, beam_size=beam_size, length_penalty=length_penalty, max_len=max_len, batch_size=batch_size
+        )
+        return [record["translation"] for record in records]
+
+    def translate_texts(
+        self,
+        texts: Sequence[str],
+        *,
+        beam_size: int | None = None,
+        length_penalty: float | None = None,
+        max_len: int | None = None,
+        batch_size: int = 64,
+    ) -> list[dict[str, Any]]:
+        """The records of :meth:`translate_batch` for raw source sentences, in their order: each encoded by the
+        source tokenizer (at most ``max_len`` − 1 tokens, then eos, as TranslationDataModule's batches), batched
+        by length, ``batch_size`` at a time."""
         source, target = self.src_tokenizer, self.tgt_tokenizer
         if source is None or target is None:
             raise ValueError(
@@ -299,12 +344,13 @@ class Seq2SeqModule(EmbinitModule):
         limit = self.model.config.max_len
         encoded = [ids[: limit - 1] + [source.eos_id] for ids in source.encode_batch(texts)]
         order = sorted(range(len(encoded)), key=lambda i: len(encoded[i]))
-        results: list[str] = [""] * len(encoded)
-        with eval_mode(self):
-            for start in range(0, len(order), batch_size):
-                chunk = order[start : start + batch_size]
-                src = pad_sequences([encoded[i] for i in chunk], source.pad_id).to(self.device)
-                outputs = self.generate(src, beam_size=beam_size, length_penalty=length_penalty, max_len=max_len)
-                for i, text in zip(chunk, self._detokenize(outputs)):
-                    results[i] = text
-        return results
+        records = []
+        for start in range(0, len(order), batch_size):
+            chunk = order[start : start + batch_size]
+            batch = {
+                "src": pad_sequences([encoded[i] for i in chunk], source.pad_id).to(self.device),
+                "src_text": [texts[i] for i in chunk],
+                "index": torch.tensor(chunk),
+            }
+            records += self.translate_batch(batch, beam_size=beam_size, length_penalty=length_penalty, max_len=max_len)
+        return in_order(records, len(texts))

@@ -19,10 +19,12 @@ from typing_extensions import override
 
 from lightning_embinit.architectures.causal_lm import CausalLM
 from lightning_embinit.architectures.config import CausalLMConfig
-from lightning_embinit.checks import check_non_negative_int, check_positive_int, check_range, check_texts
+from lightning_embinit.checks import check_texts
 from lightning_embinit.models.module import EmbinitModule
 from lightning_embinit.models.optimization import OptimizerConfig
+from lightning_embinit.models.prediction import Generation, continue_prompts
 from lightning_embinit.modules.decoding import eval_mode
+from lightning_embinit.text.prompts import prompt_batch
 from lightning_embinit.text.text_tokenizer import WordTokenizer
 from lightning_embinit.vocabulary import Vocabulary
 
@@ -36,42 +38,6 @@ def split_batch(batch: Any) -> tuple[torch.Tensor, torch.Tensor]:
         return batch["input_ids"], targets
     inputs, targets = batch
     return inputs, targets
-
-
-def next_token(logits: torch.Tensor, temperature: float, top_k: int | None, generator: torch.Generator) -> int:
-    """The id chosen from (n,) logits: the most likely at temperature 0, else one drawn from softmax(logits /
-    temperature) over the ``top_k`` most likely (all when None)."""
-    if temperature == 0:
-        return int(logits.argmax())
-    if top_k is not None and top_k < logits.numel():
-        logits = logits.masked_fill(logits < logits.topk(top_k).values[-1], float("-inf"))
-    return int(torch.multinomial(torch.softmax(logits / temperature, dim=-1), 1, generator=generator))
-
-
-@torch.no_grad()
-def continue_ids(
-    last_logits: Callable[[list[int]], torch.Tensor],
-    ids: list[int],
-    count: int,
-    window: int | None,
-    banned: Sequence[int],
-    eos: int | None,
-    temperature: float,
-    top_k: int | None,
-    generator: torch.Generator,
-) -> list[int]:
-    """Up to ``count`` ids after ``ids``, each :func:`next_token` of ``last_logits`` (the model's (n,) logits after
-    a context) over the last ``window`` ids (all when None), never one of ``banned``, ending before ``eos``."""
-    new: list[int] = []
-    for _ in range(count):
-        context = ids + new
-        logits = last_logits(context[-window:] if window else context).float()
-        logits[list(banned)] = float("-inf")
-        token = next_token(logits, temperature, top_k, generator)
-        if token == eos:
-            break
-        new.append(token)
-    return new
 
 
 class TiedEmbeddingLM(EmbinitModule):
@@ -160,7 +126,34 @@ class TiedEmbeddingLM(EmbinitModule):
         self._log_token_loss(stage, loss, count, inputs.shape[0])
         return loss
 
+    @override
+    def predict_step(self, batch: Any, batch_idx: int, dataloader_idx: int = 0) -> list[dict[str, Any]]:
+        """The continuations of a prompt batch (:mod:`lightning_embinit.text.prompts`) as records (``index``,
+        ``prompt``, ``continuation``: :mod:`lightning_embinit.models.prediction`), with the :class:`Generation`
+        defaults (greedy, up to 20 tokens)."""
+        return self.continue_batch(batch)
+
     @torch.no_grad()
+    def continue_batch(self, batch: Mapping[str, Any], generation: Generation | None = None) -> list[dict[str, Any]]:
+        """The records of a prompt batch (:func:`~lightning_embinit.models.prediction.continue_prompts`): each
+        prompt read after ``<eos>`` and continued over the model's last ``max_len`` positions, its new tokens joined
+        by spaces (evaluation mode)."""
+        vocab = self.model.vocab
+
+        def last_logits(context: list[int]) -> torch.Tensor:
+            return self(torch.tensor([context], device=self.device))[0, -1]
+
+        with eval_mode(self):
+            return continue_prompts(
+                batch,
+                last_logits,
+                lambda ids: " ".join(vocab.decode(ids)),
+                roles=vocab.special_ids,
+                window=self.model.config.max_len,
+                generation=generation or Generation(),
+                device=self.device,
+            )
+
     def generate(
         self,
         prompts: Sequence[str],
@@ -169,30 +162,15 @@ class TiedEmbeddingLM(EmbinitModule):
         temperature: float = 0.0,
         top_k: int | None = None,
         seed: int = 0,
+        ban_unk: bool = False,
         tokenize: Callable[[str], list[str]] | None = None,
     ) -> list[str]:
         """Continue each prompt, split by ``tokenize`` (default: lowercased regex words, as
-        :class:`~lightning_embinit.data.LanguageModelDataModule` splits) and read after ``<eos>`` as a training line
-        is, by up to ``max_new_tokens`` tokens, stopping at ``<eos>``: greedy at ``temperature`` 0, else sampled
-        (:func:`next_token`) with one generator seeded by ``seed``. Returns each continuation's tokens joined by
-        spaces (evaluation mode)."""
+        :class:`~lightning_embinit.data.LanguageModelDataModule` splits): :meth:`continue_batch` with these
+        :class:`~lightning_embinit.models.prediction.Generation` options (prompt k samples with the seed ``seed + k``;
+        a blank prompt gets ``""``). Returns each continuation's tokens joined by spaces."""
         prompts = check_texts(prompts, "generate() prompts")
-        check_non_negative_int("max_new_tokens", max_new_tokens)
-        check_range("temperature", temperature, 0)
-        check_positive_int("top_k", top_k, optional=True)
+        generation = Generation(max_new_tokens, temperature, top_k, seed, ban_unk)
         tokenize = WordTokenizer() if tokenize is None else tokenize
-        vocab = self.model.vocab
-        eos = vocab.id("eos")
-        banned = [i for i in (vocab.pad_id, vocab.id("bos")) if i is not None]  # never generated
-        sampling = (temperature, top_k, torch.Generator(device=self.device).manual_seed(seed))
-
-        def last_logits(context: list[int]) -> torch.Tensor:
-            return self(torch.tensor([context], device=self.device))[0, -1]
-
-        results = []
-        with eval_mode(self):
-            for prompt in prompts:
-                ids = ([] if eos is None else [eos]) + vocab.encode(tokenize(prompt))
-                new = continue_ids(last_logits, ids, max_new_tokens, self.model.config.max_len, banned, eos, *sampling)
-                results.append(" ".join(vocab.decode(new)))
-        return results
+        batch = prompt_batch(prompts, lambda text: self.model.vocab.encode(tokenize(text)))
+        return [record["continuation"] for record in self.continue_batch(batch, generation)]
