@@ -144,7 +144,8 @@ def test_match_step_builds_a_reference_source_for_the_slot():
         (lambda: standardize(torch.randn(4, 4), {"a": 1}), "a standardization target is"),
         (
             lambda: build_transform("rotate"),
-            r"unknown transform 'rotate'; known transforms: match:<arg>, scale:<arg>, shuffle, standardize:<arg>",
+            r"unknown transform 'rotate'; known transforms: center, match:<arg>, remove_top:<arg>, scale:<arg>, "
+            r"shuffle, standardize:<arg>, whiten:<arg>",
         ),
         (lambda: build_transform("shuffle", 3), "takes no argument"),
     ],
@@ -155,7 +156,7 @@ def test_bad_transform_input_raises(call, message):
 
 
 def test_registry_lists_all_transforms():
-    assert list(TRANSFORMS) == ["match", "scale", "shuffle", "standardize"]
+    assert list(TRANSFORMS) == ["center", "match", "remove_top", "scale", "shuffle", "standardize", "whiten"]
 
 
 def test_embedding_statistics_scaled_and_positional():

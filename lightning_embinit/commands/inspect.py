@@ -45,7 +45,7 @@ SHAPE_DEFAULTS = {
 }
 """The options only a bare shape takes (a model config brings its own), with their defaults."""
 SIZES = ("vocab_size", "dim", "num_layers", "num_heads")
-CALLBACK_OPTIONS = ("source", "standardize", "match", "shuffle", "scale", "trainable", "seed", "tokens")
+CALLBACK_OPTIONS = ("source", "transforms", "standardize", "match", "shuffle", "scale", "trainable", "seed", "tokens")
 
 
 def _scalar(text: str) -> Any:
@@ -136,6 +136,12 @@ def build_parser() -> argparse.ArgumentParser:
     init.add_argument("--source", help="a scheme (xavier, normal:0.02, ...), a source name, file:<path>, hf:<dir>, ...")
     init.add_argument("--standardize", type=_scalar, help="a scheme name or a std")
     init.add_argument("--match", type=_scalar, help="a reference source, scheme or std")
+    init.add_argument(
+        "--transforms",
+        nargs="+",
+        metavar="SPEC",
+        help="transforms run before --standardize/--match: center, remove_top[:k], whiten[:eps], ...",
+    )
     init.add_argument("--shuffle", action="store_true", default=None)
     init.add_argument("--scale", type=_finite)
     init.add_argument("--trainable", type=_trainable, help="true, false or pretrained_rows")
@@ -318,13 +324,15 @@ def run_inspection(args: argparse.Namespace, extra: Sequence[str] = ()) -> dict[
         model, datamodule, initializer = _from_model_config(args)
     else:
         model, datamodule, initializer = _from_shape(args)
+    pretrained_rows = None
     if initializer is None:  # no callback in the config: the tables as the model initialized them
         recipe = InitRecipe(source="model")
         reports = {name: slot_report(slot, None, recipe, seed=None) for name, slot in discover_slots(model).items()}
         for report in reports.values():
             report["source"] = "the model's own initialization"
     else:
-        reports = initializer.run(model, datamodule=datamodule).reports
+        initialized = initializer.run(model, datamodule=datamodule)
+        reports, pretrained_rows = initialized.reports, initialized.pretrained_rows
     slots = discover_slots(model)
     estimate = _model_loss(model, datamodule, "initial_loss_prediction")
     tied = [name for name in reports if slots[name].is_tied]
@@ -334,6 +342,7 @@ def run_inspection(args: argparse.Namespace, extra: Sequence[str] = ()) -> dict[
         reports,
         predicted_model={tied[0]: estimate} if len(tied) == 1 and estimate is not None else None,
         probed={tied[0]: probe} if probe is not None else None,
+        pretrained_rows=pretrained_rows,
         sample_rows=args.sample_rows,
         neighbours=args.neighbours,
         max_position=args.max_position,

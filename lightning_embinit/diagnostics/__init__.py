@@ -3,9 +3,11 @@ Lightning callbacks in :mod:`lightning_embinit.callbacks` are thin adapters over
 """
 
 from lightning_embinit.diagnostics.absorption import absorption, drowning, slot_absorption
+from lightning_embinit.diagnostics.initial_loss import random_token_loss
 from lightning_embinit.diagnostics.inspect import format_inspection, inspection
 from lightning_embinit.diagnostics.learning_speed import CrossingTracker, first_crossing, tensorboard_smooth
 from lightning_embinit.diagnostics.lexical import CHAINS, format_probe, lexical_probe
+from lightning_embinit.diagnostics.shared_directions import predict_transforms
 from lightning_embinit.diagnostics.variance import positional_matrix, slot_statistics
 
 __all__ = [
@@ -19,6 +21,8 @@ __all__ = [
     "inspection",
     "lexical_probe",
     "positional_matrix",
+    "predict_transforms",
+    "random_token_loss",
     "slot_absorption",
     "slot_statistics",
     "tensorboard_smooth",

@@ -2,9 +2,11 @@
 
 Per slot: the init report row, the absorption measures
 (:func:`~lightning_embinit.diagnostics.absorption.slot_absorption`) and, for a tied head, [S]'s predicted initial
-loss ln(e^{dσ} + n − 1) (:func:`~lightning_embinit.diagnostics.initial_loss.tied_initial_loss`) next to ln n; then a
-verdict with the countermeasures for what is wrong. The JSON schema (``"schema": "embinit.inspect/1"``) is stable:
-``slots`` (each with the fields of :data:`SLOT_FIELDS` and ``init_report``, the callback's row verbatim) and
+loss ln(e^{dσ} + n − 1) (:func:`~lightning_embinit.diagnostics.initial_loss.tied_initial_loss`) next to ln n and the
+table's own random-token loss; the table's isotropy and, for a tied table whose rows share directions, the predicted
+random-token loss after each transform that removes them (:mod:`~lightning_embinit.diagnostics.shared_directions`);
+then a verdict with the countermeasures for what is wrong. The JSON schema (``"schema": "embinit.inspect/1"``) is
+stable: ``slots`` (each with the fields of :data:`SLOT_FIELDS` and ``init_report``, the callback's row verbatim) and
 ``verdict``. For a model that adds nothing to its token vectors (rotary, ALiBi, relative-bias) ``positions`` is
 :data:`NO_POSITIONS` with the reason, and the absorption fields are null.
 """
@@ -15,6 +17,8 @@ import math
 from collections.abc import Mapping
 from typing import Any
 
+import torch
+
 from lightning_embinit.diagnostics.absorption import (
     POSITIONAL_THRESHOLD,
     SEMANTIC_THRESHOLD,
@@ -23,6 +27,12 @@ from lightning_embinit.diagnostics.absorption import (
     slot_absorption,
 )
 from lightning_embinit.diagnostics.initial_loss import tied_initial_loss
+from lightning_embinit.diagnostics.shared_directions import (
+    describe_predictions,
+    predict_transforms,
+    shares_directions,
+    slot_loss_estimate,
+)
 from lightning_embinit.init.host import EmbeddingSlot
 from lightning_embinit.init.report import format_report, text_table
 from lightning_embinit.init.schemes import get_scheme
@@ -48,21 +58,23 @@ SLOT_FIELDS = tuple(
     "name num_embeddings embedding_dim source transforms trainable tied tied_modules family positions mean std "
     "min max input_scale scaled_mean scaled_std scaled_min scaled_max positional_std positional_min "
     "positional_max positional_range ratio semantic_retention positional_retention neighbour_survival "
-    "xavier_std std_over_xavier coverage predicted_initial_loss predicted_initial_loss_model "
-    "probed_initial_loss ln_vocab verdict problems".split()
+    "xavier_std std_over_xavier coverage top_share top_k top_k_share iid_top_share mean_cosine shared_directions "
+    "predicted_initial_loss predicted_initial_loss_model probed_initial_loss random_token_estimate "
+    "transform_predictions ln_vocab verdict problems".split()
 )
-#: The columns of the diagnostics table of ``embinit inspect``: title, slot field, number format.
-TABLE_COLUMNS = (
-    ("scaled std", "scaled_std", ".4g"),
-    ("PE std", "positional_std", ".4g"),
-    ("ratio", "ratio", ".4g"),
+#: The columns of the two diagnostics tables of ``embinit inspect`` (the init report above them has the statistics,
+#: the ratio and the isotropy): title, slot field, number format.
+ABSORPTION_COLUMNS = (
     ("semantic ret.", "semantic_retention", ".3f"),
     ("positional ret.", "positional_retention", ".3f"),
     ("NN survival", "neighbour_survival", ".3f"),
+)
+LOSS_COLUMNS = (
     ("std/Xavier", "std_over_xavier", ".3g"),
     ("init loss ([S])", "predicted_initial_loss", ".3f"),
     ("model estimate", "predicted_initial_loss_model", ".3f"),
     ("random-token loss", "probed_initial_loss", ".3f"),
+    ("table estimate", "random_token_estimate", ".3f"),
     ("ln n", "ln_vocab", ".3f"),
 )
 Problem = dict[str, str]
@@ -81,16 +93,19 @@ def diagnose_slot(
     loss_margin: float = 1.0,
     predicted_model: float | None = None,
     probed: float | None = None,
+    pretrained_rows: torch.Tensor | None = None,
 ) -> dict[str, Any]:
     """One slot of the inspection: the report's numbers, absorption, the [S] prediction and the problems found.
 
     ``predicted_model``: the model's own [S] estimate; ``probed``: the model's loss on random tokens (its
-    forward pass, no i.i.d. assumption), which catches a tied table whose correlated rows the formula misses."""
+    forward pass, no i.i.d. assumption), which catches a tied table whose correlated rows the formula misses;
+    ``pretrained_rows``: the rows a pre-trained source filled (the transforms' statistics come from them)."""
     measured = slot_absorption(slot, sample_rows=sample_rows, neighbours=neighbours, max_position=max_position)
     result = _slot_numbers(slot, report, measured, predicted_model)
     result["probed_initial_loss"] = probed
+    result.update(_shared_directions(slot, result, pretrained_rows, max_position))
     found = (
-        _tied_head_problem(result, loss_margin),
+        _with_transforms(_tied_head_problem(result, loss_margin), result),
         _drowning_problem(measured, report, positional_threshold, semantic_threshold),
         _spread_problem(measured, report, result["xavier_std"]),
         _coverage_problem(report.get("coverage")),
@@ -129,10 +144,26 @@ def _slot_numbers(
         "xavier_std": xavier_std,
         "std_over_xavier": report["std"] / xavier_std,
         "coverage": report.get("coverage"),
+        **{key: report.get(key) for key in ("top_share", "top_k", "top_k_share", "iid_top_share", "mean_cosine")},
+        "shared_directions": shares_directions(report),
         "predicted_initial_loss": tied_initial_loss(n, d, report["std"]) if slot.is_tied else None,
         "predicted_initial_loss_model": predicted_model,
         "ln_vocab": math.log(n),
     }
+
+
+def _shared_directions(
+    slot: EmbeddingSlot, numbers: Mapping[str, Any], pretrained_rows: torch.Tensor | None, max_position: int | None
+) -> dict[str, Any]:
+    """For a tied table: its own random-token loss (:func:`slot_loss_estimate`) and, when its rows share directions,
+    the predicted loss after each transform that removes them (:func:`predict_transforms`)."""
+    if not slot.is_tied:
+        return {"random_token_estimate": None, "transform_predictions": None}
+    estimate = slot_loss_estimate(slot, max_position=max_position)
+    predictions = None
+    if numbers["shared_directions"]:
+        predictions = predict_transforms(slot, pretrained_rows=pretrained_rows, max_position=max_position)
+    return {"random_token_estimate": estimate, "transform_predictions": predictions}
 
 
 def _positions(slot: EmbeddingSlot, measured: Absorption | None) -> str:
@@ -180,6 +211,15 @@ def _tied_head_problem(numbers: Mapping[str, Any], loss_margin: float) -> Proble
     }
 
 
+def _with_transforms(problem: Problem | None, numbers: Mapping[str, Any]) -> Problem | None:
+    """A tied head's problem, its countermeasures led by the transforms that remove the shared directions and their
+    predicted random-token loss, when the rows share directions."""
+    if problem is None or not numbers["transform_predictions"]:
+        return problem
+    removal = describe_predictions(numbers["transform_predictions"], numbers["embedding_dim"])
+    return {**problem, "countermeasures": f"{removal}; or {problem['countermeasures']}"}
+
+
 def _drowning_problem(
     measured: Absorption | None, report: Mapping[str, Any], positional_threshold: float, semantic_threshold: float
 ) -> Problem | None:
@@ -221,6 +261,7 @@ def inspection(
     *,
     predicted_model: Mapping[str, float | None] | None = None,
     probed: Mapping[str, float | None] | None = None,
+    pretrained_rows: Mapping[str, torch.Tensor] | None = None,
     **options: Any,
 ) -> dict[str, Any]:
     """``{"schema", "slots": [...], "verdict"}`` for every slot that has a report (see :func:`diagnose_slot`)."""
@@ -233,6 +274,7 @@ def inspection(
             report,
             predicted_model=(predicted_model or {}).get(name),
             probed=(probed or {}).get(name),
+            pretrained_rows=(pretrained_rows or {}).get(name),
             **options,
         )
         for name, report in reports.items()
@@ -255,14 +297,21 @@ def _positions_line(row: Mapping[str, Any]) -> str | None:
 
 
 def format_inspection(result: Mapping[str, Any]) -> str:
-    """The inspection as text: the init report table, the diagnostics table, what the model adds to the token
-    vectors (for a slot of a known family, or one without positions), and the verdict lines."""
+    """The inspection as text: the init report, the absorption and initial-loss tables, what the model adds to the
+    token vectors (for a slot of a known family, or one without positions), and the verdict lines."""
     init = format_report({row["name"]: row["init_report"] for row in result["slots"]})
-    header = ["slot", *(title for title, _, _ in TABLE_COLUMNS), "verdict"]
-    rows = [
-        [row["name"], *(_number(row.get(key), digits) for _, key, digits in TABLE_COLUMNS), row["verdict"]]
-        for row in result["slots"]
-    ]
+    tables = []
+    for title, columns, verdict in (
+        ("Diagnostics: absorption ([K])", ABSORPTION_COLUMNS, False),
+        ("Diagnostics: initial loss of a tied head ([S]; random tokens)", LOSS_COLUMNS, True),
+    ):
+        header = ["slot", *(name for name, _, _ in columns), *(["verdict"] if verdict else [])]
+        rows = [
+            [row["name"], *(_number(row.get(key), digits) for _, key, digits in columns)]
+            + ([row["verdict"]] if verdict else [])
+            for row in result["slots"]
+        ]
+        tables += ["", title, *text_table(header, rows)]
     positions = [line for line in map(_positions_line, result["slots"]) if line is not None]
     verdict = [
         "Verdict: the start looks sound." if result["verdict"] == "ok" else "Verdict: fix the start before training."
@@ -272,5 +321,4 @@ def format_inspection(result: Mapping[str, Any]) -> str:
             verdict.append(
                 f"  slot {row['name']!r}: {problem['problem']}.\n    Countermeasures: {problem['countermeasures']}."
             )
-    diagnostics = ["Diagnostics (absorption, [K]; initial loss, [S])", *text_table(header, rows)]
-    return "\n".join([init, "", *diagnostics, *positions, "", *verdict])
+    return "\n".join([init, *tables, *positions, "", *verdict])

@@ -15,17 +15,19 @@ from lightning_embinit.init.transforms import StatisticsTarget, Transform, build
 
 Trainable = bool | str
 TRAINABLE_CHOICES: tuple[Trainable, ...] = (True, False, "pretrained_rows")
-_NOMINAL_SHAPE = (1024, 64)
+_NOMINAL_SHAPE = (1 << 16, 1 << 16)
+"""The shape ``check`` validates against before the table is known: wide, so that no width-bound argument fails."""
+_SETS_MEAN_AND_STD = ("standardize", "match")
 
 
 @dataclass(frozen=True)
 class InitRecipe:
     """How one embedding table is born: a source, transforms in a fixed order, and whether the table trains.
 
-    The source fills the table; then ``match`` (Xavier_Pre-trained), ``standardize`` (Pre-trained_Xavier),
-    ``shuffle`` (Pre-trained_Shuffled) and ``scale`` run in that order (Kim et al., "Initializing Transformers
-    with Pre-trained Embeddings", §3.4; the formulas are in ``docs/concepts.md``). These Args are also the help of
-    ``EmbeddingInitCallback``'s options under ``embinit fit --help``.
+    The source fills the table; then the ``transforms`` list runs, then ``match`` (Xavier_Pre-trained),
+    ``standardize`` (Pre-trained_Xavier), ``shuffle`` (Pre-trained_Shuffled) and ``scale`` in that order (Kim et al.,
+    "Initializing Transformers with Pre-trained Embeddings", §3.4; the formulas are in ``docs/concepts.md``). These
+    Args are also the help of ``EmbeddingInitCallback``'s options under ``embinit fit --help``.
 
     Args:
         source: a random scheme (``"xavier"``, ``"normal:0.01"``, ...), a pre-trained source name (``"bert"``,
@@ -36,7 +38,9 @@ class InitRecipe:
         match: move the table onto a reference source's statistics (Xavier_Pre-trained).
         shuffle: permute rows and columns (Pre-trained_Shuffled).
         scale: multiply the table by a constant.
-        transforms: an explicit ordered list of ``"name[:argument]"`` steps instead of the four above.
+        transforms: an ordered list of ``"name[:argument]"`` steps, run before the keywords' steps: ``center``,
+            ``remove_top[:k]`` (all-but-the-top), ``whiten[:eps]``, ``standardize:<target>``, ``match:<source>``,
+            ``shuffle``, ``scale:<factor>`` (refused when it sets the mean and std and a keyword sets them again).
         trainable: ``True``; ``False`` freezes the table (and any output layer tied to it); ``"pretrained_rows"``
             freezes only the rows a pre-trained source filled, by masking their gradient.
         match_options: options of the reference source named by ``match`` (``{"project": "pca"}``, ...).
@@ -85,7 +89,9 @@ class InitRecipe:
         return {key: value for key, value in self.__dict__.items() if key != "resolved_source"}  # resolved again
 
     def steps(self) -> list[Transform]:
-        """The transform steps in the order they run."""
+        """The transform steps in the order they run: the ``transforms`` list first, then the keywords' steps
+        (match, standardize, shuffle, scale), so ``transforms=["remove_top"], standardize="xavier"`` removes the
+        shared directions, then standardizes."""
         if self.standardize is not None and self.match is not None:
             raise ValueError(
                 "contradictory options: 'standardize' and 'match' both set the table's mean and std; choose one"
@@ -103,18 +109,27 @@ class InitRecipe:
             keyword_steps.append(build_transform("shuffle"))
         if self.scale is not None:
             keyword_steps.append(build_transform("scale", self.scale))
+        return [*self._listed_steps(keyword_steps), *keyword_steps]
+
+    def _listed_steps(self, keyword_steps: Sequence[Transform]) -> list[Transform]:
+        """The ``transforms`` list's steps; refused where a keyword's step would undo one of them (both set the
+        table's mean and std: the listed one would have no effect)."""
         if self.transforms is None:
-            return keyword_steps
-        if keyword_steps:
-            raise ValueError(
-                "contradictory options: give either 'transforms' (an ordered list) or the keywords "
-                "standardize/match/shuffle/scale, not both"
-            )
+            return []
         if isinstance(self.transforms, str):
             raise ValueError(
-                f"'transforms' is a list of specs such as ['shuffle', 'standardize:xavier'], got {self.transforms!r}"
+                f"'transforms' is a list of specs such as ['remove_top', 'shuffle'], got {self.transforms!r}"
             )
-        return [build_transform(spec) for spec in self.transforms]
+        listed = [build_transform(spec) for spec in self.transforms]
+        keyword = next((step.name for step in keyword_steps if step.name in _SETS_MEAN_AND_STD), None)
+        overridden = [step.describe() for step in listed if step.name in _SETS_MEAN_AND_STD]
+        if keyword and overridden:
+            raise ValueError(
+                f"contradictory options: transforms={list(self.transforms)!r} sets the table's mean and std with "
+                f"{', '.join(overridden)}, and {keyword}= sets them again afterwards (the list runs first); "
+                f"keep one of them"
+            )
+        return listed
 
     def check(self, *, slot: str = "") -> None:
         """The checks that need no table: names, arguments and contradictions (shape checks come at ``validate``)."""

@@ -1,39 +1,47 @@
-"""The init report as a readable table and as flat scalars for loggers."""
+"""The init report as a readable table (within a terminal's width, the details in lines below it) and as flat
+scalars for loggers."""
 
 from __future__ import annotations
 
+import os
 from collections.abc import Mapping, Sequence
 from typing import Any
 
 _COLUMNS = (
     ("slot", "slot"),
-    ("source", "source"),
+    ("source", "source_name"),
     ("transforms", "transforms"),
-    ("N", "num_embeddings"),
-    ("D", "embedding_dim"),
-    ("mean", "mean"),
+    ("N×D", "shape"),
     ("std", "std"),
-    ("min", "min"),
-    ("max", "max"),
     ("scaled std", "scaled_std"),
-    ("PE std", "pe_std"),
     ("ratio", "ratio"),
-    ("coverage", "coverage"),
+    ("top share", "top_share"),
     ("trainable", "trainable"),
-    ("tied to", "tied_modules"),
 )
+"""The table's columns (title, report key); the rest of the report is in the lines below it and in the report dict."""
+_PATH_SOURCES = ("file", "hf", "checkpoint")
+"""Sources named by a path (``file:<path>``): the table shows the path's last part."""
 
 
-def _cell(key: str, value: Any) -> str:
+def short_source(report: Mapping[str, Any]) -> str:
+    """The source as the table shows it: its name (``minilm``, ``normal:1/sqrt(d)``), a path's last part
+    (``file:glove.6B.50d.txt``); the full description is in the lines below the table."""
+    name = str(report.get("source_name") or report.get("source") or "-")
+    kind, sep, path = name.partition(":")
+    if sep and kind in _PATH_SOURCES and path:
+        return f"{kind}:{os.path.basename(os.path.normpath(path)) or path}"
+    return name
+
+
+def _cell(key: str, value: Any, report: Mapping[str, Any]) -> str:
+    if key == "source_name":
+        return short_source(report)
+    if key == "shape":
+        return f"{report['num_embeddings']}×{report['embedding_dim']}"
     if value is None:
         return "-"
-    if key == "coverage":
-        unnamed = f" +{value['extra_rows']} unnamed" if value.get("extra_rows") else ""
-        return f"{value['found']}/{value['total']}{unnamed} ({100 * value['fraction']:.1f}%)"
     if key == "transforms":
         return " → ".join(value) or "-"
-    if key == "tied_modules":
-        return ", ".join(value) or "-"
     return f"{value:.4g}" if isinstance(value, float) else str(value)
 
 
@@ -45,10 +53,14 @@ def text_table(header: Sequence[str], rows: Sequence[Sequence[str]]) -> list[str
 
 
 def format_report(reports: Mapping[str, Mapping[str, Any]]) -> str:
-    """A fixed-width table, one line per slot."""
-    rows = [[_cell(key, report.get(key)) for _, key in _COLUMNS] for report in reports.values()]
+    """A table one line per slot, within a terminal's width; below it per slot the full source, the statistics the
+    table leaves out, the isotropy's details, tied layers and coverage."""
+    rows = [[_cell(key, report.get(key), report) for _, key in _COLUMNS] for report in reports.values()]
     lines = text_table([title for title, _ in _COLUMNS], rows)
-    notes = [
+    notes = []
+    for name, report in reports.items():
+        notes += _detail_lines(name, report)
+    notes += [
         f"slot {name!r}: the tied output layer(s) {', '.join(r['tied_modules'])} now hold these weights too"
         + (" and are frozen with it" if r.get("trainable") is False else "")
         for name, r in reports.items()
@@ -56,6 +68,33 @@ def format_report(reports: Mapping[str, Mapping[str, Any]]) -> str:
     ]
     notes += [_coverage_note(name, r["coverage"]) for name, r in reports.items() if r.get("coverage")]
     return "\n".join(["Embedding initialization", *lines, *notes])
+
+
+def _number(value: Any) -> str:
+    return "-" if value is None else f"{value:.4g}"
+
+
+def _detail_lines(slot: str, report: Mapping[str, Any]) -> list[str]:
+    """The slot's full source (when the table's short name is not all of it), statistics and isotropy in words."""
+    lines = []
+    source = str(report.get("source") or "-")
+    if source != short_source(report):
+        lines.append(f"slot {slot!r} source: {source}")
+    values = ", ".join(f"{key} {_number(report.get(key))}" for key in ("mean", "min", "max"))
+    positional = "; no positional encoding added"
+    if report.get("pe_std") is not None:
+        low, high = _number(report.get("pe_min")), _number(report.get("pe_max"))
+        positional = f"; PE std {_number(report['pe_std'])}, range [{low}, {high}]"
+    lines.append(f"slot {slot!r}: {values}; input scale {_number(report.get('input_scale'))}{positional}")
+    if report.get("top_share") is not None:
+        sampled = report.get("isotropy_rows")
+        rows = f" of {sampled} sampled rows" if sampled and sampled < report["num_embeddings"] - 1 else ""
+        lines.append(
+            f"slot {slot!r} isotropy{rows}: top direction {100 * report['top_share']:.2f}% of the variance (i.i.d. "
+            f"rows {100 * report['iid_top_share']:.2f}%), top {report['top_k']} {100 * report['top_k_share']:.2f}%; "
+            f"mean cosine {_number(report.get('mean_cosine'))}"
+        )
+    return lines
 
 
 def _coverage_note(slot: str, coverage: Mapping[str, Any]) -> str:

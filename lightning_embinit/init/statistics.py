@@ -1,4 +1,6 @@
-"""Statistics of embedding tables and positional encodings ([K] Tables 2, 6, 8; docs/concepts.md#table-statistics).
+"""Statistics of embedding tables and positional encodings ([K] Tables 2, 6, 8; docs/concepts.md#table-statistics),
+and how much a table's rows share directions: the mean row, the principal directions, isotropy
+(docs/concepts.md#shared-directions).
 
 Means and stds are over all N·D elements, exact for large float32 and bf16 tables: one pass over row blocks, on
 values shifted by an estimate of the mean (so a large mean does not cancel the variance), each row's partial sums
@@ -8,6 +10,7 @@ taken in float32 (D terms at most) and accumulated in float64.
 from __future__ import annotations
 
 import math
+from collections.abc import Iterator
 from dataclasses import dataclass
 
 import torch
@@ -111,3 +114,130 @@ def embedding_statistics(
             pe_std=pe.std, pe_min=pe.min, pe_max=pe.max, ratio=scaled.std / pe.std if pe.std > 0 else math.inf
         )
     return report
+
+
+# -- shared directions: the mean row, the principal directions, isotropy (docs/concepts.md#shared-directions) -------
+
+ISOTROPY_MULTIPLY_ADDS = 1 << 33
+"""Multiply-adds the report's covariance may cost (N·D², a few seconds on 2 cores); above, rows are sampled."""
+
+
+def round_to_bfloat16(values: torch.Tensor, generator: torch.Generator | None = None) -> torch.Tensor:
+    """Stochastic rounding of float32 to bf16: add uniform noise below bf16's last bit, then truncate. Unbiased
+    (E[round(x)] = x), so a standardized bf16 table keeps its target std (round-to-nearest leaves a ~1e-4 bias)."""
+    noise = torch.randint(0, 1 << 16, values.shape, generator=generator, dtype=torch.int32)
+    return ((values.view(torch.int32) + noise) & ~0xFFFF).view(torch.float32).to(torch.bfloat16)
+
+
+def selected_blocks(matrix: torch.Tensor, rows: torch.Tensor | None = None) -> Iterator[torch.Tensor]:
+    """Row blocks of about :data:`CHUNK_ELEMENTS` elements holding only the rows that the bool mask (or index
+    vector) ``rows`` selects; all rows when ``None``. Only one block is copied at a time."""
+    matrix = as_rows(matrix.detach())
+    if rows is not None and rows.dtype == torch.bool:
+        if rows.shape != (matrix.shape[0],):
+            raise ValueError(f"a row mask must have one entry per row ({matrix.shape[0]}), got {tuple(rows.shape)}")
+        rows = rows.nonzero().flatten()
+    if rows is None:
+        yield from row_blocks(matrix)
+        return
+    rows = rows.to(matrix.device)
+    for chunk in rows.split(rows_per_block(matrix.shape[1])):
+        yield matrix.index_select(0, chunk)
+
+
+def row_mean(matrix: torch.Tensor, rows: torch.Tensor | None = None) -> tuple[torch.Tensor, int]:
+    """The mean row μ = (1/n) Σ x_i over the selected rows (float64, on the matrix's device) and their count n."""
+    total = torch.zeros(matrix.shape[-1], dtype=torch.float64, device=matrix.device)
+    count = 0
+    for block in selected_blocks(matrix, rows):
+        total += block.sum(dim=0, dtype=torch.float64)
+        count += block.shape[0]
+    if count == 0:
+        raise ValueError("the mean row of no rows is undefined")
+    return total / count, count
+
+
+@dataclass(frozen=True)
+class PrincipalDirections:
+    """The mean row μ and the eigen-decomposition of the rows' covariance C = (1/n) Σ (x_i − μ)ᵀ(x_i − μ) = U Λ Uᵀ:
+    ``variances`` λ_1 ≥ … ≥ λ_D (float64), ``directions`` U (D × D, column j the direction of λ_j), ``rows`` n."""
+
+    mean: torch.Tensor
+    variances: torch.Tensor
+    directions: torch.Tensor
+    rows: int
+
+    def top_share(self, k: int = 1) -> float:
+        """Σ_{j≤k} λ_j / Σ_j λ_j: the share of the variance in the top ``k`` principal directions."""
+        total = float(self.variances.sum())
+        return float(self.variances[:k].sum()) / total if total > 0 else math.nan
+
+
+def principal_directions(matrix: torch.Tensor, rows: torch.Tensor | None = None) -> PrincipalDirections:
+    """:class:`PrincipalDirections` of the selected rows (a bool mask or indices; all when ``None``), exact and
+    chunked: a pass for μ (float64 sums), a pass for C (each block centred in float32, its D×D product accumulated in
+    float64), then ``eigh`` of C in float64. Memory: one block and two D×D float64 matrices, never a float64 copy
+    of the table."""
+    mean, count = row_mean(matrix, rows)
+    compute = torch.promote_types(matrix.dtype, torch.float32)
+    centre = mean.to(compute)
+    covariance = torch.zeros(matrix.shape[-1], matrix.shape[-1], dtype=torch.float64, device=matrix.device)
+    for block in selected_blocks(matrix, rows):
+        centred = block.to(compute) - centre
+        covariance += (centred.T @ centred).to(torch.float64)
+    covariance /= count
+    variances, directions = torch.linalg.eigh(covariance)
+    return PrincipalDirections(mean, variances.flip(0).clamp_min(0.0), directions.flip(1), count)
+
+
+def mean_cosine(matrix: torch.Tensor, rows: torch.Tensor | None = None) -> float:
+    """The mean cosine between distinct rows, exact in one pass: with u_i = x_i/‖x_i‖ over the n non-zero rows,
+    mean_{i≠j} cos(x_i, x_j) = (‖Σ_i u_i‖² − Σ_i ‖u_i‖²) / (n(n − 1)); NaN with fewer than two non-zero rows."""
+    total = torch.zeros(matrix.shape[-1], dtype=torch.float64, device=matrix.device)
+    squares, count = 0.0, 0
+    for block in selected_blocks(matrix, rows):
+        block = block.to(torch.promote_types(block.dtype, torch.float32))
+        norms = torch.linalg.vector_norm(block, dim=1)
+        units = block[norms > 0] / norms[norms > 0].unsqueeze(1)
+        total += units.sum(dim=0, dtype=torch.float64)
+        squares += units.square().sum(dtype=torch.float64).item()
+        count += units.shape[0]
+    if count < 2:
+        return math.nan
+    return (float(total.square().sum()) - squares) / (count * (count - 1))
+
+
+def default_top_k(embedding_dim: int) -> int:
+    """Mu & Viswanath's number of dominating directions to remove: about D/100, at least 1."""
+    return max(1, round(embedding_dim / 100))
+
+
+def iid_top_share(rows: int, embedding_dim: int) -> float:
+    """The top direction's share of variance expected of i.i.d. rows: λ_1 ≈ σ²(1 + √(D/n))² (the Marchenko–Pastur
+    edge) over Σλ ≈ Dσ², so (1 + √(D/n))² / D; a table far above it shares directions."""
+    return min(1.0, (1 + math.sqrt(embedding_dim / rows)) ** 2 / embedding_dim)
+
+
+def isotropy(
+    matrix: torch.Tensor, *, top_k: int | None = None, max_multiply_adds: int = ISOTROPY_MULTIPLY_ADDS
+) -> dict[str, float | int]:
+    """How much the rows share directions (Mu & Viswanath, "All-but-the-Top", 2018): ``top_share`` (the top principal
+    direction's share of the variance), ``top_k_share`` (the top ``top_k``'s, default :func:`default_top_k`),
+    ``iid_top_share`` (what i.i.d. rows of this shape would give) and ``mean_cosine`` (exact, every row). The
+    covariance uses every row unless N·D² exceeds ``max_multiply_adds``; then a seeded sample of rows (at least
+    4·D), counted in ``isotropy_rows``."""
+    n, d = as_rows(matrix).shape
+    top_k = default_top_k(d) if top_k is None else top_k
+    sample = None
+    if n * d * d > max_multiply_adds:
+        size = min(n, max(4 * d, max_multiply_adds // (d * d)))
+        sample = torch.randperm(n, generator=torch.Generator().manual_seed(0))[:size].sort().values
+    directions = principal_directions(matrix, sample)
+    return {
+        "top_share": directions.top_share(1),
+        "top_k": top_k,
+        "top_k_share": directions.top_share(top_k),
+        "iid_top_share": iid_top_share(directions.rows, d),
+        "mean_cosine": mean_cosine(matrix),
+        "isotropy_rows": directions.rows,
+    }

@@ -1,5 +1,6 @@
 """Transforms of an embedding matrix (Kim et al., "On Initializing Transformers with Pre-trained Embeddings" [K]
-§3.4 and A.3; docs/concepts.md#transforms).
+§3.4 and A.3; docs/concepts.md#transforms), and the removal of shared directions (:mod:`.directions`: center,
+all-but-the-top, whitening; docs/concepts.md#shared-directions).
 
 The functions are pure unless given ``out=`` and deterministic for a given generator; statistics accumulate in
 float64 and the affine maps run in float32 blocks, bf16 results rounded stochastically (unbiased). :data:`TRANSFORMS`
@@ -16,10 +17,18 @@ from typing import Any
 
 import torch
 
+from lightning_embinit.init.directions import (
+    DEFAULT_WHITEN_EPS,
+    center,
+    check_top_k,
+    check_whiten_eps,
+    remove_top,
+    whiten,
+)
 from lightning_embinit.init.registry import Registry
 from lightning_embinit.init.schemes import SCHEMES, RandomScheme, get_scheme
 from lightning_embinit.init.sources.base import SourceMatrix, SourceRequest, resolve_source
-from lightning_embinit.init.statistics import CHUNK_ELEMENTS, MatrixStats, matrix_statistics
+from lightning_embinit.init.statistics import CHUNK_ELEMENTS, MatrixStats, matrix_statistics, round_to_bfloat16
 
 StatisticsTarget = str | float | int | Sequence[float] | torch.Tensor | MatrixStats | RandomScheme
 """A scheme name, a std, a (mean, std) pair, a matrix whose statistics to copy, or MatrixStats."""
@@ -47,13 +56,6 @@ def resolve_target(target: StatisticsTarget, num_embeddings: int, embedding_dim:
             f"a standardization target needs a finite mean and a finite std > 0, got mean={mean}, std={std}"
         )
     return mean, std
-
-
-def round_to_bfloat16(values: torch.Tensor, generator: torch.Generator | None = None) -> torch.Tensor:
-    """Stochastic rounding of float32 to bf16: add uniform noise below bf16's last bit, then truncate. Unbiased
-    (E[round(x)] = x), so a standardized bf16 table keeps its target std (round-to-nearest leaves a ~1e-4 bias)."""
-    noise = torch.randint(0, 1 << 16, values.shape, generator=generator, dtype=torch.int32)
-    return ((values.view(torch.int32) + noise) & ~0xFFFF).view(torch.float32).to(torch.bfloat16)
 
 
 def affine(
@@ -148,7 +150,8 @@ class Transform(ABC):
         """The transformed matrix; may reuse ``matrix.weight``'s storage, which the pipeline owns."""
 
 
-#: The transforms by name (``standardize``, ``match``, ``shuffle``, ``scale``), as ``transforms=[...]`` names them.
+#: The transforms by name (``standardize``, ``match``, ``shuffle``, ``scale``, ``center``, ``remove_top``, ``whiten``),
+#: as ``transforms=[...]`` names them.
 TRANSFORMS: Registry[Transform] = Registry("transform")
 
 
@@ -240,6 +243,65 @@ TRANSFORMS.add(
 )
 
 
+@dataclass(frozen=True)
+class SharedDirections(Transform):
+    """``center``, ``remove_top[:k]`` or ``whiten[:eps]`` (:mod:`.directions`): fitted on the pre-trained rows (every
+    row when the source has none, as a random scheme), applied to every row, so the OOV rows keep their place relative
+    to the pre-trained ones."""
+
+    def validate(self, num_embeddings: int, embedding_dim: int) -> None:
+        if self.name == "remove_top" and self.argument is not None:
+            check_top_k(self.argument, embedding_dim)
+
+    def __call__(self, matrix: SourceMatrix, request: SourceRequest) -> SourceMatrix:
+        rows = matrix.pretrained_rows if bool(matrix.pretrained_rows.any()) else None
+        weight, options = matrix.weight, {"rows": rows, "generator": request.generator}
+        if self.name == "center":
+            center(weight, out=weight, **options)
+        elif self.name == "remove_top":
+            remove_top(weight, self.argument, out=weight, **options)
+        else:
+            whiten(weight, DEFAULT_WHITEN_EPS if self.argument is None else self.argument, out=weight, **options)
+        return replace(matrix, weight=weight)
+
+
+def _top_k(k: Any = None) -> SharedDirections:
+    if isinstance(k, str):
+        try:
+            k = int(k)
+        except ValueError:
+            raise ValueError(f"transform 'remove_top:<k>' needs an integer number of directions, got {k!r}") from None
+    if k is not None:
+        check_top_k(k)  # k < D once the table's width is known
+    return SharedDirections("remove_top", k)
+
+
+def _whiten_eps(eps: Any = None) -> SharedDirections:
+    eps = _number_or_text(eps)
+    if eps is not None:
+        check_whiten_eps(eps)
+    return SharedDirections("whiten", eps)
+
+
+TRANSFORMS.add("center", lambda: SharedDirections("center"), summary="subtract the mean row")
+TRANSFORMS.add(
+    "remove_top",
+    _top_k,
+    takes_argument=True,
+    summary="all-but-the-top (Mu & Viswanath): center, remove the top k principal directions (k optional: ≈ D/100)",
+)
+TRANSFORMS.add(
+    "whiten",
+    _whiten_eps,
+    takes_argument=True,
+    summary=f"ZCA whitening with relative regularization eps (optional, {DEFAULT_WHITEN_EPS}), total variance kept",
+)
+OPTIONAL_ARGUMENT = ("remove_top", "whiten")
+"""Transforms whose argument may be left out (``"remove_top"``, ``"whiten"``)."""
+
+
 def build_transform(spec: str, argument: Any = None, **options: Any) -> Transform:
     """The transform for ``"name[:argument]"``, or ``name`` with a Python ``argument``; ``options``: its source's."""
+    if argument is None and spec in OPTIONAL_ARGUMENT:
+        return TRANSFORMS.create(spec)
     return TRANSFORMS.build(spec, **options) if argument is None else TRANSFORMS.create(spec, argument, **options)
