@@ -103,6 +103,10 @@ def test_the_wheel_ships_every_file_of_the_package(built):
         if path.is_file() and "__pycache__" not in path.parts and path.suffix not in (".pyc", ".pyo")
     }
     assert sorted(files - names) == []
+    with zipfile.ZipFile(built["wheel"]) as wheel:  # the quick start's study and its base, as examples/ has them
+        for shipped in ("studies/headline.yaml", "configs/tied_lm.yaml"):
+            packaged = wheel.read(f"lightning_embinit/studies/shipped/{shipped}")
+            assert packaged == (REPO / "examples" / shipped).read_bytes(), shipped
 
 
 def test_the_sdist_carries_the_license_and_builds_the_same_package(built):
