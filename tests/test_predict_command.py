@@ -68,9 +68,6 @@ def test_predict_writes_a_language_models_continuations_in_order(checkpoints, tm
     assert status == 0, err
     expected = model.generate(PROMPTS, tokenize=WORDS)
     assert out.read_text(encoding="utf-8").split("\n") == [*expected, ""] and expected[1] == ""
-    status, err = predict([*args, "--output", str(out), "--format", "jsonl"], capsys)
-    records = [json.loads(line) for line in out.read_text(encoding="utf-8").splitlines()]
-    assert status == 0 and records == [{"prompt": p, "continuation": c} for p, c in zip(PROMPTS, expected)]
 
 
 def test_predict_translates_the_test_split_as_translate_does(checkpoints, tmp_path, capsys):
@@ -145,7 +142,8 @@ def test_two_processes_write_every_prediction_once_in_order(checkpoints, tmp_pat
 
 def test_predict_refuses_a_missing_or_unwritable_output_before_running(checkpoints, tmp_path, capsys):
     path, _ = checkpoints["lm"]
-    cfg = config(tmp_path, "TiedEmbeddingLM", "LanguageModelDataModule", predict_files=prompts_file(tmp_path))
+    prompts = prompts_file(tmp_path)
+    cfg = config(tmp_path, "TiedEmbeddingLM", "LanguageModelDataModule", predict_files=prompts)
     base = ["--config", cfg, "--ckpt_path", path]
     for extra, problem in (
         ([], "give --output FILE: the file the predictions are written to"),
@@ -153,6 +151,7 @@ def test_predict_refuses_a_missing_or_unwritable_output_before_running(checkpoin
         (["--output", str(tmp_path / "no" / "p.txt")], "does not exist; create it"),
         (["--output", cfg], f"--output {cfg} is the same file as --config {cfg}"),
         (["--output", path], "is the same file as --ckpt_path"),
+        (["--data.init_args.predict_files", prompts, "--output", prompts], "is the same file as --data.init_args.pre"),
         (["--output", str(tmp_path / "p.txt"), "--format", "csv"], "argument --format: invalid choice: 'csv'"),
         (
             ["--outpu", str(tmp_path / "p.txt")],
@@ -163,6 +162,12 @@ def test_predict_refuses_a_missing_or_unwritable_output_before_running(checkpoin
         lines = [line for line in err.splitlines() if "error" in line]
         assert status == 2 and len(lines) == 1 and problem in lines[0], err
     assert not (tmp_path / "p.txt").exists() and "predict_files" in open(cfg).read()
+    _, model = checkpoints["lm"]  # the prompts named in the config only: the writer refuses them at setup
+    data = LanguageModelDataModule(vocabulary=model.vocabulary, lowercase=False, predict_files=prompts)
+    trainer = L.Trainer(**TRAINER, callbacks=[PredictionWriter(prompts)], default_root_dir=tmp_path)
+    with pytest.raises(ValueError, match=f"output_path {prompts} is the datamodule's predict_files {prompts}"):
+        trainer.predict(model, datamodule=data)
+    assert open(prompts, encoding="utf-8").read() == "\n".join(PROMPTS) + "\n"
 
 
 def test_the_predict_help_names_the_output_option(capsys):

@@ -67,7 +67,8 @@ class PredictionWriter(BasePredictionWriter):
     each in ``format``, in ``index`` order (module docstring); the file is replaced when the run ends.
 
     Args:
-        output_path: the file to write (its directory must exist; checked at setup, before any batch)
+        output_path: the file to write (its directory must exist, and it may not be the datamodule's
+            ``predict_files``; checked at setup, before any batch)
         format: one of :data:`FORMATS`
     """
 
@@ -80,8 +81,16 @@ class PredictionWriter(BasePredictionWriter):
     @override
     def setup(self, trainer: Trainer, pl_module: LightningModule, stage: str) -> None:
         super().setup(trainer, pl_module, stage)
-        if stage == "predict":
-            check_output_file(self.output_path)
+        if stage != "predict":
+            return
+        file = check_output_file(self.output_path)
+        given = getattr(getattr(trainer, "datamodule", None), "hparams", {}).get("predict_files")
+        for source in [given] if isinstance(given, (str, os.PathLike)) else given or []:
+            if file.exists() and os.path.exists(source) and os.path.samefile(file, source):
+                raise ValueError(
+                    f"output_path {self.output_path} is the datamodule's predict_files {os.fspath(source)}: writing it "
+                    "would destroy the prompts; choose another output path"
+                )
 
     @override
     def on_predict_epoch_start(self, trainer: Trainer, pl_module: LightningModule) -> None:

@@ -6,7 +6,7 @@ else its first validation split; a language-model datamodule's ``predict_files``
 
 ``--output`` and ``--format`` are this command's own options, read before LightningCLI's; the rest are
 LightningCLI's (``embinit predict --help``). ``--output`` is checked (its directory exists, it is not a directory
-and not the config or the checkpoint) before anything is built.
+and not the config, the checkpoint or the prompts file) before anything is built.
 """
 
 from __future__ import annotations
@@ -57,7 +57,8 @@ def predict_main(argv: Sequence[str], lightning_main: Callable[..., int]) -> int
         close = difflib.get_close_matches("--output", given, n=1, cutoff=0.7)
         hint = f" (not {close[0]})" if close else ""
         parser.error(f"give --output FILE: the file the predictions are written to{hint}")
-    others = [(option, value) for option in ("--config", "--ckpt_path") for value in _values(rest, option)]
+    inputs = ("--config", "--ckpt_path", "--data.init_args.predict_files")
+    others = [(option, value) for option in inputs for value in _values(rest, option)]
     try:
         check_output(options.output, others)
     except ValueError as error:
