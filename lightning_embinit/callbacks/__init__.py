@@ -6,6 +6,7 @@ from lightning_embinit.callbacks.learning_speed import LearningSpeedMonitor
 from lightning_embinit.callbacks.lexical_probe import LexicalProbe
 from lightning_embinit.callbacks.prediction_writer import PredictionWriter
 from lightning_embinit.callbacks.summary import PublishesSummary
+from lightning_embinit.callbacks.token_transplant import TokenTransplantCallback
 from lightning_embinit.callbacks.variance_monitor import EmbeddingVarianceMonitor
 from lightning_embinit.callbacks.vocabulary_extension import VocabularyExtensionCallback
 
@@ -18,3 +19,4 @@ __all__ = [
     "PublishesSummary",
 ]
 __all__ += ["PredictionWriter", "VocabularyExtensionCallback"]
+__all__ += ["TokenTransplantCallback"]

@@ -30,12 +30,13 @@ OTHER_COMMANDS = {
     "translate": ("lightning_embinit.commands.use", "translate_main"),
     "generate": ("lightning_embinit.commands.use", "generate_main"),
     "classify": ("lightning_embinit.commands.use", "classify_main"),
+    "transplant": ("lightning_embinit.commands.transplant", "transplant_main"),
 }
 """The commands beside LightningCLI's: the module and function that run each, imported on use."""
 MORE_COMMANDS = (
     "embinit also has: inspect (check an embedding start without training), sweep (run a study's "
-    "trials), report (a study's tables and figures), translate, generate and classify (a trained model on text); "
-    "`embinit COMMAND --help` for each."
+    "trials), report (a study's tables and figures), translate, generate and classify (a trained model on text), "
+    "transplant (a trained model with a new tokenizer); `embinit COMMAND --help` for each."
 )
 COMMANDS = ("fit", "validate", "test", "predict", *OTHER_COMMANDS)
 LIGHTNING_COMMANDS = {

@@ -1,0 +1,242 @@
+"""``embinit transplant``: a trained model with a new tokenizer, written as a new model (docs/transplant.md).
+
+``--model`` is a ``save_pretrained`` directory (the output is one too, the new tokenizer beside the weights) or a
+checkpoint of the package's systems (the output is a checkpoint that ``load_from_checkpoint`` reads, its tokenizer
+inside). The rows come from :func:`~lightning_embinit.init.transplant.transplant_tokenizer`. Every argument is checked
+before anything is loaded: a refusal is one line on stderr and exit status 2; a failure of the run itself, exit 1.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+NEEDS = {"omp": "donor", "focus": "texts", "description": "descriptions"}
+"""The option each method cannot work without."""
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = _Parser(
+        prog="embinit transplant",
+        allow_abbrev=False,
+        description="Give a trained model a new tokenizer: matched tokens keep their rows, the method builds the rest.",
+    )
+    parser.add_argument("--model", required=True, help="a save_pretrained directory, or a checkpoint (.ckpt)")
+    parser.add_argument("--tokenizer", required=True, help="the new tokenizer: a Hugging Face tokenizer directory")
+    parser.add_argument("--output", required=True, help="the new model: a directory (a checkpoint file for a .ckpt)")
+    parser.add_argument(
+        "--method", default="pieces", help="pieces (default), mean, focus, omp[:k], description, token:<old token>"
+    )
+    parser.add_argument("--fallback", default="mean", help="for the tokens the method cannot build (default mean)")
+    parser.add_argument("--old-tokenizer", help="the model's own tokenizer (default: the one beside it)")
+    parser.add_argument("--donor", help="omp: a model directory that already speaks the new tokenizer")
+    parser.add_argument("--texts", help="focus: a text file of the new domain, one line per text")
+    parser.add_argument("--descriptions", help="description: a file of token<TAB>text lines")
+    parser.add_argument("--match", default="special,exact,normalized,case", help="the match kinds to try")
+    parser.add_argument(
+        "--standardize", action="store_true", help="move the built rows onto the old rows' mean and std"
+    )
+    parser.add_argument(
+        "--bias", default="combine", help="new bias entries: combine (default), mean, min, zero, a number"
+    )
+    parser.add_argument("--seed", type=int, default=0, help="the seed of fastText (focus)")
+    parser.add_argument("--overwrite", action="store_true", help="replace an output that exists")
+    return parser
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse's refusals as one line (its usage line left out) and exit status 2."""
+
+    def error(self, message: str) -> None:  # type: ignore[override]
+        print(f"{self.prog}: error: {message}", file=sys.stderr)
+        raise SystemExit(2)
+
+
+def _refuse(message: str) -> int:
+    print(f"embinit transplant: error: {message}", file=sys.stderr)
+    return 2
+
+
+def _check_output(args: argparse.Namespace, checkpoint: bool) -> str | None:
+    """Why ``--output`` is refused, or None."""
+    model, output = Path(args.model).expanduser().resolve(), Path(args.output).expanduser().resolve()
+    if output == model:
+        return f"--output {args.output} is --model: write the new model elsewhere (the trained one stays as it is)"
+    if output.exists() and not args.overwrite:
+        if output.is_file() or any(output.iterdir()):
+            return f"--output {args.output} exists and is not empty: name a new path, or pass --overwrite"
+    if checkpoint and output.is_dir():
+        return f"--output {args.output} is a directory; a checkpoint --model writes a checkpoint file (new.ckpt)"
+    if not output.parent.is_dir():
+        return f"--output {args.output}: its folder {output.parent} does not exist"
+    return None
+
+
+def _check(args: argparse.Namespace) -> str | None:
+    """Why the arguments are refused (one line), or None; nothing is loaded."""
+    from lightning_embinit.init.transplant import MATCH_KINDS, resolve_method
+
+    model = Path(args.model).expanduser()
+    if not model.exists():
+        return f"--model {args.model}: no such file or directory"
+    checkpoint = model.is_file()
+    if not checkpoint and not (model / "config.json").is_file():
+        return f"--model {args.model} is a directory without config.json: give a save_pretrained directory or a .ckpt"
+    for option in ("tokenizer", "old_tokenizer", "donor"):
+        value = getattr(args, option)
+        if value is not None and not Path(value).expanduser().is_dir():
+            return f"--{option.replace('_', '-')} {value}: no such directory"
+    for option in ("texts", "descriptions"):
+        value = getattr(args, option)
+        if value is not None and not Path(value).expanduser().is_file():
+            return f"--{option} {value}: no such file"
+    try:
+        for spec in (args.method, args.fallback):
+            resolve_method(spec)
+    except ValueError as error:
+        return str(error)
+    kinds = [kind.strip() for kind in args.match.split(",") if kind.strip()]
+    if unknown := [kind for kind in kinds if kind not in MATCH_KINDS]:
+        return f"--match {args.match}: unknown kinds {unknown}; choose among {', '.join(MATCH_KINDS)}"
+    for spec in (args.method, args.fallback):
+        needed = NEEDS.get(spec.partition(":")[0])
+        if needed and getattr(args, needed) is None:
+            return f"--method {spec} needs --{needed} (docs/transplant.md, 'Methods')"
+    if args.bias not in ("combine", "mean", "min", "zero"):
+        try:
+            float(args.bias)
+        except ValueError:
+            return f"--bias {args.bias}: choose combine, mean, min, zero or a number"
+    return _check_output(args, checkpoint)
+
+
+def _descriptions(path: str | None) -> dict[str, str] | None:
+    if path is None:
+        return None
+    found = {}
+    for number, line in enumerate(Path(path).expanduser().read_text(encoding="utf-8").split("\n"), 1):
+        if line.strip():
+            token, tab, text = line.partition("\t")
+            if not tab or not text.strip():
+                raise ValueError(f"--descriptions {path}, line {number}: expected token<TAB>text, got {line[:60]!r}")
+            found[token] = text.strip()
+    return found
+
+
+def _options(args: argparse.Namespace) -> dict[str, Any]:
+    texts = None
+    if args.texts is not None:
+        texts = [line for line in Path(args.texts).expanduser().read_text(encoding="utf-8").split("\n") if line.strip()]
+    bias: Any = args.bias if args.bias in ("combine", "mean", "min", "zero") else float(args.bias)
+    return {
+        "method": args.method,
+        "fallback": args.fallback,
+        "match": tuple(kind.strip() for kind in args.match.split(",") if kind.strip()),
+        "donor": None if args.donor is None else f"hf:{Path(args.donor).expanduser()}",
+        "texts": texts,
+        "descriptions": _descriptions(args.descriptions),
+        "standardize": True if args.standardize else None,
+        "bias": bias,
+        "seed": args.seed,
+    }
+
+
+def _pretrained(args: argparse.Namespace, options: dict[str, Any]) -> dict[str, Any]:
+    """A ``save_pretrained`` directory in, one out, the new tokenizer beside the weights."""
+    import transformers
+    from transformers import AutoConfig, AutoModel, AutoTokenizer
+
+    from lightning_embinit.init.transplant import transplant_tokenizer
+
+    config = AutoConfig.from_pretrained(args.model)
+    names = [name for name in (config.architectures or []) if hasattr(transformers, name)]
+    model_class = getattr(transformers, names[0]) if names else AutoModel
+    model = model_class.from_pretrained(args.model)
+    new = AutoTokenizer.from_pretrained(os.path.expanduser(args.tokenizer))
+    old = AutoTokenizer.from_pretrained(os.path.expanduser(args.old_tokenizer or args.model))
+    report = transplant_tokenizer(model, new, old_tokenizer=old, **options)
+    model.save_pretrained(args.output)
+    new.save_pretrained(args.output)
+    return report
+
+
+def _checkpoint(args: argparse.Namespace, options: dict[str, Any]) -> dict[str, Any]:
+    """A checkpoint of the package's systems in, one out (hyperparameters, state and the ``embinit`` record)."""
+    import torch
+
+    from lightning_embinit.init.host import select_slots
+    from lightning_embinit.init.sources.checkpoint import CHECKPOINT_KEY
+    from lightning_embinit.init.sources.checkpoint_file import load_checkpoint_file
+    from lightning_embinit.init.transplant import transplant_tokenizer
+    from lightning_embinit.text.tokenization import build_tokenizer
+
+    model = _load_system(args.model)
+    own = getattr(model, "tokenizer", None)
+    new = build_tokenizer(os.path.expanduser(args.tokenizer)) if own is not None else args.tokenizer
+    old = build_tokenizer(os.path.expanduser(args.old_tokenizer)) if args.old_tokenizer else None
+    report = transplant_tokenizer(model, new, old_tokenizer=old, **options)
+    checkpoint = load_checkpoint_file(args.model, what="--model", weights_only=False)
+    checkpoint["state_dict"] = model.state_dict()
+    checkpoint["hyper_parameters"] = {**(checkpoint.get("hyper_parameters") or {}), **dict(model.hparams)}
+    slots = checkpoint.setdefault(CHECKPOINT_KEY, {}).setdefault("slots", {})
+    for name, slot in select_slots(model, None).items():
+        if slot.tokens is not None:
+            slots[name] = {**slots.get(name, {}), "tokens": list(slot.tokens)}
+    for key in ("optimizer_states", "lr_schedulers", "loops"):  # a new model: it starts its own training
+        checkpoint.pop(key, None)
+    torch.save(checkpoint, args.output)
+    return report
+
+
+def _load_system(path: str) -> Any:
+    """The Lightning system of a checkpoint, whatever the class it records."""
+    from lightning_embinit.init.sources.checkpoint_file import load_checkpoint_file, saved_class
+    from lightning_embinit.models.module import class_from_path
+
+    recorded = saved_class(load_checkpoint_file(path, what="--model"))
+    cls = class_from_path(recorded) if recorded else None
+    if not isinstance(cls, type) or not callable(getattr(cls, "load_from_checkpoint", None)):
+        raise ValueError(f"--model {path} does not record a model class that imports here ({recorded})")
+    return cls.load_from_checkpoint(path, map_location="cpu").eval()
+
+
+def transplant_main(argv: Sequence[str] | None = None) -> int:
+    """``embinit transplant ...``: 0 when the new model is written, 2 for refused arguments, 1 when the run fails."""
+    parser = _parser()
+    try:
+        args = parser.parse_args(argv)
+    except SystemExit as exit_:
+        return int(exit_.code or 0)
+    if problem := _check(args):
+        return _refuse(problem)
+    try:
+        options = _options(args)
+    except ValueError as error:
+        return _refuse(str(error))
+    from lightning_embinit.init.transplant import format_transplant_report
+
+    try:
+        run = _checkpoint if Path(args.model).expanduser().is_file() else _pretrained
+        report = run(args, options)
+    except ValueError as error:
+        if os.environ.get("EMBINIT_DEBUG"):
+            raise
+        return _refuse(str(error).splitlines()[0])
+    except Exception as error:
+        if os.environ.get("EMBINIT_DEBUG"):
+            raise
+        print(
+            f"embinit transplant: {type(error).__name__}: {error} (EMBINIT_DEBUG=1 shows the traceback)",
+            file=sys.stderr,
+        )
+        return 1
+    print(format_transplant_report(report))
+    print(f"wrote {args.output}")
+    if Path(args.output).is_dir():
+        (Path(args.output) / "transplant_report.json").write_text(json.dumps(report, indent=1, default=str) + "\n")
+    return 0

@@ -1,0 +1,133 @@
+"""``embinit transplant``: a save_pretrained directory in and out (the new tokenizer beside it), a checkpoint of the
+package's systems in and out, and every refusal as one line on stderr with exit status 2 before anything is written."""
+
+from __future__ import annotations
+
+import json
+
+import lightning as L
+import pytest
+import torch
+import transformers as T
+
+from lightning_embinit import TiedEmbeddingLM
+from lightning_embinit.commands.main import main
+from tests.transplant_helpers import ENGLISH, GERMAN, byte_level, tiny_llama
+
+
+@pytest.fixture(scope="module")
+def folders(tmp_path_factory):
+    root = tmp_path_factory.mktemp("transplant")
+    english, german = byte_level(ENGLISH), byte_level(GERMAN)
+    model = tiny_llama(len(english), seed=4)
+    model.save_pretrained(root / "model")
+    english.save_pretrained(root / "model")
+    german.save_pretrained(root / "german")
+    tiny_llama(len(german), seed=5).save_pretrained(root / "donor")
+    german.save_pretrained(root / "donor")
+    (root / "texts.txt").write_text("\n".join(GERMAN) + "\n", encoding="utf-8")
+    return root
+
+
+def run(capsys, *args: str) -> tuple[int, str, str]:
+    status = main(["transplant", *map(str, args)])
+    captured = capsys.readouterr()
+    return status, captured.out, captured.err
+
+
+@pytest.mark.parametrize("method", ["pieces", "omp:4"])
+def test_a_model_directory_in_and_out(folders, capsys, tmp_path, method):
+    output = tmp_path / "out"
+    extra = ["--donor", folders / "donor"] if method.startswith("omp") else []
+    status, out, err = run(
+        capsys,
+        "--model",
+        folders / "model",
+        "--tokenizer",
+        folders / "german",
+        "--output",
+        output,
+        "--method",
+        method,
+        *extra,
+    )
+    assert status == 0, err
+    assert "Tokenizer transplant" in out and f"wrote {output}" in out
+    model = T.AutoModelForCausalLM.from_pretrained(output)
+    tokenizer = T.AutoTokenizer.from_pretrained(output)
+    assert model.config.vocab_size == len(tokenizer) == len(T.AutoTokenizer.from_pretrained(folders / "german"))
+    report = json.loads((output / "transplant_report.json").read_text())
+    assert report["built_by"].get(method.split(":")[0] if method == "pieces" else method, 0) > 0
+    trained = T.AutoModelForCausalLM.from_pretrained(folders / "model")
+    assert torch.equal(model.model.layers[0].mlp.up_proj.weight, trained.model.layers[0].mlp.up_proj.weight)
+
+
+def test_refusals_are_one_line_and_exit_2(folders, capsys, tmp_path):
+    model, german = folders / "model", folders / "german"
+    full = tmp_path / "full"
+    full.mkdir()
+    (full / "x").write_text("keep")
+    cases = {
+        "is --model": ["--model", model, "--tokenizer", german, "--output", model],
+        "exists and is not empty": ["--model", model, "--tokenizer", german, "--output", full],
+        "no such file or directory": ["--model", tmp_path / "none", "--tokenizer", german, "--output", tmp_path / "o"],
+        "unknown transplant method 'fvt'": [
+            "--model",
+            model,
+            "--tokenizer",
+            german,
+            "--output",
+            tmp_path / "o",
+            "--method",
+            "fvt",
+        ],
+        "needs --donor": ["--model", model, "--tokenizer", german, "--output", tmp_path / "o", "--method", "omp"],
+        "needs --texts": ["--model", model, "--tokenizer", german, "--output", tmp_path / "o", "--method", "focus"],
+        "unknown kinds": ["--model", model, "--tokenizer", german, "--output", tmp_path / "o", "--match", "fuzzy"],
+        "required: --output": ["--model", model, "--tokenizer", german, "--out", tmp_path / "o"],
+        "--tokenizer": ["--model", model, "--tokenizer", tmp_path / "nowhere", "--output", tmp_path / "o"],
+    }
+    for expected, args in cases.items():
+        status, out, err = run(capsys, *args)
+        assert status == 2 and expected in err and len(err.strip().splitlines()) == 1, (expected, err)
+    assert not (tmp_path / "o").exists() and (full / "x").read_text() == "keep"
+    status, _, err = run(
+        capsys, "--model", model, "--tokenizer", german, "--output", full, "--overwrite", "--method", "mean"
+    )
+    assert status == 0, err
+
+
+def test_a_checkpoint_of_the_packages_system_in_and_out(folders, capsys, tmp_path):
+    english = byte_level(ENGLISH)
+    tokens = [t for t, _ in sorted(english.get_vocab().items(), key=lambda item: item[1])]
+    torch.manual_seed(0)
+    model = TiedEmbeddingLM(vocabulary=tokens, architecture={"d_model": 16, "num_heads": 2, "num_layers": 1})
+    trainer = L.Trainer(logger=False, enable_checkpointing=False, enable_progress_bar=False, enable_model_summary=False)
+    trainer.strategy.connect(model)
+    trainer.save_checkpoint(tmp_path / "lm.ckpt")
+    english.save_pretrained(tmp_path / "english")
+    status, out, err = run(
+        capsys,
+        "--model",
+        tmp_path / "lm.ckpt",
+        "--tokenizer",
+        folders / "german",
+        "--old-tokenizer",
+        tmp_path / "english",
+        "--output",
+        tmp_path / "new.ckpt",
+    )
+    assert status == 0, err
+    again = TiedEmbeddingLM.load_from_checkpoint(tmp_path / "new.ckpt")
+    german = T.AutoTokenizer.from_pretrained(folders / "german")
+    assert again.vocabulary == [t for t, _ in sorted(german.get_vocab().items(), key=lambda item: item[1])]
+    assert again.model.token_embedding.weight.shape[0] == len(german)
+    old_index = english.get_vocab()
+    same = [(i, old_index[t]) for i, t in enumerate(again.vocabulary) if t in old_index]
+    assert all(
+        torch.equal(again.model.token_embedding.weight[i], model.model.token_embedding.weight[j]) for i, j in same
+    )
+    with torch.no_grad():
+        assert again(torch.tensor([[1, 2, 3]])).shape[-1] == len(german)
+    checkpoint = torch.load(tmp_path / "new.ckpt", weights_only=False)
+    assert checkpoint["embinit"]["slots"]["tokens"]["tokens"] == again.vocabulary
