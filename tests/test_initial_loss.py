@@ -135,6 +135,31 @@ def test_spec_formula_and_model_estimate_are_logged_apart(tmp_path):
     assert monitor.state_dict()["predicted_model"] == monitor.predicted_model
 
 
+@pytest.mark.parametrize("embedding_init", ["normal:0.125", "xavier"])
+def test_the_random_token_loss_is_the_models_own_probe_at_the_first_batchs_length(tmp_path, embedding_init):
+    """init_loss_random_tokens is the model's forward on random tokens before the first update (its probe, at the
+    first batch's length), for i.i.d. rows near the model's [S] estimate; a module without a probe logs none."""
+    torch.manual_seed(0)
+    vocabulary = ["<pad>", "<unk>", "<bos>", "<eos>", *(f"w{i}" for i in range(296))]
+    model = TiedEmbeddingLM(
+        vocabulary=vocabulary,
+        architecture={"d_model": 64, "num_layers": 1, "max_len": 64, "embedding_init": embedding_init},
+    )
+    expected, at_max_len = model.initial_loss_probe(16), model.initial_loss_probe()
+    monitor = InitialLossMonitor(warn=False)
+    run = trainer(tmp_path, monitor, max_steps=2)
+    run.fit(model, DataLoader(windows(300, count=64), batch_size=32))
+    assert monitor.random_tokens == pytest.approx(expected, rel=1e-6) and expected != pytest.approx(at_max_len)
+    # i.i.d. rows: the model's own estimate ([S]'s formula with its positions and scale) at that length
+    assert monitor.random_tokens == pytest.approx(monitor.predicted_model, rel=0.05)
+    assert float(run.callback_metrics["init_loss_random_tokens"]) == pytest.approx(expected, rel=1e-6)
+    assert monitor.summary()["init_loss_random_tokens"] == monitor.state_dict()["random_tokens"]
+    plain = InitialLossMonitor(track_steps=1)
+    x, y = torch.randn(16, 5), torch.randint(0, 7, (16,))
+    trainer(tmp_path, plain, max_steps=1).fit(Classifier(), DataLoader(TensorDataset(x, y), batch_size=8))
+    assert plain.random_tokens is None and "init_loss_random_tokens" not in plain.summary()
+
+
 def test_sequence_length_of_batches():
     ids = torch.zeros(4, 9, dtype=torch.long)
     assert sequence_length((ids, ids)) == sequence_length({"input_ids": ids}) == sequence_length(ids) == 9

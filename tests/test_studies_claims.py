@@ -256,6 +256,7 @@ def test_the_known_publishers_match_the_classes():
         assert inspect.signature(cls).parameters["prefix"].default == prefix
     monitor = InitialLossMonitor()
     monitor.init_loss, monitor.ln_vocab, monitor.predicted, monitor.predicted_model = 1.0, 2.0, 3.0, 4.0
+    monitor.random_tokens = 5.0
     assert set(monitor.summary()) == set(MONITOR_NAMES["InitialLossMonitor"])
     assert set(cost_values(torch.nn.Linear(2, 2), EpochClock(), 1.0, 1)) == set(COST_NAMES)
 

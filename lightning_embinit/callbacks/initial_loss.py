@@ -42,6 +42,17 @@ def sequence_length(batch: Any) -> int | None:
     return int(batch.shape[1]) if isinstance(batch, torch.Tensor) and batch.dim() >= 2 else None
 
 
+def _call_with_length(method: Any, length: int | None) -> float | None:
+    """``method(length=length)`` when it takes ``length`` and it is known, else ``method()``; None without one."""
+    if not callable(method):
+        return None
+    try:
+        takes_length = "length" in inspect.signature(method).parameters
+    except (TypeError, ValueError):
+        takes_length = False
+    return method(length=length) if takes_length and length is not None else method()
+
+
 class InitialLossMonitor(Callback):
     """Log ``init_loss``, ``ln_vocab``, ``init_loss_ratio`` (= init_loss / ln n) and the predictions.
 
@@ -57,7 +68,10 @@ class InitialLossMonitor(Callback):
     ln(e^{dσ} + n − 1) (``docs/concepts.md``) for a tied slot, σ its std over non-padding rows;
     ``init_loss_predicted_model`` (``predicted_model``) is ``pl_module.initial_loss_prediction()`` when defined (as
     :class:`~lightning_embinit.models.TiedEmbeddingLM`), given ``length=`` (:func:`sequence_length`) when it takes
-    it. A warning (once, rank zero) fires when init_loss > ln n + ``margin``; :meth:`summary`: the one-off values.
+    it. ``init_loss_random_tokens`` (``random_tokens``) is ``pl_module.initial_loss_probe()`` when defined: the
+    model's own loss on uniform random tokens at the start (its forward, no assumption on the rows), what [S]'s
+    formula predicts for i.i.d. rows. A warning (once, rank zero) fires when init_loss > ln n + ``margin``;
+    :meth:`summary`: the one-off values.
     """
 
     summary_key = MONITORS
@@ -82,6 +96,7 @@ class InitialLossMonitor(Callback):
         self.ln_vocab: float | None = None
         self.predicted: float | None = None
         self.predicted_model: float | None = None
+        self.random_tokens: float | None = None
         self.step_losses: list[float] = []
         self._warned = False
         self._tied: EmbeddingSlot | None = None
@@ -122,23 +137,16 @@ class InitialLossMonitor(Callback):
 
     @torch.no_grad()
     def _predictions(self, pl_module: nn.Module, batch: Any) -> None:
-        """Set σ, ``predicted`` ([S]) and ``predicted_model`` from the current weights."""
+        """Set σ, ``predicted`` ([S]), ``predicted_model`` and ``random_tokens`` from the current weights."""
         tied = self._tied
         # every rank runs this at the first batch, so gathering a sharded table (a collective) matches
         self._tied_sigma = None if tied is None else token_std(whole_table(tied.weight), tied.padding_idx)
         self.predicted = (
             None if tied is None else tied_initial_loss(tied.num_embeddings, tied.embedding_dim, self._tied_sigma)
         )
-        predict = getattr(pl_module, "initial_loss_prediction", None)
-        if not callable(predict):
-            self.predicted_model = None
-            return
         length = sequence_length(batch)
-        try:
-            takes_length = "length" in inspect.signature(predict).parameters
-        except (TypeError, ValueError):
-            takes_length = False
-        self.predicted_model = predict(length=length) if takes_length and length is not None else predict()
+        self.predicted_model = _call_with_length(getattr(pl_module, "initial_loss_prediction", None), length)
+        self.random_tokens = _call_with_length(getattr(pl_module, "initial_loss_probe", None), length)
 
     @override
     def on_train_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
@@ -195,7 +203,7 @@ class InitialLossMonitor(Callback):
 
     def summary(self) -> dict[str, float]:
         """The one-off values once measured: ``init_loss``, ``ln_vocab``, ``init_loss_ratio`` and the predictions
-        there are (``init_loss_predicted``, ``init_loss_predicted_model``)."""
+        there are (``init_loss_predicted``, ``init_loss_predicted_model``, ``init_loss_random_tokens``)."""
         if self.init_loss is None:
             return {}
         values = {
@@ -204,6 +212,7 @@ class InitialLossMonitor(Callback):
             "init_loss_ratio": self.init_loss / self.ln_vocab,
             "init_loss_predicted": self.predicted,
             "init_loss_predicted_model": self.predicted_model,
+            "init_loss_random_tokens": self.random_tokens,
         }
         return {name: value for name, value in values.items() if value is not None}
 
@@ -241,6 +250,7 @@ class InitialLossMonitor(Callback):
             "ln_vocab": self.ln_vocab,
             "predicted": self.predicted,
             "predicted_model": self.predicted_model,
+            "random_tokens": self.random_tokens,
             "step_losses": list(self.step_losses),
             "warned": self._warned,
         }
@@ -251,5 +261,6 @@ class InitialLossMonitor(Callback):
         self.ln_vocab = state_dict["ln_vocab"]
         self.predicted = state_dict.get("predicted")
         self.predicted_model = state_dict.get("predicted_model")
+        self.random_tokens = state_dict.get("random_tokens")
         self.step_losses = list(state_dict["step_losses"])
         self._warned = bool(state_dict.get("warned", False))

@@ -15,7 +15,13 @@ from lightning_embinit.init.recipe import InitRecipe
 from lightning_embinit.init.sharding import is_sharded, whole_table, write_whole
 from lightning_embinit.init.sources.base import SourceMatrix, SourceRequest
 from lightning_embinit.init.sources.vector_cache import cache_directory
-from lightning_embinit.init.statistics import MatrixStats, embedding_statistics, matrix_statistics, rows_without
+from lightning_embinit.init.statistics import (
+    MatrixStats,
+    embedding_statistics,
+    isotropy,
+    matrix_statistics,
+    rows_without,
+)
 from lightning_embinit.init.transforms import affine
 
 
@@ -130,6 +136,7 @@ def slot_report(
     report: dict[str, Any] = {
         "slot": slot.name,
         "source": built.source if built else str(recipe.source),
+        "source_name": recipe.resolved_source.name if built else str(recipe.source),
         "transforms": list(built.transforms) if built else [],
         "num_embeddings": slot.num_embeddings,
         "embedding_dim": slot.embedding_dim,
@@ -138,6 +145,8 @@ def slot_report(
         "seed": seed,
         "family": slot.family,
         "positions": slot.positions,
+        "input_scale_found_by": slot.input_scale_found_by,
+        "positions_found_by": slot.positions_found_by,
     }
     statistics = None  # the built matrix's own, when writing cannot change them (same dtype, not sharded)
     if built and not is_sharded(slot.weight) and slot.weight.dtype == built.matrix.weight.dtype:
@@ -145,6 +154,7 @@ def slot_report(
     if statistics is None:  # a sharded table is gathered on every rank alike, so the collective matches
         statistics = matrix_statistics(rows_without(whole_table(slot.weight), slot.padding_idx))
     report.update(embedding_statistics(statistics, input_scale=float(slot.input_scale), positional_encoding=positional))
+    report.update(isotropy(rows_without(built.matrix.weight if built else whole_table(slot.weight), slot.padding_idx)))
     coverage = built.matrix.coverage if built else None
     report["coverage"] = coverage.as_dict() if coverage is not None else None
     report["pretrained_rows"] = int(built.matrix.pretrained_rows.sum()) if built else 0

@@ -4,9 +4,10 @@ A claim names the paper (``source``) and its words (``says``), two settings (``s
 the direction the paper gives for ``setting − versus``: ``lower``, ``higher``, ``equal`` within an absolute
 ``margin``, or ``not_lower`` / ``not_higher`` by more than the margin ("as well or better": non-inferiority).
 ``stand_in: true`` (or a note) marks a claim tested on a stand-in for what the paper used, and ``scope`` (a note)
-one whose design covers less of the paper's protocol (``"early training: 1,200 steps of [K]'s 10 epochs"``); the
-YAML under ``examples/studies/`` has examples. :func:`evaluate_claim` gives the verdict from the seeds' values
-(:func:`claim_verdict` states the rules).
+one whose design covers less of the paper's protocol (``"early training: 1,200 steps of [K]'s 10 epochs"``).
+``kind: hypothesis`` marks a claim that is this package's own hypothesis, not a paper's finding (``source`` then says
+what motivates it); the default is ``paper``. The YAML under ``examples/studies/`` has examples.
+:func:`evaluate_claim` gives the verdict from the seeds' values (:func:`claim_verdict` states the rules).
 """
 
 from __future__ import annotations
@@ -38,6 +39,8 @@ ONE_SIDED = ("not_lower", "not_higher")
 WITH_MARGIN = ("equal", *ONE_SIDED)
 """The directions tested against a margin, with the 90 % interval (one-sided tests at 5 %)."""
 DIRECTIONS = ("lower", "higher", *WITH_MARGIN)
+KINDS = ("paper", "hypothesis")
+"""Whose claim it is: a paper's finding, or this package's own hypothesis."""
 SUPPORTED, INCONCLUSIVE, CONTRADICTED = "supported", "inconclusive", "contradicted"
 CONFIDENCE = 0.95
 
@@ -56,6 +59,7 @@ class Claim:
     margin: float | None = None
     stand_in: bool | str = False
     scope: str | None = None
+    kind: str = "paper"
 
     def __post_init__(self) -> None:
         where = f"claim {self.id!r}"
@@ -83,6 +87,8 @@ class Claim:
             raise StudyError(f"{where} compares setting {self.setting!r} with itself: name two settings")
         if not isinstance(self.stand_in, (bool, str)):
             raise StudyError(f"{where}: stand_in must be true, false or a note, got {self.stand_in!r}")
+        if self.kind not in KINDS:
+            raise StudyError(f"{where}: unknown kind {self.kind!r}; choose one of: {', '.join(KINDS)}")
         if self.scope is not None and (not isinstance(self.scope, str) or not self.scope):
             raise StudyError(f"{where}: scope must be a note (a non-empty string) or absent, got {self.scope!r}")
 

@@ -41,6 +41,7 @@ MONITOR_NAMES = {
         "init_loss_ratio",
         "init_loss_predicted",
         "init_loss_predicted_model",
+        "init_loss_random_tokens",
     )
 }
 """The package's monitors that publish fixed names."""

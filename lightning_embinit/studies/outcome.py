@@ -25,7 +25,7 @@ from lightning_embinit.studies.spec import package_version
 
 CURVES_ONLY = re.compile(r"^(init_phase_loss|loss_over_ln_vocab)$|_smoothed$")
 """Per-step tracking curves: in ``curves``, not summed up as a monitor's value."""
-INIT_REPORT_KEPT = ("std", "scaled_std", "ratio", "coverage")
+INIT_REPORT_KEPT = ("std", "scaled_std", "ratio", "coverage", "top_share", "mean_cosine")
 """Of the init report's scalars (``embinit/<slot>/<key>``), the ones also kept as monitors; the rest stay in
 ``init_report``."""
 

@@ -210,7 +210,10 @@ def _claim_row(result: ClaimResult) -> list[str]:
             difference += f"; 90 %: [{result.interval_90[0]:.3g}, {result.interval_90[1]:.3g}]"
     stand_in = f" (stand-in: {claim.stand_in})" if isinstance(claim.stand_in, str) else " (stand-in)"
     return [
-        claim.id + (stand_in if claim.stand_in else "") + (f" (scope: {claim.scope})" if claim.scope else ""),
+        claim.id
+        + (" (hypothesis)" if claim.kind == "hypothesis" else "")
+        + (stand_in if claim.stand_in else "")
+        + (f" (scope: {claim.scope})" if claim.scope else ""),
         f"{claim.source}: {claim.says}",
         f"{claim.setting} − {claim.versus}",
         claim.metric,
@@ -225,15 +228,27 @@ def _claim_row(result: ClaimResult) -> list[str]:
 
 def _claims_lines(claims: Sequence[ClaimResult]) -> list[str]:
     """The claims table and how its verdicts are reached."""
-    header = ["claim", "paper: says", "compared", "metric", "expected Δ", "mean (n)", "versus (n)", "Δ [95 % CI]"]
+    hypotheses = any(result.claim.kind == "hypothesis" for result in claims)
+    says = "source: says" if hypotheses else "paper: says"
+    header = ["claim", says, "compared", "metric", "expected Δ", "mean (n)", "versus (n)", "Δ [95 % CI]"]
     rows = [[*header, "verdict", "seeds for 80 % power"], ["---"] * (len(header) + 2), *map(_claim_row, claims)]
     one_sided = any(result.claim.direction in ONE_SIDED for result in claims)
+    title = "the papers' claims and this package's hypotheses" if hypotheses else "the papers' claims"
     return [
         "",
-        "## Claims: the papers' claims checked on these records",
+        f"## Claims: {title} checked on these records",
         "",
         *map(_line, rows),
         "",
+        *(
+            [
+                "A claim marked (hypothesis) is this package's own, not a paper's finding; its source says what "
+                "motivates it.",
+                "",
+            ]
+            if hypotheses
+            else []
+        ),
         "Δ = setting − versus, difference of the seeds' means, with Welch's 95 % interval. lower/higher: **supported** "
         "when the interval lies wholly on the claimed side of 0, **contradicted** when wholly on the other side. "
         "equal ±m: **supported** when the 90 % interval lies inside ±m (two one-sided tests at 5 %), **contradicted** "
