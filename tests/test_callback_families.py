@@ -134,3 +134,27 @@ def test_an_unknown_models_table_too_small_for_the_tokens_is_left_and_named(mini
     with pytest.warns(UserWarning, match=r"slot 'positions': .* 30522 tokens, but the table has only 64 rows.*left"):
         reports = callback.initialize(module)
     assert list(reports) == ["tokens"] and torch.equal(module["positions"].weight, before)
+
+
+def _two_table_marian() -> T.MarianMTModel:
+    config = T.MarianConfig(
+        vocab_size=100, decoder_vocab_size=90, d_model=32, encoder_layers=1, decoder_layers=1,
+        encoder_attention_heads=2, decoder_attention_heads=2, encoder_ffn_dim=64, decoder_ffn_dim=64,
+        max_position_embeddings=64, share_encoder_decoder_embeddings=False, pad_token_id=89, decoder_start_token_id=89,
+    )  # fmt: skip
+    torch.manual_seed(0)
+    return T.MarianMTModel(config)
+
+
+def test_an_encoder_decoder_with_a_decoder_table_of_its_own_gets_both_written():
+    """Marian with share_encoder_decoder_embeddings=False (source and target vocabularies): the callback writes the
+    encoder's table and the decoder's (with the head tied to it), and nothing else."""
+    holder = Holder(_two_table_marian())
+    before = parameters(holder)
+    reports = EmbeddingInitCallback(source="xavier", seed=0, verbose=False).initialize(holder)
+    assert list(reports) == ["backbone.model.encoder.embed_tokens", "backbone.model.decoder.embed_tokens"]
+    after = parameters(holder)
+    written = {"backbone.model.encoder.embed_tokens.weight", "backbone.model.decoder.embed_tokens.weight"}
+    assert {name for name, tensor in before.items() if not torch.equal(tensor, after[name])} == written
+    assert holder.backbone.lm_head.weight is holder.backbone.model.decoder.embed_tokens.weight
+    assert reports["backbone.model.decoder.embed_tokens"]["num_embeddings"] == 90

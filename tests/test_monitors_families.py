@@ -183,3 +183,15 @@ def test_the_lexical_probe_adds_the_models_positions_or_skips_the_chains_with_p(
         positional=positions,
     )
     assert results == reference
+
+
+def test_the_variance_monitor_sees_the_decoders_own_table_with_its_positions():
+    """Marian without shared embeddings: both tables are measured, each with the positions its side adds."""
+    from tests.test_callback_families import _two_table_marian
+
+    model = _two_table_marian().eval()
+    measured = EmbeddingVarianceMonitor(sample_rows=32).measure(Holder(model))
+    assert list(measured) == ["backbone.model.encoder.embed_tokens", "backbone.model.decoder.embed_tokens"]
+    for side, values in zip(("encoder", "decoder"), measured.values()):
+        positions = getattr(model.model, side).embed_positions.weight.detach()
+        assert values["pe_std"] == pytest.approx(_population_std(positions), rel=1e-5)

@@ -22,6 +22,7 @@ from torch import nn
 
 from lightning_embinit.init.families import hugging_face_names as names
 from lightning_embinit.init.families.base import FAMILIES, Family, TokenTable, module_path
+from lightning_embinit.init.families.companions import by_name, follower
 from lightning_embinit.init.families.probe import LENGTH, observe, probe_ids
 from lightning_embinit.init.families.settle import Finding, Settled, cached, find, settle, table_key
 
@@ -48,8 +49,8 @@ def _runner(model: nn.Module):
         inputs = {"input_ids": ids}
         if decoder_ids is not None:
             inputs["decoder_input_ids"] = decoder_ids
-        if "use_cache" in accepted:
-            inputs["use_cache"] = False
+        if "use_cache" in accepted or any(p.kind is p.VAR_KEYWORD for p in accepted.values()):
+            inputs["use_cache"] = False  # no cache: some hybrid models cannot build one for a single layer
         return model(**inputs)
 
     return run
@@ -79,10 +80,19 @@ def _probe(model: nn.Module, primary: nn.Embedding, by_name: nn.Embedding | None
     found["input"] = find(
         model, observed.fit("input", primary), _claim(model, primary, None), primary.weight.dtype, skip
     )
-    if found["decoder_table"] is not None:
-        table = model.get_submodule(found["decoder_table"])
-        fit = observed.fit("decoder", table)
-        found["decoder"] = find(model, fit, _claim(model, table, "decoder"), table.weight.dtype, skip)
+    decoder = None if found["decoder_table"] is None else model.get_submodule(found["decoder_table"])
+    if decoder is not None:
+        fit = observed.fit("decoder", decoder)
+        found["decoder"] = find(model, fit, _claim(model, decoder, "decoder"), decoder.weight.dtype, skip)
+    found["companions"] = {
+        stream: [
+            module_path(model, t)
+            for t in observed.tables(stream)
+            if id(t.weight) not in skip
+            and t.num_embeddings == (decoder or primary if stream == "decoder" else primary).num_embeddings
+        ]
+        for stream in ("input", "decoder")
+    }
     return found
 
 
@@ -122,32 +132,74 @@ def token_tables(model: nn.Module) -> list[TokenTable]:
     candidates = [primary] + ([by_name] if by_name is not None else [])
     found = cached(model, table_key(model, candidates), lambda: _probe(model, primary, by_name))
     decoder = None if found["decoder_table"] is None else model.get_submodule(found["decoder_table"])
-    tables = [_table(model, primary, _settled(model, primary, "input", found["input"]), head=decoder is None)]
+    probed = found.get("companions") or {}
+    shared = decoder is None
+    companions = [*probed.get("input", []), *(probed.get("decoder", []) if shared else [])]
+    settled = _settled(model, primary, "input", found["input"])
+    tables = [_table(model, primary, settled, head=shared, companions=companions)]
     if decoder is not None:
         settled = _settled(model, decoder, "decoder", found.get("decoder", "the decoder was not probed"))
-        tables.append(_table(model, decoder, settled, head=True, decoder=True))
+        tables.append(_table(model, decoder, settled, head=True, decoder=True, companions=probed.get("decoder", [])))
     return tables
 
 
-def _head(model: nn.Module, table: nn.Embedding) -> nn.Module | None:
-    """The output layer over the table's vocabulary: ``get_output_embeddings()``, or FSMT's ``output_projection``
-    where that is the decoder's table itself."""
+def _head(model: nn.Module, table: nn.Embedding) -> nn.Linear | None:
+    """The output layer over the table's vocabulary: ``get_output_embeddings()`` (FSMT's ``output_projection`` where
+    that is the decoder's table itself), when it has one output per row of the table."""
     output = model.get_output_embeddings()
     if output is table or isinstance(output, nn.Embedding):
         decoder = names.decoder_module(model)
         output = getattr(decoder, "output_projection", None) if decoder is not None else None
-    return output if isinstance(output, nn.Linear) else None
+    if not isinstance(output, nn.Linear) or output.weight.shape[0] != table.num_embeddings:
+        return None  # a head over other rows (Mllama's table holds image rows past the vocabulary) is not this one's
+    return output
 
 
-def _table(model: nn.Module, table: nn.Embedding, settled: Settled, *, head: bool, decoder: bool = False) -> TokenTable:
+def _head_biases(model: nn.Module, table: nn.Embedding, output: nn.Linear | None) -> list[str]:
+    """The tensors with one entry per token along their last dimension that follow the head: a tied head's bias (an
+    untied head's follows it as an output layer), the others the head's owner holds (ESM's ``lm_head.bias``, Dory's
+    ``logit_scale``, MobileBERT's ``dense`` columns), BART's ``final_logits_bias``."""
+    found: list[str] = []
+    if output is not None:
+        path = module_path(model, output)
+        if output.weight is table.weight and output.bias is not None:
+            found.append(f"{path}.bias")
+        owner = path.rpartition(".")[0]
+        seen = {id(output.weight), id(output.bias)}  # the head's bias: above when tied, else it follows the head
+        for name, tensor in _beside(model.get_submodule(owner), output, deep=bool(owner)):
+            if id(tensor) not in seen and tensor.dim() >= 1 and tensor.shape[-1] == table.num_embeddings:
+                seen.add(id(tensor))
+                found.append(f"{owner}.{name}" if owner else name)
+    if isinstance(getattr(model, "final_logits_bias", None), torch.Tensor):
+        found.append("final_logits_bias")
+    return list(dict.fromkeys(found))
+
+
+def _beside(owner: nn.Module, output: nn.Module, *, deep: bool) -> list[tuple[str, torch.Tensor]]:
+    """(name, tensor) of the parameters and buffers of the head's owner and the head, and (``deep``: an owner that
+    is not the whole model) of the owner's other children."""
+    children = [(name, child) for name, child in owner.named_children() if deep or child is output]
+    held = [(name, t) for name, t in [*owner._parameters.items(), *owner._buffers.items()] if t is not None]
+    for prefix, child in children:
+        held += [
+            (f"{prefix}.{n}", t) for n, t in [*child._parameters.items(), *child._buffers.items()] if t is not None
+        ]
+    return held
+
+
+def _table(
+    model: nn.Module,
+    table: nn.Embedding,
+    settled: Settled,
+    *,
+    head: bool,
+    decoder: bool = False,
+    companions: list[str] = (),
+) -> TokenTable:
     output = _head(model, table) if head else None
     tied = output is not None and output.weight is table.weight
-    biases = []
-    if tied and getattr(output, "bias", None) is not None:
-        biases.append(f"{module_path(model, output)}.bias")
-    if head and isinstance(getattr(model, "final_logits_bias", None), torch.Tensor):
-        biases.append("final_logits_bias")
     padding = table.padding_idx if table.padding_idx is not None else getattr(model.config, "pad_token_id", None)
+    follow = follower(model, table, list(dict.fromkeys([*companions, *by_name(model, table)])))
     return TokenTable(
         path=module_path(model, table),
         input_scale=settled.input_scale,
@@ -155,34 +207,54 @@ def _table(model: nn.Module, table: nn.Embedding, settled: Settled, *, head: boo
         positional_rows=settled.positional_rows,
         padding_idx=padding if isinstance(padding, int) and 0 <= padding < table.num_embeddings else None,
         output_layers=() if output is None or tied else (module_path(model, output),),
-        vocabulary_biases=tuple(biases),
-        after_resize=_resizer(model, decoder=decoder, shared=head and not decoder),
+        vocabulary_biases=tuple(_head_biases(model, table, output) if head else ()),
+        after_resize=_resizer(model, table, follow, decoder=decoder, shared=head and not decoder),
         input_scale_found_by=settled.input_scale_found_by,
         positions_found_by=settled.positions_found_by,
     )
 
 
-def _resizer(model: nn.Module, *, decoder: bool, shared: bool):
+def _resizer(model: nn.Module, table: nn.Embedding, follow, *, decoder: bool, shared: bool):
     held = weakref.ref(model)
+    owner = _composite_part(model, table)
 
     def after_resize(size: int) -> None:
         root = held()
-        if root is not None:
+        if root is None:
+            return
+        if owner is not None:  # an EncoderDecoderModel's part: its own resize keeps its own config
+            _set_vocab_size(root.get_submodule(owner), size, shared=False)
+        else:
             (_set_decoder_size if decoder else _set_vocab_size)(root, size, shared=shared)
+        follow(size)
+        if callable(getattr(root, "tie_weights", None)):
+            root.tie_weights()  # as resize_token_embeddings ends: the ties the model declares, made again
 
     return after_resize
 
 
+def _composite_part(model: nn.Module, table: nn.Embedding) -> str | None:
+    """``encoder`` or ``decoder`` when ``model`` joins two models with configs of their own (``EncoderDecoderModel``)
+    and ``table`` sits in that one; else None."""
+    for part in ("encoder", "decoder"):
+        inner = getattr(model, part, None)
+        config = getattr(model.config, part, None)
+        if isinstance(inner, nn.Module) and config is not None and getattr(inner, "config", None) is config:
+            if any(module is table for module in inner.modules()):
+                return part
+    return None
+
+
 def _set_vocab_size(model: nn.Module, size: int, *, shared: bool) -> None:
     """What ``resize_token_embeddings`` keeps in step: the (text) config's ``vocab_size`` (FSMT's ``src_vocab_size``)
-    and the model's own; Marian's ``decoder_vocab_size`` too when its decoder reads this table."""
+    and the model's ``vocab_size`` attribute (set, as transformers sets it); Marian's ``decoder_vocab_size`` too when
+    its decoder reads this table."""
     config = model.config
     if hasattr(config, "src_vocab_size"):
         config.src_vocab_size = size
     else:
         names.text_config(model).vocab_size = size
-    if hasattr(model, "vocab_size"):
-        model.vocab_size = size
+    model.vocab_size = size
     if shared and hasattr(config, "decoder_vocab_size"):
         config.decoder_vocab_size = size
 

@@ -1,8 +1,9 @@
 """What a Hugging Face model's names and flags say about a token table (the :class:`~.settle.Claim` the probe checks,
 and the answer where the probe cannot run).
 
-- Input scale: the table's or its owner's ``embed_scale``; √d for ``config.scale_embedding``, Gemma and CTRL;
-  ``config.embedding_multiplier`` (Granite, Granite MoE, Falcon-H1); ``config.scale_emb`` (MiniCPM); else 1.
+- Input scale: the table's or its owner's ``embed_scale``; √d for ``config.scale_embedding``, Gemma (also
+  RecurrentGemma, T5Gemma) and CTRL; ``config.embedding_multiplier`` (Granite, Granite MoE, Falcon-H1),
+  ``config.scale_emb`` (MiniCPM), ``config.embedding_scale`` (HRM); else 1.
 - Positions: a learned table beside the token table (``wpe``, ``position_embeddings``, ``embed_positions``) from its
   first real position on (row ``offset``, or ``padding_idx + 1`` for RoBERTa), plus BERT's token-type-0 row; none for
   relative-bias (T5), ALiBi (BLOOM, MPT, Falcon) and rotary models.
@@ -24,7 +25,7 @@ from lightning_embinit.init.families.settle import Claim
 POSITION_NAMES = ("wpe", "position_embeddings", "embed_positions")
 TOKEN_TYPE_NAMES = ("token_type_embeddings",)
 ALIBI_TYPES = ("bloom", "mpt", "falcon")
-SQRT_D_TYPES = ("gemma", "gemma2", "gemma3", "gemma3_text", "ctrl")
+SQRT_D_TYPES = ("gemma", "gemma2", "gemma3", "gemma3_text", "recurrent_gemma", "t5gemma", "ctrl")
 LENGTH_FIELDS = ("max_position_embeddings", "n_positions", "n_ctx", "max_seq_len", "max_target_positions")
 
 
@@ -46,12 +47,12 @@ def scale_claim(model: nn.Module, table: nn.Embedding) -> tuple[float, str]:
         if (scale := _number(getattr(holder, "embed_scale", None))) is not None:
             return scale, words
     config = text_config(model)
-    model_type = getattr(config, "model_type", "")
     if getattr(config, "scale_embedding", False) is True:
         return math.sqrt(table.embedding_dim), "config.scale_embedding (√d)"
-    if model_type in SQRT_D_TYPES:
-        return math.sqrt(table.embedding_dim), f"model type {model_type} (√d)"
-    for field in ("embedding_multiplier", "scale_emb"):
+    for model_type in (getattr(config, "model_type", ""), getattr(model.config, "model_type", "")):
+        if model_type in SQRT_D_TYPES:
+            return math.sqrt(table.embedding_dim), f"model type {model_type} (√d)"
+    for field in ("embedding_multiplier", "scale_emb", "embedding_scale"):
         if (scale := _number(getattr(config, field, None))) is not None:
             return scale, f"config.{field}"
     return 1.0, "no scale flag (1)"
@@ -71,6 +72,9 @@ def position_claim(model: nn.Module, scope: nn.Module, table: nn.Embedding) -> t
     if not positions:
         return nothing_added(model), None
     path, learned = positions[0]
+    if learned.embedding_dim != table.embedding_dim:  # MobileBERT: added after the token vectors are projected
+        width = learned.embedding_dim
+        return f"none in the table's space (learned table {path} of width {width} is added after a projection)", None
     offset = getattr(learned, "offset", 0)
     if not offset and learned.padding_idx is not None:
         offset = learned.padding_idx + 1  # RoBERTa numbers positions from padding_idx + 1

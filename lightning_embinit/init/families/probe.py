@@ -47,10 +47,44 @@ class Fit:
 
 @dataclass
 class _Stream:
+    """One stream of probe ids; once a table looked them up: how they sat in its input (``transposed``: sequence
+    first; ``offset``: where along the sequence, when the model put other ids around them) and that input's shape."""
+
     ids: torch.Tensor
     tables: list[nn.Module] = field(default_factory=list)
     start: int | None = None
     end: int | None = None
+    transposed: bool = False
+    offset: int = 0
+    seen: tuple[int, ...] | None = None
+
+    def holds(self, x: torch.Tensor) -> bool:
+        """Whether a 3-D module input can hold this stream's positions: its batch, and at least its length (a model
+        may pad, prepend ids, or go sequence first)."""
+        batch, length = self.ids.shape
+        return (x.shape[0] == batch and x.shape[1] >= length) or (x.shape[1] == batch and x.shape[0] >= length)
+
+    def place(self, seen: torch.Tensor) -> tuple[bool, int] | None:
+        """(transposed, offset) when ``seen`` holds the ids, batch first or sequence first, as a window along the
+        sequence; else None."""
+        ids = self.ids
+        for transposed, held in ((False, seen), (True, seen.transpose(0, 1) if seen.dim() == 2 else None)):
+            if held is None or held.dim() != 2 or held.shape[0] != ids.shape[0] or held.shape[1] < ids.shape[1]:
+                continue
+            held = held.to(ids.device, ids.dtype)
+            for offset in range(held.shape[1] - ids.shape[1] + 1):
+                if torch.equal(held[:, offset : offset + ids.shape[1]], ids):
+                    return transposed, offset
+        return None
+
+    def aligned(self, recorded: torch.Tensor) -> torch.Tensor | None:
+        """A recorded (B, L, D) or (L, B, D) input as (B, T, D) at the ids' positions, else None."""
+        batch, length = self.ids.shape
+        layouts = (recorded.transpose(0, 1), recorded) if self.transposed else (recorded, recorded.transpose(0, 1))
+        for x in layouts:
+            if x.shape[0] == batch and x.shape[1] >= self.offset + length:
+                return x[:, self.offset : self.offset + length]
+        return None
 
 
 @dataclass
@@ -60,6 +94,7 @@ class Observation:
 
     streams: dict[str, _Stream]
     records: list[tuple[str, torch.Tensor]]
+    error: str | None = None
 
     def tables(self, stream: str) -> list[nn.Module]:
         return list(dict.fromkeys(self.streams[stream].tables)) if stream in self.streams else []
@@ -76,27 +111,20 @@ class Observation:
             return "the probed rows of the table are all equal (a constant table): nothing to tell s from"
         window = self.records[found.start : found.end]
         for where, recorded in reversed(window):
-            x = _aligned(recorded, ids.shape)
+            x = found.aligned(recorded)
             if x is None or x.shape[-1] != rows.shape[-1]:
                 continue
             fitted = _fit(x.to(rows.device, torch.float64), rows, change, tolerance(table.weight.dtype))
             if fitted is not None:
                 return Fit(fitted[0], fitted[1].to(torch.float32), where, float(x.abs().max()))
+        if self.error is not None and found.end is None:
+            return f"the model's forward failed before its first block ({self.error})"
         return "no module input before the first block is s·E[ids] + P (a projection or a norm comes first?)"
 
 
 def tolerance(dtype: torch.dtype) -> float:
     """The relative residual a fit may leave: float32 rounding, or 16-bit rounding of the model's own arithmetic."""
     return 5e-2 if dtype in (torch.float16, torch.bfloat16) else 1e-3
-
-
-def _aligned(recorded: torch.Tensor, shape: torch.Size) -> torch.Tensor | None:
-    """``recorded`` as (B, T, D) for ids of ``shape`` (B, T); sequence-first (T, B, D) inputs are transposed."""
-    if tuple(recorded.shape[:2]) == tuple(shape):
-        return recorded
-    if tuple(recorded.shape[:2]) == tuple(shape)[::-1]:
-        return recorded.transpose(0, 1)
-    return None
 
 
 def _fit(x: torch.Tensor, rows: torch.Tensor, change: torch.Tensor, limit: float) -> tuple[float, torch.Tensor] | None:
@@ -143,12 +171,11 @@ def _hooks(model: nn.Module, streams: dict[str, _Stream], records: list, widths:
     ``(path, copy)``, mark each stream's first block after its table, and stop once every stream reached one."""
     paths = {id(module): path for path, module in model.named_modules()}
     layers = blocks(model)
-    shapes = {tuple(s.ids.shape) for s in streams.values()} | {tuple(s.ids.shape)[::-1] for s in streams.values()}
 
     def hook(module: nn.Module, args: tuple, kwargs: dict) -> None:
         x = _first_tensor(args, kwargs)
         if x is not None and x.dim() == 3 and x.is_floating_point() and x.shape[-1] in widths:
-            if tuple(x.shape[:2]) in shapes:
+            if any(stream.holds(x) for stream in streams.values()):
                 records.append((paths.get(id(module), "?"), x.detach().clone()))
         if id(module) in layers:
             for stream in streams.values():
@@ -161,28 +188,40 @@ def _hooks(model: nn.Module, streams: dict[str, _Stream], records: list, widths:
 
 
 def _lookups(streams: dict[str, _Stream], records: list) -> Callable:
-    """The forward hook of every ``nn.Embedding``: a table that looked up a stream's ids (its output is a multiple of
-    its rows at those ids; a position table fed the ids only for their shape is not) joins the stream's tables."""
+    """The forward hook of every ``nn.Embedding``: a table that looked up a stream's ids (a plain ``nn.Embedding``
+    lookup, or each output vector a multiple of the table's row at that id; a position table fed the ids only for
+    their shape is not) joins the stream."""
 
     def hook(module: nn.Module, args: tuple, output: object) -> None:
         if not (args and isinstance(args[0], torch.Tensor) and isinstance(output, torch.Tensor)):
             return
         for stream in streams.values():
-            ids = stream.ids
-            if args[0].shape != ids.shape or not torch.equal(args[0].to(ids.device), ids):
+            placed = stream.place(args[0]) if args[0].dim() == 2 and not args[0].is_floating_point() else None
+            if placed is None or int(args[0].max()) >= module.weight.shape[0] or output.shape[:2] != args[0].shape:
                 continue
-            if int(ids.max()) >= module.weight.shape[0] or output.shape[:2] != ids.shape:
-                continue
-            rows = module.weight.detach()[ids.to(module.weight.device)].to(torch.float64)
+            plain = type(module).forward is nn.Embedding.forward  # a lookup, whatever the rows hold (zeros too)
+            rows = module.weight.detach()[args[0].to(module.weight.device)].to(torch.float64)
             looked = output.detach().to(rows.device, torch.float64)
-            if looked.shape != rows.shape or float((rows * rows).sum()) == 0.0:
+            if not plain and (
+                looked.shape != rows.shape or not _row_multiples(looked, rows, tolerance(module.weight.dtype))
+            ):
                 continue
-            scale = float((looked * rows).sum() / (rows * rows).sum())
-            if float((looked - scale * rows).norm()) <= tolerance(module.weight.dtype) * float(looked.norm()):
-                stream.tables.append(module)
-                stream.start = len(records) if stream.start is None else stream.start
+            stream.tables.append(module)
+            if stream.start is None:
+                stream.start, (stream.transposed, stream.offset) = len(records), placed
+                stream.seen = tuple(args[0].shape)
 
     return hook
+
+
+def _row_multiples(looked: torch.Tensor, rows: torch.Tensor, limit: float) -> bool:
+    """Whether each looked-up vector is a multiple of its row (cosine 1 to within ``limit``; zero rows skipped)."""
+    norms = looked.norm(dim=-1) * rows.norm(dim=-1)
+    used = norms > 0
+    if not bool(used.any()):
+        return False
+    cosine = (looked * rows).sum(dim=-1)[used] / norms[used]
+    return bool((1 - cosine).abs().max() <= limit)
 
 
 def probe_ids(vocabulary: int, length: int, avoid: set[int], seed: int) -> torch.Tensor:
@@ -209,6 +248,7 @@ def observe(model: nn.Module, run: Runner, streams: dict[str, torch.Tensor], wid
     lookups = _lookups(state, records)
     handles += [m.register_forward_hook(lookups) for m in _distinct(model) if isinstance(m, nn.Embedding)]
     modes = {module: module.training for module in model.modules()}
+    failure = None
     model.eval()
     try:
         with torch.no_grad():
@@ -216,14 +256,15 @@ def observe(model: nn.Module, run: Runner, streams: dict[str, torch.Tensor], wid
     except _Stop:
         pass
     except Exception as error:  # noqa: BLE001 - any failure of the model's own forward: fall back, saying why
+        failure = f"{type(error).__name__}: {str(error)[:160]}"
         if not any(stream.start is not None for stream in state.values()):
-            return f"the model's forward failed on probe ids ({type(error).__name__}: {str(error)[:160]})"
+            return f"the model's forward failed on probe ids ({failure})"
     finally:
         for handle in handles:
             handle.remove()
         for module, training in modes.items():
             module.training = training
-    return Observation(state, records)
+    return Observation(state, records, failure)
 
 
 def _distinct(model: nn.Module) -> Iterator[nn.Module]:

@@ -41,7 +41,8 @@ class Finding:
 
     ``added``: ``claimed`` (the claim's rows), ``nothing``, ``rows`` (``rows_at`` = module path, attribute, offset),
     ``constant`` (one row), ``measured`` (rows only a probe over every position gives), or ``unknown`` (no fit:
-    ``reason`` says why)."""
+    ``reason`` says why). ``agreement``: how close, relatively, a claimed scale must be to count as the same (the
+    rounding of the table's dtype: a bf16 normalizer of √d is √d to 1e-2, not to 1e-5)."""
 
     scale: float | None
     where: str | None
@@ -50,6 +51,7 @@ class Finding:
     rows_at: tuple[str, str, int] | None = None
     rows_words: str | None = None
     constant: torch.Tensor | None = None
+    agreement: float = 1e-5
 
 
 @dataclass(frozen=True)
@@ -74,19 +76,20 @@ def find(model: nn.Module, fit: Fit | str, claim: Claim, dtype: torch.dtype, ski
         return Finding(None, None, "unknown", reason=fit)
     added = fit.added
     limit = closeness(dtype) * max(fit.size, 1e-12)
+    base = {"scale": fit.scale, "where": fit.where, "agreement": closeness(dtype)}
     claimed = claim.rows() if claim.rows is not None else None
     if claimed is not None and claimed.shape[0] >= added.shape[0] and claimed.shape[1] == added.shape[1]:
         if float((claimed[: added.shape[0]].to(added) - added).abs().max()) <= limit:
-            return Finding(fit.scale, fit.where, "claimed")
+            return Finding(added="claimed", **base)
     if float(added.abs().max()) <= limit:
-        return Finding(fit.scale, fit.where, "nothing")
+        return Finding(added="nothing", **base)
     located = find_rows(model, added, skip, limit)
     if located is not None:
         path, name, offset, words = located
-        return Finding(fit.scale, fit.where, "rows", rows_at=(path, name, offset), rows_words=words)
+        return Finding(added="rows", rows_at=(path, name, offset), rows_words=words, **base)
     if float((added - added[:1]).abs().max()) <= limit:
-        return Finding(fit.scale, fit.where, "constant", constant=added[:1].clone())
-    return Finding(fit.scale, fit.where, "measured")
+        return Finding(added="constant", constant=added[:1].clone(), **base)
+    return Finding(added="measured", **base)
 
 
 def settle(model: nn.Module, claim: Claim, finding: Finding, measure: Rows) -> Settled:
@@ -95,7 +98,7 @@ def settle(model: nn.Module, claim: Claim, finding: Finding, measure: Rows) -> S
     if finding.scale is None:
         note = f"; probe: {finding.reason}"
         return Settled(claim.scale, claim.scale_from + note, claim.positions, claim.rows, "names and flags" + note)
-    if math.isclose(finding.scale, claim.scale, rel_tol=1e-3):
+    if math.isclose(finding.scale, claim.scale, rel_tol=finding.agreement):
         scale, scale_by = claim.scale, f"probe, agrees with {claim.scale_from}"
     else:
         scale, scale_by = (
