@@ -378,3 +378,44 @@ def test_the_shipped_claims_parse_name_settings_and_mark_stand_ins(path, monkeyp
     study.trials("smoke")  # the metrics are ones the trials record
     assert Study.from_dict(study.to_dict()) == study
     assert all(study.references()[m] == ref for ref, members in study.blocks.items() for m in members)
+
+
+def test_a_hypothesis_is_marked_as_the_packages_own_and_unknown_kinds_are_refused(tmp_path):
+    values = {"xavier": TIGHT_HIGH, "glove": TIGHT_LOW}
+    claims = [
+        {**LOWER, "id": "paper", "setting": "glove", "versus": "xavier", "direction": "lower"},
+        {**LOWER, "id": "own", "setting": "glove", "versus": "xavier", "direction": "lower", "kind": "hypothesis"}
+        | {"source": "this package"},
+    ]
+    study = {"name": "toy", "settings": {s: {} for s in values}, "reference": "xavier", "claims": claims}
+    markdown = write_report(_results(tmp_path, study, values))["markdown"]
+    table = markdown.split("## Claims: the papers' claims and this package's hypotheses checked on these records")[1]
+    rows = table.splitlines()
+    assert "| claim | source: says |" in rows[2]
+    assert rows[4].startswith("| paper | [K]: a is lower |") and rows[5].startswith("| own (hypothesis) | this package")
+    assert "is this package's own, not a paper's finding" in table
+    with pytest.raises(StudyError, match="claim 'c': unknown kind 'guess'; choose one of: paper, hypothesis"):
+        Study.from_dict(_study(kind="guess"))
+
+
+def test_a_variant_runs_some_settings_and_the_report_leaves_out_the_claims_it_cannot_check(tmp_path):
+    settings = {"normal": {}, "small": {}, "wide": {}}
+    claims = [
+        {**LOWER, "id": "small_lower", "setting": "small", "versus": "normal", "direction": "lower"},
+        {**LOWER, "id": "wide_lower", "setting": "wide", "versus": "normal", "direction": "lower"},
+    ]
+    variants = {"part": {"settings": ["normal", "small"], "seeds": [3]}}
+    study = Study.from_dict(tiny_study(settings=settings, claims=claims, variants=variants))
+    assert [t.trial_id for t in study.trials("part")] == ["normal-seed3", "small-seed3"]
+    assert len(study.trials()) == 6  # the study as written runs every setting
+    with pytest.raises(StudyError, match="variant 'part': setting 'smal'; choose one of: normal, small, wide"):
+        Study.from_dict(tiny_study(settings=settings, variants={"part": {"settings": ["smal"]}}))
+    with pytest.raises(StudyError, match="variant 'part': its settings are measured against normal, which it does"):
+        Study.from_dict(tiny_study(settings=settings, variants={"part": {"settings": ["small", "wide"]}}))
+    with pytest.raises(StudyError, match="variant 'part', settings: expected a list of setting names"):
+        Study.from_dict(tiny_study(settings=settings, variants={"part": {"settings": "small"}}))
+    values = {"normal": TIGHT_HIGH, "small": TIGHT_LOW}  # the variant's records: no 'wide'
+    toy = {"name": "toy", "settings": settings, "reference": "normal", "claims": claims}
+    report = write_report(_results(tmp_path, toy, values))
+    assert [result.claim.id for result in report["claims"]] == ["small_lower"]
+    assert "Not checked here (a setting they compare has no records): wide_lower." in report["markdown"]

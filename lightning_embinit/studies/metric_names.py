@@ -127,7 +127,7 @@ def check_claim_metrics(claims: Iterable[Any], configs: Mapping[str, Mapping[str
     protocol, or a cost. A config with a model or callback from outside the package passes."""
     for claim in claims:
         for setting in (claim.setting, claim.versus):
-            if problem := _metric_problem(claim.metric, configs[setting]):
+            if setting in configs and (problem := _metric_problem(claim.metric, configs[setting])):
                 raise StudyError(
                     f"{where}, claim {claim.id!r}: no trial of setting {setting!r} records metric "
                     f"{claim.metric!r}{problem}"

@@ -4,7 +4,7 @@ footnotes of the difference tables (why a cell has no interval, or no difference
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import pandas as pd
@@ -13,6 +13,11 @@ from lightning_embinit.studies.figures import LEARNING_SPEED_SUFFIX
 from lightning_embinit.studies.statistics import number
 
 INTERVAL_NEEDS = "an interval needs 2 finished seeds with a value on each side, and some spread"
+
+
+def markdown_row(cells: Sequence[str]) -> str:
+    """A Markdown table row (a ``|`` inside a cell escaped)."""
+    return "| " + " | ".join(str(cell).replace("|", "\\|") for cell in cells) + " |"
 
 
 def duration(seconds: float) -> str:

@@ -18,9 +18,10 @@ import numpy as np
 import pandas as pd
 
 from lightning_embinit.checks import check_known, choice_error
-from lightning_embinit.studies.claims import ONE_SIDED, Claim, ClaimResult, evaluate_claim
+from lightning_embinit.studies.claims import ClaimResult
+from lightning_embinit.studies.claims_table import checked_claims, claims_lines
 from lightning_embinit.studies.figures import learning_speed_absence, write_figures
-from lightning_embinit.studies.notes import duration, elapsed_line, footnotes
+from lightning_embinit.studies.notes import duration, elapsed_line, footnotes, markdown_row
 from lightning_embinit.studies.records import (
     STUDY_FILE,
     ReportError,
@@ -72,15 +73,14 @@ def _difference_cell(row: Mapping[str, Any]) -> str:
     return f"**{cell}**" if row["excludes_zero"] else cell
 
 
-def _line(cells: Sequence[str]) -> str:
-    """A Markdown table row."""
-    return "| " + " | ".join(str(cell).replace("|", "\\|") for cell in cells) + " |"
-
-
 def _table(settings: Iterable[str], names: Sequence[str], cell: Callable[[str, str], str]) -> list[str]:
     """A Markdown table: a row per setting, a column per metric, ``cell(setting, metric)`` in each."""
     header = ["setting", *names]
-    return [_line(header), _line(["---"] * len(header)), *(_line([s, *(cell(s, m) for m in names)]) for s in settings)]
+    return [
+        markdown_row(header),
+        markdown_row(["---"] * len(header)),
+        *(markdown_row([s, *(cell(s, m) for m in names)]) for s in settings),
+    ]
 
 
 def _groups(records: Sequence[Mapping[str, Any]], names: Sequence[str]) -> list[tuple[str, list[str]]]:
@@ -194,78 +194,6 @@ def _differences_lines(
     return lines + footnotes(differences, reference)
 
 
-def _claim_row(result: ClaimResult) -> list[str]:
-    claim, welch = result.claim, result.welch
-
-    def value(mean: float, n: int) -> str:
-        return "–" if math.isnan(mean) else f"{mean:.4g} ({n})"
-
-    if math.isnan(welch.difference):
-        difference = "–"
-    elif math.isnan(welch.low):
-        difference = f"{welch.difference:+.4g} [–] ({welch.note})"
-    else:
-        difference = f"{welch.difference:+.4g} [{welch.low:.3g}, {welch.high:.3g}]"
-        if result.interval_90 is not None:
-            difference += f"; 90 %: [{result.interval_90[0]:.3g}, {result.interval_90[1]:.3g}]"
-    stand_in = f" (stand-in: {claim.stand_in})" if isinstance(claim.stand_in, str) else " (stand-in)"
-    return [
-        claim.id
-        + (" (hypothesis)" if claim.kind == "hypothesis" else "")
-        + (stand_in if claim.stand_in else "")
-        + (f" (scope: {claim.scope})" if claim.scope else ""),
-        f"{claim.source}: {claim.says}",
-        f"{claim.setting} − {claim.versus}",
-        claim.metric,
-        claim.expected,
-        value(result.mean, welch.n),
-        value(result.mean_versus, welch.n_reference),
-        difference,
-        f"**{result.verdict}**",
-        "–" if result.seeds_needed is None else str(result.seeds_needed),
-    ]
-
-
-def _claims_lines(claims: Sequence[ClaimResult]) -> list[str]:
-    """The claims table and how its verdicts are reached."""
-    hypotheses = any(result.claim.kind == "hypothesis" for result in claims)
-    says = "source: says" if hypotheses else "paper: says"
-    header = ["claim", says, "compared", "metric", "expected Δ", "mean (n)", "versus (n)", "Δ [95 % CI]"]
-    rows = [[*header, "verdict", "seeds for 80 % power"], ["---"] * (len(header) + 2), *map(_claim_row, claims)]
-    one_sided = any(result.claim.direction in ONE_SIDED for result in claims)
-    title = "the papers' claims and this package's hypotheses" if hypotheses else "the papers' claims"
-    return [
-        "",
-        f"## Claims: {title} checked on these records",
-        "",
-        *map(_line, rows),
-        "",
-        *(
-            [
-                "A claim marked (hypothesis) is this package's own, not a paper's finding; its source says what "
-                "motivates it.",
-                "",
-            ]
-            if hypotheses
-            else []
-        ),
-        "Δ = setting − versus, difference of the seeds' means, with Welch's 95 % interval. lower/higher: **supported** "
-        "when the interval lies wholly on the claimed side of 0, **contradicted** when wholly on the other side. "
-        "equal ±m: **supported** when the 90 % interval lies inside ±m (two one-sided tests at 5 %), **contradicted** "
-        "when the 95 % interval lies wholly beyond ±m. "
-        + (
-            "not lower (≥ −m): **supported** when the 90 % interval lies wholly above −m (a one-sided test at 5 %), "
-            "**contradicted** when the 95 % interval lies wholly below −m; not higher (≤ +m) the mirror image. "
-            if one_sided
-            else ""
-        )
-        + "**inconclusive** otherwise; then the seeds each setting needs for this verdict to show the observed Δ at "
-        "80 % power (Welch's test at that many seeds a side, the seeds' variances taken as true: on Δ's side of 0 at "
-        "two-sided α = 0.05; for equal: inside ±m, both one-sided tests at 5 %, or beyond it"
-        + ("; for not lower/not higher: on Δ's side of the margin)." if one_sided else ")."),
-    ]
-
-
 def summary_markdown(
     results: Results,
     summary: pd.DataFrame,
@@ -277,9 +205,11 @@ def summary_markdown(
     confidence: float = 0.95,
     references: Mapping[str, str] | None = None,
     claims: Sequence[ClaimResult] = (),
+    unchecked: Sequence[str] = (),
 ) -> str:
     """The report's Markdown: the header, the mean ± std (n) tables, the difference tables (each setting against
-    ``references[setting]``, default ``reference``), the claims table, failures, figures."""
+    ``references[setting]``, default ``reference``), the claims table (``unchecked``: the ids of claims whose
+    settings have no records here), failures, figures."""
     names = list(summary.columns.get_level_values(0).unique())
     level = f"{100 * confidence:g} %"
     shown = _reference_text(reference, references or {})
@@ -290,7 +220,9 @@ def summary_markdown(
     if len(differences):
         lines += _differences_lines(results, differences, names, reference, level)
     if claims:
-        lines += _claims_lines(claims)
+        lines += claims_lines(claims)
+    if unchecked:
+        lines += ["", f"Not checked here (a setting they compare has no records): {', '.join(unchecked)}."]
     absent = learning_speed_absence(results.records, summary)
     if figures or absent:
         lines += ["", "## Figures", ""] + [f"![{path.stem}]({path.name})" for path in figures]
@@ -352,11 +284,7 @@ def write_report(
     records = results.records
     chosen = _checked(results, settings, reference, metrics)
     references = block_references(results.study.get("blocks") if reference is None else None, settings, chosen)
-    try:
-        parsed = [Claim.from_dict(claim) for claim in results.study.get("claims") or []]
-    except ValueError as error:
-        raise ReportError(f"{results.directory}/{STUDY_FILE}: {error}") from None
-    claims = [evaluate_claim(claim, records) for claim in parsed]
+    claims, unchecked = checked_claims(results.study, results.records, f"{results.directory}/{STUDY_FILE}")
     summary = aggregate(records, metrics=metrics, settings=settings)
     differences = compare_each(records, references, metrics=metrics, confidence=confidence, settings=settings)
     out = Path(out_dir) if out_dir is not None else results.directory / REPORT_DIR
@@ -372,6 +300,7 @@ def write_report(
         confidence=confidence,
         references=references,
         claims=claims,
+        unchecked=unchecked,
     )
     paths = [out / "summary.md", out / "summary.csv", out / "differences.csv"]
     paths[0].write_text(markdown, encoding="utf-8")

@@ -32,7 +32,7 @@ from lightning_embinit.studies.keys import (
 from lightning_embinit.studies.metric_names import check_claim_metrics
 from lightning_embinit.studies.statistics import block_references
 
-VARIANT_KEYS = ("overrides", "seeds", "description")
+VARIANT_KEYS = ("overrides", "seeds", "description", "settings")
 TEST_CHOICES = ("auto", True, False)
 CHECKPOINT_POLICIES = ("none", "best")
 SEED_LIMIT = 2**32
@@ -76,24 +76,30 @@ class Protocol:
 
 @dataclass(frozen=True)
 class Variant:
-    """A size of the study (``smoke``, ``medium``, ``full``): overrides for every setting, and its own seeds."""
+    """A size of the study (``smoke``, ``medium``, ``full``): overrides for every setting, its own seeds, and
+    optionally only some of the settings (``settings``: their names; empty: all)."""
 
     overrides: dict[str, Any] = field(default_factory=dict)
     seeds: tuple[int, ...] = ()
     description: str = ""
+    settings: tuple[str, ...] = ()
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any] | None, where: str = "variant") -> Variant:
-        """``{seeds, description, overrides: {...}}``; dotted keys next to them are overrides too."""
+        """``{seeds, description, settings: [...], overrides: {...}}``; dotted keys next to them are overrides too."""
         data = check_mapping(where, data)
         overrides = {
             **check_overrides(f"{where}, overrides", data.pop("overrides", None)),
             **check_overrides(where, {k: v for k, v in data.items() if k not in VARIANT_KEYS}),
         }
+        chosen = data.get("settings") or ()
+        if isinstance(chosen, str) or not all(isinstance(name, str) for name in chosen):
+            raise StudyError(f"{where}, settings: expected a list of setting names, got {chosen!r}")
         return cls(
             overrides=overrides,
             seeds=_seeds(data.get("seeds"), f"{where}, seeds"),
             description=str(data.get("description", "")),
+            settings=tuple(chosen),
         )
 
 
@@ -192,6 +198,8 @@ class Study:
         if self.reference is not None:
             check_choice("reference setting", self.reference, names)
         object.__setattr__(self, "blocks", _blocks(self.blocks, names, self.reference or names[0], where))
+        for variant_name, variant in self.variants.items():
+            _check_subset(variant, variant_name, names, self.references(), where)
         object.__setattr__(self, "claims", read_claims(self.claims, names, self.protocol, where))
         if self.claims and (configs := self._written_configs()) is not None:
             check_claim_metrics(self.claims, configs, where)
@@ -306,7 +314,10 @@ class Study:
         base, trials = self.base_config(), []
         hashed = {"protocol": self.protocol.to_dict(), "version": package_version()}
         shared = {"study": self.name, "study_hash": self.study_hash, "variant": variant, "protocol": self.protocol}
+        chosen = self.variant(variant).settings
         for setting, overrides in self.all_settings().items():
+            if chosen and setting not in chosen:
+                continue
             template = copy.deepcopy(base)
             for where, layer in self.override_layers(setting, variant):
                 apply_overrides(template, layer, where=f"study {self.name!r}, {where}")
@@ -335,6 +346,20 @@ class Study:
         configs = {trial.setting: trial.config for trial in trials}
         check_claim_metrics(self.claims, configs, f"study {self.name!r}")
         return trials
+
+
+def _check_subset(variant: Variant, name: str, names: list[str], references: Mapping[str, str], where: str) -> None:
+    """A variant's ``settings`` are the study's, each with the setting it is measured against."""
+    for setting in variant.settings:
+        check_choice(f"{where}, variant {name!r}: setting", setting, names)
+    lacking = sorted(
+        {references[s] for s in variant.settings if s in references and references[s] not in variant.settings}
+    )
+    if lacking:
+        raise StudyError(
+            f"{where}, variant {name!r}: its settings are measured against {', '.join(lacking)}, which it does not "
+            "run: add them to its settings"
+        )
 
 
 def _blocks(blocks: Any, names: list[str], reference: str, where: str) -> dict[str, list[str]]:
