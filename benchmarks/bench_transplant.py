@@ -8,7 +8,8 @@ is not a dependency of the package) — timed from start to exit, its peak resid
 The measure: bits per byte of Multi30k's German validation captions under B, before fine-tuning and after 100 and 300
 steps on German captions; fine-tuning runs for each side's best method by default (``--finetune all``: every one).
 Then the time and peak memory of ``transplant_tokenizer`` itself on a synthetic 151,936 × 3,584 table (Qwen2-7B's
-shape, 2.2 GB in float32), in a process of its own.
+shape, 2.2 GB in float32; 90 % of the tokens kept in another order, 10 % new ones of two old pieces each), with
+``pieces`` and with ``neighbors`` (a random 64-wide donor table), each in a process of its own.
 
     python benchmarks/bench_transplant.py [--finetune best|all|none] [--steps 100 300] [--no-synthetic]
 """
@@ -34,6 +35,7 @@ MERGEKIT_VENV = HERE / ".venv-mergekit"
 OURS = {
     "pieces (FVT)": ["--method", "pieces"],
     "focus": ["--method", "focus"],
+    "neighbors": ["--method", "neighbors"],
     "omp": ["--method", "omp"],
     "mean": ["--method", "mean"],
 }
@@ -87,7 +89,7 @@ def run_methods(paths: dict[str, Path], work: Path) -> dict[str, dict]:
     runs = {}
     for name, extra in OURS.items():
         output = work / f"ours-{extra[1]}"
-        extra = [*extra, "--donor", str(paths["donor"])] if "omp" in extra else extra
+        extra = [*extra, "--donor", str(paths["donor"])] if extra[1] in ("omp", "neighbors") else extra
         extra = [*extra, "--texts", str(texts)] if "focus" in extra else extra
         argv = [
             "transplant",
@@ -151,11 +153,12 @@ kept = [old[i] for i in order[: rows * 9 // 10]]
 added = [f"Ġt{a}+{b}" for a, b in zip(order[: rows - len(kept)], order[::-1])]
 encode = lambda texts: [[int(p.strip().lstrip("t")) for p in text.split("+")] for text in texts]
 view = TokenizerView(old, {}, encode)
+donor = torch.randn(rows, 64, generator=torch.Generator().manual_seed(1))  # a donor space by new id
 resource_before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
 with open("/proc/self/status") as status:
     resident = next(int(line.split()[1]) for line in status if line.startswith("VmRSS"))
 start = time.perf_counter()
-report = transplant_tokenizer(module, kept + added, old_tokenizer=view, method=sys.argv[1])
+report = transplant_tokenizer(module, kept + added, old_tokenizer=view, method=sys.argv[1], donor=donor)
 seconds = time.perf_counter() - start
 peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
 print(json.dumps({"seconds": seconds, "resident_mib": resident / 1024, "peak_mib": peak / 1024,
@@ -220,7 +223,7 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as work:
         runs = run_methods(paths, Path(work))
         evaluate(runs, args.finetune, sorted(args.steps))
-    big = {} if args.no_synthetic else {"pieces": synthetic("pieces")}
+    big = {} if args.no_synthetic else {method: synthetic(method) for method in ("pieces", "neighbors")}
     print_tables(runs, sorted(args.steps), big)
 
 

@@ -84,7 +84,14 @@ def test_refusals_are_one_line_and_exit_2(folders, capsys, tmp_path):
         "needs --donor": ["--model", model, "--tokenizer", german, "--output", tmp_path / "o", "--method", "omp"],
         "needs --texts": ["--model", model, "--tokenizer", german, "--output", tmp_path / "o", "--method", "focus"],
         "unknown kinds": ["--model", model, "--tokenizer", german, "--output", tmp_path / "o", "--match", "fuzzy"],
-        "required: --output": ["--model", model, "--tokenizer", german, "--out", tmp_path / "o"],
+        "unknown option --out; did you mean --output?": [
+            "--model",
+            model,
+            "--tokenizer",
+            german,
+            "--out",
+            tmp_path / "o",
+        ],
         "--tokenizer": ["--model", model, "--tokenizer", tmp_path / "nowhere", "--output", tmp_path / "o"],
     }
     for expected, args in cases.items():

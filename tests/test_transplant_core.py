@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 import torch
 
-from lightning_embinit.init.transplant import match_vocabularies, orthogonal_matching_pursuit, sparsemax
+from lightning_embinit.init.transplant import MATCH_KINDS, match_vocabularies, orthogonal_matching_pursuit, sparsemax
 from lightning_embinit.init.transplant.conventions import (
     BYTE_LEVEL,
     SENTENCEPIECE,
@@ -71,12 +71,18 @@ def test_matching_across_spellings_by_kind():
         new,
         old_special={"unk": "<unk>", "bos": "<s>", "eos": "</s>"},
         new_special={"bos": "<|endoftext|>", "eos": "<|endoftext|>"},
+        kinds=MATCH_KINDS,
     )
     assert match.old_convention == SENTENCEPIECE and match.new_convention == BYTE_LEVEL
     assert match.source_ids.tolist() == [2, 3, 4, 5, 6, -1, 0, 7, -1]  # '<|endoftext|>' is eos and bos: eos first
     assert match.kinds == ["special", "normalized", "exact", "case", "normalized", None, "exact", "normalized", None]
     assert match.counts == {"special": 1, "exact": 2, "normalized": 3, "case": 1}
     assert match.unmatched == [5, 8]
+
+
+def test_case_is_matched_only_when_asked_for():
+    assert match_vocabularies(["▁Mann"], ["Ġmann"]).source_ids.tolist() == [-1]
+    assert match_vocabularies(["▁Mann"], ["Ġmann"], kinds=MATCH_KINDS).kinds == ["case"]
 
 
 def test_matching_kinds_can_be_narrowed():
@@ -231,10 +237,31 @@ def test_omp_applies_the_donors_coefficients_in_the_old_space(seed):
     torch.testing.assert_close(rows[0], 3 * weights[3] - weights[4], rtol=1e-4, atol=1e-5)
 
 
+@pytest.mark.parametrize("seed", range(3))
+def test_neighbors_is_inverse_distance_weighting_of_the_nearest_anchors(seed):
+    """Shepard's weights by hand: the k = 1 nearest anchor alone; with both anchors w_j ∝ 1/‖x_t − x_j‖."""
+    generator = torch.Generator().manual_seed(seed)
+    donor = torch.randn(len(NEW), 4, generator=generator, dtype=torch.float64)
+    space = StaticSpace(donor.float(), torch.ones(len(NEW), dtype=torch.bool), "donor")
+    weights = table(seed)
+    _, both = rows_of("neighbors", weights, donor=lambda role: space)
+    _, nearest = rows_of("neighbors:1", weights, donor=lambda role: space)
+    anchors = [(2, 3), (5, 4)]  # (new id, old id)
+    for position, token in enumerate([1, 3, 4]):
+        x = donor.float()[token].double()
+        distances = np.array([float((x - donor.float()[n].double()).norm()) for n, _ in anchors])
+        w = (1 / distances) / (1 / distances).sum()
+        expected = sum(w[j] * weights[o].double().numpy() for j, (_, o) in enumerate(anchors))
+        np.testing.assert_allclose(both[position].numpy(), expected, rtol=1e-5, atol=1e-6)
+        torch.testing.assert_close(nearest[position], weights[anchors[int(distances.argmin())][1]])
+
+
 def test_methods_refuse_what_they_cannot_do():
     weights = table()
-    with pytest.raises(ValueError, match="needs donor="):
+    with pytest.raises(ValueError, match="need donor="):
         rows_of("omp", weights)
+    with pytest.raises(ValueError, match="need donor="):
+        rows_of("neighbors", weights)
     with pytest.raises(ValueError, match="target-domain text"):
         rows_of("focus", weights)
     with pytest.raises(ValueError, match="unknown transplant method 'fvt'"):

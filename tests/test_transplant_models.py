@@ -11,7 +11,16 @@ import transformers as T
 from lightning_embinit.init.transplant import transplant_tokenizer
 from lightning_embinit.init.transplant.report import format_transplant_report, transplant_metrics
 from tests.family_models import CASES, V
-from tests.transplant_helpers import END, ENGLISH, GERMAN, byte_level, tiny_llama, vocabulary, wordpiece
+from tests.transplant_helpers import (
+    END,
+    ENGLISH,
+    GERMAN,
+    byte_level,
+    sentencepiece_style,
+    tiny_llama,
+    vocabulary,
+    wordpiece,
+)
 
 OLD_TOKENS = [f"tok{i}" for i in range(V)]
 
@@ -150,8 +159,7 @@ def test_standardize_moves_the_built_rows_onto_the_old_rows_statistics(tokenizer
     old = model.model.embed_tokens.weight.detach().double().clone()
     transplant_tokenizer(model, german, old_tokenizer=english, method="mean", fallback="mean", standardize=True)
     rows = model.model.embed_tokens.weight.detach().double()
-    built = torch.tensor([t not in english.get_vocab() for t in vocabulary(german)])
-    built &= ~torch.tensor([t.lower() in {u.lower() for u in english.get_vocab()} for t in vocabulary(german)])
+    built = torch.tensor([t not in english.get_vocab() for t in vocabulary(german)])  # byte-level both: no other match
     new = rows[built]
     assert new.mean().item() == pytest.approx(old.mean().item(), abs=1e-5)
     assert new.std(unbiased=False).item() == pytest.approx(old.std(unbiased=False).item(), rel=1e-4)
@@ -163,7 +171,8 @@ def test_refusals_change_nothing(tokenizers):
     before = {k: v.clone() for k, v in model.state_dict().items()}
     with pytest.raises(
         ValueError,
-        match="unknown transplant method .fvt.; known transplant methods: description, focus, mean, omp, pieces, token",
+        match="unknown transplant method .fvt.; known transplant methods: description, focus, mean, neighbors, omp, "
+        "pieces",
     ):
         transplant_tokenizer(model, german, old_tokenizer=english, method="fvt")
     with pytest.raises(ValueError, match="does not name its tokens; pass old_tokenizer="):
@@ -172,7 +181,48 @@ def test_refusals_change_nothing(tokenizers):
         transplant_tokenizer(model, german, old_tokenizer=vocabulary(english) + ["extra"])
     with pytest.raises(ValueError, match="splits text with the old tokenizer"):
         transplant_tokenizer(model, german, old_tokenizer=vocabulary(english), method="pieces")
-    with pytest.raises(ValueError, match="needs donor="):
-        transplant_tokenizer(model, german, old_tokenizer=english, method="omp")
+    with pytest.raises(ValueError, match="need donor="):
+        transplant_tokenizer(model, german, old_tokenizer=english, method="neighbors")
     assert all(torch.equal(before[k], v) for k, v in model.state_dict().items())
     assert model.config.vocab_size == len(english)
+
+
+def test_special_tokens_map_by_role_and_the_config_ids_follow(tokenizers):
+    """Byte-level (one '<|endoftext|>' for bos, eos and unk) → SentencePiece-style ('<s>', '</s>', '<unk>', '<pad>')."""
+    english, _ = tokenizers
+    new = sentencepiece_style(GERMAN)
+    model = tiny_llama(len(english), seed=5)
+    model.generation_config.eos_token_id = 0
+    old_end = model.model.embed_tokens.weight[english.convert_tokens_to_ids(END)].detach().clone()
+    report = transplant_tokenizer(model, new, old_tokenizer=english, method="mean")
+    ids = {
+        role: new.convert_tokens_to_ids(token) for role, token in (("bos", "<s>"), ("eos", "</s>"), ("pad", "<pad>"))
+    }
+    assert (model.config.bos_token_id, model.config.eos_token_id, model.config.pad_token_id) == (
+        ids["bos"],
+        ids["eos"],
+        ids["pad"],
+    )
+    assert model.generation_config.eos_token_id == ids["eos"]
+    assert torch.equal(model.model.embed_tokens.weight[ids["eos"]], old_end)  # eos → the old eos row, by role
+    assert report["matched_by"]["special"] >= 2 and report["old_convention"] == "byte_level"
+    assert report["new_convention"] == "sentencepiece" and report["matched_by"]["normalized"] > 0  # ▁der → Ġder
+    assert report["config_ids"]["LlamaConfig.eos_token_id"] == (0, ids["eos"])
+
+
+def test_focus_builds_rows_from_fasttext_on_target_text(tokenizers):
+    english, german = tokenizers
+    model = tiny_llama(len(english), seed=6)
+    report = transplant_tokenizer(model, german, old_tokenizer=english, method="focus", texts=GERMAN, seed=1)
+    assert report["built_by"]["focus"] > 10
+    assert bool(torch.isfinite(model.model.embed_tokens.weight).all())
+
+
+def test_an_old_table_with_nan_is_refused_before_anything_changes(tokenizers):
+    english, german = tokenizers
+    model = tiny_llama(len(english))
+    with torch.no_grad():
+        model.lm_head.weight[7, 3] = float("nan")
+    with pytest.raises(ValueError, match=r"output layer 'lm_head' already holds NaN or inf \(rows \[7\]\)"):
+        transplant_tokenizer(model, german, old_tokenizer=english)
+    assert model.model.embed_tokens.weight.shape[0] == len(english)

@@ -16,14 +16,15 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-NEEDS = {"omp": "donor", "focus": "texts", "description": "descriptions"}
+from lightning_embinit.commands.arguments import CommandParser
+
+NEEDS = {"omp": "donor", "neighbors": "donor", "focus": "texts", "description": "descriptions"}
 """The option each method cannot work without."""
 
 
-def _parser() -> argparse.ArgumentParser:
-    parser = _Parser(
+def _parser() -> CommandParser:
+    parser = CommandParser(
         prog="embinit transplant",
-        allow_abbrev=False,
         description="Give a trained model a new tokenizer: matched tokens keep their rows, the method builds the rest.",
     )
     parser.add_argument("--model", required=True, help="a save_pretrained directory, or a checkpoint (.ckpt)")
@@ -34,10 +35,12 @@ def _parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--fallback", default="mean", help="for the tokens the method cannot build (default mean)")
     parser.add_argument("--old-tokenizer", help="the model's own tokenizer (default: the one beside it)")
-    parser.add_argument("--donor", help="omp: a model directory that already speaks the new tokenizer")
+    parser.add_argument("--donor", help="neighbors, omp: a model directory that speaks the new tokenizer")
     parser.add_argument("--texts", help="focus: a text file of the new domain, one line per text")
     parser.add_argument("--descriptions", help="description: a file of token<TAB>text lines")
-    parser.add_argument("--match", default="special,exact,normalized,case", help="the match kinds to try")
+    parser.add_argument(
+        "--match", default="special,exact,normalized", help="the match kinds to try, in order (also: case)"
+    )
     parser.add_argument(
         "--standardize", action="store_true", help="move the built rows onto the old rows' mean and std"
     )
@@ -47,14 +50,6 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--seed", type=int, default=0, help="the seed of fastText (focus)")
     parser.add_argument("--overwrite", action="store_true", help="replace an output that exists")
     return parser
-
-
-class _Parser(argparse.ArgumentParser):
-    """argparse's refusals as one line (its usage line left out) and exit status 2."""
-
-    def error(self, message: str) -> None:  # type: ignore[override]
-        print(f"{self.prog}: error: {message}", file=sys.stderr)
-        raise SystemExit(2)
 
 
 def _refuse(message: str) -> int:

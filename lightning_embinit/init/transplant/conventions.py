@@ -105,5 +105,6 @@ def token_text(token: str, convention: str, *, leading_space: bool) -> str:
 
 
 def case_key(form: tuple[bool, bytes]) -> tuple[bool, str]:
-    """The canonical form with its text case-folded: the key of the ``case`` match."""
-    return form[0], form[1].decode("utf-8", errors="surrogateescape").casefold()
+    """The canonical form with its text lower-cased: the key of the ``case`` match (``lower``, not ``casefold``, which
+    would make ``ß`` ``ss``)."""
+    return form[0], form[1].decode("utf-8", errors="surrogateescape").lower()

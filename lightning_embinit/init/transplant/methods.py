@@ -12,6 +12,10 @@ every untied output layer's row and the biases' entries.
 - ``focus``: FOCUS (Dobler & de Melo, "FOCUS: Effective Embedding Initialization for Monolingual Specialization of
   Multilingual Models", EMNLP 2023): Σ_j w_j·e_j over the matched (anchor) tokens j, w = sparsemax of the cosine
   similarities between the token and the anchors in an auxiliary fastText space of the target domain;
+- ``neighbors[:k]``: Shepard's inverse-distance weighting ("A two-dimensional interpolation function for
+  irregularly-spaced data", 1968) of the k nearest anchors (default 16) to the token's row in a **donor** model that
+  already speaks the new tokenizer: w_j ∝ 1/‖x_t − x_j‖, the new row Σ_j w_j·e_j (mergekit's tokensurgeon calls it
+  common interpolation);
 - ``omp[:k]``: orthogonal matching pursuit (as mergekit's tokensurgeon): the token's row in a **donor** model that
   already speaks the new tokenizer, x ≈ Σ_{j∈S} c_j·x_j over at most k anchors (default 64); its row in the trained
   model is Σ_{j∈S} c_j·e_j. An untied output layer's rows are fitted apart, in the donor's output layer.
@@ -56,8 +60,8 @@ class MethodRequest:
         """The donor's rows for this request's ``role``: its input table, or its output layer's rows."""
         if self.donor is None:
             raise ValueError(
-                "method 'omp' needs donor=: a model that already speaks the new tokenizer (a Hugging Face model "
-                "directory, a module or a table by new id)"
+                "methods 'omp' and 'neighbors' need donor=: a model that already speaks the new tokenizer (a "
+                "Hugging Face model directory, a module or a table by new id)"
             )
         return self.donor(self.role)
 
@@ -94,7 +98,7 @@ class TransplantMethod:
 
 METHODS: Registry[TransplantMethod] = Registry("transplant method")
 """Transplant methods by the names users type: ``mean``, ``pieces``, ``description``, ``token:<old token>``,
-``focus``, ``omp[:k]``."""
+``focus``, ``neighbors[:k]``, ``omp[:k]``."""
 
 
 def _uniform(pieces: Sequence[int]) -> Answer:
@@ -145,6 +149,11 @@ def token_method(old_token: str) -> TransplantMethod:
     return TransplantMethod(f"token:{old_token}", answer)
 
 
+def _block_rows(anchors: int) -> int:
+    """Tokens per block of a token × anchor matrix of about 2²² entries (32 MiB in float64)."""
+    return max(1, min(1024, 2**22 // max(anchors, 1)))
+
+
 def _anchor_rows(request: MethodRequest, space: StaticSpace, what: str) -> tuple[torch.Tensor, torch.Tensor]:
     """(new ids, old ids) of the anchors the space has a row for; an error when there are none."""
     anchors = [(new, old) for new, old in request.anchors.items() if bool(space.present[new])]
@@ -177,8 +186,9 @@ def focus_method() -> TransplantMethod:
         anchors = torch.nn.functional.normalize(space.rows[anchor_new].double(), dim=1)
         served = [i for i in ids if bool(space.present[i])]
         answers: list[Answer] = []
-        for start in range(0, len(served), 512):
-            block = served[start : start + 512]
+        step = _block_rows(anchors.shape[0])
+        for start in range(0, len(served), step):
+            block = served[start : start + step]
             queries = torch.nn.functional.normalize(space.rows[block].double(), dim=1)
             weights = sparsemax(queries @ anchors.T)
             columns = torch.arange(anchors.shape[0]).expand(len(block), -1)
@@ -189,14 +199,42 @@ def focus_method() -> TransplantMethod:
     return TransplantMethod("focus", answer)
 
 
+def _count(value: str | int, method: str) -> int:
+    try:
+        k = int(value)
+    except ValueError:
+        raise ValueError(f"method '{method}:<k>' takes a whole number of anchors per token; got {value!r}") from None
+    if k < 1:
+        raise ValueError(f"method '{method}:<k>': k must be ≥ 1, got {k}")
+    return k
+
+
+@METHODS.register("neighbors", summary="inverse-distance weights of the k nearest anchors in a donor's space (16)")
+def neighbors_method(count: str | int = 16) -> TransplantMethod:
+    k = _count(count, "neighbors")
+
+    def answer(request: MethodRequest, ids: list[int]) -> list[Answer]:
+        space = request.donor_space
+        anchor_new, anchor_old = _anchor_rows(request, space, "neighbors")
+        anchors = space.rows[anchor_new].double()
+        served = [i for i in ids if bool(space.present[i])]
+        answers: list[Answer] = []
+        step = _block_rows(anchors.shape[0])
+        for start in range(0, len(served), step):
+            block = served[start : start + step]
+            distances = torch.cdist(space.rows[block].double(), anchors)
+            near, columns = distances.topk(min(k, anchors.shape[0]), dim=1, largest=False)
+            weights = 1.0 / near.clamp(min=1e-12)
+            answers += _sparse_answers(block, block, anchor_old, columns, weights / weights.sum(dim=1, keepdim=True))
+        found = dict(zip(served, answers))
+        return [found.get(i) for i in ids]
+
+    return TransplantMethod("neighbors" if k == 16 else f"neighbors:{k}", answer, per_role=True)
+
+
 @METHODS.register("omp", summary="orthogonal matching pursuit over anchors in a donor's space (omp:<k>: k anchors)")
 def omp_method(atoms: str | int = 64) -> TransplantMethod:
-    try:
-        k = int(atoms)
-    except ValueError:
-        raise ValueError(f"method 'omp:<k>' takes a whole number of anchors per token; got {atoms!r}") from None
-    if k < 1:
-        raise ValueError(f"method 'omp:<k>': k must be ≥ 1, got {k}")
+    k = _count(atoms, "omp")
 
     def answer(request: MethodRequest, ids: list[int]) -> list[Answer]:
         space = request.donor_space
@@ -209,9 +247,10 @@ def omp_method(atoms: str | int = 64) -> TransplantMethod:
 
 
 def resolve_method(spec: str | TransplantMethod) -> TransplantMethod:
-    """The method ``spec`` names (``omp:<k>``: k anchors per token, 64 without)."""
+    """The method ``spec`` names (``omp:<k>``, ``neighbors:<k>``: k anchors per token; 64 and 16 without)."""
     if isinstance(spec, TransplantMethod):
         return spec
-    if isinstance(spec, str) and spec.startswith("omp:"):
-        return omp_method(spec.partition(":")[2])
+    if isinstance(spec, str) and spec.partition(":")[0] in ("omp", "neighbors") and ":" in spec:
+        name, _, count = spec.partition(":")
+        return (omp_method if name == "omp" else neighbors_method)(count)
     return METHODS.build(spec)

@@ -84,9 +84,9 @@ def transplant_state(
 
 @torch.no_grad()
 def write_state(module: nn.Module, state: Mapping[str, torch.Tensor]) -> None:
-    """Copy every tensor of ``state`` into ``module``'s parameter or buffer of that name, in place (each rank its own
+    """Copy every tensor of ``state`` into ``module``'s state-dict entry of that name, in place (each rank its own
     slice of a sharded one); a name the module lacks, a tensor it lacks, or a shape that differs is refused first."""
-    own = {**dict(module.named_parameters()), **dict(module.named_buffers())}
+    own = module.state_dict(keep_vars=True)  # the parameters and persistent buffers, as the module holds them
     missing, unexpected = sorted(set(own) - set(state)), sorted(set(state) - set(own))
     wrong = [name for name in set(own) & set(state) if tuple(own[name].shape) != tuple(state[name].shape)]
     if missing or unexpected or wrong:

@@ -35,7 +35,7 @@ from lightning_embinit.init.sharding import is_sharded, whole_table
 from lightning_embinit.init.transforms import StatisticsTarget
 from lightning_embinit.init.transplant.config_ids import follow_config_ids
 from lightning_embinit.init.transplant.conventions import BYTE_LEVEL, token_text
-from lightning_embinit.init.transplant.matching import MATCH_KINDS, match_vocabularies
+from lightning_embinit.init.transplant.matching import DEFAULT_MATCH, match_vocabularies
 from lightning_embinit.init.transplant.methods import MethodRequest, resolve_method
 from lightning_embinit.init.transplant.plan import TransplantPlan, plan_transplant
 from lightning_embinit.init.transplant.report import plan_report
@@ -49,7 +49,7 @@ class TransplantOptions:
 
     method: Any = "pieces"
     fallback: Any = "mean"
-    match: Sequence[str] = MATCH_KINDS
+    match: Sequence[str] = DEFAULT_MATCH
     descriptions: Mapping[str, str] | None = None
     donor: Any = None
     donor_tokens: Sequence[str] | None = None
@@ -208,7 +208,8 @@ def write_plan(
     module: nn.Module, target: EmbeddingSlot, plan: TransplantPlan, new: TokenizerView, old: TokenizerView
 ) -> None:
     """Write ``plan`` into ``module``: the host is told first (it may refuse), then the tensors, the family's
-    vocabulary size, the host's own vocabulary, and the config's special-token ids."""
+    vocabulary size, the host's own vocabulary (a module that is no host and keeps its tokenizer as ``tokenizer``
+    gets the new one there), and the config's special-token ids."""
     layers = tuple(plan.output_rows)
     check_unhooked(module, target, layers)
     current = read_tables(module, target, layers)
@@ -220,6 +221,8 @@ def write_plan(
         target.after_resize(len(plan.tokens))
     if commit:
         commit()
+    elif getattr(module, "tokenizer", None) is not None and new.source is not None:
+        module.tokenizer = new.source
     plan.report["config_ids"] = follow_config_ids(module, plan.match, new, old)
 
 

@@ -1,0 +1,115 @@
+"""``TokenTransplantCallback``: the swap at ``setup`` of a fine-tune (a user's LightningModule holding a Hugging Face
+model, and a model built over the new vocabulary from a trained checkpoint), the same tensors as
+``transplant_tokenizer``, ``trainable="new_rows"`` keeping the matched rows bit for bit, the report published."""
+
+from __future__ import annotations
+
+import lightning as L
+import pytest
+import torch
+from torch.utils.data import DataLoader, TensorDataset
+
+from lightning_embinit import TiedEmbeddingLM, TokenTransplantCallback, transplant_tokenizer
+from tests.transplant_helpers import ENGLISH, GERMAN, byte_level, tiny_llama, vocabulary
+
+
+@pytest.fixture(scope="module")
+def tokenizers():
+    return byte_level(ENGLISH), byte_level(GERMAN)
+
+
+class YourLM(L.LightningModule):
+    """What a user writes: the model under an attribute, its tokenizer beside it, its own loss."""
+
+    def __init__(self, tokenizer, seed: int = 0) -> None:
+        super().__init__()
+        self.tokenizer = tokenizer
+        self.lm = tiny_llama(len(tokenizer), seed=seed).train()
+
+    def training_step(self, batch, batch_idx):
+        (ids,) = batch
+        return self.lm(input_ids=ids, labels=ids).loss
+
+    def configure_optimizers(self):
+        return torch.optim.AdamW(self.parameters(), lr=1e-2, weight_decay=0.1)
+
+
+def german_batches(tokenizer) -> DataLoader:
+    ids = tokenizer(GERMAN[:8], add_special_tokens=False, padding=False)["input_ids"]
+    width = min(map(len, ids))
+    return DataLoader(TensorDataset(torch.tensor([row[:width] for row in ids])), batch_size=4)
+
+
+def trainer(tmp_path, callback, steps: int = 3) -> L.Trainer:
+    return L.Trainer(
+        default_root_dir=tmp_path,
+        max_steps=steps,
+        callbacks=[callback],
+        logger=False,
+        enable_checkpointing=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+    )
+
+
+def test_the_swap_at_setup_is_transplant_tokenizers(tokenizers, tmp_path, caplog):
+    english, german = tokenizers
+    model, reference = YourLM(english, seed=1), YourLM(english, seed=1)
+    transplant_tokenizer(reference.lm, german, old_tokenizer=english, method="pieces")
+    callback = TokenTransplantCallback(tokenizer=german, method="pieces")
+    callback.setup(trainer(tmp_path, callback), model, "fit")
+    for key, tensor in reference.lm.state_dict().items():
+        assert torch.equal(model.lm.state_dict()[key], tensor), key
+    assert model.tokenizer is german and callback.reports["lm.model.embed_tokens"]["built"] > 0
+
+
+def test_new_rows_only_keeps_the_matched_rows_through_training(tokenizers, tmp_path):
+    english, german = tokenizers
+    model = YourLM(english, seed=2)
+    callback = TokenTransplantCallback(tokenizer=german, method="pieces", trainable="new_rows", verbose=False)
+    fit = trainer(tmp_path, callback)
+    before = {}
+
+    class Snapshot(L.Callback):
+        def on_train_start(self, trainer, pl_module):
+            before.update({k: v.detach().clone() for k, v in pl_module.lm.state_dict().items()})
+
+    fit.callbacks.append(Snapshot())
+    fit.fit(model, german_batches(german))
+    after = model.lm.state_dict()
+    built = callback.added["lm.model.embed_tokens"]
+    for key in ("model.embed_tokens.weight", "lm_head.weight"):
+        assert torch.equal(after[key][~built], before[key][~built]), key  # AdamW's decay pinned away
+        assert not torch.equal(after[key][built], before[key][built]), key
+    assert torch.equal(after["model.norm.weight"], before["model.norm.weight"])  # everything else frozen
+
+
+def test_from_a_checkpoint_into_a_model_built_over_the_new_vocabulary(tokenizers, tmp_path):
+    english, german = tokenizers
+    torch.manual_seed(0)
+    trained = TiedEmbeddingLM(
+        vocabulary=vocabulary(english), architecture={"d_model": 16, "num_heads": 2, "num_layers": 1, "head": "untied"}
+    )
+    fit = trainer(tmp_path, L.Callback())
+    fit.strategy.connect(trained)
+    fit.save_checkpoint(tmp_path / "trained.ckpt")
+    expected = TiedEmbeddingLM.load_from_checkpoint(tmp_path / "trained.ckpt")
+    transplant_tokenizer(expected, german, old_tokenizer=english, method="pieces")
+    fresh = TiedEmbeddingLM(
+        vocabulary=vocabulary(german), architecture={"d_model": 16, "num_heads": 2, "num_layers": 1, "head": "untied"}
+    )
+    callback = TokenTransplantCallback(
+        tokenizer=german, old_tokenizer=english, from_checkpoint=str(tmp_path / "trained.ckpt")
+    )
+    callback.setup(trainer(tmp_path, callback), fresh, "fit")
+    for key, tensor in expected.state_dict().items():
+        assert torch.equal(fresh.state_dict()[key], tensor), key
+
+
+def test_refused_at_construction():
+    with pytest.raises(ValueError, match="unknown transplant method"):
+        TokenTransplantCallback(method="fvt")
+    with pytest.raises(ValueError, match="trainable="):
+        TokenTransplantCallback(trainable="old_rows")
+    with pytest.raises(ValueError, match="no such file"):
+        TokenTransplantCallback(from_checkpoint="/nowhere/model.ckpt")
