@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
+import warnings
 from pathlib import Path
 
 import pytest
@@ -157,3 +158,19 @@ def test_a_jsonargparse_that_hides_the_type_of_a_batch_limit_is_named_not_passed
     parser.add_argument("--trainer.limit_val_batches")  # a plain argparse action: no _typehint
     with pytest.raises(LightningInternalsWarning, match="an integer batch limit may parse as a float"):
         ints_before_floats(parser)
+
+
+def test_validating_a_checkpoint_does_not_warn_that_the_checkpoint_dirpath_changed(tmp_path):
+    """``embinit validate --ckpt_path``: ModelCheckpoint's state, restored into the new run's log directory, would
+    warn that its dirpath changed; an evaluation writes no checkpoint, so the command leaves that warning out."""
+    root = f"--trainer.default_root_dir={tmp_path}"
+    fit = ["fit", "--config", str(CONFIG), root, "--trainer.max_steps=1", "--trainer.val_check_interval=1"]
+    assert cli.main([*fit, "--trainer.limit_val_batches=1", *SMALL]) == 0
+    checkpoint = next(tmp_path.rglob("*.ckpt"))
+    validate = ["validate", "--config", str(CONFIG), root, f"--ckpt_path={checkpoint}", "--trainer.limit_val_batches=1"]
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        assert cli.main([*validate, *SMALL]) == 0
+    messages = [str(w.message) for w in caught]
+    assert not [m for m in messages if "dirpath has changed" in m], messages
+    assert len(list(tmp_path.rglob("version_1"))) == 1  # the validation ran as a new run beside the fit's

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import importlib
 import sys
+import warnings
 from collections.abc import Sequence
 from typing import Any
 
@@ -93,6 +94,10 @@ def main(args: Any = None) -> int:
         return lightning_main(args)
 
 
+EVALUATING = ("validate", "test", "predict")
+"""LightningCLI's subcommands that evaluate a checkpoint without training."""
+
+
 def lightning_main(args: Sequence[str] | None = None, **options: Any) -> int:
     """``embinit fit|validate|test|predict ...`` (``args``; None: ``sys.argv``): 0 when the subcommand ran, 2 when
     the arguments or the config were refused, 1 when the run failed; each failure is one line on stderr.
@@ -103,7 +108,12 @@ def lightning_main(args: Sequence[str] | None = None, **options: Any) -> int:
     command = " ".join(["embinit", *[a for a in argv if not a.startswith("-")][:1]])
     try:
         parser_kwargs = {"prog": "embinit", **options.pop("parser_kwargs", {})}
-        embinit_cli(args, save_config_kwargs={"overwrite": True}, parser_kwargs=parser_kwargs, **options)
+        with warnings.catch_warnings():
+            if command.split()[-1] in EVALUATING:
+                # ModelCheckpoint, restored from --ckpt_path into this run's new log directory, warns that its dirpath
+                # changed and its best-k record is not reloaded: an evaluation writes no checkpoint, so it is moot
+                warnings.filterwarnings("ignore", message="The dirpath has changed from")
+            embinit_cli(args, save_config_kwargs={"overwrite": True}, parser_kwargs=parser_kwargs, **options)
     except Exception as error:
         if debug_requested():
             raise
