@@ -1,7 +1,9 @@
 """Lightning's and torch's noise that the package's commands leave out, while they run (nothing changes on import).
 
 Lightning logs a "💡 Tip" advertising litlogger (and litmodels when a checkpoint is saved) at every fit, and its
-``_pytree.py`` trips torch's ``LeafSpec is deprecated`` FutureWarning; neither is about the user's run.
+``_pytree.py`` trips torch's ``LeafSpec is deprecated`` FutureWarning; transformers warns "`loss_type=None` was set in
+the config but it is unrecognized" for a model class whose name does not name its loss (``GPT2LMHeadModel``), and
+then uses the causal-LM loss it should; none of these is about the user's run.
 :func:`quiet_lightning` also leaves out Lightning's per-fit banners (GPU/TPU lines, the model summary): what the
 examples of the docs use around a fit. Imports only the standard library, so that the commands' help stays fast.
 """
@@ -20,6 +22,17 @@ RANK_ZERO_LOGGERS = ("lightning.pytorch.utilities.rank_zero", "lightning.fabric.
 ADVERTISED = ("litlogger", "litmodels")
 
 
+TRANSFORMERS_LOSS_LOGGER = "transformers.modeling_utils"
+"""The logger of transformers' ``loss_type=None`` warning."""
+
+
+class UnnamedLossFilter(logging.Filter):
+    """Drops transformers' "`loss_type=None` was set in the config but it is unrecognized" record."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not record.getMessage().startswith("`loss_type=None` was set in the config but it is unrecognized")
+
+
 class LightningTipFilter(logging.Filter):
     """Drops Lightning's "💡 Tip" records that advertise :data:`ADVERTISED` packages."""
 
@@ -30,18 +43,19 @@ class LightningTipFilter(logging.Filter):
 
 @contextlib.contextmanager
 def quiet_lightning_noise() -> Iterator[None]:
-    """Within: Lightning's litlogger/litmodels tips and torch's ``LeafSpec`` deprecation warning are not shown."""
-    tip_filter = LightningTipFilter()
-    loggers = [logging.getLogger(name) for name in RANK_ZERO_LOGGERS]
-    for logger in loggers:
-        logger.addFilter(tip_filter)
+    """Within: Lightning's litlogger/litmodels tips, torch's ``LeafSpec`` deprecation warning and transformers'
+    ``loss_type=None`` warning are not shown."""
+    filters = [(logging.getLogger(name), LightningTipFilter()) for name in RANK_ZERO_LOGGERS]
+    filters.append((logging.getLogger(TRANSFORMERS_LOSS_LOGGER), UnnamedLossFilter()))
+    for logger, record_filter in filters:
+        logger.addFilter(record_filter)
     try:
         with warnings.catch_warnings():
             warnings.filterwarnings("ignore", message=r"`isinstance\(treespec, LeafSpec\)` is deprecated")
             yield
     finally:
-        for logger in loggers:
-            logger.removeFilter(tip_filter)
+        for logger, record_filter in filters:
+            logger.removeFilter(record_filter)
 
 
 @contextlib.contextmanager

@@ -12,7 +12,14 @@ import warnings
 from pathlib import Path
 
 from lightning_embinit.commands import quickstart
-from lightning_embinit.quiet import RANK_ZERO_LOGGERS, LightningTipFilter, quiet_lightning, quiet_lightning_noise
+from lightning_embinit.quiet import (
+    RANK_ZERO_LOGGERS,
+    TRANSFORMERS_LOSS_LOGGER,
+    LightningTipFilter,
+    UnnamedLossFilter,
+    quiet_lightning,
+    quiet_lightning_noise,
+)
 
 ROOT = Path(__file__).resolve().parent.parent
 CONFIG = ROOT / "examples" / "configs" / "tied_lm.yaml"
@@ -35,6 +42,22 @@ def test_the_filter_drops_the_advertising_tips_only():
     )
     assert tip_filter.filter(record("GPU available: False, used: False"))
     assert tip_filter.filter(record("`Trainer.fit` stopped: `max_steps=1` reached."))
+
+
+def test_transformers_unnamed_loss_warning_is_left_out_inside_the_context_only():
+    """transformers' "`loss_type=None` … unrecognized" record (GPT2LMHeadModel's loss): dropped by the filter the
+    context puts on transformers' logger, and only there; other records of that logger pass."""
+    logger = logging.getLogger(TRANSFORMERS_LOSS_LOGGER)
+    unnamed = (
+        "`loss_type=None` was set in the config but it is unrecognized. Using the default loss: `ForCausalLMLoss`."
+    )
+
+    def passes(message: str) -> bool:
+        return bool(logger.filter(logging.LogRecord(logger.name, logging.WARNING, __file__, 1, message, None, None)))
+
+    with quiet_lightning_noise():
+        assert not passes(unnamed) and passes("Some weights of the model were not initialized")
+    assert passes(unnamed) and not any(isinstance(f, UnnamedLossFilter) for f in logger.filters)
 
 
 def test_the_noise_is_left_out_only_inside_the_context():
