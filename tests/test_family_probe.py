@@ -140,3 +140,13 @@ def test_embinit_inspect_json_carries_how_they_were_found(tmp_path, capsys):
     report = slot["init_report"]
     assert report["input_scale_found_by"].startswith("the table's embed_scale; probe: the model is on the meta device")
     assert "meta device" in report["positions_found_by"]
+
+
+def test_parameters_sharded_over_processes_are_not_run_and_the_report_says_why():
+    """A DeepSpeed ZeRO-3 parameter (it carries ``ds_id``) lives partly on other processes: running the forward on
+    one could wait on the others, so names and flags answer."""
+    model = HF_CASES["gpt2"].build()
+    model.transformer.h[0].mlp.c_fc.weight.ds_id = 7
+    (slot,) = discover_slots(Holder(model)).values()
+    assert "probe: the model's parameters are sharded over processes" in slot.input_scale_found_by
+    assert slot.positions == "learned table transformer.wpe" and slot.positional_encoding is not None

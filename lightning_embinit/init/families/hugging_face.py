@@ -2,13 +2,18 @@
 decoder has a table of its own (Marian with ``share_encoder_decoder_embeddings=False``, FSMT), the decoder's.
 
 - Scale and positions: the names and flags of :mod:`~.hugging_face_names`, checked by running the model's own
-  forward on probe ids (:mod:`~.probe`, :mod:`~.settle`); the report says how each was found.
+  forward on probe ids (:mod:`~.probe`, :mod:`~.settle`); the report says how each was found. The probe also finds
+  the decoder's own table (the one the decoder ids are looked up in) and the other tables the same ids are looked up
+  in, which follow the vocabulary (:mod:`~.companions`).
 - Output: ``get_output_embeddings()`` (FSMT: the decoder's ``output_projection``) belongs to the table the decoder
-  reads, tied when it shares the weight; its bias and ``final_logits_bias`` follow that table.
+  reads, tied when it shares the weight, when it has one output per row of it; a tied head's bias, the other
+  tensors over the vocabulary beside the head (ESM's ``lm_head.bias``) and ``final_logits_bias`` follow that table.
 - Padding row: the table's ``padding_idx``, else ``config.pad_token_id``.
 - Vocabulary size after a resize, as ``resize_token_embeddings`` / ``resize_decoder_token_embeddings`` keep it: the
   (text) config's ``vocab_size`` (FSMT: ``src_vocab_size``) and the model's own, plus ``decoder_vocab_size`` when the
-  decoder shares the table; a decoder's own table: ``decoder_vocab_size`` (Marian) or ``tgt_vocab_size`` (FSMT).
+  decoder shares the table; a decoder's own table: ``decoder_vocab_size`` (Marian) or ``tgt_vocab_size`` (FSMT); an
+  ``EncoderDecoderModel``'s part: that part's own config; then the model's declared ties are made again
+  (``tie_weights()``), as transformers' resize ends.
 """
 
 from __future__ import annotations

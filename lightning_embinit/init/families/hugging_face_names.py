@@ -104,13 +104,19 @@ def claim(model: nn.Module, scope: nn.Module, table: nn.Embedding) -> Claim:
     return Claim(scale, scale_from, positions, rows, nothing_added(model))
 
 
+MEASURED_POSITIONS = 2048
+"""The most positions a probe measures added rows over (rows no single tensor holds: one forward to the first layer
+per measurement)."""
+
+
 def positions_length(model: nn.Module) -> int:
-    """How many positions the model takes (its config's ``max_position_embeddings`` or kin; 512 when none says)."""
+    """How many positions to measure added rows over: the config's ``max_position_embeddings`` or kin (512 when none
+    says), at most :data:`MEASURED_POSITIONS`."""
     config = text_config(model)
     for field in LENGTH_FIELDS:
         value = getattr(config, field, None)
         if isinstance(value, int) and not isinstance(value, bool) and value > 0:
-            return min(value, 8192)
+            return min(value, MEASURED_POSITIONS)
     return 512
 
 

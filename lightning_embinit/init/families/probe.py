@@ -150,12 +150,17 @@ def blocks(model: nn.Module) -> dict[int, str]:
 
 
 def cannot_probe(model: nn.Module) -> str | None:
-    """Why the probe cannot run the model (meta-device or sharded parameters), or None."""
+    """Why the probe cannot run the model: no values (meta device), or parameters split over processes (a DTensor,
+    FSDP's flat parameters, DeepSpeed ZeRO-3), whose forward on one process could wait on the others; else None."""
+    if any("FullyShardedDataParallel" in type(module).__name__ for module in model.modules()):
+        return "the model is wrapped by FSDP: its forward gathers parameters from every process"
     for tensor in [*model.parameters(), *model.buffers()]:
-        if type(tensor).__name__ == "DTensor" or hasattr(tensor, "to_local"):
-            return "the model's parameters are sharded (DTensor): its forward cannot run on one process"
+        if type(tensor).__name__ in ("DTensor", "FlatParameter") or hasattr(tensor, "ds_id"):
+            return "the model's parameters are sharded over processes: its forward cannot run on one alone"
         if tensor.is_meta:
             return "the model is on the meta device: it has no values to run"
+    if next(iter(model.parameters()), None) is None:
+        return "the model has no parameters"
     return None
 
 
