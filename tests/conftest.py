@@ -1,9 +1,12 @@
 import os
+import sys
 
 # One OpenMP thread per test process (and for the processes tests start: DDP workers, console scripts, notebook
 # kernels): the models are tiny, and the suite runs one pytest-xdist worker per core (`make test`), so more threads
 # would only wait on each other. Set before torch is imported; an explicit OMP_NUM_THREADS wins.
 os.environ.setdefault("OMP_NUM_THREADS", "1")
+if "torch" in sys.modules:  # imported before this file (a plugin, or pytest -p): its pool is already sized
+    sys.modules["torch"].set_num_threads(int(os.environ["OMP_NUM_THREADS"]))
 
 import pytest  # noqa: E402
 
