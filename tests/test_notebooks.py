@@ -33,8 +33,10 @@ NAMES = [
     "04_reinforced_and_the_tn_leak",
     "05_a_study",
     "06_your_hugging_face_model",
+    "07_transplant",
 ]
 NEEDS_SHARED_DATA = {"01_quick_tour", "02_is_my_init_sane", "03_kim_lexical", "04_reinforced_and_the_tn_leak"}
+NEEDS_SHARED_DATA |= {"07_transplant"}
 PARAMETER_LINE = 'SCALE = os.environ.get("EMBINIT_NOTEBOOK_SCALE", "laptop")'
 CELL_TIMEOUT_S = 400
 

@@ -12,6 +12,8 @@ from torch.utils.data import DataLoader, TensorDataset
 from lightning_embinit import TiedEmbeddingLM, TokenTransplantCallback, transplant_tokenizer
 from tests.transplant_helpers import ENGLISH, GERMAN, byte_level, tiny_llama, vocabulary
 
+ARCHITECTURE = {"d_model": 16, "num_heads": 2, "num_layers": 1, "head": "untied"}
+
 
 @pytest.fixture(scope="module")
 def tokenizers():
@@ -87,23 +89,27 @@ def test_new_rows_only_keeps_the_matched_rows_through_training(tokenizers, tmp_p
 def test_from_a_checkpoint_into_a_model_built_over_the_new_vocabulary(tokenizers, tmp_path):
     english, german = tokenizers
     torch.manual_seed(0)
-    trained = TiedEmbeddingLM(
-        vocabulary=vocabulary(english), architecture={"d_model": 16, "num_heads": 2, "num_layers": 1, "head": "untied"}
-    )
+    trained = TiedEmbeddingLM(vocabulary=vocabulary(english), architecture=ARCHITECTURE)
     fit = trainer(tmp_path, L.Callback())
     fit.strategy.connect(trained)
     fit.save_checkpoint(tmp_path / "trained.ckpt")
     expected = TiedEmbeddingLM.load_from_checkpoint(tmp_path / "trained.ckpt")
     transplant_tokenizer(expected, german, old_tokenizer=english, method="pieces")
-    fresh = TiedEmbeddingLM(
-        vocabulary=vocabulary(german), architecture={"d_model": 16, "num_heads": 2, "num_layers": 1, "head": "untied"}
-    )
+    fresh = TiedEmbeddingLM(vocabulary=vocabulary(german), architecture=ARCHITECTURE)
     callback = TokenTransplantCallback(
         tokenizer=german, old_tokenizer=english, from_checkpoint=str(tmp_path / "trained.ckpt")
     )
     callback.setup(trainer(tmp_path, callback), fresh, "fit")
     for key, tensor in expected.state_dict().items():
         assert torch.equal(fresh.state_dict()[key], tensor), key
+    over_the_old = TiedEmbeddingLM(vocabulary=vocabulary(english), architecture=ARCHITECTURE)  # loaded, then swapped
+    callback = TokenTransplantCallback(
+        tokenizer=german, old_tokenizer=english, from_checkpoint=str(tmp_path / "trained.ckpt")
+    )
+    callback.setup(trainer(tmp_path, callback), over_the_old, "fit")
+    for key, tensor in expected.state_dict().items():
+        assert torch.equal(over_the_old.state_dict()[key], tensor), key
+    assert over_the_old.vocabulary == vocabulary(german)
 
 
 def test_refused_at_construction():

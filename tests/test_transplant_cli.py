@@ -138,3 +138,25 @@ def test_a_checkpoint_of_the_packages_system_in_and_out(folders, capsys, tmp_pat
         assert again(torch.tensor([[1, 2, 3]])).shape[-1] == len(german)
     checkpoint = torch.load(tmp_path / "new.ckpt", weights_only=False)
     assert checkpoint["embinit"]["slots"]["tokens"]["tokens"] == again.vocabulary
+
+
+def test_descriptions_from_a_file(folders, capsys, tmp_path):
+    german = T.AutoTokenizer.from_pretrained(folders / "german")
+    english = T.AutoTokenizer.from_pretrained(folders / "model")
+    token = next(t for t in german.get_vocab() if t.startswith("Ġ") and t not in english.get_vocab() and len(t) > 4)
+    (tmp_path / "descriptions.tsv").write_text(f"{token}\ta man rides\n", encoding="utf-8")
+    (tmp_path / "bad.tsv").write_text("no tab here\n", encoding="utf-8")
+    args = ["--model", folders / "model", "--tokenizer", folders / "german", "--method", "description"]
+    status, _, err = run(capsys, *args, "--descriptions", tmp_path / "bad.tsv", "--output", tmp_path / "o")
+    assert status == 2 and "line 1: expected token<TAB>text" in err and not (tmp_path / "o").exists()
+    status, _, err = run(capsys, *args, "--descriptions", tmp_path / "descriptions.tsv", "--output", tmp_path / "o")
+    assert status == 0, err
+    report = json.loads((tmp_path / "o" / "transplant_report.json").read_text())
+    assert report["built_by"]["description"] == 1 and report["built_by"]["mean (fallback)"] == report["built"] - 1
+    model, trained = (
+        T.AutoModelForCausalLM.from_pretrained(tmp_path / "o"),
+        T.AutoModelForCausalLM.from_pretrained(folders / "model"),
+    )
+    pieces = english(" a man rides", add_special_tokens=False)["input_ids"]
+    expected = trained.model.embed_tokens.weight[pieces].double().mean(0).float()
+    torch.testing.assert_close(model.model.embed_tokens.weight[german.convert_tokens_to_ids(token)], expected)

@@ -29,7 +29,7 @@ from lightning_embinit.callbacks.lifecycle import FitOnceCallback
 from lightning_embinit.checks import check_choice
 from lightning_embinit.init.distributed import run_on_rank_zero
 from lightning_embinit.init.extension import freeze_old_rows, pin_old_rows
-from lightning_embinit.init.extension.tables import output_layers
+from lightning_embinit.init.extension.tables import output_layers, parameter_names
 from lightning_embinit.init.sources.checkpoint_file import checked_file, load_checkpoint_file
 from lightning_embinit.init.transplant import format_transplant_report, transplant_metrics
 from lightning_embinit.init.transplant.state import transplant_state, write_state
@@ -153,7 +153,7 @@ class TokenTransplantCallback(FitOnceCallback):
         if old_tokenizer is None and checkpoint is not None:
             old_tokenizer = _checkpoint_tokenizer(pl_module, checkpoint)
         target = one_slot(pl_module, self.slot)
-        if checkpoint is not None and target.num_embeddings == len(tokenizer_view(new).tokens):
+        if checkpoint is not None and _built_over(pl_module, target, checkpoint, tokenizer_view(new).tokens):
             state, plan = run_on_rank_zero(
                 lambda: transplant_state(
                     pl_module,
@@ -187,6 +187,17 @@ class TokenTransplantCallback(FitOnceCallback):
         if not isinstance(checkpoint, dict) or not isinstance(checkpoint.get("state_dict"), Mapping):
             raise ValueError(f"from_checkpoint {self.from_checkpoint}: not a Lightning checkpoint (no state_dict)")
         return checkpoint
+
+
+def _built_over(pl_module: LightningModule, target: Any, checkpoint: Mapping[str, Any], tokens: list[str]) -> bool:
+    """Whether the model is built over the new vocabulary (``tokens``), not the checkpoint's: its table has a row per
+    new token, and either the checkpoint's has another size or the model names the new tokens."""
+    if target.num_embeddings != len(tokens):
+        return False
+    state = checkpoint["state_dict"]
+    key = next((name for name in parameter_names(pl_module, target.weight) if name in state), None)
+    named = target.tokens is not None and list(target.tokens) == list(tokens)
+    return named or key is None or state[key].shape[0] != target.num_embeddings
 
 
 def _keeps_package_tokenizer(pl_module: LightningModule) -> bool:

@@ -54,6 +54,8 @@ class MethodRequest:
     donor: Callable[[str], StaticSpace] | None = None
     auxiliary: Callable[[], StaticSpace] | None = None
     role: str = "input"
+    leading_space: bool = False
+    """Whether a text's first word needs a leading space to split into word-start pieces (a byte-level tokenizer)."""
 
     @cached_property
     def donor_space(self) -> StaticSpace:
@@ -128,7 +130,8 @@ def description_method() -> TransplantMethod:
                 "graphics'}; on the command line --descriptions FILE, token<TAB>text per line)"
             )
         described = [i for i in ids if request.new_tokens[i] in request.descriptions]
-        texts = [request.descriptions[request.new_tokens[i]] for i in described]
+        space = " " if request.leading_space else ""
+        texts = [space + request.descriptions[request.new_tokens[i]].strip() for i in described]
         found = dict(zip(described, request.old_pieces(texts, "description"))) if described else {}
         return [_uniform(found[i]) if i in found else None for i in ids]
 
@@ -216,15 +219,15 @@ def neighbors_method(count: str | int = 16) -> TransplantMethod:
     def answer(request: MethodRequest, ids: list[int]) -> list[Answer]:
         space = request.donor_space
         anchor_new, anchor_old = _anchor_rows(request, space, "neighbors")
-        anchors = space.rows[anchor_new].double()
+        anchors = space.rows[anchor_new].float()
         served = [i for i in ids if bool(space.present[i])]
         answers: list[Answer] = []
         step = _block_rows(anchors.shape[0])
         for start in range(0, len(served), step):
             block = served[start : start + step]
-            distances = torch.cdist(space.rows[block].double(), anchors)
+            distances = torch.cdist(space.rows[block].float(), anchors)
             near, columns = distances.topk(min(k, anchors.shape[0]), dim=1, largest=False)
-            weights = 1.0 / near.clamp(min=1e-12)
+            weights = 1.0 / near.double().clamp(min=1e-12)
             answers += _sparse_answers(block, block, anchor_old, columns, weights / weights.sum(dim=1, keepdim=True))
         found = dict(zip(served, answers))
         return [found.get(i) for i in ids]

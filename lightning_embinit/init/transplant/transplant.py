@@ -159,6 +159,7 @@ def method_request(new: TokenizerView, old: TokenizerView, match: Any, options: 
         pending=match.unmatched,
         anchors=anchors,
         text_of=lambda token: token_text(token, match.new_convention, leading_space=leading_space),
+        leading_space=leading_space,
         split=old.pieces if old.encode is not None else None,
         descriptions=dict(options.descriptions or {}),
         donor=None
