@@ -4,6 +4,8 @@ distribution ``resize_token_embeddings(mean_resizing=True)`` draws from."""
 
 from __future__ import annotations
 
+import warnings
+
 import pytest
 import torch
 import transformers as T
@@ -183,7 +185,9 @@ def test_fsmt_grows_each_table_with_its_own_head_and_size():
     slots = discover_slots(model)
     assert slots["model.encoder.embed_tokens"].output_layers == ()
     assert slots["model.decoder.embed_tokens"].output_layers == ("model.decoder.output_projection",)
-    extend_vocabulary(model, OLD + ["src"], old_tokens=OLD, slot="model.encoder.embed_tokens", rule="mean")
+    with warnings.catch_warnings():  # the decoder's head is the decoder slot's: no "keeps its size" for the encoder's
+        warnings.simplefilter("error")
+        extend_vocabulary(model, OLD + ["src"], old_tokens=OLD, slot="model.encoder.embed_tokens", rule="mean")
     extend_vocabulary(model, NEW, old_tokens=OLD, slot="model.decoder.embed_tokens", rule="mean")
     assert (model.config.src_vocab_size, model.config.tgt_vocab_size) == (V + 1, len(NEW))
     assert model.model.decoder.output_projection.weight.shape == (len(NEW), 32)

@@ -179,7 +179,9 @@ def plan_for_module(
             "give the module a tokenizer or vocabulary attribute"
         )
     layers = output_layers(module, target, outputs)
-    if unclaimed := unclaimed_layers(module, target, layers):
+    others = [other for name, other in select_slots(module, None).items() if name != target.name]
+    claimed = [path for other in others for path in (*other.output_layers, *other.tied_modules)]
+    if unclaimed := unclaimed_layers(module, target, layers, claimed):
         warnings.warn(
             f"slot {target.name!r}: {', '.join(unclaimed)} has one output per row of the table but is neither tied to "
             "it nor named as its output layer, so it keeps its size; pass outputs=[...] if it is the output layer",

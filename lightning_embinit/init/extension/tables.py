@@ -57,15 +57,19 @@ def output_layers(root: nn.Module, slot: EmbeddingSlot, given: Sequence[str] | N
     return tuple(given)
 
 
-def unclaimed_layers(root: nn.Module, slot: EmbeddingSlot, layers: Sequence[str]) -> list[str]:
-    """``nn.Linear`` layers as wide as the vocabulary, neither tied to the table nor among ``layers``."""
+def unclaimed_layers(
+    root: nn.Module, slot: EmbeddingSlot, layers: Sequence[str], claimed: Iterable[str] = ()
+) -> list[str]:
+    """``nn.Linear`` layers as wide as the vocabulary, neither tied to the table nor among ``layers`` or ``claimed``
+    (another slot's output layers: an encoder–decoder's decoder head belongs to the decoder's table)."""
+    taken = {*layers, *claimed}
     return [
         path
         for path, module in root.named_modules()
         if isinstance(module, nn.Linear)
         and module.out_features == slot.num_embeddings
         and module.weight is not slot.weight
-        and path not in layers
+        and path not in taken
     ]
 
 
