@@ -46,6 +46,7 @@ from lightning_embinit.init.extension.rules import new_bias_value, resolve_rule
 from lightning_embinit.init.host import select_slots
 from lightning_embinit.init.sources.checkpoint import CHECKPOINT_KEY
 from lightning_embinit.init.sources.checkpoint_file import checked_file, load_checkpoint_file
+from lightning_embinit.init.transforms import shared_direction_steps
 from lightning_embinit.modules.decoding import eval_mode
 
 
@@ -55,7 +56,7 @@ class VocabularyExtensionCallback(FitOnceCallback):
     Args:
         from_checkpoint: the trained model's checkpoint (None: the model's own weights are the trained ones, e.g.
             ``TiedEmbeddingLM.load_from_checkpoint(...)``).
-        rule, head_rule, bias, standardize, source_options: the new rows' start
+        rule, head_rule, bias, standardize, transforms, source_options: the new rows' start
             (:func:`~lightning_embinit.init.extension.extend_vocabulary`).
         slots: which slots (None: every slot of the model).
         tokens, old_tokens, old_tokenizer: the vocabularies (module docstring).
@@ -77,6 +78,7 @@ class VocabularyExtensionCallback(FitOnceCallback):
         head_rule: str | None = None,
         bias: str | float = "mean",
         standardize: bool | str | float | None = None,
+        transforms: Sequence[str] | None = None,
         slots: Sequence[str] | None = None,
         tokens: Any = None,
         old_tokens: Any = None,
@@ -95,6 +97,7 @@ class VocabularyExtensionCallback(FitOnceCallback):
         if head_rule is not None:
             resolve_rule(head_rule)
         new_bias_value(bias, torch.zeros(1))
+        shared_direction_steps(transforms)
         check_pad_to_multiple_of(pad_to_multiple_of)
         if from_checkpoint is not None:
             from_checkpoint = checked_file(from_checkpoint, f"from_checkpoint={os.fspath(from_checkpoint)!r}")
@@ -104,6 +107,7 @@ class VocabularyExtensionCallback(FitOnceCallback):
             "head_rule": head_rule,
             "bias": bias,
             "standardize": standardize,
+            "transforms": None if transforms is None else list(transforms),
             "source_options": dict(source_options or {}),
             "allow_dropping": allow_dropping,
             "pad_to_multiple_of": pad_to_multiple_of,

@@ -28,7 +28,13 @@ from lightning_embinit.init.directions import (
 from lightning_embinit.init.registry import Registry
 from lightning_embinit.init.schemes import SCHEMES, RandomScheme, get_scheme
 from lightning_embinit.init.sources.base import SourceMatrix, SourceRequest, resolve_source
-from lightning_embinit.init.statistics import CHUNK_ELEMENTS, MatrixStats, matrix_statistics, round_to_bfloat16
+from lightning_embinit.init.statistics import (
+    CHUNK_ELEMENTS,
+    MatrixStats,
+    default_top_k,
+    matrix_statistics,
+    round_to_bfloat16,
+)
 
 StatisticsTarget = str | float | int | Sequence[float] | torch.Tensor | MatrixStats | RandomScheme
 """A scheme name, a std, a (mean, std) pair, a matrix whose statistics to copy, or MatrixStats."""
@@ -255,14 +261,48 @@ class SharedDirections(Transform):
 
     def __call__(self, matrix: SourceMatrix, request: SourceRequest) -> SourceMatrix:
         rows = matrix.pretrained_rows if bool(matrix.pretrained_rows.any()) else None
-        weight, options = matrix.weight, {"rows": rows, "generator": request.generator}
+        return replace(matrix, weight=self.apply(matrix.weight, rows=rows, generator=request.generator))
+
+    def apply(
+        self, weight: torch.Tensor, *, rows: torch.Tensor | None = None, generator: torch.Generator | None = None
+    ) -> torch.Tensor:
+        """``weight`` transformed in place, the map fitted on the rows ``rows`` selects (all when ``None``)."""
+        options = {"rows": rows, "generator": generator, "out": weight}
         if self.name == "center":
-            center(weight, out=weight, **options)
-        elif self.name == "remove_top":
-            remove_top(weight, self.argument, out=weight, **options)
-        else:
-            whiten(weight, DEFAULT_WHITEN_EPS if self.argument is None else self.argument, out=weight, **options)
-        return replace(matrix, weight=weight)
+            return center(weight, **options)
+        if self.name == "remove_top":
+            return remove_top(weight, self.argument, **options)
+        return whiten(weight, DEFAULT_WHITEN_EPS if self.argument is None else self.argument, **options)
+
+    def rows_needed(self, embedding_dim: int) -> int:
+        """The fewest rows the map can be fitted on: 2 (a mean and a spread), k + 2 for ``remove_top`` (k
+        directions of the centred rows, and one left)."""
+        if self.name == "remove_top":
+            return (default_top_k(embedding_dim) if self.argument is None else self.argument) + 2
+        return 2
+
+
+SHARED_DIRECTIONS = ("center", "remove_top", "whiten")
+"""The transforms that remove shared directions, which vocabulary extension also applies to its new rows."""
+
+
+def shared_direction_steps(specs: Sequence[str] | None, what: str = "transforms=") -> list[SharedDirections]:
+    """The :class:`SharedDirections` steps ``specs`` name (``"center"``, ``"remove_top[:k]"``, ``"whiten[:eps]"``);
+    any other name is a ValueError that lists these."""
+    if specs is None:
+        return []
+    if isinstance(specs, str) or not isinstance(specs, Sequence):
+        raise ValueError(f"{what} is a list of steps such as ['remove_top:3'], got {specs!r}")
+    steps = []
+    for spec in specs:
+        step = build_transform(spec) if isinstance(spec, str) else None
+        if not isinstance(step, SharedDirections):
+            raise ValueError(
+                f"{what}: {spec!r} is not a transform of the new rows; choose from: {', '.join(SHARED_DIRECTIONS)} "
+                "(standardize= sets their mean and std)"
+            )
+        steps.append(step)
+    return steps
 
 
 def _top_k(k: Any = None) -> SharedDirections:

@@ -65,6 +65,7 @@ def extend_vocabulary(
     head_rule: Any = None,
     bias: str | float = "mean",
     standardize: StatisticsTarget | bool | None = None,
+    transforms: Sequence[str] | None = None,
     old_tokenizer: Any = None,
     old_tokens: Any = None,
     outputs: Sequence[str] | None = None,
@@ -83,18 +84,16 @@ def extend_vocabulary(
         rule, head_rule: where the new rows come from (:func:`~lightning_embinit.init.extension.rules.resolve_rule`);
             ``head_rule`` for untied output layers (default: ``rule``, or ``mean`` for a pre-trained source).
         bias: new bias entries of untied output layers: ``mean`` (default), ``min``, ``zero`` or a number.
-        standardize: ``True`` (the old rows' mean and std, per tensor) or a target of
-            :func:`~lightning_embinit.init.transforms.standardize`, applied to the new rows only.
-        old_tokenizer: splits new tokens into old pieces (``pieces``).
-        old_tokens: the old token strings when the slot does not name them (anything ``tokens`` takes; a tokenizer
-            object also serves as ``old_tokenizer``).
+        standardize, transforms: the new rows only: ``standardize`` ``True`` (the old rows' mean and std, per tensor)
+            or a target of :func:`~lightning_embinit.init.transforms.standardize`, after ``transforms`` (``center``,
+            ``remove_top[:k]``, ``whiten[:eps]``, fitted on the new rows: docs/concepts.md#shared-directions).
+        old_tokenizer, old_tokens: splits new tokens into old pieces (``pieces``); the old token strings when the slot
+            does not name them (anything ``tokens`` takes; a tokenizer object also serves as ``old_tokenizer``).
         outputs: the untied output layers (dotted paths); default the host's ``vocabulary_outputs()``, else the ones
             the slot's model family names (never a layer by its width alone).
-        pad_to_multiple_of: when the table grows (the new ids pass its end), round its size up to a multiple of this
-            (``resize_token_embeddings``' option). A padded table (rows past its tokens) keeps its size while the new
-            tokens fit: they take its padded rows, written by the rule.
-        probe: the states that meet the output matrix, or a function of the extended module returning them:
-            the report's ``new_token_mass``.
+        pad_to_multiple_of: a growing table's size rounded up to a multiple of this (``resize_token_embeddings``'
+            option); a padded table keeps its size while the new tokens fit: they take its padded rows.
+        probe: the states that meet the output matrix (or a function of the module giving them): ``new_token_mass``.
     """
     new_tokens, tokenizer = token_list(tokens)
     plan = plan_for_module(
@@ -105,6 +104,7 @@ def extend_vocabulary(
         head_rule=head_rule,
         bias=bias,
         standardize=standardize,
+        transforms=transforms,
         old_tokenizer=old_tokenizer,
         old_tokens=old_tokens,
         outputs=outputs,

@@ -16,7 +16,13 @@ from lightning_embinit.init.extension.report import plan_report
 from lightning_embinit.init.extension.rules import NewRowsRequest, new_bias_value, resolve_rule
 from lightning_embinit.init.extension.tables import SlotTables, old_token_rows
 from lightning_embinit.init.statistics import matrix_statistics
-from lightning_embinit.init.transforms import StatisticsTarget, resolve_target, standardize
+from lightning_embinit.init.transforms import (
+    SharedDirections,
+    StatisticsTarget,
+    resolve_target,
+    shared_direction_steps,
+    standardize,
+)
 
 
 @dataclass(frozen=True)
@@ -182,10 +188,15 @@ def _token_sources(
 
 
 def _new_rows(
-    rule: Any, request: NewRowsRequest, target: StatisticsTarget | bool | None, unnamed: int = 0
+    rule: Any,
+    request: NewRowsRequest,
+    target: StatisticsTarget | bool | None,
+    unnamed: int = 0,
+    steps: Sequence[SharedDirections] = (),
 ) -> tuple[torch.Tensor, dict[str, int]]:
     """The rule's rows for ``request.tokens``, then those of the ``unnamed`` rows the table grows by past the new
-    vocabulary (no token: the rule's own draw, μ for a rule that reads tokens), standardized together, checked."""
+    vocabulary (no token: the rule's own draw, μ for a rule that reads tokens), their shared directions removed by
+    ``steps`` (fitted on these rows), standardized together, checked."""
     rows, counts = rule(request)
     rows = rows.float()
     if unnamed:
@@ -195,6 +206,13 @@ def _new_rows(
             extra, how = rule(replace(request, tokens=[""] * unnamed))[0].float(), rule.name
         rows = torch.cat((rows, extra))
         counts = {**counts, f"{how} (rows without a token)": unnamed}
+    for step in steps:
+        if rows.shape[0] < (needed := step.rows_needed(request.dim)):
+            raise ValueError(
+                f"{request.what}: transform {step.name!r} is fitted on the new rows, and needs at least {needed} of "
+                f"them, got {rows.shape[0]}; leave transforms= out for so few new tokens; nothing was changed"
+            )
+        rows = step.apply(rows)
     if target is True or target == "old":  # the old rows' own mean and std
         stats = matrix_statistics(request.old_rows)
         target = (stats.mean, stats.std)
@@ -284,6 +302,7 @@ def plan_extension(
     head_rule: Any = None,
     bias: str | float = "mean",
     standardize: StatisticsTarget | bool | None = None,
+    transforms: Sequence[str] | None = None,
     split: Callable[[str], Sequence[int]] | None = None,
     seed: int = 0,
     source_options: Mapping[str, Any] | None = None,
@@ -295,6 +314,7 @@ def plan_extension(
     tokens' rows are the table's first ``len(old_tokens)`` (the padding row aside): μ, Σ and the bias means are
     theirs, never a padded row's."""
     check_pad_to_multiple_of(pad_to_multiple_of)
+    steps = shared_direction_steps(transforms)
     num_rows, named = old.embedding.shape[0], len(old_tokens)
     source_ids = check_vocabulary_change(
         slot,
@@ -318,14 +338,15 @@ def plan_extension(
         old_rows = old_token_rows(table, named, padding_idx)
         return NewRowsRequest(table, old_rows, added_tokens, len(source_ids), generator, what, split)
 
-    rows, counts = _new_rows(row_rule, request(old.embedding, f"slot {slot!r}"), standardize, unnamed)
+    rows, counts = _new_rows(row_rule, request(old.embedding, f"slot {slot!r}"), standardize, unnamed, steps)
     outputs = {
-        path: _new_rows(out_rule, request(weight, f"output layer {path!r}"), standardize, unnamed)[0]
+        path: _new_rows(out_rule, request(weight, f"output layer {path!r}"), standardize, unnamed, steps)[0]
         for path, weight in old.outputs.items()
     }
     values = _new_bias_values(old, bias, padding_idx, named)
     plan = ExtensionPlan(slot, list(new_tokens), source_ids, new_padding, rows, outputs, values, named_rows=named)
     plan.report = plan_report(plan, old, row_rule.name, out_rule.name, counts, padding_idx, standardize, bias)
+    plan.report["transforms"] = [f"{step.name}:{step.argument}" if step.argument else step.name for step in steps]
     return plan
 
 

@@ -38,6 +38,8 @@ def format_extension_report(reports: Mapping[str, Mapping[str, Any]]) -> str:
     lines = text_table([title for title, _ in _COLUMNS], [[cell(r) for _, cell in _COLUMNS] for r in reports.values()])
     notes = []
     for name, report in reports.items():
+        if report.get("transforms"):
+            notes.append(f"slot {name!r}: new rows' shared directions removed: {' → '.join(report['transforms'])}")
         if report.get("standardize"):
             notes.append(f"slot {name!r}: new rows standardized to {report['standardize']}")
         for path, output in report.get("outputs", {}).items():
