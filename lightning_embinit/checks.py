@@ -7,6 +7,7 @@ given ``optional=True`` accepts it (a number is never "unset" because it is 0).
 
 from __future__ import annotations
 
+import difflib
 import math
 import numbers
 from collections.abc import Collection, Iterable, Sequence
@@ -151,3 +152,29 @@ def check_texts(texts: Any, what: str = "texts") -> list[str]:
         if not isinstance(text, str):
             raise TypeError(f"{what}[{index}] must be a string, got {type(text).__name__} ({text!r})")
     return texts
+
+
+def config_fields(config: Any) -> list[str]:
+    """The field names of a ``transformers`` config that a config mapping may set: its saved fields and their
+    aliases (``attribute_map``: ``hidden_size`` for GPT-2's ``n_embd``), sorted."""
+    names = {name for name in config.to_dict() if not name.startswith("_")} - {"transformers_version", "model_type"}
+    return sorted(names | set(getattr(config, "attribute_map", {})))
+
+
+def check_config_fields(config: Any, names: Iterable[str], what: str) -> None:
+    """Raise ValueError when a name of ``names`` is no field of ``config`` (``transformers`` would keep it as a
+    stray attribute the model never reads): the error names ``what``, the closest fields and every field. A field
+    is one of :func:`config_fields` or another attribute of the config that is not a method."""
+    known = config_fields(config)
+    unknown = [
+        name
+        for name in names
+        if name not in known and (not hasattr(config, name) or callable(getattr(type(config), name, None)))
+    ]
+    if unknown:
+        close = [match for name in unknown for match in difflib.get_close_matches(name, known, n=2)]
+        hint = f" (did you mean {', '.join(dict.fromkeys(close))}?)" if close else ""
+        raise ValueError(
+            f"{what}: the {config.model_type} config has no field {', '.join(map(repr, unknown))}{hint}; its fields: "
+            f"{', '.join(known)}"
+        )

@@ -141,7 +141,7 @@ def test_bad_model_configs_get_one_clear_line(tmp_path, capsys):
     assert exit_.value.code == 2 and "not allowed with argument" in capsys.readouterr().err
 
     assert main(["--hf-config", str(tmp_path), "--model-option", "bogus=1"]) == 2
-    assert "the gpt2 config has no field bogus" in capsys.readouterr().err
+    assert "the gpt2 config has no field 'bogus'" in capsys.readouterr().err
     assert main([*LLAMA, "--positional", "none", "--padding-idx", "0"]) == 2
     assert "--positional, --padding-idx: a bare shape's option" in capsys.readouterr().err
     assert main(["--vocab-size", "10", "--dim", "8", "--num-layers", "2"]) == 2

@@ -105,9 +105,11 @@ def test_a_config_the_library_refuses_is_one_line_naming_it(capsys):
     line = refused(capsys, *GPT2[:4], "--num-heads", "5")  # GPT-2 asks 768 (its n_embd) / 5 heads
     assert "--model-type gpt2: the config does not build a model: `embed_dim` must be divisible by num_heads" in line
     line = refused(capsys, *GPT2, "--model-option", "n_layers=2")  # GPT-2's field is n_layer
+    assert "--model-option: the gpt2 config has no field 'n_layers' (did you mean n_layer" in line
+    assert "; its fields: " in line and " n_layer, " in line
     assert line.endswith(
-        "the gpt2 config has no field n_layers: a --model-option names one of its fields; --vocab-size sets "
-        "vocab_size, --dim sets hidden_size, --num-layers sets num_hidden_layers, --num-heads sets num_attention_heads"
+        "; --vocab-size sets vocab_size, --dim sets hidden_size, --num-layers sets num_hidden_layers, --num-heads "
+        "sets num_attention_heads"
     )
 
 

@@ -19,7 +19,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from lightning_embinit.checks import check_choice
+from lightning_embinit.checks import check_choice, check_config_fields
 from lightning_embinit.commands.inspect_limits import (
     HF_SIZES,
     LITGPT_SIZES,
@@ -151,13 +151,12 @@ def _local_config(source: str) -> str | None:
 
 
 def _check_fields(config: Any, fields: Mapping[str, Any]) -> None:
-    unknown = [name for name in fields if not hasattr(config, name)]
-    if unknown:
+    """:func:`~lightning_embinit.checks.check_config_fields` for ``--model-option``, naming the size options too."""
+    try:
+        check_config_fields(config, fields, "--model-option")
+    except ValueError as error:
         sizes = ", ".join(f"--{option.replace('_', '-')} sets {field}" for option, field in HF_SIZES.items())
-        raise ValueError(
-            f"the {config.model_type} config has no field {', '.join(unknown)}: a --model-option names one of its "
-            f"fields; {sizes}"
-        )
+        raise ValueError(f"{error}; {sizes}") from None
 
 
 def auto_class(config: Any) -> Any:

@@ -6,10 +6,9 @@ over the labels that are not -100) are ``transformers``' own; the callbacks read
 
 from __future__ import annotations
 
-import difflib
 import json
 import os
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict
 from typing import Any
 
@@ -17,7 +16,7 @@ import torch
 import torch.nn.functional as F
 from typing_extensions import override
 
-from lightning_embinit.checks import check_choice, check_range, check_texts
+from lightning_embinit.checks import check_choice, check_config_fields, check_range, check_texts
 from lightning_embinit.models.module import LightningSystem, followed_tokenizer, group_config
 from lightning_embinit.models.optimization import OptimizerConfig
 from lightning_embinit.models.prediction import Generation, continue_prompts
@@ -43,32 +42,6 @@ def language_model_types() -> dict[str, tuple[str, ...]]:
         name: tuple(o for o, mapping in zip(OBJECTIVES, heads) if name in mapping)
         for name in sorted(set().union(*heads))
     }
-
-
-def config_fields(config: Any) -> list[str]:
-    """The field names of a ``transformers`` config that a config mapping may set: its saved fields and their
-    aliases (``attribute_map``: ``hidden_size`` for GPT-2's ``n_embd``), sorted."""
-    names = {name for name in config.to_dict() if not name.startswith("_")} - {"transformers_version", "model_type"}
-    return sorted(names | set(getattr(config, "attribute_map", {})))
-
-
-def check_config_fields(config: Any, names: Iterable[str], what: str) -> None:
-    """Raise ValueError when a name of ``names`` is no field of ``config`` (``transformers`` would keep it as a
-    stray attribute the model never reads): the error names ``what``, the closest fields and every field. A field
-    is one of :func:`config_fields` or another attribute of the config that is not a method."""
-    known = config_fields(config)
-    unknown = [
-        name
-        for name in names
-        if name not in known and (not hasattr(config, name) or callable(getattr(type(config), name, None)))
-    ]
-    if unknown:
-        close = [match for name in unknown for match in difflib.get_close_matches(name, known, n=2)]
-        hint = f" (did you mean {', '.join(dict.fromkeys(close))}?)" if close else ""
-        raise ValueError(
-            f"{what}: the {config.model_type} config has no field {', '.join(map(repr, unknown))}{hint}; its fields: "
-            f"{', '.join(known)}"
-        )
 
 
 def _read_config_json(config_path: str) -> dict[str, Any]:
@@ -97,7 +70,7 @@ def hugging_face_config(
 ) -> Any:
     """The ``transformers`` config of ``model_type`` (or ``config_path``'s ``config.json``), ``config`` on top and
     ``defaults`` for the keys neither sets; a key of ``config`` the config class does not know is refused
-    (:func:`check_config_fields`)."""
+    (:func:`~lightning_embinit.checks.check_config_fields`)."""
     from transformers import AutoConfig
     from transformers.models.auto.configuration_auto import CONFIG_MAPPING
 
