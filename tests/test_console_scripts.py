@@ -70,8 +70,8 @@ def test_embinit_version(monkeypatch, capsys):
 def test_embinit_without_a_command_is_one_line_and_status_2(capsys):
     assert cli.main([]) == 2
     assert capsys.readouterr().err.splitlines() == [
-        "embinit: error: name a command: fit, validate, test, predict, inspect, sweep, report, translate, generate "
-        "or classify (`embinit --help` lists them)"
+        "embinit: error: name a command: fit, validate, test, predict, inspect, sweep, report, translate, generate, "
+        "classify or transplant (`embinit --help` lists them)"
     ]
 
 
