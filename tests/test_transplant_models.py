@@ -226,3 +226,35 @@ def test_an_old_table_with_nan_is_refused_before_anything_changes(tokenizers):
     with pytest.raises(ValueError, match=r"output layer 'lm_head' already holds NaN or inf \(rows \[7\]\)"):
         transplant_tokenizer(model, german, old_tokenizer=english)
     assert model.model.embed_tokens.weight.shape[0] == len(english)
+
+
+def test_the_packages_hugging_face_system_follows_with_its_tokenizer(tokenizers, tmp_path):
+    """HuggingFaceLM keeps the package's tokenizer (and its config in the hyperparameters): both follow."""
+    from lightning_embinit import HuggingFaceLM
+    from lightning_embinit.text.tokenization import build_tokenizer
+
+    english, german = tokenizers
+    english.save_pretrained(tmp_path / "english")
+    german.save_pretrained(tmp_path / "german")
+    small = {
+        "hidden_size": 16,
+        "intermediate_size": 32,
+        "num_hidden_layers": 1,
+        "num_attention_heads": 2,
+        "num_key_value_heads": 2,
+        "max_position_embeddings": 32,
+    }
+    torch.manual_seed(0)
+    system = HuggingFaceLM(model_type="llama", config=small, tokenizer=str(tmp_path / "english"))
+    old_table = system.model.get_input_embeddings().weight.detach().clone()
+    old_index = {token: i for i, token in enumerate(system.tokenizer.tokens)}
+    new = build_tokenizer(str(tmp_path / "german"))
+    report = transplant_tokenizer(system, new, method="pieces")
+    assert system.tokenizer is new and system.hparams["config"]["vocab_size"] == len(new.tokens)
+    table = system.model.get_input_embeddings().weight
+    assert table.shape[0] == len(new.tokens) == system.model.config.vocab_size
+    kept = [(i, old_index[t]) for i, t in enumerate(new.tokens) if t in old_index]
+    assert kept and all(torch.equal(table[i], old_table[j]) for i, j in kept)
+    assert report["built_by"]["pieces"] > 0
+    with torch.no_grad():
+        assert system(input_ids=torch.tensor([new.encode("ein mann")])).logits.shape[-1] == len(new.tokens)
