@@ -24,6 +24,7 @@ def folders(tmp_path_factory):
     english.save_pretrained(root / "model")
     german.save_pretrained(root / "german")
     tiny_llama(len(german), seed=5).save_pretrained(root / "donor")
+    tiny_llama(len(german), seed=6).save_pretrained(root / "bare")  # no tokenizer beside it
     german.save_pretrained(root / "donor")
     (root / "texts.txt").write_text("\n".join(GERMAN) + "\n", encoding="utf-8")
     return root
@@ -93,6 +94,14 @@ def test_refusals_are_one_line_and_exit_2(folders, capsys, tmp_path):
             tmp_path / "o",
         ],
         "--tokenizer": ["--model", model, "--tokenizer", tmp_path / "nowhere", "--output", tmp_path / "o"],
+        "no tokenizer beside its weights": [
+            "--model",
+            folders / "bare",
+            "--tokenizer",
+            german,
+            "--output",
+            tmp_path / "o",
+        ],
     }
     for expected, args in cases.items():
         status, out, err = run(capsys, *args)

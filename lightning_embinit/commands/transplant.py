@@ -18,6 +18,15 @@ from typing import Any
 
 from lightning_embinit.commands.arguments import CommandParser
 
+TOKENIZER_FILES = (
+    "tokenizer.json",
+    "tokenizer_config.json",
+    "vocab.json",
+    "vocab.txt",
+    "tokenizer.model",
+    "spiece.model",
+)
+"""The files that make a directory a Hugging Face tokenizer's."""
 NEEDS = {"omp": "donor", "neighbors": "donor", "focus": "texts", "description": "descriptions"}
 """The option each method cannot work without."""
 
@@ -82,6 +91,8 @@ def _check(args: argparse.Namespace) -> str | None:
     checkpoint = model.is_file()
     if not checkpoint and not (model / "config.json").is_file():
         return f"--model {args.model} is a directory without config.json: give a save_pretrained directory or a .ckpt"
+    if not checkpoint and args.old_tokenizer is None and not any((model / name).is_file() for name in TOKENIZER_FILES):
+        return f"--model {args.model} has no tokenizer beside its weights: pass --old-tokenizer DIR (its own)"
     for option in ("tokenizer", "old_tokenizer", "donor"):
         value = getattr(args, option)
         if value is not None and not Path(value).expanduser().is_dir():
