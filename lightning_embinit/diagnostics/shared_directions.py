@@ -18,11 +18,10 @@ from typing import Any
 import torch
 
 from lightning_embinit.diagnostics.initial_loss import random_token_loss
-from lightning_embinit.init.directions import center, remove_top, whiten
 from lightning_embinit.init.host import EmbeddingSlot
 from lightning_embinit.init.sharding import whole_table
 from lightning_embinit.init.statistics import default_top_k, principal_directions, rows_without
-from lightning_embinit.init.transforms import resolve_target, standardize
+from lightning_embinit.init.transforms import build_transform, resolve_target, standardize
 
 SHARE_FACTOR = 5.0
 """The rows share directions when the top direction holds more than this multiple of i.i.d. rows' share…"""
@@ -85,16 +84,13 @@ def predict_transforms(
     if rows is not None and not bool(rows.any()):
         rows = None
     directions = principal_directions(table, rows)
-    build = {
-        "center": lambda x: center(x, rows=rows),
-        "remove_top": lambda x: remove_top(x, directions=directions),
-        "whiten": lambda x: whiten(x, directions=directions),
-    }
+    pretrained = torch.ones(table.shape[0], dtype=torch.bool) if rows is None else rows
     predictions = []
     for names in CANDIDATES:
-        transformed = table
-        for name in names:
-            transformed = build[name](transformed)
+        transformed = table.clone()
+        for name in names:  # as the pipeline applies them (OOV rows re-centred), the directions computed once
+            step = build_transform(name)
+            transformed = step.apply_to_source(transformed, pretrained, directions=directions, generator=None)
         spread = resolve_target(target, *full.shape)  # the whole table's shape, as the pipeline's standardize
         standardized = standardize(transformed, spread) if float(transformed.std()) > 0 else transformed
         written = torch.zeros_like(full)

@@ -31,6 +31,7 @@ from lightning_embinit.init.sources.base import SourceMatrix, SourceRequest, res
 from lightning_embinit.init.statistics import (
     CHUNK_ELEMENTS,
     MatrixStats,
+    PrincipalDirections,
     default_top_k,
     matrix_statistics,
     round_to_bfloat16,
@@ -251,28 +252,59 @@ TRANSFORMS.add(
 
 @dataclass(frozen=True)
 class SharedDirections(Transform):
-    """``center``, ``remove_top[:k]`` or ``whiten[:eps]`` (:mod:`.directions`): fitted on the pre-trained rows (every
-    row when the source has none, as a random scheme), applied to every row, so the OOV rows keep their place relative
-    to the pre-trained ones."""
+    """``center``, ``remove_top[:k]`` or ``whiten[:eps]`` (:mod:`.directions`): fitted on the pre-trained rows and
+    applied to them (to every row when the source has none, as a random scheme). The OOV rows, which the source's
+    ``oov`` policy drew apart from the pre-trained rows' directions, are only moved to the transformed rows' mean, 0:
+    their own mean row is subtracted (``oov="mean"`` rows, all the pre-trained mean row, become 0, as the map makes
+    it; i.i.d. rows stay i.i.d.)."""
 
     def validate(self, num_embeddings: int, embedding_dim: int) -> None:
         if self.name == "remove_top" and self.argument is not None:
             check_top_k(self.argument, embedding_dim)
 
     def __call__(self, matrix: SourceMatrix, request: SourceRequest) -> SourceMatrix:
-        rows = matrix.pretrained_rows if bool(matrix.pretrained_rows.any()) else None
-        return replace(matrix, weight=self.apply(matrix.weight, rows=rows, generator=request.generator))
+        weight = self.apply_to_source(matrix.weight, matrix.pretrained_rows, generator=request.generator)
+        return replace(matrix, weight=weight)
+
+    def apply_to_source(
+        self,
+        weight: torch.Tensor,
+        pretrained: torch.Tensor,
+        *,
+        generator: torch.Generator | None = None,
+        directions: PrincipalDirections | None = None,
+    ) -> torch.Tensor:
+        """``weight`` transformed in place as a pre-trained source's table (the class doc): the map fitted on and
+        applied to the ``pretrained`` rows (every row when none is), the others re-centred. ``directions``: the
+        pre-trained rows' principal directions when already computed."""
+        if not bool(pretrained.any()):
+            return self.apply(weight, generator=generator, directions=directions)
+        oov = (~pretrained).nonzero().squeeze(1).to(weight.device)
+        kept = weight.index_select(0, oov).float()  # usually few rows
+        self.apply(weight, rows=pretrained, generator=generator, directions=directions)
+        if len(oov):
+            centred = kept - kept.mean(dim=0)
+            rounded = round_to_bfloat16(centred, generator) if weight.dtype == torch.bfloat16 else centred
+            weight.index_copy_(0, oov, rounded.to(weight.dtype))
+        return weight
 
     def apply(
-        self, weight: torch.Tensor, *, rows: torch.Tensor | None = None, generator: torch.Generator | None = None
+        self,
+        weight: torch.Tensor,
+        *,
+        rows: torch.Tensor | None = None,
+        generator: torch.Generator | None = None,
+        directions: PrincipalDirections | None = None,
     ) -> torch.Tensor:
-        """``weight`` transformed in place, the map fitted on the rows ``rows`` selects (all when ``None``)."""
+        """``weight`` transformed in place, the map fitted on the rows ``rows`` selects (all when ``None``;
+        ``directions``: theirs, when already computed)."""
         options = {"rows": rows, "generator": generator, "out": weight}
         if self.name == "center":
             return center(weight, **options)
         if self.name == "remove_top":
-            return remove_top(weight, self.argument, **options)
-        return whiten(weight, DEFAULT_WHITEN_EPS if self.argument is None else self.argument, **options)
+            return remove_top(weight, self.argument, directions=directions, **options)
+        eps = DEFAULT_WHITEN_EPS if self.argument is None else self.argument
+        return whiten(weight, eps, directions=directions, **options)
 
     def rows_needed(self, embedding_dim: int) -> int:
         """The fewest rows the map can be fitted on: 2 (a mean and a spread), k + 2 for ``remove_top`` (k
