@@ -2,7 +2,7 @@
 
 Word vectors are anisotropic: a large common mean and a few dominating directions (Mu & Viswanath, "All-but-the-Top:
 Simple and Effective Postprocessing for Word Representations", ICLR 2018). Three linear maps remove them, each fitted
-on the rows that ``rows`` selects (the pre-trained rows, in the pipeline) and applied to every row:
+on the rows that ``rows`` selects (the pre-trained rows, in the pipeline) and applied to every row of ``matrix``:
 
 - :func:`center`: x* = x − μ;
 - :func:`remove_top` (all-but-the-top): x* = (x − μ) − Σ_{j≤k} (u_jᵀ(x − μ)) u_j, u_j the top principal directions;
