@@ -144,8 +144,8 @@ def test_match_step_builds_a_reference_source_for_the_slot():
         (lambda: standardize(torch.randn(4, 4), {"a": 1}), "a standardization target is"),
         (
             lambda: build_transform("rotate"),
-            r"unknown transform 'rotate'; known transforms: center, match:<arg>, remove_top:<arg>, scale:<arg>, "
-            r"shuffle, standardize:<arg>, whiten:<arg>",
+            r"unknown transform 'rotate'; known transforms: center, match:<arg>, remove_top\[:<arg>\], scale:<arg>, "
+            r"shuffle, standardize:<arg>, whiten\[:<arg>\]",
         ),
         (lambda: build_transform("shuffle", 3), "takes no argument"),
     ],
@@ -178,3 +178,16 @@ def test_affine_transforms_accept_non_contiguous_input():
     assert torch.allclose(y.double(), expected, atol=1e-5)
     with pytest.raises(ValueError, match="out= must be a contiguous tensor"):
         scale(x, 2.0, out=torch.empty(40, 300).t())
+
+
+def test_a_registry_entry_with_an_optional_argument_takes_the_plain_name_and_says_so():
+    from lightning_embinit.init.registry import Registry
+    from lightning_embinit.init.transforms import TRANSFORMS
+
+    assert "remove_top" in TRANSFORMS and "remove_top:3" in TRANSFORMS and "whiten" in TRANSFORMS
+    assert "remove_top[:<arg>]" in TRANSFORMS.known() and "whiten[:<arg>]" in TRANSFORMS.known()
+    assert "scale:<arg>" in TRANSFORMS.known() and "scale" not in TRANSFORMS  # a required argument stays required
+    assert TRANSFORMS.build("remove_top").argument is None and TRANSFORMS.build("remove_top:3").argument == 3
+    registry = Registry("thing")
+    with pytest.raises(ValueError, match="thing 'x': an optional argument needs takes_argument=True"):
+        registry.add("x", lambda: 1, optional_argument=True)

@@ -2,7 +2,9 @@
 
 A spec is the string a user types: a plain name (``"xavier"``) or a name with an argument after the first colon
 (``"normal:0.01"``, ``"hf:/models/bert"``). A factory registered with ``takes_argument=True`` receives it as its first
-positional parameter; prefixes are matched before plain names so paths with colons survive.
+positional parameter; prefixes are matched before plain names so paths with colons survive. With
+``optional_argument=True`` as well, the plain name is valid too and calls the factory without it
+(``"remove_top"`` and ``"remove_top:3"``).
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ class _Entry(Generic[T]):
     factory: Callable[..., T]
     takes_argument: bool
     summary: str
+    optional_argument: bool = False
 
 
 class Registry(Generic[T]):
@@ -30,28 +33,39 @@ class Registry(Generic[T]):
         self._entries: dict[str, _Entry[T]] = {}
 
     def register(
-        self, name: str, *, takes_argument: bool = False, summary: str = ""
+        self, name: str, *, takes_argument: bool = False, summary: str = "", optional_argument: bool = False
     ) -> Callable[[Callable[..., T]], Callable[..., T]]:
         """Decorator registering ``factory`` under ``name``."""
 
         def decorator(factory: Callable[..., T]) -> Callable[..., T]:
-            self.add(name, factory, takes_argument=takes_argument, summary=summary)
+            self.add(name, factory, takes_argument=takes_argument, summary=summary, optional_argument=optional_argument)
             return factory
 
         return decorator
 
-    def add(self, name: str, factory: Callable[..., T], *, takes_argument: bool = False, summary: str = "") -> None:
+    def add(
+        self,
+        name: str,
+        factory: Callable[..., T],
+        *,
+        takes_argument: bool = False,
+        summary: str = "",
+        optional_argument: bool = False,
+    ) -> None:
+        """Register ``factory`` under ``name``; ``optional_argument`` (with ``takes_argument``): the plain name too."""
         if name in self._entries:
             raise ValueError(f"{self.kind} {name!r} is already registered")
+        if optional_argument and not takes_argument:
+            raise ValueError(f"{self.kind} {name!r}: an optional argument needs takes_argument=True")
         if not summary and factory.__doc__:
             summary = factory.__doc__.strip().splitlines()[0]
-        self._entries[name] = _Entry(factory, takes_argument, summary)
+        self._entries[name] = _Entry(factory, takes_argument, summary, optional_argument)
 
     def split(self, spec: str) -> tuple[str, str | None]:
         """Split ``spec`` into (registered name, argument or None); unknown names raise."""
         if not isinstance(spec, str) or not spec:
             raise ValueError(f"a {self.kind} must be given by a non-empty name; known {self.kind}s: {self.known()}")
-        if spec in self._entries and not self._entries[spec].takes_argument:
+        if spec in self._entries and (not (entry := self._entries[spec]).takes_argument or entry.optional_argument):
             return spec, None
         name, _, argument = spec.partition(":")
         entry = self._entries.get(name)
@@ -92,7 +106,10 @@ class Registry(Generic[T]):
 
     def known(self) -> str:
         """The registered names as users type them, comma-separated."""
-        return ", ".join(f"{n}:<arg>" if e.takes_argument else n for n, e in sorted(self._entries.items()))
+        return ", ".join(
+            f"{n}[:<arg>]" if e.optional_argument else f"{n}:<arg>" if e.takes_argument else n
+            for n, e in sorted(self._entries.items())
+        )
 
     def describe(self) -> dict[str, str]:
         """Name → one-line summary, for docs and ``--help``."""

@@ -360,20 +360,18 @@ TRANSFORMS.add(
     "remove_top",
     _top_k,
     takes_argument=True,
+    optional_argument=True,
     summary="all-but-the-top (Mu & Viswanath): center, remove the top k principal directions (k optional: ≈ D/100)",
 )
 TRANSFORMS.add(
     "whiten",
     _whiten_eps,
     takes_argument=True,
+    optional_argument=True,
     summary=f"ZCA whitening with relative regularization eps (optional, {DEFAULT_WHITEN_EPS}), total variance kept",
 )
-OPTIONAL_ARGUMENT = ("remove_top", "whiten")
-"""Transforms whose argument may be left out (``"remove_top"``, ``"whiten"``)."""
 
 
 def build_transform(spec: str, argument: Any = None, **options: Any) -> Transform:
     """The transform for ``"name[:argument]"``, or ``name`` with a Python ``argument``; ``options``: its source's."""
-    if argument is None and spec in OPTIONAL_ARGUMENT:
-        return TRANSFORMS.create(spec)
     return TRANSFORMS.build(spec, **options) if argument is None else TRANSFORMS.create(spec, argument, **options)
