@@ -150,6 +150,20 @@ def test_isotropy_of_iid_rows_and_sampling():
     assert default_top_k(300) == 3 and default_top_k(3584) == 36 and default_top_k(50) == 1
 
 
+@pytest.mark.parametrize("seed", [0, 1])
+def test_a_wide_tables_isotropy_is_the_sampled_rows_own_spectrum_within_its_budget(seed):
+    """N·D² over the budget: budget // D² rows (here 40 of 300 at D = 96, fewer rows than columns), their spectrum
+    from numpy's SVD; a planted direction stays visible."""
+    rows, _ = planted(n=300, d=96, c=3.0, dtype=torch.float64, seed=seed)
+    measures = isotropy(rows, max_multiply_adds=40 * 96 * 96)
+    sample = torch.randperm(300, generator=torch.Generator().manual_seed(0))[:40].sort().values.numpy()
+    chosen = rows.numpy()[sample]
+    spectrum = np.linalg.svd(chosen - chosen.mean(axis=0), compute_uv=False) ** 2
+    assert measures["isotropy_rows"] == 40 and measures["iid_top_share"] == pytest.approx(iid_top_share(40, 96))
+    assert measures["top_share"] == pytest.approx(spectrum[0] / spectrum.sum(), rel=1e-9)
+    assert measures["top_share"] > 5 * measures["iid_top_share"]
+
+
 def test_bfloat16_tables_are_computed_wide_and_rounded_without_bias():
     rows, _ = planted(n=4000, d=64, c=5.0, dtype=torch.float32)
     table = rows.to(torch.bfloat16)

@@ -119,7 +119,8 @@ def embedding_statistics(
 # -- shared directions: the mean row, the principal directions, isotropy (docs/concepts.md#shared-directions) -------
 
 ISOTROPY_MULTIPLY_ADDS = 1 << 33
-"""Multiply-adds the report's covariance may cost (N·D², a few seconds on 2 cores); above, rows are sampled."""
+"""Multiply-adds the report's isotropy may cost (N·D² for the covariance, a few seconds on 2 cores); above, a sample
+of rows within the same budget."""
 
 
 def round_to_bfloat16(values: torch.Tensor, generator: torch.Generator | None = None) -> torch.Tensor:
@@ -224,20 +225,24 @@ def isotropy(
     """How much the rows share directions (Mu & Viswanath, "All-but-the-Top", 2018): ``top_share`` (the top principal
     direction's share of the variance), ``top_k_share`` (the top ``top_k``'s, default :func:`default_top_k`),
     ``iid_top_share`` (what i.i.d. rows of this shape would give) and ``mean_cosine`` (exact, every row). The
-    covariance uses every row unless N·D² exceeds ``max_multiply_adds``; then a seeded sample of rows (at least
-    4·D), counted in ``isotropy_rows``."""
+    covariance uses every row unless N·D² exceeds ``max_multiply_adds``; then the singular values of a seeded sample
+    of ``max_multiply_adds // D²`` rows (at least k + 2), counted in ``isotropy_rows`` (``iid_top_share`` is for that
+    many rows)."""
     n, d = as_rows(matrix).shape
     top_k = default_top_k(d) if top_k is None else top_k
-    sample = None
-    if n * d * d > max_multiply_adds:
-        size = min(n, max(4 * d, max_multiply_adds // (d * d)))
+    if n * d * d > max_multiply_adds:  # the sample's singular values: (its rows)² · D multiply-adds, no D×D matrix
+        size = min(n, max(top_k + 2, max_multiply_adds // (d * d)))
         sample = torch.randperm(n, generator=torch.Generator().manual_seed(0))[:size].sort().values
-    directions = principal_directions(matrix, sample)
+        rows = as_rows(matrix.detach()).index_select(0, sample.to(matrix.device)).double()
+        variances = torch.linalg.svdvals(rows - rows.mean(dim=0)).square() / size
+    else:
+        variances, size = principal_directions(matrix).variances, n
+    total = float(variances.sum())
     return {
-        "top_share": directions.top_share(1),
+        "top_share": float(variances[0]) / total if total > 0 else math.nan,
         "top_k": top_k,
-        "top_k_share": directions.top_share(top_k),
-        "iid_top_share": iid_top_share(directions.rows, d),
+        "top_k_share": float(variances[:top_k].sum()) / total if total > 0 else math.nan,
+        "iid_top_share": iid_top_share(size, d),
         "mean_cosine": mean_cosine(matrix),
-        "isotropy_rows": directions.rows,
+        "isotropy_rows": size,
     }
