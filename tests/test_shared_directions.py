@@ -154,7 +154,7 @@ def test_isotropy_of_iid_rows_and_sampling():
 def test_a_wide_tables_isotropy_is_the_sampled_rows_own_spectrum_within_its_budget(seed):
     """N·D² over the budget: budget // D² rows (here 40 of 300 at D = 96, fewer rows than columns), their spectrum
     from numpy's SVD; a planted direction stays visible."""
-    rows, _ = planted(n=300, d=96, c=3.0, dtype=torch.float64, seed=seed)
+    rows, _ = planted(n=300, d=96, c=8.0, dtype=torch.float64, seed=seed)
     measures = isotropy(rows, max_multiply_adds=40 * 96 * 96)
     sample = torch.randperm(300, generator=torch.Generator().manual_seed(0))[:40].sort().values.numpy()
     chosen = rows.numpy()[sample]
