@@ -22,15 +22,14 @@ from __future__ import annotations
 import argparse
 import csv
 import gzip
-from contextlib import nullcontext
 
 import bench_seq2seq
 import torch
 import torch.nn.functional as F
-from bench_seq2seq import DTYPES
 from data_files import shared_file
-from flops import device_peak, gemm_ceiling, measure_training_flops, print_utilization
-from timing import alternate, print_throughput
+from flops import gemm_ceiling, measure_training_flops
+from precision_rows import CLOCKS, add_options, autocast_for, machine_line, report, row_name
+from timing import alternate
 from torch import nn
 
 from lightning_embinit.models import TransformerClassifier
@@ -113,43 +112,60 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=6, help="runs per model, alternating")
     parser.add_argument("--dropout", type=float, default=0.1)
     parser.add_argument("--device", default="cpu")
-    parser.add_argument("--dtype", choices=DTYPES, default="fp32")
+    add_options(parser)
     args = parser.parse_args()
-    size, device, dtype = SIZES[args.size], torch.device(args.device), DTYPES[args.dtype]
-    autocast = (lambda: torch.autocast(device.type, dtype=dtype)) if dtype != torch.float32 else nullcontext
+    size, device = SIZES[args.size], torch.device(args.device)
     tokenizer, ids, labels = sst2_batch(args.batch, device)
     tokens = int((ids != tokenizer.pad_id).sum())
-    torch.manual_seed(0)
-    ours = TransformerClassifier(
-        tokenizer=tokenizer.to_config(), num_classes=2, architecture={**size, "dropout": args.dropout, "max_len": 128}
-    )
-    reference = ReferenceClassifier(
-        len(tokenizer),
-        tokenizer.pad_id,
-        size["d_model"],
-        size["num_heads"],
-        size["num_layers"],
-        size["ffn_dim"],
-        args.dropout,
-        2,
-    )
-    runners = {
-        "TransformerClassifier": Runner(ours.to(device), (ids, labels), autocast, tokens),
-        "nn.TransformerEncoder": Runner(reference.to(device), (ids, labels), autocast, tokens),
-    }
+    runners, dtype_of = {}, {}
+    for dtype in args.dtype:
+        torch.manual_seed(0)
+        ours = TransformerClassifier(
+            tokenizer=tokenizer.to_config(),
+            num_classes=2,
+            architecture={**size, "dropout": args.dropout, "max_len": 128},
+        )
+        reference = ReferenceClassifier(
+            len(tokenizer),
+            tokenizer.pad_id,
+            size["d_model"],
+            size["num_heads"],
+            size["num_layers"],
+            size["ffn_dim"],
+            args.dropout,
+            2,
+        )
+        autocast = autocast_for(device, dtype)
+        runners[row_name("TransformerClassifier", args.dtype, dtype)] = Runner(
+            ours.to(device), (ids, labels), autocast, tokens
+        )
+        runners[row_name("nn.TransformerEncoder", args.dtype, dtype)] = Runner(
+            reference.to(device), (ids, labels), autocast, tokens
+        )
+        dtype_of.update(dict.fromkeys(set(runners) - set(dtype_of), dtype))
+    Runner.clock = staticmethod(CLOCKS[args.clock])
+    header = machine_line(device, args.clock)
     results = alternate(runners, args.repeats, args.steps, args.warmup)
     print(
         f"training tokens/s, size {args.size}: {size['num_layers']} post-LN layers, d={size['d_model']}, "
         f"{size['num_heads']} heads, FFN {size['ffn_dim']}, vocabulary {len(tokenizer)}, "
         f"batch {ids.shape[0]}×{ids.shape[1]} "
-        f"({tokens} non-padding tokens of SST-2 dev), dropout {args.dropout}, {args.device} {args.dtype}, "
-        f"{torch.get_num_threads()} threads, {args.repeats} alternating runs × {args.steps} steps (target ratio ≥ 1.0)"
+        f"({tokens} non-padding tokens of SST-2 dev), dropout {args.dropout}, {args.device} "
+        f"{' and '.join(args.dtype)}, {args.repeats} alternating runs × {args.steps} steps (target ratio ≥ 1.0); "
+        f"{header}"
     )
-    medians = print_throughput(results, runners, reference="nn.TransformerEncoder")
-    records = {name: measure_training_flops(runner.forward_backward) for name, runner in runners.items()}
-    ceiling = gemm_ceiling(records["TransformerClassifier"], device=device, dtype=dtype)
-    print_utilization(
-        records, dict.fromkeys(runners, tokens), medians, ceiling, dtype=args.dtype, peak=device_peak(device, dtype)
+    report(
+        results,
+        runners,
+        {name: measure_training_flops(runner.forward_backward) for name, runner in runners.items()},
+        dict.fromkeys(runners, tokens),
+        dtype_of,
+        ours="TransformerClassifier",
+        reference="nn.TransformerEncoder",
+        dtypes=args.dtype,
+        device=device,
+        ceiling_fn=gemm_ceiling,
+        clock=args.clock,
     )
 
 

@@ -31,13 +31,14 @@ import argparse
 import gzip
 import statistics
 import time
-from contextlib import nullcontext
+from collections.abc import Callable
 
 import torch
 import torch.nn.functional as F
 from data_files import shared_file
-from flops import device_peak, gemm_ceiling, measure_training_flops, print_utilization
-from timing import alternate, print_throughput
+from flops import gemm_ceiling, measure_training_flops
+from precision_rows import CLOCKS, add_options, autocast_for, machine_line, report, row_name
+from timing import alternate
 from torch import nn
 
 from lightning_embinit.models import ReinforcedTransformerSeq2Seq, TransformerSeq2Seq
@@ -51,7 +52,6 @@ SIZES = {
     "wider": {"d_model": 4096, "num_heads": 32, "layers": 2, "ffn_dim": 16384, "batch": 16, "length": 1024},
 }
 SRC_VOCAB, TGT_VOCAB, PAD = 7855, 5970, 0
-DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16}
 
 
 class ReferenceSeq2Seq(nn.Module):
@@ -85,7 +85,9 @@ class ReferenceSeq2Seq(nn.Module):
 
 
 class Runner:
-    """A model, its Adam optimizer and one fixed batch; :meth:`run` times ``steps`` training steps."""
+    """A model, its Adam optimizer and one fixed batch; :meth:`run` times ``steps`` training steps on :attr:`clock`."""
+
+    clock: Callable[[], float] = staticmethod(time.perf_counter)
 
     def __init__(self, loss, model: nn.Module, batch: tuple[torch.Tensor, torch.Tensor], autocast, fused: bool) -> None:
         self.loss_fn, self.model, self.batch, self.autocast = loss, model.train(), batch, autocast
@@ -106,11 +108,11 @@ class Runner:
         """Training tokens per second over ``steps`` steps."""
         sync = torch.cuda.synchronize if self.batch[0].is_cuda else (lambda: None)
         sync()
-        started = time.perf_counter()
+        started = self.clock()
         for _ in range(steps):
             self.step()
         sync()
-        return steps * self.tokens / (time.perf_counter() - started)
+        return steps * self.tokens / (self.clock() - started)
 
 
 def _loss_function(model: TransformerSeq2Seq, compiled: bool):
@@ -120,16 +122,9 @@ def _loss_function(model: TransformerSeq2Seq, compiled: bool):
     return torch.compile(loss) if compiled else loss
 
 
-def train(args: argparse.Namespace) -> None:
-    size = SIZES[args.size]
-    device, dtype = torch.device(args.device), DTYPES[args.dtype]
-    autocast = (lambda: torch.autocast(device.type, dtype=dtype)) if dtype != torch.float32 else nullcontext
-    torch.manual_seed(0)
-    batch, length = size["batch"], size["length"]
-    max_len = max(64, length + 1)  # the target side holds length + 1 tokens
-    src = torch.randint(4, SRC_VOCAB, (batch, length), device=device)
-    tgt = torch.randint(4, TGT_VOCAB, (batch, length + 1), device=device)
-    options = {
+def model_options(size: dict[str, int], dropout: float, max_len: int) -> dict:
+    """TransformerSeq2Seq's arguments at ``size`` on the benchmark's vocabularies."""
+    return {
         "src_vocab_size": SRC_VOCAB,
         "tgt_vocab_size": TGT_VOCAB,
         "architecture": {
@@ -138,42 +133,75 @@ def train(args: argparse.Namespace) -> None:
             "num_encoder_layers": size["layers"],
             "num_decoder_layers": size["layers"],
             "ffn_dim": size["ffn_dim"],
-            "dropout": args.dropout,
+            "dropout": dropout,
             "max_len": max_len,
         },
     }
-    models = {"TransformerSeq2Seq": TransformerSeq2Seq(**options).to(device)}
-    if args.compile:
-        models["TransformerSeq2Seq+compile"] = TransformerSeq2Seq(**options).to(device)
-    reference = ReferenceSeq2Seq(
-        size["d_model"], size["num_heads"], size["layers"], size["ffn_dim"], args.dropout, max_len
-    )
-    runners = {
-        name: Runner(_loss_function(model, name.endswith("+compile")), model, (src, tgt), autocast, args.fused_adam)
-        for name, model in models.items()
-    }
-    runners["nn.Transformer"] = Runner(reference.to(device).loss, reference, (src, tgt), autocast, args.fused_adam)
+
+
+def train_runners(
+    args: argparse.Namespace, batch: tuple[torch.Tensor, torch.Tensor]
+) -> tuple[dict[str, Runner], dict[str, str]]:
+    """Per dtype: TransformerSeq2Seq (and compiled, with ``--compile``) and ``nn.Transformer``, the same weights
+    in every dtype (built from the same seed); and each row's dtype."""
+    size, device = SIZES[args.size], torch.device(args.device)
+    max_len = max(64, size["length"] + 1)  # the target side holds length + 1 tokens
+    runners, dtype_of = {}, {}
+    for dtype in args.dtype:
+        autocast = autocast_for(device, dtype)
+        variants = ["", "+compile"] if args.compile else [""]
+        for variant in variants:
+            torch.manual_seed(0)
+            model = TransformerSeq2Seq(**model_options(size, args.dropout, max_len)).to(device)
+            name = row_name(f"TransformerSeq2Seq{variant}", args.dtype, dtype)
+            runners[name] = Runner(_loss_function(model, bool(variant)), model, batch, autocast, args.fused_adam)
+        torch.manual_seed(0)
+        reference = ReferenceSeq2Seq(
+            size["d_model"], size["num_heads"], size["layers"], size["ffn_dim"], args.dropout, max_len
+        ).to(device)
+        runners[row_name("nn.Transformer", args.dtype, dtype)] = Runner(
+            reference.loss, reference, batch, autocast, args.fused_adam
+        )
+        dtype_of.update(dict.fromkeys(set(runners) - set(dtype_of), dtype))
+    return runners, dtype_of
+
+
+def train(args: argparse.Namespace) -> None:
+    size, device = SIZES[args.size], torch.device(args.device)
+    torch.manual_seed(0)
+    batch, length = size["batch"], size["length"]
+    src = torch.randint(4, SRC_VOCAB, (batch, length), device=device)
+    tgt = torch.randint(4, TGT_VOCAB, (batch, length + 1), device=device)
+    runners, dtype_of = train_runners(args, (src, tgt))
+    Runner.clock = staticmethod(CLOCKS[args.clock])
+    header = machine_line(device, args.clock)
     results = alternate(runners, args.repeats, args.steps, args.warmup)
     print(
         f"training tokens/s, size {args.size}: {size['layers']}+{size['layers']} layers, d={size['d_model']}, "
         f"{size['num_heads']} heads, FFN {size['ffn_dim']}, batch {batch}×{length}, vocab {SRC_VOCAB}/{TGT_VOCAB}, "
-        f"dropout {args.dropout}, {'fused ' if args.fused_adam else ''}Adam, {args.device} {args.dtype}, "
-        f"{torch.get_num_threads()} threads, "
-        f"{args.repeats} alternating runs × {args.steps} steps"
+        f"dropout {args.dropout}, {'fused ' if args.fused_adam else ''}Adam, {args.device} {' and '.join(args.dtype)}, "
+        f"{args.repeats} alternating runs × {args.steps} steps; {header}"
     )
-    medians = print_throughput(results, runners, reference="nn.Transformer")
-    record = measure_training_flops(runners["TransformerSeq2Seq"].forward_backward)
-    records = {name: record for name in models}  # a compiled model does the same matrix products
-    records["nn.Transformer"] = measure_training_flops(runners["nn.Transformer"].forward_backward)
-    ceiling = gemm_ceiling(record, device=device, dtype=dtype)
-    print_utilization(
+    records = {}
+    for dtype in args.dtype:
+        for model in ("TransformerSeq2Seq", "nn.Transformer"):
+            name = row_name(model, args.dtype, dtype)
+            records[name] = measure_training_flops(runners[name].forward_backward)
+    for name in runners:  # a compiled model does the same matrix products
+        records.setdefault(name, records[row_name("TransformerSeq2Seq", args.dtype, dtype_of[name])])
+    report(
+        results,
+        runners,
         records,
         {name: runner.tokens for name, runner in runners.items()},
-        medians,
-        ceiling,
+        dtype_of,
+        ours="TransformerSeq2Seq",
+        reference="nn.Transformer",
+        dtypes=args.dtype,
+        device=device,
+        ceiling_fn=gemm_ceiling,
         per="target token",
-        dtype=args.dtype,
-        peak=device_peak(device, dtype),
+        clock=args.clock,
     )
 
 
@@ -352,7 +380,7 @@ def main() -> None:
         "(default: torch's unfused Adam)",
     )
     p.add_argument("--device", default="cpu")
-    p.add_argument("--dtype", choices=DTYPES, default="fp32")
+    add_options(p)
     p = commands.add_parser("epoch")
     p.add_argument("--examples", type=int, default=2000)
     p.add_argument("--batch-size", type=int, default=64)

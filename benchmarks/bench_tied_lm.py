@@ -18,13 +18,12 @@ from __future__ import annotations
 import argparse
 import math
 import time
-from contextlib import nullcontext
 
 import torch
 import torch.nn.functional as F
-from bench_seq2seq import DTYPES
-from flops import device_peak, gemm_ceiling, measure_training_flops, print_utilization
-from timing import alternate, print_throughput
+from flops import gemm_ceiling, measure_training_flops
+from precision_rows import CLOCKS, add_options, autocast_for, machine_line, report, row_name
+from timing import alternate
 from torch import nn
 
 from lightning_embinit.init.positional import sinusoidal_encoding
@@ -55,9 +54,11 @@ class ReferenceLM(nn.Module):
 
 class Runner:
     """One model, its Adam optimizer and a fixed batch; :meth:`run` times ``steps`` training steps (forward and loss
-    under ``autocast``)."""
+    under ``autocast``) on :attr:`clock`."""
 
-    def __init__(self, model: nn.Module, batch: torch.Tensor, autocast=nullcontext) -> None:
+    clock = staticmethod(time.perf_counter)
+
+    def __init__(self, model: nn.Module, batch: torch.Tensor, autocast) -> None:
         self.model, self.autocast = model.train(), autocast
         self.optimizer = torch.optim.Adam(model.parameters(), lr=1e-4, betas=(0.9, 0.98), eps=1e-9)
         self.inputs, self.targets = batch[:, :-1], batch[:, 1:]
@@ -76,11 +77,11 @@ class Runner:
         """Training tokens per second over ``steps`` steps."""
         sync = torch.cuda.synchronize if self.inputs.is_cuda else (lambda: None)
         sync()
-        started = time.perf_counter()
+        started = self.clock()
         for _ in range(steps):
             self.step()
         sync()
-        return steps * self.inputs.numel() / (time.perf_counter() - started)
+        return steps * self.inputs.numel() / (self.clock() - started)
 
 
 def main() -> None:
@@ -96,47 +97,53 @@ def main() -> None:
     parser.add_argument("--warmup", type=int, default=3)
     parser.add_argument("--repeats", type=int, default=20, help="runs per model, alternating")
     parser.add_argument("--device", default="cpu")
-    parser.add_argument("--dtype", choices=DTYPES, default="fp32", help="bf16: forward and loss under autocast")
+    add_options(parser)
     args = parser.parse_args()
     ffn = args.ffn or 4 * args.d_model
-    device, dtype = torch.device(args.device), DTYPES[args.dtype]
-    autocast = (lambda: torch.autocast(device.type, dtype=dtype)) if dtype != torch.float32 else nullcontext
-    torch.manual_seed(0)
-    ours = TiedEmbeddingLM(
-        vocab_size=args.vocab,
-        architecture={
-            "d_model": args.d_model,
-            "num_heads": args.heads,
-            "num_layers": args.layers,
-            "ffn_dim": ffn,
-            "max_len": args.seq_len,
-            "positional": "sinusoidal",
-            "head": "tied",
-            "dropout": 0.0,
-        },
-    ).to(device)
-    reference = ReferenceLM(args.vocab, args.d_model, args.heads, args.layers, ffn, args.seq_len).to(device)
+    device = torch.device(args.device)
     batch = torch.randint(0, args.vocab, (args.batch_size, args.seq_len + 1), device=device)
-    runners = {
-        "TiedEmbeddingLM": Runner(ours, batch, autocast),
-        "nn.TransformerEncoder": Runner(reference, batch, autocast),
-    }
+    runners, dtype_of = {}, {}
+    for dtype in args.dtype:
+        torch.manual_seed(0)
+        ours = TiedEmbeddingLM(
+            vocab_size=args.vocab,
+            architecture={
+                "d_model": args.d_model,
+                "num_heads": args.heads,
+                "num_layers": args.layers,
+                "ffn_dim": ffn,
+                "max_len": args.seq_len,
+                "positional": "sinusoidal",
+                "head": "tied",
+                "dropout": 0.0,
+            },
+        ).to(device)
+        reference = ReferenceLM(args.vocab, args.d_model, args.heads, args.layers, ffn, args.seq_len).to(device)
+        runners[row_name("TiedEmbeddingLM", args.dtype, dtype)] = Runner(ours, batch, autocast_for(device, dtype))
+        runners[row_name("nn.TransformerEncoder", args.dtype, dtype)] = Runner(
+            reference, batch, autocast_for(device, dtype)
+        )
+        dtype_of.update(dict.fromkeys(set(runners) - set(dtype_of), dtype))
+    Runner.clock = staticmethod(CLOCKS[args.clock])
+    header = machine_line(device, args.clock)
     results = alternate(runners, args.repeats, args.steps, args.warmup)
     print(
         f"training tokens/s, d={args.d_model}, heads={args.heads}, layers={args.layers}, ffn={ffn}, n={args.vocab}, "
-        f"batch {args.batch_size}×{args.seq_len}, {args.device} {args.dtype}, {torch.get_num_threads()} threads, "
-        f"{args.repeats} alternating runs × {args.steps} steps"
+        f"batch {args.batch_size}×{args.seq_len}, {args.device} {' and '.join(args.dtype)}, "
+        f"{args.repeats} alternating runs × {args.steps} steps; {header}"
     )
-    medians = print_throughput(results, runners, reference="nn.TransformerEncoder")
-    records = {name: measure_training_flops(runner.forward_backward) for name, runner in runners.items()}
-    ceiling = gemm_ceiling(records["TiedEmbeddingLM"], device=device, dtype=dtype)
-    print_utilization(
-        records,
+    report(
+        results,
+        runners,
+        {name: measure_training_flops(runner.forward_backward) for name, runner in runners.items()},
         {name: runner.inputs.numel() for name, runner in runners.items()},
-        medians,
-        ceiling,
-        dtype=args.dtype,
-        peak=device_peak(device, dtype),
+        dtype_of,
+        ours="TiedEmbeddingLM",
+        reference="nn.TransformerEncoder",
+        dtypes=args.dtype,
+        device=device,
+        ceiling_fn=gemm_ceiling,
+        clock=args.clock,
     )
 
 

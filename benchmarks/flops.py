@@ -89,7 +89,13 @@ def measure_training_flops(step: Callable[[], None]) -> MatmulRecord:
     return record
 
 
-def _time_gemm(shape: tuple[int, int, int, int], device: torch.device, dtype: torch.dtype, min_seconds: float) -> float:
+def _time_gemm(
+    shape: tuple[int, int, int, int],
+    device: torch.device,
+    dtype: torch.dtype,
+    min_seconds: float,
+    clock: Callable[[], float] = time.perf_counter,
+) -> float:
     b, m, k, n = shape
     left = torch.randn(b, m, k, device=device, dtype=dtype)
     right = torch.randn(b, k, n, device=device, dtype=dtype)
@@ -101,12 +107,12 @@ def _time_gemm(shape: tuple[int, int, int, int], device: torch.device, dtype: to
     while spent < min_seconds:
         if device.type == "cuda":
             torch.cuda.synchronize()
-        started = time.perf_counter()
+        started = clock()
         for _ in range(calls):
             product()
         if device.type == "cuda":
             torch.cuda.synchronize()
-        elapsed = time.perf_counter() - started
+        elapsed = clock() - started
         spent += elapsed
         best = max(best, calls * flops / elapsed)
     return best
@@ -131,16 +137,19 @@ def gemm_ceiling(
     dtype: torch.dtype = torch.float32,
     min_seconds: float = 0.2,
     rounds: int = 2,
+    clock: Callable[[], float] = time.perf_counter,
 ) -> Ceiling:
     """Best GEMM FLOP/s at the recorded shapes, combined by their FLOPs (module docstring).
 
     Every shape is timed in ``rounds`` interleaved rounds and keeps its best rate, so a burst of
-    load from other processes lowers the ceiling less than it lowers a single reading."""
+    load from other processes lowers the ceiling less than it lowers a single reading. ``clock``:
+    ``time.process_time`` counts only the CPU time this process ran (on one thread, a machine's
+    other load then slows neither the ceiling nor a step timed with the same clock)."""
     device = torch.device(device)
     per_shape = dict.fromkeys(record.flops, 0.0)
     for _ in range(rounds):
         for shape in per_shape:
-            per_shape[shape] = max(per_shape[shape], _time_gemm(shape, device, dtype, min_seconds))
+            per_shape[shape] = max(per_shape[shape], _time_gemm(shape, device, dtype, min_seconds, clock))
     ideal_seconds = sum(flops / per_shape[shape] for shape, flops in record.flops.items())
     return Ceiling(record.total / ideal_seconds, per_shape)
 

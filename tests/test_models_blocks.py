@@ -270,3 +270,60 @@ def test_cpu_dropout_keeps_the_rate_scale_and_seeding_of_nn_dropout():
     layer.eval()
     assert torch.equal(layer(x), x)
     assert Dropout(0.0)(x) is x or torch.equal(Dropout(0.0)(x), x)
+
+
+def _where_mask(layer, x):
+    """The CPU dropout mask as it was first built (``torch.where`` over the 16-bit shares): the reference."""
+    words = torch.randint(-(2**63), 2**63 - 1, ((x.numel() + 3) // 4,), dtype=torch.int64)
+    shares = words.view(torch.int16)[: x.numel()].view(x.shape)
+    scale, zero = x.new_full((), 1.0 / (1.0 - layer.p)), x.new_zeros(())
+    return torch.where(shares >= round(layer.p * 65536) - 32768, scale, zero)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16, torch.float64])
+@pytest.mark.parametrize("p", [0.1, 0.3, 0.77])
+def test_cpu_dropout_masks_built_from_bits_equal_the_where_masks(dtype, p):
+    from lightning_embinit.modules.blocks import Dropout
+
+    layer, x = Dropout(p), torch.randn(3, 7, 33).to(dtype)
+    for seed in (0, 1, 2):
+        torch.manual_seed(seed)
+        mask = layer.mask(x)
+        torch.manual_seed(seed)
+        expected = _where_mask(layer, x)
+        assert mask.dtype == dtype and torch.equal(mask, expected)
+
+
+def test_float_bits_are_the_bits_torch_rounds_to():
+    from lightning_embinit.modules.blocks import float_bits
+
+    generator = torch.Generator().manual_seed(0)
+    values = [1 / 0.9, 2.0, 1 / 0.7, 1e-3, 65504.0, *(1 / (1 - 0.999 * torch.rand(300, generator=generator))).tolist()]
+    for dtype, bits in [(torch.float32, torch.int32), (torch.bfloat16, torch.int16), (torch.float16, torch.int16)]:
+        for value in values:
+            assert float_bits(value, dtype) == torch.tensor(value, dtype=dtype).view(bits).item(), (dtype, value)
+    assert float_bits(1 / 0.9, torch.float64) == torch.tensor(1 / 0.9, dtype=torch.float64).view(torch.int64).item()
+
+
+def test_a_seq2seq_step_with_dropout_is_the_same_as_with_the_where_masks(monkeypatch):
+    """Outputs and gradients of a training step at fixed seeds, before (the reference masks) and after."""
+    from lightning_embinit.models import TransformerSeq2Seq
+    from lightning_embinit.modules.blocks import Dropout
+
+    def step():
+        torch.manual_seed(0)
+        model = TransformerSeq2Seq(
+            src_vocab_size=40,
+            tgt_vocab_size=30,
+            architecture={"d_model": 16, "num_heads": 2, "ffn_dim": 32, "dropout": 0.2, "max_len": 16},
+        )
+        src, tgt = torch.randint(4, 40, (3, 6)), torch.randint(4, 30, (3, 7))
+        loss = model.teacher_forced_loss(src, tgt, label_smoothing=0.1)[0]
+        loss.backward()
+        return loss.detach(), {name: p.grad for name, p in model.named_parameters()}
+
+    loss, grads = step()
+    monkeypatch.setattr(Dropout, "mask", lambda self, x: _where_mask(self, x) if self.training and self.p else None)
+    expected_loss, expected_grads = step()
+    assert torch.equal(loss, expected_loss)
+    assert all(torch.equal(grads[name], expected_grads[name]) for name in grads)

@@ -29,6 +29,15 @@ from lightning_embinit.init.sources.checkpoint import CHECKPOINT_KEY
 from lightning_embinit.init.tokens import TokenSpec
 
 
+def bfloat16_tables_(prepared: PreparedSlots) -> None:
+    """Turn the tables to be written to bf16 first under ``precision="bf16-true"``: Lightning turns the module after
+    ``setup`` (rounding to nearest), so the write rounds them stochastically instead and the report describes them as
+    they train."""
+    for slot in prepared.slots.values():
+        if slot.weight.dtype != torch.bfloat16 and type(slot.weight.data) is torch.Tensor:
+            slot.weight.data = slot.weight.data.to(torch.bfloat16)
+
+
 class EmbeddingInitCallback(FitOnceCallback):
     """Initialize embedding tables when ``fit`` sets up and record how they were born (module docstring).
 
@@ -120,6 +129,8 @@ class EmbeddingInitCallback(FitOnceCallback):
         """Prepare; build and write unless a checkpoint was already restored into this fit; freeze (by a gradient
         mask for tables that ``configure_model`` created under a DDP wrapper)."""
         self.prepared = self.initializer.prepare(module, datamodule=datamodule)
+        if trainer is not None and trainer.precision == "bf16-true":
+            bfloat16_tables_(self.prepared)
         for message in self.prepared.skipped.values():
             rank_zero_warn(f"EmbeddingInitCallback: {message}")
         if trainer is None or not self.resumed:

@@ -35,6 +35,7 @@ from lightning_embinit.studies.statistics import block_references
 VARIANT_KEYS = ("overrides", "seeds", "description", "settings")
 TEST_CHOICES = ("auto", True, False)
 CHECKPOINT_POLICIES = ("none", "best")
+PRECISIONS = ("32-true", "bf16-mixed", "bf16-true", "16-mixed", "16-true", "64-true")  # Trainer(precision=...)
 SEED_LIMIT = 2**32
 """Seeds are below this: ``seed_everything`` (numpy's generator) takes 0 to 2**32 − 1."""
 
@@ -50,12 +51,14 @@ def package_version() -> str:
 class Protocol:
     """How a trial is scored ([K]'s default): keep the checkpoint with the best ``monitor`` (``mode``), then test it
     (``test``: ``"auto"`` when the datamodule has a test split, ``True``, or ``False``: validate it instead).
-    ``checkpoints``: what stays on disk once it is scored, ``"none"`` or ``"best"`` (docs/studies.md)."""
+    ``checkpoints``: what stays on disk once it is scored, ``"none"`` or ``"best"``; ``precision``: every trial's
+    ``trainer.precision`` (:data:`PRECISIONS`, e.g. ``bf16-mixed`` on CPUs with bf16 units; docs/studies.md)."""
 
     monitor: str = "val_loss"
     mode: str = "min"
     test: bool | str = "auto"
     checkpoints: str = "none"
+    precision: str | None = None
 
     def __post_init__(self) -> None:
         if not isinstance(self.monitor, str) or not self.monitor:
@@ -63,6 +66,7 @@ class Protocol:
         check_choice("protocol mode", self.mode, ("min", "max"))
         check_choice("protocol test", self.test, TEST_CHOICES)
         check_choice("protocol checkpoints", self.checkpoints, CHECKPOINT_POLICIES)
+        check_choice("protocol precision", self.precision, (None, *PRECISIONS))
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any] | None) -> Protocol:
@@ -71,7 +75,16 @@ class Protocol:
         return cls(**data)
 
     def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
+        """The protocol's keys; ``precision`` only when set (the config hash of a study without it is unchanged)."""
+        return {key: value for key, value in asdict(self).items() if key != "precision" or value is not None}
+
+    def check_precision(self, config: Mapping[str, Any], where: str) -> None:
+        """A trial config's own ``trainer.precision`` must agree with the protocol's (StudyError otherwise)."""
+        own = (config.get("trainer") or {}).get("precision")
+        if self.precision is not None and own is not None and str(own) != self.precision:
+            raise StudyError(
+                f"{where}: trainer.precision {own!r} disagrees with protocol precision {self.precision!r}: set one"
+            )
 
 
 @dataclass(frozen=True)
@@ -241,7 +254,7 @@ class Study:
         """The study as its YAML mapping (``base`` as an absolute path or the inline config)."""
         data = asdict(self)
         del data["path"]
-        return data
+        return {**data, "protocol": self.protocol.to_dict()}
 
     @property
     def study_hash(self) -> str:
@@ -326,6 +339,7 @@ class Study:
                 for key in ("seed_everything", *self.seed_keys):
                     apply_overrides(config, [(key, seed)], where=f"study {self.name!r}, seed_keys")
                 resolved = substitute_environment(config, where=f"study {self.name!r}, setting {setting!r}")
+                self.protocol.check_precision(resolved, f"study {self.name!r}, setting {setting!r}")
                 trial = Trial(
                     **shared,
                     setting=setting,

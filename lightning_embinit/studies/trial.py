@@ -199,6 +199,8 @@ def build_cli(trial: Trial, directory: Path, launch: TrialLaunch) -> EmbinitCLI:
     args = ["--config", str(directory / "config.yaml"), f"--trainer.default_root_dir={directory}"]
     if (trial.config.get("trainer") or {}).get("enable_progress_bar") is None:
         args.append("--trainer.enable_progress_bar=false")
+    if trial.protocol.precision is not None:
+        args.append(f"--trainer.precision={trial.protocol.precision}")
     with warnings.catch_warnings():  # the trial's own args, not the caller's sys.argv
         warnings.filterwarnings("ignore", message="LightningCLI's args parameter")
         return embinit_cli(
