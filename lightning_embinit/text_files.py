@@ -54,6 +54,45 @@ def where_relative(path: str) -> str:
     )
 
 
+def decode_text(data: bytes, where: str, encoding: str = "utf-8", option: str = "encoding=") -> str:
+    """``data`` decoded as ``encoding`` (a UTF-8 byte-order mark skipped); text that is not ``encoding`` is a ValueError
+    naming ``where``, the line and the byte, and the ``option`` that gives the encoding."""
+    codec = "utf-8-sig" if codecs.lookup(encoding).name == "utf-8" else encoding
+    try:
+        return data.decode(codec)
+    except UnicodeDecodeError as error:
+        line = data[: error.start].count(b"\n") + 1
+        example = f"{option} latin-1" if option.startswith("--") else f"{option}'latin-1'"
+        raise ValueError(
+            f"{where} is not {encoding} text: line {line}, byte {error.start} ({error.reason}); give its encoding "
+            f"with {option} (e.g. {example}) or convert it to {encoding}"
+        ) from None
+
+
+def split_lines(text: str) -> list[str]:
+    """``text``'s lines, split at ``\\n`` only (a ``\\r`` before it dropped; a form feed, NEL or U+2028 stays inside
+    its line, where ``str.splitlines`` would split); a final ``\\n`` adds no line."""
+    lines = text.split("\n")
+    if lines[-1] == "":
+        lines.pop()
+    return [line.removesuffix("\r") for line in lines]
+
+
+def read_exact_lines(path: str | os.PathLike[str], what: str, encoding: str = "utf-8") -> list[str]:
+    """The lines of a text file (``.gz`` decompressed) as :func:`split_lines` splits them, not stripped: one line of
+    output per line of input, as the commands that answer line by line need; errors name the ``what`` file."""
+    path = expand_path(path, f"{what} file")
+    if not os.path.isfile(path):
+        raise ValueError(f"{what} file not found: {path}{where_relative(path)}")
+    opener = gzip.open if str(path).endswith(".gz") else open
+    try:
+        with opener(path, "rb") as handle:
+            data = handle.read()
+    except (gzip.BadGzipFile, EOFError, zlib.error) as error:
+        raise ValueError(f"{what} file {path} is not a complete gzip file ({type(error).__name__}: {error})") from None
+    return split_lines(decode_text(data, f"{what} file {path}", encoding))
+
+
 def gensim_test_data(name: str) -> str:
     """The path of ``name`` among the files gensim ships as test data (the Lee corpus, Mikolov's analogies,
     WordSim353), found without importing gensim, which takes seconds: ``gensim.test.utils.datapath`` joins the same

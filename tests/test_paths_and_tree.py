@@ -74,3 +74,22 @@ def test_the_repository_tracks_no_binaries():
     assert not binaries, f"binary files are tracked (keep wheels, checkpoints and weights out of git): {binaries}"
     root_files = [name for name in tracked.splitlines() if "/" not in name]
     assert not [name for name in root_files if (REPO / name).stat().st_size > 200_000], root_files
+
+
+def test_prompts_for_predict_are_the_lines_generate_reads(tmp_path):
+    """``LanguageModelDataModule(predict_files=…)`` and ``embinit generate --input`` split a file alike: at ``\\n``
+    only (a form feed, NEL, U+2028 or a lone ``\\r`` stays inside its line), nothing stripped, blank lines kept."""
+    from lightning_embinit.commands.arguments import read_input_lines
+    from lightning_embinit.data import LanguageModelDataModule
+    from lightning_embinit.text_files import read_exact_lines
+
+    text = "the cat\fsat\n  padded  \n\nU+2028\u2028inside\nNEL\x85kept\r\nlone\rcr\nlast"
+    prompts = tmp_path / "prompts.txt"
+    prompts.write_bytes(text.encode("utf-8"))
+    expected = ["the cat\fsat", "  padded  ", "", "U+2028\u2028inside", "NEL\x85kept", "lone\rcr", "last"]
+    assert read_exact_lines(prompts, "predict") == read_input_lines(str(prompts)) == expected
+    data = LanguageModelDataModule(seq_len=8, batch_size=4, max_size=50, predict_files=str(prompts))
+    assert data.predict_dataloader().dataset.prompts == expected
+    (tmp_path / "bad.txt").write_bytes(b"ok\n\xff\xfe\n")
+    with pytest.raises(ValueError, match=r"predict file .*bad.txt is not utf-8 text: line 2, byte 3 .*encoding="):
+        read_exact_lines(tmp_path / "bad.txt", "predict")

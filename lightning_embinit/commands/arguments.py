@@ -7,13 +7,14 @@ at module level: a refused argument answers at once.
 from __future__ import annotations
 
 import argparse
-import codecs
 import difflib
 import os
 import sys
 from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import Any, NoReturn
+
+from lightning_embinit.text_files import check_encoding, decode_text, split_lines
 
 DEVICE_KINDS = ("cpu", "cuda", "cuda:N", "mps")
 
@@ -84,14 +85,11 @@ def non_negative_float(text: str) -> float:
 
 
 def encoding_name(text: str) -> str:
-    """An argparse ``type``: a text encoding Python knows."""
+    """An argparse ``type``: a text encoding Python knows (:func:`~lightning_embinit.text_files.check_encoding`)."""
     try:
-        codecs.lookup(text)
-    except LookupError:
-        raise argparse.ArgumentTypeError(
-            f"{text!r} is not a text encoding Python knows (e.g. utf-8, latin-1)"
-        ) from None
-    return text
+        return check_encoding(text, "--encoding")
+    except ValueError as error:
+        raise argparse.ArgumentTypeError(str(error)) from None
 
 
 def check_output(output: str, others: Iterable[tuple[str, str | None]]) -> None:
@@ -155,16 +153,4 @@ def read_input_lines(source: str, encoding: str = "utf-8") -> list[str]:
             data = path.read_bytes()
         except OSError as error:
             raise ValueError(f"--input {source}: cannot be read ({error.strerror})") from None
-    codec = "utf-8-sig" if codecs.lookup(encoding).name == "utf-8" else encoding
-    try:
-        text = data.decode(codec)
-    except UnicodeDecodeError as error:
-        line = data[: error.start].count(b"\n") + 1
-        raise ValueError(
-            f"{where} is not {encoding} text: line {line}, byte {error.start} ({error.reason}); give its encoding "
-            f"with --encoding (e.g. --encoding latin-1) or convert it to {encoding}"
-        ) from None
-    lines = text.split("\n")
-    if lines[-1] == "":
-        lines.pop()
-    return [line.removesuffix("\r") for line in lines]
+    return split_lines(decode_text(data, where, encoding, "--encoding"))

@@ -28,7 +28,7 @@ from lightning_embinit.text.tokenization import (
     build_tokenizer,
     check_tokenizer_spec,
 )
-from lightning_embinit.text_files import check_encoding, gensim_test_data
+from lightning_embinit.text_files import check_encoding, gensim_test_data, read_exact_lines
 from lightning_embinit.vocabulary import Vocabulary
 
 
@@ -135,7 +135,8 @@ class LanguageModelDataModule(L.LightningDataModule):
     model's ``vocabulary`` (``link_arguments("data.vocabulary", "model.init_args.vocabulary",
     apply_on="instantiate")``); a ``dataset`` is otherwise downloaded in :meth:`prepare_data`.
 
-    ``predict_files``: prompts, one per line (blank lines kept: they get empty outputs), for ``Trainer.predict``
+    ``predict_files``: prompts, one per line (lines end at ``\\n`` only, as ``embinit generate`` reads them; blank lines
+    kept: they get empty outputs), for ``Trainer.predict``
     (``embinit predict``): batches of :mod:`lightning_embinit.text.prompts`, read with this module's tokenizer and
     vocabulary, in file order.
     """
@@ -353,6 +354,6 @@ class LanguageModelDataModule(L.LightningDataModule):
                 "--data.init_args.predict_files FILE)"
             )
         files = [hp.predict_files] if isinstance(hp.predict_files, (str, os.PathLike)) else hp.predict_files
-        prompts = [line for path in files for line in read_file_lines(path, "predict", hp.encoding)]
+        prompts = [line for path in files for line in read_exact_lines(path, "predict", hp.encoding)]
         data = PromptDataset(prompts, lambda text: self.vocab.encode(self.tokenize(text)))
         return DataLoader(data, batch_size=hp.batch_size, collate_fn=collate_prompts, num_workers=hp.num_workers)
