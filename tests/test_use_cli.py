@@ -17,7 +17,6 @@ import torch
 
 from lightning_embinit.commands import main as cli
 from lightning_embinit.commands import study, use
-from lightning_embinit.commands.use import generate_hugging_face
 from lightning_embinit.models import HuggingFaceLM, Seq2SeqModule, TiedEmbeddingLM
 from lightning_embinit.models.prediction import Generation, continue_prompts
 from lightning_embinit.text.prompts import prompt_batch
@@ -118,7 +117,7 @@ def test_generate_continues_a_hugging_face_lm_as_transformers_greedy_generate(gp
     first, again = (run_main([*sampled, "--seed", "7"], capsys)[1] for _ in range(2))
     assert first == again and first.strip()
     options = {"max_new_tokens": 6, "temperature": 1.0, "top_k": 1, "seed": 3}
-    assert generate_hugging_face(model, prompts, **options) == expected  # top-1 sampling is greedy
+    assert model.generate(prompts, **options) == expected  # top-1 sampling is greedy
 
 
 def test_generate_refuses_a_masked_hugging_face_lm(capsys):
@@ -127,7 +126,7 @@ def test_generate_refuses_a_masked_hugging_face_lm(capsys):
         "bert", {"hidden_size": 32, "num_hidden_layers": 1, "num_attention_heads": 2}, tokenizer=minilm
     )
     with pytest.raises(ValueError, match="objective='masked': train one with objective='causal'"):
-        generate_hugging_face(bert, ["a"], max_new_tokens=2, temperature=0.0, top_k=None, seed=0)
+        bert.generate(["a"], max_new_tokens=2, temperature=0.0, top_k=None, seed=0)
 
 
 def test_temperature_zero_takes_the_most_likely_token_and_a_seed_fixes_a_sample(checkpoints):

@@ -23,7 +23,7 @@ from lightning_embinit.callbacks.loggers import log_scalars
 from lightning_embinit.callbacks.summary import MONITORS
 from lightning_embinit.checks import check_int
 from lightning_embinit.diagnostics.initial_loss import tied_initial_loss, token_std
-from lightning_embinit.init.freezing import reference_models
+from lightning_embinit.init.freezing import measured_slots
 from lightning_embinit.init.host import EmbeddingSlot, discover_slots, select_slots
 from lightning_embinit.init.sharding import whole_table
 
@@ -114,8 +114,7 @@ class InitialLossMonitor(Callback):
                 slots = discover_slots(pl_module)
             except ValueError:
                 slots = {}
-            left = reference_models(pl_module, slots)  # a frozen teacher beside the student
-            slots = {name: slot for name, slot in slots.items() if name not in left}
+            slots, _ = measured_slots(pl_module, slots)  # a frozen teacher beside the student is left out
         tied = [s for s in slots.values() if s.is_tied]
         chosen = slots[self.slot] if self.slot is not None else (tied[0] if tied else None)
         self._tied = chosen if chosen is not None and chosen.is_tied else None

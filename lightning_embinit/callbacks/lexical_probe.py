@@ -28,7 +28,7 @@ from lightning_embinit.diagnostics.lexical import (
 )
 from lightning_embinit.diagnostics.lexical_files import check_probe_inputs, probe_words
 from lightning_embinit.diagnostics.variance import no_positions_note, positional_matrix, token_rows
-from lightning_embinit.init.freezing import reference_models
+from lightning_embinit.init.freezing import measured_slots
 from lightning_embinit.init.host import EmbeddingSlot, select_slots
 from lightning_embinit.init.sharding import whole_slot
 from lightning_embinit.init.tokens import resolve_slot_tokens
@@ -119,8 +119,8 @@ class LexicalProbe(Callback):
         """The probed slot (see ``slot``), its token strings found as EmbeddingInitCallback finds them
         (host, datamodule, model); sets ``probed_slot`` and, for a choice among several, ``slot_coverage``."""
         slots = select_slots(pl_module, None if self.slot is None else [self.slot])
-        left = reference_models(pl_module, slots) if self.slot is None else []  # a frozen teacher beside the student
-        slots = {name: slot for name, slot in slots.items() if name not in left}
+        if self.slot is None:
+            slots, _ = measured_slots(pl_module, slots)  # a frozen teacher beside the student is left out
         worded = [resolve_slot_tokens(s, datamodule=datamodule, model=pl_module)[0] for s in slots.values()]
         worded = [s for s in worded if s.tokens is not None]
         if not worded:

@@ -28,7 +28,7 @@ from lightning_embinit.diagnostics.absorption import (
 )
 from lightning_embinit.diagnostics.figures import value_histogram
 from lightning_embinit.diagnostics.variance import no_positions_note, positional_matrix, slot_statistics, token_rows
-from lightning_embinit.init.freezing import check_not_meta, reference_models
+from lightning_embinit.init.freezing import check_not_meta, measured_slots
 from lightning_embinit.init.host import EmbeddingSlot, select_slots
 from lightning_embinit.init.sharding import whole_slot
 
@@ -120,9 +120,10 @@ class EmbeddingVarianceMonitor(Callback):
         """The selected slots, a sharded table gathered whole (a collective: every rank calls this at the
         same point). Without ``slots``, a recognized model none of whose parameters trains (a frozen teacher beside a
         student) is left out, and said once per fit; a table on the meta device is refused."""
-        slots = select_slots(pl_module, self.slot_names)
-        if self.slot_names is None and (left := reference_models(pl_module, slots)):
-            slots = {name: slot for name, slot in slots.items() if name not in left}
+        slots, left = select_slots(pl_module, self.slot_names), []
+        if self.slot_names is None:
+            slots, left = measured_slots(pl_module, slots)
+        if left:
             if "reference models" not in self._told:
                 self._told.add("reference models")
                 rank_zero_info(

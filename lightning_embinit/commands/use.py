@@ -118,11 +118,6 @@ def load_model(command: str, path: str, device: str = "cpu") -> tuple[Any, dict[
     return model.to(device).eval(), dict(checkpoint.get("datamodule_hyper_parameters") or {})
 
 
-def generate_hugging_face(model: Any, prompts: Sequence[str], **options: Any) -> list[str]:
-    """Continue each prompt with a causal :class:`~lightning_embinit.models.HuggingFaceLM`: its ``generate``."""
-    return model.generate(prompts, **options)
-
-
 def _records(
     command: str, model: Any, data: dict[str, Any], lines: list[str], options: argparse.Namespace
 ) -> list[dict[str, Any]]:

@@ -151,3 +151,10 @@ def reference_models(root: nn.Module, slots: Mapping[str, EmbeddingSlot]) -> lis
     }
     left = [name for name, path in owners.items() if path in frozen_models]
     return left if len(left) < len(slots) else []
+
+
+def measured_slots(root: nn.Module, slots: Mapping[str, EmbeddingSlot]) -> tuple[dict[str, EmbeddingSlot], list[str]]:
+    """The slots a monitor measures when none is named, and the names it leaves out: a frozen reference model's
+    (:func:`reference_models`)."""
+    left = reference_models(root, slots)
+    return {name: slot for name, slot in slots.items() if name not in left}, left
