@@ -20,7 +20,7 @@ import torch
 from torch import nn
 
 from lightning_embinit.init.families.base import learned_rows, module_path
-from lightning_embinit.init.families.settle import Claim
+from lightning_embinit.init.families.settle import MEASURED_POSITIONS, Claim
 
 POSITION_NAMES = ("wpe", "position_embeddings", "embed_positions")
 TOKEN_TYPE_NAMES = ("token_type_embeddings",)
@@ -104,14 +104,9 @@ def claim(model: nn.Module, scope: nn.Module, table: nn.Embedding) -> Claim:
     return Claim(scale, scale_from, positions, rows, nothing_added(model))
 
 
-MEASURED_POSITIONS = 2048
-"""The most positions a probe measures added rows over (rows no single tensor holds: one forward to the first layer
-per measurement)."""
-
-
 def positions_length(model: nn.Module) -> int:
     """How many positions to measure added rows over: the config's ``max_position_embeddings`` or kin (512 when none
-    says), at most :data:`MEASURED_POSITIONS`."""
+    says), at most :data:`~lightning_embinit.init.families.settle.MEASURED_POSITIONS`."""
     config = text_config(model)
     for field in LENGTH_FIELDS:
         value = getattr(config, field, None)

@@ -92,6 +92,11 @@ def find(model: nn.Module, fit: Fit | str, claim: Claim, dtype: torch.dtype, ski
     return Finding(added="measured", **base)
 
 
+MEASURED_POSITIONS = 2048
+"""The most positions a probe measures added rows over (rows no single tensor holds: one forward to the first layer
+per measurement; litgpt's block_size may be 128k)."""
+
+
 def settle(model: nn.Module, claim: Claim, finding: Finding, measure: Rows) -> Settled:
     """The table's scale and positions from the claim and the finding; ``measure()`` runs the probe over every
     position (for ``measured`` rows)."""
@@ -165,7 +170,9 @@ def table_key(model: nn.Module, tables: list[nn.Module]) -> Hashable:
 
 
 def probed(model: nn.Module, table: nn.Embedding, claim: Claim, run: Runner, length: int) -> Settled:
-    """A single-stream model's table settled (``run(ids, None)`` runs its forward; ``length``: its positions)."""
+    """A single-stream model's table settled (``run(ids, None)`` runs its forward; ``length``: its positions, at most
+    :data:`MEASURED_POSITIONS` measured)."""
+    length = min(length, MEASURED_POSITIONS)
 
     def fit(positions: int, root: nn.Module) -> Fit | str:
         ids = probe_ids(table.num_embeddings, positions, {table.padding_idx} - {None}, 0)
