@@ -112,6 +112,60 @@ def test_from_a_checkpoint_into_a_model_built_over_the_new_vocabulary(tokenizers
     assert over_the_old.vocabulary == vocabulary(german)
 
 
+def test_new_rows_with_every_token_matched_is_refused_before_the_swap(tokenizers, tmp_path):
+    english, _ = tokenizers
+    model = YourLM(english, seed=3)
+    before = {k: v.clone() for k, v in model.lm.state_dict().items()}
+    subset = vocabulary(english)[:60]  # every token an old one: nothing to build
+    callback = TokenTransplantCallback(tokenizer=subset, trainable="new_rows", verbose=False)
+    with pytest.raises(ValueError, match="trainable=.new_rows. trains only the"):
+        callback.setup(trainer(tmp_path, callback), model, "fit")
+    assert all(torch.equal(model.lm.state_dict()[k], v) for k, v in before.items()) and model.tokenizer is english
+
+
+class Watched(TiedEmbeddingLM):
+    """A system that records seeing the checkpoint, as Lightning's restore shows it (``on_load_checkpoint``)."""
+
+    seen: list = []
+
+    def on_load_checkpoint(self, checkpoint):
+        Watched.seen.append(sorted(checkpoint))
+
+
+def test_the_system_sees_the_checkpoint_and_the_fine_tunes_checkpoint_records_the_new_vocabulary(tokenizers, tmp_path):
+    english, german = tokenizers
+    torch.manual_seed(0)
+    trained = TiedEmbeddingLM(vocabulary=vocabulary(english), architecture=ARCHITECTURE)
+    fit = trainer(tmp_path, L.Callback())
+    fit.strategy.connect(trained)
+    fit.save_checkpoint(tmp_path / "trained.ckpt")
+    fresh = Watched(vocabulary=vocabulary(german), architecture=ARCHITECTURE)
+    callback = TokenTransplantCallback(tokenizer=german, from_checkpoint=str(tmp_path / "trained.ckpt"), method="mean")
+    Watched.seen.clear()
+    callback.setup(trainer(tmp_path, callback), fresh, "fit")  # the old vocabulary: the checkpoint's hyperparameters
+    assert len(Watched.seen) == 1 and "state_dict" in Watched.seen[0]
+    checkpoint = {}
+    callback.on_save_checkpoint(None, fresh, checkpoint)
+    assert checkpoint["embinit"]["slots"]["tokens"]["tokens"] == vocabulary(german)
+
+
+def test_a_model_built_over_neither_vocabulary_is_refused_before_loading(tokenizers, tmp_path):
+    english, german = tokenizers
+    torch.manual_seed(0)
+    trained = TiedEmbeddingLM(vocabulary=vocabulary(english), architecture=ARCHITECTURE)
+    fit = trainer(tmp_path, L.Callback())
+    fit.strategy.connect(trained)
+    fit.save_checkpoint(tmp_path / "trained.ckpt")
+    other = TiedEmbeddingLM(vocabulary=vocabulary(english)[:50], architecture=ARCHITECTURE)
+    before = {k: v.clone() for k, v in other.state_dict().items()}
+    callback = TokenTransplantCallback(
+        tokenizer=german, old_tokenizer=english, from_checkpoint=str(tmp_path / "trained.ckpt"), method="mean"
+    )
+    with pytest.raises(ValueError, match=r"the model's table has 50 rows, the checkpoint's \d+ .*nothing was changed"):
+        callback.setup(trainer(tmp_path, callback), other, "fit")
+    assert all(torch.equal(other.state_dict()[k], v) for k, v in before.items())
+
+
 def test_refused_at_construction():
     with pytest.raises(ValueError, match="unknown transplant method"):
         TokenTransplantCallback(method="fvt")

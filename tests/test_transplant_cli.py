@@ -12,7 +12,7 @@ import transformers as T
 
 from lightning_embinit import TiedEmbeddingLM
 from lightning_embinit.commands.main import main
-from tests.transplant_helpers import ENGLISH, GERMAN, byte_level, tiny_llama
+from tests.transplant_helpers import ENGLISH, GERMAN, byte_level, tiny_llama, vocabulary
 
 
 @pytest.fixture(scope="module")
@@ -84,6 +84,16 @@ def test_refusals_are_one_line_and_exit_2(folders, capsys, tmp_path):
         ],
         "needs --donor": ["--model", model, "--tokenizer", german, "--output", tmp_path / "o", "--method", "omp"],
         "needs --texts": ["--model", model, "--tokenizer", german, "--output", tmp_path / "o", "--method", "focus"],
+        "--fallback omp needs --donor": [
+            "--model",
+            model,
+            "--tokenizer",
+            german,
+            "--output",
+            tmp_path / "o",
+            "--fallback",
+            "omp",
+        ],
         "unknown kinds": ["--model", model, "--tokenizer", german, "--output", tmp_path / "o", "--match", "fuzzy"],
         "unknown option --out; did you mean --output?": [
             "--model",
@@ -169,3 +179,59 @@ def test_descriptions_from_a_file(folders, capsys, tmp_path):
     pieces = english(" a man rides", add_special_tokens=False)["input_ids"]
     expected = trained.model.embed_tokens.weight[pieces].double().mean(0).float()
     torch.testing.assert_close(model.model.embed_tokens.weight[german.convert_tokens_to_ids(token)], expected)
+
+
+def test_paths_with_a_tilde_are_expanded_for_every_use(folders, capsys, tmp_path, monkeypatch):
+    monkeypatch.setenv("HOME", str(folders))
+    status, out, err = run(
+        capsys, "--model", "~/model", "--tokenizer", "~/german", "--output", tmp_path / "o", "--method", "mean"
+    )
+    assert status == 0, err
+    assert T.AutoModelForCausalLM.from_pretrained(tmp_path / "o").config.vocab_size == len(
+        T.AutoTokenizer.from_pretrained(folders / "german")
+    )
+
+
+def test_a_checkpoints_old_tokenizer_may_be_a_saved_tokenizer_json(folders, capsys, tmp_path):
+    """What ``build_tokenizer`` reads: a directory, or the package tokenizer's saved ``.json``; the same model out."""
+    from lightning_embinit.text.tokenization import build_tokenizer
+
+    english = byte_level(ENGLISH)
+    english.save_pretrained(tmp_path / "english")
+    build_tokenizer(str(tmp_path / "english")).save(tmp_path / "english.json")
+    torch.manual_seed(0)
+    model = TiedEmbeddingLM(
+        vocabulary=vocabulary(english), architecture={"d_model": 16, "num_heads": 2, "num_layers": 1}
+    )
+    fit = L.Trainer(logger=False, enable_checkpointing=False, enable_progress_bar=False, enable_model_summary=False)
+    fit.strategy.connect(model)
+    fit.save_checkpoint(tmp_path / "lm.ckpt")
+    args = ["--model", tmp_path / "lm.ckpt", "--tokenizer", folders / "german", "--old-tokenizer"]
+    for old, output in ((tmp_path / "english.json", "a.ckpt"), (tmp_path / "english", "b.ckpt")):
+        status, _, err = run(capsys, *args, old, "--output", tmp_path / output)
+        assert status == 0, err
+    a, b = (torch.load(tmp_path / name, weights_only=False)["state_dict"] for name in ("a.ckpt", "b.ckpt"))
+    assert all(torch.equal(a[key], b[key]) for key in a)
+    status, _, err = run(capsys, *args, tmp_path / "lm.ckpt", "--output", tmp_path / "c.ckpt")
+    assert status == 2 and "neither a tokenizer directory nor a saved tokenizer .json" in err
+
+
+def test_the_options_table_and_the_help_name_every_option_and_method():
+    """docs/cli_reference.md's transplant section: the usage and the options table list every option the parser
+    has; ``--method``'s help names every registered method."""
+    import re
+    from pathlib import Path
+
+    from lightning_embinit.commands.transplant import _parser
+    from lightning_embinit.init.transplant import METHODS
+
+    text = (Path(__file__).parents[1] / "docs" / "cli_reference.md").read_text(encoding="utf-8")
+    section = text.split("## `embinit transplant`")[1].split("\n## ")[0]
+    parser = _parser()
+    options = {o for action in parser._actions for o in action.option_strings if o.startswith("--")} - {"--help"}
+    usage = section.split("```text")[1].split("```")[0]
+    assert {option for option in options if option in usage} == options
+    rows = set(re.findall(r"^\| `(--[a-z-]+)`", section, flags=re.MULTILINE))
+    assert rows == options - {"--model", "--tokenizer", "--output"}
+    method_help = next(action.help for action in parser._actions if "--method" in action.option_strings)
+    assert all(name in method_help for name in METHODS)

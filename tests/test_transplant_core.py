@@ -20,7 +20,7 @@ from lightning_embinit.init.transplant.conventions import (
     token_text,
 )
 from lightning_embinit.init.transplant.methods import MEAN, MethodRequest, resolve_method
-from lightning_embinit.init.transplant.plan import combine, mean_row
+from lightning_embinit.init.transplant.plan import combine, table_numbers
 from lightning_embinit.init.transplant.spaces import StaticSpace
 
 
@@ -181,7 +181,9 @@ def table(seed: int = 0) -> torch.Tensor:
 def rows_of(method: str, weights: torch.Tensor, **given) -> tuple[list, torch.Tensor]:
     ask = request(**given)
     answers = resolve_method(method)(ask, ask.pending)
-    return answers, combine(weights, [MEAN if a is None else a for a in answers], mean_row(weights, 0))
+    return answers, combine(
+        weights, [MEAN if a is None else a for a in answers], table_numbers(weights, None, 0).mean_row
+    )
 
 
 @pytest.mark.parametrize("seed", range(3))

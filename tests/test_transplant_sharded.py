@@ -1,10 +1,13 @@
 """A transplant on tables sharded over two CPU processes (gloo): a ``DTensor`` table (tensor-parallel style) rebuilt and
-sharded again in place, and FSDP2's ``fully_shard`` refused in place but written into through ``transplant_state`` into
-a model built over the new vocabulary. Each rank's whole tables equal the single-process transplant, bit for bit."""
+sharded again in place, by ``transplant_tokenizer`` and by ``TokenTransplantCallback`` (which gathers on every rank and
+plans on rank 0), and FSDP2's ``fully_shard`` refused in place but written into through ``transplant_state`` into a
+model built over the new vocabulary. Each rank's whole tables equal the single-process transplant, bit for bit."""
 
 from __future__ import annotations
 
 import os
+from datetime import timedelta
+from types import SimpleNamespace
 
 import pytest
 import torch
@@ -49,7 +52,7 @@ def reference() -> dict[str, torch.Tensor]:
 
 def _worker(rank: int, directory: str, port: int) -> None:
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
-    dist.init_process_group("gloo", rank=rank, world_size=2)
+    dist.init_process_group("gloo", rank=rank, world_size=2, timeout=timedelta(seconds=60))
     try:
         from torch.distributed.device_mesh import init_device_mesh
         from torch.distributed.fsdp import fully_shard
@@ -79,9 +82,32 @@ def _worker(rank: int, directory: str, port: int) -> None:
         state, _ = transplant_state(fresh, trained.state_dict(), NEW, old_tokenizer=old, method="pieces")
         write_state(fresh, state)
         record["fsdp"] = {name: whole_table(tensor) for name, tensor in fresh.state_dict().items()}
+        record["callback"] = _callback_swap(mesh, old)
         torch.save(record, os.path.join(directory, f"rank{rank}.pt"))
     finally:
         dist.destroy_process_group()
+
+
+def _broadcast(value, src=0):
+    holder = [value]
+    dist.broadcast_object_list(holder, src=src)
+    return holder[0]
+
+
+def _callback_swap(mesh, old) -> dict[str, torch.Tensor]:
+    """The callback's swap at setup of a model whose tables are ``DTensor``s (a stand-in for the trainer: its
+    strategy's broadcast)."""
+    from torch.distributed.tensor import Shard, distribute_tensor
+
+    from lightning_embinit import TokenTransplantCallback
+    from lightning_embinit.init.sharding import whole_table
+
+    model = Bigram(OLD)
+    for module in (model.embed, model.head):
+        module.weight = nn.Parameter(distribute_tensor(module.weight.detach(), mesh, [Shard(0)]))
+    callback = TokenTransplantCallback(tokenizer=NEW, old_tokenizer=old, method="pieces", verbose=False)
+    callback.setup(SimpleNamespace(strategy=SimpleNamespace(broadcast=_broadcast), datamodule=None), model, "fit")
+    return {"embed.weight": whole_table(model.embed.weight), "head.weight": whole_table(model.head.weight)}
 
 
 def test_sharded_tables_match_the_single_process_transplant(tmp_path):
@@ -92,6 +118,7 @@ def test_sharded_tables_match_the_single_process_transplant(tmp_path):
         for name in ("embed.weight", "head.weight"):
             assert torch.equal(record["dtensor"][name], expected[name]), name
             assert torch.equal(record["fsdp"][name], expected[name]), name
+            assert torch.equal(record["callback"][name], expected[name]), name
         assert torch.equal(record["fsdp"]["head.bias"], expected["head.bias"])
         assert record["local"] == [4, 8]  # 8 new rows over two ranks
         assert "fully_shard" in record["refused"] and "transplant_state" in record["refused"]

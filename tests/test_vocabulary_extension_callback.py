@@ -170,6 +170,19 @@ def test_a_translation_fine_tune_takes_the_old_vocabulary_from_the_checkpoints_t
     assert model.model.tgt_vocab.pad_id == new_tgt.pad_id == model.model.pad_id
 
 
+def test_new_rows_with_nothing_new_is_refused_before_the_model_changes(trained, tmp_path):
+    """A vocabulary that only drops tokens adds no row to train: refused before the table shrinks."""
+    directory, old = trained
+    model = TiedEmbeddingLM.load_from_checkpoint(directory / "old.ckpt")
+    table = model.model.token_embedding.weight.detach().clone()
+    callback = VocabularyExtensionCallback(
+        tokens=old.vocabulary[:-2], allow_dropping=True, trainable="new_rows", verbose=False
+    )
+    with pytest.raises(ValueError, match="the new vocabulary adds none: nothing would train"):
+        callback.setup(trainer(tmp_path, [callback]), model, "fit")
+    assert torch.equal(model.model.token_embedding.weight, table) and model.vocabulary == old.vocabulary
+
+
 def test_bad_options_fail_at_construction(tmp_path):
     with pytest.raises(ValueError, match="unknown trainable="):
         VocabularyExtensionCallback(trainable="pretrained_rows")

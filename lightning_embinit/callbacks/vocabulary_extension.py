@@ -29,28 +29,18 @@ from lightning.pytorch import LightningModule, Trainer
 from lightning.pytorch.utilities import rank_zero_info, rank_zero_warn
 from typing_extensions import override
 
-from lightning_embinit.callbacks.lifecycle import FitOnceCallback
-from lightning_embinit.checks import check_choice
+from lightning_embinit.callbacks.lifecycle import AddedRowsCallback
 from lightning_embinit.init.distributed import run_on_rank_zero
-from lightning_embinit.init.extension import (
-    ExtensionPlan,
-    extension_metrics,
-    format_extension_report,
-    freeze_old_rows,
-    pin_old_rows,
-)
+from lightning_embinit.init.extension import ExtensionPlan, extension_metrics, format_extension_report
 from lightning_embinit.init.extension.checkpoint import extend_state, extension_jobs, load_extended_state, plan_job
-from lightning_embinit.init.extension.extend import TRAINABLE_EXTENSION, apply_plan, finish_report
+from lightning_embinit.init.extension.extend import apply_plan, finish_report
 from lightning_embinit.init.extension.plan import check_pad_to_multiple_of
 from lightning_embinit.init.extension.rules import new_bias_value, resolve_rule
-from lightning_embinit.init.host import select_slots
-from lightning_embinit.init.sources.checkpoint import CHECKPOINT_KEY
-from lightning_embinit.init.sources.checkpoint_file import checked_file, load_checkpoint_file
 from lightning_embinit.init.transforms import shared_direction_steps
 from lightning_embinit.modules.decoding import eval_mode
 
 
-class VocabularyExtensionCallback(FitOnceCallback):
+class VocabularyExtensionCallback(AddedRowsCallback):
     """Extend a trained model's vocabulary at ``setup(stage="fit")`` (module docstring).
 
     Args:
@@ -91,17 +81,13 @@ class VocabularyExtensionCallback(FitOnceCallback):
         probe: bool = True,
         verbose: bool = True,
     ) -> None:
-        super().__init__()
-        check_choice("trainable=", trainable, TRAINABLE_EXTENSION)
+        super().__init__(from_checkpoint, trainable)
         resolve_rule(rule, **dict(source_options or {}))
         if head_rule is not None:
             resolve_rule(head_rule)
         new_bias_value(bias, torch.zeros(1))
         shared_direction_steps(transforms)
         check_pad_to_multiple_of(pad_to_multiple_of)
-        if from_checkpoint is not None:
-            from_checkpoint = checked_file(from_checkpoint, f"from_checkpoint={os.fspath(from_checkpoint)!r}")
-        self.from_checkpoint = from_checkpoint
         self.options = {
             "rule": rule,
             "head_rule": head_rule,
@@ -114,42 +100,17 @@ class VocabularyExtensionCallback(FitOnceCallback):
             "seed": seed,
         }
         self.slots, self.tokens, self.old_tokens, self.old_tokenizer = slots, tokens, old_tokens, old_tokenizer
-        self.trainable, self.probe, self.verbose = trainable, probe, verbose
-        self.added: dict[str, torch.Tensor] = {}
-        self._frozen: dict[str, list[torch.nn.Parameter]] = {}
+        self.probe, self.verbose = probe, verbose
 
     summary_key = "vocabulary_extension"
     """Studies record :meth:`summary` under this key (``PublishesSummary``)."""
-
-    @override
-    def __getstate__(self) -> dict[str, Any]:
-        return {**super().__getstate__(), "_frozen": {}}
 
     @override
     def setup(self, trainer: Trainer, pl_module: LightningModule, stage: str) -> None:
         if not self.begin_fit(pl_module, stage):
             return
         self._extend(trainer, pl_module)
-        if self.trainable == "new_rows":
-            masks = self.added
-            if not masks or not any(bool(mask.any()) for mask in masks.values()):
-                raise ValueError(
-                    "trainable='new_rows' trains only the new rows, but the new vocabulary adds none: "
-                    "nothing would train (use trainable=True)"
-                )
-            self._frozen = freeze_old_rows(
-                pl_module, {name: (lambda name=name: _frozen_rows(masks, name)) for name in masks}
-            )
         self.mark_done(pl_module)
-
-    @override
-    def on_train_start(self, trainer: Trainer, pl_module: LightningModule) -> None:
-        """Publish a fresh fit's report; pin the old rows for optimizers whose weight decay would move them despite
-        the gradient mask."""
-        super().on_train_start(trainer, pl_module)
-        for name, tensors in self._frozen.items():
-            for optimizer in trainer.optimizers:
-                pin_old_rows(optimizer, tensors, lambda name=name: _frozen_rows(self.added, name))
 
     @override
     def on_exception(self, trainer: Trainer, pl_module: LightningModule, exception: BaseException) -> None:
@@ -163,29 +124,6 @@ class VocabularyExtensionCallback(FitOnceCallback):
             )
 
     @override
-    def on_save_checkpoint(self, trainer: Trainer, pl_module: LightningModule, checkpoint: dict[str, Any]) -> None:
-        slots = checkpoint.setdefault(CHECKPOINT_KEY, {}).setdefault("slots", {})
-        names = {id(p): n for n, p in pl_module.named_parameters()}
-        for name, slot in select_slots(pl_module, list(self.added) or None).items():
-            if slot.tokens is not None:
-                slots.setdefault(name, {"parameter": names.get(id(slot.weight)), "tokens": list(slot.tokens)})
-
-    @override
-    def state_dict(self) -> dict[str, Any]:
-        return {"reports": self.reports, "added": dict(self.added)}
-
-    @override
-    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
-        self.reports = dict(state_dict.get("reports", {}))
-        self.added.clear()  # in place: the gradient hooks read this dict
-        self.added.update(state_dict.get("added", {}))
-
-    @override
-    def discard(self) -> None:
-        self.reports = {}
-        self.added.clear()
-
-    @override
     def publish(self, trainer: Trainer) -> None:
         if self.verbose:
             rank_zero_info(format_extension_report(self.reports))
@@ -194,7 +132,7 @@ class VocabularyExtensionCallback(FitOnceCallback):
 
     def _extend(self, trainer: Trainer, pl_module: LightningModule) -> None:
         datamodule = getattr(trainer, "datamodule", None)
-        checkpoint = self._read_checkpoint(pl_module)
+        checkpoint = self.read_checkpoint(pl_module)
         old_tokenizer = self.old_tokenizer
         if isinstance(old_tokenizer, (str, os.PathLike)):  # a saved tokenizer (.json), a directory or hf:<name>
             from lightning_embinit.text.tokenization import build_tokenizer
@@ -215,26 +153,17 @@ class VocabularyExtensionCallback(FitOnceCallback):
             what="vocabulary extension",
             broadcast_object=lambda value: trainer.strategy.broadcast(value, src=0),
         )
+        self.check_trainable({name: plan.added for name, plan in plans.items()}, "the new vocabulary adds none")
         if state is not None:
             for name, job in jobs.items():
                 if job.into_state:
-                    extend_state(state, pl_module, job, plans[name])
+                    extend_state(state, pl_module, job.slot, job.outputs, plans[name])
             load_extended_state(pl_module, state, self.from_checkpoint)
         for name, job in jobs.items():
             if not job.into_state:
                 apply_plan(pl_module, plans[name], tokenizer=job.tokenizer)
-        self.added.clear()
-        self.added.update({name: plan.added.clone() for name, plan in plans.items()})
         self.reports = {name: self._report(trainer, pl_module, datamodule, plan) for name, plan in plans.items()}
-
-    def _read_checkpoint(self, pl_module: LightningModule) -> dict[str, Any] | None:
-        if self.from_checkpoint is None:
-            return None
-        checkpoint = load_checkpoint_file(self.from_checkpoint, what="from_checkpoint", weights_only=False)
-        if not isinstance(checkpoint, dict) or not isinstance(checkpoint.get("state_dict"), Mapping):
-            raise ValueError(f"from_checkpoint {self.from_checkpoint}: not a Lightning checkpoint (no state_dict)")
-        pl_module.on_load_checkpoint(checkpoint)  # as in Lightning's restore: the system sees the checkpoint first
-        return checkpoint
+        self.keep_added(pl_module, {name: plan.added.clone() for name, plan in plans.items()})
 
     def _report(
         self, trainer: Trainer, pl_module: LightningModule, datamodule: Any, plan: ExtensionPlan
@@ -250,8 +179,3 @@ class VocabularyExtensionCallback(FitOnceCallback):
             probe = lambda module: module.output_states(batch)  # noqa: E731
         with eval_mode(pl_module):
             return finish_report(pl_module, plan, probe)
-
-
-def _frozen_rows(masks: Mapping[str, torch.Tensor], name: str) -> torch.Tensor | None:
-    added = masks.get(name)
-    return None if added is None else ~added

@@ -40,10 +40,15 @@ def _parser() -> CommandParser:
     parser.add_argument("--tokenizer", required=True, help="the new tokenizer: a Hugging Face tokenizer directory")
     parser.add_argument("--output", required=True, help="the new model: a directory (a checkpoint file for a .ckpt)")
     parser.add_argument(
-        "--method", default="pieces", help="pieces (default), mean, focus, omp[:k], description, token:<old token>"
+        "--method",
+        default="pieces",
+        help="pieces (default), mean, focus, neighbors[:k], omp[:k], description, token:<old token>",
     )
     parser.add_argument("--fallback", default="mean", help="for the tokens the method cannot build (default mean)")
-    parser.add_argument("--old-tokenizer", help="the model's own tokenizer (default: the one beside it)")
+    parser.add_argument(
+        "--old-tokenizer",
+        help="the model's own tokenizer (default: the one beside it); for a checkpoint also a saved .json or hf:<name>",
+    )
     parser.add_argument("--donor", help="neighbors, omp: a model directory that speaks the new tokenizer")
     parser.add_argument("--texts", help="focus: a text file of the new domain, one line per text")
     parser.add_argument("--descriptions", help="description: a file of token<TAB>text lines")
@@ -68,7 +73,7 @@ def _refuse(message: str) -> int:
 
 def _check_output(args: argparse.Namespace, checkpoint: bool) -> str | None:
     """Why ``--output`` is refused, or None."""
-    model, output = Path(args.model).expanduser().resolve(), Path(args.output).expanduser().resolve()
+    model, output = Path(args.model).resolve(), Path(args.output).resolve()
     if output == model:
         return f"--output {args.output} is --model: write the new model elsewhere (the trained one stays as it is)"
     if output.exists() and not args.overwrite:
@@ -81,11 +86,33 @@ def _check_output(args: argparse.Namespace, checkpoint: bool) -> str | None:
     return None
 
 
+PATHS = ("model", "tokenizer", "output", "old_tokenizer", "donor", "texts", "descriptions")
+"""The options that name files or directories (``~`` expanded once, before anything reads them)."""
+
+
+def _expand(args: argparse.Namespace) -> None:
+    for option in PATHS:
+        value = getattr(args, option)
+        if value is not None and not value.startswith("hf:"):
+            setattr(args, option, os.path.expanduser(value))
+
+
+def _check_old_tokenizer(value: str, checkpoint: bool) -> str | None:
+    """Why ``--old-tokenizer`` is refused, or None: a directory, or for a checkpoint what ``build_tokenizer`` reads
+    (a directory, a saved tokenizer ``.json``, ``hf:<name>``)."""
+    path = Path(value)
+    if path.is_dir() or (checkpoint and (value.startswith("hf:") or (path.is_file() and path.suffix == ".json"))):
+        return None
+    if not checkpoint:
+        return f"--old-tokenizer {value}: no such directory"
+    return f"--old-tokenizer {value}: neither a tokenizer directory nor a saved tokenizer .json (nor hf:<name>)"
+
+
 def _check(args: argparse.Namespace) -> str | None:
     """Why the arguments are refused (one line), or None; nothing is loaded."""
     from lightning_embinit.init.transplant import MATCH_KINDS, resolve_method
 
-    model = Path(args.model).expanduser()
+    model = Path(args.model)
     if not model.exists():
         return f"--model {args.model}: no such file or directory"
     checkpoint = model.is_file()
@@ -93,13 +120,15 @@ def _check(args: argparse.Namespace) -> str | None:
         return f"--model {args.model} is a directory without config.json: give a save_pretrained directory or a .ckpt"
     if not checkpoint and args.old_tokenizer is None and not any((model / name).is_file() for name in TOKENIZER_FILES):
         return f"--model {args.model} has no tokenizer beside its weights: pass --old-tokenizer DIR (its own)"
-    for option in ("tokenizer", "old_tokenizer", "donor"):
+    for option in ("tokenizer", "donor"):
         value = getattr(args, option)
-        if value is not None and not Path(value).expanduser().is_dir():
-            return f"--{option.replace('_', '-')} {value}: no such directory"
+        if value is not None and not Path(value).is_dir():
+            return f"--{option} {value}: no such directory"
+    if args.old_tokenizer is not None and (problem := _check_old_tokenizer(args.old_tokenizer, checkpoint)):
+        return problem
     for option in ("texts", "descriptions"):
         value = getattr(args, option)
-        if value is not None and not Path(value).expanduser().is_file():
+        if value is not None and not Path(value).is_file():
             return f"--{option} {value}: no such file"
     try:
         for spec in (args.method, args.fallback):
@@ -109,10 +138,10 @@ def _check(args: argparse.Namespace) -> str | None:
     kinds = [kind.strip() for kind in args.match.split(",") if kind.strip()]
     if unknown := [kind for kind in kinds if kind not in MATCH_KINDS]:
         return f"--match {args.match}: unknown kinds {unknown}; choose among {', '.join(MATCH_KINDS)}"
-    for spec in (args.method, args.fallback):
+    for option, spec in (("method", args.method), ("fallback", args.fallback)):
         needed = NEEDS.get(spec.partition(":")[0])
         if needed and getattr(args, needed) is None:
-            return f"--method {spec} needs --{needed} (docs/transplant.md, 'Methods')"
+            return f"--{option} {spec} needs --{needed} (docs/transplant.md, 'Methods')"
     if args.bias not in ("combine", "mean", "min", "zero"):
         try:
             float(args.bias)
@@ -125,7 +154,7 @@ def _descriptions(path: str | None) -> dict[str, str] | None:
     if path is None:
         return None
     found = {}
-    for number, line in enumerate(Path(path).expanduser().read_text(encoding="utf-8").split("\n"), 1):
+    for number, line in enumerate(Path(path).read_text(encoding="utf-8").split("\n"), 1):
         if line.strip():
             token, tab, text = line.partition("\t")
             if not tab or not text.strip():
@@ -137,13 +166,13 @@ def _descriptions(path: str | None) -> dict[str, str] | None:
 def _options(args: argparse.Namespace) -> dict[str, Any]:
     texts = None
     if args.texts is not None:
-        texts = [line for line in Path(args.texts).expanduser().read_text(encoding="utf-8").split("\n") if line.strip()]
+        texts = [line for line in Path(args.texts).read_text(encoding="utf-8").split("\n") if line.strip()]
     bias: Any = args.bias if args.bias in ("combine", "mean", "min", "zero") else float(args.bias)
     return {
         "method": args.method,
         "fallback": args.fallback,
         "match": tuple(kind.strip() for kind in args.match.split(",") if kind.strip()),
-        "donor": None if args.donor is None else f"hf:{Path(args.donor).expanduser()}",
+        "donor": None if args.donor is None else f"hf:{args.donor}",
         "texts": texts,
         "descriptions": _descriptions(args.descriptions),
         "standardize": True if args.standardize else None,
@@ -163,8 +192,8 @@ def _pretrained(args: argparse.Namespace, options: dict[str, Any]) -> dict[str, 
     names = [name for name in (config.architectures or []) if hasattr(transformers, name)]
     model_class = getattr(transformers, names[0]) if names else AutoModel
     model = model_class.from_pretrained(args.model)
-    new = AutoTokenizer.from_pretrained(os.path.expanduser(args.tokenizer))
-    old = AutoTokenizer.from_pretrained(os.path.expanduser(args.old_tokenizer or args.model))
+    new = AutoTokenizer.from_pretrained(args.tokenizer)
+    old = AutoTokenizer.from_pretrained(args.old_tokenizer or args.model)
     report = transplant_tokenizer(model, new, old_tokenizer=old, **options)
     model.save_pretrained(args.output)
     new.save_pretrained(args.output)
@@ -175,40 +204,35 @@ def _checkpoint(args: argparse.Namespace, options: dict[str, Any]) -> dict[str, 
     """A checkpoint of the package's systems in, one out (hyperparameters, state and the ``embinit`` record)."""
     import torch
 
-    from lightning_embinit.init.host import select_slots
-    from lightning_embinit.init.sources.checkpoint import CHECKPOINT_KEY
-    from lightning_embinit.init.sources.checkpoint_file import load_checkpoint_file
+    from lightning_embinit.init.extension.checkpoint import record_vocabularies
     from lightning_embinit.init.transplant import transplant_tokenizer
     from lightning_embinit.text.tokenization import build_tokenizer
 
-    model = _load_system(args.model)
+    model, checkpoint = _load_system(args.model)
     own = getattr(model, "tokenizer", None)
-    new = build_tokenizer(os.path.expanduser(args.tokenizer)) if own is not None else args.tokenizer
-    old = build_tokenizer(os.path.expanduser(args.old_tokenizer)) if args.old_tokenizer else None
+    new = build_tokenizer(args.tokenizer) if own is not None else args.tokenizer
+    old = build_tokenizer(args.old_tokenizer) if args.old_tokenizer else None
     report = transplant_tokenizer(model, new, old_tokenizer=old, **options)
-    checkpoint = load_checkpoint_file(args.model, what="--model", weights_only=False)
     checkpoint["state_dict"] = model.state_dict()
     checkpoint["hyper_parameters"] = {**(checkpoint.get("hyper_parameters") or {}), **dict(model.hparams)}
-    slots = checkpoint.setdefault(CHECKPOINT_KEY, {}).setdefault("slots", {})
-    for name, slot in select_slots(model, None).items():
-        if slot.tokens is not None:
-            slots[name] = {**slots.get(name, {}), "tokens": list(slot.tokens)}
+    record_vocabularies(checkpoint, model)
     for key in ("optimizer_states", "lr_schedulers", "loops"):  # a new model: it starts its own training
         checkpoint.pop(key, None)
     torch.save(checkpoint, args.output)
     return report
 
 
-def _load_system(path: str) -> Any:
-    """The Lightning system of a checkpoint, whatever the class it records."""
+def _load_system(path: str) -> tuple[Any, dict[str, Any]]:
+    """The Lightning system of a checkpoint, whatever the class it records, and the checkpoint itself."""
     from lightning_embinit.init.sources.checkpoint_file import load_checkpoint_file, saved_class
     from lightning_embinit.models.module import class_from_path
 
-    recorded = saved_class(load_checkpoint_file(path, what="--model"))
+    checkpoint = load_checkpoint_file(path, what="--model", weights_only=False)
+    recorded = saved_class(checkpoint)
     cls = class_from_path(recorded) if recorded else None
     if not isinstance(cls, type) or not callable(getattr(cls, "load_from_checkpoint", None)):
         raise ValueError(f"--model {path} does not record a model class that imports here ({recorded})")
-    return cls.load_from_checkpoint(path, map_location="cpu").eval()
+    return cls.load_from_checkpoint(path, map_location="cpu").eval(), checkpoint
 
 
 def transplant_main(argv: Sequence[str] | None = None) -> int:
@@ -218,6 +242,7 @@ def transplant_main(argv: Sequence[str] | None = None) -> int:
         args = parser.parse_args(argv)
     except SystemExit as exit_:
         return int(exit_.code or 0)
+    _expand(args)
     if problem := _check(args):
         return _refuse(problem)
     try:
@@ -227,7 +252,7 @@ def transplant_main(argv: Sequence[str] | None = None) -> int:
     from lightning_embinit.init.transplant import format_transplant_report
 
     try:
-        run = _checkpoint if Path(args.model).expanduser().is_file() else _pretrained
+        run = _checkpoint if Path(args.model).is_file() else _pretrained
         report = run(args, options)
     except ValueError as error:
         if os.environ.get("EMBINIT_DEBUG"):

@@ -2,7 +2,8 @@
 
 A slot's old tokens come from ``old_tokens=``, else the checkpoint's ``embinit`` record, else the system's
 hyperparameters (``checkpoint_vocabularies``); the new ones from ``tokens=``, else the datamodule's, else the model's.
-When the model is built over the new vocabulary, the checkpoint's tensors are extended in its state dict.
+When the model is built over the new vocabulary, the checkpoint's tensors are extended in its state dict
+(:func:`state_tables`, :func:`extend_state`: a transplant's plan too); :func:`record_vocabularies` writes the record.
 """
 
 from __future__ import annotations
@@ -18,7 +19,14 @@ from torch import nn
 from lightning_embinit.init.extension.extend import check_host_follows, token_list
 from lightning_embinit.init.extension.plan import ExtensionPlan, plan_extension
 from lightning_embinit.init.extension.rules import splitter_of
-from lightning_embinit.init.extension.tables import SlotTables, output_layers, parameter_names, read_tables, tensor_at
+from lightning_embinit.init.extension.tables import (
+    SlotTables,
+    output_layers,
+    parameter_names,
+    read_tables,
+    state_key,
+    tensor_at,
+)
 from lightning_embinit.init.host import EmbeddingSlot, select_slots
 from lightning_embinit.init.sources.checkpoint import CHECKPOINT_KEY
 
@@ -84,7 +92,11 @@ def plan_job(
     module: nn.Module, job: ExtensionJob, state: Mapping[str, torch.Tensor] | None, options: Mapping[str, Any]
 ) -> ExtensionPlan:
     """The job's checked plan from the model's tensors or the checkpoint's ``state``; a ``seed`` of None is drawn."""
-    old = read_tables(module, job.slot, job.outputs) if state is None else state_tables(state, module, job)
+    old = (
+        read_tables(module, job.slot, job.outputs)
+        if state is None
+        else state_tables(state, module, job.slot, job.outputs)
+    )
     options = dict(options)
     if options["seed"] is None:
         options["seed"] = secrets.randbelow(2**31)
@@ -113,7 +125,7 @@ def plan_job(
 def checkpoint_rows(module: nn.Module, slot: EmbeddingSlot, checkpoint: Mapping[str, Any] | None) -> int | None:
     """The rows of the checkpoint's tensor for ``slot``'s table (None without a checkpoint, or when it has none)."""
     state = (checkpoint or {}).get("state_dict") or {}
-    key = next((k for k in parameter_names(module, slot.weight) if k in state), None)
+    key = state_key(state, module, slot.weight)
     return None if key is None else int(state[key].shape[0])
 
 
@@ -179,32 +191,57 @@ def new_vocabulary(name: str, slot: EmbeddingSlot, given: Any, datamodule: Any) 
     return list(slot.tokens), None
 
 
-def state_tables(state: Mapping[str, torch.Tensor], module: nn.Module, job: ExtensionJob) -> SlotTables:
-    """The job's tensors as the checkpoint's state dict holds them."""
-    names = parameter_names(module, job.slot.weight)
-    key = next((k for k in names if k in state), None)
-    if key is None:
-        raise ValueError(f"slot {job.slot.name!r}: the checkpoint has no tensor for its table ({names})")
+def state_tables(
+    state: Mapping[str, torch.Tensor], module: nn.Module, slot: EmbeddingSlot, outputs: Sequence[str]
+) -> SlotTables:
+    """The tensors of ``slot`` and its untied ``outputs`` as the state dict ``state`` (a checkpoint's, over another
+    vocabulary than ``module``'s) holds them, each found under any of the names ``module`` has for it."""
+    tensors = {slot.name: slot.weight, **{path: tensor_at(module, path) for path in slot.vocabulary_biases}}
+    found = {}
+    for path, tensor in tensors.items():
+        key = state_key(state, module, tensor)
+        if key is None:
+            what = "its table" if path == slot.name else f"its vocabulary bias {path!r}"
+            raise ValueError(
+                f"slot {slot.name!r}: the checkpoint has no tensor for {what} (under {parameter_names(module, tensor)})"
+            )
+        found[path] = state[key]
     return SlotTables(
-        state[key],
-        {path: state[f"{path}.weight"] for path in job.outputs},
-        {path: state.get(f"{path}.bias") for path in job.outputs},
-        {path: state[path] for path in job.slot.vocabulary_biases},
+        found.pop(slot.name),
+        {path: state[f"{path}.weight"] for path in outputs},
+        {path: state.get(f"{path}.bias") for path in outputs},
+        found,
     )
 
 
-def extend_state(state: dict[str, torch.Tensor], module: nn.Module, job: ExtensionJob, plan: ExtensionPlan) -> None:
-    """Replace the state dict's tensors of ``job``'s slot by the extended ones, under every name the model has."""
-    tables = plan.assemble(state_tables(state, module, job))
-    for key in parameter_names(module, job.slot.weight):
+def extend_state(
+    state: dict[str, torch.Tensor], module: nn.Module, slot: EmbeddingSlot, outputs: Sequence[str], plan: Any
+) -> None:
+    """Replace the state dict's tensors of ``slot`` (and its untied ``outputs``) by ``plan``'s (an extension's or a
+    transplant's: its ``assemble``), under every name ``module`` has for them."""
+    tables = plan.assemble(state_tables(state, module, slot, outputs))
+    for key in parameter_names(module, slot.weight):
         state[key] = tables.embedding
-    for path in job.outputs:
+    for path in outputs:
         state[f"{path}.weight"] = tables.outputs[path]
         if tables.biases.get(path) is not None:
             state[f"{path}.bias"] = tables.biases[path]
     for path, grown in tables.vocabulary_biases.items():
         for key in parameter_names(module, tensor_at(module, path)):
             state[key] = grown
+
+
+def record_vocabularies(checkpoint: dict[str, Any], module: nn.Module, slots: Sequence[str] | None = None) -> None:
+    """Record in ``checkpoint``'s ``embinit`` key the token strings of ``module``'s slots (``slots``: these only) as
+    they are now, so that a later extension or transplant of the checkpoint finds its old vocabulary; a slot's
+    record keeps its other fields."""
+    records = checkpoint.setdefault(CHECKPOINT_KEY, {}).setdefault("slots", {})
+    names = {id(parameter): name for name, parameter in module.named_parameters()}
+    for name, slot in select_slots(module, slots).items():
+        if slot.tokens is not None:
+            record = records.setdefault(name, {})
+            record["tokens"] = list(slot.tokens)
+            record.setdefault("parameter", names.get(id(slot.weight)))
 
 
 def load_extended_state(module: nn.Module, state: Mapping[str, torch.Tensor], path: str | None) -> None:

@@ -10,7 +10,6 @@ rows learn (:func:`freeze_old_rows`, :func:`pin_old_rows`).
 from __future__ import annotations
 
 import os
-import warnings
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
@@ -25,8 +24,8 @@ from lightning_embinit.init.extension.tables import (
     output_layers,
     read_tables,
     tensor_at,
-    unclaimed_layers,
     vocabulary_tensors,
+    warn_unclaimed,
     write_tables,
 )
 from lightning_embinit.init.freezing import check_not_meta, freeze_rows, pin_rows
@@ -179,14 +178,7 @@ def plan_for_module(
             "give the module a tokenizer or vocabulary attribute"
         )
     layers = output_layers(module, target, outputs)
-    others = [other for name, other in select_slots(module, None).items() if name != target.name]
-    claimed = [path for other in others for path in (*other.output_layers, *other.tied_modules)]
-    if unclaimed := unclaimed_layers(module, target, layers, claimed):
-        warnings.warn(
-            f"slot {target.name!r}: {', '.join(unclaimed)} has one output per row of the table but is neither tied to "
-            "it nor named as its output layer, so it keeps its size; pass outputs=[...] if it is the output layer",
-            stacklevel=3,
-        )
+    warn_unclaimed(module, target, layers, stacklevel=3)
     check_unhooked(module, target, layers)
     plan = plan_extension(
         read_tables(module, target, layers),

@@ -213,19 +213,40 @@ def _new_rows(
                 f"them, got {rows.shape[0]}; leave transforms= out for so few new tokens; nothing was changed"
             )
         rows = step.apply(rows)
-    if target is True or target == "old":  # the old rows' own mean and std
-        stats = matrix_statistics(request.old_rows)
-        target = (stats.mean, stats.std)
-    elif target is not None and target is not False:  # a scheme's std for the extended (N′, D) table
-        target = resolve_target(target, request.num_embeddings, request.dim)
+    rows = standardize_new_rows(
+        rows, request.old_rows, target, request.num_embeddings, request.dim, request.what, f"rule {rule.name!r}"
+    )
+    return rows, counts
+
+
+def standardize_new_rows(
+    rows: torch.Tensor,
+    old: torch.Tensor | tuple[float, float],
+    target: StatisticsTarget | bool | None,
+    num_embeddings: int,
+    dim: int,
+    what: str,
+    made_by: str = "the rule",
+) -> torch.Tensor:
+    """The new ``rows`` standardized (:func:`~lightning_embinit.init.transforms.standardize`, one row too) to
+    ``target``: ``True`` or ``"old"``: the old rows' mean and std (``old``: the rows, or their (mean, std)); another
+    target resolved for an (``num_embeddings``, ``dim``) table (a scheme's std); None or False: as they are. Rows with
+    NaN or inf (made by ``made_by``) are refused, as a failed standardization is, naming ``what``."""
+    if target is True or target == "old":
+        if isinstance(old, torch.Tensor):
+            stats = matrix_statistics(old)
+            old = (stats.mean, stats.std)
+        target = old
+    elif target is not None and target is not False:
+        target = resolve_target(target, num_embeddings, dim)
     if target is not None and target is not False and rows.shape[0]:
         try:
             rows = standardize(rows, target)
         except ValueError as error:
-            raise ValueError(f"{request.what}: standardize the new rows: {error}") from None
+            raise ValueError(f"{what}: standardize the new rows: {error}") from None
     if not bool(torch.isfinite(rows).all()):
-        raise ValueError(f"{request.what}: rule {rule.name!r} made rows with NaN or inf; nothing was written")
-    return rows, counts
+        raise ValueError(f"{what}: {made_by} made rows with NaN or inf; nothing was written")
+    return rows
 
 
 def check_old_tables(

@@ -6,13 +6,14 @@ an optimizer made before holds the old tensors, so make it after.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+import warnings
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 import torch
 from torch import nn
 
-from lightning_embinit.init.host import EmbeddingSlot, tied_modules_of
+from lightning_embinit.init.host import EmbeddingSlot, select_slots, tied_modules_of
 from lightning_embinit.init.statistics import rows_without
 
 
@@ -73,6 +74,19 @@ def unclaimed_layers(
     ]
 
 
+def warn_unclaimed(root: nn.Module, slot: EmbeddingSlot, layers: Sequence[str], *, stacklevel: int = 2) -> None:
+    """Warn about the :func:`unclaimed_layers` of ``slot`` (the other slots' output layers and tied modules are
+    theirs): each keeps its size when the vocabulary changes. ``stacklevel``: as the caller would pass it."""
+    others = [other for name, other in select_slots(root, None).items() if name != slot.name]
+    claimed = [path for other in others for path in (*other.output_layers, *other.tied_modules)]
+    if unclaimed := unclaimed_layers(root, slot, layers, claimed):
+        warnings.warn(
+            f"slot {slot.name!r}: {', '.join(unclaimed)} has one output per row of the table but is neither tied to "
+            "it nor named as its output layer, so it keeps its size; pass outputs=[...] if it is the output layer",
+            stacklevel=stacklevel + 1,
+        )
+
+
 def read_tables(root: nn.Module, slot: EmbeddingSlot, outputs: Iterable[str]) -> SlotTables:
     """The slot's current tensors (detached views, not copies)."""
     layers = {path: root.get_submodule(path) for path in outputs}
@@ -122,6 +136,11 @@ def parameter_names(root: nn.Module, parameter: torch.Tensor) -> list[str]:
     """Every name ``parameter`` (or buffer) has in ``root``'s state dict (a tied weight has several)."""
     named = [*root.named_parameters(remove_duplicate=False), *root.named_buffers(remove_duplicate=False)]
     return [name for name, p in named if p is parameter]
+
+
+def state_key(state: Mapping[str, torch.Tensor], root: nn.Module, tensor: torch.Tensor) -> str | None:
+    """The first of ``tensor``'s names in ``root`` (:func:`parameter_names`) that the state dict ``state`` holds."""
+    return next((name for name in parameter_names(root, tensor) if name in state), None)
 
 
 def _replace(root: nn.Module, old: torch.Tensor, new: torch.Tensor) -> None:

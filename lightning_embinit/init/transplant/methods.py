@@ -181,23 +181,38 @@ def _sparse_answers(
     return [answers.get(i) for i in ids]
 
 
+def _by_blocks(
+    ids: list[int],
+    space: StaticSpace,
+    anchors: tuple[int, torch.Tensor],
+    weigh: Callable[[list[int]], tuple[torch.Tensor, torch.Tensor]],
+) -> list[Answer]:
+    """Per pending id, the answer of ``weigh`` (a block of the ids ``space`` has a row for → each one's (anchor
+    columns, weights)), over blocks of :func:`_block_rows` tokens; ``anchors``: (how many, their old ids)."""
+    count, anchor_old = anchors
+    served = [i for i in ids if bool(space.present[i])]
+    answers: list[Answer] = []
+    step = _block_rows(count)
+    for start in range(0, len(served), step):
+        block = served[start : start + step]
+        answers += _sparse_answers(block, block, anchor_old, *weigh(block))
+    found = dict(zip(served, answers))
+    return [found.get(i) for i in ids]
+
+
 @METHODS.register("focus", summary="FOCUS: sparsemax-weighted anchors by similarity in fastText on target text")
 def focus_method() -> TransplantMethod:
     def answer(request: MethodRequest, ids: list[int]) -> list[Answer]:
         space = request.auxiliary_space
         anchor_new, anchor_old = _anchor_rows(request, space, "focus")
         anchors = torch.nn.functional.normalize(space.rows[anchor_new].double(), dim=1)
-        served = [i for i in ids if bool(space.present[i])]
-        answers: list[Answer] = []
-        step = _block_rows(anchors.shape[0])
-        for start in range(0, len(served), step):
-            block = served[start : start + step]
+
+        def weigh(block: list[int]) -> tuple[torch.Tensor, torch.Tensor]:
             queries = torch.nn.functional.normalize(space.rows[block].double(), dim=1)
-            weights = sparsemax(queries @ anchors.T)
             columns = torch.arange(anchors.shape[0]).expand(len(block), -1)
-            answers += _sparse_answers(block, block, anchor_old, columns, weights)
-        found = dict(zip(served, answers))
-        return [found.get(i) for i in ids]
+            return columns, sparsemax(queries @ anchors.T)
+
+        return _by_blocks(ids, space, (anchors.shape[0], anchor_old), weigh)
 
     return TransplantMethod("focus", answer)
 
@@ -220,17 +235,14 @@ def neighbors_method(count: str | int = 16) -> TransplantMethod:
         space = request.donor_space
         anchor_new, anchor_old = _anchor_rows(request, space, "neighbors")
         anchors = space.rows[anchor_new].float()
-        served = [i for i in ids if bool(space.present[i])]
-        answers: list[Answer] = []
-        step = _block_rows(anchors.shape[0])
-        for start in range(0, len(served), step):
-            block = served[start : start + step]
+
+        def weigh(block: list[int]) -> tuple[torch.Tensor, torch.Tensor]:
             distances = torch.cdist(space.rows[block].float(), anchors)
             near, columns = distances.topk(min(k, anchors.shape[0]), dim=1, largest=False)
             weights = 1.0 / near.double().clamp(min=1e-12)
-            answers += _sparse_answers(block, block, anchor_old, columns, weights / weights.sum(dim=1, keepdim=True))
-        found = dict(zip(served, answers))
-        return [found.get(i) for i in ids]
+            return columns, weights / weights.sum(dim=1, keepdim=True)
+
+        return _by_blocks(ids, space, (anchors.shape[0], anchor_old), weigh)
 
     return TransplantMethod("neighbors" if k == 16 else f"neighbors:{k}", answer, per_role=True)
 

@@ -13,11 +13,11 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
-from lightning_embinit.init.extension.plan import ExtensionPlan
-from lightning_embinit.init.extension.tables import SlotTables
-from lightning_embinit.init.sources.alignment import finite_rows
-from lightning_embinit.init.statistics import rows_per_block, rows_without
-from lightning_embinit.init.transforms import StatisticsTarget, resolve_target, standardize
+from lightning_embinit.init.extension.plan import ExtensionPlan, standardize_new_rows
+from lightning_embinit.init.extension.rules import new_bias_value
+from lightning_embinit.init.extension.tables import SlotTables, old_token_rows
+from lightning_embinit.init.statistics import matrix_statistics, row_mean, rows_per_block
+from lightning_embinit.init.transforms import StatisticsTarget
 from lightning_embinit.init.transplant.matching import VocabularyMatch
 from lightning_embinit.init.transplant.methods import MEAN, Answer, MethodRequest, TransplantMethod
 
@@ -26,8 +26,8 @@ _TOKENS_PER_BLOCK = 2048
 
 @dataclass
 class TableNumbers:
-    """One pass over an old tensor's rows (the padding row left out): μ (the mean row, float32), the elements' mean
-    and std, the mean row norm."""
+    """An old tensor's numbers over the old tokens' rows (a padded table's rows past its tokens and the padding row
+    left out): μ (the mean row, float32), the elements' mean and std, the mean row norm."""
 
     mean_row: torch.Tensor
     mean: float
@@ -71,42 +71,43 @@ class TransplantPlan(ExtensionPlan):
         return out
 
 
-def table_numbers(table: torch.Tensor, padding_idx: int | None, what: str = "the table") -> TableNumbers:
-    """:class:`TableNumbers` of ``table`` (N, …), in float64 by blocks of rows; a NaN or inf anywhere is refused (its
-    first rows named) before anything is written."""
-    flat = table.reshape(table.shape[0], -1)
-    total = torch.zeros(flat.shape[1], dtype=torch.float64)
-    squares = norms = 0.0
-    for block in flat.split(rows_per_block(flat.shape[1])):
-        wide = block.to(device="cpu", dtype=torch.float64)
-        total += wide.sum(dim=0)
-        squares += float(wide.square().sum())
-        norms += float(wide.norm(dim=1).sum())
-    count = flat.shape[0]
-    if padding_idx is not None:
-        row = flat[padding_idx].to(device="cpu", dtype=torch.float64)
-        total, squares, norms, count = (
-            total - row,
-            squares - float(row.square().sum()),
-            norms - float(row.norm()),
-            count - 1,
-        )
-    if not (bool(torch.isfinite(total).all()) and math.isfinite(squares)):
-        bad = (~finite_rows(flat)).nonzero().flatten().tolist()
+def token_ranges(rows: int, named: int | None, padding_idx: int | None) -> list[slice]:
+    """The old tokens' rows of a tensor of ``rows`` rows as at most two ranges (views, never a copy): its first
+    ``named`` rows (all when None; a padded table's rows past its tokens are no token's), the padding row left out
+    (:func:`~lightning_embinit.init.extension.tables.old_token_rows` without its copy)."""
+    end = rows if named is None else min(named, rows)
+    if padding_idx is None or not 0 <= padding_idx < end:
+        return [slice(0, end)] if end else []
+    return [part for part in (slice(0, padding_idx), slice(padding_idx + 1, end)) if part.stop > part.start]
+
+
+def table_numbers(
+    table: torch.Tensor, named: int | None, padding_idx: int | None, what: str = "the table"
+) -> TableNumbers:
+    """:class:`TableNumbers` of the old tokens' rows of ``table`` (N, …; :func:`token_ranges`): μ by
+    :func:`~lightning_embinit.init.statistics.row_mean`, the mean and std by
+    :func:`~lightning_embinit.init.statistics.matrix_statistics` (two ranges pooled: m = Σ n_k·m_k / n,
+    σ² = Σ n_k·(σ_k² + (m_k − m)²) / n), the mean row norm. A NaN or inf anywhere in ``table`` is refused (its first
+    rows named) before anything is written."""
+    flat = table.detach().reshape(table.shape[0], -1)
+    norms = torch.cat([b.to(torch.float64).norm(dim=1).cpu() for b in flat.split(rows_per_block(flat.shape[1]))])
+    if not bool(torch.isfinite(norms).all()):  # a float64 norm of finite float32 values never overflows
+        bad = (~torch.isfinite(norms)).nonzero().flatten().tolist()
         raise ValueError(
             f"{what} already holds NaN or inf (rows {bad[:5]}{' …' if len(bad) > 5 else ''}): no row can be built from "
             "it — a diverged checkpoint? nothing was written"
         )
-    count = max(count, 1)
-    mean_row = total / count
-    mean = float(mean_row.mean())
-    variance = max(squares / (count * flat.shape[1]) - mean * mean, 0.0)
-    return TableNumbers(mean_row.float().reshape(table.shape[1:]), mean, math.sqrt(variance), norms / count)
-
-
-def mean_row(table: torch.Tensor, padding_idx: int | None) -> torch.Tensor:
-    """μ of the rows of ``table`` (N, …) without the padding row (float32)."""
-    return table_numbers(table, padding_idx).mean_row
+    ranges = token_ranges(flat.shape[0], named, padding_idx)
+    if not ranges:
+        raise ValueError(f"{what} has no row of an old token but the padding row: no row can be built from it")
+    means = [row_mean(flat[part]) for part in ranges]
+    count = sum(n for _, n in means)
+    stats = [matrix_statistics(flat[part]) for part in ranges]
+    mean = sum(s.mean * n for s, (_, n) in zip(stats, means)) / count
+    variance = sum(n * (s.std**2 + (s.mean - mean) ** 2) for s, (_, n) in zip(stats, means)) / count
+    mean_row = sum(m * n for m, n in means) / count
+    row_norm = sum(float(norms[part].sum()) for part in ranges) / count
+    return TableNumbers(mean_row.float().cpu().reshape(table.shape[1:]), mean, math.sqrt(variance), row_norm)
 
 
 def combine(table: torch.Tensor, answers: Sequence[Answer], mean: torch.Tensor) -> torch.Tensor:
@@ -152,25 +153,19 @@ def answer_tokens(
 def new_rows(
     table: torch.Tensor,
     answers: Sequence[Answer],
-    padding_idx: int | None,
+    rows_of: tuple[int | None, int | None, int],
     target: StatisticsTarget | bool | None,
     what: str,
 ) -> tuple[torch.Tensor, TableNumbers]:
-    """The rows of the pending tokens in one tensor, optionally standardized to the old rows' mean and std (``True``)
-    or to a target of :func:`~lightning_embinit.init.transforms.standardize`; and the old rows' numbers."""
-    numbers = table_numbers(table, padding_idx, what)
+    """The rows of the pending tokens in one tensor, optionally standardized
+    (:func:`~lightning_embinit.init.extension.plan.standardize_new_rows`: ``True``, the old tokens' rows' mean and
+    std); and the old rows' numbers. ``rows_of``: (old tokens ``named``, the old padding row, the new table's rows)."""
+    named, padding_idx, num_rows = rows_of
+    numbers = table_numbers(table, named, padding_idx, what)
     rows = combine(table, answers, numbers.mean_row)
-    if target is True or target == "old":
-        target = (numbers.mean, numbers.std)
-    elif target is not None and target is not False:
-        target = resolve_target(target, table.shape[0], table.shape[-1])
-    if target is not None and target is not False and rows.shape[0] > 1:
-        try:
-            rows = standardize(rows, target)
-        except ValueError as error:
-            raise ValueError(f"{what}: standardize the new rows: {error}") from None
-    if not bool(torch.isfinite(rows).all()):
-        raise ValueError(f"{what}: the method made rows with NaN or inf; nothing was written")
+    rows = standardize_new_rows(
+        rows, (numbers.mean, numbers.std), target, num_rows, table.shape[-1], what, "the method"
+    )
     return rows, numbers
 
 
@@ -183,37 +178,40 @@ def plan_transplant(
     methods: tuple[TransplantMethod, TransplantMethod],
     special: set[str],
     padding: tuple[int | None, int | None],
+    named: int | None = None,
     standardize_to: StatisticsTarget | bool | None = None,
     bias: str | float = "combine",
     report: Callable[[TransplantPlan, SlotTables, dict[str, int]], dict[str, Any]] | None = None,
 ) -> TransplantPlan:
     """The checked plan of one slot: matched rows by ``match``, the rest by ``methods`` (method, fallback) through
-    ``request``; ``padding`` = (old padding row, new padding row). Nothing is written."""
+    ``request``; ``padding`` = (old padding row, new padding row); the old tokens' rows are the first ``named`` (all
+    when None): μ, the statistics and the bias entries are theirs, never a padded row's. The output side (untied
+    output layers, their biases and the vocabulary biases) takes the methods' output-role answers. Nothing is
+    written."""
     old_padding, new_padding = padding
+    rows_of = (named, old_padding, len(request.new_tokens))
     answers, counts = answer_tokens(request, *methods, special)
-    embedding, numbers = new_rows(old.embedding, answers, old_padding, standardize_to, f"slot {slot!r}: the table")
+    embedding, numbers = new_rows(old.embedding, answers, rows_of, standardize_to, f"slot {slot!r}: the table")
     heads = answers
-    if old.outputs and methods[0].per_role:
+    if (old.outputs or old.vocabulary_biases) and methods[0].per_role:
         heads = answer_tokens(replace(request, role="output"), *methods, special)[0]
     built = {
-        path: new_rows(weight, heads, old_padding, standardize_to, f"output layer {path!r}")
+        path: new_rows(weight, heads, rows_of, standardize_to, f"output layer {path!r}")
         for path, weight in old.outputs.items()
     }
-    outputs = {path: rows for path, (rows, _) in built.items()}
-    bias_rows = {path: _bias_rows(b, heads, old_padding, bias) for path, b in old.biases.items() if b is not None}
-    bias_rows |= {
-        path: _bias_rows(b.movedim(-1, 0), answers, old_padding, bias) for path, b in old.vocabulary_biases.items()
-    }
+    biases = {path: b for path, b in old.biases.items() if b is not None}
+    biases |= {path: b.movedim(-1, 0) for path, b in old.vocabulary_biases.items()}
     plan = TransplantPlan(
         slot=slot,
         tokens=list(request.new_tokens),
         source_ids=match.source_ids,
         padding_idx=new_padding,
         embedding_rows=embedding,
-        output_rows=outputs,
-        bias_rows=bias_rows,
+        output_rows={path: rows for path, (rows, _) in built.items()},
+        bias_rows={path: _bias_rows(b, heads, named, old_padding, bias) for path, b in biases.items()},
         match=match,
         old_numbers={"embedding": numbers, **{path: n for path, (_, n) in built.items()}},
+        named_rows=named,
     )
     if report is not None:
         plan.report = report(plan, old, counts)
@@ -221,13 +219,13 @@ def plan_transplant(
 
 
 def _bias_rows(
-    bias: torch.Tensor, answers: Sequence[Answer], padding_idx: int | None, rule: str | float
+    bias: torch.Tensor, answers: Sequence[Answer], named: int | None, padding_idx: int | None, rule: str | float
 ) -> torch.Tensor:
-    """New bias entries: the method's weights applied to the old entries (``combine``), or the extension's bias
-    rules (``mean``, ``min``, ``zero``, a number) as one value."""
+    """New bias entries (along the first dimension): the method's weights applied to the old entries (``combine``;
+    μ: the old tokens' mean entry), or the extension's bias rules (``mean``, ``min``, ``zero``, a number) over the old
+    tokens' entries, as one value."""
     if rule == "combine":
-        return combine(bias, answers, table_numbers(bias, padding_idx, "a bias over the vocabulary").mean_row)
-    from lightning_embinit.init.extension.rules import new_bias_value
-
-    value = new_bias_value(rule, rows_without(bias.reshape(bias.shape[0], -1)[:, 0], padding_idx))
+        mean = table_numbers(bias, named, padding_idx, "a bias over the vocabulary").mean_row
+        return combine(bias, answers, mean)
+    value = new_bias_value(rule, old_token_rows(bias.reshape(bias.shape[0], -1)[:, 0], named, padding_idx))
     return torch.full((len(answers), *bias.shape[1:]), value, dtype=torch.float32)

@@ -1,6 +1,8 @@
 """A transplant into a model built over the **new** vocabulary: the trained model's state dict (over the old one) is
 rebuilt to the model's shapes, then written tensor by tensor — each rank its own slice of a sharded tensor, so a model
-FSDP2's ``fully_shard`` or tensor parallelism has sharded takes it as it is (:func:`write_state`)."""
+FSDP2's ``fully_shard`` or tensor parallelism has sharded takes it as it is (:func:`write_state`).
+:func:`built_over_new` decides between this and a swap in place; :func:`checkpoint_old_tokenizer` finds the old
+tokenizer a trained system's checkpoint keeps."""
 
 from __future__ import annotations
 
@@ -10,30 +12,13 @@ from typing import Any
 import torch
 from torch import nn
 
-from lightning_embinit.init.extension.tables import SlotTables, output_layers, parameter_names, tensor_at
+from lightning_embinit.init.extension.checkpoint import extend_state, recorded_vocabularies, state_tables
+from lightning_embinit.init.extension.tables import output_layers, state_key
+from lightning_embinit.init.host import EmbeddingSlot
 from lightning_embinit.init.sharding import write_whole
 from lightning_embinit.init.transplant.plan import TransplantPlan
 from lightning_embinit.init.transplant.tokenizers import tokenizer_view
 from lightning_embinit.init.transplant.transplant import TransplantOptions, one_slot, plan_for_slot
-
-
-def _state_tables(
-    state: Mapping[str, torch.Tensor], module: nn.Module, target: Any, layers: Sequence[str]
-) -> SlotTables:
-    names = parameter_names(module, target.weight)
-    key = next((name for name in names if name in state), None)
-    if key is None:
-        raise ValueError(f"slot {target.name!r}: the trained state has no tensor for its table (under {names})")
-    vocabulary_biases = {}
-    for path in target.vocabulary_biases:
-        found = [name for name in parameter_names(module, tensor_at(module, path)) if name in state]
-        vocabulary_biases[path] = state[found[0]]
-    return SlotTables(
-        state[key],
-        {path: state[f"{path}.weight"] for path in layers},
-        {path: state.get(f"{path}.bias") for path in layers},
-        vocabulary_biases,
-    )
 
 
 def transplant_state(
@@ -59,7 +44,7 @@ def transplant_state(
             f"{len(new.tokens)} tokens: build the model over the new vocabulary"
         )
     layers = output_layers(module, target, outputs)
-    tables = _state_tables(state, module, target, layers)
+    tables = state_tables(state, module, target, layers)
     old = tokenizer_view(old_tokenizer, what="old_tokenizer=")  # the module's own tokens are the new ones
     if len(old.tokens) > tables.embedding.shape[0]:
         raise ValueError(
@@ -68,18 +53,40 @@ def transplant_state(
         )
     pad = old.tokens.index(old.special["pad"]) if "pad" in old.special and target.padding_idx is not None else None
     plan = plan_for_slot(module, target, new, old, layers, settings, tables=tables, old_padding=pad)
-    grown = plan.assemble(tables)
     out = dict(state)
-    for key in parameter_names(module, target.weight):
-        out[key] = grown.embedding
-    for path in layers:
-        out[f"{path}.weight"] = grown.outputs[path]
-        if grown.biases.get(path) is not None:
-            out[f"{path}.bias"] = grown.biases[path]
-    for path, bias in grown.vocabulary_biases.items():
-        for key in parameter_names(module, tensor_at(module, path)):
-            out[key] = bias
+    extend_state(out, module, target, layers, plan)
     return out, plan
+
+
+def built_over_new(
+    module: nn.Module, target: EmbeddingSlot, state: Mapping[str, torch.Tensor], tokens: Sequence[str]
+) -> bool:
+    """Whether ``module`` is built over the new vocabulary (``tokens``), not over the trained ``state``'s: its table
+    has a row per new token, and either the state's table has another size or the model names the new tokens. Then
+    the transplant rebuilds the state (:func:`transplant_state`); else the state is loaded and the model swapped in
+    place."""
+    if target.num_embeddings != len(tokens):
+        return False
+    key = state_key(state, module, target.weight)
+    named = target.tokens is not None and list(target.tokens) == list(tokens)
+    return named or key is None or state[key].shape[0] != target.num_embeddings
+
+
+def checkpoint_old_tokenizer(module: nn.Module, target: EmbeddingSlot, checkpoint: Mapping[str, Any]) -> Any | None:
+    """The old tokenizer a trained system's checkpoint keeps for ``target``: its ``tokenizer`` hyperparameter when that
+    is a package tokenizer's config (a mapping, which the caller builds: ``build_tokenizer``), else the tokenizer or
+    token strings the system's ``checkpoint_vocabularies`` or the ``embinit`` record keep for the slot (or for the
+    only slot they name); None when it keeps none."""
+    hparams = checkpoint.get("hyper_parameters") or {}
+    if isinstance(hparams.get("tokenizer"), Mapping):
+        return hparams["tokenizer"]
+    recorded = recorded_vocabularies(module, checkpoint)
+    tokens, tokenizer = recorded.get(target.name, (None, None))
+    if tokenizer is None and tokens is None and len(recorded) == 1:
+        tokens, tokenizer = next(iter(recorded.values()))
+    if tokenizer is not None:
+        return tokenizer
+    return None if tokens is None else list(tokens)
 
 
 @torch.no_grad()

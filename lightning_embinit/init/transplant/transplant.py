@@ -13,7 +13,6 @@ vocabulary (:func:`transplant_state`).
 
 from __future__ import annotations
 
-import warnings
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -27,7 +26,7 @@ from lightning_embinit.init.extension.tables import (
     check_unhooked,
     output_layers,
     read_tables,
-    unclaimed_layers,
+    warn_unclaimed,
     write_tables,
 )
 from lightning_embinit.init.host import EmbeddingSlot, select_slots
@@ -79,6 +78,8 @@ def old_view(module: nn.Module, target: EmbeddingSlot, old_tokenizer: Any) -> To
     if old_tokenizer is None and getattr(module, "tokenizer", None) is not None:
         old_tokenizer = module.tokenizer
     view = None if old_tokenizer is None else tokenizer_view(old_tokenizer, what="old_tokenizer=")
+    if target.tokens is not None and view is not None:
+        check_same_tokens(target, view.tokens)
     if target.tokens is not None:
         special = {**dict(target.special_tokens), **({} if view is None else view.special)}
         present = set(target.tokens)
@@ -96,6 +97,19 @@ def old_view(module: nn.Module, target: EmbeddingSlot, old_tokenizer: Any) -> To
             "rows: it is not the tokenizer this model was trained with"
         )
     return view
+
+
+def check_same_tokens(target: EmbeddingSlot, tokens: Sequence[str]) -> None:
+    """Refuse an old tokenizer whose token at some id is not the one the slot names there: its ids would pick the
+    wrong rows (ids past either list are never compared: a tokenizer may hold a token the table has no row for)."""
+    named = list(target.tokens or ())
+    first = next((i for i, (ours, theirs) in enumerate(zip(named, tokens)) if ours != theirs), None)
+    if first is not None:
+        raise ValueError(
+            f"slot {target.name!r}: old_tokenizer= is not the tokenizer the model names its rows by: id {first} is "
+            f"{tokens[first]!r} there, {named[first]!r} in the model; its ids would pick the wrong rows. Pass the "
+            "model's own tokenizer, or leave old_tokenizer= out"
+        )
 
 
 def gathered(old: SlotTables) -> SlotTables:
@@ -179,8 +193,9 @@ def plan_for_slot(
     tables: SlotTables | None = None,
     old_padding: int | None = None,
 ) -> TransplantPlan:
-    """The transplant's plan of one slot from its tensors (or ``tables``, e.g. a checkpoint's, whose padding row is
-    ``old_padding``); nothing is written."""
+    """The transplant's plan of one slot from its tensors (or ``tables``, e.g. a checkpoint's or the gathered ones,
+    whose padding row is ``old_padding``); the old tokens' rows are the first ``len(old.tokens)``. Nothing is
+    written."""
     if tables is None:
         tables, old_padding = gathered(read_tables(module, target, layers)), target.padding_idx
     old_special = {**dict(target.special_tokens), **old.special}
@@ -199,6 +214,7 @@ def plan_for_slot(
         methods=(resolve_method(options.method), resolve_method(options.fallback)),
         special=set(new.special.values()),
         padding=padding,
+        named=len(old.tokens),
         standardize_to=options.standardize,
         bias=options.bias,
         report=lambda plan, old_tables, counts: plan_report(plan, old_tables, counts, chosen),
@@ -258,12 +274,7 @@ def transplant_tokenizer(
     new = tokenizer_view(tokenizer, what="tokenizer=")
     old = old_view(module, target, old_tokenizer)
     layers = output_layers(module, target, outputs)
-    if unclaimed := unclaimed_layers(module, target, layers):
-        warnings.warn(
-            f"slot {target.name!r}: {', '.join(unclaimed)} has one output per row of the table but is neither tied to "
-            "it nor named as its output layer, so it keeps its size; pass outputs=[...] if it is the output layer",
-            stacklevel=2,
-        )
+    warn_unclaimed(module, target, layers, stacklevel=2)
     check_unhooked(module, target, layers)
     plan = plan_for_slot(module, target, new, old, layers, settings)
     write_plan(module, target, plan, new, old)
