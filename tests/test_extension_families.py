@@ -220,6 +220,22 @@ def test_tables_the_model_looks_the_same_ids_up_in_follow_even_a_reordered_vocab
     torch.testing.assert_close(grown[TINY], old_rows.mean(dim=0))
 
 
+def test_companion_tables_follow_the_planned_ids_even_where_token_rows_are_equal():
+    """Two tokens whose token-table rows are equal (bit for bit) keep their own value-embedding rows: the writer
+    tells the companions which old row each new row came from, no match of rows by value."""
+    model = build("neomme")
+    with torch.no_grad():
+        model.model.value_embeddings.weight.normal_(generator=torch.Generator().manual_seed(0))
+        table = model.get_input_embeddings().weight
+        table[5] = table[3]  # the same vector for t3 and t5
+    old_rows = model.model.value_embeddings.weight.detach().clone()
+    old = [f"t{i}" for i in range(TINY)]
+    order = list(reversed(range(TINY)))
+    extend_vocabulary(model, [old[i] for i in order] + ["fresh"], old_tokens=old, rule="mean")
+    grown = model.model.value_embeddings.weight.detach()
+    torch.testing.assert_close(grown[:TINY], old_rows[order], rtol=0, atol=0)
+
+
 def test_a_vocabulary_bias_beside_the_head_grows_with_it():
     """ESM adds ``lm_head.bias`` to the tied decoder's logits: it grows with the table (transformers' own resize
     leaves it, and the model cannot run after)."""

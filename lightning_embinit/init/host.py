@@ -27,9 +27,9 @@ class EmbeddingSlot:
     ``tied_modules`` are output layers whose weight *is* this table's. ``tokens`` names the rows by id; rows past the
     last token are out-of-vocabulary rows for pre-trained sources. A known family's slot also carries ``family``,
     ``positions`` (in words), and what follows the table when its vocabulary changes: the untied ``output_layers``, the
-    ``vocabulary_biases`` (one entry per token) and ``after_resize(n)`` (the model's vocabulary size), and how its
-    scale and positions were found (``input_scale_found_by``, ``positions_found_by``: names and flags, or a probe of
-    the model's own forward).
+    ``vocabulary_biases`` (one entry per token) and ``after_resize(n, source_ids)`` (the model's vocabulary size and
+    the tables that follow), and how its scale and positions were found (``input_scale_found_by``,
+    ``positions_found_by``: names and flags, or a probe of the model's own forward).
     """
 
     name: str
@@ -44,7 +44,7 @@ class EmbeddingSlot:
     positions: str | None = None
     output_layers: tuple[str, ...] = ()
     vocabulary_biases: tuple[str, ...] = ()
-    after_resize: Callable[[int], None] | None = None
+    after_resize: Callable[[int, torch.Tensor | None], None] | None = None
     input_scale_found_by: str | None = None
     positions_found_by: str | None = None
 

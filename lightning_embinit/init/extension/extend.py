@@ -225,7 +225,7 @@ def apply_plan(module: nn.Module, plan: ExtensionPlan, *, tokenizer: Any = None)
     commit = prepare(change) if callable(prepare) else None
     write_tables(module, target, plan.assemble(old), plan.padding_idx)
     if target.after_resize is not None:
-        target.after_resize(plan.num_rows)
+        target.after_resize(plan.num_rows, plan.source_ids)
     if commit:
         commit()
 

@@ -25,7 +25,8 @@ class TokenTable:
     ``tied`` names output layers sharing the table's weight (also torchtune's ``TiedLinear``, which does not hold it);
     ``output_layers`` the untied output layers over the same vocabulary (their biases follow them);
     ``vocabulary_biases`` the other tensors with one entry per token along their last dimension (a tied head's bias,
-    BART's ``final_logits_bias``); ``after_resize(n)`` keeps the model's record of its vocabulary size in step.
+    BART's ``final_logits_bias``); ``after_resize(n, source_ids)`` keeps the model's record of its vocabulary size,
+    and the tables that follow the token table, in step (``source_ids``: each new row's old row, −1 for a new token).
     ``input_scale_found_by`` and ``positions_found_by`` say in words how each was found (names and flags, the probe
     of :mod:`~lightning_embinit.init.families.probe`, or both agreeing).
     """
@@ -38,7 +39,7 @@ class TokenTable:
     tied: tuple[str, ...] = ()
     output_layers: tuple[str, ...] = ()
     vocabulary_biases: tuple[str, ...] = ()
-    after_resize: Callable[[int], None] | None = None
+    after_resize: Callable[[int, torch.Tensor | None], None] | None = None
     input_scale_found_by: str | None = None
     positions_found_by: str | None = None
 

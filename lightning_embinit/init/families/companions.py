@@ -63,16 +63,18 @@ def row_sources(old: torch.Tensor, new: torch.Tensor) -> torch.Tensor:
     return torch.where(same, source, torch.full_like(source, -1))
 
 
-def follower(model: nn.Module, table: nn.Embedding, paths: Sequence[str]) -> Callable[[int], None]:
+def follower(model: nn.Module, table: nn.Embedding, paths: Sequence[str]) -> Callable[[int, torch.Tensor | None], None]:
     """What to run after ``table`` was given a new vocabulary: grow each companion at ``paths`` in step (module
-    docstring) and keep :data:`SIZE_FIELDS` counting them. Reads the table as it is now (the old vocabulary)."""
+    docstring) and keep :data:`SIZE_FIELDS` counting them. Reads the table as it is now (the old vocabulary).
+    ``follow(size, source_ids)``: each new row's old row (−1 for a new token), as the writer planned it; without them,
+    found by matching the rows bit for bit (:func:`row_sources`)."""
     old = table.weight
 
-    def follow(size: int) -> None:
+    def follow(size: int, source_ids: torch.Tensor | None = None) -> None:
         new = table.weight
         if new is old or not paths:
             return
-        sources = row_sources(old, new)
+        sources = row_sources(old, new) if source_ids is None else source_ids.to(old.device)
         for path in paths:
             companion = model.get_submodule(path)
             if companion.weight.shape[0] == old.shape[0]:

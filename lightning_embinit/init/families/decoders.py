@@ -58,7 +58,8 @@ def _litgpt_tables(model: nn.Module) -> list[TokenTable]:
         None,
         ROTARY,
     )
-    return _wte_tables(model, claim, model.config.block_size, after_resize=lambda size: _set_litgpt_size(model, size))
+    follow = lambda size, _sources=None: _set_litgpt_size(model, size)  # noqa: E731
+    return _wte_tables(model, claim, model.config.block_size, after_resize=follow)
 
 
 def _set_litgpt_size(model: nn.Module, size: int) -> None:

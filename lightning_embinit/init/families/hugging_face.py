@@ -223,7 +223,7 @@ def _resizer(model: nn.Module, table: nn.Embedding, follow, *, decoder: bool, sh
     held = weakref.ref(model)
     owner = _composite_part(model, table)
 
-    def after_resize(size: int) -> None:
+    def after_resize(size: int, source_ids: torch.Tensor | None = None) -> None:
         root = held()
         if root is None:
             return
@@ -231,7 +231,7 @@ def _resizer(model: nn.Module, table: nn.Embedding, follow, *, decoder: bool, sh
             _set_vocab_size(root.get_submodule(owner), size, shared=False)
         else:
             (_set_decoder_size if decoder else _set_vocab_size)(root, size, shared=shared)
-        follow(size)
+        follow(size, source_ids)
         if callable(getattr(root, "tie_weights", None)):
             root.tie_weights()  # as resize_token_embeddings ends: the ties the model declares, made again
 

@@ -235,7 +235,7 @@ def write_plan(
     commit = prepare(change) if callable(prepare) else None
     write_tables(module, target, shard_like(plan.assemble(gathered(current)), current), plan.padding_idx)
     if target.after_resize is not None:
-        target.after_resize(len(plan.tokens))
+        target.after_resize(len(plan.tokens), plan.source_ids)
     if commit:
         commit()
     elif getattr(module, "tokenizer", None) is not None and new.source is not None:
