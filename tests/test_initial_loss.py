@@ -279,3 +279,24 @@ def test_rejects_bad_arguments():
         InitialLossMonitor(vocab_size=1)
     with pytest.raises(ValueError, match="track_steps"):
         InitialLossMonitor(track_steps=0)
+
+
+@pytest.mark.parametrize("seed", [0, 1])
+def test_rows_sharing_a_direction_are_named_as_the_cause_when_their_spread_is_small(tmp_path, seed):
+    """A tied table at Xavier-like σ (dσ < ln n) whose rows share one direction: [S]'s formula says ≈ ln n, the
+    model's loss on random tokens is far above it, and the warning names the shared directions and their transforms
+    (not a large σ, which it is not)."""
+    generator = torch.Generator().manual_seed(seed)
+    vocabulary = ["<pad>", "<unk>", "<bos>", "<eos>", *(f"w{i}" for i in range(296))]
+    model = TiedEmbeddingLM(vocabulary=vocabulary, architecture={"d_model": 256, "num_layers": 1, "max_len": 32})
+    direction = torch.randn(256, generator=generator)
+    rows = 3 * torch.randn(300, 1, generator=generator) * direction + 0.05 * torch.randn(300, 256, generator=generator)
+    with torch.no_grad():  # σ = 0.02: dσ = 5.1 < ln n = 5.7, so [S]'s formula says the start is near ln n
+        model.model.token_embedding.weight.copy_(rows / rows.std() * 0.02)
+    monitor = InitialLossMonitor()
+    with pytest.warns(UserWarning, match="whose rows share directions") as caught:
+        trainer(tmp_path, monitor, max_steps=1).fit(model, DataLoader(windows(300, count=16), batch_size=16))
+    message = str([w for w in caught if "share directions" in str(w.message)][0].message)
+    assert monitor.shares_directions() and monitor.random_tokens > monitor.predicted + 1
+    assert f"[S]'s {monitor.predicted:.3f}" in message and f"random tokens is {monitor.random_tokens:.3f}" in message
+    assert "transforms=['remove_top']" in message and "log_n_over_d" not in message

@@ -27,10 +27,12 @@ from lightning_embinit.init.freezing import measured_slots
 from lightning_embinit.init.host import EmbeddingSlot, discover_slots, select_slots
 from lightning_embinit.init.sharding import whole_table
 
-COUNTERMEASURES = (
-    "initialize the embedding with log_n_over_d (σ = ln n / d, [S] (a)), untie the output head, "
-    "or keep the tie with head='tied_orthogonal' or head='tied_half_swap'"
+DIRECTIONS = (
+    "remove the rows' shared directions before standardizing (transforms=['remove_top'] or ['whiten'], "
+    "docs/concepts.md#shared-directions; embinit inspect predicts the loss each would give)"
 )
+HEAD_COUNTERMEASURES = "untie the output head, or keep the tie with head='tied_orthogonal' or head='tied_half_swap'"
+COUNTERMEASURES = f"initialize the embedding with log_n_over_d (σ = ln n / d, [S] (a)), {HEAD_COUNTERMEASURES}"
 
 
 def sequence_length(batch: Any) -> int | None:
@@ -235,12 +237,26 @@ class InitialLossMonitor(Callback):
         if self._tied is None or self._tied_sigma is None:
             return f"{head}; check the scale of the output layer's weights and of its inputs."
         d, sigma = self._tied.embedding_dim, self._tied_sigma
+        if d * sigma <= self.ln_vocab and self.shares_directions():
+            return (
+                f"{head}. Likely cause: the output head is tied to embedding {self._tied.name!r}, whose rows share "
+                f"directions: at σ = {sigma:.4g} (dσ = {d * sigma:.2f} ≤ ln n = {self.ln_vocab:.2f}) i.i.d. rows would "
+                f"start at [S]'s {self.predicted:.3f}, but the model's own loss on random tokens is "
+                f"{self.random_tokens:.3f}, so it predicts the current token again. Countermeasures: {DIRECTIONS}, "
+                f"or {HEAD_COUNTERMEASURES}."
+            )
         return (
             f"{head}. Likely cause: the output head is tied to embedding {self._tied.name!r} whose initial std "
             f"σ = {sigma:.4g} is large: dσ = {d * sigma:.2f} {'>' if d * sigma > self.ln_vocab else '≤'} "
             f"ln n = {self.ln_vocab:.2f}, so the initial model predicts the current token again "
             f"([S]: loss ≈ ln(e^(dσ) + n − 1)). Countermeasures: {COUNTERMEASURES}."
         )
+
+    def shares_directions(self) -> bool:
+        """Whether the model's loss on random tokens lies more than ``margin`` above [S]'s prediction for i.i.d. rows
+        of the table's σ: the rows share directions, which standardizing does not change."""
+        known = self.random_tokens is not None and self.predicted is not None
+        return known and self.random_tokens > self.predicted + self.margin
 
     @override
     def state_dict(self) -> dict[str, Any]:
