@@ -73,6 +73,24 @@ def float_bits(value: float, dtype: torch.dtype) -> int:
     return bits - (1 << 32) if bits >= 1 << 31 else bits
 
 
+@torch.library.custom_op("lightning_embinit::dropout_mask", mutates_args=(), tags=(torch.Tag.nondeterministic_seeded,))
+def dropout_mask(x: torch.Tensor, p: float) -> torch.Tensor:
+    """:class:`Dropout`'s CPU mask for ``x`` (module docstring). An operator of its own, so that ``torch.compile`` runs
+    it as it is (Inductor's code for the bit views and its own random numbers are several times slower) and fuses
+    only the products with the mask; seeded random: never merged with another call, never recomputed."""
+    words = torch.randint(-(2**63), 2**63 - 1, ((x.numel() + 3) // 4,), dtype=torch.int64, device=x.device)
+    keep = words.view(torch.int16)[: x.numel()].view(x.shape) >= round(p * 65536) - 32768
+    scale = 1.0 / (1.0 - p)
+    if (bits := _BITS.get(x.dtype)) is None:
+        return torch.where(keep, x.new_full((), scale), x.new_zeros(()))
+    return keep.to(bits).mul_(float_bits(scale, x.dtype)).view(x.dtype)
+
+
+@dropout_mask.register_fake
+def _(x: torch.Tensor, p: float) -> torch.Tensor:
+    return torch.empty_like(x, memory_format=torch.contiguous_format)
+
+
 class Dropout(nn.Dropout):
     """``nn.Dropout`` with a cheaper mask on CPU (torch's draws one Bernoulli variable per element, about a sixth of a
     training step of [K]'s model in ``benchmarks/bench_seq2seq.py``); other devices use torch's.
@@ -89,12 +107,7 @@ class Dropout(nn.Dropout):
         p = 0 or 1, ``inplace``, another device)."""
         if not self.training or x.device.type != "cpu" or not 0.0 < self.p < 1.0 or self.inplace:
             return None
-        words = torch.randint(-(2**63), 2**63 - 1, ((x.numel() + 3) // 4,), dtype=torch.int64, device=x.device)
-        keep = words.view(torch.int16)[: x.numel()].view(x.shape) >= round(self.p * 65536) - 32768
-        scale = 1.0 / (1.0 - self.p)
-        if (bits := _BITS.get(x.dtype)) is None:
-            return torch.where(keep, x.new_full((), scale), x.new_zeros(()))
-        return keep.to(bits).mul_(float_bits(scale, x.dtype)).view(x.dtype)
+        return dropout_mask(x.detach(), self.p)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         mask = self.mask(x)
