@@ -33,7 +33,10 @@ GROUPS: tuple[tuple[str, tuple[str, ...]], ...] = (
         ("scaled_dot_product", "aten::_softmax", "softmax_backward", "aten::masked_fill", "aten::logical_not"),
     ),
     ("layer norms", ("layer_norm",)),
-    ("dropout masks", ("aten::random_", "aten::where", "aten::bernoulli", "aten::native_dropout")),
+    (
+        "dropout masks",
+        ("dropout_mask", "aten::random_", "aten::ge", "aten::where", "aten::bernoulli", "aten::native_dropout"),
+    ),
     ("ReLU / GELU", ("aten::relu", "aten::threshold_backward", "aten::gelu", "aten::clamp_min")),
     ("elementwise products and sums", ("aten::mul", "aten::add", "aten::sum", "aten::div")),
     ("embedding backward", ("embedding_dense_backward", "embedding_backward", "aten::index_add", "aten::index_put")),
