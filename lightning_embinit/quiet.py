@@ -58,14 +58,40 @@ def quiet_lightning_noise() -> Iterator[None]:
             logger.removeFilter(record_filter)
 
 
+BANNERS = (
+    "GPU available:",
+    "TPU available:",
+    "HPU available:",
+    "IPU available:",
+    "LOCAL_RANK:",
+    "Seed set to",
+    "`Trainer(",
+    "`Trainer.fit` stopped:",
+)
+"""The starts of Lightning's per-run banners (the devices, the seed, the limits it was given, why fit stopped)."""
+
+
+class LightningBannerFilter(logging.Filter):
+    """Drops Lightning's per-run banner records (:data:`BANNERS`); everything else logged passes."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not record.getMessage().startswith(BANNERS)
+
+
 @contextlib.contextmanager
-def quiet_lightning() -> Iterator[None]:
-    """Within: Lightning logs warnings only (no GPU/TPU lines, model summary or tips), torch's ``LeafSpec``
-    deprecation and Lightning's "does not have many workers" advice are not shown. Warnings about the run stay."""
+def quiet_lightning(*, info: bool = True) -> Iterator[None]:
+    """Within: Lightning's per-run banners (GPU/TPU lines, the seed, :data:`BANNERS`) and tips, torch's ``LeafSpec``
+    deprecation and Lightning's "does not have many workers" advice are not shown; warnings about the run and the
+    package's own reports (the init report, the monitors' lines) stay. ``info=False``: Lightning's loggers at
+    WARNING, so those reports are left out too (the quick start prints its own table). The model summary is a
+    Trainer option: ``enable_model_summary=False``."""
     loggers = [logging.getLogger(name) for name in LIGHTNING_LOGGERS]
     levels = [logger.level for logger in loggers]
+    banners = [(logging.getLogger(name), LightningBannerFilter()) for name in RANK_ZERO_LOGGERS]
     for logger in loggers:
-        logger.setLevel(logging.WARNING)
+        logger.setLevel(logger.level if info else logging.WARNING)
+    for logger, record_filter in banners:
+        logger.addFilter(record_filter)
     try:
         with quiet_lightning_noise(), warnings.catch_warnings():
             warnings.filterwarnings("ignore", message=".*does not have many workers.*")
@@ -73,3 +99,5 @@ def quiet_lightning() -> Iterator[None]:
     finally:
         for logger, level in zip(loggers, levels):
             logger.setLevel(level)
+        for logger, record_filter in banners:
+            logger.removeFilter(record_filter)

@@ -213,7 +213,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         name: getattr(args, name) for name in ("steps", "d_model", "seq_len", "batch_size", "max_vocab", "lr", "seed")
     }
     print(f"Part 1: training {', '.join(settings)} ({args.steps} steps each)", flush=True)
-    with quiet_lightning():
+    with quiet_lightning(info=False):
         rows = run(settings, num_layers=args.layers, on_row=print_progress, **options)
     print(
         f"\nPart 1 — TiedEmbeddingLM d={args.d_model}, {args.layers} layers, {args.steps} steps, "
@@ -227,7 +227,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             "a pre-trained start raw vs standardized vs Xavier",
             flush=True,
         )
-        with quiet_lightning():
+        with quiet_lightning(info=False):
             report = run_headline(args.results, variant=args.headline_variant)
         print(report["markdown"])
         print("Verdicts of `embinit inspect` on each start (seed 0's config):")
