@@ -219,12 +219,13 @@ def format_utilization(
     tokens_per_second: float,
     ceiling: Ceiling,
     peak: Peak | None = None,
+    width: int = 26,
 ) -> str:
     """One table row: model FLOPs per token, achieved GFLOP/s, the ceiling and the utilization (and MFU on a GPU)."""
     per_token = record.total / tokens_per_step
     achieved = per_token * tokens_per_second
     row = (
-        f"{name:<26} {per_token / 1e6:>12.1f} {achieved / 1e9:>12.1f} {ceiling.rate / 1e9:>12.1f} "
+        f"{name:<{width}} {per_token / 1e6:>12.1f} {achieved / 1e9:>12.1f} {ceiling.rate / 1e9:>12.1f} "
         f"{100 * achieved / ceiling.rate:>8.1f}%"
     )
     if peak is None:
@@ -255,8 +256,9 @@ def print_utilization(
         f"GEMM ceiling {ceiling.rate / 1e9:.1f} GFLOP/s at the model's {shapes} shapes "
         f"(best single shape {ceiling.best_shape_rate / 1e9:.1f})"
     )
-    print(UTILIZATION_HEADER + ("" if peak is None else f" {'MFU':>8}"))
+    width = max(26, *map(len, records))
+    print(f"{'model':<{width}}" + UTILIZATION_HEADER[26:] + ("" if peak is None else f" {'MFU':>8}"))
     for name, record in records.items():
-        print(format_utilization(name, record, tokens_per_step[name], tokens_per_second[name], ceiling, peak))
+        print(format_utilization(name, record, tokens_per_step[name], tokens_per_second[name], ceiling, peak, width))
     if peak is not None:
         print(peak.describe())

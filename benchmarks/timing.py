@@ -36,10 +36,11 @@ def print_throughput(
     """Prints median, best and worst tokens/s and the parameters of each model, then each model's
     median and best ratio to ``reference``; returns the medians."""
     medians = {name: statistics.median(values) for name, values in results.items()}
-    print(f"{'model':<26} {'median tok/s':>12} {'best tok/s':>10} {'worst':>8} {'params':>10}")
+    width = max(26, *map(len, results))
+    print(f"{'model':<{width}} {'median tok/s':>12} {'best tok/s':>10} {'worst':>8} {'params':>10}")
     for name, values in results.items():
         params = sum(p.numel() for p in runners[name].model.parameters())
-        print(f"{name:<26} {medians[name]:>12.0f} {max(values):>10.0f} {min(values):>8.0f} {params:>10}")
+        print(f"{name:<{width}} {medians[name]:>12.0f} {max(values):>10.0f} {min(values):>8.0f} {params:>10}")
     for name in results:
         if name != reference:
             best = max(results[name]) / max(results[reference])
