@@ -161,6 +161,7 @@ def test_a_suggested_quick_run_validates_and_writes_its_checkpoint(command, tmp_
     cli, caught = _run(list(command), tmp_path, monkeypatch)
     trainer = cli.trainer
     assert not [message for message in caught if "could not find the monitored key" in message], where
+    assert not [message for message in caught if "smaller than the logging interval" in message], where
     validated = {key: float(value) for key, value in trainer.callback_metrics.items() if key.startswith("val_")}
     assert validated and all(math.isfinite(value) for value in validated.values()), f"{where}: the run never validated"
     root = Path(option(list(command), "--trainer.default_root_dir") or ".")
