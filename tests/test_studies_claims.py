@@ -16,6 +16,7 @@ from scipy import stats
 from lightning_embinit.callbacks import EmbeddingVarianceMonitor, InitialLossMonitor, LearningSpeedMonitor, LexicalProbe
 from lightning_embinit.commands import main as cli
 from lightning_embinit.studies.claims import Claim, claim_verdict, evaluate_claim
+from lightning_embinit.studies.claims_table import checked_claims, claims_lines
 from lightning_embinit.studies.keys import StudyError
 from lightning_embinit.studies.metric_names import COST_NAMES, MONITOR_NAMES, MONITOR_PREFIXES
 from lightning_embinit.studies.outcome import EpochClock, cost_values
@@ -90,6 +91,41 @@ def test_each_verdict_follows_the_welch_intervals(direction, margin, a, b, verdi
         expected = "supported" if side else "contradicted" if other else "inconclusive"
     assert result.verdict == expected == verdict
     assert (result.seeds_needed is None) == (verdict != "inconclusive")
+
+
+@pytest.mark.parametrize(
+    ("direction", "margin", "a", "b", "verdict"),
+    [
+        ("higher", None, 0.6032, 0.5077, "supported"),  # a lexical probe of a fixed table: every seed the same
+        ("lower", None, 0.6032, 0.5077, "contradicted"),
+        ("higher", None, 0.5, 0.5, "inconclusive"),  # exactly level: neither side
+        ("not_lower", 0.01, 0.6944, 0.7041, "supported"),  # −0.0097 ≥ −0.01
+        ("not_lower", 0.01, 0.6841, 0.7041, "contradicted"),
+        ("equal", 0.05, 1.02, 1.0, "supported"),
+        ("equal", 0.05, 1.2, 1.0, "contradicted"),
+    ],
+)
+def test_a_measure_the_seeds_do_not_move_is_judged_on_its_exact_difference(direction, margin, a, b, verdict):
+    """Every seed the same on each side: Welch has no interval, yet the difference is exact (no seed count helps)."""
+    claim = Claim(**{**LOWER, "direction": direction, "margin": margin})
+    result = evaluate_claim(claim, _records({"a": [a] * 5, "b": [b] * 5}))
+    assert result.exact and result.welch.difference == pytest.approx(a - b)
+    assert math.isnan(result.welch.low) and result.seeds_needed is None
+    assert result.verdict == verdict
+    one_seed = evaluate_claim(claim, _records({"a": [a], "b": [b] * 5}))  # one seed says nothing about the spread
+    assert not one_seed.exact and one_seed.verdict == "inconclusive"
+    moved = evaluate_claim(claim, _records({"a": [a] * 4 + [a + 1e-3], "b": [b] * 5}))
+    assert not moved.exact
+
+
+def test_an_exact_difference_is_printed_as_such_in_the_claims_table():
+    claim = {**LOWER, "direction": "higher"}
+    records = _records({"a": [0.6] * 3, "b": [0.5] * 3})
+    results, _ = checked_claims({"claims": [claim]}, records, "test")
+    lines = claims_lines(results)
+    row = next(line for line in lines if line.startswith("| c |"))
+    assert "+0.1 (exact: every seed gave the same value on each side)" in row and "**supported**" in row
+    assert any("so Δ is exact" in line for line in lines)
 
 
 def test_the_seeds_needed_are_those_of_the_power_tables():

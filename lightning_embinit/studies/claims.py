@@ -173,6 +173,7 @@ class ClaimResult:
     verdict: str
     interval_90: tuple[float, float] | None = None
     seeds_needed: int | None = None
+    exact: bool = False
 
     def to_dict(self) -> dict[str, Any]:
         """One flat row: the claim's fields, then the numbers (the claims CSV)."""
@@ -190,6 +191,7 @@ class ClaimResult:
             "n_versus": self.welch.n_reference,
             "verdict": self.verdict,
             "seeds_needed": self.seeds_needed,
+            "exact": self.exact,
             "note": self.welch.note,
         }
 
@@ -215,7 +217,8 @@ def claim_verdict(claim: Claim, interval_95: tuple[float, float], interval_90: t
     ±margin (both one-sided tests at 5 %: Schuirmann's two one-sided tests), contradicted when the 95 % interval lies
     wholly beyond +margin or −margin. ``not_lower`` (non-inferiority): supported when the 90 % interval lies wholly
     above −margin (one-sided test at 5 %), contradicted when the 95 % interval lies wholly below it; ``not_higher``
-    the mirror image at +margin. Inconclusive otherwise, and without an interval."""
+    the mirror image at +margin. Inconclusive otherwise, and without an interval. An exact difference (:func:`is_exact`)
+    comes as both intervals of one point."""
     low, high = interval_95
     if math.isnan(low):
         return INCONCLUSIVE
@@ -234,6 +237,13 @@ def claim_verdict(claim: Claim, interval_95: tuple[float, float], interval_90: t
     return INCONCLUSIVE
 
 
+def is_exact(values: np.ndarray, versus: np.ndarray) -> bool:
+    """Whether every seed gave the same value on each side (at least 2 seeds a side): a measure the seeds do not move,
+    e.g. a lexical probe of a pre-trained table before training. Its difference is exact, so the verdict takes it as
+    an interval of one point; more seeds would add nothing."""
+    return len(values) >= 2 and len(versus) >= 2 and variance(values) == 0 and variance(versus) == 0
+
+
 def _seeds_needed(claim: Claim, values: np.ndarray, versus: np.ndarray, difference: float) -> int | None:
     """The seeds a side at which the verdict's own Welch test would show the observed difference at 80 % power
     (:func:`~.power.seeds_for_power`: on its side of 0, of the margin, or inside ±margin)."""
@@ -249,6 +259,10 @@ def evaluate_claim(claim: Claim, records: Sequence[Mapping[str, Any]]) -> ClaimR
     result = welch(values, versus, CONFIDENCE)
     narrow = welch(values, versus, 2 * CONFIDENCE - 1)
     interval_90 = (narrow.low, narrow.high) if claim.direction in WITH_MARGIN else None
+    if is_exact(values, versus):
+        exact = (result.difference, result.difference)
+        verdict = claim_verdict(claim, exact, exact)
+        return ClaimResult(claim, mean(values), mean(versus), result, verdict, None, None, exact=True)
     verdict = claim_verdict(claim, (result.low, result.high), (narrow.low, narrow.high))
     needed = _seeds_needed(claim, values, versus, result.difference) if verdict == INCONCLUSIVE else None
     return ClaimResult(claim, mean(values), mean(versus), result, verdict, interval_90, needed)

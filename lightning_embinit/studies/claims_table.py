@@ -34,6 +34,8 @@ def claim_row(result: ClaimResult) -> list[str]:
 
     if math.isnan(welch.difference):
         difference = "–"
+    elif result.exact:
+        difference = f"{welch.difference:+.4g} (exact: every seed gave the same value on each side)"
     elif math.isnan(welch.low):
         difference = f"{welch.difference:+.4g} [–] ({welch.note})"
     else:
@@ -89,6 +91,12 @@ def claims_lines(claims: Sequence[ClaimResult]) -> list[str]:
             "not lower (≥ −m): **supported** when the 90 % interval lies wholly above −m (a one-sided test at 5 %), "
             "**contradicted** when the 95 % interval lies wholly below −m; not higher (≤ +m) the mirror image. "
             if one_sided
+            else ""
+        )
+        + (
+            "exact: every seed gave the same value on each side (a measure the seeds do not move), so Δ is exact and "
+            "the verdict compares Δ itself with 0 or the margin. "
+            if any(result.exact for result in claims)
             else ""
         )
         + "**inconclusive** otherwise; then the seeds each setting needs for this verdict to show the observed Δ at "
