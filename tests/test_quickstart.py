@@ -17,6 +17,8 @@ from lightning_embinit.vocabulary import Vocabulary
 
 CONFIG = Path(__file__).resolve().parent.parent / "examples" / "configs" / "tied_lm.yaml"
 
+SHARED_DIRECTIONS = ("centered", "abtt", "whitened")  # the headline study's word2vec settings with them removed
+
 
 def test_quickstart_table_shows_the_tied_initial_loss_gap(capsys):
     level = logging.getLogger("lightning.pytorch").level
@@ -83,9 +85,8 @@ def test_quickstart_headline_part_reports_raw_standardized_and_xavier(tmp_path, 
     out = capsys.readouterr().out
     assert code == 0 and logging.getLogger("lightning.pytorch").level == level
     records = {r["trial_id"]: r for r in read_records(results)}
-    assert sorted(records) == sorted(
-        f"{s}-seed{seed}" for s in ("xavier", "word2vec_raw", "word2vec_xavier") for seed in (0, 1)
-    )
+    settings = ("xavier", "word2vec_raw", "word2vec_xavier", *(f"word2vec_{t}_xavier" for t in SHARED_DIRECTIONS))
+    assert sorted(records) == sorted(f"{s}-seed{seed}" for s in settings for seed in (0, 1))
     assert all(r["status"] == "done" and math.isfinite(r["metrics"]["best_val_loss"]) for r in records.values())
     std = {trial: r["monitors"]["embinit/tokens/std"] for trial, r in records.items()}
     for seed in (0, 1):  # standardized to Xavier's std (≈ √(2/(n+d))); raw word2vec's spread is several times wider
@@ -93,8 +94,17 @@ def test_quickstart_headline_part_reports_raw_standardized_and_xavier(tmp_path, 
         assert std[f"word2vec_raw-seed{seed}"] > 2 * std[f"xavier-seed{seed}"]
         raw, xavier = records[f"word2vec_raw-seed{seed}"]["monitors"], records[f"xavier-seed{seed}"]["monitors"]
         assert raw["init_loss"] > xavier["init_loss"] + 5 and xavier["init_loss"] < xavier["ln_vocab"] + 0.5
+        # the shared directions: standardizing keeps them, all-but-the-top and whitening remove them, and then the
+        # model's loss on random tokens is that of i.i.d. rows of Xavier's std
+        standardized = records[f"word2vec_xavier-seed{seed}"]["monitors"]
+        assert standardized["embinit/tokens/top_share"] > 0.5 > 0.05 > xavier["embinit/tokens/top_share"]
+        assert standardized["init_loss_random_tokens"] > xavier["init_loss_random_tokens"] + 5
+        for transform in ("abtt", "whitened"):
+            removed = records[f"word2vec_{transform}_xavier-seed{seed}"]["monitors"]
+            assert removed["embinit/tokens/top_share"] < 0.05
+            assert removed["init_loss_random_tokens"] == pytest.approx(xavier["init_loss_random_tokens"], abs=0.2)
     summary = out[out.index("Part 2") :]
-    for setting in ("xavier", "word2vec_raw", "word2vec_xavier"):
+    for setting in settings:
         assert f"| {setting} |" in summary
     assert "difference from xavier" in summary and "Welch" in summary
     verdicts = dict(line[2:].split(": ", 1) for line in summary.splitlines() if line.startswith("- ") and ": " in line)
@@ -102,6 +112,7 @@ def test_quickstart_headline_part_reports_raw_standardized_and_xavier(tmp_path, 
     # directions and the model's loss on random tokens (its own forward) flags it too
     assert verdicts["xavier"] == "sound"
     assert verdicts["word2vec_raw"] == verdicts["word2vec_xavier"] == "fix the start before training"
+    assert verdicts["word2vec_abtt_xavier"] == verdicts["word2vec_whitened_xavier"] == "sound"
     assert "ln(e^(dσ) + n − 1)" in summary and "loss on random tokens" in summary
     assert (results / "report" / "summary.md").is_file() and (results / "report" / "curves_val_loss.png").is_file()
 

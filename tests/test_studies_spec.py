@@ -148,6 +148,9 @@ def test_the_kim_translation_study_reads_and_every_config_parses(shared_data, mo
         "glove_xavier",
         "glove_shuffled",
         "xavier_matched_to_glove",
+        "glove_centered_xavier",
+        "glove_abtt_xavier",
+        "glove_whitened_xavier",
         "standin_t5_raw",
         "standin_t5_xavier",
         "xavier_d384",
@@ -156,7 +159,8 @@ def test_the_kim_translation_study_reads_and_every_config_parses(shared_data, mo
         "minilm_shuffled",
         "xavier_matched_to_minilm",
     ]
-    assert set(study.variants) == {"smoke", "medium", "full"} and len(study.variants["medium"].seeds) >= 3
+    assert set(study.variants) == {"smoke", "medium", "medium_directions", "full"}
+    assert len(study.variants["medium"].seeds) >= 3
     trials = study.trials("smoke")
     validate_trials(study, trials)
     glove = get_key(trials[4].config, "trainer.callbacks[EmbeddingInitCallback].init_args.slots.tgt.source")

@@ -176,6 +176,9 @@ def test_the_kim_translation_smoke_study_runs_end_to_end(shared_data, monkeypatc
         "glove_xavier",
         "glove_shuffled",
         "xavier_matched_to_glove",
+        "glove_centered_xavier",
+        "glove_abtt_xavier",
+        "glove_whitened_xavier",
         "standin_t5_raw",
         "standin_t5_xavier",
         "xavier_d384",
@@ -200,6 +203,13 @@ def test_the_kim_translation_smoke_study_runs_end_to_end(shared_data, monkeypatc
         < abs(tgt["glove_raw"]["std"] / tgt["xavier"]["std"] - 1)
     )
     assert any("shuffle" in step for step in tgt["glove_shuffled"]["transforms"])
+    for setting, step in (("centered", "center"), ("abtt", "remove_top"), ("whitened", "whiten")):
+        assert tgt[f"glove_{setting}_xavier"]["transforms"] == [step, "standardize(xavier)"]  # removed, then scaled
+        assert tgt[f"glove_{setting}_xavier"]["std"] == pytest.approx(tgt["glove_xavier"]["std"], rel=1e-4)
+        monitors = records[f"glove_{setting}_xavier-seed0"]["monitors"]
+        assert "lexical/tgt/raw/similarity/wordsim353_at_start" in monitors  # SimLex: too few pairs in smoke's words
+    shares = [tgt[f"glove_{setting}"]["top_share"] for setting in ("xavier", "abtt_xavier", "whitened_xavier")]
+    assert shares == sorted(shares, reverse=True)  # each step takes more of the top direction away
     assert any("match" in step for step in tgt["xavier_matched_to_glove"]["transforms"])
     assert 13 < tgt["standin_t5_raw"]["std"] < 18  # [K]'s T5 spread
     assert tgt["standin_t5_xavier"]["std"] == pytest.approx(tgt["glove_xavier"]["std"], rel=1e-4)

@@ -129,7 +129,7 @@ class EmbeddingInitCallback(FitOnceCallback):
         """Prepare; build and write unless a checkpoint was already restored into this fit; freeze (by a gradient
         mask for tables that ``configure_model`` created under a DDP wrapper)."""
         self.prepared = self.initializer.prepare(module, datamodule=datamodule)
-        if trainer is not None and trainer.precision == "bf16-true":
+        if trainer is not None and getattr(trainer, "precision", None) == "bf16-true":
             bfloat16_tables_(self.prepared)
         for message in self.prepared.skipped.values():
             rank_zero_warn(f"EmbeddingInitCallback: {message}")
