@@ -34,7 +34,7 @@ class UnnamedLossFilter(logging.Filter):
 
 
 class LightningTipFilter(logging.Filter):
-    """Drops Lightning's "💡 Tip" records that advertise :data:`ADVERTISED` packages."""
+    """Drops Lightning's "💡 Tip" records that advertise ``ADVERTISED`` packages."""
 
     def filter(self, record: logging.LogRecord) -> bool:
         message = record.getMessage()

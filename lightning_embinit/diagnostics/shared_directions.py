@@ -45,7 +45,7 @@ def shares_directions(report: Mapping[str, Any]) -> bool | None:
 
 
 def estimate_samples(num_embeddings: int, embedding_dim: int) -> int:
-    """Draws for :func:`random_token_loss`: :data:`MAX_SAMPLES`, fewer (at least 128) when N·D is large."""
+    """Draws for :func:`random_token_loss`: ``MAX_SAMPLES``, fewer (at least 128) when N·D is large."""
     return max(128, min(MAX_SAMPLES, LOSS_MULTIPLY_ADDS // (num_embeddings * embedding_dim)))
 
 

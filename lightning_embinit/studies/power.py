@@ -9,8 +9,9 @@ the interval (Welch 1947, "The generalization of Student's problem"; the noncent
 is exact. The power of each direction, as the verdict's rules test it:
 
 - ``lower`` / ``higher``: the 95 % interval wholly on the observed Δ's side of 0 (two-sided α = 0.05);
-- ``equal``, |Δ| < m: the 90 % interval inside ±m, both one-sided tests at 5 % (Schuirmann's TOST), whose power is
-  taken as P(lower passes) + P(upper passes) − 1, a lower bound; |Δ| ≥ m: the 95 % interval wholly beyond the margin;
+- ``equal``, −m < Δ < m: the 90 % interval inside ±m, both one-sided tests at 5 % (Schuirmann's TOST), whose power is
+  taken as P(lower passes) + P(upper passes) − 1, a lower bound; Δ at or beyond ±m: the 95 % interval wholly beyond
+  the margin;
 - ``not_lower``: Δ > −m: the 90 % interval above −m (one-sided at 5 %); Δ ≤ −m: the 95 % interval below −m;
   ``not_higher`` the mirror image at +m.
 """

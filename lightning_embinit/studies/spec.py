@@ -52,7 +52,7 @@ class Protocol:
     """How a trial is scored ([K]'s default): keep the checkpoint with the best ``monitor`` (``mode``), then test it
     (``test``: ``"auto"`` when the datamodule has a test split, ``True``, or ``False``: validate it instead).
     ``checkpoints``: what stays on disk once it is scored, ``"none"`` or ``"best"``; ``precision``: every trial's
-    ``trainer.precision`` (:data:`PRECISIONS`, e.g. ``bf16-mixed`` on CPUs with bf16 units; docs/studies.md)."""
+    ``trainer.precision`` (``PRECISIONS``, e.g. ``bf16-mixed`` on CPUs with bf16 units; docs/studies.md)."""
 
     monitor: str = "val_loss"
     mode: str = "min"

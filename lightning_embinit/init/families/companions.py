@@ -23,7 +23,7 @@ CHUNK = 4096
 
 
 def by_name(model: nn.Module, table: nn.Embedding) -> list[str]:
-    """Companions by name: ``nn.Embedding`` modules named in :data:`NAMES` with as many rows as ``table``."""
+    """Companions by name: ``nn.Embedding`` modules named in ``NAMES`` with as many rows as ``table``."""
     return [
         path
         for path, module in model.named_modules()

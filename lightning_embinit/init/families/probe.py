@@ -37,7 +37,7 @@ class _Stop(Exception):
 @dataclass(frozen=True)
 class Fit:
     """What the model feeds its first layer for one table: s · E[ids] + ``added`` (``added``: (T, D) float32), read
-    at the input of module ``where``; ``size``: the largest |x| there (the yardstick for "the same rows")."""
+    at the input of module ``where``; ``size``: the largest absolute value there (the yardstick for "the same rows")."""
 
     scale: float
     added: torch.Tensor

@@ -3,9 +3,9 @@
 - :func:`sparsemax` (Martins & Astudillo, "From Softmax to Sparsemax", ICML 2016): the Euclidean projection of a
   score vector z onto the probability simplex, p = max(z − τ, 0), τ from the sorted scores z₍₁₎ ≥ z₍₂₎ ≥ …:
   k(z) = max{k : 1 + k·z₍ₖ₎ > Σ_{j≤k} z₍ⱼ₎}, τ = (Σ_{j≤k(z)} z₍ⱼ₎ − 1) / k(z). FOCUS weighs anchor tokens by it.
-- :func:`orthogonal_matching_pursuit` (Pati, Rezaiifar & Krishnaprasad 1993): y ≈ Σ_{j∈S} c_j·d_j with |S| ≤ k,
-  S grown one atom at a time (the atom of largest |⟨r, d_j⟩|/‖d_j‖ for the residual r), c the least-squares fit
-  of y on the atoms of S after each step.
+- :func:`orthogonal_matching_pursuit` (Pati, Rezaiifar & Krishnaprasad 1993): y ≈ Σ_{j∈S} c_j·d_j with at most k
+  atoms in S, grown one at a time (the atom of largest absolute ⟨r, d_j⟩/‖d_j‖ for the residual r), c the
+  least-squares fit of y on the atoms of S after each step.
 """
 
 from __future__ import annotations

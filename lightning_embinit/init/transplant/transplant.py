@@ -1,8 +1,8 @@
 """A trained model with a new tokenizer: :func:`transplant_tokenizer` replaces a slot's vocabulary by the new
 tokenizer's, in place. Every new token that stands for an old token's text keeps that row bit for bit
-(:mod:`.matching`); a method builds the others from the old rows (:mod:`.methods`); the token table, a tied or
-untied output layer and its bias, the padding row, the model's vocabulary size and the config's special-token ids
-follow; every other weight is untouched (docs/transplant.md).
+(:mod:`lightning_embinit.init.transplant.matching`); a method builds the others from the old rows
+(:mod:`.methods`); the token table, a tied or untied output layer and its bias, the padding row, the model's
+vocabulary size and the config's special-token ids follow; every other weight is untouched (docs/transplant.md).
 
 It is the extension's write (:mod:`lightning_embinit.init.extension.tables`, the family's ``after_resize``, the
 host's ``prepare_vocabulary_change``) over a plan that may drop and reorder every old row. A sharded table (a
