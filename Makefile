@@ -15,16 +15,16 @@ DIST_VENV ?= .venv-dist
 
 .PHONY: install lint format test test-fast test-lightning-latest quickstart bench gpu-check dist wheel-check docs clean
 
+# The last two lines install litgpt and torchtune for the model-family tests without their dependencies: litgpt
+# pins huggingface-hub<1.4 and jsonargparse<=4.41, which would downgrade what transformers and LightningCLI use;
+# torchtune asks for huggingface-hub's hf_transfer extra, which huggingface-hub 1.x no longer has. Their model code
+# needs neither pin; torchtune's imports need the packages of the line before. They come last: pip skips its
+# dependency check with --no-deps, and would report torchtune's unmet dependencies after any later install.
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
 	$(PY) -m pip install --quiet torch==2.13.0
 	$(EDITABLE) -e ".[test]"
-	# litgpt and torchtune for the model-family tests, without their dependencies: litgpt pins huggingface-hub<1.4
-	# and jsonargparse<=4.41, which would downgrade what transformers and LightningCLI use; torchtune asks for
-	# huggingface-hub's hf_transfer extra, which huggingface-hub 1.x no longer has (pip warns at every install).
-	# Their model code needs neither pin; torchtune's imports need the packages of the first line. They come last:
-	# pip skips its dependency check with --no-deps, and would report torchtune's unmet ones after any later install.
 	$(PY) -m pip install --quiet torchao==0.13.0 "torchdata>=0.11,<0.12" omegaconf sentencepiece tiktoken
 	$(PY) -m pip install --quiet --no-deps litgpt==0.5.13 torchtune==0.6.1
 	touch $@
