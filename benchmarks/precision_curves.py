@@ -12,22 +12,17 @@ training curves, and the seconds per run.
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import os
 import statistics
 import time
 from typing import Any
 
-import lightning as L
 import torch
 from lightning.pytorch.callbacks import Callback
 from precision_rows import machine_line
 
-from lightning_embinit.callbacks import EmbeddingInitCallback
-from lightning_embinit.callbacks.initial_loss import InitialLossMonitor
-from lightning_embinit.commands.quickstart import SETTINGS
-from lightning_embinit.data import LanguageModelDataModule
-from lightning_embinit.models import CausalLMConfig, OptimizerConfig, TiedEmbeddingLM
+from lightning_embinit.commands.quickstart import SETTINGS, fit_setting, part_one
+from lightning_embinit.models import CausalLMConfig
 from lightning_embinit.quiet import quiet_lightning
 
 
@@ -43,28 +38,10 @@ class Curve(Callback):
 
 def run_once(setting: str, precision: str, seed: int, data: Any, architecture: CausalLMConfig, args) -> dict:
     """One setting in one precision from ``seed``, as the quick start trains it."""
-    head, source = SETTINGS[setting]
-    started = time.perf_counter()
-    L.seed_everything(seed, verbose=False)
-    model = TiedEmbeddingLM(
-        vocabulary=data.vocabulary,
-        architecture=dataclasses.replace(architecture, head=head),
-        optimizer=OptimizerConfig(lr=args.lr),
+    started, curve = time.perf_counter(), Curve()
+    trainer, monitor = fit_setting(
+        setting, data, architecture, steps=args.steps, lr=args.lr, seed=seed, precision=precision, callbacks=[curve]
     )
-    monitor, curve = InitialLossMonitor(track_steps=args.steps, warn=False), Curve()
-    trainer = L.Trainer(
-        precision=precision,
-        max_steps=args.steps,
-        val_check_interval=args.steps,
-        check_val_every_n_epoch=None,
-        num_sanity_val_steps=0,
-        logger=False,
-        enable_checkpointing=False,
-        enable_progress_bar=False,
-        enable_model_summary=False,
-        callbacks=[EmbeddingInitCallback(source=source, seed=seed, verbose=False), monitor, curve],
-    )
-    trainer.fit(model, data)
     return {
         "init": monitor.init_loss,
         "last": statistics.fmean(curve.losses[-10:]),
@@ -102,10 +79,7 @@ def main() -> None:
     parser.add_argument("--lr", type=float, default=1e-3)
     args = parser.parse_args()
     settings = [name.strip() for name in args.settings.split(",") if name.strip()]
-    data = LanguageModelDataModule(seq_len=64, batch_size=32)
-    architecture = CausalLMConfig(
-        d_model=256, num_heads=4, num_layers=2, ffn_dim=512, max_len=64, positional="learned"
-    )  # the quick start's part 1
+    data, architecture = part_one()  # the quick start's part 1
     runs = {name: {p: [] for p in args.precisions} for name in settings}
     print(f"the quick start's part 1 in {' and '.join(args.precisions)}, seeds {args.seeds}, {args.steps} steps")
     print(machine_line(torch.device("cpu"), "wall"), flush=True)

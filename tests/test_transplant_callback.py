@@ -4,6 +4,8 @@ model, and a model built over the new vocabulary from a trained checkpoint), the
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import lightning as L
 import pytest
 import torch
@@ -86,13 +88,19 @@ def test_new_rows_only_keeps_the_matched_rows_through_training(tokenizers, tmp_p
     assert torch.equal(after["model.norm.weight"], before["model.norm.weight"])  # everything else frozen
 
 
-def test_from_a_checkpoint_into_a_model_built_over_the_new_vocabulary(tokenizers, tmp_path):
-    english, german = tokenizers
+def trained_checkpoint(english, tmp_path) -> Path:
+    """``<tmp_path>/trained.ckpt``: a TiedEmbeddingLM over ``english``'s vocabulary, seeded, as Lightning saves it."""
     torch.manual_seed(0)
     trained = TiedEmbeddingLM(vocabulary=vocabulary(english), architecture=ARCHITECTURE)
     fit = trainer(tmp_path, L.Callback())
     fit.strategy.connect(trained)
     fit.save_checkpoint(tmp_path / "trained.ckpt")
+    return tmp_path / "trained.ckpt"
+
+
+def test_from_a_checkpoint_into_a_model_built_over_the_new_vocabulary(tokenizers, tmp_path):
+    english, german = tokenizers
+    trained_checkpoint(english, tmp_path)
     expected = TiedEmbeddingLM.load_from_checkpoint(tmp_path / "trained.ckpt")
     transplant_tokenizer(expected, german, old_tokenizer=english, method="pieces")
     fresh = TiedEmbeddingLM(vocabulary=vocabulary(german), architecture=ARCHITECTURE)
@@ -134,11 +142,7 @@ class Watched(TiedEmbeddingLM):
 
 def test_the_system_sees_the_checkpoint_and_the_fine_tunes_checkpoint_records_the_new_vocabulary(tokenizers, tmp_path):
     english, german = tokenizers
-    torch.manual_seed(0)
-    trained = TiedEmbeddingLM(vocabulary=vocabulary(english), architecture=ARCHITECTURE)
-    fit = trainer(tmp_path, L.Callback())
-    fit.strategy.connect(trained)
-    fit.save_checkpoint(tmp_path / "trained.ckpt")
+    trained_checkpoint(english, tmp_path)
     fresh = Watched(vocabulary=vocabulary(german), architecture=ARCHITECTURE)
     callback = TokenTransplantCallback(tokenizer=german, from_checkpoint=str(tmp_path / "trained.ckpt"), method="mean")
     Watched.seen.clear()
@@ -151,11 +155,7 @@ def test_the_system_sees_the_checkpoint_and_the_fine_tunes_checkpoint_records_th
 
 def test_a_model_built_over_neither_vocabulary_is_refused_before_loading(tokenizers, tmp_path):
     english, german = tokenizers
-    torch.manual_seed(0)
-    trained = TiedEmbeddingLM(vocabulary=vocabulary(english), architecture=ARCHITECTURE)
-    fit = trainer(tmp_path, L.Callback())
-    fit.strategy.connect(trained)
-    fit.save_checkpoint(tmp_path / "trained.ckpt")
+    trained_checkpoint(english, tmp_path)
     other = TiedEmbeddingLM(vocabulary=vocabulary(english)[:50], architecture=ARCHITECTURE)
     before = {k: v.clone() for k, v in other.state_dict().items()}
     callback = TokenTransplantCallback(

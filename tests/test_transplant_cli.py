@@ -68,53 +68,25 @@ def test_refusals_are_one_line_and_exit_2(folders, capsys, tmp_path):
     full = tmp_path / "full"
     full.mkdir()
     (full / "x").write_text("keep")
+
+    def args(*extra, model=model, tokenizer=german, output=tmp_path / "o"):
+        return ["--model", model, "--tokenizer", tokenizer, "--output", output, *extra]
+
     cases = {
-        "is --model": ["--model", model, "--tokenizer", german, "--output", model],
-        "exists and is not empty": ["--model", model, "--tokenizer", german, "--output", full],
-        "no such file or directory": ["--model", tmp_path / "none", "--tokenizer", german, "--output", tmp_path / "o"],
-        "unknown transplant method 'fvt'": [
-            "--model",
-            model,
-            "--tokenizer",
-            german,
-            "--output",
-            tmp_path / "o",
-            "--method",
-            "fvt",
-        ],
-        "needs --donor": ["--model", model, "--tokenizer", german, "--output", tmp_path / "o", "--method", "omp"],
-        "needs --texts": ["--model", model, "--tokenizer", german, "--output", tmp_path / "o", "--method", "focus"],
-        "--fallback omp needs --donor": [
-            "--model",
-            model,
-            "--tokenizer",
-            german,
-            "--output",
-            tmp_path / "o",
-            "--fallback",
-            "omp",
-        ],
-        "unknown kinds": ["--model", model, "--tokenizer", german, "--output", tmp_path / "o", "--match", "fuzzy"],
-        "unknown option --out; did you mean --output?": [
-            "--model",
-            model,
-            "--tokenizer",
-            german,
-            "--out",
-            tmp_path / "o",
-        ],
-        "--tokenizer": ["--model", model, "--tokenizer", tmp_path / "nowhere", "--output", tmp_path / "o"],
-        "no tokenizer beside its weights": [
-            "--model",
-            folders / "bare",
-            "--tokenizer",
-            german,
-            "--output",
-            tmp_path / "o",
-        ],
+        "is --model": args(output=model),
+        "exists and is not empty": args(output=full),
+        "no such file or directory": args(model=tmp_path / "none"),
+        "unknown transplant method 'fvt'": args("--method", "fvt"),
+        "needs --donor": args("--method", "omp"),
+        "needs --texts": args("--method", "focus"),
+        "--fallback omp needs --donor": args("--fallback", "omp"),
+        "unknown kinds": args("--match", "fuzzy"),
+        "unknown option --out; did you mean --output?": [*args()[:4], "--out", tmp_path / "o"],
+        "--tokenizer": args(tokenizer=tmp_path / "nowhere"),
+        "no tokenizer beside its weights": args(model=folders / "bare"),
     }
-    for expected, args in cases.items():
-        status, out, err = run(capsys, *args)
+    for expected, arguments in cases.items():
+        status, out, err = run(capsys, *arguments)
         assert status == 2 and expected in err and len(err.strip().splitlines()) == 1, (expected, err)
     assert not (tmp_path / "o").exists() and (full / "x").read_text() == "keep"
     status, _, err = run(

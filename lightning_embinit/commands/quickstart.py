@@ -36,12 +36,20 @@ SETTINGS: dict[str, tuple[str, str]] = {  # name → (head, source given to Embe
 }
 
 
-def run_setting(
-    name: str, data: LanguageModelDataModule, architecture: CausalLMConfig, *, steps: int, lr: float, seed: int
-) -> dict[str, float | str]:
-    """Train one setting (``architecture`` with the setting's head) for ``steps`` optimizer steps; its table row."""
+def fit_setting(
+    name: str,
+    data: LanguageModelDataModule,
+    architecture: CausalLMConfig,
+    *,
+    steps: int,
+    lr: float,
+    seed: int,
+    precision: str = "32-true",
+    callbacks: Sequence[L.Callback] = (),
+) -> tuple[L.Trainer, InitialLossMonitor]:
+    """Train one setting (``architecture`` with the setting's head) for ``steps`` optimizer steps in ``precision``,
+    with ``callbacks`` beside the initializer and the initial-loss monitor; the fitted trainer and the monitor."""
     head, source = SETTINGS[name]
-    started = time.perf_counter()
     L.seed_everything(seed, verbose=False)
     model = TiedEmbeddingLM(
         vocabulary=data.vocabulary,
@@ -50,6 +58,7 @@ def run_setting(
     )
     monitor = InitialLossMonitor(track_steps=steps, warn=False)
     trainer = L.Trainer(
+        precision=precision,
         max_steps=steps,
         val_check_interval=steps,
         check_val_every_n_epoch=None,
@@ -58,9 +67,19 @@ def run_setting(
         enable_checkpointing=False,
         enable_progress_bar=False,
         enable_model_summary=False,
-        callbacks=[EmbeddingInitCallback(source=source, seed=seed, verbose=False), monitor],
+        callbacks=[EmbeddingInitCallback(source=source, seed=seed, verbose=False), monitor, *callbacks],
     )
     trainer.fit(model, data)
+    return trainer, monitor
+
+
+def run_setting(
+    name: str, data: LanguageModelDataModule, architecture: CausalLMConfig, *, steps: int, lr: float, seed: int
+) -> dict[str, float | str]:
+    """Train one setting (:func:`fit_setting`); its table row."""
+    source = SETTINGS[name][1]
+    started = time.perf_counter()
+    trainer, monitor = fit_setting(name, data, architecture, steps=steps, lr=lr, seed=seed)
     val_loss = float(trainer.callback_metrics["val_loss"])
     return {
         "setting": name,
@@ -106,6 +125,17 @@ def format_table(rows: Sequence[dict[str, float | str]]) -> str:
     return "\n".join([header, "-" * len(header), *lines])
 
 
+def part_one(
+    *, d_model: int = 256, num_layers: int = 2, seq_len: int = 64, batch_size: int = 32, max_vocab: int | None = None
+) -> tuple[LanguageModelDataModule, CausalLMConfig]:
+    """The first part's data (the Lee corpus) and model shape."""
+    data = LanguageModelDataModule(seq_len=seq_len, batch_size=batch_size, max_size=max_vocab)
+    architecture = CausalLMConfig(
+        d_model=d_model, num_heads=4, num_layers=num_layers, ffn_dim=2 * d_model, max_len=seq_len, positional="learned"
+    )
+    return data, architecture
+
+
 def run(
     settings: Sequence[str] = tuple(SETTINGS),
     *,
@@ -123,9 +153,8 @@ def run(
     unknown = [s for s in settings if s not in SETTINGS]
     if unknown:
         raise ValueError(f"unknown settings {unknown}; choose from: {', '.join(SETTINGS)}")
-    data = LanguageModelDataModule(seq_len=seq_len, batch_size=batch_size, max_size=max_vocab)
-    architecture = CausalLMConfig(
-        d_model=d_model, num_heads=4, num_layers=num_layers, ffn_dim=2 * d_model, max_len=seq_len, positional="learned"
+    data, architecture = part_one(
+        d_model=d_model, num_layers=num_layers, seq_len=seq_len, batch_size=batch_size, max_vocab=max_vocab
     )
     rows = []
     for name in settings:
