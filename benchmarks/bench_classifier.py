@@ -28,7 +28,7 @@ import torch
 import torch.nn.functional as F
 from data_files import shared_file
 from flops import gemm_ceiling, measure_training_flops
-from precision_rows import CLOCKS, add_options, autocast_for, machine_line, report, row_name
+from precision_rows import CLOCKS, add_options, apply_options, autocast_for, machine_line, report, row_name
 from timing import alternate
 from torch import nn
 
@@ -114,6 +114,7 @@ def main() -> None:
     parser.add_argument("--device", default="cpu")
     add_options(parser)
     args = parser.parse_args()
+    apply_options(args)
     size, device = SIZES[args.size], torch.device(args.device)
     tokenizer, ids, labels = sst2_batch(args.batch, device)
     tokens = int((ids != tokenizer.pad_id).sum())

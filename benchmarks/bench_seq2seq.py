@@ -37,7 +37,7 @@ import torch
 import torch.nn.functional as F
 from data_files import shared_file
 from flops import gemm_ceiling, measure_training_flops
-from precision_rows import CLOCKS, add_options, autocast_for, machine_line, report, row_name
+from precision_rows import CLOCKS, add_options, apply_options, autocast_for, machine_line, report, row_name
 from timing import alternate
 from torch import nn
 
@@ -167,6 +167,7 @@ def train_runners(
 
 
 def train(args: argparse.Namespace) -> None:
+    apply_options(args)
     size, device = SIZES[args.size], torch.device(args.device)
     torch.manual_seed(0)
     batch, length = size["batch"], size["length"]

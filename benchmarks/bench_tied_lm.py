@@ -22,7 +22,7 @@ import time
 import torch
 import torch.nn.functional as F
 from flops import gemm_ceiling, measure_training_flops
-from precision_rows import CLOCKS, add_options, autocast_for, machine_line, report, row_name
+from precision_rows import CLOCKS, add_options, apply_options, autocast_for, machine_line, report, row_name
 from timing import alternate
 from torch import nn
 
@@ -99,6 +99,7 @@ def main() -> None:
     parser.add_argument("--device", default="cpu")
     add_options(parser)
     args = parser.parse_args()
+    apply_options(args)
     ffn = args.ffn or 4 * args.d_model
     device = torch.device(args.device)
     batch = torch.randint(0, args.vocab, (args.batch_size, args.seq_len + 1), device=device)

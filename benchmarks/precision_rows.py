@@ -1,8 +1,10 @@
 """Shared by the training benchmarks: one row per model and dtype (``--dtype fp32 bf16``), each dtype's GEMM ceiling
 at the model's own shapes beside the others, the clock (``--clock cpu``: this process's CPU time, the only steady
-reading on one thread of a loaded machine), and a header with the CPU's name, its bf16 flags and the load average.
+reading on one thread of a loaded machine), ``--freed-memory`` (keep: freed blocks kept for reuse, as the package's
+training commands do, :mod:`lightning_embinit.host_memory`; return: glibc's default), and a header with the CPU's name,
+its bf16 flags, the allocator setting and the load average.
 
-    from precision_rows import add_options, autocast_for, row_name, report
+    from precision_rows import add_options, apply_options, autocast_for, row_name, report
 """
 
 from __future__ import annotations
@@ -18,6 +20,8 @@ from typing import Any
 import torch
 from flops import Ceiling, MatmulRecord, device_peak, print_utilization
 from timing import cpu_name, print_throughput
+
+from lightning_embinit.host_memory import freed_memory_kept, keep_freed_memory
 
 DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16}
 CLOCKS: dict[str, Callable[[], float]] = {"wall": time.perf_counter, "cpu": time.process_time}
@@ -41,6 +45,24 @@ def add_options(parser: argparse.ArgumentParser) -> None:
         help="wall: elapsed time; cpu: this process's CPU time (steady on one thread of a loaded machine; with more "
         "threads it also counts their waits)",
     )
+    add_freed_memory_option(parser)
+
+
+def add_freed_memory_option(parser: argparse.ArgumentParser) -> None:
+    """``--freed-memory keep|return`` (what :func:`apply_options` applies)."""
+    parser.add_argument(
+        "--freed-memory",
+        choices=("keep", "return"),
+        default="keep",
+        help="keep: freed blocks stay in the heap for the next step (lightning_embinit.keep_freed_memory, what the "
+        "package's training commands call); return: glibc's default, large freed blocks go back to the kernel",
+    )
+
+
+def apply_options(args: argparse.Namespace) -> None:
+    """What the options set for the whole process: ``--freed-memory keep`` keeps freed memory (before any tensor)."""
+    if args.freed_memory == "keep":
+        keep_freed_memory()
 
 
 def autocast_for(device: torch.device, dtype: str) -> Callable[[], Any]:
@@ -67,9 +89,10 @@ def machine_line(device: torch.device, clock: str) -> str:
     """Where and under what load the run happened (printed with every table)."""
     where = torch.cuda.get_device_name(device) if device.type == "cuda" else cpu_name()
     flags = ", ".join(cpu_flags()) or "no bf16 flags"
+    memory = "freed memory kept" if freed_memory_kept() else "freed memory returned (glibc's default)"
     return (
         f"{where} ({flags}), torch {torch.__version__}, {torch.get_num_threads()} thread(s), {clock} clock, "
-        f"load average {os.getloadavg()[0]:.1f}"
+        f"{memory}, load average {os.getloadavg()[0]:.1f}"
     )
 
 

@@ -13,16 +13,18 @@ from __future__ import annotations
 
 import argparse
 import os
+import resource
 import statistics
 from collections import defaultdict
 
 import torch
 from bench_seq2seq import SIZES, SRC_VOCAB, TGT_VOCAB, Runner, _loss_function, model_options
 from flops import Ceiling, gemm_ceiling, measure_training_flops
-from precision_rows import CLOCKS, DTYPES, autocast_for, cpu_flags
+from precision_rows import CLOCKS, DTYPES, add_freed_memory_option, apply_options, autocast_for, cpu_flags
 from timing import cpu_name
 from torch.profiler import ProfilerActivity, profile
 
+from lightning_embinit.host_memory import freed_memory_kept
 from lightning_embinit.models import TransformerSeq2Seq
 
 GROUPS: tuple[tuple[str, tuple[str, ...]], ...] = (
@@ -83,19 +85,27 @@ def profile_steps(runner: Runner, steps: int) -> tuple[dict[str, float], dict[st
     return groups, {name: microseconds / total for name, microseconds in ops.items()}
 
 
-def timed_rounds(runner: Runner, record, args: argparse.Namespace) -> tuple[list[float], Ceiling]:
-    """Step times and the GEMM ceiling in alternating rounds (one step, one pass over the shapes), so that load
-    from other processes falls on both alike; the ceiling keeps each shape's best rate over the rounds."""
+def page_faults() -> int:
+    """This process's minor page faults so far (a fresh page mapped and zeroed by the kernel on first touch)."""
+    return resource.getrusage(resource.RUSAGE_SELF).ru_minflt
+
+
+def timed_rounds(runner: Runner, record, args: argparse.Namespace) -> tuple[list[float], Ceiling, float]:
+    """Step times, the GEMM ceiling in alternating rounds (one step, one pass over the shapes), so that load
+    from other processes falls on both alike (the ceiling keeps each shape's best rate over the rounds), and the
+    mean page faults per step."""
     clock, dtype = CLOCKS[args.clock], DTYPES[args.dtype]
-    times, best = [], {}
+    times, best, faults = [], {}, 0
     for _ in range(args.rounds):
+        faults -= page_faults()
         started = clock()
         runner.step()
         times.append(clock() - started)
+        faults += page_faults()
         ceiling = gemm_ceiling(record, dtype=dtype, rounds=1, min_seconds=0.1, clock=clock)
         best = {shape: max(rate, best.get(shape, 0.0)) for shape, rate in ceiling.per_shape.items()}
     seconds = sum(flops / best[shape] for shape, flops in record.flops.items())
-    return times, Ceiling(record.total / seconds, best)
+    return times, Ceiling(record.total / seconds, best), faults / args.rounds
 
 
 def main() -> None:
@@ -114,26 +124,30 @@ def main() -> None:
     parser.add_argument("--compile", action="store_true")
     parser.add_argument("--dtype", choices=DTYPES, default="fp32")
     parser.add_argument("--top", type=int, default=15, help="the ops with the most self time")
+    add_freed_memory_option(parser)
     args = parser.parse_args()
+    apply_options(args)
     runner = build(args)
     for _ in range(3):
         runner.step()
     record = measure_training_flops(runner.forward_backward)
     load = os.getloadavg()[0]
-    times, ceiling = timed_rounds(runner, record, args)
+    times, ceiling, faults = timed_rounds(runner, record, args)
     groups, ops = profile_steps(runner, args.steps)
     best, gemm_seconds = min(times), record.total / ceiling.rate
     print(
         f"profile of a TransformerSeq2Seq training step, size {args.size}, {args.dtype}, dropout {args.dropout}, "
         f"{'fused ' if args.fused_adam else ''}Adam{', compiled' if args.compile else ''}, "
         f"{torch.get_num_threads()} thread(s), {args.clock} clock; {cpu_name()} ({', '.join(cpu_flags())}); "
+        f"freed memory {'kept' if freed_memory_kept() else 'returned (glibc default)'}; "
         f"load average {load:.1f} → {os.getloadavg()[0]:.1f}"
     )
     print(
         f"step: best {best * 1e3:.0f} ms, median {statistics.median(times) * 1e3:.0f} ms of {len(times)}; "
         f"model FLOPs {record.total / 1e9:.1f} G per step; {args.dtype} GEMM ceiling at the step's "
         f"{len(record.flops)} shapes {ceiling.rate / 1e9:.1f} GFLOP/s (same rounds, same clock) → the matrix "
-        f"products alone {gemm_seconds * 1e3:.0f} ms; utilization {100 * gemm_seconds / best:.1f} % (best step)"
+        f"products alone {gemm_seconds * 1e3:.0f} ms; utilization {100 * gemm_seconds / best:.1f} % (best step); "
+        f"{faults:,.0f} page faults per step"
     )
     print(f"\n{'group (profiler self time)':<44} {'share':>7} {'ms of the best step':>20}")
     for name, share in sorted(groups.items(), key=lambda item: -item[1]):

@@ -37,6 +37,7 @@ _LAZY = {
     "ClassificationDataModule": "lightning_embinit.data",
     "TextTokenizer": "lightning_embinit.text",
     "quiet_lightning": "lightning_embinit.quiet",
+    "keep_freed_memory": "lightning_embinit.host_memory",
 }
 
 __all__ = list(_LAZY)

@@ -21,8 +21,8 @@ NAME = PACKAGE.name
 
 FLOORS: list[tuple[str, tuple[str, ...]]] = [
     (
-        "argument checks, quiet commands, text and YAML files, the vocabulary",
-        ("checks", "quiet", "text_files", "yaml_files", "vocabulary"),
+        "argument checks, quiet commands, host memory, text and YAML files, the vocabulary",
+        ("checks", "quiet", "host_memory", "text_files", "yaml_files", "vocabulary"),
     ),
     (
         "init core",

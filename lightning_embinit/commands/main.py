@@ -19,6 +19,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from lightning_embinit import __version__
+from lightning_embinit.host_memory import keep_freed_memory_for_training
 from lightning_embinit.quiet import quiet_lightning_noise
 
 _FROM_LIGHTNING_CLI = ("CHECKPOINT_TO_DATA", "DATA_TO_MODEL_LINKS", "EmbinitCLI", "embinit_cli")
@@ -106,6 +107,7 @@ def lightning_main(args: Sequence[str] | None = None, **options: Any) -> int:
 
     argv = sys.argv[1:] if args is None else list(args)
     command = " ".join(["embinit", *[a for a in argv if not a.startswith("-")][:1]])
+    keep_freed_memory_for_training()
     try:
         parser_kwargs = {"prog": "embinit", **options.pop("parser_kwargs", {})}
         with warnings.catch_warnings():

@@ -25,6 +25,7 @@ import lightning as L
 from lightning_embinit.callbacks import EmbeddingInitCallback
 from lightning_embinit.callbacks.initial_loss import InitialLossMonitor
 from lightning_embinit.data import LanguageModelDataModule
+from lightning_embinit.host_memory import keep_freed_memory_for_training
 from lightning_embinit.models import CausalLMConfig, OptimizerConfig, TiedEmbeddingLM
 from lightning_embinit.quiet import quiet_lightning
 
@@ -236,6 +237,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--headline-variant", default="smoke", help="part 2: smoke (default), medium or full")
     parser.add_argument("--skip-headline", action="store_true", help="run part 1 only")
     args = parser.parse_args(argv)
+    keep_freed_memory_for_training()
     started = time.perf_counter()
     settings = [s.strip() for s in args.settings.split(",") if s.strip()]
     options = {

@@ -16,6 +16,7 @@ from typing import Any
 
 import torch
 
+from lightning_embinit.host_memory import keep_freed_memory_for_training
 from lightning_embinit.studies.trial import run_trial
 
 PARENT_CHECK_S = 1.0
@@ -44,7 +45,8 @@ def _end_with(pid: int) -> None:
 def enter_job(job: Mapping[str, Any], log_file: str | None = None) -> None:
     """This process set up for a trial's ``job``: the sweep's working directory (relative data paths in the study
     resolve from it, where it exists), fds 1 and 2 (and so ``print``, warnings, Lightning's logging) into
-    ``log_file`` (default: the job's), and the job's thread budget for torch, OpenMP, MKL and tokenizers."""
+    ``log_file`` (default: the job's), the job's thread budget for torch, OpenMP, MKL and tokenizers, and freed memory
+    kept for reuse (:mod:`lightning_embinit.host_memory`)."""
     if job.get("cwd") and os.path.isdir(job["cwd"]):
         os.chdir(job["cwd"])
     log_file = log_file or job["log_file"]
@@ -60,6 +62,7 @@ def enter_job(job: Mapping[str, Any], log_file: str | None = None) -> None:
         os.environ[name] = str(threads)
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
     torch.set_num_threads(threads)
+    keep_freed_memory_for_training()
     with contextlib.suppress(RuntimeError):  # torch refuses once inter-op work has started
         torch.set_num_interop_threads(threads)
 
