@@ -85,27 +85,29 @@ def profile_steps(runner: Runner, steps: int) -> tuple[dict[str, float], dict[st
     return groups, {name: microseconds / total for name, microseconds in ops.items()}
 
 
-def page_faults() -> int:
-    """This process's minor page faults so far (a fresh page mapped and zeroed by the kernel on first touch)."""
-    return resource.getrusage(resource.RUSAGE_SELF).ru_minflt
+def kernel_work() -> tuple[int, float]:
+    """This process's minor page faults so far (a fresh page mapped and zeroed by the kernel on first touch) and the
+    CPU seconds its threads spent in the kernel."""
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    return usage.ru_minflt, usage.ru_stime
 
 
-def timed_rounds(runner: Runner, record, args: argparse.Namespace) -> tuple[list[float], Ceiling, float]:
+def timed_rounds(runner: Runner, record, args: argparse.Namespace) -> tuple[list[float], Ceiling, list[float]]:
     """Step times, the GEMM ceiling in alternating rounds (one step, one pass over the shapes), so that load
     from other processes falls on both alike (the ceiling keeps each shape's best rate over the rounds), and the
-    mean page faults per step."""
+    mean page faults and kernel CPU seconds per step."""
     clock, dtype = CLOCKS[args.clock], DTYPES[args.dtype]
-    times, best, faults = [], {}, 0
+    times, best, kernel = [], {}, [0.0, 0.0]
     for _ in range(args.rounds):
-        faults -= page_faults()
+        before = kernel_work()
         started = clock()
         runner.step()
         times.append(clock() - started)
-        faults += page_faults()
+        kernel = [total + after - start for total, after, start in zip(kernel, kernel_work(), before, strict=True)]
         ceiling = gemm_ceiling(record, dtype=dtype, rounds=1, min_seconds=0.1, clock=clock)
         best = {shape: max(rate, best.get(shape, 0.0)) for shape, rate in ceiling.per_shape.items()}
     seconds = sum(flops / best[shape] for shape, flops in record.flops.items())
-    return times, Ceiling(record.total / seconds, best), faults / args.rounds
+    return times, Ceiling(record.total / seconds, best), [total / args.rounds for total in kernel]
 
 
 def main() -> None:
@@ -132,7 +134,7 @@ def main() -> None:
         runner.step()
     record = measure_training_flops(runner.forward_backward)
     load = os.getloadavg()[0]
-    times, ceiling, faults = timed_rounds(runner, record, args)
+    times, ceiling, (faults, kernel_seconds) = timed_rounds(runner, record, args)
     groups, ops = profile_steps(runner, args.steps)
     best, gemm_seconds = min(times), record.total / ceiling.rate
     print(
@@ -147,7 +149,7 @@ def main() -> None:
         f"model FLOPs {record.total / 1e9:.1f} G per step; {args.dtype} GEMM ceiling at the step's "
         f"{len(record.flops)} shapes {ceiling.rate / 1e9:.1f} GFLOP/s (same rounds, same clock) → the matrix "
         f"products alone {gemm_seconds * 1e3:.0f} ms; utilization {100 * gemm_seconds / best:.1f} % (best step); "
-        f"{faults:,.0f} page faults per step"
+        f"{faults:,.0f} page faults and {kernel_seconds * 1e3:.0f} ms of kernel CPU time per step"
     )
     print(f"\n{'group (profiler self time)':<44} {'share':>7} {'ms of the best step':>20}")
     for name, share in sorted(groups.items(), key=lambda item: -item[1]):

@@ -7,6 +7,7 @@ from __future__ import annotations
 import copy
 import math
 import warnings
+from types import SimpleNamespace
 from typing import Any
 
 import lightning as L
@@ -110,7 +111,9 @@ def callbacks() -> dict[str, Callback]:
     }
 
 
-def fit(module: L.LightningModule, data: TensorDataset, precision: str, extra: list[Callback]) -> L.Trainer:
+def fit(
+    module: L.LightningModule, data: TensorDataset, precision: str, extra: list[Callback], **trainer_options: Any
+) -> L.Trainer:
     trainer = L.Trainer(
         accelerator="cpu",
         devices=1,
@@ -122,6 +125,7 @@ def fit(module: L.LightningModule, data: TensorDataset, precision: str, extra: l
         enable_progress_bar=False,
         enable_model_summary=False,
         log_every_n_steps=1,
+        **trainer_options,
     )
     with warnings.catch_warnings():
         warnings.filterwarnings("ignore", message=".*(does not have many workers|val_dataloader).*")
@@ -263,3 +267,55 @@ def test_a_bad_or_contradicted_protocol_precision_is_refused(protocol, overrides
     study = tiny_study(settings={"normal": overrides}, seeds=[0], protocol=protocol)
     with pytest.raises(StudyError, match=message):
         Study.from_dict(study).trials()
+
+
+class ClipWitness(Callback):
+    """Every step's gradients as the backward left them and as the optimizer used them (they stay in ``.grad``
+    after the step: Lightning zeroes them at the next step's start)."""
+
+    def __init__(self) -> None:
+        self.before: list[torch.Tensor] = []
+        self.after: list[torch.Tensor] = []
+
+    @staticmethod
+    def gradients(module: L.LightningModule) -> torch.Tensor:
+        return torch.cat([p.grad.detach().flatten().clone() for p in module.parameters() if p.grad is not None])
+
+    def on_before_optimizer_step(self, trainer: Any, pl_module: Any, optimizer: Any) -> None:
+        self.before.append(self.gradients(pl_module))
+
+    def on_train_batch_end(self, trainer: Any, pl_module: Any, outputs: Any, batch: Any, batch_idx: int) -> None:
+        self.after.append(self.gradients(pl_module))
+
+
+@pytest.mark.parametrize(("algorithm", "clip"), [("norm", 1e-3), ("value", 1e-4)])
+def test_gradients_are_clipped_under_bf16_mixed_with_the_fused_adam(algorithm, clip):
+    """Lightning refuses to clip for a fused optimizer under any mixed precision; under bf16-mixed (no loss scale)
+    the systems keep fused Adam and clip themselves. Against the clipping formulas."""
+    module, data = build("TransformerSeq2Seq")
+    witness = ClipWitness()
+    trainer = fit(module, data, "bf16-mixed", [witness], gradient_clip_val=clip, gradient_clip_algorithm=algorithm)
+    assert trainer.optimizers[0].defaults["fused"]
+    assert len(witness.before) == len(witness.after) == 3
+    for before, after in zip(witness.before, witness.after, strict=True):
+        if algorithm == "norm":
+            assert before.norm() > clip
+            expected = before * min(1.0, clip / (float(before.norm()) + 1e-6))  # torch.nn.utils.clip_grad_norm_
+        else:
+            assert before.abs().max() > clip
+            expected = before.clamp(-clip, clip)
+        torch.testing.assert_close(after, expected, rtol=1e-4, atol=1e-9)
+
+
+@pytest.mark.parametrize(
+    ("precision", "clip", "fused"),
+    [("16-mixed", 1.0, False), ("16-mixed", None, True), ("16-mixed", 0.0, True), ("bf16-mixed", 1.0, True)],
+)
+def test_adam_is_unfused_only_where_clipping_meets_a_loss_scale(monkeypatch, precision, clip, fused):
+    """16-mixed (GPUs only: Lightning runs bf16 on a CPU) clips gradients after unscaling them, which a fused step
+    would do itself too late: such a fit gets the unfused Adam; every other keeps the fused kernel."""
+    module, _ = build("TiedEmbeddingLM")
+    assert module.configure_optimizers().defaults["fused"]  # no Trainer attached
+    attached = SimpleNamespace(precision=precision, gradient_clip_val=clip)
+    monkeypatch.setattr(type(module), "trainer", property(lambda self: attached))
+    assert bool(module.configure_optimizers().defaults["fused"]) is fused

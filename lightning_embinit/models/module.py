@@ -256,8 +256,37 @@ class LightningSystem(L.LightningModule):
 
     @override
     def configure_optimizers(self) -> Any:
-        """Adam per :attr:`optimizer_config` (:func:`~lightning_embinit.models.optimization.configure_adam`)."""
-        return configure_adam(self.parameters(), self.optimizer_config)
+        """Adam per :attr:`optimizer_config` (:func:`~lightning_embinit.models.optimization.configure_adam`); torch's
+        fused kernel except where gradients are clipped under a loss scale (``16-mixed``): a fused step unscales the
+        gradients itself, after clipping would have seen them scaled."""
+        try:
+            trainer = self.trainer
+        except RuntimeError:  # called outside a Trainer (Lightning raises when none is attached)
+            trainer = None
+        scaled_clipping = (
+            trainer is not None and trainer.precision == "16-mixed" and (trainer.gradient_clip_val or 0) > 0
+        )
+        return configure_adam(self.parameters(), self.optimizer_config, fused=not scaled_clipping)
+
+    @override
+    def configure_gradient_clipping(
+        self,
+        optimizer: torch.optim.Optimizer,
+        gradient_clip_val: float | None = None,
+        gradient_clip_algorithm: str | None = None,
+    ) -> None:
+        """Lightning's clipping, except a fused optimizer's under ``bf16-mixed``: Lightning's mixed-precision plugin
+        refuses to clip for any optimizer that unscales gradients itself, although bf16 has no loss scale to undo, so
+        those gradients are clipped here as Lightning's plain precision would (by norm or by value)."""
+        if not (
+            (gradient_clip_val or 0) > 0 and self.trainer.precision == "bf16-mixed" and optimizer.defaults.get("fused")
+        ):
+            return super().configure_gradient_clipping(optimizer, gradient_clip_val, gradient_clip_algorithm)
+        parameters = [p for group in optimizer.param_groups for p in group["params"]]
+        if (gradient_clip_algorithm or "norm").lower() == "value":
+            torch.nn.utils.clip_grad_value_(parameters, gradient_clip_val)
+        else:
+            torch.nn.utils.clip_grad_norm_(parameters, gradient_clip_val)
 
 
 class EmbinitModule(LightningSystem):

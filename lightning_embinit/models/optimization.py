@@ -82,11 +82,11 @@ class OptimizerConfig:
         return replace(self, lr=noam_peak_lr(d_model, self.warmup_steps))
 
 
-def configure_adam(parameters: Iterable[torch.nn.Parameter], config: OptimizerConfig) -> Any:
-    """Adam (torch's fused kernel on CPU and CUDA: ~4 % of a step of [K]'s model) and, for ``noam``, its per-step
-    schedule, as ``LightningModule.configure_optimizers`` returns them."""
+def configure_adam(parameters: Iterable[torch.nn.Parameter], config: OptimizerConfig, *, fused: bool = True) -> Any:
+    """Adam (torch's fused kernel on CPU and CUDA, unless ``fused=False``: ~4 % of a step of [K]'s model) and, for
+    ``noam``, its per-step schedule, as ``LightningModule.configure_optimizers`` returns them."""
     parameters = list(parameters)
-    fused = all(p.device.type in ("cpu", "cuda") and p.is_floating_point() for p in parameters)
+    fused = fused and all(p.device.type in ("cpu", "cuda") and p.is_floating_point() for p in parameters)
     optimizer = torch.optim.Adam(
         parameters,
         lr=config.lr,
