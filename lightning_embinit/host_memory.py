@@ -2,11 +2,11 @@
 
 glibc's ``malloc`` hands a large block (≥ 128 KiB at first, up to 32 MiB as it adapts) to the kernel when it is
 freed (``munmap``, or trimming the heap's top), so a training step that allocates the same activations again gets
-fresh pages, and the kernel zeroes each one on first touch: about 55,000 page faults a step in fp32 and 95,000 in
-bf16 for [K]'s model in ``benchmarks/bench_seq2seq.py`` (size ``k``), several percent of a CPU step spent in the
-kernel. :func:`keep_freed_memory` raises glibc's ``M_MMAP_THRESHOLD`` and ``M_TRIM_THRESHOLD`` (``mallopt``) so that
-freed blocks up to :data:`KEPT_BLOCK_BYTES` stay in the heap for the next step — on a CPU what a caching allocator
-does on a GPU. The process's resident memory then stays at its peak instead of shrinking between steps.
+fresh pages, and the kernel zeroes each one on first touch: 30,000–40,000 page faults a step in fp32 and 50,000 in
+bf16-mixed for [K]'s model (``benchmarks/profile_step.py --size k``), CPU time spent in the kernel (docs/cli.md).
+:func:`keep_freed_memory` raises glibc's ``M_MMAP_THRESHOLD`` and ``M_TRIM_THRESHOLD`` (``mallopt``) so that freed
+blocks up to :data:`KEPT_BLOCK_BYTES` stay in the heap for the next step — on a CPU what a caching allocator does on
+a GPU. The process's resident memory then stays at its peak instead of shrinking between steps.
 
 The package's training commands (``embinit fit|validate|test|predict``, a sweep's trials, the quick start) call it;
 ``EMBINIT_KEEP_FREED_MEMORY=0`` turns that off. In a script or notebook call it once before training. Only the

@@ -49,10 +49,12 @@ def test_a_profile_accounts_for_the_whole_step(dtype, monkeypatch, capsys, one_t
     profile_step = _script("profile_step")
     monkeypatch.setitem(profile_step.SIZES, "tiny", TINY)
     monkeypatch.setattr(sys, "argv", ["profile_step.py", "--size", "tiny", "--steps", "1", "--rounds", "1"])
-    monkeypatch.setattr(sys, "argv", [*sys.argv, "--dtype", dtype, "--top", "5"])
+    monkeypatch.setattr(sys, "argv", [*sys.argv, "--dtype", dtype, "--top", "5", "--freed-memory", "return"])
     profile_step.main()
     out = capsys.readouterr().out
     assert f"size tiny, {dtype}, dropout 0.1" in out
+    assert re.search(r"; freed memory (kept|returned \(glibc default\));", out)
+    assert re.search(r"[\d,]+ page faults and \d+ ms of kernel CPU time per step", out)
     utilization = float(re.search(r"utilization ([\d.]+) %", out).group(1))
     assert 0 < utilization < 100
     shares = {
