@@ -319,3 +319,13 @@ def test_adam_is_unfused_only_where_clipping_meets_a_loss_scale(monkeypatch, pre
     attached = SimpleNamespace(precision=precision, gradient_clip_val=clip)
     monkeypatch.setattr(type(module), "trainer", property(lambda self: attached))
     assert bool(module.configure_optimizers().defaults["fused"]) is fused
+
+
+def test_other_precision_plugins_clip_as_lightning_does():
+    """bf16-true's plugin clips fused optimizers itself: the systems leave it to Lightning (the norm bound holds)."""
+    module, data = build("TransformerSeq2Seq")
+    witness = ClipWitness()
+    trainer = fit(module, data, "bf16-true", [witness], gradient_clip_val=1e-3)
+    assert trainer.optimizers[0].defaults["fused"]
+    assert all(before.float().norm() > 1e-3 for before in witness.before)
+    assert all(after.float().norm() <= 1e-3 * 1.02 for after in witness.after)

@@ -22,6 +22,7 @@ from typing import Any, ClassVar
 
 import lightning as L
 import torch
+from lightning.pytorch.plugins.precision import MixedPrecision
 from torch import nn
 from torchmetrics import Metric
 from torchmetrics.aggregation import MeanMetric
@@ -275,12 +276,13 @@ class LightningSystem(L.LightningModule):
         gradient_clip_val: float | None = None,
         gradient_clip_algorithm: str | None = None,
     ) -> None:
-        """Lightning's clipping, except a fused optimizer's under ``bf16-mixed``: Lightning's mixed-precision plugin
-        refuses to clip for any optimizer that unscales gradients itself, although bf16 has no loss scale to undo, so
-        those gradients are clipped here as Lightning's plain precision would (by norm or by value)."""
-        if not (
-            (gradient_clip_val or 0) > 0 and self.trainer.precision == "bf16-mixed" and optimizer.defaults.get("fused")
-        ):
+        """Lightning's clipping, except a fused optimizer's under ``MixedPrecision`` without a loss scale
+        (``bf16-mixed``): that plugin refuses to clip for any optimizer that unscales gradients itself, although there
+        is no scale to undo, so those gradients are clipped here as Lightning's plain precision would (by norm or by
+        value). Other plugins (FSDP's, DeepSpeed's: sharded gradients) clip as Lightning does."""
+        plugin = self.trainer.precision_plugin
+        unscaled_mixed = isinstance(plugin, MixedPrecision) and plugin.scaler is None
+        if not ((gradient_clip_val or 0) > 0 and unscaled_mixed and optimizer.defaults.get("fused")):
             return super().configure_gradient_clipping(optimizer, gradient_clip_val, gradient_clip_algorithm)
         parameters = [p for group in optimizer.param_groups for p in group["params"]]
         if (gradient_clip_algorithm or "norm").lower() == "value":
