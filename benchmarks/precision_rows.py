@@ -85,14 +85,18 @@ def cpu_flags() -> list[str]:
     return [flag for flag in BF16_FLAGS if flag in flags]
 
 
+def freed_memory_line() -> str:
+    """Whether this process keeps freed memory (``--freed-memory``), as every header says it."""
+    return "freed memory kept" if freed_memory_kept() else "freed memory returned (glibc's default)"
+
+
 def machine_line(device: torch.device, clock: str) -> str:
     """Where and under what load the run happened (printed with every table)."""
     where = torch.cuda.get_device_name(device) if device.type == "cuda" else cpu_name()
     flags = ", ".join(cpu_flags()) or "no bf16 flags"
-    memory = "freed memory kept" if freed_memory_kept() else "freed memory returned (glibc's default)"
     return (
         f"{where} ({flags}), torch {torch.__version__}, {torch.get_num_threads()} thread(s), {clock} clock, "
-        f"{memory}, load average {os.getloadavg()[0]:.1f}"
+        f"{freed_memory_line()}, load average {os.getloadavg()[0]:.1f}"
     )
 
 

@@ -20,11 +20,18 @@ from collections import defaultdict
 import torch
 from bench_seq2seq import SIZES, SRC_VOCAB, TGT_VOCAB, Runner, _loss_function, model_options
 from flops import Ceiling, gemm_ceiling, measure_training_flops
-from precision_rows import CLOCKS, DTYPES, add_freed_memory_option, apply_options, autocast_for, cpu_flags
+from precision_rows import (
+    CLOCKS,
+    DTYPES,
+    add_freed_memory_option,
+    apply_options,
+    autocast_for,
+    cpu_flags,
+    freed_memory_line,
+)
 from timing import cpu_name
 from torch.profiler import ProfilerActivity, profile
 
-from lightning_embinit.host_memory import freed_memory_kept
 from lightning_embinit.models import TransformerSeq2Seq
 
 GROUPS: tuple[tuple[str, tuple[str, ...]], ...] = (
@@ -141,7 +148,7 @@ def main() -> None:
         f"profile of a TransformerSeq2Seq training step, size {args.size}, {args.dtype}, dropout {args.dropout}, "
         f"{'fused ' if args.fused_adam else ''}Adam{', compiled' if args.compile else ''}, "
         f"{torch.get_num_threads()} thread(s), {args.clock} clock; {cpu_name()} ({', '.join(cpu_flags())}); "
-        f"freed memory {'kept' if freed_memory_kept() else 'returned (glibc default)'}; "
+        f"{freed_memory_line()}; "
         f"load average {load:.1f} → {os.getloadavg()[0]:.1f}"
     )
     print(

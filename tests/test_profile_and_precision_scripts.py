@@ -53,7 +53,7 @@ def test_a_profile_accounts_for_the_whole_step(dtype, monkeypatch, capsys, one_t
     profile_step.main()
     out = capsys.readouterr().out
     assert f"size tiny, {dtype}, dropout 0.1" in out
-    assert re.search(r"; freed memory (kept|returned \(glibc default\));", out)
+    assert re.search(r"; freed memory (kept|returned \(glibc's default\));", out)
     assert re.search(r"[\d,]+ page faults and \d+ ms of kernel CPU time per step", out)
     utilization = float(re.search(r"utilization ([\d.]+) %", out).group(1))
     assert 0 < utilization < 100
