@@ -21,12 +21,12 @@ import sys
 
 VARIABLE = "EMBINIT_KEEP_FREED_MEMORY"
 """The variable that turns :func:`keep_freed_memory_for_training` off (``0``, ``false``, ``no``, ``off``)."""
-KEPT_BLOCK_BYTES = 1 << 30
-"""Freed blocks up to this size (1 GiB) stay in the heap; larger ones still go back to the kernel at once."""
+KEPT_BLOCK_BYTES = (1 << 30, 32 << 20)
+"""Freed blocks up to the first size glibc takes (1 GiB; 32 MiB, the largest its manual promises on 64-bit systems,
+where a glibc refuses more) stay in the heap; larger ones still go back to the kernel at once."""
 TRIM_BYTES = (1 << 31) - 1
 """The heap's top is given back to the kernel only when this much of it (2 GiB, ``mallopt``'s largest value) is free."""
-M_TRIM_THRESHOLD = -1
-M_MMAP_THRESHOLD = -3
+M_TRIM_THRESHOLD, M_MMAP_THRESHOLD = -1, -3
 """glibc's ``mallopt`` parameter numbers (``<malloc.h>``)."""
 _OFF = ("0", "false", "no", "off")
 _state = {"kept": False}
@@ -48,14 +48,15 @@ def _glibc_mallopt():
 
 def keep_freed_memory() -> bool:
     """Keep freed blocks up to :data:`KEPT_BLOCK_BYTES` in this process's heap for reuse (module docstring): True
-    when glibc took both settings, False where the C library is not glibc (nothing changed). Idempotent; lasts for
-    the process (forked children inherit it)."""
+    when glibc took both settings, False where the C library is not glibc or refused them (nothing changed).
+    Idempotent; lasts for the process (forked children inherit it)."""
     if _state["kept"]:
         return True
     mallopt = _glibc_mallopt()
     if mallopt is None:
         return False
-    _state["kept"] = bool(mallopt(M_MMAP_THRESHOLD, KEPT_BLOCK_BYTES)) and bool(mallopt(M_TRIM_THRESHOLD, TRIM_BYTES))
+    kept_blocks = any(mallopt(M_MMAP_THRESHOLD, size) for size in KEPT_BLOCK_BYTES)
+    _state["kept"] = kept_blocks and bool(mallopt(M_TRIM_THRESHOLD, TRIM_BYTES))
     return _state["kept"]
 
 

@@ -50,13 +50,14 @@ def test_kept_memory_is_reused_without_page_faults():
 
 
 class _FakeMallopt:
-    def __init__(self, answer: int = 1) -> None:
+    def __init__(self, answer: int = 1, largest_threshold: int = 2**31 - 1) -> None:
         self.calls: list[tuple[int, int]] = []
         self.answer = answer
+        self.largest_threshold = largest_threshold
 
     def __call__(self, parameter: int, value: int) -> int:
         self.calls.append((parameter, value))
-        return self.answer
+        return self.answer if parameter != -3 or value <= self.largest_threshold else 0
 
 
 @pytest.fixture
@@ -73,6 +74,12 @@ def test_the_settings_are_mallopts_thresholds(fake_mallopt):
     assert fake_mallopt.calls == [(-3, 1 << 30), (-1, 2**31 - 1)]
     assert host_memory.keep_freed_memory()
     assert len(fake_mallopt.calls) == 2  # once per process
+
+
+def test_a_glibc_that_refuses_a_gib_keeps_its_documented_largest(fake_mallopt):
+    fake_mallopt.largest_threshold = 32 << 20  # glibc's manual: at most 4 MiB · sizeof(long)
+    assert host_memory.keep_freed_memory()
+    assert fake_mallopt.calls == [(-3, 1 << 30), (-3, 32 << 20), (-1, 2**31 - 1)]
 
 
 def test_a_refused_setting_is_reported(fake_mallopt):
