@@ -92,29 +92,24 @@ def profile_steps(runner: Runner, steps: int) -> tuple[dict[str, float], dict[st
     return groups, {name: microseconds / total for name, microseconds in ops.items()}
 
 
-def kernel_work() -> tuple[int, float]:
-    """This process's minor page faults so far (a fresh page mapped and zeroed by the kernel on first touch) and the
-    CPU seconds its threads spent in the kernel."""
-    usage = resource.getrusage(resource.RUSAGE_SELF)
-    return usage.ru_minflt, usage.ru_stime
-
-
-def timed_rounds(runner: Runner, record, args: argparse.Namespace) -> tuple[list[float], Ceiling, list[float]]:
+def timed_rounds(runner: Runner, record, args: argparse.Namespace) -> tuple[list[float], Ceiling, tuple[float, float]]:
     """Step times, the GEMM ceiling in alternating rounds (one step, one pass over the shapes), so that load
-    from other processes falls on both alike (the ceiling keeps each shape's best rate over the rounds), and the
-    mean page faults and kernel CPU seconds per step."""
+    from other processes falls on both alike (the ceiling keeps each shape's best rate over the rounds), and per step
+    the mean minor page faults (a fresh page the kernel maps and zeroes on first touch) and kernel CPU seconds."""
     clock, dtype = CLOCKS[args.clock], DTYPES[args.dtype]
-    times, best, kernel = [], {}, [0.0, 0.0]
+    times, best, faults, kernel_seconds = [], {}, 0, 0.0
     for _ in range(args.rounds):
-        before = kernel_work()
+        before = resource.getrusage(resource.RUSAGE_SELF)
         started = clock()
         runner.step()
         times.append(clock() - started)
-        kernel = [total + after - start for total, after, start in zip(kernel, kernel_work(), before, strict=True)]
+        after = resource.getrusage(resource.RUSAGE_SELF)
+        faults += after.ru_minflt - before.ru_minflt
+        kernel_seconds += after.ru_stime - before.ru_stime
         ceiling = gemm_ceiling(record, dtype=dtype, rounds=1, min_seconds=0.1, clock=clock)
         best = {shape: max(rate, best.get(shape, 0.0)) for shape, rate in ceiling.per_shape.items()}
     seconds = sum(flops / best[shape] for shape, flops in record.flops.items())
-    return times, Ceiling(record.total / seconds, best), [total / args.rounds for total in kernel]
+    return times, Ceiling(record.total / seconds, best), (faults / args.rounds, kernel_seconds / args.rounds)
 
 
 def main() -> None:

@@ -10,6 +10,7 @@ from __future__ import annotations
 import difflib
 import math
 import numbers
+import os
 from collections.abc import Collection, Iterable, Sequence
 from typing import Any, TypeVar
 
@@ -178,3 +179,14 @@ def check_config_fields(config: Any, names: Iterable[str], what: str) -> None:
             f"{what}: the {config.model_type} config has no field {', '.join(map(repr, unknown))}{hint}; its fields: "
             f"{', '.join(known)}"
         )
+
+
+FLAG_OFF = ("0", "false", "no", "off")
+"""The values that turn an on/off environment variable off (any case)."""
+
+
+def environment_flag(variable: str, *, default: bool = False) -> bool:
+    """An on/off environment variable, read now: ``default`` when unset or empty, off for :data:`FLAG_OFF`, else
+    on (``EMBINIT_DEBUG``, ``EMBINIT_KEEP_FREED_MEMORY``)."""
+    value = os.environ.get(variable, "").strip().lower()
+    return default if not value else value not in FLAG_OFF

@@ -10,14 +10,16 @@ a GPU. The process's resident memory then stays at its peak instead of shrinking
 
 The package's training commands (``embinit fit|validate|test|predict``, a sweep's trials, the quick start) call it;
 ``EMBINIT_KEEP_FREED_MEMORY=0`` turns that off. In a script or notebook call it once before training. Only the
-standard library is imported; elsewhere than glibc (macOS, musl, Windows) it changes nothing and says so.
+standard library and the package's argument checks are imported; elsewhere than glibc (macOS, musl, Windows) it
+changes nothing and says so.
 """
 
 from __future__ import annotations
 
 import ctypes
-import os
 import sys
+
+from lightning_embinit.checks import environment_flag
 
 VARIABLE = "EMBINIT_KEEP_FREED_MEMORY"
 """The variable that turns :func:`keep_freed_memory_for_training` off (``0``, ``false``, ``no``, ``off``)."""
@@ -28,7 +30,6 @@ TRIM_BYTES = (1 << 31) - 1
 """The heap's top is given back to the kernel only when this much of it (2 GiB, ``mallopt``'s largest value) is free."""
 M_TRIM_THRESHOLD, M_MMAP_THRESHOLD = -1, -3
 """glibc's ``mallopt`` parameter numbers (``<malloc.h>``)."""
-_OFF = ("0", "false", "no", "off")
 _state = {"kept": False}
 
 
@@ -67,6 +68,4 @@ def freed_memory_kept() -> bool:
 
 def keep_freed_memory_for_training() -> bool:
     """What the training commands call: :func:`keep_freed_memory` unless :data:`VARIABLE` turns it off."""
-    if os.environ.get(VARIABLE, "1").strip().lower() in _OFF:
-        return False
-    return keep_freed_memory()
+    return environment_flag(VARIABLE, default=True) and keep_freed_memory()

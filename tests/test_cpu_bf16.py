@@ -16,6 +16,7 @@ import pytest
 import torch
 import yaml
 from lightning.pytorch.callbacks import Callback
+from lightning.pytorch.plugins.precision import MixedPrecision
 from torch.utils.data import DataLoader, TensorDataset
 
 from lightning_embinit import EmbeddingInitCallback, EmbeddingVarianceMonitor, InitialLossMonitor, LearningSpeedMonitor
@@ -316,7 +317,7 @@ def test_adam_is_unfused_only_where_clipping_meets_a_loss_scale(monkeypatch, pre
     would do itself too late: such a fit gets the unfused Adam; every other keeps the fused kernel."""
     module, _ = build("TiedEmbeddingLM")
     assert module.configure_optimizers().defaults["fused"]  # no Trainer attached
-    attached = SimpleNamespace(precision=precision, gradient_clip_val=clip)
+    attached = SimpleNamespace(precision_plugin=MixedPrecision(precision, "cpu"), gradient_clip_val=clip)
     monkeypatch.setattr(type(module), "trainer", property(lambda self: attached))
     assert bool(module.configure_optimizers().defaults["fused"]) is fused
 

@@ -10,6 +10,7 @@ import textwrap
 import pytest
 
 from lightning_embinit import host_memory
+from lightning_embinit.checks import environment_flag
 from lightning_embinit.commands import main as commands_main
 from lightning_embinit.commands import quickstart
 
@@ -140,3 +141,27 @@ def test_a_sweep_trial_keeps_freed_memory(monkeypatch, tmp_path):
     monkeypatch.setattr(worker.os, "environ", dict(worker.os.environ))
     worker.enter_job({"log_file": str(tmp_path / "trial.log"), "threads": 1})
     assert calls == [True]
+
+
+@pytest.mark.parametrize(
+    ("value", "default", "on"),
+    [
+        (None, False, False),
+        (None, True, True),
+        ("", True, True),
+        ("  ", False, False),
+        ("1", False, True),
+        ("yes", False, True),
+        ("anything", False, True),
+        ("0", True, False),
+        ("FALSE", True, False),
+        (" No ", True, False),
+        ("off", True, False),
+    ],
+)
+def test_an_environment_flag_reads_as_every_on_off_variable_of_the_package(monkeypatch, value, default, on):
+    if value is None:
+        monkeypatch.delenv("EMBINIT_TEST_FLAG", raising=False)
+    else:
+        monkeypatch.setenv("EMBINIT_TEST_FLAG", value)
+    assert environment_flag("EMBINIT_TEST_FLAG", default=default) is on

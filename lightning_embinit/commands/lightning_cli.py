@@ -31,6 +31,7 @@ from typing_extensions import override
 
 from lightning_embinit.callbacks.lightning_internals import LightningInternalsWarning
 from lightning_embinit.callbacks.progress import StepBudgetProgressBar
+from lightning_embinit.checks import environment_flag
 from lightning_embinit.init.sources import vector_cache
 from lightning_embinit.init.sources.checkpoint_file import checked_file, load_checkpoint_file
 from lightning_embinit.models.module import EmbinitModule, class_from_path
@@ -356,7 +357,7 @@ def print_error(command: str, error: BaseException | str, hint: str = "") -> Non
 
 def debug_requested() -> bool:
     """Whether :data:`DEBUG_VARIABLE` asks for tracebacks."""
-    return os.environ.get(DEBUG_VARIABLE, "").strip().lower() not in ("", "0", "false", "no")
+    return environment_flag(DEBUG_VARIABLE)
 
 
 CONFIG_MODE = "embinit_yaml"

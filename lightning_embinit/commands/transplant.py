@@ -16,6 +16,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from lightning_embinit.checks import environment_flag
 from lightning_embinit.commands.arguments import CommandParser
 
 TOKENIZER_FILES = (
@@ -255,11 +256,11 @@ def transplant_main(argv: Sequence[str] | None = None) -> int:
         run = _checkpoint if Path(args.model).is_file() else _pretrained
         report = run(args, options)
     except ValueError as error:
-        if os.environ.get("EMBINIT_DEBUG"):
+        if environment_flag("EMBINIT_DEBUG"):
             raise
         return _refuse(str(error).splitlines()[0])
     except Exception as error:
-        if os.environ.get("EMBINIT_DEBUG"):
+        if environment_flag("EMBINIT_DEBUG"):
             raise
         print(
             f"embinit transplant: {type(error).__name__}: {error} (EMBINIT_DEBUG=1 shows the traceback)",

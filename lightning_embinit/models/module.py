@@ -177,6 +177,11 @@ def saved_tokenizer(config: Any) -> tuple[list[str] | None, TextTokenizer | None
     return (None if tokenizer is None else list(tokenizer.tokens), tokenizer)
 
 
+def _clips(gradient_clip_val: float | None) -> bool:
+    """Whether a ``gradient_clip_val`` asks for clipping (None: not set; 0, as in Lightning, clips nothing)."""
+    return gradient_clip_val is not None and gradient_clip_val > 0
+
+
 class LightningSystem(L.LightningModule):
     """What the package's Lightning systems share whatever network they train: token-loss metrics logged under one
     set of names, stage-safe metric states, tokenizers kept in the checkpoint, checkpoints that name their class,
@@ -258,14 +263,16 @@ class LightningSystem(L.LightningModule):
     @override
     def configure_optimizers(self) -> Any:
         """Adam per :attr:`optimizer_config` (:func:`~lightning_embinit.models.optimization.configure_adam`); torch's
-        fused kernel except where gradients are clipped under a loss scale (``16-mixed``): a fused step unscales the
-        gradients itself, after clipping would have seen them scaled."""
+        fused kernel except where gradients are clipped under a loss scale (the precision plugin's ``scaler``:
+        ``16-mixed``): a fused step unscales the gradients itself, after clipping would have seen them scaled."""
         try:
             trainer = self.trainer
         except RuntimeError:  # called outside a Trainer (Lightning raises when none is attached)
             trainer = None
         scaled_clipping = (
-            trainer is not None and trainer.precision == "16-mixed" and (trainer.gradient_clip_val or 0) > 0
+            trainer is not None
+            and getattr(trainer.precision_plugin, "scaler", None) is not None
+            and _clips(trainer.gradient_clip_val)
         )
         return configure_adam(self.parameters(), self.optimizer_config, fused=not scaled_clipping)
 
@@ -282,7 +289,7 @@ class LightningSystem(L.LightningModule):
         value). Other plugins (FSDP's, DeepSpeed's: sharded gradients) clip as Lightning does."""
         plugin = self.trainer.precision_plugin
         unscaled_mixed = isinstance(plugin, MixedPrecision) and plugin.scaler is None
-        if not ((gradient_clip_val or 0) > 0 and unscaled_mixed and optimizer.defaults.get("fused")):
+        if not (_clips(gradient_clip_val) and unscaled_mixed and optimizer.defaults.get("fused")):
             return super().configure_gradient_clipping(optimizer, gradient_clip_val, gradient_clip_algorithm)
         parameters = [p for group in optimizer.param_groups for p in group["params"]]
         if (gradient_clip_algorithm or "norm").lower() == "value":
